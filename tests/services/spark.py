@@ -1,0 +1,98 @@
+"""Spark from the pyspark wheel, `local[2]` on Java 17, plus the jars baselines need.
+
+Spark is not a daemon here: each process that needs it starts its own driver JVM through
+`session()`. `up` makes sure Java is there and that the extra jars (Postgres JDBC driver,
+Spark's Kafka connector) are fetched from Maven Central and cached.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ._layout import Layout
+from ._maven import classpath, java_major_version, require_java
+from ._process import ServiceError
+from ._service import Status
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+NAME = "spark"
+POM = "spark-extras.xml"
+_VERSIONED_JAR = re.compile(r"^(?P<artifact>.+?)-\d[\w.\-]*\.jar$")
+
+# Small, predictable, and kind to a 2-core, shared machine.
+DEFAULT_CONF = {
+    "spark.master": "local[2]",
+    "spark.driver.memory": "1g",
+    "spark.sql.shuffle.partitions": "2",
+    "spark.default.parallelism": "2",
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.driver.bindAddress": "127.0.0.1",
+    "spark.driver.host": "127.0.0.1",
+}
+
+
+def _artifact(jar: Path) -> str:
+    match = _VERSIONED_JAR.match(jar.name)
+    return match.group("artifact") if match else jar.stem
+
+
+def pyspark_jars_dir() -> Path:
+    import pyspark
+
+    return Path(pyspark.__file__).parent / "jars"
+
+
+class Spark:
+    name = NAME
+
+    def __init__(self, layout: Layout) -> None:
+        self.layout = layout
+
+    def up(self) -> None:
+        require_java(NAME)
+        self.extra_jars()
+
+    def extra_jars(self) -> list[Path]:
+        """Jars to add to `spark.jars`: what the pom brings that the wheel lacks.
+
+        Artifacts the wheel already ships (Hadoop, Scala, slf4j, ...) are left out so the
+        driver never sees two versions of one library.
+        """
+        lib = classpath(NAME, POM, self.layout.cache)
+        shipped = {_artifact(jar) for jar in pyspark_jars_dir().glob("*.jar")}
+        return sorted(j for j in lib.glob("*.jar") if _artifact(j) not in shipped)
+
+    def down(self) -> None:
+        """Nothing runs between sessions: each test process owns its driver."""
+
+    def reset(self) -> None:
+        """Spark keeps no state of the test bed's; checkpoints live in tests' own folders."""
+
+    def status(self) -> Status:
+        import pyspark
+
+        java = java_major_version()
+        try:
+            jars = ", ".join(_artifact(j) for j in self.extra_jars())
+        except ServiceError as exc:
+            jars = f"extra jars unavailable: {exc.problem.splitlines()[0]}"
+        detail = f"pyspark {pyspark.__version__}, java {java}, local[2]; jars: {jars}"
+        return Status(NAME, java is not None, None, detail, ())
+
+    def session(self, app_name: str, **conf: str) -> SparkSession:
+        """A `local[2]` SparkSession with the extra jars on its classpath."""
+        from pyspark.sql import SparkSession
+
+        builder: Any = SparkSession.builder.appName(app_name)
+        settings = {**DEFAULT_CONF, "spark.jars": ",".join(map(str, self.extra_jars())), **conf}
+        for key, value in settings.items():
+            builder = builder.config(key, value)
+        session: SparkSession = builder.getOrCreate()
+        return session
