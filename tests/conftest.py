@@ -1,0 +1,120 @@
+"""Session-wide servers and per-test unique names.
+
+Servers come up once per session, on first use (`python -m tests.services up` beforehand makes
+that instant). A test that needs a server that cannot be started or reached errors with the
+reason: nothing here skips. Tests that need no server (tests/unit) start none.
+
+Isolation is by name: every test gets its own Postgres schema, Kafka topic names, S3 key prefix
+and job id, so tests never see each other's data and need no clean-up to stay independent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import uuid
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import psycopg
+import pytest
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
+
+from tests.services import KafkaEndpoint, PostgresEndpoint, S3Endpoint, Testbed, up
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+class UniqueNames:
+    """Names no other test (or earlier run) uses: `<prefix>_<test name>_<random>`."""
+
+    def __init__(self, test_name: str) -> None:
+        slug = re.sub(r"[^a-z0-9]+", "_", test_name.lower()).strip("_")
+        self._stem = slug[:30]
+        self.token = uuid.uuid4().hex[:10]
+
+    def name(self, prefix: str) -> str:
+        return f"{prefix}_{self._stem}_{self.token}"[:63]
+
+    @property
+    def job_id(self) -> str:
+        return self.name("job")
+
+
+@pytest.fixture(scope="session")
+def testbed() -> Testbed:
+    """The test bed's servers; each endpoint fixture below starts only the one it needs."""
+    return Testbed.create()
+
+
+@pytest.fixture(scope="session")
+def postgres(testbed: Testbed) -> PostgresEndpoint:
+    up(["postgres"], testbed)
+    return testbed.postgres.endpoint()
+
+
+@pytest.fixture(scope="session")
+def kafka(testbed: Testbed) -> KafkaEndpoint:
+    up(["kafka"], testbed)
+    return testbed.kafka.endpoint()
+
+
+@pytest.fixture(scope="session")
+def s3(testbed: Testbed) -> S3Endpoint:
+    up(["s3"], testbed)
+    return testbed.s3.endpoint()
+
+
+@pytest.fixture(scope="session")
+def spark(testbed: Testbed) -> Iterator[SparkSession]:
+    up(["spark"], testbed)
+    session = testbed.spark.session("durable-sinks-tests")
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def unique(request: pytest.FixtureRequest) -> UniqueNames:
+    return UniqueNames(request.node.name)
+
+
+@pytest.fixture
+def job_id(unique: UniqueNames) -> str:
+    return unique.job_id
+
+
+@pytest.fixture
+def pg_schema(postgres: PostgresEndpoint, unique: UniqueNames) -> Iterator[str]:
+    """A fresh schema of this test's own; dropped afterwards if nothing still holds it."""
+    schema = unique.name("t")
+    with psycopg.connect(postgres.conninfo(), autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+    yield schema
+    with psycopg.connect(postgres.conninfo(), autocommit=True) as conn:
+        conn.execute("SET lock_timeout = '2s'")
+        # A prepared transaction the test left behind holds the schema: the test's own
+        # assertions about leftovers are what must catch that, not this clean-up.
+        with contextlib.suppress(psycopg.errors.LockNotAvailable):
+            conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+
+
+@pytest.fixture
+def kafka_topic(kafka: KafkaEndpoint, unique: UniqueNames) -> Iterator[str]:
+    """A new topic with one partition, deleted afterwards."""
+    name = unique.name("topic")
+    admin = AdminClient(kafka.config())
+    for future in admin.create_topics(
+        [NewTopic(name, num_partitions=1)], request_timeout=30
+    ).values():
+        future.result(timeout=30)
+    yield name
+    for future in admin.delete_topics([name], request_timeout=30).values():
+        future.result(timeout=30)
+
+
+@pytest.fixture
+def s3_prefix(s3: S3Endpoint, unique: UniqueNames) -> str:
+    """A key prefix of this test's own inside the test bed's bucket."""
+    return unique.name("p") + "/"

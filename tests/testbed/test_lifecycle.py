@@ -1,0 +1,156 @@
+"""The service scripts themselves: `up` twice is harmless, `down` leaves no process behind, a
+taken port is named in a clear error, and a test whose server is unreachable fails (never
+skips). A second, private test bed on other ports keeps the shared one untouched."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.services import Layout, ServiceError, Testbed, down, up
+from tests.services._layout import REPO_ROOT, KafkaPorts, PostgresPorts, S3Ports
+from tests.services._process import group_members, pid_alive, port_is_free
+
+SERVERS = ("postgres", "kafka", "s3")
+
+
+def _private_layout(root: Path) -> Layout:
+    shared = Layout.from_env()
+    return Layout(
+        root=root,
+        cache=shared.cache,
+        postgres=PostgresPorts(port=shared.postgres.port + 200),
+        kafka=KafkaPorts(
+            broker=shared.kafka.broker + 200, controller=shared.kafka.controller + 200
+        ),
+        s3=S3Ports(
+            s3=shared.s3.s3 + 200,
+            master=shared.s3.master + 200,
+            volume=shared.s3.volume + 200,
+            filer=shared.s3.filer + 200,
+            admin=shared.s3.admin + 200,
+        ),
+    )
+
+
+def _ports(layout: Layout) -> list[int]:
+    return [
+        layout.postgres.port,
+        layout.kafka.broker,
+        layout.kafka.controller,
+        *layout.s3.all().values(),
+    ]
+
+
+def _pids(testbed: Testbed) -> dict[str, int | None]:
+    return {s.name: s.status().pid for s in testbed.select(SERVERS)}
+
+
+@pytest.fixture
+def private_testbed(tmp_path: Path) -> Iterator[Testbed]:
+    testbed = Testbed.create(_private_layout(tmp_path / "services"))
+    try:
+        yield testbed
+    finally:
+        for service in testbed.select(SERVERS):
+            service.reset()
+
+
+def test_up_twice_is_harmless_and_down_leaves_nothing(private_testbed: Testbed) -> None:
+    up(SERVERS, private_testbed)
+    first = _pids(private_testbed)
+    assert all(first.values()), first
+    groups = {name: group_members(pid) for name, pid in first.items() if pid}
+
+    started = time.monotonic()
+    up(SERVERS, private_testbed)
+    assert time.monotonic() - started < 15, "a second `up` should only check health"
+    assert _pids(private_testbed) == first
+    assert all(s.status().running for s in private_testbed.select(SERVERS))
+
+    down(SERVERS, private_testbed)
+    assert _pids(private_testbed) == dict.fromkeys(SERVERS)
+    leftovers = {name: [p for p in pids if pid_alive(p)] for name, pids in groups.items()}
+    assert leftovers == {name: [] for name in groups}, leftovers
+    taken = [p for p in _ports(private_testbed.layout) if not port_is_free(p)]
+    sockets = subprocess.run(["ss", "-tanp"], capture_output=True, text=True, check=False)
+    held = [line for line in sockets.stdout.splitlines() if any(f":{p} " in line for p in taken)]
+    assert taken == [], f"ports still held after down: {taken}\n" + "\n".join(held)
+
+    down(SERVERS, private_testbed)  # down twice is harmless too
+
+
+@contextlib.contextmanager
+def _squat(port: int) -> Iterator[None]:
+    """Listen on port as a foreign process would (earlier tests may leave TIME_WAIT)."""
+    with socket.socket() as squatter:
+        squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        squatter.bind(("127.0.0.1", port))
+        squatter.listen()
+        yield
+
+
+@pytest.mark.parametrize("server", SERVERS)
+def test_taken_port_is_named_in_the_error(tmp_path: Path, server: str) -> None:
+    layout = _private_layout(tmp_path / "services")
+    port = {"postgres": layout.postgres.port, "kafka": layout.kafka.broker, "s3": layout.s3.s3}[
+        server
+    ]
+    with _squat(port), pytest.raises(ServiceError) as raised:
+        up([server], Testbed.create(layout))
+    message = str(raised.value)
+    assert f"port {port}" in message
+    assert "already in use" in message
+    assert "DS_" in message  # names the way out
+
+
+def test_unreachable_server_fails_the_test_instead_of_skipping(tmp_path: Path) -> None:
+    layout = _private_layout(tmp_path / "services")
+    probe = tmp_path / "test_probe.py"
+    probe.write_text(
+        textwrap.dedent("""
+        def test_needs_postgres(postgres):
+            raise AssertionError("must not run without its server")
+    """)
+    )
+    with _squat(layout.postgres.port):
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-p",
+                "no:cacheprovider",
+                "-p",
+                "tests.conftest",
+                "-q",
+                "-rA",
+                "-c",
+                str(REPO_ROOT / "pyproject.toml"),
+                str(probe),
+            ],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+            env={
+                **os.environ,
+                "DS_SERVICES_DIR": str(layout.root),
+                "DS_PG_PORT": str(layout.postgres.port),
+            },
+        )
+    output = done.stdout + done.stderr
+    assert done.returncode == 1, output
+    assert "1 error" in output, output
+    assert "skipped" not in output, output
+    assert f"port {layout.postgres.port}" in output, output
