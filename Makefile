@@ -1,0 +1,53 @@
+# durable-sinks developer commands. On a fresh machine `make test` does all the set-up:
+# virtualenv, package with dev extras, Java/Maven/PostgreSQL if missing, the servers, then
+# ruff, mypy --strict and pytest. See README.md and docs/testbed.md.
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+# Reinstall whenever pyproject.toml changes.
+STAMP  := $(VENV)/.installed-$(shell sha256sum pyproject.toml 2>/dev/null | cut -c1-16)
+
+.PHONY: test check lint typecheck pytest install services-up services-down services-status \
+        services-reset
+
+test: install
+	@# In CI the servers are stopped afterwards, pass or fail; on a workstation they stay up
+	@# so the next run starts in seconds (`make services-down` stops them).
+	@status=0; \
+	$(PY) -m tests.services up && $(MAKE) --no-print-directory check || status=$$?; \
+	if [ -n "$$CI" ]; then $(PY) -m tests.services down || status=1; fi; \
+	exit $$status
+
+check: lint typecheck pytest
+
+lint: install
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+typecheck: install
+	$(PY) -m mypy
+
+pytest: install
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "durable-sinks needs Python 3.11 or newer: set PYTHON=python3.11 (or newer)")'
+	rm -f $(VENV)/.installed-*
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $@
+
+services-up: install
+	$(PY) -m tests.services up
+
+services-down: install
+	$(PY) -m tests.services down
+
+services-status: install
+	$(PY) -m tests.services status
+
+services-reset: install
+	$(PY) -m tests.services reset
