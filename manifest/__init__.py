@@ -1,6 +1,18 @@
-"""Decision stores: where the coordinator durably records an epoch's commit decision
-(the commit point), one module per store. Skeleton only until the core issue lands: it exports
-nothing yet.
+"""Decision stores: where the coordinator makes an epoch's commit decision durable (the
+commit point), one module per store.
+
+This is the canonical import path: `from manifest import LocalDirectoryStore, DecisionRecord`.
 """
 
-__all__: list[str] = []
+from ._file_store import LocalDirectoryStore
+from ._memory_store import MemoryDecisionStore, MemoryStoreBackend
+from ._record import DecisionRecord
+from ._store import DecisionStore
+
+__all__ = [
+    "DecisionRecord",
+    "DecisionStore",
+    "LocalDirectoryStore",
+    "MemoryDecisionStore",
+    "MemoryStoreBackend",
+]

@@ -1,8 +1,35 @@
 """Sink connectors: the targets durable-sinks writes to (Postgres, Kafka, S3, local files).
 
-A sink knows nothing of Spark. Each sink module implements the two-phase protocol described in
-docs/protocol.md; the protocol itself, the local-file sink and the conformance suite arrive with
-the core issue. This package is the skeleton they grow in: it exports nothing yet.
+A sink knows nothing of Spark. This is the canonical import path for the protocol:
+`from sinks import SinkConnector, CommitHandle, SinkCapabilities, ...`; errors live in
+`sinks.errors`, participant names in `sinks.naming`, the conformance suite in `sinks.testing`.
 """
 
-__all__: list[str] = []
+from ._api import (
+    CommitHandle,
+    CommitOutcome,
+    DeliveryGuarantee,
+    LastResource,
+    OpenContext,
+    SinkCapabilities,
+    SinkConnector,
+    WriteResult,
+)
+from ._registry import create, kinds, register
+from .files import FileSink, FileSinkConfig
+
+__all__ = [
+    "CommitHandle",
+    "CommitOutcome",
+    "DeliveryGuarantee",
+    "FileSink",
+    "FileSinkConfig",
+    "LastResource",
+    "OpenContext",
+    "SinkCapabilities",
+    "SinkConnector",
+    "WriteResult",
+    "create",
+    "kinds",
+    "register",
+]

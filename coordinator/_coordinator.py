@@ -1,0 +1,407 @@
+"""The checkpoint coordinator: one per job, on the driver.
+
+It drives every sink through each epoch (design section 3) and resolves what earlier
+generations left behind (section 4). It knows the sink protocol, never a particular sink.
+
+Both procedures are generators that yield the name of each step as it completes (the crash
+points of docs/protocol.md) and return their result; `start()` and `run_epoch()` simply run
+them to the end. A test can stop iterating at any step to simulate a crash (the generator is
+abandoned: nothing is rolled back or closed) and, later, resume it to play a zombie.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Generator, Iterable, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import TYPE_CHECKING, TypeVar
+
+from tenacity import (
+    Retrying,
+    retry_if_exception,
+    stop_after_attempt,
+    stop_after_delay,
+    wait_exponential,
+)
+
+from manifest import DecisionRecord, DecisionStore
+from sinks import CommitHandle, DeliveryGuarantee, LastResource, OpenContext, SinkConnector
+from sinks.errors import (
+    CommitIncompleteError,
+    ConfigError,
+    DurableSinkError,
+    EpochOrderError,
+    FencedError,
+    InDoubtError,
+    SchemaMismatchError,
+)
+
+from ._log import JobLogger
+from ._metrics import EpochMetrics, JobTotals
+from ._recovery import RecoveryReport, Resolution, resolve
+from .validation import validate
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+T = TypeVar("T")
+Steps = Generator[str, None, T]
+
+
+class EpochOutcome(enum.StrEnum):
+    COMMITTED = "committed"
+    #: The epoch was already decided (Spark replayed a batch that had landed, or a crash
+    #: happened after the decision): its decided participants were committed, the data given
+    #: this time was ignored.
+    ALREADY_COMMITTED = "already-committed"
+
+    def __repr__(self) -> str:
+        return f"EpochOutcome.{self.name}"
+
+
+@dataclass(frozen=True)
+class EpochResult:
+    epoch: int
+    outcome: EpochOutcome
+    decision: DecisionRecord
+    metrics: EpochMetrics
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How phase-2 commits retry transient errors (never anything else)."""
+
+    attempts: int = 8
+    max_seconds: float = 60.0
+    first_wait: float = 0.05
+    max_wait: float = 5.0
+
+    def retrying(self) -> Retrying:
+        return Retrying(
+            retry=retry_if_exception(lambda e: isinstance(e, DurableSinkError) and e.retriable),
+            stop=stop_after_attempt(self.attempts) | stop_after_delay(self.max_seconds),
+            wait=wait_exponential(multiplier=self.first_wait, max=self.max_wait),
+            reraise=True,
+        )
+
+
+class Coordinator:
+    """Exactly-once epochs across `sinks`, with `store` holding the decisions.
+
+    Call `start()` once (validation, fencing, recovery), then `run_epoch()` per Spark batch.
+    After `run_epoch` returns, every sink holds the epoch's rows exactly once. If it raises:
+    - before the decision (any error, incl. FencedError): every participant was rolled back;
+      replaying the epoch writes it afresh;
+    - CommitIncompleteError / InDoubtError: the decision may be durable; nothing was rolled
+      back; replaying the epoch (or restarting) finishes it. Spark does both on failure.
+    """
+
+    def __init__(
+        self,
+        job_id: str,
+        sinks: Sequence[SinkConnector],
+        store: DecisionStore,
+        *,
+        guarantee: DeliveryGuarantee = DeliveryGuarantee.EXACTLY_ONCE,
+        executor_mode: bool = False,
+        commit_retry: RetryPolicy = RetryPolicy(),
+        retain_epochs: int = 10_000,
+        on_step: Callable[[str], None] | None = None,
+    ) -> None:
+        if retain_epochs < 1:
+            raise ConfigError("retain_epochs must be >= 1", job=job_id)
+        self.job_id = job_id
+        self.sinks = list(sinks)
+        self.store = store
+        self.guarantee = guarantee
+        self.executor_mode = executor_mode
+        self.commit_retry = commit_retry
+        self.retain_epochs = retain_epochs
+        self.on_step = on_step
+        self.log = JobLogger(job_id)
+        self.totals = JobTotals()
+        self.last_metrics: EpochMetrics | None = None
+        self.generation: int | None = None
+        self._last_resource: LastResource | None = None
+
+    def __repr__(self) -> str:
+        names = ", ".join(s.name for s in self.sinks)
+        return f"Coordinator(job={self.job_id!r}, sinks=[{names}], generation={self.generation})"
+
+    # -- driving -------------------------------------------------------------------------------
+    def _drive(self, steps: Steps[T]) -> T:
+        while True:
+            try:
+                step = next(steps)
+            except StopIteration as done:
+                result: T = done.value
+                return result
+            if self.on_step is not None:
+                self.on_step(step)
+
+    def start(self) -> RecoveryReport:
+        """Validate, claim a new generation (fencing every older coordinator), open the sinks
+        and resolve every participant earlier generations left prepared."""
+        return self._drive(self.start_steps())
+
+    def run_epoch(self, epoch: int, batches: Iterable[pa.RecordBatch]) -> EpochResult:
+        """Write `batches` as epoch `epoch` to every sink, exactly once."""
+        return self._drive(self.epoch_steps(epoch, batches))
+
+    def close(self) -> None:
+        for sink in self.sinks:
+            sink.close()
+        self.store.close()
+
+    # -- start-up and recovery -----------------------------------------------------------------
+    def start_steps(self) -> Steps[RecoveryReport]:
+        if self.generation is not None:
+            raise ConfigError(f"{self!r} was already started", job=self.job_id)
+        self._last_resource = validate(
+            self.job_id,
+            self.sinks,
+            self.store,
+            self.guarantee,
+            executor_mode=self.executor_mode,
+        )
+        generation = self.store.open(self.job_id)
+        self.log.info("claimed generation %d; older coordinators are fenced", generation)
+        yield "recovery:after-fence"
+        for sink in self.sinks:
+            sink.open(OpenContext(self.job_id, sink.name, generation))
+            sink.health_check()
+            yield f"recovery:after-open:{sink.name}"
+        self.generation = generation
+        report = RecoveryReport(generation)
+        for sink in self.sinks:
+            log = self.log.bind(sink=sink.name)
+            for handle in sink.recover_prepared():
+                decision = self._decision_for(handle.epoch)
+                action = resolve(decision, handle)
+                if action is Resolution.COMMIT:
+                    self._commit(sink, handle)
+                    report.committed.append(handle)
+                else:
+                    self._with_retry(partial(sink.rollback_epoch, handle.epoch, handle))
+                    report.rolled_back.append(handle)
+                log.bind(epoch=handle.epoch).info(
+                    "recovery: %s leftover participant %s", action.value, handle.participant
+                )
+                yield f"recovery:after-resolve:{sink.name}:{handle.participant}"
+        self.totals.recovered_commits += len(report.committed)
+        self.totals.recovered_rollbacks += len(report.rolled_back)
+        self.log.info("recovery done: %s", report)
+        return report
+
+    def _decision_for(self, epoch: int) -> DecisionRecord | None:
+        """The decision of `epoch` from the store or, with a last resource, from the record
+        its commit carried (recovery trusts that one; the store is only its cache)."""
+        decision = self.store.get(epoch)
+        if decision is not None or self._last_resource is None:
+            return decision
+        carried = self._last_resource.read_decision(epoch)
+        if carried is None:
+            return None
+        decision = DecisionRecord.from_json(carried, source=f"{self._last_resource.name} progress")
+        return self.store.put(decision)
+
+    # -- one epoch -----------------------------------------------------------------------------
+    def epoch_steps(self, epoch: int, batches: Iterable[pa.RecordBatch]) -> Steps[EpochResult]:
+        if self.generation is None:
+            raise ConfigError("call start() before running epochs", job=self.job_id, epoch=epoch)
+        log = self.log.bind(epoch=epoch)
+        metrics = EpochMetrics(epoch)
+        yield "epoch-start"
+        with metrics.phase("lookup"):
+            decided = self._decision_for(epoch)
+            if decided is None:
+                self._check_order(epoch)
+        if decided is not None:
+            log.info("already decided by generation %d: finishing it", decided.generation)
+            yield from self._finish(decided, metrics, log)
+            self.totals.epochs_skipped += 1
+            return self._result(EpochOutcome.ALREADY_COMMITTED, decided, metrics)
+
+        last = self._last_resource
+        ordered = [s for s in self.sinks if s is not last] + ([last] if last is not None else [])
+        begun: list[SinkConnector] = []
+        handles: dict[str, CommitHandle] = {}
+        record: DecisionRecord | None = None
+        try:
+            with metrics.phase("begin"):
+                for sink in ordered:
+                    sink.begin_epoch(epoch)
+                    begun.append(sink)
+            for sink in ordered:
+                yield f"after-begin:{sink.name}"
+            for index, batch in enumerate(batches):
+                _require_record_batch(batch, self.job_id, epoch)
+                metrics.batches += 1
+                for sink in ordered:
+                    with metrics.phase("write"):
+                        written = sink.write_batch(batch)
+                    metrics.rows[sink.name] = metrics.rows.get(sink.name, 0) + written.rows
+                    metrics.bytes[sink.name] = metrics.bytes.get(sink.name, 0) + written.bytes
+                    yield f"after-write:{index}:{sink.name}"
+            for sink in ordered:
+                with metrics.phase("pre_commit"):
+                    handles[sink.name] = sink.pre_commit(epoch)
+                yield f"after-pre-commit:{sink.name}"
+            record = DecisionRecord(
+                self.job_id, epoch, self.generation, tuple(handles[s.name] for s in ordered)
+            )
+            with metrics.phase("decision"):
+                if last is None:
+                    winner = self.store.put(record)
+                else:
+                    last.commit_with_decision(epoch, handles[last.name], record.to_json())
+                    winner = record
+        except InDoubtError:
+            log.exception(
+                "decision outcome unknown: nothing rolled back; replay or restart settles it"
+            )
+            self.totals.epochs_failed += 1
+            raise
+        except Exception as exc:
+            self.totals.epochs_failed += 1
+            log.warning("epoch failed before its decision (%s): rolling back", _brief(exc))
+            self._roll_back(epoch, begun, handles, log)
+            raise
+        yield "after-decision"
+
+        if last is not None:
+            self._cache_decision(record, log)
+        if winner != record:
+            log.info("generation %d decided this epoch first: yielding to it", winner.generation)
+            self._roll_back(epoch, begun, handles, log)
+            yield from self._finish(winner, metrics, log)
+            return self._result(EpochOutcome.ALREADY_COMMITTED, winner, metrics)
+        yield from self._finish(record, metrics, log)
+        self.totals.epochs_committed += 1
+        self.totals.rows += sum(metrics.rows.values())
+        self.totals.bytes += sum(metrics.bytes.values())
+        self.store.expire(epoch - self.retain_epochs + 1)
+        log.info(
+            "committed %d rows in %d batches (protocol %.1f ms)",
+            sum(h.rows for h in record.handles),
+            metrics.batches,
+            metrics.protocol_seconds * 1e3,
+        )
+        return self._result(EpochOutcome.COMMITTED, record, metrics)
+
+    def _check_order(self, epoch: int) -> None:
+        """No decision for `epoch`: make sure nothing later (or this epoch) already landed."""
+        latest = self.store.latest_epoch()
+        if latest is not None and latest > epoch:
+            raise EpochOrderError(
+                f"asked to write epoch {epoch} but epoch {latest} is already committed",
+                job=self.job_id,
+                epoch=epoch,
+                fix="the query's checkpoint was reset or deleted, or another query uses this "
+                "job_id: give the query a new job_id, or restore its checkpoint",
+            )
+        for sink in self.sinks:
+            landed = sink.last_committed_epoch()
+            if landed is not None and landed >= epoch:
+                raise EpochOrderError(
+                    f"the sink already holds epoch {landed} but the decision store has no "
+                    f"decision for epoch {epoch}",
+                    job=self.job_id,
+                    sink=sink.name,
+                    epoch=epoch,
+                    fix="the decision store was reset or is not this job's, or the sink's data "
+                    "is shared with another job: point the job at its own store and sink",
+                )
+
+    def _finish(
+        self, decision: DecisionRecord, metrics: EpochMetrics, log: JobLogger
+    ) -> Steps[None]:
+        """Commit every participant of a decided epoch (idempotent), then mark it finished.
+        The last resource's participant committed with the decision itself."""
+        by_name = {s.name: s for s in self.sinks}
+        last = self._last_resource
+        for handle in decision.handles:
+            sink = by_name.get(handle.sink)
+            if sink is None:
+                raise CommitIncompleteError(
+                    f"the decision names sink {handle.sink!r}, which this job no longer has",
+                    job=self.job_id,
+                    epoch=decision.epoch,
+                    fix="restart the job with the same sinks to finish the epoch",
+                )
+            if sink is last:
+                continue
+            with metrics.phase("commit"):
+                self._commit(sink, handle)
+            yield f"after-commit:{sink.name}"
+        with metrics.phase("finish"):
+            self.store.mark_finished(decision.epoch)
+        yield "after-finish"
+
+    def _commit(self, sink: SinkConnector, handle: CommitHandle) -> None:
+        try:
+            self._with_retry(lambda: sink.commit_epoch(handle.epoch, handle))
+        except DurableSinkError as exc:
+            raise CommitIncompleteError(
+                f"the epoch is decided but committing participant {handle.participant} failed: "
+                f"{exc}",
+                job=self.job_id,
+                sink=sink.name,
+                epoch=handle.epoch,
+                fix="replaying the epoch or restarting the job finishes the commit",
+            ) from exc
+
+    def _with_retry(self, call: Callable[[], T]) -> T:
+        for attempt in self.commit_retry.retrying():
+            with attempt:
+                return call()
+        raise AssertionError("unreachable: tenacity re-raises the last error")  # pragma: no cover
+
+    def _roll_back(
+        self,
+        epoch: int,
+        begun: Sequence[SinkConnector],
+        handles: dict[str, CommitHandle],
+        log: JobLogger,
+    ) -> None:
+        """Undo every participant of this attempt. A failure here is logged, not raised: the
+        original error matters more, and recovery rolls back whatever is left (presumed
+        abort)."""
+        for sink in begun:
+            try:
+                sink.rollback_epoch(epoch, handles.get(sink.name))
+            except Exception as exc:  # noqa: BLE001 - see docstring
+                log.bind(sink=sink.name).warning(
+                    "rollback failed (%s); recovery will roll back the leftover", _brief(exc)
+                )
+
+    def _cache_decision(self, record: DecisionRecord, log: JobLogger) -> None:
+        try:
+            self.store.put(record)
+        except FencedError:
+            log.warning("a newer coordinator started: it reads this decision from the sink")
+        except DurableSinkError as exc:
+            log.warning("could not cache the decision in the store (%s)", _brief(exc))
+
+    def _result(
+        self, outcome: EpochOutcome, decision: DecisionRecord, metrics: EpochMetrics
+    ) -> EpochResult:
+        self.last_metrics = metrics
+        return EpochResult(decision.epoch, outcome, decision, metrics)
+
+
+def _require_record_batch(batch: object, job: str, epoch: int) -> None:
+    import pyarrow as pa
+
+    if not isinstance(batch, pa.RecordBatch):
+        raise SchemaMismatchError(
+            f"expected pyarrow.RecordBatch, got {type(batch).__name__}",
+            job=job,
+            epoch=epoch,
+            fix="pass record batches (e.g. table.to_batches())",
+        )
+
+
+def _brief(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"

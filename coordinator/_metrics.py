@@ -1,0 +1,51 @@
+"""Per-phase timings and counts of epochs."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+PHASES = ("lookup", "begin", "write", "pre_commit", "decision", "commit", "finish")
+
+
+@dataclass
+class EpochMetrics:
+    """What one epoch cost: seconds per phase, rows and bytes per sink, batches."""
+
+    epoch: int
+    seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
+    rows: dict[str, int] = field(default_factory=dict)
+    bytes: dict[str, int] = field(default_factory=dict)
+    batches: int = 0
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - started
+
+    @property
+    def protocol_seconds(self) -> float:
+        """pre_commit + decision + commit: the cost of exactly-once on top of writing."""
+        return self.seconds["pre_commit"] + self.seconds["decision"] + self.seconds["commit"]
+
+    @property
+    def total_seconds(self) -> float:
+        return sum(self.seconds.values())
+
+
+@dataclass
+class JobTotals:
+    """Counters since the coordinator started."""
+
+    epochs_committed: int = 0
+    epochs_skipped: int = 0
+    epochs_failed: int = 0
+    rows: int = 0
+    bytes: int = 0
+    recovered_commits: int = 0
+    recovered_rollbacks: int = 0

@@ -1,0 +1,51 @@
+"""The recovery table (design section 4) as a pure function, and the report of a recovery."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from manifest import DecisionRecord
+from sinks import CommitHandle
+
+
+class Resolution(enum.StrEnum):
+    COMMIT = "commit"
+    ROLL_BACK = "roll-back"
+
+    def __repr__(self) -> str:
+        return f"Resolution.{self.name}"
+
+
+def resolve(decision: DecisionRecord | None, handle: CommitHandle) -> Resolution:
+    """What to do with a participant an earlier generation left prepared. Presumed abort:
+
+    | decision for its epoch          | participant | action    |
+    |---------------------------------|-------------|-----------|
+    | commit, lists this participant  | prepared    | commit    |
+    | commit, lists another attempt   | prepared    | roll back |
+    | none (undecided)                | prepared    | roll back |
+
+    (Committed participants are not prepared any more, so they never reach this table.)
+    Rolling back an undecided participant is safe only once the store has fenced older
+    generations, so none of them can still decide the epoch: the coordinator calls this after
+    `DecisionStore.open`.
+    """
+    if decision is not None and decision.commits(handle):
+        return Resolution.COMMIT
+    return Resolution.ROLL_BACK
+
+
+@dataclass
+class RecoveryReport:
+    """What recovery at start-up found and did."""
+
+    generation: int
+    committed: list[CommitHandle] = field(default_factory=list)
+    rolled_back: list[CommitHandle] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        return (
+            f"generation {self.generation}: committed {len(self.committed)} and rolled back "
+            f"{len(self.rolled_back)} leftover participants"
+        )

@@ -1,0 +1,92 @@
+"""Validation at job start (design section 6): raise before anything is written.
+
+Each CapabilityError names the sink, what is missing, and the fix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from manifest import DecisionStore
+from sinks import DeliveryGuarantee, LastResource, SinkConnector
+from sinks.errors import CapabilityError, ConfigError
+
+
+def validate(
+    job_id: str,
+    sinks: Sequence[SinkConnector],
+    store: DecisionStore,
+    guarantee: DeliveryGuarantee = DeliveryGuarantee.EXACTLY_ONCE,
+    *,
+    executor_mode: bool = False,
+) -> LastResource | None:
+    """Check that `sinks` and `store` can give `guarantee`; return the last resource (the one
+    non-resumable participant, committed as the commit point) if there is one."""
+    if not job_id or not job_id.strip():
+        raise ConfigError("job_id is empty", fix="give every streaming query a stable job_id")
+    if not sinks:
+        raise ConfigError("no sinks configured", job=job_id, fix="give at least one sink")
+    names = [s.name for s in sinks]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise ConfigError(
+            f"sink names {duplicates} are used more than once",
+            job=job_id,
+            fix="give each sink of a job its own name",
+        )
+    if executor_mode:
+        for sink in sinks:
+            if not sink.capabilities().distributed_prepare:
+                raise CapabilityError(
+                    "executor mode needs sinks that executors can prepare and the driver "
+                    "can commit (distributed_prepare); this one cannot",
+                    job=job_id,
+                    sink=sink.name,
+                    fix="use driver mode (the default) for this job",
+                )
+    if guarantee is not DeliveryGuarantee.EXACTLY_ONCE:
+        return None
+    if not store.durable:
+        raise CapabilityError(
+            f"exactly-once needs a durable decision store; {type(store).__name__} is not",
+            job=job_id,
+            fix="use LocalDirectoryStore (or another durable store), or ask for at-least-once",
+        )
+    last_resources: list[SinkConnector] = []
+    for sink in sinks:
+        caps = sink.capabilities()
+        if not caps.exactly_once:
+            raise CapabilityError(
+                "this sink cannot give exactly-once delivery",
+                job=job_id,
+                sink=sink.name,
+                fix="ask for DeliveryGuarantee.AT_LEAST_ONCE, or use an exactly-once sink",
+            )
+        if not caps.two_phase_commit:
+            raise CapabilityError(
+                "exactly-once across sinks needs two-phase commit; this sink has none",
+                job=job_id,
+                sink=sink.name,
+                fix="use a sink with two_phase_commit",
+            )
+        if not caps.resumable_prepare:
+            last_resources.append(sink)
+    if len(last_resources) > 1:
+        raise CapabilityError(
+            f"sinks {[s.name for s in last_resources]} cannot resume a prepared epoch after a "
+            "crash; at most one such sink (committed last, as the commit point) fits in a job",
+            job=job_id,
+            fix="split the job, or keep one of these sinks",
+        )
+    if not last_resources:
+        return None
+    last = last_resources[0]
+    if not isinstance(last, LastResource):
+        raise CapabilityError(
+            "this sink cannot resume a prepared epoch and cannot carry the commit decision "
+            "(commit_with_decision/read_decision), so a crash could lose or duplicate an epoch",
+            job=job_id,
+            sink=last.name,
+            fix="implement the LastResource protocol for it",
+        )
+    return last

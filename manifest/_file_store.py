@@ -1,0 +1,301 @@
+"""Decision store in a local (or any POSIX) directory.
+
+Layout under `<path>/<job>/` (`<job>` as in participant names)::
+
+    generations/<g>/decisions/<epoch>.json   where generation g's coordinator commits
+    retired/<g>/                             generations fenced by a newer one (kept empty,
+                                             the highest only, to remember the number)
+    decisions/<epoch>.json                   every decided epoch (hard links)
+    finished/<epoch>                         every participant of the epoch is committed
+    latest, expired-below                    hints (lost in a crash: rebuilt by scanning)
+
+The commit point of `put` is `link()` of the fsynced record into
+`generations/<g>/decisions/`, by path. `open` of a newer generation first renames every older
+`generations/<n>` away to `retired/<n>`: a link by a fenced coordinator then fails (the path no
+longer exists) and it gets FencedError, while every link made before the rename is found under
+`retired/<n>` and promoted into `decisions/`. Renames and links are atomic, so no decision can
+slip between the fence and the promotion.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+from sinks._durable_fs import (
+    create_exclusive,
+    fsync_dir,
+    remove_tree,
+    replace_atomically,
+    write_durable_temp,
+)
+from sinks.errors import (
+    ConfigError,
+    FencedError,
+    InDoubtError,
+    ManifestCorruptError,
+    ManifestError,
+)
+from sinks.naming import component
+
+from ._record import DecisionRecord
+
+_WIDTH = 12  # digits of epoch and generation numbers in file names (sortable)
+
+
+def _epoch_file(epoch: int) -> str:
+    return f"{epoch:0{_WIDTH}d}.json"
+
+
+class LocalDirectoryStore:
+    """A durable DecisionStore in a directory (fsync on by default).
+
+    `path` may hold the records of many jobs. One instance serves one job, from `open` on.
+    The directory must be on a local POSIX file system (hard links and atomic renames);
+    network file systems without those guarantees are not supported.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, fsync: bool = True) -> None:
+        self.path = Path(path)
+        self.fsync = fsync
+        self._job: str | None = None
+        self._home = Path()
+        self._generation = -1
+        self._own: Path = Path()  # generations/<g>/decisions
+        self._own_fd: int | None = None
+
+    @property
+    def durable(self) -> bool:
+        return self.fsync
+
+    @property
+    def generation(self) -> int:
+        return self._generation
+
+    def __repr__(self) -> str:
+        return f"LocalDirectoryStore({str(self.path)!r}, job={self._job!r})"
+
+    # -- generations ---------------------------------------------------------------------------
+    def open(self, job_id: str) -> int:
+        if self._job is not None:
+            raise ManifestError(f"{self!r} is already open", job=job_id)
+        self._job = job_id
+        self._home = self.path / component(job_id)
+        try:
+            for sub in ("generations", "retired", "decisions", "finished"):
+                (self._home / sub).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot create the decision store under {self.path}: {exc.strerror}",
+                job=job_id,
+                fix="point the decision store at a writable local directory",
+            ) from exc
+        self._generation = self._claim_generation()
+        self._retire_older()
+        self._promote_retired()
+        return self._generation
+
+    def _numbers(self, folder: str) -> list[int]:
+        return [int(p.name) for p in (self._home / folder).iterdir() if p.name.isdigit()]
+
+    def _claim_generation(self) -> int:
+        while True:
+            known = self._numbers("generations") + self._numbers("retired")
+            generation = max(known, default=0) + 1
+            mine = self._home / "generations" / f"{generation:0{_WIDTH}d}"
+            try:
+                mine.mkdir()
+            except FileExistsError:
+                continue  # another coordinator claimed it first: take the next one
+            try:
+                (mine / "decisions").mkdir()
+            except FileNotFoundError:
+                raise FencedError(
+                    "a newer coordinator fenced this one while it was starting",
+                    job=self._job,
+                ) from None
+            self._own = mine / "decisions"
+            self._own_fd = os.open(self._own, os.O_RDONLY | os.O_DIRECTORY)
+            if self.fsync:
+                fsync_dir(mine)
+                fsync_dir(self._home / "generations")
+            return generation
+
+    def _retire_older(self) -> None:
+        generations, retired = self._home / "generations", self._home / "retired"
+        for number in sorted(self._numbers("generations")):
+            if number >= self._generation:
+                continue
+            name = f"{number:0{_WIDTH}d}"
+            with contextlib.suppress(FileNotFoundError):  # retired by someone else already
+                os.rename(generations / name, retired / name)
+        if self.fsync:
+            fsync_dir(generations)
+            fsync_dir(retired)
+
+    def _promote_retired(self) -> None:
+        """Link every decision of retired generations into decisions/, then empty them,
+        keeping only the highest retired folder (it remembers the generation number)."""
+        retired = sorted(self._numbers("retired"))
+        decisions = self._home / "decisions"
+        promoted = False
+        for number in retired:
+            folder = self._home / "retired" / f"{number:0{_WIDTH}d}" / "decisions"
+            if not folder.is_dir():
+                continue
+            for entry in folder.iterdir():
+                if entry.name.startswith("."):
+                    continue  # a temp file of a writer that was fenced mid-way
+                try:
+                    os.link(entry, decisions / entry.name)
+                    promoted = True
+                except FileExistsError:
+                    self._check_same(entry, decisions / entry.name)
+        if promoted and self.fsync:
+            fsync_dir(decisions)
+        for number in retired:
+            folder = self._home / "retired" / f"{number:0{_WIDTH}d}"
+            remove_tree(folder / "decisions")
+            if number != retired[-1]:
+                remove_tree(folder)
+
+    def _check_same(self, a: Path, b: Path) -> None:
+        if a.read_bytes() != b.read_bytes():
+            raise ManifestCorruptError(
+                f"two different decisions for one epoch: {a} and {b}",
+                job=self._job,
+                fix="this cannot happen under the protocol; keep both files for diagnosis",
+            )
+
+    def _require_open(self) -> str:
+        if self._job is None:
+            raise ManifestError("the decision store is not open; call open(job_id) first")
+        return self._job
+
+    # -- records -------------------------------------------------------------------------------
+    def put(self, record: DecisionRecord) -> DecisionRecord:
+        job = self._require_open()
+        if record.generation > self._generation or record.job_id != job:
+            raise ManifestError(
+                f"record of job {record.job_id} generation {record.generation} handed to the "
+                f"store of job {job} generation {self._generation}",
+                job=job,
+                epoch=record.epoch,
+            )
+        existing = self.get(record.epoch)
+        if existing is not None:
+            return existing
+        name = _epoch_file(record.epoch)
+        temp = write_durable_temp(self._home, record.to_bytes(), fsync=self.fsync)
+        try:
+            try:
+                # The commit point. By path, so that a retired (renamed) folder is not found.
+                os.link(temp, self._own / name)
+            except FileNotFoundError:
+                raise FencedError(
+                    "a newer coordinator took over this job; this one's decision was not recorded",
+                    job=job,
+                    epoch=record.epoch,
+                    fix="stop this coordinator; the newer one recovers the epoch",
+                ) from None
+            except FileExistsError:
+                pass  # an earlier attempt of this put got this far
+            try:
+                if self.fsync and self._own_fd is not None:
+                    os.fsync(self._own_fd)  # by descriptor: works even if retired meanwhile
+                try:
+                    os.link(temp, self._home / "decisions" / name)
+                except FileExistsError:
+                    self._check_same(self._own / name, self._home / "decisions" / name)
+            except OSError as exc:
+                raise InDoubtError(
+                    f"decision linked but not confirmed durable: {exc}",
+                    job=job,
+                    epoch=record.epoch,
+                ) from exc
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temp)
+        with contextlib.suppress(OSError):
+            if record.epoch > (self._read_hint("latest") or -1):
+                replace_atomically(self._home / "latest", str(record.epoch).encode())
+        return record
+
+    def get(self, epoch: int) -> DecisionRecord | None:
+        self._require_open()
+        path = self._home / "decisions" / _epoch_file(epoch)
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            own = self._own / _epoch_file(epoch)
+            try:
+                data = own.read_bytes()  # linked here but not yet into decisions/
+            except FileNotFoundError:
+                return None
+            path = own
+        return DecisionRecord.from_bytes(data, source=str(path))
+
+    def mark_finished(self, epoch: int) -> None:
+        self._require_open()
+        with contextlib.suppress(FileExistsError):
+            create_exclusive(self._finished(epoch), b"", fsync=False)
+
+    def is_finished(self, epoch: int) -> bool:
+        self._require_open()
+        return self._finished(epoch).exists()
+
+    def _finished(self, epoch: int) -> Path:
+        return self._home / "finished" / f"{epoch:0{_WIDTH}d}"
+
+    def latest_epoch(self) -> int | None:
+        self._require_open()
+        decisions = self._home / "decisions"
+        hint = self._read_hint("latest")
+        if hint is None or not (decisions / _epoch_file(hint)).exists():
+            hint = max(self._decided_epochs(), default=None)
+            if hint is None:
+                return None
+        while (decisions / _epoch_file(hint + 1)).exists():
+            hint += 1
+        return hint
+
+    def expire(self, before_epoch: int) -> int:
+        """Delete finished records of epochs below `before_epoch`, oldest first, stopping at
+        the first unfinished one. Amortised O(1) per epoch: a watermark remembers where the
+        last call stopped."""
+        self._require_open()
+        start = self._read_hint("expired-below")
+        if start is None:  # first expiry in this folder: start at the oldest record
+            start = min(self._decided_epochs(), default=before_epoch)
+        removed = 0
+        epoch = start
+        while epoch < before_epoch:
+            decision = self._home / "decisions" / _epoch_file(epoch)
+            if decision.exists() and not self.is_finished(epoch):
+                break
+            if decision.exists():
+                removed += 1
+            for path in (decision, self._own / _epoch_file(epoch), self._finished(epoch)):
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+            epoch += 1
+        if epoch != start:
+            replace_atomically(self._home / "expired-below", str(epoch).encode())
+        return removed
+
+    def _decided_epochs(self) -> list[int]:
+        """Every epoch with a record (a directory scan: only when hints are missing)."""
+        names = (p.name.removesuffix(".json") for p in (self._home / "decisions").glob("*.json"))
+        return [int(n) for n in names if n.isdigit()]
+
+    def _read_hint(self, name: str) -> int | None:
+        try:
+            return int((self._home / name).read_text())
+        except (FileNotFoundError, ValueError):
+            return None
+
+    def close(self) -> None:
+        if self._own_fd is not None:
+            os.close(self._own_fd)
+            self._own_fd = None

@@ -1,0 +1,117 @@
+"""The decision record: the durable statement that an epoch commits, with every participant."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from sinks._api import JSON, CommitHandle
+from sinks.errors import ManifestCorruptError
+
+FORMAT = "durable-sinks/decision"
+VERSION = 1
+
+
+@dataclass(frozen=True)
+class DecisionRecord:
+    """Epoch `epoch` of job `job_id` commits exactly the participants in `handles`.
+
+    Written once (create-only) by the coordinator of generation `generation`; it never
+    changes afterwards. Participants of the epoch not listed here are losers: recovery rolls
+    them back.
+    """
+
+    job_id: str
+    epoch: int
+    generation: int
+    handles: tuple[CommitHandle, ...]
+    created_at: float = field(default_factory=time.time, compare=False)
+
+    def participants(self) -> frozenset[tuple[str, str]]:
+        """(sink, participant name) of every participant the epoch commits."""
+        return frozenset((h.sink, h.participant) for h in self.handles)
+
+    def handles_for(self, sink: str) -> list[CommitHandle]:
+        return [h for h in self.handles if h.sink == sink]
+
+    def commits(self, handle: CommitHandle) -> bool:
+        return (handle.sink, handle.participant) in self.participants()
+
+    def rows(self) -> dict[str, int]:
+        totals: dict[str, int] = {}
+        for h in self.handles:
+            totals[h.sink] = totals.get(h.sink, 0) + h.rows
+        return totals
+
+    # -- serialised form ---------------------------------------------------------------------
+    def to_json(self) -> dict[str, JSON]:
+        return {
+            "job_id": self.job_id,
+            "epoch": self.epoch,
+            "generation": self.generation,
+            "created_at": self.created_at,
+            "handles": [h.to_json() for h in self.handles],
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], *, source: str = "record") -> DecisionRecord:
+        try:
+            return cls(
+                job_id=str(data["job_id"]),
+                epoch=int(data["epoch"]),
+                generation=int(data["generation"]),
+                created_at=float(data["created_at"]),
+                handles=tuple(CommitHandle.from_json(h) for h in data["handles"]),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ManifestCorruptError(f"{source}: malformed decision record ({exc!r})") from exc
+
+    def to_bytes(self) -> bytes:
+        """Canonical JSON inside an envelope that names the format and carries a SHA-256 of
+        the record, so truncation or corruption is detected on read."""
+        body = _canonical(self.to_json())
+        envelope = {
+            "format": FORMAT,
+            "version": VERSION,
+            "sha256": hashlib.sha256(body.encode()).hexdigest(),
+            "record": json.loads(body),
+        }
+        return (_canonical(envelope) + "\n").encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes, *, source: str) -> DecisionRecord:
+        """Parse a stored record; ManifestCorruptError (naming `source`) if it is damaged."""
+        fix = (
+            "the decision store was damaged outside durable-sinks; restore the record from a "
+            "backup, or move it aside only after checking every sink holds that epoch fully"
+        )
+        try:
+            envelope = json.loads(data)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ManifestCorruptError(
+                f"{source}: decision record is not valid JSON ({len(data)} bytes; truncated?)",
+                fix=fix,
+            ) from exc
+        if not isinstance(envelope, dict) or envelope.get("format") != FORMAT:
+            raise ManifestCorruptError(f"{source}: not a durable-sinks decision record", fix=fix)
+        if envelope.get("version") != VERSION:
+            raise ManifestCorruptError(
+                f"{source}: decision record version {envelope.get('version')!r} is not "
+                f"supported (this build reads {VERSION})",
+                fix="finish recovery with the durable-sinks version that wrote it",
+            )
+        record = envelope.get("record")
+        if not isinstance(record, dict):
+            raise ManifestCorruptError(f"{source}: decision record has no body", fix=fix)
+        digest = hashlib.sha256(_canonical(record).encode()).hexdigest()
+        if digest != envelope.get("sha256"):
+            raise ManifestCorruptError(f"{source}: decision record fails its checksum", fix=fix)
+        return cls.from_json(record, source=source)
+
+
+def _canonical(value: object) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)

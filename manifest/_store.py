@@ -1,0 +1,54 @@
+"""The decision-store protocol."""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+from ._record import DecisionRecord
+
+
+@runtime_checkable
+class DecisionStore(Protocol):
+    """Where a job's commit decisions are made durable: one record per epoch, create-only.
+
+    Generations fence coordinators: `open` claims a generation higher than any before and
+    fences every older one, atomically with respect to `put`. After `open` of generation g
+    returns, no coordinator of a generation below g can add a record, and every record such a
+    coordinator did add is visible to `get`.
+
+    Contract of each call:
+    - `put(record)` is the commit point. When it returns, the record for `record.epoch` is
+      durable and is either `record` or one that was there first (returned instead: that one
+      wins). FencedError: nothing was added (safe to roll back). Any other error: the outcome
+      is unknown (InDoubtError): the caller must not roll back.
+    - `get(epoch)` is O(1) whatever the history length; ManifestCorruptError on a damaged
+      record, never a silent None.
+    - `mark_finished(epoch)` records that every participant is committed (a hint: losing it in
+      a crash only makes recovery re-check idempotent commits).
+    - `expire(before_epoch)` deletes finished records of epochs below `before_epoch`.
+    """
+
+    @property
+    def durable(self) -> bool:
+        """True when records survive a crash of the process and of the machine."""
+        ...
+
+    def open(self, job_id: str) -> int: ...
+
+    def put(self, record: DecisionRecord) -> DecisionRecord: ...
+
+    def get(self, epoch: int) -> DecisionRecord | None: ...
+
+    def mark_finished(self, epoch: int) -> None: ...
+
+    def is_finished(self, epoch: int) -> bool: ...
+
+    def latest_epoch(self) -> int | None:
+        """The highest epoch with a record, or None."""
+        ...
+
+    def expire(self, before_epoch: int) -> int:
+        """Delete finished records of epochs below `before_epoch`; return how many."""
+        ...
+
+    def close(self) -> None: ...

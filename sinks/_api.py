@@ -1,0 +1,233 @@
+"""The sink protocol: what every sink offers the coordinator (after LaminarDB's SinkConnector).
+
+Call order for one epoch, on one sink instance::
+
+    open(context)                      once, before anything else
+    begin_epoch(epoch)
+    write_batch(batch) ...             zero or more times
+    pre_commit(epoch) -> CommitHandle  phase 1: durable but invisible
+    commit_epoch(epoch, handle)        phase 2, only after the decision is durable
+      or rollback_epoch(epoch, handle | None)
+    close()
+
+`recover_prepared()` (at start, after `open`) lists what earlier generations of this job left
+prepared; the coordinator then commits or rolls back each handle from the decision record.
+A handle is all another process needs to finish or undo phase 1: `commit_epoch` and
+`rollback_epoch` must work on a fresh instance given only the handle.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from .errors import ManifestCorruptError
+from .naming import ParticipantName
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+JSON = None | bool | int | float | str | list["JSON"] | dict[str, "JSON"]
+
+
+class DeliveryGuarantee(enum.StrEnum):
+    AT_LEAST_ONCE = "at-least-once"
+    EXACTLY_ONCE = "exactly-once"
+
+    def __repr__(self) -> str:
+        return f"DeliveryGuarantee.{self.name}"
+
+
+@dataclass(frozen=True)
+class SinkCapabilities:
+    """What a sink can do; the coordinator validates a job against these before it starts.
+
+    - exactly_once: with the coordinator, every row lands once across crashes and replays.
+    - idempotent: writing the same rows twice leaves one copy (keyed upserts, dedup).
+    - upsert / changelog: applies keyed updates / insert-update-delete streams.
+    - two_phase_commit: pre_commit makes the epoch durable and invisible; commit publishes.
+    - resumable_prepare: a prepared participant survives the writer's death and can be
+      committed or rolled back by another process from its handle (Postgres, files, S3; not
+      Kafka, whose open transaction dies with its producer).
+    - distributed_prepare: participants can be prepared on executors and committed by the
+      driver (needed for executor mode).
+    - schema_evolution: accepts new columns over time.
+    - partitioned: keeps several participants per epoch (one per Spark partition).
+    """
+
+    exactly_once: bool = False
+    idempotent: bool = False
+    upsert: bool = False
+    changelog: bool = False
+    two_phase_commit: bool = False
+    resumable_prepare: bool = False
+    distributed_prepare: bool = False
+    schema_evolution: bool = False
+    partitioned: bool = False
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    """What one `write_batch` added to the epoch (rows and encoded bytes)."""
+
+    rows: int
+    bytes: int
+
+
+@dataclass(frozen=True)
+class OpenContext:
+    """Who opens a sink: the job, the sink's name within the job, and the coordinator's
+    generation. A sink names its participants with `participant()`. The decision store fences
+    older generations in any case; a sink that can also fence on its own side (a fence row
+    checked in every epoch transaction, a Kafka producer epoch) raises FencedError when a
+    newer generation has opened it."""
+
+    job_id: str
+    sink: str
+    generation: int
+
+    def participant(self, epoch: int, attempt: int, part: str = "0") -> ParticipantName:
+        return ParticipantName.build(self.job_id, self.sink, epoch, part, self.generation, attempt)
+
+
+HANDLE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class CommitHandle:
+    """Phase 1's result: small, JSON-serialisable, enough to finish or undo the participant
+    from another process. Never holds a connection, a client, or a secret.
+
+    `details` is the sink's own (e.g. the staging folder, an upload id); `checksum` is a digest
+    of the bytes written in this attempt, for audits.
+    """
+
+    sink: str
+    epoch: int
+    participant: str
+    rows: int
+    bytes: int
+    checksum: str
+    details: Mapping[str, JSON] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, JSON]:
+        return {
+            "version": HANDLE_VERSION,
+            "sink": self.sink,
+            "epoch": self.epoch,
+            "participant": self.participant,
+            "rows": self.rows,
+            "bytes": self.bytes,
+            "checksum": self.checksum,
+            "details": dict(self.details),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> CommitHandle:
+        version = data.get("version")
+        if version != HANDLE_VERSION:
+            raise ManifestCorruptError(
+                f"commit handle version {version!r} is not supported (this build reads "
+                f"version {HANDLE_VERSION})",
+                fix="run the durable-sinks version that wrote it to finish recovery",
+            )
+        try:
+            return cls(
+                sink=str(data["sink"]),
+                epoch=int(data["epoch"]),
+                participant=str(data["participant"]),
+                rows=int(data["rows"]),
+                bytes=int(data["bytes"]),
+                checksum=str(data["checksum"]),
+                details=dict(data.get("details") or {}),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ManifestCorruptError(f"malformed commit handle: {exc!r}") from exc
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), sort_keys=True, separators=(",", ":"))
+
+
+class CommitOutcome(enum.StrEnum):
+    """What `commit_epoch` did: both mean the participant's data is now visible."""
+
+    COMMITTED = "committed"
+    ALREADY_COMMITTED = "already-committed"
+
+
+@runtime_checkable
+class SinkConnector(Protocol):
+    """One target of a job. Methods are called from one thread at a time.
+
+    Durability contract:
+    - after `pre_commit` returns: the epoch's rows are durable on the target and invisible to
+      its readers, together with the epoch marker (job, sink, epoch, rows, checksum) that
+      `last_committed_epoch` will read once committed;
+    - after `commit_epoch` returns: rows and marker are visible, atomically; calling it again
+      with the same handle (from any process) is a no-op returning ALREADY_COMMITTED;
+    - after `rollback_epoch` returns: nothing of the participant remains; calling it again, or
+      for a participant that never prepared, is a no-op. It never publishes anything.
+    Errors: TransientError when a retry may help; SchemaMismatchError before anything is
+    prepared; FencedError when a newer generation owns the sink.
+    """
+
+    @property
+    def name(self) -> str:
+        """The sink's name within the job (unique per job)."""
+        ...
+
+    def open(self, context: OpenContext) -> None: ...
+
+    def begin_epoch(self, epoch: int) -> None: ...
+
+    def write_batch(self, batch: pa.RecordBatch) -> WriteResult: ...
+
+    def pre_commit(self, epoch: int) -> CommitHandle: ...
+
+    def commit_epoch(self, epoch: int, handle: CommitHandle) -> CommitOutcome: ...
+
+    def rollback_epoch(self, epoch: int, handle: CommitHandle | None) -> None: ...
+
+    def recover_prepared(self) -> list[CommitHandle]:
+        """Participants of this job and sink that generations older than the open one left
+        prepared (phase 1 done, neither committed nor rolled back). Anything they left
+        unprepared (half-written) is removed here, as nothing can ever commit it."""
+        ...
+
+    def last_committed_epoch(self) -> int | None:
+        """The highest epoch whose marker is visible on the target, read from the target."""
+        ...
+
+    def capabilities(self) -> SinkCapabilities: ...
+
+    def schema(self) -> pa.Schema | None: ...
+
+    def health_check(self) -> None:
+        """Raise ConfigError naming the setting and the fix if the target cannot work."""
+        ...
+
+    def metrics(self) -> Mapping[str, float]: ...
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class LastResource(SinkConnector, Protocol):
+    """A participant that cannot be resumed by another process (its prepared state dies with
+    the writer, like a Kafka transaction). It is committed after every other participant is
+    prepared and before any of them is committed, and its own commit carries the decision
+    record, so its commit *is* the commit point. A job has at most one.
+
+    `commit_with_decision` must make the data and the decision visible atomically, and must
+    fail with FencedError (committing nothing) once a newer generation has opened the sink.
+    `read_decision` returns the decision a committed epoch carried, or None.
+    """
+
+    def commit_with_decision(
+        self, epoch: int, handle: CommitHandle, decision: Mapping[str, JSON]
+    ) -> None: ...
+
+    def read_decision(self, epoch: int) -> Mapping[str, JSON] | None: ...

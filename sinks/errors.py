@@ -1,0 +1,139 @@
+"""Errors raised by sinks, the coordinator and the decision stores.
+
+Every error carries the job, sink and epoch it concerns (when known) and, where there is one,
+the fix. None of them ever holds a secret. They pickle (PySpark pickles errors raised on
+executors back to the driver).
+
+    DurableSinkError
+    ├── ConfigError                  bad configuration; fix it and restart (not retriable)
+    │   └── CapabilityError          a sink or store cannot give the requested guarantee/mode
+    ├── SchemaMismatchError          the data does not fit the sink (not retriable)
+    ├── TransientError               a call may succeed if retried (timeouts, lost connections)
+    ├── FencedError                  a newer coordinator owns the job: this one must stop
+    ├── EpochOrderError              a later epoch is already committed (checkpoint reset, or
+    │                                another query writes under the same job id)
+    ├── InDoubtError                 the outcome of a commit is unknown; recovery resolves it
+    │   └── CommitIncompleteError    the decision is durable but some participant is not yet
+    │                                committed; recovery (or the epoch's replay) finishes it
+    ├── ParticipantLostError         a decided participant no longer exists (a bug, never
+    │                                expected under the protocol)
+    ├── ManifestError                the decision store cannot be read or written
+    │   └── ManifestCorruptError     a stored record is unreadable (never silently skipped)
+    └── RecoveryError                leftovers could not be resolved at start-up
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class DurableSinkError(Exception):
+    """Base of every error durable-sinks raises on purpose.
+
+    `retriable` says whether calling the same thing again may succeed.
+    """
+
+    retriable: ClassVar[bool] = False
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        job: str | None = None,
+        sink: str | None = None,
+        epoch: int | None = None,
+        fix: str | None = None,
+    ) -> None:
+        self.message = message
+        self.job = job
+        self.sink = sink
+        self.epoch = epoch
+        self.fix = fix
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        where = ", ".join(
+            f"{key}={value}"
+            for key, value in (("job", self.job), ("sink", self.sink), ("epoch", self.epoch))
+            if value is not None
+        )
+        text = f"[{where}] {self.message}" if where else self.message
+        return f"{text} Fix: {self.fix}" if self.fix else text
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (
+            _rebuild,
+            (type(self), self.message, self.job, self.sink, self.epoch, self.fix, self.__dict__),
+        )
+
+
+def _rebuild(
+    cls: type[DurableSinkError],
+    message: str,
+    job: str | None,
+    sink: str | None,
+    epoch: int | None,
+    fix: str | None,
+    state: dict[str, Any],
+) -> DurableSinkError:
+    error = cls.__new__(cls)
+    DurableSinkError.__init__(error, message, job=job, sink=sink, epoch=epoch, fix=fix)
+    error.__dict__.update(state)
+    return error
+
+
+class ConfigError(DurableSinkError):
+    """The configuration is wrong or incomplete. Raised before anything is written."""
+
+
+class CapabilityError(ConfigError):
+    """A sink, store or mode cannot give what the job asks for (e.g. exactly-once)."""
+
+
+class SchemaMismatchError(DurableSinkError):
+    """The batch's columns or types do not fit the sink; raised before anything is prepared."""
+
+
+class TransientError(DurableSinkError):
+    """A temporary failure (time-out, dropped connection): the same call may succeed later."""
+
+    retriable = True
+
+
+class FencedError(DurableSinkError):
+    """A newer coordinator (higher generation) owns this job; this one committed nothing after
+    being fenced and must stop. Not retriable: restart the job instead."""
+
+
+class EpochOrderError(DurableSinkError):
+    """Asked to write an epoch older than one already committed: the checkpoint was reset or
+    deleted, or another query writes under the same job id. Never skipped silently."""
+
+
+class InDoubtError(DurableSinkError):
+    """The outcome is unknown (e.g. a commit call failed after reaching the server). Recovery at
+    the next start, or the epoch's replay, settles it from the durable decision."""
+
+    retriable = True
+
+
+class CommitIncompleteError(InDoubtError):
+    """The epoch's decision is durable (it *will* be committed) but some participants could not
+    be committed yet. Replaying the epoch or restarting the job finishes it."""
+
+
+class ParticipantLostError(DurableSinkError):
+    """A participant that the decision says to commit has vanished. The protocol never lets
+    this happen; it means data was removed behind the job's back, or a bug."""
+
+
+class ManifestError(DurableSinkError):
+    """The decision store could not be read or written."""
+
+
+class ManifestCorruptError(ManifestError):
+    """A decision record exists but cannot be parsed or fails its checksum."""
+
+
+class RecoveryError(DurableSinkError):
+    """Leftovers of an earlier run could not be resolved."""

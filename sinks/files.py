@@ -1,0 +1,412 @@
+"""Local Parquet files: the embedded default sink.
+
+Layout under `path` (readable by Spark, pyarrow or DuckDB as a Hive-partitioned dataset; the
+`_staging` folder starts with `_`, which those readers skip)::
+
+    _staging/<participant>/part-00000.parquet, _EPOCH.json    phase 1: written and fsynced
+    epoch=<epoch>/part=<part>/part-00000.parquet, _EPOCH.json phase 2: published by rename
+
+`_EPOCH.json` is the epoch marker (job, sink, epoch, participant, rows, checksum). It moves with
+the data in one atomic rename, so the marker is visible exactly when the data is:
+`last_committed_epoch` reads the published markers. Publication is create-only
+(renameat2 RENAME_NOREPLACE): a second commit of the same participant finds its own marker
+and does nothing; a different participant can never overwrite a published epoch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import threading
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pyarrow.parquet as pq
+
+from ._api import (
+    CommitHandle,
+    CommitOutcome,
+    OpenContext,
+    SinkCapabilities,
+    WriteResult,
+)
+from ._durable_fs import (
+    create_exclusive,
+    fsync_dir,
+    fsync_file,
+    remove_tree,
+    rename_noreplace,
+)
+from .errors import (
+    ConfigError,
+    FencedError,
+    ParticipantLostError,
+    SchemaMismatchError,
+)
+from .naming import ParticipantName
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+MARKER = "_EPOCH.json"
+STAGING = "_staging"
+COMPRESSIONS = ("none", "snappy", "gzip", "zstd", "lz4", "brotli")
+
+
+@dataclass(frozen=True)
+class FileSinkConfig:
+    """Configuration of a FileSink (picklable; validated when built).
+
+    - path: folder of the dataset (created if missing), on a local POSIX file system.
+    - name: the sink's name within the job.
+    - compression: Parquet codec.
+    - fsync: make data durable before pre_commit returns (turn off only for throwaway data:
+      exactly-once then holds across process crashes, not machine crashes).
+    """
+
+    path: str
+    name: str = "files"
+    compression: str = "zstd"
+    fsync: bool = True
+
+    def __post_init__(self) -> None:
+        if not str(self.path).strip():
+            raise ConfigError("files sink: `path` is empty", fix="give the dataset's folder")
+        if self.compression not in COMPRESSIONS:
+            raise ConfigError(
+                f"files sink: compression {self.compression!r} is not one of {COMPRESSIONS}",
+                sink=self.name,
+            )
+        if not self.name or "/" in self.name:
+            raise ConfigError(f"files sink: invalid name {self.name!r}", fix="use a plain word")
+
+
+class _Participant:
+    """The epoch being written by this instance."""
+
+    def __init__(self, epoch: int, name: ParticipantName, staging: Path) -> None:
+        self.epoch = epoch
+        self.name = name
+        self.staging = staging
+        self.writer: pq.ParquetWriter | None = None
+        self.rows = 0
+        self.bytes = 0
+        self.digest = hashlib.sha256()
+
+
+class FileSink:
+    """Exactly-once Parquet files through staging folders and atomic renames."""
+
+    def __init__(self, config: FileSinkConfig) -> None:
+        self.config = config
+        self.root = Path(config.path)
+        self._context: OpenContext | None = None
+        self._current: _Participant | None = None
+        self._attempts: dict[int, int] = {}
+        self._schema: pa.Schema | None = None
+        self._last_committed: int | None = None
+        self._counters = {"rows": 0.0, "bytes": 0.0, "epochs_committed": 0.0, "rollbacks": 0.0}
+        self._lock = threading.Lock()
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    def __repr__(self) -> str:
+        return f"FileSink(name={self.name!r}, path={str(self.root)!r})"
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    def open(self, context: OpenContext) -> None:
+        self._context = context
+        try:
+            (self.root / STAGING).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot create {self.root / STAGING}: {exc.strerror}",
+                job=context.job_id,
+                sink=self.name,
+                fix="point the files sink at a writable folder",
+            ) from exc
+        self._last_committed = self._scan_last_committed()
+
+    def close(self) -> None:
+        current, self._current = self._current, None
+        if current is not None and current.writer is not None:
+            current.writer.close()
+
+    def _ctx(self) -> OpenContext:
+        if self._context is None:
+            raise ConfigError(f"{self!r} is not open; the coordinator opens sinks")
+        return self._context
+
+    def capabilities(self) -> SinkCapabilities:
+        return SinkCapabilities(
+            exactly_once=True,
+            two_phase_commit=True,
+            resumable_prepare=True,
+            distributed_prepare=True,
+            partitioned=True,
+        )
+
+    def schema(self) -> pa.Schema | None:
+        return self._schema
+
+    def health_check(self) -> None:
+        ctx = self._ctx()
+        probe = self.root / STAGING / f".probe-{os.getpid()}"
+        try:
+            create_exclusive(probe, b"probe", fsync=self.config.fsync)
+            probe.unlink()
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot write in {self.root}: {exc.strerror}",
+                job=ctx.job_id,
+                sink=self.name,
+                fix="give the job write access to the folder, on a local file system",
+            ) from exc
+
+    def metrics(self) -> Mapping[str, float]:
+        return dict(self._counters)
+
+    # -- phase 1 -------------------------------------------------------------------------------
+    def begin_epoch(self, epoch: int) -> None:
+        ctx = self._ctx()
+        if self._current is not None:
+            raise ConfigError(
+                f"epoch {self._current.epoch} is still open; commit or roll it back first",
+                job=ctx.job_id,
+                sink=self.name,
+                epoch=epoch,
+            )
+        attempt = self._attempts.get(epoch, 0)
+        self._attempts[epoch] = attempt + 1
+        name = ctx.participant(epoch, attempt)
+        staging = self.root / STAGING / str(name)
+        staging.mkdir()  # a fresh name per attempt: an existing folder is a bug
+        self._current = _Participant(epoch, name, staging)
+
+    def write_batch(self, batch: pa.RecordBatch) -> WriteResult:
+        current = self._require_current()
+        with self._staging_guard(current):
+            return self._write(current, batch)
+
+    @contextlib.contextmanager
+    def _staging_guard(self, current: _Participant) -> Iterator[None]:
+        """Turn 'my staging folder vanished' into FencedError: only recovery by a newer
+        coordinator removes another generation's staging folder."""
+        try:
+            yield
+        except FileNotFoundError as exc:
+            if current.staging.exists():
+                raise
+            raise FencedError(
+                f"staging folder {current.staging.name} was removed by a newer coordinator's "
+                "recovery",
+                job=self._ctx().job_id,
+                sink=self.name,
+                epoch=current.epoch,
+                fix="stop this coordinator; the newer one replays the epoch",
+            ) from exc
+
+    def _write(self, current: _Participant, batch: pa.RecordBatch) -> WriteResult:
+        if self._schema is None:
+            self._schema = batch.schema
+        elif not batch.schema.equals(self._schema):
+            raise SchemaMismatchError(
+                _schema_difference(self._schema, batch.schema),
+                job=self._ctx().job_id,
+                sink=self.name,
+                epoch=current.epoch,
+                fix="write batches of one schema to a files sink; give a new path for a new schema",
+            )
+        if current.writer is None:
+            current.writer = pq.ParquetWriter(
+                current.staging / "part-00000.parquet",
+                batch.schema,
+                compression=self.config.compression,
+            )
+        current.writer.write_batch(batch)
+        size = batch.nbytes
+        current.rows += batch.num_rows
+        current.bytes += size
+        current.digest.update(batch.serialize())
+        self._counters["rows"] += batch.num_rows
+        self._counters["bytes"] += size
+        return WriteResult(batch.num_rows, size)
+
+    def pre_commit(self, epoch: int) -> CommitHandle:
+        current = self._require_current()
+        with self._staging_guard(current):
+            return self._prepare(current, epoch)
+
+    def _prepare(self, current: _Participant, epoch: int) -> CommitHandle:
+        ctx = self._ctx()
+        if current.writer is not None:
+            current.writer.close()
+            current.writer = None
+            if self.config.fsync:
+                fsync_file(current.staging / "part-00000.parquet")
+        handle = CommitHandle(
+            sink=self.name,
+            epoch=epoch,
+            participant=str(current.name),
+            rows=current.rows,
+            bytes=current.bytes,
+            checksum=current.digest.hexdigest(),
+            details={"job_id": ctx.job_id, "part": current.name.part},
+        )
+        create_exclusive(current.staging / MARKER, handle.dumps().encode(), fsync=self.config.fsync)
+        if self.config.fsync:
+            fsync_dir(self.root / STAGING)
+        self._current = None
+        return handle
+
+    def _require_current(self) -> _Participant:
+        if self._current is None:
+            raise ConfigError(
+                "no epoch is open; call begin_epoch first", job=self._ctx().job_id, sink=self.name
+            )
+        return self._current
+
+    # -- phase 2 -------------------------------------------------------------------------------
+    def _published(self, epoch: int, part: str) -> Path:
+        return self.root / f"epoch={epoch}" / f"part={part}"
+
+    def commit_epoch(self, epoch: int, handle: CommitHandle) -> CommitOutcome:
+        ctx = self._ctx()
+        name = self._parse(handle)
+        staging = self.root / STAGING / handle.participant
+        target = self._published(epoch, name.part)
+        if self._marker_participant(target) == handle.participant:
+            return CommitOutcome.ALREADY_COMMITTED
+        if not (staging / MARKER).exists():
+            raise ParticipantLostError(
+                f"participant {handle.participant} is neither prepared in {staging.parent} nor "
+                f"published at {target}",
+                job=ctx.job_id,
+                sink=self.name,
+                epoch=epoch,
+                fix="someone removed files of this dataset; the epoch must be rewritten",
+            )
+        target.parent.mkdir(exist_ok=True)
+        try:
+            rename_noreplace(staging, target)
+        except FileExistsError:
+            if self._marker_participant(target) == handle.participant:
+                return CommitOutcome.ALREADY_COMMITTED
+            raise ParticipantLostError(
+                f"{target} already holds participant {self._marker_participant(target)}, not "
+                f"{handle.participant}",
+                job=ctx.job_id,
+                sink=self.name,
+                epoch=epoch,
+            ) from None
+        if self.config.fsync:
+            fsync_dir(target.parent)
+            fsync_dir(self.root)
+            fsync_dir(self.root / STAGING)
+        with self._lock:
+            if self._last_committed is None or epoch > self._last_committed:
+                self._last_committed = epoch
+        self._counters["epochs_committed"] += 1
+        return CommitOutcome.COMMITTED
+
+    def rollback_epoch(self, epoch: int, handle: CommitHandle | None) -> None:
+        current = self._current
+        if handle is None and current is not None and current.epoch == epoch:
+            if current.writer is not None:
+                current.writer.close()
+            staging = current.staging
+            self._current = None
+        elif handle is not None:
+            if current is not None and str(current.name) == handle.participant:
+                self._current = None
+            staging = self.root / STAGING / handle.participant
+        else:
+            return
+        if remove_tree(staging):
+            self._counters["rollbacks"] += 1
+            if self.config.fsync:
+                fsync_dir(staging.parent)
+
+    # -- recovery ------------------------------------------------------------------------------
+    def recover_prepared(self) -> list[CommitHandle]:
+        ctx = self._ctx()
+        prepared: list[CommitHandle] = []
+        for entry in sorted((self.root / STAGING).iterdir()):
+            name = ParticipantName.parse(entry.name)
+            if name is None or not name.owned_by(ctx.job_id, self.name):
+                continue
+            if name.generation >= ctx.generation:
+                continue  # ours, or a newer coordinator's: not leftovers
+            try:
+                marker = (entry / MARKER).read_bytes()
+            except FileNotFoundError:
+                remove_tree(entry)  # never prepared: nothing can ever commit it
+                continue
+            prepared.append(CommitHandle.from_json(json.loads(marker)))
+        return prepared
+
+    def last_committed_epoch(self) -> int | None:
+        return self._last_committed
+
+    def _scan_last_committed(self) -> int | None:
+        ctx = self._ctx()
+        best: int | None = None
+        for folder in self.root.glob("epoch=*"):
+            epoch_text = folder.name.partition("=")[2]
+            if not epoch_text.isdigit():
+                continue
+            for part in folder.glob("part=*"):
+                marker = self._read_marker(part)
+                if marker is None:
+                    continue
+                owner = marker.get("details", {}).get("job_id")
+                if owner != ctx.job_id:
+                    raise ConfigError(
+                        f"{part} was written by job {owner!r}, not {ctx.job_id!r}",
+                        job=ctx.job_id,
+                        sink=self.name,
+                        fix="give each job its own files sink path",
+                    )
+                epoch = int(epoch_text)
+                best = epoch if best is None else max(best, epoch)
+        return best
+
+    @staticmethod
+    def _read_marker(folder: Path) -> dict[str, Any] | None:
+        try:
+            loaded: dict[str, Any] = json.loads((folder / MARKER).read_bytes())
+        except FileNotFoundError:
+            return None
+        return loaded
+
+    def _marker_participant(self, folder: Path) -> str | None:
+        marker = self._read_marker(folder)
+        return None if marker is None else str(marker.get("participant"))
+
+    def _parse(self, handle: CommitHandle) -> ParticipantName:
+        name = ParticipantName.parse(handle.participant)
+        if name is None:
+            raise ParticipantLostError(
+                f"{handle.participant!r} is not a participant name", sink=self.name
+            )
+        return name
+
+
+def _schema_difference(expected: pa.Schema, got: pa.Schema) -> str:
+    wanted = {f.name: f for f in expected}
+    seen = {f.name: f for f in got}
+    problems = [f"column {n!r} is missing" for n in wanted if n not in seen]
+    problems += [f"column {n!r} is not in the sink's schema" for n in seen if n not in wanted]
+    problems += [
+        f"column {n!r} has type {seen[n].type} (nullable={seen[n].nullable}), expected "
+        f"{wanted[n].type} (nullable={wanted[n].nullable})"
+        for n in wanted
+        if n in seen and not seen[n].equals(wanted[n])
+    ]
+    return "batch schema differs from the epoch's: " + ("; ".join(problems) or "field order")

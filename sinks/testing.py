@@ -1,0 +1,413 @@
+"""The crash/replay conformance suite: run it against your sink to prove exactly-once.
+
+A hypothesis state machine runs epochs of generated Arrow data (several batches per epoch,
+empty epochs, nulls, unicode) through the real coordinator into your sink (and any others of
+the scenario), crashes at any step of the protocol by abandoning all in-memory state (nothing is
+rolled back or closed), starts a new coordinator that recovers, replays the crashed epoch as
+Spark does, replays committed epochs (with different data: it must be ignored), and wakes old
+coordinators as zombies. After every step it checks:
+
+- no row is visible twice, and nothing is visible that was not written by an epoch that
+  committed (or is being committed);
+- in a settled state (no crash pending): every committed epoch's rows are visible exactly once,
+  `last_committed_epoch` matches, and nothing prepared or half-written is left on the target;
+- a decision, once written, never changes;
+- a zombie never makes anything visible.
+
+Usage (see tests/crash/test_file_sink_conformance.py)::
+
+    def scenario() -> Scenario:
+        folder = Path(tempfile.mkdtemp())
+        return Scenario(job_id="conformance",
+                        targets=[MyTarget(folder / "data")],
+                        store=lambda: LocalDirectoryStore(folder / "store"),
+                        cleanup=lambda: shutil.rmtree(folder))
+
+    def test_my_sink():
+        run_conformance(scenario, max_examples=200)
+
+A `Target` is one sink's target seen from outside: `connector()` builds a fresh connector to
+it (as a restarted process would), `committed_rows()` reads what the target's readers see
+(rows as tuples in `COLUMNS` order), `leftovers()` lists what is prepared or half-written on it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import pyarrow as pa
+from hypothesis import HealthCheck, Phase, event, note, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+from coordinator import Coordinator, EpochOutcome
+from manifest import DecisionRecord, DecisionStore
+from sinks import SinkConnector
+from sinks.errors import DurableSinkError
+
+Row = tuple[Any, ...]
+
+SCHEMA = pa.schema(
+    [
+        pa.field("key", pa.string(), nullable=False),
+        pa.field("n", pa.int64()),
+        pa.field("text", pa.string()),
+        pa.field("x", pa.float64()),
+        pa.field("flag", pa.bool_()),
+    ]
+)
+COLUMNS = tuple(SCHEMA.names)
+
+EXAMPLES_ENV = "DS_CONFORMANCE_EXAMPLES"
+
+
+class Target(Protocol):
+    """One sink's target (a folder, a table, a topic), fresh for each example."""
+
+    name: str
+
+    def connector(self) -> SinkConnector:
+        """A new connector to the target, sharing nothing in memory with earlier ones."""
+        ...
+
+    def committed_rows(self) -> list[Row]:
+        """Every row the target's readers can see, as tuples in COLUMNS order."""
+        ...
+
+    def leftovers(self) -> list[str]:
+        """Participants prepared or half-written on the target (should be none when settled)."""
+        ...
+
+
+@dataclass
+class Scenario:
+    """What one example runs against: the targets of one job and its decision store."""
+
+    job_id: str
+    targets: Sequence[Target]
+    store: Callable[[], DecisionStore]
+    cleanup: Callable[[], None] = lambda: None
+    coordinator_class: type[Coordinator] = Coordinator
+
+
+# -- generated data ----------------------------------------------------------------------------
+_text = st.one_of(st.none(), st.text(max_size=12))
+_values = st.tuples(
+    st.one_of(st.none(), st.integers(min_value=-(2**63), max_value=2**63 - 1)),
+    _text,
+    st.one_of(st.none(), st.floats(allow_nan=False)),
+    st.one_of(st.none(), st.booleans()),
+)
+#: An epoch: a list of batches, each a list of rows without their key (0 to 4 batches of 0 to
+#: 6 rows: empty epochs and empty batches included).
+epoch_data = st.lists(st.lists(_values, max_size=6), max_size=4)
+
+
+def epoch_rows(epoch: int, data: list[list[tuple[Any, ...]]]) -> list[list[Row]]:
+    """Rows of an epoch with their keys (`<epoch>:<batch>:<row>`, unique across epochs)."""
+    return [
+        [(f"{epoch}:{b}:{r}", *values) for r, values in enumerate(batch)]
+        for b, batch in enumerate(data)
+    ]
+
+
+def to_batches(rows: list[list[Row]]) -> list[pa.RecordBatch]:
+    return [
+        pa.RecordBatch.from_pylist([dict(zip(COLUMNS, row, strict=True)) for row in batch], SCHEMA)
+        for batch in rows
+    ]
+
+
+def flat(rows: list[list[Row]]) -> list[Row]:
+    return [row for batch in rows for row in batch]
+
+
+# -- the state machine --------------------------------------------------------------------------
+@dataclass
+class _Paused:
+    """An abandoned coordinator and its half-run procedure: a zombie if it ever resumes."""
+
+    coordinator: Coordinator
+    steps: Generator[str, None, Any]
+    what: str
+
+
+@dataclass
+class _Pending:
+    """An epoch whose run crashed: Spark will replay it with the same data."""
+
+    epoch: int
+    data: list[list[tuple[Any, ...]]]
+
+
+@dataclass
+class _Model:
+    committed: dict[int, list[Row]] = field(default_factory=dict)
+    next_epoch: int = 0
+    decisions: dict[int, DecisionRecord] = field(default_factory=dict)
+
+
+class SinkContractMachine(RuleBasedStateMachine):
+    """Model beside the real system: the model maps each committed epoch to its rows; the
+    system is the coordinator, the real sinks and the decision store."""
+
+    #: Builds a fresh scenario for each example; set it in a subclass (run_conformance does).
+    make_scenario: Callable[[], Scenario]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scenario = self.make_scenario()
+        self.model = _Model()
+        self.live: Coordinator | None = None
+        self.pending: _Pending | None = None
+        self.paused: list[_Paused] = []
+        self.starts = 0
+
+    # -- helpers -----------------------------------------------------------------------------
+    def _coordinator(self) -> Coordinator:
+        scenario = self.scenario
+        return scenario.coordinator_class(
+            scenario.job_id, [t.connector() for t in scenario.targets], scenario.store()
+        )
+
+    def _run(
+        self,
+        coordinator: Coordinator,
+        steps: Generator[str, None, Any],
+        crash_at: int | None,
+        what: str,
+    ) -> tuple[bool, Any]:
+        """Run `steps`; with `crash_at` = k, abandon them after the k-th step (a crash)."""
+        taken = 0
+        while True:
+            try:
+                step = next(steps)
+            except StopIteration as done:
+                return False, done.value
+            if crash_at is not None and taken == crash_at:
+                note(f"CRASH of {what} after step {step!r}")
+                event("crash after", step.split(":")[0])
+                self.paused.append(_Paused(coordinator, steps, f"{what} paused after {step}"))
+                return True, None
+            taken += 1
+
+    def _start_new(self, crash_at: int | None) -> None:
+        coordinator = self._coordinator()
+        self.starts += 1
+        crashed, report = self._run(
+            coordinator, coordinator.start_steps(), crash_at, f"start #{self.starts}"
+        )
+        if not crashed:
+            note(f"start #{self.starts}: {report}")
+            self.live = coordinator
+
+    def _visible(self) -> dict[str, list[Row]]:
+        return {t.name: t.committed_rows() for t in self.scenario.targets}
+
+    # -- rules ---------------------------------------------------------------------------------
+    @precondition(lambda self: self.live is None)
+    @rule(crash_at=st.none() | st.integers(min_value=0, max_value=12))
+    def start_coordinator(self, crash_at: int | None) -> None:
+        """A (re)started driver: validation, fencing, recovery. May itself crash."""
+        self._start_new(crash_at)
+
+    @precondition(lambda self: self.live is not None and self.pending is None)
+    @rule(data=epoch_data, crash_at=st.none() | st.integers(min_value=0, max_value=40))
+    def run_epoch(self, data: list[list[tuple[Any, ...]]], crash_at: int | None) -> None:
+        assert self.live is not None
+        epoch = self.model.next_epoch
+        rows = epoch_rows(epoch, data)
+        note(f"epoch {epoch}: {len(flat(rows))} rows in {len(rows)} batches")
+        live = self.live
+        crashed, result = self._run(
+            live, live.epoch_steps(epoch, to_batches(rows)), crash_at, f"epoch {epoch}"
+        )
+        if crashed:
+            self.live, self.pending = None, _Pending(epoch, data)
+            return
+        assert result.outcome is EpochOutcome.COMMITTED, result
+        self._committed(epoch, rows)
+
+    @precondition(lambda self: self.live is not None and self.pending is not None)
+    @rule(crash_at=st.none() | st.integers(min_value=0, max_value=40))
+    def replay_crashed_epoch(self, crash_at: int | None) -> None:
+        """Spark replays the batch that has an offset entry but no commit entry: same batch
+        id, same data."""
+        assert self.live is not None
+        assert self.pending is not None
+        epoch, rows = self.pending.epoch, epoch_rows(self.pending.epoch, self.pending.data)
+        live = self.live
+        crashed, result = self._run(
+            live, live.epoch_steps(epoch, to_batches(rows)), crash_at, f"replay of epoch {epoch}"
+        )
+        if crashed:
+            self.live = None
+            return
+        note(f"replayed epoch {epoch}: {result.outcome}")
+        self.pending = None
+        self._committed(epoch, rows)
+
+    @precondition(
+        lambda self: self.live is not None and self.pending is None and bool(self.model.committed)
+    )
+    @rule(data=epoch_data)
+    def replay_committed_epoch(self, data: list[list[tuple[Any, ...]]]) -> None:
+        """Spark replays the last batch (its commit log entry was lost) — here with different
+        data, as a non-deterministic source would give: it must change nothing."""
+        assert self.live is not None
+        epoch = max(self.model.committed)
+        result = self.live.run_epoch(epoch, to_batches(epoch_rows(epoch, data)))
+        assert result.outcome is EpochOutcome.ALREADY_COMMITTED, (
+            f"replay of committed epoch {epoch} was not recognised: {result.outcome}"
+        )
+
+    @precondition(lambda self: self.live is not None and bool(self.paused))
+    @rule(which=st.integers(min_value=0), new_epoch=st.booleans(), data=epoch_data)
+    def wake_zombie(self, which: int, new_epoch: bool, data: list[list[tuple[Any, ...]]]) -> None:
+        """An old coordinator that was presumed dead carries on: it resumes its paused step, or
+        tries a new epoch. Whatever it does must not change what is visible."""
+        zombie = self.paused.pop(which % len(self.paused))
+        before = self._visible()
+        try:
+            if new_epoch:
+                epoch = self.model.next_epoch
+                note(f"zombie ({zombie.what}) tries epoch {epoch}")
+                rows = to_batches(epoch_rows(epoch, data))
+                result = zombie.coordinator.run_epoch(epoch, rows)
+                # Only an epoch decided before the zombie was fenced may be finished by it.
+                assert result.outcome is EpochOutcome.ALREADY_COMMITTED, (
+                    f"a zombie committed epoch {epoch}"
+                )
+            else:
+                note(f"zombie resumes: {zombie.what}")
+                for _ in zombie.steps:
+                    pass
+        except DurableSinkError as exc:
+            note(f"zombie stopped: {type(exc).__name__}: {exc}")
+            event("zombie stopped by", type(exc).__name__)
+        after = self._visible()
+        assert after == before or self._zombie_only_finished(before, after), (
+            f"a zombie changed visible data: before {before} after {after}"
+        )
+
+    def _zombie_only_finished(
+        self, before: dict[str, list[Row]], after: dict[str, list[Row]]
+    ) -> bool:
+        """A zombie that resumes after its decision was durable may finish committing that
+        decided epoch (the same participants recovery would commit): allowed."""
+        if self.pending is None:
+            return False
+        pending_rows = Counter(flat(epoch_rows(self.pending.epoch, self.pending.data)))
+        return all(
+            not (Counter(after[name]) - Counter(before[name]) - pending_rows) for name in after
+        )
+
+    def _committed(self, epoch: int, rows: list[list[Row]]) -> None:
+        self.model.committed[epoch] = flat(rows)
+        self.model.next_epoch = epoch + 1
+
+    # -- invariants ----------------------------------------------------------------------------
+    @invariant()
+    def no_row_visible_twice_and_nothing_unexpected(self) -> None:
+        expected = Counter(row for rows in self.model.committed.values() for row in rows)
+        if self.pending is not None:
+            expected += Counter(flat(epoch_rows(self.pending.epoch, self.pending.data)))
+        for name, rows in self._visible().items():
+            seen = Counter(rows)
+            twice = [row for row, count in seen.items() if count > 1]
+            assert not twice, f"sink {name}: rows visible more than once: {twice[:5]}"
+            unexpected = seen - expected
+            assert not unexpected, (
+                f"sink {name}: rows no committed epoch wrote: {list(unexpected)[:5]}"
+            )
+
+    @invariant()
+    def settled_state_is_exact(self) -> None:
+        if self.live is None or self.pending is not None:
+            return
+        expected = Counter(row for rows in self.model.committed.values() for row in rows)
+        latest = max(self.model.committed, default=None)
+        for target, sink in zip(self.scenario.targets, self.live.sinks, strict=True):
+            seen = Counter(target.committed_rows())
+            missing = expected - seen
+            assert not missing, f"sink {target.name}: committed rows missing: {list(missing)[:5]}"
+            assert seen == expected, f"sink {target.name}: visible rows differ from committed"
+            leftovers = target.leftovers()
+            assert not leftovers, f"sink {target.name}: left behind after recovery: {leftovers}"
+            assert sink.last_committed_epoch() == latest, (
+                f"sink {target.name}: last_committed_epoch {sink.last_committed_epoch()} but the "
+                f"last committed epoch is {latest}"
+            )
+
+    @invariant()
+    def decisions_never_change(self) -> None:
+        if self.live is None:
+            return
+        for epoch in self.model.committed:
+            decision = self.live.store.get(epoch)
+            assert decision is not None, f"epoch {epoch} committed without a durable decision"
+            first = self.model.decisions.setdefault(epoch, decision)
+            assert decision == first, f"decision of epoch {epoch} changed: {first} -> {decision}"
+
+    def teardown(self) -> None:
+        try:
+            if self.live is not None:
+                self.live.close()
+        finally:
+            self.scenario.cleanup()
+
+
+def conformance_settings(
+    max_examples: int | None = None, *, steps: int = 25, expect_failure: bool = False
+) -> settings:
+    """Settings for `run_conformance`. `DS_CONFORMANCE_EXAMPLES` overrides the example count
+    of a normal run (the extended run sets 2,000). `expect_failure` (for proving the suite
+    catches broken sinks) is deterministic, stops at the first failure and skips shrinking."""
+    examples = max_examples or 200
+    if not expect_failure and os.environ.get(EXAMPLES_ENV):
+        examples = int(os.environ[EXAMPLES_ENV])
+    phases = [Phase.explicit, Phase.generate] if expect_failure else list(Phase)
+    return settings(
+        max_examples=examples,
+        stateful_step_count=steps,
+        deadline=None,
+        derandomize=expect_failure,
+        phases=phases,
+        report_multiple_bugs=not expect_failure,
+        suppress_health_check=[
+            HealthCheck.too_slow,
+            HealthCheck.filter_too_much,
+            HealthCheck.data_too_large,
+        ],
+        database=None,
+    )
+
+
+def run_conformance(
+    make_scenario: Callable[[], Scenario],
+    *,
+    max_examples: int | None = None,
+    steps: int = 25,
+    expect_failure: bool = False,
+) -> None:
+    """Run the state machine against fresh scenarios; raise (with the shrunk failing steps)
+    if any invariant breaks."""
+    machine = type(
+        "SinkContractMachineFor",
+        (SinkContractMachine,),
+        {"make_scenario": staticmethod(make_scenario)},
+    )
+    run_state_machine_as_test(
+        machine,
+        settings=conformance_settings(max_examples, steps=steps, expect_failure=expect_failure),
+    )

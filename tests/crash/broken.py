@@ -1,0 +1,134 @@
+"""Deliberately broken sinks, coordinator and store: the conformance suite must catch each."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from coordinator import Coordinator
+from manifest import DecisionStore, LocalDirectoryStore
+from sinks import (
+    CommitHandle,
+    CommitOutcome,
+    FileSink,
+    OpenContext,
+    SinkCapabilities,
+    SinkConnector,
+    WriteResult,
+)
+from sinks.files import MARKER
+
+
+class NonIdempotentCommitSink(FileSink):
+    """Commits a second copy when asked to commit an already committed participant."""
+
+    def commit_epoch(self, epoch: int, handle: CommitHandle) -> CommitOutcome:
+        outcome = super().commit_epoch(epoch, handle)
+        if outcome is CommitOutcome.ALREADY_COMMITTED:
+            published = self.root / f"epoch={epoch}" / "part=0"
+            copy = (
+                self.root / f"epoch={epoch}" / f"part=again-{len(list(published.parent.iterdir()))}"
+            )
+            shutil.copytree(published, copy)
+        return outcome
+
+
+class RollbackCommitsSink(FileSink):
+    """Publishes a prepared participant when asked to roll it back."""
+
+    def rollback_epoch(self, epoch: int, handle: CommitHandle | None) -> None:
+        if handle is not None and (self.root / "_staging" / handle.participant / MARKER).exists():
+            self.commit_epoch(epoch, handle)
+        else:
+            super().rollback_epoch(epoch, handle)
+
+
+class MarkerOutsideTransactionSink(FileSink):
+    """Keeps its epoch marker (what last_committed_epoch reads) apart from the data: written
+    in phase 1 instead of moving with the data in phase 2."""
+
+    def pre_commit(self, epoch: int) -> CommitHandle:
+        handle = super().pre_commit(epoch)
+        markers = self.root / "markers"
+        markers.mkdir(exist_ok=True)
+        (markers / str(epoch)).write_text(handle.participant)
+        return handle
+
+    def _scan_last_committed(self) -> int | None:
+        markers = self.root / "markers"
+        epochs = [int(p.name) for p in markers.iterdir()] if markers.exists() else []
+        return max(epochs, default=None)
+
+    def last_committed_epoch(self) -> int | None:
+        return self._scan_last_committed()
+
+
+class _CommitsAtPrepare:
+    """Wraps a sink so its data is committed in phase 1: the decision comes after."""
+
+    def __init__(self, inner: SinkConnector) -> None:
+        self.inner = inner
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    def pre_commit(self, epoch: int) -> CommitHandle:
+        handle = self.inner.pre_commit(epoch)
+        self.inner.commit_epoch(epoch, handle)
+        return handle
+
+    def open(self, context: OpenContext) -> None:
+        self.inner.open(context)
+
+    def begin_epoch(self, epoch: int) -> None:
+        self.inner.begin_epoch(epoch)
+
+    def write_batch(self, batch: pa.RecordBatch) -> WriteResult:
+        return self.inner.write_batch(batch)
+
+    def commit_epoch(self, epoch: int, handle: CommitHandle) -> CommitOutcome:
+        return self.inner.commit_epoch(epoch, handle)
+
+    def rollback_epoch(self, epoch: int, handle: CommitHandle | None) -> None:
+        self.inner.rollback_epoch(epoch, handle)
+
+    def recover_prepared(self) -> list[CommitHandle]:
+        return self.inner.recover_prepared()
+
+    def last_committed_epoch(self) -> int | None:
+        return self.inner.last_committed_epoch()
+
+    def capabilities(self) -> SinkCapabilities:
+        return self.inner.capabilities()
+
+    def schema(self) -> pa.Schema | None:
+        return self.inner.schema()
+
+    def health_check(self) -> None:
+        self.inner.health_check()
+
+    def metrics(self) -> Mapping[str, float]:
+        return self.inner.metrics()
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+class DecisionAfterCommitCoordinator(Coordinator):
+    """Makes participants visible before the decision is durable."""
+
+    def __init__(
+        self, job_id: str, sinks: Sequence[SinkConnector], store: DecisionStore, **kw: Any
+    ) -> None:
+        super().__init__(job_id, [_CommitsAtPrepare(s) for s in sinks], store, **kw)
+
+
+class UnfencedStore(LocalDirectoryStore):
+    """Never fences older generations: a zombie coordinator can still record decisions."""
+
+    def _retire_older(self) -> None:
+        return None

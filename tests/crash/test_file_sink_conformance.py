@@ -1,0 +1,45 @@
+"""The conformance suite against the file sink: alone, two at once (a crash can fall between
+their commits), and with the journal last resource (Kafka's commit semantics)."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from manifest import LocalDirectoryStore
+from sinks.testing import Scenario, Target, run_conformance
+from tests.support.targets import FileTarget, JournalTarget
+
+
+def scenario_of(*make_targets: Callable[[Path], Target]) -> Callable[[], Scenario]:
+    def make() -> Scenario:
+        folder = Path(tempfile.mkdtemp(prefix="ds-conformance-"))
+        targets: Sequence[Target] = [make(folder) for make in make_targets]
+        return Scenario(
+            job_id="conformance",
+            targets=targets,
+            store=lambda: LocalDirectoryStore(folder / "store"),
+            cleanup=lambda: shutil.rmtree(folder, ignore_errors=True),
+        )
+
+    return make
+
+
+def test_file_sink_alone() -> None:
+    run_conformance(scenario_of(lambda f: FileTarget(f / "files")), max_examples=200)
+
+
+def test_two_file_sinks_in_one_job() -> None:
+    run_conformance(
+        scenario_of(lambda f: FileTarget(f / "a", "a"), lambda f: FileTarget(f / "b", "b")),
+        max_examples=100,
+    )
+
+
+def test_file_sink_with_a_last_resource() -> None:
+    run_conformance(
+        scenario_of(lambda f: FileTarget(f / "files"), lambda f: JournalTarget(f / "journal")),
+        max_examples=100,
+    )

@@ -1,0 +1,63 @@
+"""The conformance suite fails on each deliberately broken implementation (tests/crash/broken.py),
+and passes on the real one with the same settings: it is the breakage that is caught."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from coordinator import Coordinator
+from manifest import DecisionStore, LocalDirectoryStore
+from sinks import FileSink
+from sinks.errors import DurableSinkError
+from sinks.testing import Scenario, run_conformance
+from tests.crash import broken
+from tests.support.targets import FileTarget
+
+EXAMPLES = 300
+
+
+def scenario(
+    sink_class: type[FileSink] = FileSink,
+    coordinator_class: type[Coordinator] = Coordinator,
+    store_class: Callable[[Path], DecisionStore] = LocalDirectoryStore,
+) -> Callable[[], Scenario]:
+    def make() -> Scenario:
+        folder = Path(tempfile.mkdtemp(prefix="ds-bites-"))
+        return Scenario(
+            job_id="bites",
+            targets=[FileTarget(folder / "files", sink_class=sink_class)],
+            store=lambda: store_class(folder / "store"),
+            cleanup=lambda: shutil.rmtree(folder, ignore_errors=True),
+            coordinator_class=coordinator_class,
+        )
+
+    return make
+
+
+BROKEN = {
+    "commit not idempotent": scenario(sink_class=broken.NonIdempotentCommitSink),
+    "rollback that commits": scenario(sink_class=broken.RollbackCommitsSink),
+    "decision written after commit": scenario(
+        coordinator_class=broken.DecisionAfterCommitCoordinator
+    ),
+    "marker missing from the data transaction": scenario(
+        sink_class=broken.MarkerOutsideTransactionSink
+    ),
+    "zombie not fenced": scenario(store_class=broken.UnfencedStore),
+}
+
+
+@pytest.mark.parametrize("breakage", sorted(BROKEN))
+def test_suite_catches(breakage: str) -> None:
+    with pytest.raises((AssertionError, DurableSinkError)) as caught:
+        run_conformance(BROKEN[breakage], max_examples=EXAMPLES, expect_failure=True)
+    print(f"{breakage}: caught {type(caught.value).__name__}: {caught.value}")
+
+
+def test_same_settings_pass_on_the_real_implementation() -> None:
+    run_conformance(scenario(), max_examples=EXAMPLES, expect_failure=True)
