@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import pyarrow as pa
-from hypothesis import HealthCheck, Phase, event, note, settings
+from hypothesis import HealthCheck, Phase, note, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -132,6 +132,33 @@ def flat(rows: list[list[Row]]) -> list[Row]:
     return [row for batch in rows for row in batch]
 
 
+# -- crash points -------------------------------------------------------------------------------
+#: A crash: abandon the run after the n-th step of this kind.
+Crash = tuple[str, int]
+
+EPOCH_STEP_KINDS = (
+    "epoch-start",
+    "after-begin",
+    "after-write",
+    "after-pre-commit",
+    "after-decision",
+    "after-commit",
+    "after-finish",
+)
+RECOVERY_STEP_KINDS = ("recovery:after-fence", "recovery:after-open", "recovery:after-resolve")
+
+
+def step_kind(step: str) -> str:
+    """`after-write:3:files` -> `after-write`; `recovery:after-open:files` ->
+    `recovery:after-open`."""
+    parts = step.split(":")
+    return ":".join(parts[:2]) if parts[0] == "recovery" else parts[0]
+
+
+epoch_crashes = st.tuples(st.sampled_from(EPOCH_STEP_KINDS), st.integers(0, 3))
+recovery_crashes = st.tuples(st.sampled_from(RECOVERY_STEP_KINDS), st.integers(0, 2))
+
+
 # -- the state machine --------------------------------------------------------------------------
 @dataclass
 class _Paused:
@@ -151,6 +178,18 @@ class _Pending:
 
 
 @dataclass
+class ConformanceStats:
+    """What a run exercised, counted over all examples: crashes by step kind (the step name
+    up to its first `:`), zombie outcomes, epochs committed and replays recognised."""
+
+    crashes: Counter[str] = field(default_factory=Counter)
+    zombies: Counter[str] = field(default_factory=Counter)
+    epochs_committed: int = 0
+    replays_recognised: int = 0
+    examples: int = 0
+
+
+@dataclass
 class _Model:
     committed: dict[int, list[Row]] = field(default_factory=dict)
     next_epoch: int = 0
@@ -163,10 +202,13 @@ class SinkContractMachine(RuleBasedStateMachine):
 
     #: Builds a fresh scenario for each example; set it in a subclass (run_conformance does).
     make_scenario: Callable[[], Scenario]
+    #: Where the run's statistics are counted (shared by every example of a run).
+    stats: ConformanceStats = ConformanceStats()
 
     def __init__(self) -> None:
         super().__init__()
         self.scenario = self.make_scenario()
+        self.stats.examples += 1
         self.model = _Model()
         self.live: Coordinator | None = None
         self.pending: _Pending | None = None
@@ -184,24 +226,26 @@ class SinkContractMachine(RuleBasedStateMachine):
         self,
         coordinator: Coordinator,
         steps: Generator[str, None, Any],
-        crash_at: int | None,
+        crash: Crash | None,
         what: str,
     ) -> tuple[bool, Any]:
-        """Run `steps`; with `crash_at` = k, abandon them after the k-th step (a crash)."""
-        taken = 0
+        """Run `steps`; with `crash` = (kind, n), abandon them after the n-th step of that kind
+        (no crash if there is none)."""
+        seen: Counter[str] = Counter()
         while True:
             try:
                 step = next(steps)
             except StopIteration as done:
                 return False, done.value
-            if crash_at is not None and taken == crash_at:
+            kind = step_kind(step)
+            if crash is not None and crash == (kind, seen[kind]):
                 note(f"CRASH of {what} after step {step!r}")
-                event("crash after", step.split(":")[0])
+                self.stats.crashes[kind] += 1
                 self.paused.append(_Paused(coordinator, steps, f"{what} paused after {step}"))
                 return True, None
-            taken += 1
+            seen[kind] += 1
 
-    def _start_new(self, crash_at: int | None) -> None:
+    def _start_new(self, crash_at: Crash | None) -> None:
         coordinator = self._coordinator()
         self.starts += 1
         crashed, report = self._run(
@@ -216,14 +260,14 @@ class SinkContractMachine(RuleBasedStateMachine):
 
     # -- rules ---------------------------------------------------------------------------------
     @precondition(lambda self: self.live is None)
-    @rule(crash_at=st.none() | st.integers(min_value=0, max_value=12))
-    def start_coordinator(self, crash_at: int | None) -> None:
+    @rule(crash_at=st.none() | recovery_crashes)
+    def start_coordinator(self, crash_at: Crash | None) -> None:
         """A (re)started driver: validation, fencing, recovery. May itself crash."""
         self._start_new(crash_at)
 
     @precondition(lambda self: self.live is not None and self.pending is None)
-    @rule(data=epoch_data, crash_at=st.none() | st.integers(min_value=0, max_value=40))
-    def run_epoch(self, data: list[list[tuple[Any, ...]]], crash_at: int | None) -> None:
+    @rule(data=epoch_data, crash_at=st.none() | epoch_crashes)
+    def run_epoch(self, data: list[list[tuple[Any, ...]]], crash_at: Crash | None) -> None:
         assert self.live is not None
         epoch = self.model.next_epoch
         rows = epoch_rows(epoch, data)
@@ -239,8 +283,8 @@ class SinkContractMachine(RuleBasedStateMachine):
         self._committed(epoch, rows)
 
     @precondition(lambda self: self.live is not None and self.pending is not None)
-    @rule(crash_at=st.none() | st.integers(min_value=0, max_value=40))
-    def replay_crashed_epoch(self, crash_at: int | None) -> None:
+    @rule(crash_at=st.none() | epoch_crashes)
+    def replay_crashed_epoch(self, crash_at: Crash | None) -> None:
         """Spark replays the batch that has an offset entry but no commit entry: same batch
         id, same data."""
         assert self.live is not None
@@ -270,6 +314,7 @@ class SinkContractMachine(RuleBasedStateMachine):
         assert result.outcome is EpochOutcome.ALREADY_COMMITTED, (
             f"replay of committed epoch {epoch} was not recognised: {result.outcome}"
         )
+        self.stats.replays_recognised += 1
 
     @precondition(lambda self: self.live is not None and bool(self.paused))
     @rule(which=st.integers(min_value=0), new_epoch=st.booleans(), data=epoch_data)
@@ -288,13 +333,15 @@ class SinkContractMachine(RuleBasedStateMachine):
                 assert result.outcome is EpochOutcome.ALREADY_COMMITTED, (
                     f"a zombie committed epoch {epoch}"
                 )
+                self.stats.zombies["finished a decided epoch"] += 1
             else:
                 note(f"zombie resumes: {zombie.what}")
                 for _ in zombie.steps:
                     pass
+                self.stats.zombies["resumed to the end"] += 1
         except DurableSinkError as exc:
             note(f"zombie stopped: {type(exc).__name__}: {exc}")
-            event("zombie stopped by", type(exc).__name__)
+            self.stats.zombies[type(exc).__name__] += 1
         after = self._visible()
         assert after == before or self._zombie_only_finished(before, after), (
             f"a zombie changed visible data: before {before} after {after}"
@@ -313,6 +360,7 @@ class SinkContractMachine(RuleBasedStateMachine):
         )
 
     def _committed(self, epoch: int, rows: list[list[Row]]) -> None:
+        self.stats.epochs_committed += 1
         self.model.committed[epoch] = flat(rows)
         self.model.next_epoch = epoch + 1
 
@@ -399,15 +447,17 @@ def run_conformance(
     max_examples: int | None = None,
     steps: int = 25,
     expect_failure: bool = False,
-) -> None:
+) -> ConformanceStats:
     """Run the state machine against fresh scenarios; raise (with the shrunk failing steps)
-    if any invariant breaks."""
+    if any invariant breaks. Returns what the run exercised."""
+    stats = ConformanceStats()
     machine = type(
         "SinkContractMachineFor",
         (SinkContractMachine,),
-        {"make_scenario": staticmethod(make_scenario)},
+        {"make_scenario": staticmethod(make_scenario), "stats": stats},
     )
     run_state_machine_as_test(
         machine,
         settings=conformance_settings(max_examples, steps=steps, expect_failure=expect_failure),
     )
+    return stats

@@ -9,7 +9,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from manifest import LocalDirectoryStore
-from sinks.testing import Scenario, Target, run_conformance
+from sinks.testing import (
+    EPOCH_STEP_KINDS,
+    RECOVERY_STEP_KINDS,
+    ConformanceStats,
+    Scenario,
+    Target,
+    run_conformance,
+)
 from tests.support.targets import FileTarget, JournalTarget
 
 
@@ -27,19 +34,36 @@ def scenario_of(*make_targets: Callable[[Path], Target]) -> Callable[[], Scenari
     return make
 
 
+EVERY_STEP_KIND = set(EPOCH_STEP_KINDS) | set(RECOVERY_STEP_KINDS)
+
+
+def check_exercised(stats: ConformanceStats, examples: int) -> None:
+    """The run really explored: crashes at every kind of step, zombies stopped by fencing,
+    epochs committed and replays recognised (a suite that never crashes proves nothing)."""
+    print(stats)
+    assert stats.examples >= examples
+    assert set(stats.crashes) >= EVERY_STEP_KIND, stats.crashes
+    assert stats.zombies["FencedError"] > 0, stats.zombies
+    assert stats.epochs_committed > examples
+    assert stats.replays_recognised > 0
+
+
 def test_file_sink_alone() -> None:
-    run_conformance(scenario_of(lambda f: FileTarget(f / "files")), max_examples=200)
+    stats = run_conformance(scenario_of(lambda f: FileTarget(f / "files")), max_examples=200)
+    check_exercised(stats, 200)
 
 
 def test_two_file_sinks_in_one_job() -> None:
-    run_conformance(
+    stats = run_conformance(
         scenario_of(lambda f: FileTarget(f / "a", "a"), lambda f: FileTarget(f / "b", "b")),
         max_examples=100,
     )
+    check_exercised(stats, 100)
 
 
 def test_file_sink_with_a_last_resource() -> None:
-    run_conformance(
+    stats = run_conformance(
         scenario_of(lambda f: FileTarget(f / "files"), lambda f: JournalTarget(f / "journal")),
         max_examples=100,
     )
+    check_exercised(stats, 100)
