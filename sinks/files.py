@@ -176,12 +176,8 @@ class FileSink:
     def begin_epoch(self, epoch: int) -> None:
         ctx = self._ctx()
         if self._current is not None:
-            raise ConfigError(
-                f"epoch {self._current.epoch} is still open; commit or roll it back first",
-                job=ctx.job_id,
-                sink=self.name,
-                epoch=epoch,
-            )
+            # A failed attempt whose rollback did not finish: the coordinator has moved on.
+            self._discard(self._current)
         attempt = self._attempts.get(epoch, 0)
         self._attempts[epoch] = attempt + 1
         name = ctx.participant(epoch, attempt)
@@ -315,13 +311,24 @@ class FileSink:
         self._counters["epochs_committed"] += 1
         return CommitOutcome.COMMITTED
 
+    def _discard(self, current: _Participant) -> None:
+        """Forget an unfinished attempt and remove its staging folder, best effort: what
+        cannot be removed now is a leftover the next generation's recovery removes."""
+        self._current = None
+        try:
+            if current.writer is not None:
+                current.writer.close()
+            remove_tree(current.staging)
+        except OSError:
+            return
+
     def rollback_epoch(self, epoch: int, handle: CommitHandle | None) -> None:
         current = self._current
         if handle is None and current is not None and current.epoch == epoch:
+            self._current = None
             if current.writer is not None:
                 current.writer.close()
             staging = current.staging
-            self._current = None
         elif handle is not None:
             if current is not None and str(current.name) == handle.participant:
                 self._current = None

@@ -1,0 +1,68 @@
+"""Decision records serialise canonically and refuse damaged input loudly."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from manifest import DecisionRecord
+from sinks import CommitHandle
+from sinks.errors import ManifestCorruptError
+
+
+def record(epoch: int = 3) -> DecisionRecord:
+    handles = (
+        CommitHandle("pg", epoch, "ds:j:pg:3:0:1-0", 10, 100, "abc", {"gid": "x"}),
+        CommitHandle("files", epoch, "ds:j:files:3:0:1-0", 10, 90, "def", {}),
+    )
+    return DecisionRecord("j", epoch, 1, handles, created_at=1.5)
+
+
+def test_round_trip() -> None:
+    original = record()
+    copy = DecisionRecord.from_bytes(original.to_bytes(), source="test")
+    assert copy == original
+    assert copy.created_at == 1.5
+    assert copy.rows() == {"pg": 10, "files": 10}
+    assert copy.commits(original.handles[0])
+    assert not copy.commits(CommitHandle("pg", 3, "ds:j:pg:3:0:2-0", 10, 100, "abc"))
+
+
+def test_serialisation_is_canonical() -> None:
+    assert record().to_bytes() == record().to_bytes()
+
+
+@pytest.mark.parametrize("cut", [1, 10, 50, -2])
+def test_truncated_record_is_an_error_naming_the_source(cut: int) -> None:
+    data = record().to_bytes()[:cut]
+    with pytest.raises(ManifestCorruptError, match=r"store/000003\.json"):
+        DecisionRecord.from_bytes(data, source="store/000003.json")
+
+
+def test_tampered_record_fails_its_checksum() -> None:
+    envelope = json.loads(record().to_bytes())
+    envelope["record"]["handles"][0]["rows"] = 11
+    with pytest.raises(ManifestCorruptError, match="checksum"):
+        DecisionRecord.from_bytes(json.dumps(envelope).encode(), source="x")
+
+
+def test_unknown_version_is_refused() -> None:
+    envelope = json.loads(record().to_bytes())
+    envelope["version"] = 99
+    with pytest.raises(ManifestCorruptError, match="version 99"):
+        DecisionRecord.from_bytes(json.dumps(envelope).encode(), source="x")
+
+
+def test_other_json_is_refused() -> None:
+    with pytest.raises(ManifestCorruptError, match="not a durable-sinks decision"):
+        DecisionRecord.from_bytes(b'{"hello": 1}', source="x")
+
+
+def test_handle_json_round_trip_and_version_check() -> None:
+    handle = record().handles[0]
+    assert CommitHandle.from_json(json.loads(handle.dumps())) == handle
+    with pytest.raises(ManifestCorruptError, match="version"):
+        CommitHandle.from_json({**handle.to_json(), "version": 2})
+    with pytest.raises(ManifestCorruptError, match="malformed"):
+        CommitHandle.from_json({"version": 1, "sink": "x"})

@@ -1,0 +1,147 @@
+"""The file sink on its own: bad input fails before anything is prepared and leaves nothing;
+commit and rollback are idempotent and work from a fresh instance given only the handle."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from sinks import (
+    CommitHandle,
+    CommitOutcome,
+    FileSink,
+    FileSinkConfig,
+    OpenContext,
+    SinkConnector,
+    create,
+    kinds,
+)
+from sinks.errors import ConfigError, ParticipantLostError, SchemaMismatchError
+from sinks.files import STAGING
+
+
+def opened(path: Path, generation: int = 1, job: str = "job") -> FileSink:
+    sink = FileSink(FileSinkConfig(str(path)))
+    sink.open(OpenContext(job, "files", generation))
+    return sink
+
+
+def batch(n: int = 3) -> pa.RecordBatch:
+    return pa.record_batch({"id": list(range(n)), "name": [f"r{i}" for i in range(n)]})
+
+
+def prepare(sink: FileSink, epoch: int, *batches: pa.RecordBatch) -> CommitHandle:
+    sink.begin_epoch(epoch)
+    for b in batches:
+        sink.write_batch(b)
+    return sink.pre_commit(epoch)
+
+
+def test_protocol_and_registry(tmp_path: Path) -> None:
+    assert "files" in kinds()
+    sink = create("files", {"path": str(tmp_path), "name": "events"})
+    assert isinstance(sink, SinkConnector)
+    assert sink.name == "events"
+    with pytest.raises(ConfigError, match="no sink kind 'nope'"):
+        create("nope", {})
+    with pytest.raises(ConfigError, match="unexpected keyword"):
+        create("files", {"path": str(tmp_path), "colour": "red"})
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ({"path": " "}, "`path` is empty"),
+        ({"path": "x", "compression": "zip"}, "compression"),
+        ({"path": "x", "name": "a/b"}, "invalid name"),
+    ],
+)
+def test_bad_config_is_refused_when_built(config: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        FileSinkConfig(**config)  # type: ignore[arg-type]
+
+
+def test_wrong_schema_fails_before_prepare_and_leaves_nothing(tmp_path: Path) -> None:
+    sink = opened(tmp_path)
+    sink.begin_epoch(0)
+    sink.write_batch(batch())
+    wrong = pa.record_batch({"id": ["not", "an", "int"], "extra": [1, 2, 3]})
+    with pytest.raises(SchemaMismatchError) as raised:
+        sink.write_batch(wrong)
+    message = str(raised.value)
+    assert "'id' has type string" in message
+    assert "'name' is missing" in message
+    assert "'extra' is not in the sink's schema" in message
+    sink.rollback_epoch(0, None)
+    assert list((tmp_path / STAGING).iterdir()) == []
+    assert list(tmp_path.glob("epoch=*")) == []
+
+
+def test_commit_is_atomic_idempotent_and_works_from_another_instance(tmp_path: Path) -> None:
+    writer = opened(tmp_path)
+    handle = prepare(writer, 0, batch(2), batch(3))
+    assert handle.rows == 5
+    assert list(tmp_path.glob("epoch=*")) == []  # prepared: invisible to readers
+
+    # Another process, given only the JSON of the handle, commits it.
+    other = opened(tmp_path, generation=2)
+    revived = CommitHandle.from_json(json.loads(handle.dumps()))
+    assert other.commit_epoch(0, revived) is CommitOutcome.COMMITTED
+    assert other.commit_epoch(0, revived) is CommitOutcome.ALREADY_COMMITTED
+    assert writer.commit_epoch(0, handle) is CommitOutcome.ALREADY_COMMITTED
+    table = pq.read_table(tmp_path / "epoch=0" / "part=0")
+    assert table.num_rows == 5
+    assert other.last_committed_epoch() == 0
+    assert opened(tmp_path, generation=3).last_committed_epoch() == 0
+
+
+def test_rollback_is_idempotent_and_never_publishes(tmp_path: Path) -> None:
+    sink = opened(tmp_path)
+    handle = prepare(sink, 4, batch())
+    sink.rollback_epoch(4, handle)
+    sink.rollback_epoch(4, handle)
+    assert list((tmp_path / STAGING).iterdir()) == []
+    assert list(tmp_path.glob("epoch=*")) == []
+    with pytest.raises(ParticipantLostError, match="neither prepared"):
+        sink.commit_epoch(4, handle)
+
+
+def test_recover_prepared_finds_older_generations_only_and_drops_half_written(
+    tmp_path: Path,
+) -> None:
+    old = opened(tmp_path, generation=1)
+    prepared = prepare(old, 7, batch())
+    old.begin_epoch(8)
+    old.write_batch(batch())  # half-written, never prepared
+    new = opened(tmp_path, generation=2)
+    mine = prepare(new, 9, batch())
+    assert new.recover_prepared() == [prepared]
+    leftovers = sorted(p.name for p in (tmp_path / STAGING).iterdir())
+    assert leftovers == sorted([prepared.participant, mine.participant])
+
+
+def test_empty_epoch_is_published_with_its_marker(tmp_path: Path) -> None:
+    sink = opened(tmp_path)
+    handle = prepare(sink, 0)
+    assert handle.rows == 0
+    sink.commit_epoch(0, handle)
+    assert sink.last_committed_epoch() == 0
+    assert not list(tmp_path.glob("epoch=0/part=0/*.parquet"))
+
+
+def test_another_jobs_folder_is_refused(tmp_path: Path) -> None:
+    sink = opened(tmp_path, job="first")
+    sink.commit_epoch(0, prepare(sink, 0, batch()))
+    with pytest.raises(ConfigError, match="written by job 'first'"):
+        opened(tmp_path, job="second")
+
+
+def test_unwritable_folder_is_a_config_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(ConfigError, match="cannot create"):
+        opened(blocker / "data")

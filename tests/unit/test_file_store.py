@@ -1,0 +1,161 @@
+"""The local-directory decision store: create-only records, generations that fence, O(1)
+lookups, expiry, and loud errors on damage."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from manifest import DecisionRecord, LocalDirectoryStore, MemoryDecisionStore
+from manifest._store import DecisionStore
+from sinks import CommitHandle
+from sinks.errors import ConfigError, FencedError, ManifestCorruptError, ManifestError
+
+
+def decision(
+    epoch: int, generation: int, participant: str = "p", job: str = "job"
+) -> DecisionRecord:
+    handle = CommitHandle(
+        "files", epoch, f"ds:{job}:files:{epoch}:0:{generation}-0-{participant}", 1, 1, "c"
+    )
+    return DecisionRecord(job, epoch, generation, (handle,))
+
+
+def opened(path: Path, job: str = "job") -> LocalDirectoryStore:
+    store = LocalDirectoryStore(path)
+    store.open(job)
+    return store
+
+
+def test_stores_satisfy_the_protocol(tmp_path: Path) -> None:
+    assert isinstance(LocalDirectoryStore(tmp_path), DecisionStore)
+    assert isinstance(MemoryDecisionStore(), DecisionStore)
+    assert LocalDirectoryStore(tmp_path).durable
+    assert not LocalDirectoryStore(tmp_path, fsync=False).durable
+    assert not MemoryDecisionStore().durable
+
+
+def test_put_is_create_only_and_first_wins(tmp_path: Path) -> None:
+    store = opened(tmp_path)
+    first = decision(5, store.generation, "first")
+    assert store.put(first) == first
+    second = decision(5, store.generation, "second")
+    assert store.put(second) == first
+    assert store.get(5) == first
+    assert store.get(6) is None
+
+
+def test_each_open_claims_a_higher_generation_and_fences_the_older(tmp_path: Path) -> None:
+    old = opened(tmp_path)
+    new = opened(tmp_path)
+    assert new.generation == old.generation + 1
+    with pytest.raises(FencedError, match="newer coordinator"):
+        old.put(decision(1, old.generation))
+    assert new.get(1) is None
+    new.put(decision(1, new.generation))
+    assert old.get(1) == new.get(1)  # a fenced store can still read
+
+
+def test_decisions_of_a_fenced_generation_are_promoted(tmp_path: Path) -> None:
+    old = opened(tmp_path)
+    made = decision(1, old.generation)
+    old.put(made)
+    # Simulate a crash between the commit point (link into the generation folder) and the
+    # link into decisions/: remove the latter.
+    (tmp_path / "job" / "decisions" / "000000000001.json").unlink()
+    new = opened(tmp_path)
+    assert new.get(1) == made
+    assert new.latest_epoch() == 1
+
+
+def test_jobs_are_separate(tmp_path: Path) -> None:
+    a, b = opened(tmp_path, "a"), opened(tmp_path, "b")
+    a.put(decision(1, a.generation, job="a"))
+    assert b.get(1) is None
+    assert b.generation == 1
+    with pytest.raises(ManifestError, match="handed to the store of job b"):
+        b.put(decision(2, b.generation, job="a"))
+
+
+def test_latest_epoch_with_and_without_its_hint(tmp_path: Path) -> None:
+    store = opened(tmp_path)
+    assert store.latest_epoch() is None
+    for epoch in (0, 1, 2, 7):
+        store.put(decision(epoch, store.generation))
+    assert store.latest_epoch() == 7
+    (tmp_path / "job" / "latest").unlink()
+    assert store.latest_epoch() == 7
+    (tmp_path / "job" / "latest").write_text("garbage")
+    assert store.latest_epoch() == 7
+
+
+def test_expiry_removes_only_finished_records_below_the_bound(tmp_path: Path) -> None:
+    store = opened(tmp_path)
+    for epoch in range(10):
+        store.put(decision(epoch, store.generation))
+        if epoch != 4:
+            store.mark_finished(epoch)
+    assert store.expire(before_epoch=8) == 4  # 0-3; stops at unfinished 4
+    assert [store.get(e) is None for e in range(6)] == [True] * 4 + [False] * 2
+    store.mark_finished(4)
+    assert store.expire(before_epoch=8) == 4  # 4-7
+    assert store.get(7) is None
+    assert store.get(8) is not None
+    assert store.latest_epoch() == 9
+    assert store.expire(before_epoch=8) == 0
+
+
+def test_corrupt_record_is_an_error_naming_the_file(tmp_path: Path) -> None:
+    store = opened(tmp_path)
+    store.put(decision(3, store.generation))
+    path = tmp_path / "job" / "decisions" / "000000000003.json"
+    data = path.read_bytes()
+    path.unlink()  # the file is a hard link: replace it, do not write through it
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(ManifestCorruptError, match=r"000000000003\.json"):
+        store.get(3)
+
+
+def test_unwritable_location_is_a_config_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    with pytest.raises(ConfigError, match="cannot create the decision store"):
+        LocalDirectoryStore(blocker / "store").open("job")
+
+
+def test_use_before_open_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(ManifestError, match="not open"):
+        LocalDirectoryStore(tmp_path).get(1)
+
+
+def test_lookups_do_not_scan_history(tmp_path: Path) -> None:
+    """get() opens one file by name: with 5,000 records it touches as many paths as with 1."""
+    store = opened(tmp_path)
+    for epoch in range(5000):
+        store.put(decision(epoch, store.generation))
+    calls: list[str] = []
+    real_scandir = os.scandir
+
+    def counting_scandir(path: object = ".") -> object:
+        calls.append(str(path))
+        return real_scandir(path)  # type: ignore[call-overload]
+
+    os.scandir = counting_scandir  # type: ignore[assignment]
+    try:
+        assert store.get(4321) is not None
+        assert store.latest_epoch() == 4999
+    finally:
+        os.scandir = real_scandir
+    assert calls == []
+
+
+def test_memory_store_fences_too() -> None:
+    old = MemoryDecisionStore()
+    old.open("job")
+    new = MemoryDecisionStore(old.backend)
+    new.open("job")
+    with pytest.raises(FencedError):
+        old.put(decision(1, 1))
+    assert new.put(decision(1, 2)) == decision(1, 2)

@@ -1,0 +1,95 @@
+"""Validation at job start names the sink, what is missing and the fix; the recovery table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from coordinator import Resolution, resolve, validate
+from manifest import DecisionRecord, LocalDirectoryStore, MemoryDecisionStore
+from sinks import CommitHandle, DeliveryGuarantee, FileSink, FileSinkConfig, SinkCapabilities
+from sinks.errors import CapabilityError, ConfigError
+from tests.support.journal_sink import JournalSink
+
+
+class Limited(FileSink):
+    def __init__(self, path: Path, name: str, caps: SinkCapabilities) -> None:
+        super().__init__(FileSinkConfig(str(path), name=name))
+        self._caps = caps
+
+    def capabilities(self) -> SinkCapabilities:
+        return self._caps
+
+
+def files(path: Path, name: str = "files") -> FileSink:
+    return FileSink(FileSinkConfig(str(path / name), name=name))
+
+
+def test_a_plain_file_job_validates(tmp_path: Path) -> None:
+    assert validate("job", [files(tmp_path)], LocalDirectoryStore(tmp_path)) is None
+
+
+def test_exactly_once_needs_a_durable_store(tmp_path: Path) -> None:
+    with pytest.raises(CapabilityError, match="durable decision store") as raised:
+        validate("job", [files(tmp_path)], MemoryDecisionStore())
+    assert raised.value.fix is not None
+    assert "LocalDirectoryStore" in raised.value.fix
+    validate("job", [files(tmp_path)], MemoryDecisionStore(), DeliveryGuarantee.AT_LEAST_ONCE)
+
+
+def test_every_sink_must_be_exactly_once(tmp_path: Path) -> None:
+    weak = Limited(tmp_path, "weak", SinkCapabilities(two_phase_commit=True))
+    with pytest.raises(CapabilityError, match="cannot give exactly-once") as raised:
+        validate("job", [files(tmp_path), weak], LocalDirectoryStore(tmp_path))
+    assert raised.value.sink == "weak"
+    assert "AT_LEAST_ONCE" in (raised.value.fix or "")
+
+
+def test_exactly_once_needs_two_phase_commit(tmp_path: Path) -> None:
+    sink = Limited(tmp_path, "one-phase", SinkCapabilities(exactly_once=True))
+    with pytest.raises(CapabilityError, match="two-phase commit"):
+        validate("job", [sink], LocalDirectoryStore(tmp_path))
+
+
+def test_executor_mode_needs_distributed_prepare(tmp_path: Path) -> None:
+    journal = JournalSink(tmp_path / "journal")
+    with pytest.raises(CapabilityError, match="executor mode") as raised:
+        validate(
+            "job", [files(tmp_path), journal], LocalDirectoryStore(tmp_path), executor_mode=True
+        )
+    assert raised.value.sink == "journal"
+    assert "driver mode" in (raised.value.fix or "")
+
+
+def test_at_most_one_last_resource(tmp_path: Path) -> None:
+    one = JournalSink(tmp_path / "j1", name="j1")
+    assert validate("job", [files(tmp_path), one], LocalDirectoryStore(tmp_path)) is one
+    two = JournalSink(tmp_path / "j2", name="j2")
+    with pytest.raises(CapabilityError, match=r"\['j1', 'j2'\]"):
+        validate("job", [one, two], LocalDirectoryStore(tmp_path))
+
+
+def test_a_non_resumable_sink_must_carry_the_decision(tmp_path: Path) -> None:
+    sink = Limited(tmp_path, "fragile", SinkCapabilities(exactly_once=True, two_phase_commit=True))
+    with pytest.raises(CapabilityError, match="cannot carry the commit decision") as raised:
+        validate("job", [sink], LocalDirectoryStore(tmp_path))
+    assert "LastResource" in (raised.value.fix or "")
+
+
+def test_config_mistakes(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="job_id is empty"):
+        validate(" ", [files(tmp_path)], LocalDirectoryStore(tmp_path))
+    with pytest.raises(ConfigError, match="no sinks"):
+        validate("job", [], LocalDirectoryStore(tmp_path))
+    with pytest.raises(ConfigError, match=r"\['files'\] are used more than once"):
+        validate("job", [files(tmp_path), files(tmp_path)], LocalDirectoryStore(tmp_path))
+
+
+def test_recovery_table() -> None:
+    mine = CommitHandle("pg", 4, "ds:j:pg:4:0:1-0", 1, 1, "c")
+    other_attempt = CommitHandle("pg", 4, "ds:j:pg:4:0:2-0", 1, 1, "c")
+    decided = DecisionRecord("j", 4, 1, (mine,))
+    assert resolve(decided, mine) is Resolution.COMMIT
+    assert resolve(decided, other_attempt) is Resolution.ROLL_BACK
+    assert resolve(None, mine) is Resolution.ROLL_BACK
