@@ -8,8 +8,8 @@ PY     := $(VENV)/bin/python
 # Reinstall whenever pyproject.toml changes.
 STAMP  := $(VENV)/.installed-$(shell sha256sum pyproject.toml 2>/dev/null | cut -c1-16)
 
-.PHONY: test check lint typecheck pytest install services-up services-down services-status \
-        services-reset
+.PHONY: test test-crash check lint typecheck pytest install services-up services-down \
+        services-status services-reset bench
 
 test: install
 	@# In CI the servers are stopped afterwards, pass or fail; on a workstation they stay up
@@ -20,6 +20,14 @@ test: install
 	exit $$status
 
 check: lint typecheck pytest
+
+# The extended crash/replay run (docs/testing.md): 2,000 generated examples per conformance
+# scenario and 50 random SIGKILLs. About 15 minutes; not part of `make test`.
+test-crash: install
+	DS_CONFORMANCE_EXAMPLES=2000 DS_SIGKILL_RUNS=50 $(PY) -m pytest tests/crash $(PYTEST_ARGS)
+
+bench: install
+	$(PY) -m benchmarks.protocol_overhead
 
 lint: install
 	$(PY) -m ruff check .

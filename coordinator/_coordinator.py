@@ -278,10 +278,11 @@ class Coordinator:
             yield from self._finish(winner, metrics, log)
             return self._result(EpochOutcome.ALREADY_COMMITTED, winner, metrics)
         yield from self._finish(record, metrics, log)
+        with metrics.phase("finish"):
+            self.store.expire(epoch - self.retain_epochs + 1)
         self.totals.epochs_committed += 1
         self.totals.rows += sum(metrics.rows.values())
         self.totals.bytes += sum(metrics.bytes.values())
-        self.store.expire(epoch - self.retain_epochs + 1)
         log.info(
             "committed %d rows in %d batches (protocol %.1f ms)",
             sum(h.rows for h in record.handles),

@@ -266,8 +266,9 @@ class LocalDirectoryStore:
         last call stopped."""
         self._require_open()
         start = self._read_hint("expired-below")
-        if start is None:  # first expiry in this folder: start at the oldest record
-            start = min(self._decided_epochs(), default=before_epoch)
+        if start is None:  # first expiry in this folder: start at the oldest record, once
+            start = min(self._decided_epochs(), default=max(before_epoch, 0))
+            replace_atomically(self._home / "expired-below", str(start).encode())
         removed = 0
         epoch = start
         while epoch < before_epoch:

@@ -3,23 +3,14 @@
 from __future__ import annotations
 
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
-
-import pyarrow as pa
 
 from coordinator import Coordinator
 from manifest import DecisionStore, LocalDirectoryStore
-from sinks import (
-    CommitHandle,
-    CommitOutcome,
-    FileSink,
-    OpenContext,
-    SinkCapabilities,
-    SinkConnector,
-    WriteResult,
-)
+from sinks import CommitHandle, CommitOutcome, FileSink, SinkConnector
 from sinks.files import MARKER
+from tests.support.faulty import Faulty
 
 
 class NonIdempotentCommitSink(FileSink):
@@ -66,56 +57,13 @@ class MarkerOutsideTransactionSink(FileSink):
         return self._scan_last_committed()
 
 
-class _CommitsAtPrepare:
+class _CommitsAtPrepare(Faulty):
     """Wraps a sink so its data is committed in phase 1: the decision comes after."""
-
-    def __init__(self, inner: SinkConnector) -> None:
-        self.inner = inner
-
-    @property
-    def name(self) -> str:
-        return self.inner.name
 
     def pre_commit(self, epoch: int) -> CommitHandle:
         handle = self.inner.pre_commit(epoch)
         self.inner.commit_epoch(epoch, handle)
         return handle
-
-    def open(self, context: OpenContext) -> None:
-        self.inner.open(context)
-
-    def begin_epoch(self, epoch: int) -> None:
-        self.inner.begin_epoch(epoch)
-
-    def write_batch(self, batch: pa.RecordBatch) -> WriteResult:
-        return self.inner.write_batch(batch)
-
-    def commit_epoch(self, epoch: int, handle: CommitHandle) -> CommitOutcome:
-        return self.inner.commit_epoch(epoch, handle)
-
-    def rollback_epoch(self, epoch: int, handle: CommitHandle | None) -> None:
-        self.inner.rollback_epoch(epoch, handle)
-
-    def recover_prepared(self) -> list[CommitHandle]:
-        return self.inner.recover_prepared()
-
-    def last_committed_epoch(self) -> int | None:
-        return self.inner.last_committed_epoch()
-
-    def capabilities(self) -> SinkCapabilities:
-        return self.inner.capabilities()
-
-    def schema(self) -> pa.Schema | None:
-        return self.inner.schema()
-
-    def health_check(self) -> None:
-        self.inner.health_check()
-
-    def metrics(self) -> Mapping[str, float]:
-        return self.inner.metrics()
-
-    def close(self) -> None:
-        self.inner.close()
 
 
 class DecisionAfterCommitCoordinator(Coordinator):

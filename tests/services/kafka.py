@@ -9,20 +9,18 @@ from __future__ import annotations
 
 import base64
 import uuid
+from pathlib import Path
 
 from ._layout import Layout
 from ._maven import classpath, require_java
 from ._process import (
     port_accepts,
-    read_pid,
     require_free_ports,
     run,
     start_daemon,
-    stop_group,
-    wait_ports_released,
     wait_until,
 )
-from ._service import Status, remove_tree
+from ._service import Daemon, remove_tree
 from .endpoints import KafkaEndpoint
 
 NAME = "kafka"
@@ -55,8 +53,9 @@ logger.request.level = WARN
 """
 
 
-class Kafka:
+class Kafka(Daemon):
     name = NAME
+    stop_timeout = 60.0
 
     def __init__(self, layout: Layout) -> None:
         self.layout = layout
@@ -66,13 +65,12 @@ class Kafka:
         self.out = self.home / "kafka.out"
         self.pid_file = self.home / "kafka.pid"
         self.config = self.home / "server.properties"
-        self.ports = {"broker": layout.kafka.broker, "controller": layout.kafka.controller}
+
+    def ports(self) -> dict[str, int]:
+        return {"broker": self.layout.kafka.broker, "controller": self.layout.kafka.controller}
 
     def endpoint(self) -> KafkaEndpoint:
         return KafkaEndpoint(f"127.0.0.1:{self.layout.kafka.broker}")
-
-    def pid(self) -> int | None:
-        return read_pid(self.pid_file)
 
     def up(self) -> None:
         if self.pid() is not None:
@@ -85,7 +83,7 @@ class Kafka:
                 alive=lambda: self.pid() is not None,
             )
             return
-        require_free_ports(NAME, self.ports)
+        require_free_ports(NAME, self.ports())
         require_java(NAME)
         lib = classpath(NAME, "kafka.xml", self.layout.cache)
         self.home.mkdir(parents=True, exist_ok=True)
@@ -160,23 +158,11 @@ class Kafka:
             return False
         return len(metadata.brokers) == 1
 
-    def down(self) -> None:
-        pid = self.pid()
-        if pid is not None:
-            stop_group(NAME, pid, timeout=60)
-            wait_ports_released(NAME, self.ports)
-        self.pid_file.unlink(missing_ok=True)
+    def describe(self) -> str:
+        return f"bootstrap {self.endpoint().bootstrap_servers}"
 
-    def reset(self) -> None:
-        self.down()
-        remove_tree(self.home)
-
-    def status(self) -> Status:
-        pid = self.pid()
-        detail = f"bootstrap {self.endpoint().bootstrap_servers}"
-        if pid is not None:
-            detail += " (answering)" if self.ready() else " (NOT answering)"
-        return Status(NAME, pid is not None, pid, detail, (self.logs / "server.log", self.out))
+    def log_files(self) -> tuple[Path, ...]:
+        return (self.logs / "server.log", self.out)
 
     def _write_config(self) -> None:
         broker, controller = self.layout.kafka.broker, self.layout.kafka.controller

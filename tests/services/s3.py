@@ -17,14 +17,11 @@ from pathlib import Path
 from ._layout import Layout
 from ._process import (
     ServiceError,
-    read_pid,
     require_free_ports,
     start_daemon,
-    stop_group,
-    wait_ports_released,
     wait_until,
 )
-from ._service import Status, remove_tree
+from ._service import Daemon
 from .endpoints import S3Endpoint
 
 NAME = "s3"
@@ -49,7 +46,7 @@ def weed_binary() -> Path:
     return Path(found)
 
 
-class S3:
+class S3(Daemon):
     name = NAME
 
     def __init__(self, layout: Layout) -> None:
@@ -70,12 +67,9 @@ class S3:
             BUCKET,
         )
 
-    def pid(self) -> int | None:
-        return read_pid(self.pid_file)
-
     def up(self) -> None:
         if self.pid() is None:
-            require_free_ports(NAME, self.layout.s3.all())
+            require_free_ports(NAME, self.ports())
             self._start()
         wait_until(
             NAME,
@@ -168,23 +162,14 @@ class S3:
         except ClientError:
             client.create_bucket(Bucket=BUCKET)
 
-    def down(self) -> None:
-        pid = self.pid()
-        if pid is not None:
-            stop_group(NAME, pid, timeout=30)
-            wait_ports_released(NAME, self.layout.s3.all())
-        self.pid_file.unlink(missing_ok=True)
+    def ports(self) -> dict[str, int]:
+        return self.layout.s3.all()
 
-    def reset(self) -> None:
-        self.down()
-        remove_tree(self.home)
+    def describe(self) -> str:
+        return f"http://127.0.0.1:{self.layout.s3.s3} bucket {BUCKET}"
 
-    def status(self) -> Status:
-        pid = self.pid()
-        detail = f"http://127.0.0.1:{self.layout.s3.s3} bucket {BUCKET}"
-        if pid is not None:
-            detail += " (answering)" if self.ready() else " (NOT answering)"
-        return Status(NAME, pid is not None, pid, detail, (self.log,))
+    def log_files(self) -> tuple[Path, ...]:
+        return (self.log,)
 
     def _credentials(self, *, create: bool) -> dict[str, str]:
         try:

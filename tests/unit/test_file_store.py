@@ -131,7 +131,8 @@ def test_use_before_open_is_an_error(tmp_path: Path) -> None:
 
 
 def test_lookups_do_not_scan_history(tmp_path: Path) -> None:
-    """get() opens one file by name: with 5,000 records it touches as many paths as with 1."""
+    """get(), latest_epoch() and the per-epoch expire() open files by name: with 5,000
+    records they list no folder."""
     store = opened(tmp_path)
     for epoch in range(5000):
         store.put(decision(epoch, store.generation))
@@ -142,10 +143,15 @@ def test_lookups_do_not_scan_history(tmp_path: Path) -> None:
         calls.append(str(path))
         return real_scandir(path)  # type: ignore[call-overload]
 
+    store.expire(before_epoch=-9000)  # the first expiry in a folder scans once...
     os.scandir = counting_scandir  # type: ignore[assignment]
     try:
         assert store.get(4321) is not None
         assert store.latest_epoch() == 4999
+        for epoch in range(5000, 5010):  # ...later ones, like a coordinator's per epoch, never
+            store.put(decision(epoch, store.generation))
+            store.mark_finished(epoch)
+            store.expire(before_epoch=epoch - 10_000)
     finally:
         os.scandir = real_scandir
     assert calls == []
