@@ -22,7 +22,7 @@ test: install
 check: lint typecheck pytest
 
 # The extended crash/replay run (docs/testing.md): 2,000 generated examples per conformance
-# scenario and 50 random SIGKILLs. About 15 minutes; not part of `make test`.
+# scenario and 50 random SIGKILLs. About 13 minutes; not part of `make test`.
 test-crash: install
 	DS_CONFORMANCE_EXAMPLES=2000 DS_SIGKILL_RUNS=50 $(PY) -m pytest tests/crash $(PYTEST_ARGS)
 
