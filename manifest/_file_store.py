@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import weakref
 from pathlib import Path
 
 from sinks._durable_fs import (
@@ -117,6 +118,8 @@ class LocalDirectoryStore:
                 ) from None
             self._own = mine / "decisions"
             self._own_fd = os.open(self._own, os.O_RDONLY | os.O_DIRECTORY)
+            # An abandoned store (a crashed or fenced coordinator) must not leak its descriptor.
+            self._finalizer = weakref.finalize(self, _close_quietly, self._own_fd)
             if self.fsync:
                 fsync_dir(mine)
                 fsync_dir(self._home / "generations")
@@ -298,5 +301,10 @@ class LocalDirectoryStore:
 
     def close(self) -> None:
         if self._own_fd is not None:
-            os.close(self._own_fd)
+            self._finalizer()
             self._own_fd = None
+
+
+def _close_quietly(fd: int) -> None:
+    with contextlib.suppress(OSError):
+        os.close(fd)

@@ -33,6 +33,7 @@ it (as a restarted process would), `committed_rows()` reads what the target's re
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections import Counter
 from collections.abc import Callable, Generator, Sequence
@@ -408,9 +409,15 @@ class SinkContractMachine(RuleBasedStateMachine):
             assert decision == first, f"decision of epoch {epoch} changed: {first} -> {decision}"
 
     def teardown(self) -> None:
+        """Release what every coordinator of the example holds (files, connections): the
+        example is over, so this changes nothing it checked."""
+        coordinators = [p.coordinator for p in self.paused]
+        if self.live is not None:
+            coordinators.append(self.live)
         try:
-            if self.live is not None:
-                self.live.close()
+            for coordinator in coordinators:
+                with contextlib.suppress(Exception):
+                    coordinator.close()
         finally:
             self.scenario.cleanup()
 

@@ -3,6 +3,8 @@ their commits), and with the journal last resource (Kafka's commit semantics).""
 
 from __future__ import annotations
 
+import gc
+import os
 import shutil
 import tempfile
 from collections.abc import Callable, Sequence
@@ -34,7 +36,9 @@ def scenario_of(*make_targets: Callable[[Path], Target]) -> Callable[[], Scenari
     return make
 
 
-EVERY_STEP_KIND = set(EPOCH_STEP_KINDS) | set(RECOVERY_STEP_KINDS)
+# Crashes while resolving leftovers need a crash that left some, then a restart crashing at
+# that step: too rare to demand of every random run; test_sigkill.py covers it every time.
+EVERY_STEP_KIND = set(EPOCH_STEP_KINDS) | set(RECOVERY_STEP_KINDS) - {"recovery:after-resolve"}
 
 
 def check_exercised(stats: ConformanceStats, examples: int) -> None:
@@ -48,9 +52,18 @@ def check_exercised(stats: ConformanceStats, examples: int) -> None:
     assert stats.replays_recognised > 0
 
 
+def open_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
 def test_file_sink_alone() -> None:
+    before = open_descriptors()
     stats = run_conformance(scenario_of(lambda f: FileTarget(f / "files")), max_examples=200)
     check_exercised(stats, 200)
+    gc.collect()
+    # Abandoned coordinators must not leak descriptors (they once pushed later tests' sockets
+    # past select()'s limit of 1024).
+    assert open_descriptors() - before < 20
 
 
 def test_two_file_sinks_in_one_job() -> None:
