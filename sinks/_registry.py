@@ -58,4 +58,21 @@ def _files(config: Mapping[str, Any]) -> SinkConnector:
         raise ConfigError(f"files sink: {exc}", fix="see FileSinkConfig for the options") from exc
 
 
+def _postgres(config: Mapping[str, Any]) -> SinkConnector:
+    from .postgres import PostgresSink, PostgresSinkConfig
+
+    options = dict(config)
+    if "key" in options and not isinstance(options["key"], tuple):
+        options["key"] = (
+            (options["key"],) if isinstance(options["key"], str) else tuple(options["key"])
+        )
+    try:
+        return PostgresSink(PostgresSinkConfig(**options))
+    except TypeError as exc:
+        raise ConfigError(
+            f"postgres sink: {exc}", fix="see PostgresSinkConfig for the options"
+        ) from None
+
+
 register("files", _files)
+register("postgres", _postgres)

@@ -102,7 +102,12 @@ class Scenario:
 
 
 # -- generated data ----------------------------------------------------------------------------
-_text = st.one_of(st.none(), st.text(max_size=12))
+# U+0000 is left out: Postgres text cannot hold it (its sink refuses such batches with a
+# SchemaMismatchError, tested on its own).
+_text = st.one_of(
+    st.none(),
+    st.text(alphabet=st.characters(codec="utf-8", exclude_characters="\x00"), max_size=12),
+)
 _values = st.tuples(
     st.one_of(st.none(), st.integers(min_value=-(2**63), max_value=2**63 - 1)),
     _text,
@@ -409,8 +414,22 @@ class SinkContractMachine(RuleBasedStateMachine):
             assert decision == first, f"decision of epoch {epoch} changed: {first} -> {decision}"
 
     def teardown(self) -> None:
-        """Release what every coordinator of the example holds (files, connections): the
-        example is over, so this changes nothing it checked."""
+        """Settle the example (restart and replay as Spark would, if it ended mid-crash) and
+        check the settled state, so every example ends with nothing left behind; then release
+        what every coordinator of the example holds (files, connections)."""
+        try:
+            self._settle()
+        finally:
+            self._release()
+
+    def _settle(self) -> None:
+        if self.live is None:
+            self._start_new(None)
+        if self.pending is not None:
+            self.replay_crashed_epoch(None)
+        self.settled_state_is_exact()
+
+    def _release(self) -> None:
         coordinators = [p.coordinator for p in self.paused]
         if self.live is not None:
             coordinators.append(self.live)

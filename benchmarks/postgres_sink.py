@@ -1,0 +1,179 @@
+"""The Postgres sink in exactly-once mode vs raw `psql \\copy ... (FORMAT binary)` of the same rows.
+
+    .venv/bin/python -m benchmarks.postgres_sink [--rows 1000000] [--epoch-rows 100000]
+
+Needs the test bed's Postgres (`python -m tests.services up postgres`). The same rows
+(bigint, text, float8, timestamptz) are encoded once to a binary COPY file for psql; our sink
+gets them as Arrow record batches, `--epoch-rows` per epoch, through the coordinator with the
+local-directory decision store (fsync on): COPY, PREPARE TRANSACTION, decision, COMMIT PREPARED.
+Raw and ours alternate (raw, ours, raw, ours) into fresh tables and the best of each is kept, so
+drift in the machine hits both. Then: per-epoch 2PC overhead (pre_commit + decision + commit)
+over many small epochs, and the upsert mode's rate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pgpq
+import psycopg
+import pyarrow as pa
+import pyarrow.compute as pc
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from coordinator import Coordinator
+from manifest import LocalDirectoryStore
+from sinks.postgres import PostgresSink, PostgresSinkConfig
+from tests.services import Testbed
+
+SCHEMA = "bench"
+TABLE_DDL = "(id bigint, body text, score double precision, at timestamptz)"
+
+
+def make_rows(count: int) -> pa.Table:
+    rng = random.Random(7)
+    start = int(datetime(2026, 1, 1, tzinfo=UTC).timestamp() * 1e6)
+    ids = pa.array(range(count), pa.int64())
+    return pa.table(
+        {
+            "id": ids,
+            "body": pa.array([f"event body {i % 1000:04d} lorem ipsum" for i in range(count)]),
+            "score": pa.array([rng.random() for _ in range(count)], pa.float64()),
+            "at": pc.add(pc.multiply(ids, 1000), start).cast(pa.timestamp("us", tz="UTC")),
+        }
+    )
+
+
+def copy_file(table: pa.Table, path: Path) -> None:
+    encoder = pgpq.ArrowToPostgresBinaryEncoder(table.schema)
+    with path.open("wb") as out:
+        out.write(encoder.write_header())
+        for batch in table.to_batches(max_chunksize=100_000):
+            out.write(encoder.write_batch(batch))
+        out.write(encoder.finish())
+
+
+def reset_table(conn: psycopg.Connection[tuple[Any, ...]], name: str, *, key: bool = False) -> None:
+    conn.execute(f"DROP TABLE IF EXISTS {SCHEMA}.{name}")
+    ddl = TABLE_DDL.replace("id bigint", "id bigint PRIMARY KEY") if key else TABLE_DDL
+    conn.execute(f"CREATE TABLE {SCHEMA}.{name} {ddl}")
+    conn.execute("CHECKPOINT")
+
+
+def raw_copy(dsn: str, name: str, path: Path) -> float:
+    params = conninfo_to_dict(dsn)
+    env = {**os.environ, "PGPASSWORD": str(params.pop("password", ""))}
+    started = time.perf_counter()
+    subprocess.run(
+        [
+            "psql",
+            make_conninfo(**{k: str(v) for k, v in params.items()}),
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-qc",
+            f"\\copy {SCHEMA}.{name} FROM '{path}' (FORMAT binary)",
+        ],
+        env=env,
+        check=True,
+        capture_output=True,
+    )
+    return time.perf_counter() - started
+
+
+def ours(
+    dsn: str, name: str, table: pa.Table, epoch_rows: int, store: Path, mode: str = "append"
+) -> tuple[float, list[float]]:
+    shutil.rmtree(store, ignore_errors=True)
+    options = {"mode": "upsert", "key": ("id",)} if mode == "upsert" else {}
+    sink = PostgresSink(PostgresSinkConfig(dsn, f"{SCHEMA}.{name}", **options))  # type: ignore[arg-type]
+    coordinator = Coordinator(f"bench-{name}", [sink], LocalDirectoryStore(store))
+    coordinator.start()
+    protocol = []
+    started = time.perf_counter()
+    for epoch, offset in enumerate(range(0, table.num_rows, epoch_rows)):
+        chunk = table.slice(offset, epoch_rows)
+        result = coordinator.run_epoch(epoch, chunk.to_batches(max_chunksize=epoch_rows))
+        protocol.append(result.metrics.protocol_seconds)
+    elapsed = time.perf_counter() - started
+    coordinator.close()
+    return elapsed, protocol
+
+
+def count(conn: psycopg.Connection[tuple[Any, ...]], name: str) -> int:
+    row = conn.execute(f"SELECT count(*) FROM {SCHEMA}.{name}").fetchone()
+    return int(row[0]) if row else 0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--epoch-rows", type=int, default=100_000)
+    parser.add_argument("--small-epochs", type=int, default=300)
+    args = parser.parse_args()
+    dsn = Testbed.create().postgres.endpoint().conninfo()
+    work = Path(tempfile.mkdtemp(prefix="ds-pg-bench-"))
+    conn = psycopg.connect(dsn, autocommit=True)
+    conn.execute(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}")
+    rows = make_rows(args.rows)
+    copy_file(rows, work / "rows.bin")
+    size = (work / "rows.bin").stat().st_size
+
+    raw_times, our_times = [], []
+    for round_ in range(2):
+        reset_table(conn, "raw")
+        raw_times.append(raw_copy(dsn, "raw", work / "rows.bin"))
+        assert count(conn, "raw") == args.rows
+        reset_table(conn, "ours")
+        elapsed, _ = ours(dsn, "ours", rows, args.epoch_rows, work / f"store-{round_}")
+        our_times.append(elapsed)
+        assert count(conn, "ours") == args.rows
+    raw_best, our_best = min(raw_times), min(our_times)
+
+    reset_table(conn, "small")
+    small = make_rows(args.small_epochs * 1000)
+    _, protocol = ours(dsn, "small", small, 1000, work / "store-small")
+    protocol.sort()
+
+    reset_table(conn, "upsert", key=True)
+    conn.execute(f"INSERT INTO {SCHEMA}.upsert SELECT * FROM {SCHEMA}.raw WHERE id % 2 = 0")
+    upsert_time, _ = ours(dsn, "upsert", rows, args.epoch_rows, work / "store-upsert", "upsert")
+    assert count(conn, "upsert") == args.rows
+
+    print(
+        f"{args.rows:,} rows (bigint, text, float8, timestamptz), {size / 1e6:.0f} MB as "
+        f"binary COPY; epochs of {args.epoch_rows:,}"
+    )
+    print(
+        f"raw psql \\copy binary:   best {raw_best:.2f} s  ({args.rows / raw_best:,.0f} rows/s)"
+        f"  runs {', '.join(f'{t:.2f}' for t in raw_times)}"
+    )
+    print(
+        f"ours, exactly-once:      best {our_best:.2f} s  ({args.rows / our_best:,.0f} rows/s)"
+        f"  runs {', '.join(f'{t:.2f}' for t in our_times)}"
+    )
+    print(f"ours / raw throughput:   {raw_best / our_best:.2f}")
+    print(
+        f"2PC overhead per epoch ({args.small_epochs} epochs of 1,000 rows; decision + COMMIT "
+        f"PREPARED + PREPARE): p50 {statistics.median(protocol) * 1e3:.1f} ms, "
+        f"p99 {protocol[int(0.99 * (len(protocol) - 1))] * 1e3:.1f} ms"
+    )
+    print(
+        f"upsert (half the keys exist): {upsert_time:.2f} s ({args.rows / upsert_time:,.0f} rows/s)"
+    )
+    for name in ("raw", "ours", "small", "upsert"):
+        conn.execute(f"DROP TABLE IF EXISTS {SCHEMA}.{name}")
+    shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,220 @@
+"""Decision store in a Postgres table.
+
+Tables (in `schema`, created if missing)::
+
+    durable_sinks_generations (job_id PRIMARY KEY, generation)
+    durable_sinks_decisions   (job_id, epoch, generation, record, finished, created_at,
+                               PRIMARY KEY (job_id, epoch))
+
+`open` increments the job's generation in one statement (compare-and-swap by the row lock).
+`put` runs one transaction: it reads the generation row FOR SHARE (so a concurrent `open` waits
+for it, and it waits for a concurrent `open`), refuses with FencedError if the generation moved
+on, and inserts the record with ON CONFLICT DO NOTHING: create-only, first writer wins. Lookups
+use the primary key: O(log n), a few pages whatever the history.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from sinks.errors import ConfigError, FencedError, InDoubtError, ManifestError
+from sinks.postgres import redact
+
+from ._record import DecisionRecord
+
+
+class PostgresDecisionStore:
+    """A durable DecisionStore in Postgres (one instance per job, from `open` on)."""
+
+    def __init__(self, dsn: str, *, schema: str = "public", connect_timeout: int = 10) -> None:
+        self._dsn = dsn
+        self.schema = schema
+        self.connect_timeout = connect_timeout
+        self._conn: psycopg.Connection[Any] | None = None
+        self._job: str | None = None
+        self._generation = -1
+        self._generations = sql.Identifier(schema, "durable_sinks_generations")
+        self._decisions = sql.Identifier(schema, "durable_sinks_decisions")
+
+    @property
+    def durable(self) -> bool:
+        return True
+
+    @property
+    def generation(self) -> int:
+        return self._generation
+
+    def __repr__(self) -> str:
+        return f"PostgresDecisionStore({redact(self._dsn)!r}, schema={self.schema!r})"
+
+    def _connection(self) -> psycopg.Connection[Any]:
+        if self._conn is None or self._conn.closed:
+            try:
+                self._conn = psycopg.connect(
+                    self._dsn, autocommit=True, connect_timeout=self.connect_timeout
+                )
+            except psycopg.OperationalError as exc:
+                raise ManifestError(
+                    f"cannot connect to the decision store at {redact(self._dsn)}: "
+                    f"{str(exc).strip().splitlines()[0]}",
+                    job=self._job,
+                    fix="check that Postgres runs and the DSN is right",
+                ) from None
+        return self._conn
+
+    def _require_open(self) -> str:
+        if self._job is None:
+            raise ManifestError("the decision store is not open; call open(job_id) first")
+        return self._job
+
+    def open(self, job_id: str) -> int:
+        self._job = job_id
+        conn = self._connection()
+        try:
+            conn.execute(
+                sql.SQL(
+                    "CREATE TABLE IF NOT EXISTS {} (job_id text PRIMARY KEY, "
+                    "generation bigint NOT NULL)"
+                ).format(self._generations)
+            )
+            conn.execute(
+                sql.SQL(
+                    "CREATE TABLE IF NOT EXISTS {} (job_id text NOT NULL, epoch bigint NOT NULL, "
+                    "generation bigint NOT NULL, record bytea NOT NULL, "
+                    "finished boolean NOT NULL DEFAULT false, "
+                    "created_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (job_id, epoch))"
+                ).format(self._decisions)
+            )
+        except psycopg.errors.InsufficientPrivilege:
+            raise ConfigError(
+                f"cannot create the decision tables in schema {self.schema!r}",
+                job=job_id,
+                fix=f"GRANT CREATE ON SCHEMA {self.schema} to the job's user",
+            ) from None
+        row = conn.execute(
+            sql.SQL(
+                "INSERT INTO {g} (job_id, generation) VALUES (%s, 1) ON CONFLICT (job_id) "
+                "DO UPDATE SET generation = {g}.generation + 1 RETURNING generation"
+            ).format(g=self._generations),
+            (job_id,),
+        ).fetchone()
+        assert row is not None
+        self._generation = int(row[0])
+        return self._generation
+
+    def put(self, record: DecisionRecord) -> DecisionRecord:
+        job = self._require_open()
+        if record.job_id != job or record.generation > self._generation:
+            raise ManifestError(
+                f"record of job {record.job_id} generation {record.generation} handed to the "
+                f"store of job {job} generation {self._generation}",
+                job=job,
+                epoch=record.epoch,
+            )
+        conn = self._connection()
+        try:
+            with conn.transaction():
+                row = conn.execute(
+                    sql.SQL("SELECT generation FROM {} WHERE job_id = %s FOR SHARE").format(
+                        self._generations
+                    ),
+                    (job,),
+                ).fetchone()
+                if row is None or int(row[0]) != self._generation:
+                    raise FencedError(
+                        "a newer coordinator took over this job; this one's decision was not "
+                        "recorded",
+                        job=job,
+                        epoch=record.epoch,
+                        fix="stop this coordinator; the newer one recovers the epoch",
+                    )
+                inserted = conn.execute(
+                    sql.SQL(
+                        "INSERT INTO {} (job_id, epoch, generation, record) VALUES "
+                        "(%s, %s, %s, %s) ON CONFLICT (job_id, epoch) DO NOTHING RETURNING epoch"
+                    ).format(self._decisions),
+                    (job, record.epoch, record.generation, record.to_bytes()),
+                ).fetchone()
+        except psycopg.OperationalError as exc:
+            raise InDoubtError(
+                f"the decision store connection failed while recording the decision: "
+                f"{str(exc).strip().splitlines()[0]}",
+                job=job,
+                epoch=record.epoch,
+            ) from None
+        if inserted is not None:
+            return record
+        existing = self.get(record.epoch)
+        assert existing is not None
+        return existing
+
+    def get(self, epoch: int) -> DecisionRecord | None:
+        job = self._require_open()
+        row = (
+            self._connection()
+            .execute(
+                sql.SQL("SELECT record FROM {} WHERE job_id = %s AND epoch = %s").format(
+                    self._decisions
+                ),
+                (job, epoch),
+            )
+            .fetchone()
+        )
+        if row is None:
+            return None
+        return DecisionRecord.from_bytes(
+            bytes(row[0]), source=f"{self.schema} job {job} epoch {epoch}"
+        )
+
+    def mark_finished(self, epoch: int) -> None:
+        job = self._require_open()
+        self._connection().execute(
+            sql.SQL("UPDATE {} SET finished = true WHERE job_id = %s AND epoch = %s").format(
+                self._decisions
+            ),
+            (job, epoch),
+        )
+
+    def is_finished(self, epoch: int) -> bool:
+        job = self._require_open()
+        row = (
+            self._connection()
+            .execute(
+                sql.SQL("SELECT finished FROM {} WHERE job_id = %s AND epoch = %s").format(
+                    self._decisions
+                ),
+                (job, epoch),
+            )
+            .fetchone()
+        )
+        return bool(row and row[0])
+
+    def latest_epoch(self) -> int | None:
+        job = self._require_open()
+        row = (
+            self._connection()
+            .execute(
+                sql.SQL("SELECT max(epoch) FROM {} WHERE job_id = %s").format(self._decisions),
+                (job,),
+            )
+            .fetchone()
+        )
+        return None if row is None or row[0] is None else int(row[0])
+
+    def expire(self, before_epoch: int) -> int:
+        job = self._require_open()
+        cursor = self._connection().execute(
+            sql.SQL("DELETE FROM {} WHERE job_id = %s AND epoch < %s AND finished").format(
+                self._decisions
+            ),
+            (job, before_epoch),
+        )
+        return cursor.rowcount
+
+    def close(self) -> None:
+        if self._conn is not None and not self._conn.closed:
+            self._conn.close()
+        self._conn = None

@@ -1,0 +1,78 @@
+"""The conformance suite against the test bed's real Postgres: the Postgres sink alone (with the
+file decision store and with the Postgres decision store) and together with the file sink.
+After every example no prepared transaction of the job is left in pg_prepared_xacts."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import psycopg
+
+from manifest import DecisionStore, LocalDirectoryStore
+from manifest.postgres import PostgresDecisionStore
+from sinks.testing import Scenario, Target, run_conformance
+from tests.crash.test_file_sink_conformance import check_exercised
+from tests.services import PostgresEndpoint
+from tests.support.targets import FileTarget, PostgresTarget
+
+
+def scenario_of(
+    postgres: PostgresEndpoint,
+    schema: str,
+    *,
+    with_files: bool = False,
+    store: str = "files",
+) -> Callable[[], Scenario]:
+    def make() -> Scenario:
+        folder = Path(tempfile.mkdtemp(prefix="ds-pg-conformance-"))
+        job = f"pgconf-{uuid.uuid4().hex[:10]}"
+        targets: list[Target] = [PostgresTarget(postgres, schema, job)]
+        if with_files:
+            targets.append(FileTarget(folder / "files"))
+
+        def decision_store() -> DecisionStore:
+            if store == "postgres":
+                return PostgresDecisionStore(postgres.conninfo(), schema=schema)
+            return LocalDirectoryStore(folder / "store")
+
+        def cleanup() -> None:
+            for target in targets:
+                if isinstance(target, PostgresTarget):
+                    leftovers = target.leftovers()
+                    target.cleanup()
+                    assert not leftovers, f"prepared transactions left behind: {leftovers}"
+            shutil.rmtree(folder, ignore_errors=True)
+
+        return Scenario(job, targets, decision_store, cleanup)
+
+    return make
+
+
+def prepared_count(postgres: PostgresEndpoint) -> int:
+    with psycopg.connect(postgres.conninfo()) as conn:
+        row = conn.execute("SELECT count(*) FROM pg_prepared_xacts WHERE gid LIKE 'ds:pgconf-%'")
+        return int(row.fetchone()[0])  # type: ignore[index]
+
+
+def test_postgres_sink_alone(postgres: PostgresEndpoint, pg_schema: str) -> None:
+    stats = run_conformance(scenario_of(postgres, pg_schema), max_examples=200)
+    check_exercised(stats, 200)
+    assert prepared_count(postgres) == 0
+
+
+def test_postgres_sink_with_postgres_decision_store(
+    postgres: PostgresEndpoint, pg_schema: str
+) -> None:
+    stats = run_conformance(scenario_of(postgres, pg_schema, store="postgres"), max_examples=100)
+    check_exercised(stats, 100)
+    assert prepared_count(postgres) == 0
+
+
+def test_postgres_and_files_in_one_job(postgres: PostgresEndpoint, pg_schema: str) -> None:
+    stats = run_conformance(scenario_of(postgres, pg_schema, with_files=True), max_examples=100)
+    check_exercised(stats, 100)
+    assert prepared_count(postgres) == 0
