@@ -22,12 +22,17 @@ test: install
 check: lint typecheck pytest
 
 # The extended crash/replay run (docs/testing.md): 2,000 generated examples per conformance
-# scenario and 50 random SIGKILLs. About 13 minutes; not part of `make test`.
+# scenario (files, and Postgres against the test bed) and 50 random SIGKILLs. About 25
+# minutes; not part of `make test`.
 test-crash: install
-	DS_CONFORMANCE_EXAMPLES=2000 DS_SIGKILL_RUNS=50 $(PY) -m pytest tests/crash $(PYTEST_ARGS)
+	$(PY) -m tests.services up postgres
+	DS_CONFORMANCE_EXAMPLES=2000 DS_SIGKILL_RUNS=50 $(PY) -m pytest tests/crash \
+		tests/integration/test_postgres_conformance.py $(PYTEST_ARGS)
 
 bench: install
 	$(PY) -m benchmarks.protocol_overhead
+	$(PY) -m tests.services up postgres
+	$(PY) -m benchmarks.postgres_sink
 
 lint: install
 	$(PY) -m ruff check .

@@ -21,6 +21,7 @@ import statistics
 import subprocess
 import tempfile
 import time
+import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -92,21 +93,26 @@ def raw_copy(dsn: str, name: str, path: Path) -> float:
 
 def ours(
     dsn: str, name: str, table: pa.Table, epoch_rows: int, store: Path, mode: str = "append"
-) -> tuple[float, list[float]]:
+) -> tuple[float, list[float], dict[str, float]]:
     shutil.rmtree(store, ignore_errors=True)
     options = {"mode": "upsert", "key": ("id",)} if mode == "upsert" else {}
     sink = PostgresSink(PostgresSinkConfig(dsn, f"{SCHEMA}.{name}", **options))  # type: ignore[arg-type]
-    coordinator = Coordinator(f"bench-{name}", [sink], LocalDirectoryStore(store))
+    coordinator = Coordinator(
+        f"bench-{name}-{uuid.uuid4().hex[:8]}", [sink], LocalDirectoryStore(store)
+    )
     coordinator.start()
     protocol = []
+    phases: dict[str, float] = {}
     started = time.perf_counter()
     for epoch, offset in enumerate(range(0, table.num_rows, epoch_rows)):
         chunk = table.slice(offset, epoch_rows)
         result = coordinator.run_epoch(epoch, chunk.to_batches(max_chunksize=epoch_rows))
         protocol.append(result.metrics.protocol_seconds)
+        for phase, seconds in result.metrics.seconds.items():
+            phases[phase] = phases.get(phase, 0.0) + seconds
     elapsed = time.perf_counter() - started
     coordinator.close()
-    return elapsed, protocol
+    return elapsed, protocol, phases
 
 
 def count(conn: psycopg.Connection[tuple[Any, ...]], name: str) -> int:
@@ -128,25 +134,26 @@ def main() -> None:
     copy_file(rows, work / "rows.bin")
     size = (work / "rows.bin").stat().st_size
 
-    raw_times, our_times = [], []
+    raw_times, our_times, our_phases = [], [], []
     for round_ in range(2):
         reset_table(conn, "raw")
         raw_times.append(raw_copy(dsn, "raw", work / "rows.bin"))
         assert count(conn, "raw") == args.rows
         reset_table(conn, "ours")
-        elapsed, _ = ours(dsn, "ours", rows, args.epoch_rows, work / f"store-{round_}")
+        elapsed, _, phases = ours(dsn, "ours", rows, args.epoch_rows, work / f"store-{round_}")
         our_times.append(elapsed)
+        our_phases.append(phases)
         assert count(conn, "ours") == args.rows
     raw_best, our_best = min(raw_times), min(our_times)
 
     reset_table(conn, "small")
     small = make_rows(args.small_epochs * 1000)
-    _, protocol = ours(dsn, "small", small, 1000, work / "store-small")
+    _, protocol, _ = ours(dsn, "small", small, 1000, work / "store-small")
     protocol.sort()
 
     reset_table(conn, "upsert", key=True)
     conn.execute(f"INSERT INTO {SCHEMA}.upsert SELECT * FROM {SCHEMA}.raw WHERE id % 2 = 0")
-    upsert_time, _ = ours(dsn, "upsert", rows, args.epoch_rows, work / "store-upsert", "upsert")
+    upsert_time, _, _ = ours(dsn, "upsert", rows, args.epoch_rows, work / "store-upsert", "upsert")
     assert count(conn, "upsert") == args.rows
 
     print(
@@ -162,6 +169,14 @@ def main() -> None:
         f"  runs {', '.join(f'{t:.2f}' for t in our_times)}"
     )
     print(f"ours / raw throughput:   {raw_best / our_best:.2f}")
+    best = our_phases[our_times.index(our_best)]
+    epochs = -(-args.rows // args.epoch_rows)
+    fixed = sum(v for k, v in best.items() if k != "write")
+    print(
+        f"  of which COPY (write phase) {best['write']:.2f} s = {best['write'] / raw_best:.2f}x "
+        f"raw; per-epoch fixed cost {fixed / epochs * 1e3:.1f} ms x {epochs} epochs "
+        f"({', '.join(f'{k} {v * 1e3:.0f}' for k, v in best.items() if k != 'write')} ms)"
+    )
     print(
         f"2PC overhead per epoch ({args.small_epochs} epochs of 1,000 rows; decision + COMMIT "
         f"PREPARED + PREPARE): p50 {statistics.median(protocol) * 1e3:.1f} ms, "

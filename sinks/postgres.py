@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import re
+import zlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -33,6 +34,7 @@ import pgpq
 import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.copy import QueuedLibpqWriter
 
 from ._api import CommitHandle, CommitOutcome, OpenContext, SinkCapabilities, WriteResult
 from ._pg_types import TableColumn, ddl_type, mismatches, nul_characters, null_violations
@@ -49,6 +51,9 @@ from .naming import ParticipantName, owner_prefix
 if TYPE_CHECKING:
     import pyarrow as pa
 
+#: Rows encoded per COPY write: small enough to overlap encoding with sending, large enough that
+#: per-call overhead does not show (measured in benchmarks/postgres_sink.py).
+COPY_SLICE_ROWS = 16_384
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]{0,62}$")
 
 
@@ -139,7 +144,7 @@ class _Epoch:
         self.name = name
         self.rows = 0
         self.bytes = 0
-        self.digest = hashlib.sha256()
+        self.checksum = 0  # CRC-32 of the COPY bytes, for audits
         self.stage: str | None = None
 
 
@@ -300,7 +305,10 @@ class PostgresSink:
                 "generation bigint NOT NULL, PRIMARY KEY (job_id, sink))"
             ).format(self._fences),
         ]
-        for statement in statements:
+        for table, statement in zip((self._markers, self._fences), statements, strict=True):
+            exists = conn.execute("SELECT to_regclass(%s)", (table.as_string(conn),)).fetchone()
+            if exists and exists[0] is not None:
+                continue  # CREATE ... IF NOT EXISTS would still demand CREATE on the schema
             for attempt in range(3):  # concurrent CREATE ... IF NOT EXISTS can still collide
                 try:
                     conn.execute(statement)
@@ -489,7 +497,7 @@ class PostgresSink:
         current = self._require_current()
         with self._errors(current.epoch):
             columns = self._columns_for(batch, current.epoch)
-            problems = null_violations(batch, columns) + nul_characters(batch)
+            problems = null_violations(batch, columns)
             if problems:
                 raise SchemaMismatchError(
                     "; ".join(problems),
@@ -500,21 +508,53 @@ class PostgresSink:
                 )
             if batch.num_rows == 0:
                 return WriteResult(0, 0)
-            encoder = pgpq.ArrowToPostgresBinaryEncoder(batch.schema)
-            payload = encoder.write_header() + encoder.write_batch(batch) + encoder.finish()
             conn = self._tx_conn()
             target = self._stage(conn, current) if self.config.mode == "upsert" else self._target
             copy_sql = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT binary)").format(
                 target, sql.SQL(", ").join(map(sql.Identifier, batch.schema.names))
             )
-            with conn.cursor() as cur, cur.copy(copy_sql) as copy:
-                copy.write(payload)
+            sent = self._copy(conn, copy_sql, batch, current)
         current.rows += batch.num_rows
-        current.bytes += len(payload)
-        current.digest.update(payload)
+        current.bytes += sent
         self._counters["rows"] += batch.num_rows
-        self._counters["bytes"] += len(payload)
-        return WriteResult(batch.num_rows, len(payload))
+        self._counters["bytes"] += sent
+        return WriteResult(batch.num_rows, sent)
+
+    def _copy(
+        self,
+        conn: psycopg.Connection[Any],
+        copy_sql: sql.Composed,
+        batch: pa.RecordBatch,
+        current: _Epoch,
+    ) -> int:
+        """Encode the batch slice by slice and stream it into one COPY. A writer thread sends
+        while the next slice is encoded, so the client's work overlaps the server's parsing."""
+        encoder = pgpq.ArrowToPostgresBinaryEncoder(batch.schema)
+        sent = 0
+        with conn.cursor() as cur, cur.copy(copy_sql, writer=QueuedLibpqWriter(cur)) as copy:
+            header = encoder.write_header()
+            for offset in range(0, batch.num_rows, COPY_SLICE_ROWS):
+                piece = batch.slice(offset, COPY_SLICE_ROWS)
+                # Checked here, overlapping the sending of the previous slice: what was sent
+                # stays in the uncommitted transaction, which the coordinator rolls back.
+                problems = nul_characters(piece)
+                if problems:
+                    raise SchemaMismatchError(
+                        "; ".join(problems),
+                        job=self._ctx().job_id,
+                        sink=self.name,
+                        epoch=current.epoch,
+                        fix="clean or filter the data; nothing of the epoch was committed",
+                    )
+                chunk = encoder.write_batch(piece)
+                if offset == 0:
+                    chunk = header + chunk
+                if offset + COPY_SLICE_ROWS >= batch.num_rows:
+                    chunk += encoder.finish()
+                current.checksum = zlib.crc32(chunk, current.checksum)
+                copy.write(chunk)
+                sent += len(chunk)
+        return sent
 
     def _columns_for(self, batch: pa.RecordBatch, epoch: int) -> dict[str, TableColumn]:
         """The table's columns, checked against the batch's schema (once per schema)."""
@@ -598,7 +638,7 @@ class PostgresSink:
             self._check_fence(conn, epoch)
             if current.stage is not None:
                 self._merge(conn, current)
-            checksum = current.digest.hexdigest()
+            checksum = f"crc32:{current.checksum:08x}"
             conn.execute(
                 sql.SQL(
                     "INSERT INTO {} (job_id, sink, epoch, part, participant, rows, checksum) "

@@ -390,3 +390,45 @@ def test_secrets_never_leave_the_dsn(
     leaks = [place for place, text in places.items() if secret in text]
     assert leaks == []
     assert "password" not in places["redacted"]
+
+
+def test_missing_privileges_are_named_with_the_grant(
+    postgres: PostgresEndpoint, table: str, conn: Any, unique: UniqueNames, tmp_path: Any
+) -> None:
+    schema = table.split(".")[0]
+    role, password = unique.name("role"), "limited-password-1"
+    owner = PostgresSink(PostgresSinkConfig(postgres.conninfo(), table))
+    owner.open(OpenContext(unique.name("owner"), "postgres", 1))  # creates the meta tables
+    owner.close()
+    conn.execute(
+        sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(
+            sql.Identifier(role), sql.Literal(password)
+        )
+    )
+    try:
+        conn.execute(
+            sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(
+                sql.Identifier(schema), sql.Identifier(role)
+            )
+        )
+        conn.execute(
+            sql.SQL(
+                "GRANT SELECT, INSERT, UPDATE ON {}.durable_sinks_epochs, {}.durable_sinks_fences "
+                "TO {}"
+            ).format(sql.Identifier(schema), sql.Identifier(schema), sql.Identifier(role))
+        )
+        conn.execute(
+            sql.SQL("GRANT SELECT ON {} TO {}").format(
+                sql.Identifier(*table.split(".")), sql.Identifier(role)
+            )
+        )
+        limited = PostgresEndpoint(postgres.host, postgres.port, role, password)
+        sink = PostgresSink(PostgresSinkConfig(limited.conninfo(), table))
+        coordinator = Coordinator(unique.job_id, [sink], LocalDirectoryStore(tmp_path))
+        with pytest.raises(ConfigError, match="lacks INSERT") as raised:
+            coordinator.start()
+        assert f"GRANT INSERT ON {table}" in (raised.value.fix or "")
+        sink.close()
+    finally:
+        conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
+        conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
