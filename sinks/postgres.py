@@ -497,15 +497,7 @@ class PostgresSink:
         current = self._require_current()
         with self._errors(current.epoch):
             columns = self._columns_for(batch, current.epoch)
-            problems = null_violations(batch, columns)
-            if problems:
-                raise SchemaMismatchError(
-                    "; ".join(problems),
-                    job=self._ctx().job_id,
-                    sink=self.name,
-                    epoch=current.epoch,
-                    fix="clean or filter the data; nothing of the epoch was committed",
-                )
+            self._refuse_bad_data(null_violations(batch, columns), current.epoch)
             if batch.num_rows == 0:
                 return WriteResult(0, 0)
             conn = self._tx_conn()
@@ -519,6 +511,16 @@ class PostgresSink:
         self._counters["rows"] += batch.num_rows
         self._counters["bytes"] += sent
         return WriteResult(batch.num_rows, sent)
+
+    def _refuse_bad_data(self, problems: list[str], epoch: int) -> None:
+        if problems:
+            raise SchemaMismatchError(
+                "; ".join(problems),
+                job=self._ctx().job_id,
+                sink=self.name,
+                epoch=epoch,
+                fix="clean or filter the data; nothing of the epoch was committed",
+            )
 
     def _copy(
         self,
@@ -537,15 +539,7 @@ class PostgresSink:
                 piece = batch.slice(offset, COPY_SLICE_ROWS)
                 # Checked here, overlapping the sending of the previous slice: what was sent
                 # stays in the uncommitted transaction, which the coordinator rolls back.
-                problems = nul_characters(piece)
-                if problems:
-                    raise SchemaMismatchError(
-                        "; ".join(problems),
-                        job=self._ctx().job_id,
-                        sink=self.name,
-                        epoch=current.epoch,
-                        fix="clean or filter the data; nothing of the epoch was committed",
-                    )
+                self._refuse_bad_data(nul_characters(piece), current.epoch)
                 chunk = encoder.write_batch(piece)
                 if offset == 0:
                     chunk = header + chunk
