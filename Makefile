@@ -22,7 +22,7 @@ test: install
 check: lint typecheck pytest
 
 # The extended crash/replay run (docs/testing.md): 2,000 generated examples per conformance
-# scenario (files, and Postgres against the test bed) and 50 random SIGKILLs. About 25
+# scenario (files, and Postgres against the test bed) and 50 random SIGKILLs. About 40
 # minutes; not part of `make test`.
 test-crash: install
 	$(PY) -m tests.services up postgres
