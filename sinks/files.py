@@ -19,7 +19,6 @@ import contextlib
 import hashlib
 import json
 import os
-import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -110,7 +109,6 @@ class FileSink:
         self._schema: pa.Schema | None = None
         self._last_committed: int | None = None
         self._counters = {"rows": 0.0, "bytes": 0.0, "epochs_committed": 0.0, "rollbacks": 0.0}
-        self._lock = threading.Lock()
 
     @property
     def name(self) -> str:
@@ -305,9 +303,8 @@ class FileSink:
             fsync_dir(target.parent)
             fsync_dir(self.root)
             fsync_dir(self.root / STAGING)
-        with self._lock:
-            if self._last_committed is None or epoch > self._last_committed:
-                self._last_committed = epoch
+        if self._last_committed is None or epoch > self._last_committed:
+            self._last_committed = epoch
         self._counters["epochs_committed"] += 1
         return CommitOutcome.COMMITTED
 

@@ -589,7 +589,7 @@ class PostgresSink:
                 )
                 for f in schema
             ]
-        except (TypeError, ValueError, Exception) as exc:  # noqa: BLE001 - pgpq's own errors
+        except Exception as exc:  # noqa: BLE001 - ddl_type's TypeError and pgpq's own errors
             raise SchemaMismatchError(
                 f"cannot create {self.config.table} from the batch: {exc}",
                 job=self._ctx().job_id,
