@@ -107,6 +107,7 @@ class Coordinator:
         executor_mode: bool = False,
         commit_retry: RetryPolicy = RetryPolicy(),
         retain_epochs: int = 10_000,
+        one_phase: bool = True,
         on_step: Callable[[str], None] | None = None,
     ) -> None:
         if retain_epochs < 1:
@@ -118,6 +119,7 @@ class Coordinator:
         self.executor_mode = executor_mode
         self.commit_retry = commit_retry
         self.retain_epochs = retain_epochs
+        self.one_phase = one_phase
         self.on_step = on_step
         self.log = JobLogger(job_id)
         self.totals = JobTotals()
@@ -164,12 +166,14 @@ class Coordinator:
             self.store,
             self.guarantee,
             executor_mode=self.executor_mode,
+            one_phase=self.one_phase,
         )
         generation = self.store.open(self.job_id)
         self.log.info("claimed generation %d; older coordinators are fenced", generation)
         yield "recovery:after-fence"
         for sink in self.sinks:
-            sink.open(OpenContext(self.job_id, sink.name, generation))
+            commit_point = sink is self._last_resource
+            sink.open(OpenContext(self.job_id, sink.name, generation, commit_point))
             sink.health_check()
             yield f"recovery:after-open:{sink.name}"
         self.generation = generation
@@ -194,17 +198,44 @@ class Coordinator:
         self.log.info("recovery done: %s", report)
         return report
 
-    def _decision_for(self, epoch: int) -> DecisionRecord | None:
-        """The decision of `epoch` from the store or, with a last resource, from the record
-        its commit carried (recovery trusts that one; the store is only its cache)."""
-        decision = self.store.get(epoch)
-        if decision is not None or self._last_resource is None:
-            return decision
-        carried = self._last_resource.read_decision(epoch)
+    def decision(self, epoch: int) -> DecisionRecord | None:
+        """The durable decision of `epoch`: from the store or, when a sink is the commit
+        point, from the record its commit carried (recovery trusts that one)."""
+        return self.store.get(epoch) or self._carried_decision(epoch)
+
+    def _carried_decision(self, epoch: int) -> DecisionRecord | None:
+        last = self._last_resource
+        if last is None:
+            return None
+        landed = last.last_committed_epoch()
+        if landed is None or epoch > landed:
+            return None  # nothing committed this epoch, so no commit carried its decision
+        carried = last.read_decision(epoch)
         if carried is None:
             return None
-        decision = DecisionRecord.from_json(carried, source=f"{self._last_resource.name} progress")
-        return self.store.put(decision)
+        return DecisionRecord.from_json(carried, source=f"{last.name} commit")
+
+    def _caches_decisions(self) -> bool:
+        """Whether decisions the commit point carried are copied into the store. A
+        non-resumable last resource (Kafka) is slow to read back, so the store caches its
+        decisions; a one-phase sink answers read_decision with one indexed read, and an extra
+        durable write per epoch would cost what one-phase commit saves."""
+        last = self._last_resource
+        return last is not None and not last.capabilities().resumable_prepare
+
+    def _store_holds_decisions(self) -> bool:
+        """False in one-phase mode: the commit point's sink holds them, the store only fences
+        generations (so there is nothing to mark finished or expire)."""
+        return self._last_resource is None or self._caches_decisions()
+
+    def _decision_for(self, epoch: int) -> DecisionRecord | None:
+        decision = self.store.get(epoch)
+        if decision is not None:
+            return decision
+        carried = self._carried_decision(epoch)
+        if carried is None or not self._caches_decisions():
+            return carried
+        return self.store.put(carried)
 
     # -- one epoch -----------------------------------------------------------------------------
     def epoch_steps(self, epoch: int, batches: Iterable[pa.RecordBatch]) -> Steps[EpochResult]:
@@ -270,7 +301,7 @@ class Coordinator:
             raise
         yield "after-decision"
 
-        if last is not None:
+        if self._caches_decisions():
             self._cache_decision(record, log)
         if winner != record:
             log.info("generation %d decided this epoch first: yielding to it", winner.generation)
@@ -278,8 +309,9 @@ class Coordinator:
             yield from self._finish(winner, metrics, log)
             return self._result(EpochOutcome.ALREADY_COMMITTED, winner, metrics)
         yield from self._finish(record, metrics, log)
-        with metrics.phase("finish"):
-            self.store.expire(epoch - self.retain_epochs + 1)
+        if self._store_holds_decisions():
+            with metrics.phase("finish"):
+                self.store.expire(epoch - self.retain_epochs + 1)
         self.totals.epochs_committed += 1
         self.totals.rows += sum(metrics.rows.values())
         self.totals.bytes += sum(metrics.bytes.values())
@@ -336,8 +368,9 @@ class Coordinator:
             with metrics.phase("commit"):
                 self._commit(sink, handle)
             yield f"after-commit:{sink.name}"
-        with metrics.phase("finish"):
-            self.store.mark_finished(decision.epoch)
+        if self._store_holds_decisions():
+            with metrics.phase("finish"):
+                self.store.mark_finished(decision.epoch)
         yield "after-finish"
 
     def _commit(self, sink: SinkConnector, handle: CommitHandle) -> None:

@@ -19,9 +19,13 @@ def validate(
     guarantee: DeliveryGuarantee = DeliveryGuarantee.EXACTLY_ONCE,
     *,
     executor_mode: bool = False,
+    one_phase: bool = True,
 ) -> LastResource | None:
-    """Check that `sinks` and `store` can give `guarantee`; return the last resource (the one
-    non-resumable participant, committed as the commit point) if there is one."""
+    """Check that `sinks` and `store` can give `guarantee`; return the job's commit point if a
+    sink carries it: the one non-resumable participant (the last resource), or, with
+    `one_phase`, the job's only sink when it can carry the decision in its own commit (design
+    section 3: a single-participant job may skip two-phase commit; not in executor mode, where
+    every partition is its own participant)."""
     if not job_id or not job_id.strip():
         raise ConfigError("job_id is empty", fix="give every streaming query a stable job_id")
     if not sinks:
@@ -79,6 +83,9 @@ def validate(
             fix="split the job, or keep one of these sinks",
         )
     if not last_resources:
+        only = sinks[0]
+        if one_phase and len(sinks) == 1 and not executor_mode and isinstance(only, LastResource):
+            return only
         return None
     last = last_resources[0]
     if not isinstance(last, LastResource):

@@ -83,11 +83,17 @@ class OpenContext:
     generation. A sink names its participants with `participant()`. The decision store fences
     older generations in any case; a sink that can also fence on its own side (a fence row
     checked in every epoch transaction, a Kafka producer epoch) raises FencedError when a
-    newer generation has opened it."""
+    newer generation has opened it.
+
+    `commit_point` is True when the coordinator will commit this sink with
+    `LastResource.commit_with_decision` instead of `commit_epoch`: its commit carries the
+    epoch's decision. A resumable sink that is the only one of a job may then skip its own
+    prepare (one-phase commit: the decision and the data land in one transaction)."""
 
     job_id: str
     sink: str
     generation: int
+    commit_point: bool = False
 
     def participant(self, epoch: int, attempt: int, part: str = "0") -> ParticipantName:
         return ParticipantName.build(self.job_id, self.sink, epoch, part, self.generation, attempt)

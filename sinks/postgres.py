@@ -10,8 +10,9 @@ What is durable when:
 
 Fencing: `open` records the coordinator's generation in a fence row (it only ever grows) and
 terminates the sessions of older generations of the same job and sink, which aborts their open
-transactions. Every epoch transaction reads the fence row before it writes and again right
-before PREPARE, and fails with FencedError if a newer generation opened the sink. The check is a
+transactions. Every epoch transaction reads the fence row before it writes, and writes its
+marker row only if the fence still holds its generation (`INSERT ... SELECT ... WHERE
+generation = mine`, right before PREPARE); otherwise it fails with FencedError. The check is a
 plain read, not an `UPDATE ... WHERE fence = mine`: a prepared transaction keeps its row locks,
 so an updating check would make the next `open` wait on exactly the prepared leftovers that only
 it can resolve.
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import re
 import zlib
 from collections.abc import Iterator, Mapping
@@ -34,14 +36,21 @@ import pgpq
 import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
-from psycopg.copy import QueuedLibpqWriter
 
-from ._api import CommitHandle, CommitOutcome, OpenContext, SinkCapabilities, WriteResult
+from ._api import (
+    JSON,
+    CommitHandle,
+    CommitOutcome,
+    OpenContext,
+    SinkCapabilities,
+    WriteResult,
+)
 from ._pg_types import TableColumn, ddl_type, mismatches, nul_characters, null_violations
 from .errors import (
     ConfigError,
     DurableSinkError,
     FencedError,
+    InDoubtError,
     ParticipantLostError,
     SchemaMismatchError,
     TransientError,
@@ -54,6 +63,8 @@ if TYPE_CHECKING:
 #: Rows encoded per COPY write: small enough to overlap encoding with sending, large enough that
 #: per-call overhead does not show (measured in benchmarks/postgres_sink.py).
 COPY_SLICE_ROWS = 16_384
+#: Times `open` ends older sessions and retries the fence bump when its row stays locked.
+_FENCE_ATTEMPTS = 3
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]{0,62}$")
 
 
@@ -146,6 +157,8 @@ class _Epoch:
         self.bytes = 0
         self.checksum = 0  # CRC-32 of the COPY bytes, for audits
         self.stage: str | None = None
+        #: Set by pre_commit in one-phase mode: the transaction waits for commit_with_decision.
+        self.handle: CommitHandle | None = None
 
 
 class PostgresSink:
@@ -160,6 +173,9 @@ class PostgresSink:
         self._attempts: dict[int, int] = {}
         self._columns: dict[str, TableColumn] | None = None
         self._checked_schema: pa.Schema | None = None
+        #: Highest epoch whose marker is committed: read at open, then kept by commit_epoch
+        #: (after open only this generation's coordinator commits this job's participants).
+        self._last_committed: int | None = None
         self._counters = {"rows": 0.0, "bytes": 0.0, "epochs_committed": 0.0, "rollbacks": 0.0}
         meta = config.meta_schema or config.schema_name
         self._target = sql.Identifier(config.schema_name, config.table_name)
@@ -273,14 +289,7 @@ class PostgresSink:
         with self._errors():
             conn = self._admin_conn()
             self._create_meta_tables(conn)
-            fenced = conn.execute(
-                sql.SQL(
-                    "INSERT INTO {f} (job_id, sink, generation) VALUES (%s, %s, %s) "
-                    "ON CONFLICT (job_id, sink) DO UPDATE SET generation = EXCLUDED.generation "
-                    "WHERE {f}.generation < EXCLUDED.generation RETURNING generation"
-                ).format(f=self._fences),
-                (context.job_id, self.name, context.generation),
-            ).fetchone()
+            fenced = self._bump_fence(conn)
             if fenced is None:
                 raise FencedError(
                     f"generation {context.generation} is older than the one that last opened "
@@ -289,7 +298,8 @@ class PostgresSink:
                     sink=self.name,
                     fix="stop this coordinator; a newer one owns the job",
                 )
-            self._terminate_older_sessions(conn)
+            self._last_committed = self._read_last_committed()
+            self._tx_conn()  # the epochs' session, opened now rather than in the first epoch
 
     def _create_meta_tables(self, conn: psycopg.Connection[Any]) -> None:
         statements = [
@@ -297,7 +307,7 @@ class PostgresSink:
                 "CREATE TABLE IF NOT EXISTS {} (job_id text NOT NULL, sink text NOT NULL, "
                 "epoch bigint NOT NULL, part text NOT NULL, participant text NOT NULL, "
                 "rows bigint NOT NULL, checksum text NOT NULL, "
-                "committed_at timestamptz NOT NULL DEFAULT now(), "
+                "committed_at timestamptz NOT NULL DEFAULT now(), decision text, "
                 "PRIMARY KEY (job_id, sink, epoch, part))"
             ).format(self._markers),
             sql.SQL(
@@ -308,6 +318,8 @@ class PostgresSink:
         for table, statement in zip((self._markers, self._fences), statements, strict=True):
             exists = conn.execute("SELECT to_regclass(%s)", (table.as_string(conn),)).fetchone()
             if exists and exists[0] is not None:
+                if table is self._markers:
+                    self._add_decision_column(conn)
                 continue  # CREATE ... IF NOT EXISTS would still demand CREATE on the schema
             for attempt in range(3):  # concurrent CREATE ... IF NOT EXISTS can still collide
                 try:
@@ -331,6 +343,62 @@ class PostgresSink:
                         fix=f"GRANT CREATE ON SCHEMA {self._meta_schema} to the job's user, or "
                         "create them once as an owner (see docs/postgres.md)",
                     ) from None
+
+    def _bump_fence(self, conn: psycopg.Connection[Any]) -> tuple[Any, ...] | None:
+        """Raise the fence row to this generation (None if a newer one holds it). Older
+        generations' sessions are ended first: a one-phase epoch transaction share-locks the
+        fence row until its COMMIT, so the bump waits for (and then sees) a commit already
+        under way, and never for a session that would never finish."""
+        ctx = self._ctx()
+        for attempt in range(_FENCE_ATTEMPTS):
+            self._terminate_older_sessions(conn)
+            try:
+                with conn.transaction():
+                    conn.execute("SET LOCAL lock_timeout = '5s'")
+                    return conn.execute(
+                        sql.SQL(
+                            "INSERT INTO {f} (job_id, sink, generation) VALUES (%s, %s, %s) "
+                            "ON CONFLICT (job_id, sink) DO UPDATE SET generation = "
+                            "EXCLUDED.generation WHERE {f}.generation < EXCLUDED.generation "
+                            "RETURNING generation"
+                        ).format(f=self._fences),
+                        (ctx.job_id, self.name, ctx.generation),
+                    ).fetchone()
+            except psycopg.errors.LockNotAvailable:
+                if attempt == _FENCE_ATTEMPTS - 1:
+                    raise TransientError(
+                        "an older generation's session keeps the fence row locked",
+                        job=ctx.job_id,
+                        sink=self.name,
+                        fix="end the old driver's sessions (pg_stat_activity, application_name "
+                        f"{self._application_name(0)[:-1]}*) and restart",
+                    ) from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _add_decision_column(self, conn: psycopg.Connection[Any]) -> None:
+        """Marker tables made before one-phase commit existed lack the decision column."""
+        found = conn.execute(
+            "SELECT 1 FROM pg_attribute WHERE attrelid = %s::regclass AND attname = 'decision' "
+            "AND NOT attisdropped",
+            (self._markers.as_string(conn),),
+        ).fetchone()
+        if found is not None:
+            return
+        try:
+            conn.execute(
+                sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS decision text").format(
+                    self._markers
+                )
+            )
+        except psycopg.errors.InsufficientPrivilege:
+            raise ConfigError(
+                f"the marker table {self._markers.as_string(conn)} lacks the `decision` column "
+                "and the job's user may not add it",
+                job=self._ctx().job_id,
+                sink=self.name,
+                fix="as its owner: ALTER TABLE <meta_schema>.durable_sinks_epochs "
+                "ADD COLUMN decision text",
+            ) from None
 
     def _terminate_older_sessions(self, conn: psycopg.Connection[Any]) -> None:
         mine = self._ctx().generation
@@ -395,6 +463,7 @@ class PostgresSink:
                         "batch's schema",
                     )
                 return
+            self._columns = columns
             self._check_privileges(conn)
             if self.config.mode == "upsert":
                 self._check_upsert_key(conn, columns)
@@ -476,25 +545,36 @@ class PostgresSink:
             self._check_fence(self._tx_conn(), epoch)
 
     def _check_fence(self, conn: psycopg.Connection[Any], epoch: int) -> None:
-        ctx = self._ctx()
         row = conn.execute(
             sql.SQL("SELECT generation FROM {} WHERE job_id = %s AND sink = %s").format(
                 self._fences
             ),
-            (ctx.job_id, self.name),
+            (self._ctx().job_id, self.name),
         ).fetchone()
-        if row is None or int(row[0]) != ctx.generation:
-            raise FencedError(
-                f"the sink's fence is at generation {row[0] if row else None}, not "
-                f"{ctx.generation}: a newer coordinator owns it",
-                job=ctx.job_id,
-                sink=self.name,
-                epoch=epoch,
-                fix="stop this coordinator; the newer one replays the epoch",
-            )
+        found = None if row is None else int(row[0])
+        if found != self._ctx().generation:
+            raise self._fenced(found, epoch)
+
+    def _fenced(self, found: int | None, epoch: int) -> FencedError:
+        ctx = self._ctx()
+        return FencedError(
+            f"the sink's fence is at generation {found}, not {ctx.generation}: a newer "
+            "coordinator owns it",
+            job=ctx.job_id,
+            sink=self.name,
+            epoch=epoch,
+            fix="stop this coordinator; the newer one replays the epoch",
+        )
 
     def write_batch(self, batch: pa.RecordBatch) -> WriteResult:
         current = self._require_current()
+        if current.handle is not None:
+            raise ConfigError(
+                "the epoch was pre-committed; no more batches",
+                job=self._ctx().job_id,
+                sink=self.name,
+                epoch=current.epoch,
+            )
         with self._errors(current.epoch):
             columns = self._columns_for(batch, current.epoch)
             self._refuse_bad_data(null_violations(batch, columns), current.epoch)
@@ -529,25 +609,28 @@ class PostgresSink:
         batch: pa.RecordBatch,
         current: _Epoch,
     ) -> int:
-        """Encode the batch slice by slice and stream it into one COPY. A writer thread sends
-        while the next slice is encoded, so the client's work overlaps the server's parsing."""
+        """Encode the batch slice by slice and stream it into one COPY. The server parses one
+        slice while the next is encoded (psycopg's writer thread measured slower: it contends
+        for the GIL with the encoding)."""
         encoder = pgpq.ArrowToPostgresBinaryEncoder(batch.schema)
         sent = 0
-        with conn.cursor() as cur, cur.copy(copy_sql, writer=QueuedLibpqWriter(cur)) as copy:
-            header = encoder.write_header()
-            for offset in range(0, batch.num_rows, COPY_SLICE_ROWS):
-                piece = batch.slice(offset, COPY_SLICE_ROWS)
-                # Checked here, overlapping the sending of the previous slice: what was sent
-                # stays in the uncommitted transaction, which the coordinator rolls back.
-                self._refuse_bad_data(nul_characters(piece), current.epoch)
-                chunk = encoder.write_batch(piece)
-                if offset == 0:
-                    chunk = header + chunk
-                if offset + COPY_SLICE_ROWS >= batch.num_rows:
-                    chunk += encoder.finish()
-                current.checksum = zlib.crc32(chunk, current.checksum)
-                copy.write(chunk)
-                sent += len(chunk)
+        try:
+            with conn.cursor() as cur, cur.copy(copy_sql) as copy:
+                header = encoder.write_header()
+                for offset in range(0, batch.num_rows, COPY_SLICE_ROWS):
+                    chunk = encoder.write_batch(batch.slice(offset, COPY_SLICE_ROWS))
+                    if offset == 0:
+                        chunk = header + chunk
+                    if offset + COPY_SLICE_ROWS >= batch.num_rows:
+                        chunk += encoder.finish()
+                    current.checksum = zlib.crc32(chunk, current.checksum)
+                    copy.write(chunk)
+                    sent += len(chunk)
+        except psycopg.errors.CharacterNotInRepertoire:
+            # Postgres refused a NUL character (text cannot hold U+0000) and the transaction
+            # is aborted. Scanning for them only now keeps the scan off the fast path.
+            self._refuse_bad_data(nul_characters(batch), current.epoch)
+            raise
         return sent
 
     def _columns_for(self, batch: pa.RecordBatch, epoch: int) -> dict[str, TableColumn]:
@@ -629,20 +712,13 @@ class PostgresSink:
         gid = str(current.name)
         with self._errors(epoch):
             conn = self._tx_conn()
-            self._check_fence(conn, epoch)
             if current.stage is not None:
                 self._merge(conn, current)
             checksum = f"crc32:{current.checksum:08x}"
-            conn.execute(
-                sql.SQL(
-                    "INSERT INTO {} (job_id, sink, epoch, part, participant, rows, checksum) "
-                    "VALUES (%s, %s, %s, %s, %s, %s, %s)"
-                ).format(self._markers),
-                (ctx.job_id, self.name, epoch, current.name.part, gid, current.rows, checksum),
-            )
-            conn.execute(sql.SQL("PREPARE TRANSACTION {}").format(sql.Literal(gid)))
-        self._current = None
-        return CommitHandle(
+            if not ctx.commit_point:
+                self._write_marker(conn, current, gid, checksum, decision=None)
+                conn.execute(sql.SQL("PREPARE TRANSACTION {}").format(sql.Literal(gid)))
+        handle = CommitHandle(
             self.name,
             epoch,
             gid,
@@ -651,6 +727,47 @@ class PostgresSink:
             checksum,
             {"part": current.name.part},
         )
+        if ctx.commit_point:
+            current.handle = handle  # stays open until commit_with_decision
+        else:
+            self._current = None
+        return handle
+
+    def _write_marker(
+        self,
+        conn: psycopg.Connection[Any],
+        current: _Epoch,
+        gid: str,
+        checksum: str,
+        decision: str | None,
+    ) -> None:
+        """Insert the epoch's marker row, only while the fence still holds this generation
+        (check and marker in one statement, one round trip). In one-phase mode the fence row is
+        also share-locked until COMMIT: a newer generation's open waits for this commit, so
+        it sees it."""
+        ctx = self._ctx()
+        lock = sql.SQL(" FOR SHARE") if ctx.commit_point else sql.SQL("")
+        marked = conn.execute(
+            sql.SQL(
+                "INSERT INTO {m} (job_id, sink, epoch, part, participant, rows, checksum, "
+                "decision) SELECT job_id, sink, %s, %s, %s, %s, %s, %s FROM {f} "
+                "WHERE job_id = %s AND sink = %s AND generation = %s{lock}"
+            ).format(m=self._markers, f=self._fences, lock=lock),
+            (
+                current.epoch,
+                current.name.part,
+                gid,
+                current.rows,
+                checksum,
+                decision,
+                ctx.job_id,
+                self.name,
+                ctx.generation,
+            ),
+        )
+        if marked.rowcount != 1:
+            self._check_fence(conn, current.epoch)  # names the newer generation
+            raise self._fenced(None, current.epoch)
 
     def _merge(self, conn: psycopg.Connection[Any], current: _Epoch) -> None:
         assert current.stage is not None
@@ -695,6 +812,7 @@ class PostgresSink:
                 conn.execute(sql.SQL("COMMIT PREPARED {}").format(sql.Literal(handle.participant)))
             except psycopg.errors.UndefinedObject:
                 if self._marker_participant(epoch, handle) == handle.participant:
+                    self._committed(epoch)
                     return CommitOutcome.ALREADY_COMMITTED
                 raise ParticipantLostError(
                     f"prepared transaction {handle.participant} does not exist and its marker "
@@ -705,7 +823,12 @@ class PostgresSink:
                     fix="someone ran ROLLBACK PREPARED on it; the epoch must be rewritten",
                 ) from None
         self._counters["epochs_committed"] += 1
+        self._committed(epoch)
         return CommitOutcome.COMMITTED
+
+    def _committed(self, epoch: int) -> None:
+        if self._last_committed is None or epoch > self._last_committed:
+            self._last_committed = epoch
 
     def _marker_participant(self, epoch: int, handle: CommitHandle) -> str | None:
         name = ParticipantName.parse(handle.participant)
@@ -722,6 +845,62 @@ class PostgresSink:
             .fetchone()
         )
         return None if row is None else str(row[0])
+
+    # -- one-phase commit (the job's only sink carries the decision) ----------------------------
+    def commit_with_decision(
+        self, epoch: int, handle: CommitHandle, decision: Mapping[str, JSON]
+    ) -> None:
+        """Write the decision into the epoch's marker row and COMMIT: data, marker and decision
+        become durable and visible at once. A lost connection during COMMIT leaves the outcome
+        unknown: InDoubtError (read_decision tells, once the server answers again)."""
+        current = self._require_current()
+        ctx = self._ctx()
+        if not ctx.commit_point or current.handle is None or current.handle != handle:
+            raise ConfigError(
+                f"commit_with_decision needs the epoch pre-committed by this sink as the job's "
+                f"commit point (participant {handle.participant})",
+                job=ctx.job_id,
+                sink=self.name,
+                epoch=epoch,
+            )
+        with self._errors(epoch):
+            conn = self._tx_conn()
+            self._write_marker(
+                conn, current, handle.participant, handle.checksum, json.dumps(decision)
+            )
+            self._current = None
+            try:
+                conn.commit()
+            except psycopg.OperationalError as exc:
+                raise InDoubtError(
+                    f"the connection broke during COMMIT of epoch {epoch}: {_first_line(exc)}",
+                    job=ctx.job_id,
+                    sink=self.name,
+                    epoch=epoch,
+                    fix="replaying the epoch or restarting the job reads the outcome",
+                ) from None
+        self._counters["epochs_committed"] += 1
+        self._committed(epoch)
+
+    def read_decision(self, epoch: int) -> Mapping[str, JSON] | None:
+        """The decision a one-phase commit of `epoch` carried, or None."""
+        ctx = self._ctx()
+        with self._errors(epoch):
+            row = (
+                self._admin_conn()
+                .execute(
+                    sql.SQL(
+                        "SELECT decision FROM {} WHERE job_id = %s AND sink = %s AND epoch = %s "
+                        "AND decision IS NOT NULL LIMIT 1"
+                    ).format(self._markers),
+                    (ctx.job_id, self.name, epoch),
+                )
+                .fetchone()
+            )
+        if row is None:
+            return None
+        loaded: dict[str, JSON] = json.loads(row[0])
+        return loaded
 
     def rollback_epoch(self, epoch: int, handle: CommitHandle | None) -> None:
         current = self._current
@@ -772,6 +951,10 @@ class PostgresSink:
         return handles
 
     def last_committed_epoch(self) -> int | None:
+        self._ctx()
+        return self._last_committed
+
+    def _read_last_committed(self) -> int | None:
         with self._errors():
             row = (
                 self._admin_conn()

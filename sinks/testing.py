@@ -36,7 +36,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections import Counter
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -98,7 +98,9 @@ class Scenario:
     targets: Sequence[Target]
     store: Callable[[], DecisionStore]
     cleanup: Callable[[], None] = lambda: None
-    coordinator_class: type[Coordinator] = Coordinator
+    #: Builds the coordinator from (job_id, sinks, store), e.g. a `functools.partial` of
+    #: Coordinator with options, or a subclass.
+    coordinator_class: Callable[..., Coordinator] = Coordinator
 
 
 # -- generated data ----------------------------------------------------------------------------
@@ -220,8 +222,25 @@ class SinkContractMachine(RuleBasedStateMachine):
         self.pending: _Pending | None = None
         self.paused: list[_Paused] = []
         self.starts = 0
+        #: What this example did, in order (hypothesis's note() shows it only when a failure
+        #: reproduces; a timing-dependent failure shows it through this).
+        self.history: list[str] = []
 
     # -- helpers -----------------------------------------------------------------------------
+    def _note(self, text: str) -> None:
+        note(text)
+        self.history.append(text)
+
+    @contextlib.contextmanager
+    def _explained(self) -> Iterator[None]:
+        """Attach this example's history to a failed check (hypothesis shows its notes only
+        for a failure that reproduces; this shows them for one that depends on timing)."""
+        try:
+            yield
+        except AssertionError as exc:
+            steps = "\n".join(f"  {line}" for line in self.history)
+            raise AssertionError(f"{exc}\nthis example's steps:\n{steps}") from exc
+
     def _coordinator(self) -> Coordinator:
         scenario = self.scenario
         return scenario.coordinator_class(
@@ -245,7 +264,7 @@ class SinkContractMachine(RuleBasedStateMachine):
                 return False, done.value
             kind = step_kind(step)
             if crash is not None and crash == (kind, seen[kind]):
-                note(f"CRASH of {what} after step {step!r}")
+                self._note(f"CRASH of {what} after step {step!r}")
                 self.stats.crashes[kind] += 1
                 self.paused.append(_Paused(coordinator, steps, f"{what} paused after {step}"))
                 return True, None
@@ -258,7 +277,7 @@ class SinkContractMachine(RuleBasedStateMachine):
             coordinator, coordinator.start_steps(), crash_at, f"start #{self.starts}"
         )
         if not crashed:
-            note(f"start #{self.starts}: {report}")
+            self._note(f"start #{self.starts}: {report}")
             self.live = coordinator
 
     def _visible(self) -> dict[str, list[Row]]:
@@ -277,7 +296,7 @@ class SinkContractMachine(RuleBasedStateMachine):
         assert self.live is not None
         epoch = self.model.next_epoch
         rows = epoch_rows(epoch, data)
-        note(f"epoch {epoch}: {len(flat(rows))} rows in {len(rows)} batches")
+        self._note(f"epoch {epoch}: {len(flat(rows))} rows in {len(rows)} batches")
         live = self.live
         crashed, result = self._run(
             live, live.epoch_steps(epoch, to_batches(rows)), crash_at, f"epoch {epoch}"
@@ -303,7 +322,7 @@ class SinkContractMachine(RuleBasedStateMachine):
         if crashed:
             self.live = None
             return
-        note(f"replayed epoch {epoch}: {result.outcome}")
+        self._note(f"replayed epoch {epoch}: {result.outcome}")
         self.pending = None
         self._committed(epoch, rows)
 
@@ -316,6 +335,7 @@ class SinkContractMachine(RuleBasedStateMachine):
         data, as a non-deterministic source would give: it must change nothing."""
         assert self.live is not None
         epoch = max(self.model.committed)
+        self._note(f"replay of committed epoch {epoch} with other data")
         result = self.live.run_epoch(epoch, to_batches(epoch_rows(epoch, data)))
         assert result.outcome is EpochOutcome.ALREADY_COMMITTED, (
             f"replay of committed epoch {epoch} was not recognised: {result.outcome}"
@@ -332,7 +352,7 @@ class SinkContractMachine(RuleBasedStateMachine):
         try:
             if new_epoch:
                 epoch = self.model.next_epoch
-                note(f"zombie ({zombie.what}) tries epoch {epoch}")
+                self._note(f"zombie ({zombie.what}) tries epoch {epoch}")
                 rows = to_batches(epoch_rows(epoch, data))
                 result = zombie.coordinator.run_epoch(epoch, rows)
                 # Only an epoch decided before the zombie was fenced may be finished by it.
@@ -341,12 +361,12 @@ class SinkContractMachine(RuleBasedStateMachine):
                 )
                 self.stats.zombies["finished a decided epoch"] += 1
             else:
-                note(f"zombie resumes: {zombie.what}")
+                self._note(f"zombie resumes: {zombie.what}")
                 for _ in zombie.steps:
                     pass
                 self.stats.zombies["resumed to the end"] += 1
         except DurableSinkError as exc:
-            note(f"zombie stopped: {type(exc).__name__}: {exc}")
+            self._note(f"zombie stopped: {type(exc).__name__}: {exc}")
             self.stats.zombies[type(exc).__name__] += 1
         after = self._visible()
         assert after == before or self._zombie_only_finished(before, after), (
@@ -373,6 +393,10 @@ class SinkContractMachine(RuleBasedStateMachine):
     # -- invariants ----------------------------------------------------------------------------
     @invariant()
     def no_row_visible_twice_and_nothing_unexpected(self) -> None:
+        with self._explained():
+            self._no_row_visible_twice_and_nothing_unexpected()
+
+    def _no_row_visible_twice_and_nothing_unexpected(self) -> None:
         expected = Counter(row for rows in self.model.committed.values() for row in rows)
         if self.pending is not None:
             expected += Counter(flat(epoch_rows(self.pending.epoch, self.pending.data)))
@@ -387,6 +411,10 @@ class SinkContractMachine(RuleBasedStateMachine):
 
     @invariant()
     def settled_state_is_exact(self) -> None:
+        with self._explained():
+            self._settled_state_is_exact()
+
+    def _settled_state_is_exact(self) -> None:
         if self.live is None or self.pending is not None:
             return
         expected = Counter(row for rows in self.model.committed.values() for row in rows)
@@ -405,10 +433,14 @@ class SinkContractMachine(RuleBasedStateMachine):
 
     @invariant()
     def decisions_never_change(self) -> None:
+        with self._explained():
+            self._decisions_never_change()
+
+    def _decisions_never_change(self) -> None:
         if self.live is None:
             return
         for epoch in self.model.committed:
-            decision = self.live.store.get(epoch)
+            decision = self.live.decision(epoch)
             assert decision is not None, f"epoch {epoch} committed without a durable decision"
             first = self.model.decisions.setdefault(epoch, decision)
             assert decision == first, f"decision of epoch {epoch} changed: {first} -> {decision}"
@@ -418,7 +450,8 @@ class SinkContractMachine(RuleBasedStateMachine):
         check the settled state, so every example ends with nothing left behind; then release
         what every coordinator of the example holds (files, connections)."""
         try:
-            self._settle()
+            with self._explained():
+                self._settle()
         finally:
             self._release()
 
@@ -427,7 +460,7 @@ class SinkContractMachine(RuleBasedStateMachine):
             self._start_new(None)
         if self.pending is not None:
             self.replay_crashed_epoch(None)
-        self.settled_state_is_exact()
+        self._settled_state_is_exact()
 
     def _release(self) -> None:
         coordinators = [p.coordinator for p in self.paused]

@@ -1,5 +1,6 @@
-"""The conformance suite against the test bed's real Postgres: the Postgres sink alone (with the
-file decision store and with the Postgres decision store) and together with the file sink.
+"""The conformance suite against the test bed's real Postgres: the Postgres sink alone (one-phase
+and two-phase, with the file decision store and with the Postgres decision store) and together
+with the file sink.
 After every example no prepared transaction of the job is left in pg_prepared_xacts."""
 
 from __future__ import annotations
@@ -8,16 +9,21 @@ import shutil
 import tempfile
 import uuid
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import psycopg
 
+from coordinator import Coordinator
 from manifest import DecisionStore, LocalDirectoryStore
 from manifest.postgres import PostgresDecisionStore
 from sinks.testing import Scenario, Target, run_conformance
 from tests.crash.test_file_sink_conformance import check_exercised
 from tests.services import PostgresEndpoint
 from tests.support.targets import FileTarget, PostgresTarget
+
+#: A one-phase epoch commits the data with its decision: no commit step follows the decision.
+ONE_PHASE_ABSENT = frozenset({"after-commit"})
 
 
 def scenario_of(
@@ -26,6 +32,7 @@ def scenario_of(
     *,
     with_files: bool = False,
     store: str = "files",
+    one_phase: bool = True,
 ) -> Callable[[], Scenario]:
     def make() -> Scenario:
         folder = Path(tempfile.mkdtemp(prefix="ds-pg-conformance-"))
@@ -47,7 +54,9 @@ def scenario_of(
                     assert not leftovers, f"prepared transactions left behind: {leftovers}"
             shutil.rmtree(folder, ignore_errors=True)
 
-        return Scenario(job, targets, decision_store, cleanup)
+        return Scenario(
+            job, targets, decision_store, cleanup, partial(Coordinator, one_phase=one_phase)
+        )
 
     return make
 
@@ -59,8 +68,18 @@ def prepared_count(postgres: PostgresEndpoint) -> int:
 
 
 def test_postgres_sink_alone(postgres: PostgresEndpoint, pg_schema: str) -> None:
+    """The job's only sink: one-phase commit, the decision in the marker row (so there is no
+    separate commit step to crash after)."""
     stats = run_conformance(scenario_of(postgres, pg_schema), max_examples=200)
-    check_exercised(stats, 200)
+    check_exercised(stats, 200, without=ONE_PHASE_ABSENT)
+    assert prepared_count(postgres) == 0
+
+
+def test_postgres_sink_alone_two_phase(postgres: PostgresEndpoint, pg_schema: str) -> None:
+    """The same sink with one-phase commit turned off: PREPARE, decision store, COMMIT
+    PREPARED (what it does in every multi-sink job)."""
+    stats = run_conformance(scenario_of(postgres, pg_schema, one_phase=False), max_examples=100)
+    check_exercised(stats, 100)
     assert prepared_count(postgres) == 0
 
 
@@ -68,7 +87,7 @@ def test_postgres_sink_with_postgres_decision_store(
     postgres: PostgresEndpoint, pg_schema: str
 ) -> None:
     stats = run_conformance(scenario_of(postgres, pg_schema, store="postgres"), max_examples=100)
-    check_exercised(stats, 100)
+    check_exercised(stats, 100, without=ONE_PHASE_ABSENT)
     assert prepared_count(postgres) == 0
 
 

@@ -10,6 +10,7 @@ from coordinator import Resolution, resolve, validate
 from manifest import DecisionRecord, LocalDirectoryStore, MemoryDecisionStore
 from sinks import CommitHandle, DeliveryGuarantee, FileSink, FileSinkConfig, SinkCapabilities
 from sinks.errors import CapabilityError, ConfigError
+from sinks.postgres import PostgresSink, PostgresSinkConfig
 from tests.support.journal_sink import JournalSink
 
 
@@ -75,6 +76,21 @@ def test_a_non_resumable_sink_must_carry_the_decision(tmp_path: Path) -> None:
     with pytest.raises(CapabilityError, match="cannot carry the commit decision") as raised:
         validate("job", [sink], LocalDirectoryStore(tmp_path))
     assert "LastResource" in (raised.value.fix or "")
+
+
+def test_a_lone_sink_that_can_carry_the_decision_is_committed_in_one_phase(
+    tmp_path: Path,
+) -> None:
+    # Building a PostgresSink connects to nothing: validation is pure logic.
+    lone = PostgresSink(PostgresSinkConfig("host=127.0.0.1 dbname=none", "public.events"))
+    store = LocalDirectoryStore(tmp_path)
+    assert validate("job", [lone], store) is lone
+    assert validate("job", [lone], store, one_phase=False) is None
+    assert validate("job", [lone], store, executor_mode=True) is None  # a participant per task
+    assert validate("job", [lone, files(tmp_path)], store) is None  # two participants: 2PC
+    journal = JournalSink(tmp_path / "journal")
+    assert validate("job", [lone, journal], store) is journal  # the non-resumable one decides
+    assert validate("job", [files(tmp_path)], store) is None  # cannot carry a decision
 
 
 def test_config_mistakes(tmp_path: Path) -> None:
