@@ -90,6 +90,9 @@ class Coordinator:
     """Exactly-once epochs across `sinks`, with `store` holding the decisions.
 
     Call `start()` once (validation, fencing, recovery), then `run_epoch()` per Spark batch.
+    With `one_phase` (the default), a job whose only sink can carry the decision in its own
+    commit (a `LastResource`, e.g. Postgres) commits each epoch in one transaction of that
+    sink: no prepare, no decision-store record (design section 3).
     After `run_epoch` returns, every sink holds the epoch's rows exactly once. If it raises:
     - before the decision (any error, incl. FencedError): every participant was rolled back;
       replaying the epoch writes it afresh;

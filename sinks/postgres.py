@@ -443,7 +443,9 @@ class PostgresSink:
             conn = self._admin_conn()
             setting = conn.execute("SHOW max_prepared_transactions").fetchone()
             maximum = int(setting[0]) if setting else 0
-            if maximum < self.config.participants_in_flight:
+            # A one-phase sink never prepares; recovery of older prepared leftovers works
+            # whatever the setting.
+            if not ctx.commit_point and maximum < self.config.participants_in_flight:
                 raise ConfigError(
                     f"max_prepared_transactions is {maximum}; this sink needs at least "
                     f"{self.config.participants_in_flight} (two-phase commit)",

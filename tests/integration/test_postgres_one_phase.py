@@ -193,3 +193,16 @@ def test_an_old_generation_cannot_commit_after_a_new_one_opened(
     assert new.read_decision(0) is None
     old.close()
     new.close()
+
+
+def test_one_phase_needs_no_prepared_transactions(
+    postgres: PostgresEndpoint, table: str, conn: Any, unique: UniqueNames, tmp_path: Path
+) -> None:
+    """Postgres ships with max_prepared_transactions = 0: a lone sink works anyway."""
+    sink = PostgresSink(
+        PostgresSinkConfig(postgres.conninfo(), table, participants_in_flight=100_000)
+    )
+    job = Coordinator(unique.job_id, [sink], LocalDirectoryStore(tmp_path))
+    job.start()
+    assert job.run_epoch(0, [batch(1)]).outcome is EpochOutcome.COMMITTED
+    job.close()

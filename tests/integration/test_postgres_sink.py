@@ -248,7 +248,8 @@ def test_bad_setups_are_refused_at_start(
 ) -> None:
     config = {"table": table, **options}
     sink = PostgresSink(PostgresSinkConfig(postgres.conninfo(), **config))
-    coordinator = Coordinator(unique.job_id, [sink], LocalDirectoryStore(tmp_path))
+    # Two-phase, as in any multi-sink job (a one-phase sink needs no prepared transactions).
+    coordinator = Coordinator(unique.job_id, [sink], LocalDirectoryStore(tmp_path), one_phase=False)
     with pytest.raises(ConfigError, match=message) as raised:
         coordinator.start()
     assert fix in (raised.value.fix or "")
