@@ -5,7 +5,6 @@ test bed's real Postgres."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,12 +21,6 @@ from sinks.postgres import PostgresSink, PostgresSinkConfig
 from tests.conftest import UniqueNames
 from tests.services import PostgresEndpoint
 from tests.support.targets import prepared_gids
-
-
-@pytest.fixture
-def conn(postgres: PostgresEndpoint) -> Iterator[psycopg.Connection[Any]]:
-    with psycopg.connect(postgres.conninfo(), autocommit=True) as connection:
-        yield connection
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ import logging
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
 from datetime import UTC, date, datetime
 from typing import Any
 
@@ -36,12 +35,6 @@ from tests.services._layout import REPO_ROOT
 from tests.support.targets import prepared_gids
 
 ROWS_BEFORE = [(1, "one", 1.0), (2, "two", 2.0)]
-
-
-@pytest.fixture
-def conn(postgres: PostgresEndpoint) -> Iterator[psycopg.Connection[Any]]:
-    with psycopg.connect(postgres.conninfo(), autocommit=True) as connection:
-        yield connection
 
 
 @pytest.fixture
