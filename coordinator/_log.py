@@ -1,33 +1,5 @@
-"""Logging with the job, sink and epoch on every line."""
+"""Logging with the job, sink and epoch on every line (the logger lives with the protocol)."""
 
-from __future__ import annotations
+from sinks._log import LOGGER_NAME, JobLogger
 
-import logging
-from collections.abc import MutableMapping
-from typing import Any
-
-LOGGER_NAME = "durable_sinks"
-
-
-class JobLogger(logging.LoggerAdapter[logging.Logger]):
-    """Prefixes every message with `job=… sink=… epoch=…` and puts the same three values in
-    the record's `extra` (as `ds_job`, `ds_sink`, `ds_epoch`) for structured handlers."""
-
-    def __init__(self, job: str, sink: str | None = None, epoch: int | None = None) -> None:
-        super().__init__(logging.getLogger(f"{LOGGER_NAME}.coordinator"), {})
-        self.job, self.sink, self.epoch = job, sink, epoch
-
-    def bind(self, *, sink: str | None = None, epoch: int | None = None) -> JobLogger:
-        return JobLogger(
-            self.job,
-            sink if sink is not None else self.sink,
-            epoch if epoch is not None else self.epoch,
-        )
-
-    def process(self, msg: Any, kwargs: MutableMapping[str, Any]) -> tuple[Any, Any]:
-        sink = self.sink or "-"
-        epoch = "-" if self.epoch is None else self.epoch
-        extra = dict(kwargs.get("extra") or {})
-        extra.update(ds_job=self.job, ds_sink=sink, ds_epoch=epoch)
-        kwargs["extra"] = extra
-        return f"job={self.job} sink={sink} epoch={epoch}: {msg}", kwargs
+__all__ = ["LOGGER_NAME", "JobLogger"]
