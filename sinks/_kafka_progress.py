@@ -1,0 +1,273 @@
+"""The progress topic (after Materialize's): where a Kafka sink records, inside each epoch's
+transaction, which epoch it committed and the decision that epoch carried.
+
+One partition, compacted. Two keys per (job, sink):
+- `<owner>progress`: one record per committed epoch `{epoch, generation, participant, rows,
+  checksum, decision}`; compaction keeps at least the latest, which is all recovery needs;
+- `<owner>fence`: `{generation}`, written when a coordinator opens the sink, so an older
+  coordinator that opens it later refuses to start instead of fencing the newer producer.
+
+Readers find a key's latest record by reading `read_committed` backwards in chunks from the
+high watermark (a read_committed reader stops at the last stable offset, so a transaction left
+open by another writer of the topic delays the read until it ends or times out).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._listoffsets import OffsetSpec
+
+from ._api import JSON
+from .errors import ManifestCorruptError, TransientError
+from .naming import owner_prefix
+
+PROGRESS_VERSION = 1
+#: Records read per step of a backwards scan.
+SCAN_CHUNK = 2_000
+
+
+def latest_spec() -> OffsetSpec:
+    """The offset spec of a partition's end (typed: confluent-kafka's is not)."""
+    spec: OffsetSpec = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+    return spec
+
+
+def earliest_spec() -> OffsetSpec:
+    spec: OffsetSpec = OffsetSpec.earliest()  # type: ignore[no-untyped-call]
+    return spec
+
+
+#: Errors a just-created partition (or a moving leader) gives until the metadata settles.
+_METADATA_LAG = frozenset(
+    {
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+        KafkaError.UNKNOWN_LEADER_EPOCH,
+        KafkaError.FENCED_LEADER_EPOCH,
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.REQUEST_TIMED_OUT,
+        KafkaError._TRANSPORT,
+        KafkaError._TIMED_OUT,
+    }
+)
+
+
+def list_offsets(
+    admin: AdminClient,
+    partitions: Sequence[TopicPartition],
+    level: IsolationLevel,
+    timeout: float,
+    *,
+    earliest: bool = False,
+) -> dict[TopicPartition, int]:
+    """End (or start) offsets of `partitions` as a reader with `level` sees them. Retries
+    what the broker calls retriable (a new partition's leader not known yet) until `timeout`;
+    raises KafkaException otherwise."""
+    deadline = time.monotonic() + timeout
+    delay = 0.01
+    while True:
+        spec = earliest_spec() if earliest else latest_spec()
+        futures = admin.list_offsets(
+            {p: spec for p in partitions}, isolation_level=level, request_timeout=timeout
+        )
+        try:
+            return {p: f.result().offset for p, f in futures.items()}
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args else None
+            retriable = isinstance(error, KafkaError) and (
+                error.retriable() or error.code() in _METADATA_LAG
+            )
+            if not retriable or time.monotonic() + delay > deadline:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, 0.5)
+
+
+def progress_key(job_id: str, sink: str) -> bytes:
+    return (owner_prefix(job_id, sink) + "progress").encode()
+
+
+def fence_key(job_id: str, sink: str) -> bytes:
+    return (owner_prefix(job_id, sink) + "fence").encode()
+
+
+@dataclass(frozen=True)
+class ProgressRecord:
+    """One committed epoch of one sink, as stored in the progress topic."""
+
+    epoch: int
+    generation: int
+    participant: str
+    rows: int
+    checksum: str
+    decision: Mapping[str, JSON] | None
+
+    def encode(self) -> bytes:
+        return json.dumps(
+            {
+                "version": PROGRESS_VERSION,
+                "epoch": self.epoch,
+                "generation": self.generation,
+                "participant": self.participant,
+                "rows": self.rows,
+                "checksum": self.checksum,
+                "decision": self.decision,
+            },
+            sort_keys=True,
+            separators=(",", ":"),
+        ).encode()
+
+    @classmethod
+    def decode(cls, value: bytes, where: str) -> ProgressRecord:
+        try:
+            data = json.loads(value)
+            _check_version(data)
+            return cls(
+                epoch=int(data["epoch"]),
+                generation=int(data["generation"]),
+                participant=str(data["participant"]),
+                rows=int(data["rows"]),
+                checksum=str(data["checksum"]),
+                decision=data.get("decision"),
+            )
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise ManifestCorruptError(
+                f"unreadable progress record at {where}: {exc!r}",
+                fix="the progress topic holds a record this version cannot read; do not write "
+                "to a progress topic by hand",
+            ) from None
+
+
+def _check_version(data: Mapping[str, Any]) -> None:
+    if data.get("version") != PROGRESS_VERSION:
+        raise ValueError(f"version {data.get('version')!r}")
+
+
+def encode_fence(generation: int) -> bytes:
+    return json.dumps({"version": PROGRESS_VERSION, "generation": generation}).encode()
+
+
+def decode_fence(value: bytes, where: str) -> int:
+    try:
+        return int(json.loads(value)["generation"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ManifestCorruptError(f"unreadable fence record at {where}: {exc!r}") from None
+
+
+class ProgressReader:
+    """Reads the latest records of given keys from a one-partition progress topic, through
+    one read_committed consumer kept for the reader's life (`close` releases it)."""
+
+    def __init__(
+        self,
+        admin: AdminClient,
+        client_config: Mapping[str, Any],
+        topic: str,
+        timeout: float,
+        describe: Callable[[], dict[str, Any]],
+    ) -> None:
+        self.admin = admin
+        self.client_config = dict(client_config)
+        self.topic = topic
+        self.timeout = timeout
+        #: The job/sink context for errors.
+        self.describe = describe
+        self._consumer: Consumer | None = None
+
+    def _reader(self) -> Consumer:
+        if self._consumer is None:
+            self._consumer = Consumer(
+                {
+                    **self.client_config,
+                    "group.id": "durable-sinks-progress-reader",
+                    "enable.auto.commit": False,
+                    "enable.auto.offset.store": False,
+                    "isolation.level": "read_committed",
+                    "enable.partition.eof": False,
+                    "fetch.wait.max.ms": 10,
+                }
+            )
+        return self._consumer
+
+    def close(self) -> None:
+        consumer, self._consumer = self._consumer, None
+        if consumer is not None:
+            consumer.close()
+
+    def watermarks(self) -> tuple[int, int]:
+        """(low, high) of the partition, read_uncommitted."""
+        partition = TopicPartition(self.topic, 0)
+        level = IsolationLevel.READ_UNCOMMITTED
+        low = list_offsets(self.admin, [partition], level, self.timeout, earliest=True)
+        high = list_offsets(self.admin, [partition], level, self.timeout)
+        return low[partition], high[partition]
+
+    def latest(
+        self, want: Mapping[bytes, Callable[[bytes, int], bool]]
+    ) -> dict[bytes, tuple[int, bytes]]:
+        """For each key of `want`, the value and offset of the latest committed record with
+        that key for which `want[key](value, offset)` is true; keys never found are absent.
+        Scans backwards from the high watermark until every key is found or the partition's
+        start is reached; raises TransientError after `timeout` seconds."""
+        deadline = time.monotonic() + self.timeout
+        low, end = self.watermarks()
+        found: dict[bytes, tuple[int, bytes]] = {}
+        consumer = self._reader()
+        while end > low and len(found) < len(want):
+            start = max(low, end - SCAN_CHUNK)
+            chunk = self._read(consumer, start, end, deadline)
+            for offset, key, value in reversed(chunk):
+                check = want.get(key)
+                if check is not None and key not in found and check(value, offset):
+                    found[key] = (offset, value)
+            end = start
+        return found
+
+    def _read(
+        self, consumer: Consumer, start: int, end: int, deadline: float
+    ) -> list[tuple[int, bytes, bytes]]:
+        """Committed records in [start, end): waits until a read_committed reader passes
+        `end - 1` (control records and aborted records are skipped)."""
+        partition = TopicPartition(self.topic, 0, start)
+        # Without unassign, a new assignment keeps reporting the previous one's position.
+        consumer.unassign()
+        consumer.assign([partition])
+        records: list[tuple[int, bytes, bytes]] = []
+        while True:
+            position = consumer.position([TopicPartition(self.topic, 0)])[0].offset
+            if position >= end:
+                return [r for r in records if r[0] < end]
+            if time.monotonic() > deadline:
+                raise TransientError(
+                    f"reading the progress topic {self.topic!r} took more than {self.timeout:g} s: "
+                    f"a read_committed reader is held at offset {position} (of {end}), most likely "
+                    "by another writer's transaction that is still open",
+                    **self.describe(),
+                    fix="wait for that transaction to end or time out (transaction.timeout.ms), "
+                    "or give this sink a progress topic of its own (progress_topic=...)",
+                )
+            try:
+                messages = consumer.consume(num_messages=500, timeout=0.02)
+            except KafkaException as exc:
+                raise TransientError(
+                    f"cannot read the progress topic {self.topic!r}: {exc.args[0]}",
+                    **self.describe(),
+                ) from None
+            for message in messages:
+                error = message.error()
+                if error is not None:
+                    raise TransientError(
+                        f"cannot read the progress topic {self.topic!r}: {error}",
+                        **self.describe(),
+                    )
+                offset, key, value = message.offset(), message.key(), message.value()
+                if offset is not None and key is not None and value is not None:
+                    records.append((offset, key, value))

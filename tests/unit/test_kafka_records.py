@@ -1,0 +1,141 @@
+"""Pure logic of the Kafka sink: Arrow rows to records, layout checks, progress records and
+configuration checks (no broker needed)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import zlib
+
+import pyarrow as pa
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sinks._kafka_progress import ProgressRecord, decode_fence, encode_fence, progress_key
+from sinks._kafka_records import RecordLayout, build_records
+from sinks.errors import ConfigError, ManifestCorruptError
+from sinks.kafka import KafkaSinkConfig, redacted
+
+BATCH = pa.record_batch(
+    {
+        "k": pa.array(["a", None, "ccc"]),
+        "v": pa.array([b"x", None, b"yz"], pa.binary()),
+        "h": pa.array(["one", "two", None]),
+        "at": pa.array([dt.datetime(2026, 1, 1, tzinfo=dt.UTC), None, None], pa.timestamp("us")),
+        "p": pa.array([0, None, 1], pa.int8()),
+        "n": pa.array([1, 2, 3], pa.int64()),
+    }
+)
+
+
+def test_columns_map_to_record_parts() -> None:
+    layout = RecordLayout("v", "k", ("h",), "at", "p")
+    records = build_records(BATCH, layout, 0)
+    assert records.values == [b"x", None, b"yz"]
+    assert records.keys == ["a", None, "ccc"]
+    assert records.headers == [[("h", "one")], [("h", "two")], [("h", None)]]
+    assert records.timestamps == [1_767_225_600_000, 0, 0]
+    assert records.partitions == [0, -1, 1]
+    # value + key + header name + header value, per record
+    assert records.sizes == [1 + 1 + 1 + 3, 0 + 0 + 1 + 3, 2 + 3 + 1 + 0]
+    assert list(records.produce_args())[1] == (None, None, [("h", "two")], 0, -1)
+
+
+def test_the_json_value_holds_every_column_without_a_role() -> None:
+    records = build_records(BATCH.select(["k", "n", "at"]), RecordLayout(key_column="k"), 0)
+    assert [json.loads(v) for v in records.values] == [
+        {"n": 1, "at": "2026-01-01T00:00:00"},
+        {"n": 2, "at": None},
+        {"n": 3, "at": None},
+    ]
+    assert records.sizes[0] == len(records.values[0]) + 1
+
+
+@given(st.lists(st.binary(max_size=20), max_size=30), st.integers(0, 30))
+def test_the_checksum_does_not_depend_on_how_an_epoch_is_split(
+    values: list[bytes], cut: int
+) -> None:
+    table = pa.table({"v": pa.array(values, pa.binary())})
+    layout = RecordLayout("v")
+    whole = build_records(table.to_batches()[0] if values else _empty(), layout, 0).checksum
+    first = table.slice(0, cut).combine_chunks().to_batches()
+    second = table.slice(cut).combine_chunks().to_batches()
+    running = 0
+    for batch in [*first, *second]:
+        running = build_records(batch, layout, running).checksum
+    assert running == whole == zlib.crc32(b"".join(values))
+
+
+def _empty() -> pa.RecordBatch:
+    return pa.record_batch({"v": pa.array([], pa.binary())})
+
+
+def test_the_checksum_of_a_sliced_string_column_covers_only_the_slice() -> None:
+    batch = pa.record_batch({"v": pa.array(["skip", "keep", "also"])}).slice(1, 2)
+    assert build_records(batch, RecordLayout("v"), 0).checksum == zlib.crc32(b"keepalso")
+
+
+@pytest.mark.parametrize(
+    ("layout", "problem"),
+    [
+        (RecordLayout("missing"), "value_column 'missing' is not a column"),
+        (RecordLayout("n"), "value_column 'n' is int64; it must be string or binary"),
+        (RecordLayout(key_column="n"), "key_column 'n' is int64"),
+        (RecordLayout(timestamp_column="k"), "timestamp_column 'k' is string"),
+        (RecordLayout(partition_column="k"), "partition_column 'k' is string"),
+        (
+            RecordLayout("v", "k", ("h",), "at", "p"),
+            None,
+        ),
+    ],
+)
+def test_layout_problems_name_role_column_and_type(
+    layout: RecordLayout, problem: str | None
+) -> None:
+    problems = layout.problems(BATCH.schema)
+    if problem is None:
+        assert problems == []
+    else:
+        assert any(problem in p for p in problems), problems
+
+
+def test_a_layout_that_leaves_no_json_column_is_a_problem() -> None:
+    schema = pa.schema([("k", pa.string())])
+    assert RecordLayout(key_column="k").problems(schema) == ["no column is left for the JSON value"]
+
+
+def test_progress_records_round_trip_and_refuse_garbage() -> None:
+    record = ProgressRecord(3, 2, "ds:job:kafka:3:0:2-0", 10, "crc32:0000abcd", {"epoch": 3})
+    assert ProgressRecord.decode(record.encode(), "t@1") == record
+    assert decode_fence(encode_fence(7), "t@2") == 7
+    for garbage in (b"{}", b"not json", json.dumps({"version": 99, "epoch": 1}).encode()):
+        with pytest.raises(ManifestCorruptError, match="t@5"):
+            ProgressRecord.decode(garbage, "t@5")
+    assert progress_key("job", "kafka") != progress_key("job", "kafka2")
+
+
+def test_secrets_are_redacted_in_the_config_repr() -> None:
+    config = KafkaSinkConfig(
+        "b:9092",
+        "events",
+        producer_config={"sasl.password": "hunter2", "ssl.key.password": "k", "linger.ms": 5},
+    )
+    assert "hunter2" not in repr(config)
+    assert redacted(config.producer_config) == {
+        "sasl.password": "***",
+        "ssl.key.password": "***",
+        "linger.ms": 5,
+    }
+    # Connection settings reach the admin and consumer clients; tuning does not.
+    assert config.connection_settings() == {
+        "bootstrap.servers": "b:9092",
+        "sasl.password": "hunter2",
+        "ssl.key.password": "k",
+    }
+
+
+def test_the_progress_topic_defaults_beside_the_topic_and_must_differ() -> None:
+    assert KafkaSinkConfig("b:9092", "events").progress_topic_name == "events-ds-progress"
+    with pytest.raises(ConfigError, match="must differ"):
+        KafkaSinkConfig("b:9092", "events", progress_topic="events")
