@@ -221,14 +221,17 @@ class ProgressReader:
         low, end = self.watermarks()
         found: dict[bytes, tuple[int, bytes]] = {}
         consumer = self._reader()
-        while end > low and len(found) < len(want):
-            start = max(low, end - SCAN_CHUNK)
-            chunk = self._read(consumer, start, end, deadline)
-            for offset, key, value in reversed(chunk):
-                check = want.get(key)
-                if check is not None and key not in found and check(value, offset):
-                    found[key] = (offset, value)
-            end = start
+        try:
+            while end > low and len(found) < len(want):
+                start = max(low, end - SCAN_CHUNK)
+                chunk = self._read(consumer, start, end, deadline)
+                for offset, key, value in reversed(chunk):
+                    check = want.get(key)
+                    if check is not None and key not in found and check(value, offset):
+                        found[key] = (offset, value)
+                end = start
+        finally:
+            consumer.unassign()  # an assigned consumer keeps fetching in the background
         return found
 
     def _read(

@@ -74,5 +74,19 @@ def _postgres(config: Mapping[str, Any]) -> SinkConnector:
         ) from None
 
 
+def _kafka(config: Mapping[str, Any]) -> SinkConnector:
+    from .kafka import KafkaSink, KafkaSinkConfig
+
+    options = dict(config)
+    if "header_columns" in options and not isinstance(options["header_columns"], tuple):
+        headers = options["header_columns"]
+        options["header_columns"] = (headers,) if isinstance(headers, str) else tuple(headers)
+    try:
+        return KafkaSink(KafkaSinkConfig(**options))
+    except TypeError as exc:
+        raise ConfigError(f"kafka sink: {exc}", fix="see KafkaSinkConfig for the options") from None
+
+
 register("files", _files)
+register("kafka", _kafka)
 register("postgres", _postgres)
