@@ -1,21 +1,29 @@
-"""Conformance-suite targets for the local sinks (files, and the journal last resource)."""
+"""Conformance-suite targets: the local sinks (files, the journal last resource) and the test
+bed's Postgres and Kafka, each read as its own readers would."""
 
 from __future__ import annotations
 
+import json
+import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pyarrow.parquet as pq
+from confluent_kafka import Consumer, IsolationLevel, TopicPartition
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
 from psycopg import sql
 
 from sinks import FileSink, FileSinkConfig, SinkConnector
+from sinks._kafka_progress import list_offsets
 from sinks.files import STAGING
+from sinks.kafka import KafkaSink, KafkaSinkConfig
 from sinks.naming import owner_prefix
 from sinks.postgres import PostgresSink, PostgresSinkConfig
 from sinks.testing import COLUMNS, Row
-from tests.services import PostgresEndpoint
+from tests.services import KafkaEndpoint, PostgresEndpoint
 
 from .journal_sink import JournalSink
 
@@ -115,3 +123,116 @@ def prepared_gids(conn: psycopg.Connection[Any], job_id: str, sink: str) -> list
         (owner_prefix(job_id, sink),),
     ).fetchall()
     return [r[0] for r in rows]
+
+
+def create_topic(admin: AdminClient, name: str, partitions: int = 1, **config: str) -> None:
+    """Create a topic and wait until every partition has a leader."""
+    futures = admin.create_topics([NewTopic(name, partitions, config=config)], request_timeout=30)
+    for future in futures.values():
+        future.result(timeout=30)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        topic = admin.list_topics(name, timeout=10).topics.get(name)
+        if (
+            topic is not None
+            and topic.error is None
+            and len(topic.partitions) == partitions
+            and all(p.leader >= 0 for p in topic.partitions.values())
+        ):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"topic {name} has no leader after 30 s")
+
+
+class KafkaTarget:
+    """A fresh topic (two partitions, records keyed by the row key, the other columns as a
+    JSON value), read by a read_committed consumer: aborted or open transactions' records
+    must stay invisible. Progress records go to `progress_topic` (shared by a test's
+    examples: they are keyed by job)."""
+
+    PARTITIONS = 2
+
+    def __init__(
+        self,
+        endpoint: KafkaEndpoint,
+        admin: AdminClient,
+        progress_topic: str,
+        name: str = "kafka",
+    ) -> None:
+        self.endpoint = endpoint
+        self.admin = admin
+        self.progress_topic = progress_topic
+        self.name = name
+        self.topic = f"kconf-{uuid.uuid4().hex[:12]}"
+        create_topic(admin, self.topic, self.PARTITIONS)
+        self.partitions = [TopicPartition(self.topic, p) for p in range(self.PARTITIONS)]
+        self._consumer = Consumer(
+            endpoint.config(
+                {
+                    "group.id": "conformance-reader",
+                    "enable.auto.commit": False,
+                    "isolation.level": "read_committed",
+                    "fetch.wait.max.ms": 10,
+                }
+            )
+        )
+        self._consumer.assign([TopicPartition(self.topic, p, 0) for p in range(self.PARTITIONS)])
+        self._rows: list[Row] = []
+
+    def config(self) -> KafkaSinkConfig:
+        return KafkaSinkConfig(
+            self.endpoint.bootstrap_servers,
+            self.topic,
+            name=self.name,
+            key_column="key",
+            progress_topic=self.progress_topic,
+            request_timeout_s=20,
+        )
+
+    def connector(self) -> SinkConnector:
+        return KafkaSink(self.config())
+
+    def _stable(self, level: IsolationLevel, partitions: list[TopicPartition]) -> dict[str, int]:
+        offsets = list_offsets(self.admin, partitions, level, 20)
+        return {f"{p.topic}[{p.partition}]": o for p, o in offsets.items()}
+
+    def committed_rows(self) -> list[Row]:
+        """Everything up to the last stable offsets, read incrementally (records once
+        committed never change)."""
+        stable = list_offsets(self.admin, self.partitions, IsolationLevel.READ_COMMITTED, 20)
+        deadline = time.monotonic() + 20
+        while True:
+            # A partition not fetched yet has no position (negative): it starts at 0.
+            positions = self._consumer.position(self.partitions)
+            if all(
+                max(p.offset, 0) >= stable[tp]
+                for p, tp in zip(positions, self.partitions, strict=True)
+            ):
+                return list(self._rows)
+            if time.monotonic() > deadline:
+                raise AssertionError(f"read_committed reader stuck at {positions}, LSO {stable}")
+            for message in self._consumer.consume(num_messages=1000, timeout=0.05):
+                error = message.error()
+                assert error is None, error
+                key, value = message.key(), message.value()
+                assert key is not None, message
+                assert value is not None, message
+                fields = json.loads(value)
+                self._rows.append((key.decode(), *(fields[c] for c in COLUMNS[1:])))
+
+    def leftovers(self) -> list[str]:
+        """Partitions whose last stable offset lags the high watermark: an open
+        transaction (the sink's own, or the progress topic's)."""
+        partitions = [*self.partitions, TopicPartition(self.progress_topic, 0)]
+        high = self._stable(IsolationLevel.READ_UNCOMMITTED, partitions)
+        stable = self._stable(IsolationLevel.READ_COMMITTED, partitions)
+        return [
+            f"{p}: open transaction (LSO {stable[p]} < {high[p]})"
+            for p in high
+            if stable[p] < high[p]
+        ]
+
+    def cleanup(self) -> None:
+        self._consumer.close()
+        for future in self.admin.delete_topics([self.topic], request_timeout=30).values():
+            future.result(timeout=30)
