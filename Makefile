@@ -22,17 +22,19 @@ test: install
 check: lint typecheck pytest
 
 # The extended crash/replay run (docs/testing.md): 2,000 generated examples per conformance
-# scenario (files, and Postgres against the test bed) and 50 random SIGKILLs. About 40
-# minutes; not part of `make test`.
+# scenario (files, Postgres and Kafka against the test bed) and 50 random SIGKILLs. Several
+# hours; not part of `make test`.
 test-crash: install
-	$(PY) -m tests.services up postgres
-	DS_CONFORMANCE_EXAMPLES=2000 DS_SIGKILL_RUNS=50 $(PY) -m pytest tests/crash \
-		tests/integration/test_postgres_conformance.py $(PYTEST_ARGS)
+	$(PY) -m tests.services up postgres kafka
+	DS_CONFORMANCE_EXAMPLES=2000 DS_SIGKILL_RUNS=50 $(PY) -m pytest -n 2 --timeout=7200 \
+		tests/crash tests/integration/test_postgres_conformance.py \
+		tests/integration/test_kafka_conformance.py $(PYTEST_ARGS)
 
 bench: install
 	$(PY) -m benchmarks.protocol_overhead
-	$(PY) -m tests.services up postgres
+	$(PY) -m tests.services up postgres kafka
 	$(PY) -m benchmarks.postgres_sink
+	$(PY) -m benchmarks.kafka_sink
 
 lint: install
 	$(PY) -m ruff check .
@@ -42,7 +44,7 @@ typecheck: install
 	$(PY) -m mypy
 
 pytest: install
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n 2 $(PYTEST_ARGS)
 
 install: $(STAMP)
 
