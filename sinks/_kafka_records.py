@@ -96,18 +96,30 @@ class RecordLayout:
 
 @dataclass
 class Records:
-    """One batch's records as parallel lists (None where a role is unused), with sizes."""
+    """One batch's records as parallel lists (None where a role is unused), with each
+    record's size (key + value + headers) as an Arrow array (no Python int per row)."""
 
     values: list[Any]
     keys: list[Any] | None
     headers: list[list[tuple[str, Any]]] | None
     timestamps: list[int] | None
     partitions: list[int] | None
-    sizes: list[int]
+    sizes: pa.Array
     checksum: int
 
     def __len__(self) -> int:
         return len(self.values)
+
+    def total_bytes(self) -> int:
+        total = pc.sum(self.sizes).as_py()
+        return int(total or 0)
+
+    def largest(self) -> tuple[int, int]:
+        """(row, size) of the largest record; (0, 0) when there is none."""
+        if len(self.sizes) == 0:
+            return 0, 0
+        size = int(pc.max(self.sizes).as_py())
+        return int(pc.index(self.sizes, size).as_py()), size
 
     def produce_args(self) -> Iterator[tuple[Any, Any, list[tuple[str, Any]] | None, int, int]]:
         """(value, key, extra headers, timestamp ms or 0, partition or -1) per record."""
@@ -132,13 +144,13 @@ def build_records(batch: pa.RecordBatch, layout: RecordLayout, checksum: int) ->
         checksum = _crc(value_array, checksum)
     else:
         values = _json_values(batch, layout.json_columns(batch.schema))
-        sizes = [len(v) for v in values]
+        sizes = pa.array([len(v) for v in values], pa.int64())
         checksum = zlib.crc32(b"".join(values), checksum)
     keys = None
     if layout.key_column is not None:
         key_array = batch.column(layout.key_column)
         keys = key_array.to_pylist()
-        sizes = [a + b for a, b in zip(sizes, _byte_lengths(key_array), strict=True)]
+        sizes = pc.add(sizes, _byte_lengths(key_array))
         checksum = _crc(key_array, checksum)
     headers = None
     if layout.header_columns:
@@ -148,8 +160,7 @@ def build_records(batch: pa.RecordBatch, layout: RecordLayout, checksum: int) ->
             for row in zip(*(c.to_pylist() for _, c in columns), strict=True)
         ]
         for name, column in columns:
-            lengths = _byte_lengths(column)
-            sizes = [s + len(name) + n for s, n in zip(sizes, lengths, strict=True)]
+            sizes = pc.add(sizes, pc.add(_byte_lengths(column), len(name)))
     timestamps = None
     if layout.timestamp_column is not None:
         timestamps = _millis(batch.column(layout.timestamp_column))
@@ -160,11 +171,10 @@ def build_records(batch: pa.RecordBatch, layout: RecordLayout, checksum: int) ->
     return Records(values, keys, headers, timestamps, partitions, sizes, checksum)
 
 
-def _byte_lengths(array: pa.Array) -> list[int]:
-    """Encoded length of each string/binary value (0 for null)."""
-    lengths = pc.binary_length(array)
-    result: list[int] = pc.fill_null(lengths, 0).to_pylist()
-    return result
+def _byte_lengths(array: pa.Array) -> pa.Array:
+    """Encoded length of each string/binary value (0 for null), as int64."""
+    lengths: pa.Array = pc.fill_null(pc.binary_length(array), 0).cast(pa.int64())
+    return lengths
 
 
 def _crc(array: pa.Array, checksum: int) -> int:

@@ -59,7 +59,7 @@ from ._kafka_progress import (
     list_offsets,
     progress_key,
 )
-from ._kafka_records import EPOCH_HEADER, RECORD_OVERHEAD, RecordLayout, build_records
+from ._kafka_records import EPOCH_HEADER, RECORD_OVERHEAD, RecordLayout, Records, build_records
 from ._log import JobLogger
 from .errors import (
     ConfigError,
@@ -742,7 +742,7 @@ class KafkaSink:
         except Exception as exc:  # noqa: BLE001 - translated
             self._raise(exc, "producing records", current.epoch)
         self._check_delivery(current.epoch)
-        written = sum(records.sizes)
+        written = records.total_bytes()
         current.rows += len(records)
         current.bytes += written
         current.checksum = records.checksum
@@ -768,13 +768,12 @@ class KafkaSink:
             )
         self._checked_schema = self._schema = batch.schema
 
-    def _check_records(self, records: Any, current: _Epoch) -> None:
+    def _check_records(self, records: Records, current: _Epoch) -> None:
         """Refuse, before producing any record of the batch, a record over the size limit
         or a partition the topic does not have."""
         limit = self._record_limit - RECORD_OVERHEAD
-        biggest = max(records.sizes, default=0)
+        row, biggest = records.largest()
         if biggest > limit:
-            row = records.sizes.index(biggest)
             raise SchemaMismatchError(
                 f"row {current.rows + row} of the epoch makes a record of about "
                 f"{biggest + RECORD_OVERHEAD} bytes; the limit is {self._record_limit} bytes "
@@ -864,15 +863,14 @@ class KafkaSink:
             decision,
         )
         key = progress_key(self._ctx().job_id, self.name)
+        written = self._high_watermarks()
         try:
             producer.produce(self.config.progress_topic_name, record.encode(), key, partition=0)
-            producer.flush(self._timeout)
         except Exception as exc:  # noqa: BLE001 - translated
             self._abort_after_failure(epoch)
             self._raise(exc, "writing the progress record", epoch)
-        written = self._high_watermarks()
-        # If the progress record could not be delivered, commit_transaction reports that the
-        # transaction needs an abort (handled there) and nothing becomes visible.
+        # commit_transaction flushes the progress record first; if it cannot be delivered
+        # the transaction needs an abort (handled there) and nothing becomes visible.
         self._commit_transaction(producer, epoch)
         self._current = None
         self._last_committed = (
@@ -933,11 +931,11 @@ class KafkaSink:
         self._counters["rollbacks"] += 1
 
     def _high_watermarks(self) -> dict[TopicPartition, int]:
-        """High watermarks (read_uncommitted) of the topic's partitions and the progress
-        partition: once the epoch's records and its progress record are flushed, they are
-        past both."""
+        """High watermarks (read_uncommitted) of the topic's partitions: after pre_commit's
+        flush they are past the epoch's records. The progress record needs no wait: its
+        readers (recovery) read up to the high watermark with read_committed, which waits
+        for the commit markers by itself."""
         partitions = [TopicPartition(self.config.topic, p) for p in range(self._partitions)]
-        partitions.append(TopicPartition(self.config.progress_topic_name, 0))
         return self._offsets(partitions, IsolationLevel.READ_UNCOMMITTED)
 
     def _offsets(

@@ -36,6 +36,7 @@ from sinks.postgres import PostgresSink, PostgresSinkConfig
 from tests.conftest import UniqueNames
 from tests.services import KafkaEndpoint, PostgresEndpoint
 from tests.services.kafka import TRANSACTION_MAX_TIMEOUT_MS
+from tests.support import targets
 from tests.support.targets import create_topic, prepared_gids
 
 
@@ -122,12 +123,10 @@ def ids(messages: list[Message]) -> list[int]:
     return sorted(json.loads(m.value() or b"")["n"] for m in messages)
 
 
-def open_transactions(admin: AdminClient, *topics: str) -> list[str]:
-    """Partitions whose last stable offset lags the high watermark."""
+def open_transactions(admin: AdminClient, *topics: str, grace: float = 5.0) -> list[str]:
+    """Partitions of `topics` with a transaction left open (see targets.open_transactions)."""
     partitions = [p for t in topics for p in partitions_of(admin, t)]
-    high = list_offsets(admin, partitions, IsolationLevel.READ_UNCOMMITTED, 20)
-    stable = list_offsets(admin, partitions, IsolationLevel.READ_COMMITTED, 20)
-    return [f"{p.topic}[{p.partition}]" for p in partitions if stable[p] < high[p]]
+    return targets.open_transactions(admin, partitions, grace)
 
 
 def run_until(steps: Iterator[str], wanted: str) -> None:
@@ -207,7 +206,7 @@ def test_a_rolled_back_epoch_stays_invisible(
     sink.begin_epoch(0)
     sink.write_batch(events([1, 2, 3]))
     handle = sink.pre_commit(0)
-    assert open_transactions(admin, topic) != []  # acknowledged, not committed
+    assert open_transactions(admin, topic, grace=0) != []  # acknowledged, not committed
     sink.rollback_epoch(0, handle)
     sink.rollback_epoch(0, handle)  # idempotent
     assert read_committed(kafka, admin, topic) == []

@@ -144,6 +144,27 @@ def create_topic(admin: AdminClient, name: str, partitions: int = 1, **config: s
     raise AssertionError(f"topic {name} has no leader after 30 s")
 
 
+def open_transactions(
+    admin: AdminClient, partitions: list[TopicPartition], grace: float = 5.0
+) -> list[str]:
+    """Partitions whose last stable offset stays below the high watermark for `grace`
+    seconds: a transaction left open. (Commit markers land a moment after
+    commit_transaction returns; a transaction really left open lasts until the broker's
+    transaction.timeout.ms, far longer than `grace`.)"""
+    deadline = time.monotonic() + grace
+    while True:
+        high = list_offsets(admin, partitions, IsolationLevel.READ_UNCOMMITTED, 20)
+        stable = list_offsets(admin, partitions, IsolationLevel.READ_COMMITTED, 20)
+        lagging = [
+            f"{p.topic}[{p.partition}]: open transaction (LSO {stable[p]} < {high[p]})"
+            for p in partitions
+            if stable[p] < high[p]
+        ]
+        if not lagging or time.monotonic() > deadline:
+            return lagging
+        time.sleep(0.05)
+
+
 class KafkaTarget:
     """A fresh topic (two partitions, records keyed by the row key, the other columns as a
     JSON value), read by a read_committed consumer: aborted or open transactions' records
@@ -192,10 +213,6 @@ class KafkaTarget:
     def connector(self) -> SinkConnector:
         return KafkaSink(self.config())
 
-    def _stable(self, level: IsolationLevel, partitions: list[TopicPartition]) -> dict[str, int]:
-        offsets = list_offsets(self.admin, partitions, level, 20)
-        return {f"{p.topic}[{p.partition}]": o for p, o in offsets.items()}
-
     def committed_rows(self) -> list[Row]:
         """Everything up to the last stable offsets, read incrementally (records once
         committed never change)."""
@@ -224,13 +241,7 @@ class KafkaTarget:
         """Partitions whose last stable offset lags the high watermark: an open
         transaction (the sink's own, or the progress topic's)."""
         partitions = [*self.partitions, TopicPartition(self.progress_topic, 0)]
-        high = self._stable(IsolationLevel.READ_UNCOMMITTED, partitions)
-        stable = self._stable(IsolationLevel.READ_COMMITTED, partitions)
-        return [
-            f"{p}: open transaction (LSO {stable[p]} < {high[p]})"
-            for p in high
-            if stable[p] < high[p]
-        ]
+        return open_transactions(self.admin, partitions)
 
     def cleanup(self) -> None:
         self._consumer.close()

@@ -38,7 +38,9 @@ def test_columns_map_to_record_parts() -> None:
     assert records.timestamps == [1_767_225_600_000, 0, 0]
     assert records.partitions == [0, -1, 1]
     # value + key + header name + header value, per record
-    assert records.sizes == [1 + 1 + 1 + 3, 0 + 0 + 1 + 3, 2 + 3 + 1 + 0]
+    assert records.sizes.to_pylist() == [1 + 1 + 1 + 3, 0 + 0 + 1 + 3, 2 + 3 + 1 + 0]
+    assert records.total_bytes() == 6 + 4 + 6
+    assert records.largest() == (0, 6)
     assert list(records.produce_args())[1] == (None, None, [("h", "two")], 0, -1)
 
 
@@ -49,7 +51,7 @@ def test_the_json_value_holds_every_column_without_a_role() -> None:
         {"n": 2, "at": None},
         {"n": 3, "at": None},
     ]
-    assert records.sizes[0] == len(records.values[0]) + 1
+    assert records.sizes[0].as_py() == len(records.values[0]) + 1
 
 
 @given(st.lists(st.binary(max_size=20), max_size=30), st.integers(0, 30))
