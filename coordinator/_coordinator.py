@@ -93,6 +93,9 @@ class Coordinator:
     With `one_phase` (the default), a job whose only sink can carry the decision in its own
     commit (a `LastResource`, e.g. Postgres) commits each epoch in one transaction of that
     sink: no prepare, no decision-store record (design section 3).
+    `source` names the stream the epochs come from (e.g. a Spark query id); it is kept in each
+    decision, and replaying a decided epoch from another source raises EpochOrderError
+    instead of silently keeping the other source's data.
     After `run_epoch` returns, every sink holds the epoch's rows exactly once. If it raises:
     - before the decision (any error, incl. FencedError): every participant was rolled back;
       replaying the epoch writes it afresh;
@@ -111,6 +114,7 @@ class Coordinator:
         commit_retry: RetryPolicy = RetryPolicy(),
         retain_epochs: int = 10_000,
         one_phase: bool = True,
+        source: str | None = None,
         on_step: Callable[[str], None] | None = None,
     ) -> None:
         if retain_epochs < 1:
@@ -123,6 +127,7 @@ class Coordinator:
         self.commit_retry = commit_retry
         self.retain_epochs = retain_epochs
         self.one_phase = one_phase
+        self.source = source
         self.on_step = on_step
         self.log = JobLogger(job_id)
         self.totals = JobTotals()
@@ -252,6 +257,7 @@ class Coordinator:
             if decided is None:
                 self._check_order(epoch)
         if decided is not None:
+            self._check_source(decided)
             log.info("already decided by generation %d: finishing it", decided.generation)
             yield from self._finish(decided, metrics, log)
             self.totals.epochs_skipped += 1
@@ -283,7 +289,11 @@ class Coordinator:
                     handles[sink.name] = sink.pre_commit(epoch)
                 yield f"after-pre-commit:{sink.name}"
             record = DecisionRecord(
-                self.job_id, epoch, self.generation, tuple(handles[s.name] for s in ordered)
+                self.job_id,
+                epoch,
+                self.generation,
+                tuple(handles[s.name] for s in ordered),
+                source=self.source,
             )
             with metrics.phase("decision"):
                 if last is None:
@@ -309,6 +319,7 @@ class Coordinator:
         if winner != record:
             log.info("generation %d decided this epoch first: yielding to it", winner.generation)
             self._roll_back(epoch, begun, handles, log)
+            self._check_source(winner)
             yield from self._finish(winner, metrics, log)
             return self._result(EpochOutcome.ALREADY_COMMITTED, winner, metrics)
         yield from self._finish(record, metrics, log)
@@ -325,6 +336,19 @@ class Coordinator:
             metrics.protocol_seconds * 1e3,
         )
         return self._result(EpochOutcome.COMMITTED, record, metrics)
+
+    def _check_source(self, decided: DecisionRecord) -> None:
+        if self.source is None or decided.source is None or decided.source == self.source:
+            return
+        raise EpochOrderError(
+            f"epoch {decided.epoch} was already committed with data of source "
+            f"{decided.source!r}; this coordinator writes source {self.source!r}: another "
+            "query writes under the same job id",
+            job=self.job_id,
+            epoch=decided.epoch,
+            fix="give each streaming query its own job_id (a query keeps its id across "
+            "restarts from the same checkpoint)",
+        )
 
     def _check_order(self, epoch: int) -> None:
         """No decision for `epoch`: make sure nothing later (or this epoch) already landed."""

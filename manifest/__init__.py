@@ -4,6 +4,7 @@ commit point), one module per store.
 This is the canonical import path: `from manifest import LocalDirectoryStore, DecisionRecord`.
 """
 
+from ._choose import default_store_for, is_postgres_dsn, store_from
 from ._file_store import LocalDirectoryStore
 from ._memory_store import MemoryDecisionStore, MemoryStoreBackend
 from ._record import DecisionRecord
@@ -15,4 +16,7 @@ __all__ = [
     "LocalDirectoryStore",
     "MemoryDecisionStore",
     "MemoryStoreBackend",
+    "default_store_for",
+    "is_postgres_dsn",
+    "store_from",
 ]

@@ -23,6 +23,10 @@ class DecisionRecord:
     Written once (create-only) by the coordinator of generation `generation`; it never
     changes afterwards. Participants of the epoch not listed here are losers: recovery rolls
     them back.
+
+    `source` identifies the stream whose data the epoch holds (e.g. a Spark query's id, which
+    its checkpoint keeps across restarts); None when the caller does not say. A replay of a
+    decided epoch by a different source is another query writing under the same job id.
     """
 
     job_id: str
@@ -30,6 +34,7 @@ class DecisionRecord:
     generation: int
     handles: tuple[CommitHandle, ...]
     created_at: float = field(default_factory=time.time, compare=False)
+    source: str | None = None
 
     def participants(self) -> frozenset[tuple[str, str]]:
         """(sink, participant name) of every participant the epoch commits."""
@@ -49,13 +54,16 @@ class DecisionRecord:
 
     # -- serialised form ---------------------------------------------------------------------
     def to_json(self) -> dict[str, JSON]:
-        return {
+        data: dict[str, JSON] = {
             "job_id": self.job_id,
             "epoch": self.epoch,
             "generation": self.generation,
             "created_at": self.created_at,
             "handles": [h.to_json() for h in self.handles],
         }
+        if self.source is not None:
+            data["source"] = self.source
+        return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any], *, source: str = "record") -> DecisionRecord:
@@ -66,6 +74,7 @@ class DecisionRecord:
                 generation=int(data["generation"]),
                 created_at=float(data["created_at"]),
                 handles=tuple(CommitHandle.from_json(h) for h in data["handles"]),
+                source=None if data.get("source") is None else str(data["source"]),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ManifestCorruptError(f"{source}: malformed decision record ({exc!r})") from exc

@@ -8,6 +8,8 @@ executors back to the driver).
     ├── ConfigError                  bad configuration; fix it and restart (not retriable)
     │   └── CapabilityError          a sink or store cannot give the requested guarantee/mode
     ├── SchemaMismatchError          the data does not fit the sink (not retriable)
+    ├── BatchChangedError            a batch's rows changed while it was being read (a
+    │                                non-deterministic recomputation); nothing was committed
     ├── TransientError               a call may succeed if retried (timeouts, lost connections)
     ├── FencedError                  a newer coordinator owns the job: this one must stop
     ├── EpochOrderError              a later epoch is already committed (checkpoint reset, or
@@ -92,6 +94,12 @@ class CapabilityError(ConfigError):
 
 class SchemaMismatchError(DurableSinkError):
     """The batch's columns or types do not fit the sink; raised before anything is prepared."""
+
+
+class BatchChangedError(DurableSinkError):
+    """The batch gave different rows on two reads (e.g. a cached partition was lost and
+    recomputed by a non-deterministic query). Raised before the decision: nothing commits,
+    and the epoch's replay writes it afresh."""
 
 
 class TransientError(DurableSinkError):

@@ -172,3 +172,17 @@ def test_metrics_per_phase(tmp_path: Path) -> None:
     assert metrics.protocol_seconds < metrics.total_seconds
     assert coordinator.totals.epochs_committed == 1
     assert coordinator.totals.rows == 30
+
+
+def test_a_decided_epoch_replayed_from_another_source_is_refused(tmp_path: Path) -> None:
+    first = started(tmp_path, files(tmp_path, "a"))
+    first.source = "query-1"
+    assert first.run_epoch(0, [batch(0)]).decision.source == "query-1"
+    first.close()
+    second = started(tmp_path, files(tmp_path, "a"))
+    second.source = "query-2"
+    with pytest.raises(EpochOrderError, match="another query writes under the same job id"):
+        second.run_epoch(0, [batch(0, n=9)])
+    assert published(tmp_path, "a") == 1
+    second.source = "query-1"  # the same query replaying its own batch is fine
+    assert second.run_epoch(0, [batch(0)]).outcome is EpochOutcome.ALREADY_COMMITTED

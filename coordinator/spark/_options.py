@@ -1,0 +1,89 @@
+"""The job-level options of `durable_sink` (everything else configures the sink)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from manifest import DecisionStore
+from sinks import DeliveryGuarantee
+from sinks.errors import ConfigError
+
+from .._coordinator import RetryPolicy
+
+Mode = Literal["driver", "executor"]
+StoreTarget = str | os.PathLike[str] | DecisionStore
+
+#: Driver mode holds at most this many rows of a batch in memory at once (see _arrow.py).
+DEFAULT_MAX_ROWS_IN_MEMORY = 1_000_000
+
+
+@dataclass(frozen=True)
+class JobOptions:
+    """How one streaming query writes through durable-sinks.
+
+    - job_id: the stable name of the query's output; every restart must use the same one,
+      and no other query may use it (required).
+    - decision_store: where commit decisions are made durable: a directory path, a Postgres
+      DSN or a DecisionStore. Default: the database of the job's first Postgres sink.
+    - guarantee: "exactly-once" (default) or "at-least-once".
+    - mode: "driver" (default: the batch is collected to the driver as Arrow and written by
+      one coordinator) or "executor" (each partition written and prepared in its task).
+    - max_rows_in_memory: driver mode reads a batch in chunks of whole partitions holding at
+      most this many rows (a single larger partition is read alone).
+    - one_phase: a job with one sink that can carry the decision commits each epoch in one
+      transaction (default True).
+    - retain_epochs: how many recent decisions the store keeps.
+    """
+
+    job_id: str
+    decision_store: StoreTarget | None = None
+    guarantee: DeliveryGuarantee = DeliveryGuarantee.EXACTLY_ONCE
+    mode: Mode = "driver"
+    max_rows_in_memory: int = DEFAULT_MAX_ROWS_IN_MEMORY
+    one_phase: bool = True
+    retain_epochs: int = 10_000
+    commit_retry: RetryPolicy = field(default_factory=RetryPolicy)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.job_id, str) or not self.job_id.strip():
+            raise ConfigError(
+                "durable_sink needs job_id: the stable name of this query's output",
+                fix="durable_sink(..., job_id='orders'); keep it the same across restarts "
+                "and unique to this query",
+            )
+        try:
+            object.__setattr__(self, "guarantee", DeliveryGuarantee(self.guarantee))
+        except ValueError:
+            raise ConfigError(
+                f"guarantee {self.guarantee!r} is not one of "
+                f"{[g.value for g in DeliveryGuarantee]}",
+                job=self.job_id,
+                fix="guarantee='exactly-once' (the default) or 'at-least-once'",
+            ) from None
+        if self.mode not in ("driver", "executor"):
+            raise ConfigError(
+                f"mode {self.mode!r} is not 'driver' or 'executor'",
+                job=self.job_id,
+                fix="mode='driver' (the default) or mode='executor'",
+            )
+        if not isinstance(self.max_rows_in_memory, int) or self.max_rows_in_memory < 1:
+            raise ConfigError(
+                f"max_rows_in_memory must be a positive integer, not {self.max_rows_in_memory!r}",
+                job=self.job_id,
+                fix=f"leave the default ({DEFAULT_MAX_ROWS_IN_MEMORY:,}) or give e.g. 200_000",
+            )
+        if not isinstance(self.retain_epochs, int) or self.retain_epochs < 1:
+            raise ConfigError("retain_epochs must be >= 1", job=self.job_id)
+
+    @classmethod
+    def split(cls, options: Mapping[str, Any]) -> tuple[JobOptions, dict[str, Any]]:
+        """Job options from `options`, and what is left (the sink's configuration)."""
+        names = set(cls.__dataclass_fields__)
+        job = {k: v for k, v in options.items() if k in names}
+        rest = {k: v for k, v in options.items() if k not in names}
+        if "job_id" not in job:
+            job["job_id"] = ""
+        return cls(**job), rest

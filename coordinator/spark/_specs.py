@@ -1,0 +1,50 @@
+"""Sinks as configuration: what a job is made of, picklable, built where it runs."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import sinks
+from sinks import SinkConnector
+from sinks.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class SinkSpec:
+    """One sink of a job: a registered kind and its configuration mapping.
+
+    Building a spec checks the configuration (no server is contacted): a bad option raises
+    ConfigError here, on the driver, before the query starts. `build()` makes a fresh,
+    unopened sink (clients connect at `open`, wherever the sink runs).
+    """
+
+    kind: str
+    config: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "config", dict(self.config))
+        self.build()  # validates kind and options now
+
+    def build(self) -> SinkConnector:
+        return sinks.create(self.kind, self.config)
+
+    @property
+    def name(self) -> str:
+        return str(self.config.get("name", self.kind))
+
+    def __repr__(self) -> str:
+        # Options may hold secrets (DSN passwords, SASL, keys): only the kind and name show.
+        return f"SinkSpec({self.kind!r}, name={self.name!r})"
+
+
+def sink(kind: str, /, **config: Any) -> SinkSpec:
+    """One sink of a multi-sink job: `durable_sink([sink("postgres", ...), sink("kafka", ...)],
+    job_id=...)`. Options are those of the kind's config class (docs/guide.md)."""
+    if not isinstance(kind, str):
+        raise ConfigError(
+            f"sink kind must be a string, not {type(kind).__name__}",
+            fix=f"one of {', '.join(sinks.kinds())}",
+        )
+    return SinkSpec(kind, config)

@@ -1,0 +1,224 @@
+"""`durable_sink`: the function a streaming query gives `foreachBatch`.
+
+Spark calls it with each micro-batch and its batch id, at least once per batch id (again after
+a crash, with the same data for a deterministic query). Each call runs one coordinator epoch
+(the batch id is the epoch), so every batch lands in every sink exactly once.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from contextlib import closing
+from typing import Any
+
+from manifest import DecisionStore, default_store_for, store_from
+from sinks import SinkConnector
+from sinks.errors import ConfigError
+
+from .._coordinator import Coordinator, EpochResult
+from .._log import JobLogger
+from .._recovery import RecoveryReport
+from ._arrow import arrow_batches
+from ._options import JobOptions
+from ._specs import SinkSpec
+
+#: Spark sets these on the thread that runs a streaming query's batch (classic PySpark).
+QUERY_ID_PROPERTY = "sql.streaming.queryId"
+BATCH_ID_PROPERTY = "streaming.sql.batchId"
+
+
+class DurableBatchWriter:
+    """Writes each micro-batch through a coordinator: `fn(df, batch_id)` for foreachBatch.
+
+    Construction validates everything that can be checked before the query starts (options,
+    sink configurations, capabilities for the guarantee and mode, server settings, privileges)
+    and starts the coordinator: older drivers of the job are fenced and their leftovers
+    resolved. Errors raise here, naming the setting and the fix.
+
+    On each call: the first batch also checks what only Spark can tell (the query id, kept in
+    each decision so that another query writing under the same job id is refused). After a
+    failed call the coordinator is discarded; the next call (Spark's retry, or the same
+    function given to a restarted query) starts a new one, which recovers first.
+
+    The object pickles as its configuration (for Spark Connect, where foreachBatch runs in
+    another process): the copy starts its own coordinator on its first call.
+    """
+
+    def __init__(self, sinks: Sequence[SinkSpec | SinkConnector], options: JobOptions) -> None:
+        if not sinks:
+            raise ConfigError(
+                "durable_sink needs at least one sink", job=options.job_id, fix="give a kind"
+            )
+        self.specs = list(sinks)
+        self.options = options
+        self.log = JobLogger(options.job_id, component="spark")
+        self.last_result: EpochResult | None = None
+        self.recovery: RecoveryReport | None = None
+        self._coordinator: Coordinator | None = None
+        self._query_id: str | None = None
+        if options.mode == "executor":
+            self._start()  # validation refuses sinks that executors cannot prepare
+            self.close()
+            raise ConfigError(
+                "executor mode is not available in this version of durable-sinks",
+                job=options.job_id,
+                fix="use mode='driver' (the default)",
+            )
+        self._start()
+
+    def __repr__(self) -> str:
+        names = ", ".join(_name(s) for s in self.specs)
+        return f"DurableBatchWriter(job={self.options.job_id!r}, sinks=[{names}])"
+
+    # -- coordinator lifecycle -----------------------------------------------------------------
+    def _store(self) -> DecisionStore:
+        target = self.options.decision_store
+        if target is not None:
+            return store_from(target)
+        for spec in self.specs:
+            if isinstance(spec, SinkSpec):
+                store = default_store_for(spec.kind, spec.config)
+                if store is not None:
+                    return store
+        raise ConfigError(
+            "this job needs a decision store: none of its sinks can host one",
+            job=self.options.job_id,
+            fix="give decision_store: a directory on durable storage "
+            "(decision_store='/data/checkpoints/orders-decisions') or a Postgres DSN",
+        )
+
+    def _start(self) -> Coordinator:
+        sinks = [s.build() if isinstance(s, SinkSpec) else s for s in self.specs]
+        options = self.options
+        coordinator = Coordinator(
+            options.job_id,
+            sinks,
+            self._store(),
+            guarantee=options.guarantee,
+            executor_mode=options.mode == "executor",
+            commit_retry=options.commit_retry,
+            retain_epochs=options.retain_epochs,
+            one_phase=options.one_phase,
+            source=self._query_id,
+        )
+        try:
+            self.recovery = coordinator.start()
+        except BaseException:
+            _close_quietly(coordinator)
+            raise
+        self._coordinator = coordinator
+        return coordinator
+
+    def close(self) -> None:
+        """Close the coordinator's connections (a later call starts a new one)."""
+        coordinator, self._coordinator = self._coordinator, None
+        if coordinator is not None:
+            _close_quietly(coordinator)
+
+    # -- foreachBatch --------------------------------------------------------------------------
+    def __call__(self, df: Any, batch_id: int) -> None:
+        epoch = int(batch_id)
+        log = self.log.bind(epoch=epoch)
+        self._check_query(df, epoch)
+        coordinator = self._coordinator or self._start()
+        coordinator.source = self._query_id
+        started = time.perf_counter()
+        try:
+            reader = arrow_batches(
+                df, self.options.max_rows_in_memory, job=self.options.job_id, epoch=epoch
+            )
+            with closing(reader):
+                result = coordinator.run_epoch(epoch, reader)
+        except BaseException:
+            self.close()  # a new coordinator (new generation, recovery) serves the retry
+            raise
+        self.last_result = result
+        log.info(
+            "%s: %s rows in %.1f ms (protocol %.1f ms)",
+            result.outcome.value,
+            sum(result.metrics.rows.values()),
+            (time.perf_counter() - started) * 1e3,
+            result.metrics.protocol_seconds * 1e3,
+        )
+
+    def _check_query(self, df: Any, epoch: int) -> None:
+        """What only the running query can tell: its id (kept across restarts from the same
+        checkpoint) becomes the coordinator's source; the batch id must be Spark's."""
+        context = df.sparkSession.sparkContext
+        query_id = context.getLocalProperty(QUERY_ID_PROPERTY)
+        running = context.getLocalProperty(BATCH_ID_PROPERTY)
+        if running is not None and int(running) != epoch:
+            raise ConfigError(
+                f"called with batch id {epoch} while Spark runs batch {running}",
+                job=self.options.job_id,
+                epoch=epoch,
+                fix="pass the writer to foreachBatch as is; do not call it with other ids",
+            )
+        if query_id is not None:
+            self._query_id = str(query_id)
+
+    # -- pickling (Spark Connect runs foreachBatch in a server-side process) -------------------
+    def __getstate__(self) -> dict[str, Any]:
+        return {"specs": self.specs, "options": self.options}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.specs = state["specs"]
+        self.options = state["options"]
+        self.log = JobLogger(self.options.job_id, component="spark")
+        self.last_result = None
+        self.recovery = None
+        self._coordinator = None
+        self._query_id = None
+
+
+def durable_sink(
+    kind_or_sinks: str | Sequence[SinkSpec | SinkConnector], /, **options: Any
+) -> DurableBatchWriter:
+    """The `foreachBatch` function that writes each micro-batch exactly once.
+
+    One sink: `durable_sink("postgres", dsn=..., table="events", job_id="orders")`: the
+    options are the sink's (PostgresSinkConfig, KafkaSinkConfig, FileSinkConfig, ...) plus the
+    job's (JobOptions: job_id, decision_store, guarantee, mode, ...).
+    Several sinks, one atomic decision per batch:
+    `durable_sink([sink("postgres", ...), sink("kafka", ...)], job_id="orders")`.
+
+    Everything is validated here, before the query starts (see DurableBatchWriter).
+    """
+    job, rest = JobOptions.split(options)
+    if isinstance(kind_or_sinks, str):
+        specs: list[SinkSpec | SinkConnector] = [SinkSpec(kind_or_sinks, rest)]
+    elif isinstance(kind_or_sinks, Sequence) and kind_or_sinks:
+        if rest:
+            raise ConfigError(
+                f"options {sorted(rest)} are not job options; with a list of sinks each "
+                "sink's options go into its sink(...)",
+                job=job.job_id,
+                fix="durable_sink([sink('postgres', dsn=..., table=...), ...], job_id=...)",
+            )
+        specs = []
+        for item in kind_or_sinks:
+            if not isinstance(item, SinkSpec | SinkConnector):
+                raise ConfigError(
+                    f"{type(item).__name__} is not a sink: use sink(kind, **options)",
+                    job=job.job_id,
+                )
+            specs.append(item)
+    else:
+        raise ConfigError(
+            "durable_sink needs a sink kind or a non-empty list of sinks",
+            job=job.job_id,
+            fix="durable_sink('postgres', ...) or durable_sink([sink(...), sink(...)], ...)",
+        )
+    return DurableBatchWriter(specs, job)
+
+
+def _name(spec: SinkSpec | SinkConnector) -> str:
+    return spec.name
+
+
+def _close_quietly(coordinator: Coordinator) -> None:
+    try:
+        coordinator.close()
+    except Exception as exc:  # noqa: BLE001 - closing after an error must not hide it
+        coordinator.log.debug("closing the coordinator failed: %s", exc)

@@ -1,0 +1,108 @@
+"""Helpers of the Spark tests: a replayable file source, and the sinks read as their readers
+would (Postgres committed rows, Kafka read_committed records)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from confluent_kafka import Consumer, IsolationLevel, TopicPartition
+from confluent_kafka.admin import AdminClient
+from psycopg import sql
+
+from sinks._kafka_progress import list_offsets
+from tests.services import KafkaEndpoint
+from tests.support.targets import open_transactions
+
+SCHEMA = "id LONG, body STRING"
+
+
+def write_input(folder: Path, name: str, ids: range) -> None:
+    """One JSON-lines file of the source, renamed into place (the file source must never see
+    a half-written file)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    lines = [json.dumps({"id": i, "body": f"row {i}"}) for i in ids]
+    staging = folder.parent / f".{folder.name}-{name}"
+    staging.write_text("\n".join(lines) + "\n")
+    staging.rename(folder / name)
+
+
+def source_stream(spark: Any, folder: Path, files_per_batch: int = 1) -> Any:
+    """The files of `folder` as a stream, `files_per_batch` files per micro-batch: replayed
+    batches hold the same rows (the file source logs which files each batch read)."""
+    return (
+        spark.readStream.schema(SCHEMA)
+        .option("maxFilesPerTrigger", files_per_batch)
+        .json(str(folder))
+    )
+
+
+def run_available_now(stream: Any, fn: Any, checkpoint: Path, timeout: float = 180) -> None:
+    """Process every file not yet processed, then stop; raise the query's error if any."""
+    query = (
+        stream.writeStream.foreachBatch(fn)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    finished = query.awaitTermination(timeout)
+    if not finished:
+        query.stop()
+        raise AssertionError(f"the streaming query did not finish within {timeout} s")
+
+
+def postgres_ids(dsn: str, table: str) -> list[int]:
+    schema, name = table.split(".")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        query = sql.SQL("SELECT id FROM {} ORDER BY id").format(sql.Identifier(schema, name))
+        return [int(r[0]) for r in conn.execute(query).fetchall()]
+
+
+def prepared_transactions(dsn: str, job_id: str) -> list[str]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT gid FROM pg_prepared_xacts WHERE gid LIKE %s", (f"%{job_id}%",)
+        ).fetchall()
+    return [str(r[0]) for r in rows]
+
+
+def kafka_ids(endpoint: KafkaEndpoint, topic: str, partitions: int = 1) -> list[int]:
+    """The `id` of every record a read_committed consumer sees, up to the last stable
+    offsets (aborted and open transactions' records are invisible to it)."""
+    admin = AdminClient(endpoint.config())
+    tps = [TopicPartition(topic, p) for p in range(partitions)]
+    stable = list_offsets(admin, tps, IsolationLevel.READ_COMMITTED, 20)
+    consumer = Consumer(
+        endpoint.config(
+            {
+                "group.id": "spark-tests-reader",
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+            }
+        )
+    )
+    ids: list[int] = []
+    try:
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        deadline = time.monotonic() + 30
+        while True:
+            positions = consumer.position(tps)
+            if all(max(p.offset, 0) >= stable[tp] for p, tp in zip(positions, tps, strict=True)):
+                return sorted(ids)
+            if time.monotonic() > deadline:
+                raise AssertionError(f"read_committed reader stuck at {positions}, LSO {stable}")
+            for message in consumer.consume(num_messages=1000, timeout=0.1):
+                assert message.error() is None, message.error()
+                value = message.value()
+                assert value is not None
+                ids.append(int(json.loads(value)["id"]))
+    finally:
+        consumer.close()
+
+
+def kafka_open_transactions(endpoint: KafkaEndpoint, *topics: str) -> list[str]:
+    admin = AdminClient(endpoint.config())
+    return open_transactions(admin, [TopicPartition(t, 0) for t in topics])

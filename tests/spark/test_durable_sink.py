@@ -1,0 +1,156 @@
+"""`durable_sink` in real Spark streaming queries, into the test bed's Postgres and Kafka."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from coordinator import EpochOutcome
+from coordinator.spark import durable_sink, sink
+from sinks.errors import EpochOrderError
+from tests.services import KafkaEndpoint, PostgresEndpoint
+
+from .streams import (
+    kafka_ids,
+    kafka_open_transactions,
+    postgres_ids,
+    prepared_transactions,
+    run_available_now,
+    source_stream,
+    write_input,
+)
+
+
+def test_one_line_postgres_job_lands_every_row_once_across_restarts_and_replays(
+    spark: Any, postgres: PostgresEndpoint, pg_schema: str, job_id: str, tmp_path: Path
+) -> None:
+    source, checkpoint, table = tmp_path / "in", tmp_path / "checkpoint", f"{pg_schema}.events"
+    dsn = postgres.conninfo()
+    for n in range(3):
+        write_input(source, f"part-{n}.json", range(n * 10, n * 10 + 10))
+
+    writer = durable_sink("postgres", dsn=dsn, table=table, job_id=job_id, create_table=True)
+    run_available_now(source_stream(spark, source), writer, checkpoint)
+    assert postgres_ids(dsn, table) == list(range(30))
+    assert writer.last_result is not None
+    assert writer.last_result.epoch == 2
+
+    # Spark replays a batch it had already run (e.g. the driver died after fn returned but
+    # before the commit log was written): the rows are not written again.
+    replayed = spark.read.schema("id LONG, body STRING").json(str(source / "part-1.json"))
+    writer(replayed, 1)
+    assert writer.last_result.outcome is EpochOutcome.ALREADY_COMMITTED
+    assert postgres_ids(dsn, table) == list(range(30))
+
+    # A restarted query (new writer, same checkpoint and job id) goes on with batch 3.
+    write_input(source, "part-3.json", range(30, 40))
+    restarted = durable_sink("postgres", dsn=dsn, table=table, job_id=job_id)
+    run_available_now(source_stream(spark, source), restarted, checkpoint)
+    assert postgres_ids(dsn, table) == list(range(40))
+    assert restarted.last_result is not None
+    assert restarted.last_result.epoch == 3
+    assert prepared_transactions(dsn, job_id) == []
+
+
+def test_postgres_and_kafka_in_one_job_commit_each_batch_atomically(
+    spark: Any,
+    postgres: PostgresEndpoint,
+    kafka: KafkaEndpoint,
+    kafka_topic: str,
+    pg_schema: str,
+    job_id: str,
+    tmp_path: Path,
+) -> None:
+    source, checkpoint, table = tmp_path / "in", tmp_path / "checkpoint", f"{pg_schema}.events"
+    dsn = postgres.conninfo()
+    for n in range(4):
+        write_input(source, f"part-{n}.json", range(n * 25, n * 25 + 25))
+    writer = durable_sink(
+        [
+            sink("postgres", dsn=dsn, table=table, create_table=True),
+            sink("kafka", bootstrap_servers=kafka.bootstrap_servers, topic=kafka_topic),
+        ],
+        job_id=job_id,
+    )
+    run_available_now(source_stream(spark, source, files_per_batch=2), writer, checkpoint)
+
+    assert postgres_ids(dsn, table) == list(range(100))
+    assert kafka_ids(kafka, kafka_topic) == list(range(100))
+    result = writer.last_result
+    assert result is not None
+    assert result.epoch == 1
+    assert {h.sink for h in result.decision.handles} == {"postgres", "kafka"}
+    assert result.decision.rows() == {"postgres": 50, "kafka": 50}
+    assert result.decision.source is not None  # the Spark query id
+    assert prepared_transactions(dsn, job_id) == []
+    assert kafka_open_transactions(kafka, kafka_topic, f"{kafka_topic}-ds-progress") == []
+
+
+def test_a_large_batch_is_read_in_bounded_chunks_and_lands_whole(
+    spark: Any, postgres: PostgresEndpoint, pg_schema: str, job_id: str, tmp_path: Path
+) -> None:
+    source, checkpoint, table = tmp_path / "in", tmp_path / "checkpoint", f"{pg_schema}.events"
+    dsn = postgres.conninfo()
+    write_input(source, "part-0.json", range(400))
+    writer = durable_sink(
+        "postgres",
+        dsn=dsn,
+        table=table,
+        job_id=job_id,
+        create_table=True,
+        max_rows_in_memory=70,
+    )
+    run_available_now(source_stream(spark, source).repartition(8), writer, checkpoint)
+    assert postgres_ids(dsn, table) == list(range(400))
+    result = writer.last_result
+    assert result is not None
+    # 8 partitions of ~50 rows, at most 70 rows per chunk: one Arrow batch per partition.
+    assert result.metrics.batches >= 8
+    assert result.decision.rows() == {"postgres": 400}
+
+
+def test_another_query_under_the_same_job_id_is_refused_and_writes_nothing(
+    spark: Any, postgres: PostgresEndpoint, pg_schema: str, job_id: str, tmp_path: Path
+) -> None:
+    source, table = tmp_path / "in", f"{pg_schema}.events"
+    dsn = postgres.conninfo()
+    for n in range(2):
+        write_input(source, f"part-{n}.json", range(n * 10, n * 10 + 10))
+    first = durable_sink("postgres", dsn=dsn, table=table, job_id=job_id, create_table=True)
+    run_available_now(source_stream(spark, source), first, tmp_path / "checkpoint-a")
+    assert postgres_ids(dsn, table) == list(range(20))
+
+    # Same job id, new checkpoint: a different query (its batch 0 is not the first's batch 0).
+    other = tmp_path / "other"
+    write_input(other, "part-0.json", range(1000, 1010))
+    second = durable_sink("postgres", dsn=dsn, table=table, job_id=job_id)
+    with pytest.raises(Exception, match="another query writes under the same job id") as caught:
+        run_available_now(source_stream(spark, other), second, tmp_path / "checkpoint-b")
+    assert "EpochOrderError" in str(caught.value) or isinstance(caught.value, EpochOrderError)
+    assert postgres_ids(dsn, table) == list(range(20))
+    assert prepared_transactions(dsn, job_id) == []
+
+
+def test_the_password_never_shows_in_logs_reprs_or_decisions(
+    spark: Any,
+    postgres: PostgresEndpoint,
+    pg_schema: str,
+    job_id: str,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    source, table = tmp_path / "in", f"{pg_schema}.events"
+    dsn = postgres.conninfo()
+    write_input(source, "part-0.json", range(5))
+    caplog.set_level(logging.DEBUG, logger="durable_sinks")
+    writer = durable_sink("postgres", dsn=dsn, table=table, job_id=job_id, create_table=True)
+    run_available_now(source_stream(spark, source), writer, tmp_path / "checkpoint")
+    assert writer.last_result is not None
+    decision = writer.last_result.decision.to_bytes().decode()
+    assert postgres.password
+    for text in (caplog.text, repr(writer), repr(writer.specs), decision):
+        assert postgres.password not in text
+    assert f"job={job_id}" in caplog.text

@@ -1,0 +1,83 @@
+"""The pure parts of the Spark entry point: options, chunk planning, argument errors (no
+Spark, no servers: these all fail before anything is contacted)."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+from coordinator.spark import JobOptions, durable_sink, plan_chunks, sink
+from manifest import LocalDirectoryStore, is_postgres_dsn, store_from
+from manifest.postgres import PostgresDecisionStore
+from sinks import DeliveryGuarantee
+from sinks.errors import ConfigError
+
+
+def test_chunks_hold_whole_partitions_and_at_most_max_rows() -> None:
+    assert plan_chunks({0: 30, 1: 30, 2: 30, 3: 10}, 60) == [[0, 1], [2, 3]]
+    assert plan_chunks({3: 5, 1: 5, 0: 5}, 100) == [[0, 1, 3]]
+    # a partition larger than the bound is read alone; empty ones are skipped
+    assert plan_chunks({0: 10, 1: 500, 2: 0, 3: 10}, 100) == [[0], [1], [3]]
+    assert plan_chunks({}, 10) == []
+    with pytest.raises(ValueError, match="max_rows"):
+        plan_chunks({0: 1}, 0)
+
+
+def test_job_options_are_split_from_sink_options() -> None:
+    job, rest = JobOptions.split({"job_id": "orders", "table": "t", "guarantee": "at-least-once"})
+    assert job.job_id == "orders"
+    assert job.guarantee is DeliveryGuarantee.AT_LEAST_ONCE
+    assert rest == {"table": "t"}
+
+
+@pytest.mark.parametrize(
+    ("options", "names"),
+    [
+        ({}, "job_id"),
+        ({"job_id": "  "}, "job_id"),
+        ({"job_id": "j", "guarantee": "exactly-twice"}, "guarantee"),
+        ({"job_id": "j", "mode": "cluster"}, "mode"),
+        ({"job_id": "j", "max_rows_in_memory": 0}, "max_rows_in_memory"),
+        ({"job_id": "j", "retain_epochs": 0}, "retain_epochs"),
+    ],
+)
+def test_bad_job_options_name_the_option_and_the_fix(
+    options: dict[str, object], names: str
+) -> None:
+    with pytest.raises(ConfigError, match=names) as caught:
+        JobOptions.split(options)
+    assert caught.value.fix or "must be" in str(caught.value)
+
+
+def test_durable_sink_refuses_bad_arguments_before_contacting_anything() -> None:
+    with pytest.raises(ConfigError, match="job_id"):
+        durable_sink("postgres", dsn="host=127.0.0.1 port=1", table="t")
+    with pytest.raises(ConfigError, match="no sink kind 'postgress'"):
+        durable_sink("postgress", dsn="host=x", table="t", job_id="j")
+    with pytest.raises(ConfigError, match="table"):
+        durable_sink("postgres", dsn="host=x", table="a.b.c", job_id="j")
+    with pytest.raises(ConfigError, match="unexpected keyword"):
+        durable_sink("postgres", dsn="host=x", table="t", tabel="u", job_id="j")
+    with pytest.raises(ConfigError, match="go into its sink"):
+        durable_sink([sink("files", path="/tmp/x")], job_id="j", table="t")
+    with pytest.raises(ConfigError, match="non-empty list"):
+        durable_sink([], job_id="j")
+    with pytest.raises(ConfigError, match="is not a sink"):
+        durable_sink(["postgres"], job_id="j")  # type: ignore[list-item]
+
+
+def test_sink_specs_pickle_and_never_show_their_options() -> None:
+    spec = sink("postgres", dsn="host=h user=u password=hunter2-secret", table="t")
+    assert "hunter2" not in repr(spec)
+    assert pickle.loads(pickle.dumps(spec)) == spec  # noqa: S301 - our own bytes
+
+
+def test_decision_store_targets() -> None:
+    assert is_postgres_dsn("postgresql://u@h/db")
+    assert is_postgres_dsn("host=127.0.0.1 port=5432 dbname=x")
+    assert not is_postgres_dsn("/data/orders/decisions")
+    assert isinstance(store_from("host=h dbname=d"), PostgresDecisionStore)
+    assert isinstance(store_from("/tmp/decisions"), LocalDirectoryStore)
+    with pytest.raises(ConfigError, match="decision_store"):
+        store_from("")
