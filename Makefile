@@ -8,7 +8,7 @@ PY     := $(VENV)/bin/python
 # Reinstall whenever pyproject.toml changes.
 STAMP  := $(VENV)/.installed-$(shell sha256sum pyproject.toml 2>/dev/null | cut -c1-16)
 
-.PHONY: test test-crash check lint typecheck pytest install services-up services-down \
+.PHONY: test test-crash demo check lint typecheck pytest install services-up services-down \
         services-status services-reset bench
 
 test: install
@@ -25,10 +25,16 @@ check: lint typecheck pytest
 # scenario (files, Postgres and Kafka against the test bed) and 50 random SIGKILLs. Several
 # hours; not part of `make test`.
 test-crash: install
-	$(PY) -m tests.services up postgres kafka
-	DS_CONFORMANCE_EXAMPLES=2000 DS_SIGKILL_RUNS=50 $(PY) -m pytest -n 2 --timeout=7200 \
-		tests/crash tests/integration/test_postgres_conformance.py \
-		tests/integration/test_kafka_conformance.py $(PYTEST_ARGS)
+	$(PY) -m tests.services up postgres kafka spark
+	DS_CONFORMANCE_EXAMPLES=2000 DS_SIGKILL_RUNS=50 DS_SPARK_KILLS=50 $(PY) -m pytest -n 2 \
+		--timeout=7200 tests/crash tests/integration/test_postgres_conformance.py \
+		tests/integration/test_kafka_conformance.py tests/spark/test_crash.py $(PYTEST_ARGS)
+
+# Orders from a Kafka topic through a Spark query into Postgres and Kafka; the driver is
+# SIGKILLed part-way and restarted; prints what landed (0 duplicates, 0 lost) and exits 1
+# otherwise. Sets up everything it needs, like `make test`.
+demo: install
+	$(PY) docs/demo.py
 
 bench: install
 	$(PY) -m benchmarks.protocol_overhead

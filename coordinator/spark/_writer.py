@@ -101,6 +101,7 @@ class DurableBatchWriter:
             retain_epochs=options.retain_epochs,
             one_phase=options.one_phase,
             source=self._query_id,
+            on_step=self._on_step,
         )
         try:
             self.recovery = coordinator.start()
@@ -109,6 +110,10 @@ class DurableBatchWriter:
             raise
         self._coordinator = coordinator
         return coordinator
+
+    def _on_step(self, step: str) -> None:
+        """Called after each coordinator step (docs/protocol.md's crash points); crash tests
+        override it."""
 
     def close(self) -> None:
         """Close the coordinator's connections (a later call starts a new one)."""

@@ -1,0 +1,215 @@
+"""The demo behind `make demo`: orders from a Kafka topic, through a Spark streaming query,
+into Postgres and Kafka together, exactly once, across a SIGKILL of the driver.
+
+1. Starts the test bed's Postgres, Kafka and Spark (tests/services), and fills a source topic
+   with ORDERS orders.
+2. Runs the streaming query in a child process (Kafka source, 500 orders per batch,
+   `foreachBatch(durable_sink([postgres, kafka], job_id=...))`) and SIGKILLs that driver
+   (Python and its JVM) right after batch KILL_EPOCH's decision: the Kafka transaction is
+   committed, the Postgres participant still prepared.
+3. Restarts the query from the same checkpoint: recovery commits the prepared participant,
+   Spark replays the batch (already committed: skipped), the query goes on to the end.
+4. Prints what landed: orders expected, rows in Postgres, records a read_committed consumer
+   sees in the output topic, duplicates, and each epoch's decision. Exits 1 on any duplicate
+   or loss.
+
+    python docs/demo.py            (from the repository root, after `make install`)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+ORDERS = 5_000
+PER_BATCH = 500
+KILL_EPOCH = 4
+WORK = ROOT / ".demo"
+
+
+def child(plan_path: str) -> int:
+    """The streaming query (a driver that the demo may kill)."""
+    from pyspark.sql import functions
+
+    from coordinator.spark import DurableBatchWriter, JobOptions, sink
+    from tests.services import Testbed
+
+    plan = json.loads(Path(plan_path).read_text())
+
+    class Writer(DurableBatchWriter):
+        epoch = -1
+
+        def __call__(self, df: Any, batch_id: int) -> None:
+            self.epoch = batch_id
+            super().__call__(df, batch_id)
+            result = self.last_result
+            assert result is not None
+            print(f"  batch {batch_id}: {result.outcome.value}, {result.decision.rows()}")
+
+        def _on_step(self, step: str) -> None:
+            if plan["kill"] and self.epoch == KILL_EPOCH and step == "after-decision":
+                print(
+                    f"  batch {KILL_EPOCH}: decided, Kafka committed, Postgres prepared: "
+                    "SIGKILL the driver now",
+                    flush=True,
+                )
+                os.killpg(os.getpgid(0), signal.SIGKILL)
+
+    spark = Testbed.create().spark.session("durable-sinks-demo")
+    spark.sparkContext.setLogLevel("ERROR")
+    writer = Writer(
+        [
+            sink("postgres", dsn=plan["dsn"], table=plan["table"], create_table=True),
+            sink("kafka", bootstrap_servers=plan["kafka"], topic=plan["output"]),
+        ],
+        JobOptions(plan["job_id"]),
+    )
+    if writer.recovery is not None and (writer.recovery.committed or writer.recovery.rolled_back):
+        print(f"  recovery: {writer.recovery}")
+    order = "order_id LONG, customer STRING, amount DOUBLE"
+    orders = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", plan["kafka"])
+        .option("subscribe", plan["source"])
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", PER_BATCH)
+        .load()
+        .select(
+            functions.from_json(functions.col("value").cast("string"), order).alias("o"),
+            "offset",
+        )
+        .select("o.*", functions.col("offset").alias("source_offset"))
+    )
+    query = (
+        orders.writeStream.foreachBatch(writer)
+        .option("checkpointLocation", plan["checkpoint"])
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    writer.close()
+    spark.stop()
+    return 0
+
+
+def run_child(plan: dict[str, Any], name: str) -> int:
+    path = WORK / f"{name}.json"
+    path.write_text(json.dumps(plan))
+    proc = subprocess.run(
+        [sys.executable, __file__, "--child", str(path)],
+        start_new_session=True,  # the kill takes the child's JVM with it
+        check=False,
+    )
+    return proc.returncode
+
+
+def main() -> int:
+    import psycopg
+    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient
+    from confluent_kafka.cimpl import NewTopic
+    from psycopg import sql
+
+    from manifest import DecisionRecord
+    from tests.services import up
+
+    print("starting Postgres, Kafka and Spark (first time: downloads, a few minutes)...")
+    testbed = up(["postgres", "kafka", "spark"])
+    pg, kafka = testbed.postgres.endpoint(), testbed.kafka.endpoint()
+    run = time.strftime("%Y%m%d_%H%M%S") + "_" + uuid.uuid4().hex[:4]
+    WORK.mkdir(exist_ok=True)
+    schema, source, output = f"demo_{run}", f"demo-orders-{run}", f"demo-orders-out-{run}"
+    with psycopg.connect(pg.conninfo(), autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+    admin = AdminClient(kafka.config())
+    for future in admin.create_topics(
+        [NewTopic(source, num_partitions=1), NewTopic(output, num_partitions=1)]
+    ).values():
+        future.result(timeout=30)
+    producer = Producer(kafka.config({"enable.idempotence": True}))
+    for i in range(ORDERS):
+        order = {"order_id": i, "customer": f"c{i % 97}", "amount": round(i * 1.25, 2)}
+        producer.produce(source, json.dumps(order).encode())
+        if i % 1000 == 0:
+            producer.poll(0)
+    producer.flush(30)
+    print(f"source topic {source}: {ORDERS} orders; {PER_BATCH} per batch")
+
+    plan = {
+        "dsn": pg.conninfo(),
+        "table": f"{schema}.orders",
+        "kafka": kafka.bootstrap_servers,
+        "source": source,
+        "output": output,
+        "job_id": f"demo-{run}",
+        "checkpoint": str(WORK / f"checkpoint-{run}"),
+        "kill": True,
+    }
+    print("\nrun 1: the streaming query, killed part-way")
+    code = run_child(plan, f"plan-{run}-1")
+    print(f"  driver exit status {code} ({'SIGKILL' if code == -signal.SIGKILL else 'no kill'})")
+    print("\nrun 2: restarted from the same checkpoint")
+    code = run_child({**plan, "kill": False}, f"plan-{run}-2")
+    if code != 0:
+        print(f"the restarted query failed (exit {code})")
+        return 1
+
+    with psycopg.connect(pg.conninfo(), autocommit=True) as conn:
+        orders = sql.SQL("SELECT order_id FROM {}").format(sql.Identifier(schema, "orders"))
+        pg_ids = [r[0] for r in conn.execute(orders)]
+        prepared = conn.execute(
+            "SELECT count(*) FROM pg_prepared_xacts WHERE gid LIKE %s", (f"%{plan['job_id']}%",)
+        ).fetchone()
+        decisions = conn.execute(
+            sql.SQL("SELECT epoch, record FROM {} WHERE job_id = %s ORDER BY epoch").format(
+                sql.Identifier(schema, "durable_sinks_decisions")
+            ),
+            (plan["job_id"],),
+        ).fetchall()
+    consumer = Consumer(
+        kafka.config({"group.id": f"demo-{run}", "isolation.level": "read_committed"})
+    )
+    consumer.assign([TopicPartition(output, 0, 0)])
+    kafka_ids: list[int] = []
+    idle = time.monotonic()
+    while time.monotonic() - idle < 3:
+        for message in consumer.consume(1000, timeout=0.5):
+            value = message.value()
+            if message.error() is None and value:
+                kafka_ids.append(json.loads(value)["order_id"])
+                idle = time.monotonic()
+    consumer.close()
+
+    expected = set(range(ORDERS))
+    print("\nwhat landed")
+    print(f"  orders expected:                 {ORDERS}")
+    ok = True
+    for name, ids in (("Postgres rows", pg_ids), ("Kafka records (read_committed)", kafka_ids)):
+        dupes = sum(n - 1 for n in Counter(ids).values() if n > 1)
+        lost = len(expected - set(ids))
+        ok = ok and dupes == 0 and lost == 0 and set(ids) == expected
+        print(f"  {name + ':':33s}{len(ids)}  duplicates {dupes}  lost {lost}")
+    print(f"  prepared transactions left:      {prepared[0] if prepared else '?'}")
+    print("\nthe epochs' decisions (decision store: Postgres table durable_sinks_decisions)")
+    for epoch, stored in decisions:
+        record = DecisionRecord.from_bytes(bytes(stored), source=f"epoch {epoch}")
+        print(f"  epoch {epoch:2d}: generation {record.generation}, rows {record.rows()}")
+    print("\nexactly once: " + ("yes" if ok else "NO"))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--child":
+        sys.exit(child(sys.argv[2]))
+    sys.exit(main())

@@ -1,0 +1,153 @@
+"""A real Spark driver killed with SIGKILL, restarted from its checkpoint, again and again:
+Postgres and Kafka, written by one job, must each hold every source row exactly once.
+
+Each run is a child process (tests/spark/crash_child.py) running a streaming query; a random
+plan kills its process group (Python driver and JVM) at one moment: inside `fn` after a
+protocol step, after the decision but before Postgres's commit, after `fn` returned but
+before Spark's commit log, or during the coordinator's start-up recovery. Then the query is
+restarted from the same checkpoint. `DS_SPARK_KILLS` sets how many kills (default 5; the
+extended run, `make test-crash`, uses 50).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.services import KafkaEndpoint, PostgresEndpoint
+
+from .streams import (
+    kafka_ids,
+    kafka_open_transactions,
+    postgres_ids,
+    prepared_transactions,
+    write_input,
+)
+
+KILLS = int(os.environ.get("DS_SPARK_KILLS", "5"))
+ROWS_PER_FILE = 20
+SEED = int(os.environ.get("DS_SPARK_SEED", random.SystemRandom().randrange(10**6)))
+
+#: Moments inside one batch (the kill epoch's); PG + Kafka order: postgres first, Kafka last
+#: (its commit carries the decision).
+IN_BATCH = [
+    "step:after-begin:kafka",
+    "step:after-write:0:postgres",
+    "step:after-write:0:kafka",
+    "step:after-pre-commit:postgres",
+    "step:after-pre-commit:kafka",
+    "step:after-decision",  # Kafka committed, Postgres still prepared
+    "step:after-commit:postgres",
+    "step:after-finish",
+    "after-fn",  # fn returned, Spark's commit log not written yet
+]
+#: Moments of start-up that every restart passes through.
+RECOVERY = ["recovery:after-fence", "recovery:after-open:postgres", "recovery:after-open:kafka"]
+#: In-batch kills that leave a prepared Postgres participant for the next start to resolve.
+LEAVE_PREPARED = {
+    "step:after-pre-commit:postgres",
+    "step:after-pre-commit:kafka",
+    "step:after-decision",
+}
+
+
+def batch_ids(folder: Path) -> set[int]:
+    return {int(p.name) for p in folder.glob("[0-9]*")} if folder.exists() else set()
+
+
+def next_epoch(checkpoint: Path) -> int:
+    """The batch the query runs next: the last offset-logged batch if it has no commit entry
+    (Spark replays it), else the one after the last committed."""
+    offsets, commits = batch_ids(checkpoint / "offsets"), batch_ids(checkpoint / "commits")
+    if not offsets:
+        return 0
+    last = max(offsets)
+    return last if last not in commits else last + 1
+
+
+def run_child(plan: dict[str, object], folder: Path, run: int) -> tuple[int, str]:
+    plan_file = folder / f"plan-{run}.json"
+    plan_file.write_text(json.dumps(plan))
+    log = folder / f"run-{run}.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.spark.crash_child", str(plan_file)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: the kill takes the JVM too
+        )
+        try:
+            code = proc.wait(timeout=300)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+            raise AssertionError(f"run {run} hung; see {log}") from None
+    return code, log.read_text(errors="replace")
+
+
+@pytest.mark.timeout(max(900, 60 * KILLS))
+def test_spark_driver_killed_at_random_moments_then_restarted(
+    postgres: PostgresEndpoint,
+    kafka: KafkaEndpoint,
+    kafka_topic: str,
+    pg_schema: str,
+    job_id: str,
+    tmp_path: Path,
+) -> None:
+    rng = random.Random(SEED)
+    files = 2 * KILLS + 4
+    source, checkpoint = tmp_path / "in", tmp_path / "checkpoint"
+    for n in range(files):
+        write_input(source, f"part-{n:04d}.json", range(n * ROWS_PER_FILE, (n + 1) * ROWS_PER_FILE))
+    base: dict[str, object] = {
+        "dsn": postgres.conninfo(),
+        "table": f"{pg_schema}.events",
+        "bootstrap_servers": kafka.bootstrap_servers,
+        "topic": kafka_topic,
+        "job_id": job_id,
+        "source": str(source),
+        "checkpoint": str(checkpoint),
+    }
+    kills: list[str] = []
+    previous = ""
+    for run in range(3 * KILLS):
+        if len(kills) >= KILLS:
+            break
+        upcoming = next_epoch(checkpoint)
+        choices = IN_BATCH + RECOVERY
+        if previous in LEAVE_PREPARED:
+            choices = [*choices, "recovery:after-resolve:postgres"]
+        kill = rng.choice(choices)
+        epoch = min(upcoming + rng.choice([0, 0, 1]), files - 1)
+        plan = {**base, "kill": kill, "kill_epoch": epoch}
+        code, output = run_child(plan, tmp_path, run)
+        assert code in (0, -9), f"run {run} ({kill} at epoch {epoch}) failed:\n{output[-3000:]}"
+        if code == -9:
+            assert "killing" in output, output[-2000:]
+            kills.append(f"{kill}@{epoch}")
+            previous = kill
+        else:
+            previous = ""
+    assert len(kills) >= KILLS, f"only {len(kills)} kills happened (seed {SEED}): {kills}"
+    print(f"seed {SEED}: {len(kills)} kills in {run + 1} runs: {kills}")
+
+    code, output = run_child({**base, "kill": None, "kill_epoch": -1}, tmp_path, 999)
+    assert code == 0, output[-3000:]
+    assert next_epoch(checkpoint) == files, "the query did not process every file"
+
+    expected = list(range(files * ROWS_PER_FILE))
+    dsn = postgres.conninfo()
+    found_pg, found_kafka = postgres_ids(dsn, base["table"]), kafka_ids(kafka, kafka_topic)  # type: ignore[arg-type]
+    context = f"seed {SEED}, kills {kills}"
+    assert len(found_pg) == len(set(found_pg)), f"duplicates in Postgres ({context})"
+    assert found_pg == expected, f"Postgres rows lost ({context})"
+    assert len(found_kafka) == len(set(found_kafka)), f"duplicates in Kafka ({context})"
+    assert found_kafka == expected, f"Kafka records lost ({context})"
+    assert prepared_transactions(dsn, job_id) == [], context
+    assert kafka_open_transactions(kafka, kafka_topic, f"{kafka_topic}-ds-progress") == [], context
