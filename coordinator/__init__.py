@@ -9,6 +9,7 @@ from ._coordinator import Coordinator, EpochOutcome, EpochResult, RetryPolicy
 from ._log import LOGGER_NAME, JobLogger
 from ._metrics import EpochMetrics, JobTotals
 from ._recovery import RecoveryReport, Resolution, resolve
+from ._worker import prepare_part
 from .validation import validate
 
 __all__ = [
@@ -22,6 +23,7 @@ __all__ = [
     "RecoveryReport",
     "Resolution",
     "RetryPolicy",
+    "prepare_part",
     "resolve",
     "validate",
 ]

@@ -26,7 +26,14 @@ from tenacity import (
 )
 
 from manifest import DecisionRecord, DecisionStore
-from sinks import CommitHandle, DeliveryGuarantee, LastResource, OpenContext, SinkConnector
+from sinks import (
+    CommitHandle,
+    DeliveryGuarantee,
+    DistributedSink,
+    LastResource,
+    OpenContext,
+    SinkConnector,
+)
 from sinks.errors import (
     CommitIncompleteError,
     ConfigError,
@@ -36,6 +43,7 @@ from sinks.errors import (
     InDoubtError,
     SchemaMismatchError,
 )
+from sinks.naming import ParticipantName
 
 from ._log import JobLogger
 from ._metrics import EpochMetrics, JobTotals
@@ -158,6 +166,15 @@ class Coordinator:
     def run_epoch(self, epoch: int, batches: Iterable[pa.RecordBatch]) -> EpochResult:
         """Write `batches` as epoch `epoch` to every sink, exactly once."""
         return self._drive(self.epoch_steps(epoch, batches))
+
+    def run_distributed_epoch(
+        self, epoch: int, prepare: Callable[[int], Sequence[CommitHandle]]
+    ) -> EpochResult:
+        """Executor mode: `prepare(generation)` has workers prepare the epoch's parts
+        (`prepare_part`) and returns the winning handle of each part; this decides and
+        commits them, then rolls back every other prepared attempt of the epoch. `prepare` is
+        not called when the epoch is already decided."""
+        return self._drive(self.distributed_epoch_steps(epoch, prepare))
 
     def close(self) -> None:
         for sink in self.sinks:
@@ -336,6 +353,121 @@ class Coordinator:
             metrics.protocol_seconds * 1e3,
         )
         return self._result(EpochOutcome.COMMITTED, record, metrics)
+
+    def distributed_epoch_steps(
+        self, epoch: int, prepare: Callable[[int], Sequence[CommitHandle]]
+    ) -> Steps[EpochResult]:
+        generation = self.generation
+        if generation is None:
+            raise ConfigError("call start() before running epochs", job=self.job_id, epoch=epoch)
+        if not self.executor_mode:
+            raise ConfigError(
+                "distributed epochs need a coordinator made with executor_mode=True",
+                job=self.job_id,
+                epoch=epoch,
+            )
+        log = self.log.bind(epoch=epoch)
+        metrics = EpochMetrics(epoch)
+        yield "epoch-start"
+        with metrics.phase("lookup"):
+            decided = self._decision_for(epoch)
+            if decided is None:
+                self._check_order(epoch)
+        if decided is not None:
+            self._check_source(decided)
+            log.info("already decided by generation %d: finishing it", decided.generation)
+            yield from self._finish(decided, metrics, log)
+            yield from self._discard_losers(decided, metrics, log)
+            self.totals.epochs_skipped += 1
+            return self._result(EpochOutcome.ALREADY_COMMITTED, decided, metrics)
+        order = {s.name: i for i, s in enumerate(self.sinks)}
+        try:
+            with metrics.phase("write"):
+                handles = list(prepare(generation))
+            for handle in handles:
+                self._require_part_of(epoch, handle, order)
+                metrics.rows[handle.sink] = metrics.rows.get(handle.sink, 0) + handle.rows
+                metrics.bytes[handle.sink] = metrics.bytes.get(handle.sink, 0) + handle.bytes
+            metrics.batches = len(handles)
+            yield "after-prepare"
+            record = DecisionRecord(
+                self.job_id,
+                epoch,
+                generation,
+                tuple(sorted(handles, key=lambda h: (order[h.sink], h.participant))),
+                source=self.source,
+            )
+            with metrics.phase("decision"):
+                winner = self.store.put(record)
+        except InDoubtError:
+            log.exception(
+                "decision outcome unknown: nothing rolled back; replay or restart settles it"
+            )
+            self.totals.epochs_failed += 1
+            raise
+        except Exception as exc:
+            self.totals.epochs_failed += 1
+            log.warning("epoch failed before its decision (%s): rolling back", _brief(exc))
+            for _ in self._discard_losers(None, metrics, log):
+                pass
+            raise
+        yield "after-decision"
+        if winner != record:
+            log.info("generation %d decided this epoch first: yielding to it", winner.generation)
+            self._check_source(winner)
+            record = winner
+        yield from self._finish(record, metrics, log)
+        yield from self._discard_losers(record, metrics, log)
+        with metrics.phase("finish"):
+            self.store.expire(epoch - self.retain_epochs + 1)
+        outcome = (
+            EpochOutcome.COMMITTED
+            if record.generation == generation
+            else (EpochOutcome.ALREADY_COMMITTED)
+        )
+        self.totals.epochs_committed += 1
+        self.totals.rows += sum(metrics.rows.values())
+        self.totals.bytes += sum(metrics.bytes.values())
+        log.info(
+            "committed %d rows in %d participants (protocol %.1f ms)",
+            sum(h.rows for h in record.handles),
+            len(record.handles),
+            metrics.protocol_seconds * 1e3,
+        )
+        return self._result(outcome, record, metrics)
+
+    def _require_part_of(self, epoch: int, handle: CommitHandle, order: dict[str, int]) -> None:
+        if handle.sink not in order or handle.epoch != epoch:
+            raise ConfigError(
+                f"a worker returned participant {handle.participant} of sink {handle.sink!r}, "
+                f"epoch {handle.epoch}: not a part of this epoch",
+                job=self.job_id,
+                epoch=epoch,
+            )
+
+    def _discard_losers(
+        self, decision: DecisionRecord | None, metrics: EpochMetrics, log: JobLogger
+    ) -> Steps[None]:
+        """Roll back every prepared participant of the epoch that `decision` does not name
+        (failed, retried or speculative attempts; all of them when there is no decision),
+        made by this generation or an older one. A newer generation's are never touched:
+        this coordinator may be the zombie."""
+        epoch = metrics.epoch
+        for sink in self.sinks:
+            if not isinstance(sink, DistributedSink):
+                continue
+            with metrics.phase("commit"):
+                for handle in sink.prepared_participants(epoch):
+                    name = ParticipantName.parse(handle.participant)
+                    if decision is not None and decision.commits(handle):
+                        continue
+                    if name is None or self.generation is None or name.generation > self.generation:
+                        continue
+                    self._with_retry(partial(sink.rollback_epoch, epoch, handle))
+                    log.bind(sink=sink.name).info(
+                        "rolled back attempt %s (not in the decision)", handle.participant
+                    )
+            yield f"after-discard:{sink.name}"
 
     def _check_source(self, decided: DecisionRecord) -> None:
         if self.source is None or decided.source is None or decided.source == self.source:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from manifest import DecisionStore
-from sinks import DeliveryGuarantee, LastResource, SinkConnector
+from sinks import DeliveryGuarantee, DistributedSink, LastResource, SinkConnector
 from sinks.errors import CapabilityError, ConfigError
 
 
@@ -40,7 +40,7 @@ def validate(
         )
     if executor_mode:
         for sink in sinks:
-            if not sink.capabilities().distributed_prepare:
+            if not sink.capabilities().distributed_prepare or not isinstance(sink, DistributedSink):
                 raise CapabilityError(
                     "executor mode needs sinks that executors can prepare and the driver "
                     "can commit (distributed_prepare); this one cannot",

@@ -88,15 +88,25 @@ class OpenContext:
     `commit_point` is True when the coordinator will commit this sink with
     `LastResource.commit_with_decision` instead of `commit_epoch`: its commit carries the
     epoch's decision. A resumable sink that is the only one of a job may then skip its own
-    prepare (one-phase commit: the decision and the data land in one transaction)."""
+    prepare (one-phase commit: the decision and the data land in one transaction).
+
+    `worker` is True on an executor that prepares one part of an epoch for the driver's
+    coordinator (executor mode): the sink must then only connect. The driver's instance of
+    the same generation already created what the sink needs and fenced older generations;
+    the worker still refuses to prepare if the fence has moved past its generation. `part`
+    names the worker's participants (unique per task attempt)."""
 
     job_id: str
     sink: str
     generation: int
     commit_point: bool = False
+    worker: bool = False
+    part: str = "0"
 
-    def participant(self, epoch: int, attempt: int, part: str = "0") -> ParticipantName:
-        return ParticipantName.build(self.job_id, self.sink, epoch, part, self.generation, attempt)
+    def participant(self, epoch: int, attempt: int, part: str | None = None) -> ParticipantName:
+        return ParticipantName.build(
+            self.job_id, self.sink, epoch, part or self.part, self.generation, attempt
+        )
 
 
 HANDLE_VERSION = 1
@@ -237,3 +247,17 @@ class LastResource(SinkConnector, Protocol):
     ) -> None: ...
 
     def read_decision(self, epoch: int) -> Mapping[str, JSON] | None: ...
+
+
+@runtime_checkable
+class DistributedSink(SinkConnector, Protocol):
+    """A sink whose participants can be prepared by workers (executors) and committed by the
+    driver (capability distributed_prepare). Several participants of one epoch may then be
+    prepared, by the winning and the losing attempts of each part.
+
+    `prepared_participants(epoch)` lists every participant of `epoch` of this job and sink
+    that is prepared now, whatever its generation, so the coordinator can roll back those its
+    decision does not name as soon as the epoch is finished.
+    """
+
+    def prepared_participants(self, epoch: int) -> list[CommitHandle]: ...

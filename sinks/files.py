@@ -355,6 +355,20 @@ class FileSink:
             prepared.append(CommitHandle.from_json(json.loads(marker)))
         return prepared
 
+    def prepared_participants(self, epoch: int) -> list[CommitHandle]:
+        ctx = self._ctx()
+        prepared: list[CommitHandle] = []
+        for entry in sorted((self.root / STAGING).iterdir()):
+            name = ParticipantName.parse(entry.name)
+            if name is None or not name.owned_by(ctx.job_id, self.name) or name.epoch != epoch:
+                continue
+            try:
+                marker = (entry / MARKER).read_bytes()
+            except FileNotFoundError:
+                continue  # still being written (or abandoned): not prepared
+            prepared.append(CommitHandle.from_json(json.loads(marker)))
+        return prepared
+
     def last_committed_epoch(self) -> int | None:
         return self._last_committed
 

@@ -286,6 +286,12 @@ class PostgresSink:
     # -- lifecycle -----------------------------------------------------------------------------
     def open(self, context: OpenContext) -> None:
         self._context = context
+        if context.worker:
+            # The driver's instance created the tables and raised the fence; a worker only
+            # connects (begin_epoch checks the fence still names this generation).
+            with self._errors():
+                self._tx_conn()
+            return
         with self._errors():
             conn = self._admin_conn()
             self._create_meta_tables(conn)
@@ -688,11 +694,13 @@ class PostgresSink:
             if self.config.key
             else sql.SQL("")
         )
-        self._admin_conn().execute(
-            sql.SQL("CREATE TABLE IF NOT EXISTS {} ({}{})").format(
-                self._target, sql.SQL(", ").join(columns), key
+        # Another worker (executor mode) may create it at the same moment.
+        with contextlib.suppress(psycopg.errors.UniqueViolation):
+            self._admin_conn().execute(
+                sql.SQL("CREATE TABLE IF NOT EXISTS {} ({}{})").format(
+                    self._target, sql.SQL(", ").join(columns), key
+                )
             )
-        )
 
     def _stage(self, conn: psycopg.Connection[Any], current: _Epoch) -> sql.Composable:
         """The epoch's UNLOGGED staging table (upsert mode), created in the epoch's
@@ -950,6 +958,25 @@ class PostgresSink:
                 handles.append(
                     CommitHandle(self.name, name.epoch, gid, 0, 0, "", {"part": name.part})
                 )
+        return handles
+
+    def prepared_participants(self, epoch: int) -> list[CommitHandle]:
+        ctx = self._ctx()
+        with self._errors(epoch):
+            rows = (
+                self._admin_conn()
+                .execute(
+                    "SELECT gid FROM pg_prepared_xacts WHERE database = current_database() "
+                    "AND starts_with(gid, %s) ORDER BY gid",
+                    (f"{owner_prefix(ctx.job_id, self.name)}{epoch}:",),
+                )
+                .fetchall()
+            )
+        handles = []
+        for (gid,) in rows:
+            name = ParticipantName.parse(gid)
+            if name is not None and name.owned_by(ctx.job_id, self.name) and name.epoch == epoch:
+                handles.append(CommitHandle(self.name, epoch, gid, 0, 0, "", {"part": name.part}))
         return handles
 
     def last_committed_epoch(self) -> int | None:

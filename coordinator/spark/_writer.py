@@ -20,6 +20,7 @@ from .._coordinator import Coordinator, EpochResult
 from .._log import JobLogger
 from .._recovery import RecoveryReport
 from ._arrow import arrow_batches
+from ._executor import prepare_on_executors
 from ._options import JobOptions
 from ._specs import SinkSpec
 
@@ -58,13 +59,14 @@ class DurableBatchWriter:
         self._coordinator: Coordinator | None = None
         self._query_id: str | None = None
         if options.mode == "executor":
-            self._start()  # validation refuses sinks that executors cannot prepare
-            self.close()
-            raise ConfigError(
-                "executor mode is not available in this version of durable-sinks",
-                job=options.job_id,
-                fix="use mode='driver' (the default)",
-            )
+            built = [s for s in self.specs if not isinstance(s, SinkSpec)]
+            if built:
+                raise ConfigError(
+                    f"executor mode builds its sinks on the executors from their options; "
+                    f"{_name(built[0])!r} was given as an object",
+                    job=options.job_id,
+                    fix="give each sink as sink(kind, **options) (or a kind and its options)",
+                )
         self._start()
 
     def __repr__(self) -> str:
@@ -130,11 +132,19 @@ class DurableBatchWriter:
         coordinator.source = self._query_id
         started = time.perf_counter()
         try:
-            reader = arrow_batches(
-                df, self.options.max_rows_in_memory, job=self.options.job_id, epoch=epoch
-            )
-            with closing(reader):
-                result = coordinator.run_epoch(epoch, reader)
+            if self.options.mode == "executor":
+                specs = [s for s in self.specs if isinstance(s, SinkSpec)]
+                job = self.options.job_id
+                result = coordinator.run_distributed_epoch(
+                    epoch,
+                    lambda generation: prepare_on_executors(df, specs, job, generation, epoch),
+                )
+            else:
+                reader = arrow_batches(
+                    df, self.options.max_rows_in_memory, job=self.options.job_id, epoch=epoch
+                )
+                with closing(reader):
+                    result = coordinator.run_epoch(epoch, reader)
         except BaseException:
             self.close()  # a new coordinator (new generation, recovery) serves the retry
             raise

@@ -7,7 +7,9 @@ Spark's Kafka connector) are fetched from Maven Central and cached.
 
 from __future__ import annotations
 
+import os
 import re
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -91,7 +93,14 @@ class Spark:
         from pyspark.sql import SparkSession
 
         builder: Any = SparkSession.builder.appName(app_name)
-        settings = {**DEFAULT_CONF, "spark.jars": ",".join(map(str, self.extra_jars())), **conf}
+        # Python workers (mapInArrow, UDFs) must run this interpreter, with this virtualenv's
+        # packages, not whatever `python3` is first on PATH (pyspark reads only the variable).
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        settings = {
+            **DEFAULT_CONF,
+            "spark.jars": ",".join(map(str, self.extra_jars())),
+            **conf,
+        }
         for key, value in settings.items():
             builder = builder.config(key, value)
         session: SparkSession = builder.getOrCreate()

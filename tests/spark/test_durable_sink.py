@@ -6,6 +6,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 
 from coordinator import EpochOutcome
@@ -154,3 +155,41 @@ def test_the_password_never_shows_in_logs_reprs_or_decisions(
     for text in (caplog.text, repr(writer), repr(writer.specs), decision):
         assert postgres.password not in text
     assert f"job={job_id}" in caplog.text
+
+
+def test_executor_mode_prepares_each_partition_in_its_task_and_commits_them_atomically(
+    spark: Any, postgres: PostgresEndpoint, pg_schema: str, job_id: str, tmp_path: Path
+) -> None:
+    source, checkpoint, table = tmp_path / "in", tmp_path / "checkpoint", f"{pg_schema}.events"
+    dsn = postgres.conninfo()
+    for n in range(2):
+        write_input(source, f"part-{n}.json", range(n * 100, n * 100 + 100))
+    writer = durable_sink(
+        [
+            sink("postgres", dsn=dsn, table=table, create_table=True),
+            sink("files", path=str(tmp_path / "out")),
+        ],
+        job_id=job_id,
+        mode="executor",
+    )
+    run_available_now(source_stream(spark, source).repartition(4), writer, checkpoint)
+    assert postgres_ids(dsn, table) == list(range(200))
+    files = pq.read_table(tmp_path / "out", columns=["id"]).column("id").to_pylist()
+    assert sorted(files) == list(range(200))
+    result = writer.last_result
+    assert result is not None
+    assert result.epoch == 1
+    assert result.decision.rows() == {"postgres": 100, "files": 100}
+    parts = {h.participant.split(":")[4] for h in result.decision.handles_for("postgres")}
+    assert len(parts) == 4  # one participant per partition, named by partition and task
+    assert all(p.startswith("p") and "-t" in p for p in parts)
+    assert prepared_transactions(dsn, job_id) == []
+
+    # a replayed batch is not prepared again
+    replayed = spark.read.schema("id LONG, body STRING").json(str(source / "part-1.json"))
+    writer(replayed, 1)
+    again = writer.last_result
+    assert again is not None
+    assert again.outcome is EpochOutcome.ALREADY_COMMITTED
+    assert postgres_ids(dsn, table) == list(range(200))
+    assert prepared_transactions(dsn, job_id) == []

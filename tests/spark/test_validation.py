@@ -8,10 +8,9 @@ from pathlib import Path
 import pytest
 
 from coordinator.spark import durable_sink, sink
+from sinks import FileSink, FileSinkConfig
 from sinks.errors import CapabilityError, ConfigError, DurableSinkError
 from tests.services import KafkaEndpoint, PostgresEndpoint
-
-from .streams import prepared_transactions
 
 
 def test_kafka_in_executor_mode_is_refused_with_the_reason(
@@ -90,16 +89,11 @@ def test_an_unreachable_server_is_a_clear_error_before_the_query_starts(
     assert caught.value.fix is not None
 
 
-def test_executor_mode_is_refused_until_it_exists_and_leaves_nothing_prepared(
-    postgres: PostgresEndpoint, pg_schema: str, job_id: str
+def test_executor_mode_needs_sinks_as_options_it_can_ship_to_executors(
+    job_id: str, tmp_path: Path
 ) -> None:
-    with pytest.raises(ConfigError, match="executor mode is not available"):
-        durable_sink(
-            "postgres",
-            dsn=postgres.conninfo(),
-            table=f"{pg_schema}.events",
-            job_id=job_id,
-            create_table=True,
-            mode="executor",
-        )
-    assert prepared_transactions(postgres.conninfo(), job_id) == []
+    built = FileSink(FileSinkConfig(str(tmp_path / "out")))
+    with pytest.raises(ConfigError, match="builds its sinks on the executors") as caught:
+        durable_sink([built], job_id=job_id, mode="executor", decision_store=str(tmp_path / "d"))
+    assert caught.value.fix is not None
+    assert "sink(kind" in caught.value.fix

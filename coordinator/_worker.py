@@ -1,0 +1,78 @@
+"""Executor mode's worker side: one part of an epoch, written and prepared where the data is.
+
+The driver's coordinator (generation g) asks workers to prepare parts of an epoch; each worker
+builds fresh sinks, opens them as workers of generation g (no fencing side effects), writes its
+part into every sink and prepares it. The handles go back to the driver, which decides and
+commits (Coordinator.run_distributed_epoch). A worker never commits anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING
+
+from sinks import CommitHandle, OpenContext, SinkConnector
+
+from ._log import JobLogger
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+
+def prepare_part(
+    job_id: str,
+    generation: int,
+    epoch: int,
+    part: str,
+    build_sinks: Callable[[], Sequence[SinkConnector]],
+    batches: Iterable[pa.RecordBatch],
+) -> list[CommitHandle]:
+    """Write `batches` as part `part` of `epoch` into every sink `build_sinks()` makes, and
+    prepare it: one handle per sink, durable and invisible when this returns. An empty part
+    prepares nothing (returns []). On any error, what this call began is rolled back and the
+    error is raised: nothing of the part stays prepared.
+
+    `part` must be unique per attempt (e.g. partition and task attempt ids): two attempts
+    of one partition are two participants, and the driver's decision picks one."""
+    log = JobLogger(job_id, epoch=epoch, component="worker")
+    iterator = iter(batches)
+    first = next(iterator, None)
+    if first is None:
+        return []
+    sinks = list(build_sinks())
+    begun: list[SinkConnector] = []
+    handles: dict[str, CommitHandle] = {}
+    try:
+        for sink in sinks:
+            sink.open(OpenContext(job_id, sink.name, generation, worker=True, part=part))
+            sink.begin_epoch(epoch)
+            begun.append(sink)
+        batch: pa.RecordBatch | None = first
+        while batch is not None:
+            for sink in sinks:
+                sink.write_batch(batch)
+            batch = next(iterator, None)
+        for sink in sinks:
+            handles[sink.name] = sink.pre_commit(epoch)
+    except BaseException as exc:
+        log.warning("part %s failed before it was prepared (%s): rolling back", part, exc)
+        for sink in begun:
+            try:
+                sink.rollback_epoch(epoch, handles.get(sink.name))
+            except Exception as undo:  # noqa: BLE001 - the original error matters more
+                log.bind(sink=sink.name).warning(
+                    "rollback of part %s failed (%s); the driver rolls back leftovers", part, undo
+                )
+        raise
+    finally:
+        for sink in sinks:
+            _close_quietly(sink, log)
+    log.debug("part %s prepared: %s", part, [h.participant for h in handles.values()])
+    return [handles[s.name] for s in sinks]
+
+
+def _close_quietly(sink: SinkConnector, log: JobLogger) -> None:
+    try:
+        sink.close()
+    except Exception as exc:  # noqa: BLE001 - a prepared participant outlives its session
+        log.bind(sink=sink.name).debug("closing failed: %s", exc)
