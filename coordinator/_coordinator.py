@@ -108,7 +108,7 @@ class Coordinator:
     - before the decision (any error, incl. FencedError): every participant was rolled back;
       replaying the epoch writes it afresh;
     - CommitIncompleteError / InDoubtError: the decision may be durable; nothing was rolled
-      back; replaying the epoch (or restarting) finishes it. Spark does both on failure.
+      back; replaying the epoch (or restarting) finishes it: a restarted Spark query replays it.
     """
 
     def __init__(
@@ -197,7 +197,9 @@ class Coordinator:
         self.log.info("claimed generation %d; older coordinators are fenced", generation)
         yield "recovery:after-fence"
         for sink in self.sinks:
-            commit_point = sink is self._last_resource
+            commit_point = sink is self._last_resource or (
+                self._at_least_once and isinstance(sink, LastResource)
+            )
             sink.open(OpenContext(self.job_id, sink.name, generation, commit_point))
             sink.health_check()
             yield f"recovery:after-open:{sink.name}"
@@ -263,9 +265,15 @@ class Coordinator:
         return self.store.put(carried)
 
     # -- one epoch -----------------------------------------------------------------------------
+    @property
+    def _at_least_once(self) -> bool:
+        return self.guarantee is DeliveryGuarantee.AT_LEAST_ONCE and not self.executor_mode
+
     def epoch_steps(self, epoch: int, batches: Iterable[pa.RecordBatch]) -> Steps[EpochResult]:
         if self.generation is None:
             raise ConfigError("call start() before running epochs", job=self.job_id, epoch=epoch)
+        if self._at_least_once:
+            return (yield from self._at_least_once_steps(epoch, batches))
         log = self.log.bind(epoch=epoch)
         metrics = EpochMetrics(epoch)
         yield "epoch-start"
@@ -468,6 +476,65 @@ class Coordinator:
                         "rolled back attempt %s (not in the decision)", handle.participant
                     )
             yield f"after-discard:{sink.name}"
+
+    def _at_least_once_steps(
+        self, epoch: int, batches: Iterable[pa.RecordBatch]
+    ) -> Steps[EpochResult]:
+        """At-least-once: each sink commits the epoch on its own, in one transaction where it
+        can (a LastResource commits with its marker, no prepare), with no decision across
+        sinks. A replay skips the sinks whose marker shows the epoch; a crash between two
+        sinks' commits leaves the epoch in some sinks only until Spark replays it."""
+        generation = self.generation
+        assert generation is not None
+        log = self.log.bind(epoch=epoch)
+        metrics = EpochMetrics(epoch)
+        yield "epoch-start"
+        with metrics.phase("lookup"):
+            todo = []
+            for sink in self.sinks:
+                landed = sink.last_committed_epoch()
+                if landed is None or landed < epoch:
+                    todo.append(sink)
+        begun: list[SinkConnector] = []
+        handles: dict[str, CommitHandle] = {}
+        try:
+            with metrics.phase("begin"):
+                for sink in todo:
+                    sink.begin_epoch(epoch)
+                    begun.append(sink)
+            for index, batch in enumerate(batches if todo else ()):
+                _require_record_batch(batch, self.job_id, epoch)
+                metrics.batches += 1
+                for sink in todo:
+                    with metrics.phase("write"):
+                        written = sink.write_batch(batch)
+                    metrics.rows[sink.name] = metrics.rows.get(sink.name, 0) + written.rows
+                    metrics.bytes[sink.name] = metrics.bytes.get(sink.name, 0) + written.bytes
+                    yield f"after-write:{index}:{sink.name}"
+            for sink in todo:
+                with metrics.phase("pre_commit"):
+                    handles[sink.name] = sink.pre_commit(epoch)
+        except Exception as exc:
+            self.totals.epochs_failed += 1
+            log.warning("epoch failed before its commits (%s): rolling back", _brief(exc))
+            self._roll_back(epoch, begun, handles, log)
+            raise
+        record = DecisionRecord(
+            self.job_id, epoch, generation, tuple(handles.values()), source=self.source
+        )
+        for sink in todo:
+            handle = handles[sink.name]
+            with metrics.phase("commit"):
+                if isinstance(sink, LastResource):
+                    sink.commit_with_decision(epoch, handle, record.to_json())
+                else:
+                    self._commit(sink, handle)
+            yield f"after-commit:{sink.name}"
+        self.totals.epochs_committed += 1
+        self.totals.rows += sum(metrics.rows.values())
+        self.totals.bytes += sum(metrics.bytes.values())
+        outcome = EpochOutcome.COMMITTED if todo else EpochOutcome.ALREADY_COMMITTED
+        return self._result(outcome, record, metrics)
 
     def _check_source(self, decided: DecisionRecord) -> None:
         if self.source is None or decided.source is None or decided.source == self.source:

@@ -14,6 +14,8 @@ from sinks.errors import ConfigError
 from .._coordinator import RetryPolicy
 
 Mode = Literal["driver", "executor"]
+#: Values of the Postgres sink's own `mode` option, passed to the sink in the one-sink form.
+SINK_MODES = ("append", "upsert")
 StoreTarget = str | os.PathLike[str] | DecisionStore
 
 #: Driver mode holds at most this many rows of a batch in memory at once (see _arrow.py).
@@ -30,7 +32,8 @@ class JobOptions:
       DSN or a DecisionStore. Default: the database of the job's first Postgres sink.
     - guarantee: "exactly-once" (default) or "at-least-once".
     - mode: "driver" (default: the batch is collected to the driver as Arrow and written by
-      one coordinator) or "executor" (each partition written and prepared in its task).
+      one coordinator) or "executor" (each partition written and prepared in its task). In
+      the one-sink form, mode="append"/"upsert" is the Postgres sink's own option instead.
     - max_rows_in_memory: driver mode reads a batch in chunks of whole partitions holding at
       most this many rows (a single larger partition is read alone).
     - one_phase: a job with one sink that can carry the decision commits each epoch in one
@@ -84,6 +87,9 @@ class JobOptions:
         names = set(cls.__dataclass_fields__)
         job = {k: v for k, v in options.items() if k in names}
         rest = {k: v for k, v in options.items() if k not in names}
+        if job.get("mode") in SINK_MODES:
+            # `mode` is also a Postgres sink option (append/upsert): its values tell which.
+            rest["mode"] = job.pop("mode")
         if "job_id" not in job:
             job["job_id"] = ""
         return cls(**job), rest

@@ -160,7 +160,11 @@ class DurableBatchWriter:
     def _check_query(self, df: Any, epoch: int) -> None:
         """What only the running query can tell: its id (kept across restarts from the same
         checkpoint) becomes the coordinator's source; the batch id must be Spark's."""
-        context = df.sparkSession.sparkContext
+        try:
+            context = df.sparkSession.sparkContext
+        except Exception:  # noqa: BLE001 - Spark Connect has no SparkContext: no query id
+            self.log.bind(epoch=epoch).debug("no SparkContext: the query id is not checked")
+            return
         query_id = context.getLocalProperty(QUERY_ID_PROPERTY)
         running = context.getLocalProperty(BATCH_ID_PROPERTY)
         if running is not None and int(running) != epoch:

@@ -13,6 +13,14 @@ driver and Spark's JVM: the driver machine dies) at that moment of batch `kill_e
 - `after-fn`: after `fn` returned, before Spark writes the batch's commit log entry;
 - `recovery:<name>`: during the coordinator's start-up recovery (any epoch).
 
+- `task:after-prepare` (executor mode): inside a Spark task, right after its part is
+  prepared, before its handle reaches the driver.
+
+Executor mode (`"mode": "executor"`) writes Postgres and the files sink from the tasks, on
+`local[2,3]` (tasks are retried), and the first attempt of partition 0 of every even batch
+dies right after preparing (its Python worker exits): a prepared attempt that the driver's
+decision must leave out and roll back.
+
 Without a kill the query runs until every file is processed (availableNow) and exits 0.
 """
 
@@ -22,10 +30,13 @@ import json
 import os
 import signal
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from coordinator.spark import DurableBatchWriter, JobOptions, sink
+from coordinator.spark import DurableBatchWriter, JobOptions, SinkSpec, sink
+from coordinator.spark._options import Mode
+from sinks import CommitHandle, OpenContext, SinkConnector
 from tests.services import Testbed
 from tests.spark.streams import run_available_now, source_stream
 
@@ -33,6 +44,51 @@ from tests.spark.streams import run_available_now, source_stream
 def die() -> None:
     sys.stdout.flush()
     os.killpg(os.getpgid(0), signal.SIGKILL)
+
+
+class FlakySink:
+    """A sink whose task dies after preparing (see the module docstring); otherwise the
+    wrapped sink, unchanged."""
+
+    def __init__(self, inner: SinkConnector, plan: dict[str, Any], last: bool) -> None:
+        self._inner = inner
+        self._plan = plan
+        self._last = last
+        self._part = "0"
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def open(self, context: OpenContext) -> None:
+        self._part = context.part
+        self._inner.open(context)
+
+    def pre_commit(self, epoch: int) -> CommitHandle:
+        handle = self._inner.pre_commit(epoch)
+        if not self._last:
+            return handle
+        if self._plan.get("kill") == "task:after-prepare" and epoch == self._plan["kill_epoch"]:
+            print(f"killing in task {self._part} after its prepare", flush=True)
+            die()
+        if epoch % 2 == 0 and self._part.startswith("p0-"):
+            flag = Path(self._plan["flags"]) / f"failed-{epoch}"
+            try:
+                flag.touch(exist_ok=False)
+            except FileExistsError:
+                return handle
+            os._exit(3)  # the task's Python worker dies: Spark retries the task
+        return handle
+
+
+@dataclass(frozen=True)
+class FlakySpec(SinkSpec):
+    """A sink spec whose sinks are FlakySinks; pickled with its plan to the executors."""
+
+    plan: str = "{}"
+    last: bool = False
+
+    def build(self) -> SinkConnector:
+        return FlakySink(super().build(), json.loads(self.plan), self.last)
 
 
 class CrashingWriter(DurableBatchWriter):
@@ -64,22 +120,35 @@ class CrashingWriter(DurableBatchWriter):
 
 def main(plan_path: str) -> int:
     plan = json.loads(Path(plan_path).read_text())
-    spark = Testbed.create().spark.session("durable-sinks-crash-child")
+    executor = plan.get("mode") == "executor"
+    conf = {"spark.master": "local[2,3]"} if executor else {}
+    spark = Testbed.create().spark.session("durable-sinks-crash-child", **conf)
     spark.sparkContext.setLogLevel("ERROR")
-    sinks = [
-        sink("postgres", dsn=plan["dsn"], table=plan["table"], create_table=True),
-        sink(
-            "kafka",
-            bootstrap_servers=plan["bootstrap_servers"],
-            topic=plan["topic"],
-            request_timeout_s=20,
-        ),
-    ]
-    writer = CrashingWriter(plan, sinks, JobOptions(plan["job_id"]))
+    sinks: list[SinkSpec]
+    if executor:
+        text = json.dumps(plan)
+        pg = {"dsn": plan["dsn"], "table": plan["table"], "create_table": True}
+        sinks = [
+            FlakySpec("postgres", pg, plan=text),
+            FlakySpec("files", {"path": plan["files"]}, plan=text, last=True),
+        ]
+    else:
+        sinks = [
+            sink("postgres", dsn=plan["dsn"], table=plan["table"], create_table=True),
+            sink(
+                "kafka",
+                bootstrap_servers=plan["bootstrap_servers"],
+                topic=plan["topic"],
+                request_timeout_s=20,
+            ),
+        ]
+    mode: Mode = "executor" if executor else "driver"
+    writer = CrashingWriter(plan, sinks, JobOptions(plan["job_id"], mode=mode))
     print("started", flush=True)
-    run_available_now(
-        source_stream(spark, Path(plan["source"])), writer, Path(plan["checkpoint"]), 600
-    )
+    stream = source_stream(spark, Path(plan["source"]))
+    if executor:
+        stream = stream.repartition(3)
+    run_available_now(stream, writer, Path(plan["checkpoint"]), 600)
     writer.close()
     spark.stop()
     print("done", flush=True)

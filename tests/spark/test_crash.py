@@ -1,5 +1,7 @@
 """A real Spark driver killed with SIGKILL, restarted from its checkpoint, again and again:
-Postgres and Kafka, written by one job, must each hold every source row exactly once.
+every sink of the job must hold every source row exactly once. Driver mode writes Postgres and
+Kafka (Kafka is the commit point); executor mode writes Postgres and the files sink from the
+Spark tasks, with task attempts that die after preparing (tests/spark/crash_child.py).
 
 Each run is a child process (tests/spark/crash_child.py) running a streaming query; a random
 plan kills its process group (Python driver and JVM) at one moment: inside `fn` after a
@@ -18,8 +20,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
+from sinks.files import STAGING
 from tests.services import KafkaEndpoint, PostgresEndpoint
 
 from .streams import (
@@ -47,13 +51,34 @@ IN_BATCH = [
     "step:after-finish",
     "after-fn",  # fn returned, Spark's commit log not written yet
 ]
+#: Executor mode (Postgres, files; the decision store is the commit point).
+IN_EXECUTOR_BATCH = [
+    "step:epoch-start",
+    "task:after-prepare",  # a task prepared its part; its handle never reaches the driver
+    "step:after-prepare",  # every part prepared, no decision yet
+    "step:after-decision",
+    "step:after-commit:postgres",
+    "step:after-commit:files",
+    "step:after-finish",
+    "step:after-discard:postgres",  # losing attempts of Postgres rolled back, files' not yet
+    "after-fn",
+]
 #: Moments of start-up that every restart passes through.
-RECOVERY = ["recovery:after-fence", "recovery:after-open:postgres", "recovery:after-open:kafka"]
+RECOVERY = {
+    "driver": ["recovery:after-fence", "recovery:after-open:postgres", "recovery:after-open:kafka"],
+    "executor": [
+        "recovery:after-fence",
+        "recovery:after-open:postgres",
+        "recovery:after-open:files",
+    ],
+}
 #: In-batch kills that leave a prepared Postgres participant for the next start to resolve.
 LEAVE_PREPARED = {
     "step:after-pre-commit:postgres",
     "step:after-pre-commit:kafka",
     "step:after-decision",
+    "task:after-prepare",
+    "step:after-prepare",
 }
 
 
@@ -91,8 +116,17 @@ def run_child(plan: dict[str, object], folder: Path, run: int) -> tuple[int, str
     return code, log.read_text(errors="replace")
 
 
+def published_file_ids(folder: Path) -> list[int]:
+    ids: list[int] = []
+    for file in folder.glob("epoch=*/part=*/*.parquet"):
+        ids.extend(pq.read_table(file, columns=["id"]).column("id").to_pylist())
+    return sorted(ids)
+
+
 @pytest.mark.timeout(max(900, 60 * KILLS))
+@pytest.mark.parametrize("mode", ["driver", "executor"])
 def test_spark_driver_killed_at_random_moments_then_restarted(
+    mode: str,
     postgres: PostgresEndpoint,
     kafka: KafkaEndpoint,
     kafka_topic: str,
@@ -113,6 +147,9 @@ def test_spark_driver_killed_at_random_moments_then_restarted(
         "job_id": job_id,
         "source": str(source),
         "checkpoint": str(checkpoint),
+        "mode": mode,
+        "files": str(tmp_path / "out"),
+        "flags": str(tmp_path),
     }
     kills: list[str] = []
     previous = ""
@@ -120,7 +157,7 @@ def test_spark_driver_killed_at_random_moments_then_restarted(
         if len(kills) >= KILLS:
             break
         upcoming = next_epoch(checkpoint)
-        choices = IN_BATCH + RECOVERY
+        choices = (IN_BATCH if mode == "driver" else IN_EXECUTOR_BATCH) + RECOVERY[mode]
         if previous in LEAVE_PREPARED:
             choices = [*choices, "recovery:after-resolve:postgres"]
         kill = rng.choice(choices)
@@ -143,11 +180,16 @@ def test_spark_driver_killed_at_random_moments_then_restarted(
 
     expected = list(range(files * ROWS_PER_FILE))
     dsn = postgres.conninfo()
-    found_pg, found_kafka = postgres_ids(dsn, base["table"]), kafka_ids(kafka, kafka_topic)  # type: ignore[arg-type]
-    context = f"seed {SEED}, kills {kills}"
-    assert len(found_pg) == len(set(found_pg)), f"duplicates in Postgres ({context})"
-    assert found_pg == expected, f"Postgres rows lost ({context})"
-    assert len(found_kafka) == len(set(found_kafka)), f"duplicates in Kafka ({context})"
-    assert found_kafka == expected, f"Kafka records lost ({context})"
+    context = f"{mode} mode, seed {SEED}, kills {kills}"
+    found = {"Postgres": postgres_ids(dsn, f"{pg_schema}.events")}
+    if mode == "driver":
+        found["Kafka"] = kafka_ids(kafka, kafka_topic)
+        open_kafka = kafka_open_transactions(kafka, kafka_topic, f"{kafka_topic}-ds-progress")
+        assert open_kafka == [], context
+    else:
+        found["files"] = published_file_ids(tmp_path / "out")
+        assert sorted((tmp_path / "out" / STAGING).iterdir()) == [], context
+    for sink, ids in found.items():
+        assert len(ids) == len(set(ids)), f"duplicates in {sink} ({context})"
+        assert ids == expected, f"{sink} rows lost ({context})"
     assert prepared_transactions(dsn, job_id) == [], context
-    assert kafka_open_transactions(kafka, kafka_topic, f"{kafka_topic}-ds-progress") == [], context

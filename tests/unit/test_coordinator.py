@@ -12,7 +12,7 @@ import pytest
 
 from coordinator import Coordinator, EpochOutcome, RetryPolicy
 from manifest import LocalDirectoryStore
-from sinks import FileSink, FileSinkConfig, SinkConnector
+from sinks import DeliveryGuarantee, FileSink, FileSinkConfig, SinkConnector
 from sinks.errors import (
     CommitIncompleteError,
     ConfigError,
@@ -186,3 +186,33 @@ def test_a_decided_epoch_replayed_from_another_source_is_refused(tmp_path: Path)
     assert published(tmp_path, "a") == 1
     second.source = "query-1"  # the same query replaying its own batch is fine
     assert second.run_epoch(0, [batch(0)]).outcome is EpochOutcome.ALREADY_COMMITTED
+
+
+def test_at_least_once_commits_each_sink_on_its_own_and_replays_skip_landed_sinks(
+    tmp_path: Path,
+) -> None:
+    def make() -> Coordinator:
+        c = Coordinator(
+            "job",
+            [files(tmp_path, "a"), files(tmp_path, "b")],
+            LocalDirectoryStore(tmp_path / "store"),
+            guarantee=DeliveryGuarantee.AT_LEAST_ONCE,
+        )
+        c.start()
+        return c
+
+    first = make()
+    steps = first.epoch_steps(0, [batch(0)])
+    for step in steps:
+        if step == "after-commit:a":
+            break  # crash between the two sinks' commits
+    assert (published(tmp_path, "a"), published(tmp_path, "b")) == (1, 0)
+    assert first.store.get(0) is None  # no decision record in at-least-once mode
+
+    second = make()  # recovery rolls back b's leftover; Spark replays epoch 0
+    result = second.run_epoch(0, [batch(0)])
+    assert result.outcome is EpochOutcome.COMMITTED
+    assert (published(tmp_path, "a"), published(tmp_path, "b")) == (1, 1)
+    assert set(result.metrics.rows) == {"b"}  # a already had the epoch: skipped
+    assert second.run_epoch(0, [batch(0)]).outcome is EpochOutcome.ALREADY_COMMITTED
+    assert (staged(tmp_path, "a"), staged(tmp_path, "b")) == (0, 0)

@@ -81,3 +81,12 @@ def test_decision_store_targets() -> None:
     assert isinstance(store_from("/tmp/decisions"), LocalDirectoryStore)
     with pytest.raises(ConfigError, match="decision_store"):
         store_from("")
+
+
+def test_mode_values_tell_the_job_mode_from_the_postgres_write_mode() -> None:
+    job, rest = JobOptions.split({"job_id": "j", "mode": "upsert", "key": ("id",)})
+    assert job.mode == "driver"
+    assert rest == {"mode": "upsert", "key": ("id",)}
+    job, rest = JobOptions.split({"job_id": "j", "mode": "executor"})
+    assert job.mode == "executor"
+    assert rest == {}
