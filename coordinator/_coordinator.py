@@ -12,7 +12,7 @@ abandoned: nothing is rolled back or closed) and, later, resume it to play a zom
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Generator, Iterable, Sequence
+from collections.abc import Callable, Collection, Generator, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, TypeVar
@@ -158,10 +158,14 @@ class Coordinator:
             if self.on_step is not None:
                 self.on_step(step)
 
-    def start(self) -> RecoveryReport:
+    def start(self, adopt: Collection[str] = (), *, recover: bool = True) -> RecoveryReport:
         """Validate, claim a new generation (fencing every older coordinator), open the sinks
-        and resolve every participant earlier generations left prepared."""
-        return self._drive(self.start_steps())
+        and resolve every participant earlier generations left prepared, except those named
+        in `adopt`: parts that workers prepared for an epoch this coordinator is about to
+        decide (the Spark data source's commit runs in a fresh process each batch). With
+        `recover=False` leftovers stay for the next coordinator that recovers (a check of a
+        job's configuration and servers that must not touch an epoch in flight)."""
+        return self._drive(self.start_steps(adopt, recover=recover))
 
     def run_epoch(self, epoch: int, batches: Iterable[pa.RecordBatch]) -> EpochResult:
         """Write `batches` as epoch `epoch` to every sink, exactly once."""
@@ -182,7 +186,9 @@ class Coordinator:
         self.store.close()
 
     # -- start-up and recovery -----------------------------------------------------------------
-    def start_steps(self) -> Steps[RecoveryReport]:
+    def start_steps(
+        self, adopt: Collection[str] = (), *, recover: bool = True
+    ) -> Steps[RecoveryReport]:
         if self.generation is not None:
             raise ConfigError(f"{self!r} was already started", job=self.job_id)
         self._last_resource = validate(
@@ -205,9 +211,11 @@ class Coordinator:
             yield f"recovery:after-open:{sink.name}"
         self.generation = generation
         report = RecoveryReport(generation)
-        for sink in self.sinks:
+        for sink in self.sinks if recover else ():
             log = self.log.bind(sink=sink.name)
             for handle in sink.recover_prepared():
+                if handle.participant in adopt:
+                    continue
                 decision = self._decision_for(handle.epoch)
                 action = resolve(decision, handle)
                 if action is Resolution.COMMIT:

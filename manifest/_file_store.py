@@ -100,6 +100,17 @@ class LocalDirectoryStore:
     def _numbers(self, folder: str) -> list[int]:
         return [int(p.name) for p in (self._home / folder).iterdir() if p.name.isdigit()]
 
+    def peek_generation(self, job_id: str) -> int:
+        home = self.path / component(job_id)
+        numbers = [
+            int(p.name)
+            for sub in ("generations", "retired")
+            if (home / sub).is_dir()
+            for p in (home / sub).iterdir()
+            if p.name.isdigit()
+        ]
+        return max(numbers, default=0)
+
     def _claim_generation(self) -> int:
         while True:
             known = self._numbers("generations") + self._numbers("retired")

@@ -36,6 +36,9 @@ class MemoryDecisionStore:
         self.backend.generation[job_id] = self._generation
         return self._generation
 
+    def peek_generation(self, job_id: str) -> int:
+        return self.backend.generation.get(job_id, 0)
+
     def _job_id(self) -> str:
         if self._job is None:
             raise ManifestError("the decision store is not open; call open(job_id) first")

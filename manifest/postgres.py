@@ -105,6 +105,17 @@ class PostgresDecisionStore:
         self._generation = int(row[0])
         return self._generation
 
+    def peek_generation(self, job_id: str) -> int:
+        conn = self._connection()
+        try:
+            row = conn.execute(
+                sql.SQL("SELECT generation FROM {} WHERE job_id = %s").format(self._generations),
+                (job_id,),
+            ).fetchone()
+        except psycopg.errors.UndefinedTable:
+            return 0
+        return 0 if row is None else int(row[0])
+
     def put(self, record: DecisionRecord) -> DecisionRecord:
         job = self._require_open()
         if record.job_id != job or record.generation > self._generation:

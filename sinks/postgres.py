@@ -553,12 +553,22 @@ class PostgresSink:
             self._check_fence(self._tx_conn(), epoch)
 
     def _check_fence(self, conn: psycopg.Connection[Any], epoch: int) -> None:
-        row = conn.execute(
-            sql.SQL("SELECT generation FROM {} WHERE job_id = %s AND sink = %s").format(
-                self._fences
-            ),
-            (self._ctx().job_id, self.name),
-        ).fetchone()
+        try:
+            row = conn.execute(
+                sql.SQL("SELECT generation FROM {} WHERE job_id = %s AND sink = %s").format(
+                    self._fences
+                ),
+                (self._ctx().job_id, self.name),
+            ).fetchone()
+        except psycopg.errors.UndefinedTable:
+            raise ConfigError(
+                f"no coordinator has opened this sink yet (no {self._fences.as_string(conn)})",
+                job=self._ctx().job_id,
+                sink=self.name,
+                epoch=epoch,
+                fix="workers prepare only for a started coordinator: start the job through "
+                "durable_sink or the durable data source",
+            ) from None
         found = None if row is None else int(row[0])
         if found != self._ctx().generation:
             raise self._fenced(found, epoch)

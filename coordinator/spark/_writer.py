@@ -12,7 +12,6 @@ from collections.abc import Sequence
 from contextlib import closing
 from typing import Any
 
-from manifest import DecisionStore, default_store_for, store_from
 from sinks import SinkConnector
 from sinks.errors import ConfigError
 
@@ -20,6 +19,7 @@ from .._coordinator import Coordinator, EpochResult
 from .._log import JobLogger
 from .._recovery import RecoveryReport
 from ._arrow import arrow_batches
+from ._build import build_coordinator
 from ._executor import prepare_on_executors
 from ._options import JobOptions
 from ._specs import SinkSpec
@@ -74,36 +74,9 @@ class DurableBatchWriter:
         return f"DurableBatchWriter(job={self.options.job_id!r}, sinks=[{names}])"
 
     # -- coordinator lifecycle -----------------------------------------------------------------
-    def _store(self) -> DecisionStore:
-        target = self.options.decision_store
-        if target is not None:
-            return store_from(target)
-        for spec in self.specs:
-            if isinstance(spec, SinkSpec):
-                store = default_store_for(spec.kind, spec.config)
-                if store is not None:
-                    return store
-        raise ConfigError(
-            "this job needs a decision store: none of its sinks can host one",
-            job=self.options.job_id,
-            fix="give decision_store: a directory on durable storage "
-            "(decision_store='/data/checkpoints/orders-decisions') or a Postgres DSN",
-        )
-
     def _start(self) -> Coordinator:
-        sinks = [s.build() if isinstance(s, SinkSpec) else s for s in self.specs]
-        options = self.options
-        coordinator = Coordinator(
-            options.job_id,
-            sinks,
-            self._store(),
-            guarantee=options.guarantee,
-            executor_mode=options.mode == "executor",
-            commit_retry=options.commit_retry,
-            retain_epochs=options.retain_epochs,
-            one_phase=options.one_phase,
-            source=self._query_id,
-            on_step=self._on_step,
+        coordinator = build_coordinator(
+            self.specs, self.options, source=self._query_id, on_step=self._on_step
         )
         try:
             self.recovery = coordinator.start()

@@ -90,3 +90,54 @@ def test_mode_values_tell_the_job_mode_from_the_postgres_write_mode() -> None:
     job, rest = JobOptions.split({"job_id": "j", "mode": "executor"})
     assert job.mode == "executor"
     assert rest == {}
+
+
+def test_data_source_options_are_read_from_spark_strings() -> None:
+    from coordinator.spark._datasource import parse_options
+
+    specs, job = parse_options(
+        {
+            "kind": "postgres",
+            "job_id": "42",
+            "dsn": "host=h port=5432 dbname=d",
+            "table": "s.t",
+            "create_table": "true",
+            "participants_in_flight": "8",
+            "path": "ignored",
+            "checkpointLocation": "/ckpt",
+        }
+    )
+    assert job.job_id == "42"
+    assert job.mode == "executor"
+    assert specs[0].kind == "postgres"
+    assert specs[0].config == {
+        "dsn": "host=h port=5432 dbname=d",
+        "table": "s.t",
+        "create_table": True,
+        "participants_in_flight": 8,
+    }
+    specs, _ = parse_options(
+        {
+            "job_id": "j",
+            "sinks": '[{"kind": "files", "path": "/out"}, {"kind": "files", '
+            '"path": "/out2", "name": "b"}]',
+        }
+    )
+    assert [s.name for s in specs] == ["files", "b"]
+
+
+@pytest.mark.parametrize(
+    ("options", "names"),
+    [
+        ({"job_id": "j"}, "needs option `kind`"),
+        ({"job_id": "j", "sinks": "[1]"}, "JSON list of objects"),
+        ({"job_id": "j", "sinks": "[]", "table": "t"}, "go inside each sink"),
+        ({"job_id": "j", "kind": "files", "path2": "x", "mode": "driver"}, "always writes"),
+    ],
+)
+def test_bad_data_source_options_name_the_fix(options: dict[str, str], names: str) -> None:
+    from coordinator.spark._datasource import parse_options
+
+    with pytest.raises(ConfigError, match=names) as caught:
+        parse_options(options)
+    assert caught.value.fix

@@ -1,0 +1,54 @@
+"""A job's coordinator from its sinks and options (shared by foreachBatch and the data source)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from manifest import DecisionStore, default_store_for, store_from
+from sinks import SinkConnector
+from sinks.errors import ConfigError
+
+from .._coordinator import Coordinator
+from ._options import JobOptions
+from ._specs import SinkSpec
+
+
+def decision_store(specs: Sequence[SinkSpec | SinkConnector], options: JobOptions) -> DecisionStore:
+    """The job's decision store: `decision_store` if given, else one a sink can host (the
+    first Postgres sink's database); ConfigError when there is none."""
+    target = options.decision_store
+    if target is not None:
+        return store_from(target)
+    for spec in specs:
+        if isinstance(spec, SinkSpec):
+            store = default_store_for(spec.kind, spec.config)
+            if store is not None:
+                return store
+    raise ConfigError(
+        "this job needs a decision store: none of its sinks can host one",
+        job=options.job_id,
+        fix="give decision_store: a directory on durable storage "
+        "(decision_store='/data/checkpoints/orders-decisions') or a Postgres DSN",
+    )
+
+
+def build_coordinator(
+    specs: Sequence[SinkSpec | SinkConnector],
+    options: JobOptions,
+    *,
+    source: str | None = None,
+    on_step: Callable[[str], None] | None = None,
+) -> Coordinator:
+    """A new, unstarted coordinator with fresh sinks built from `specs`."""
+    return Coordinator(
+        options.job_id,
+        [s.build() if isinstance(s, SinkSpec) else s for s in specs],
+        decision_store(specs, options),
+        guarantee=options.guarantee,
+        executor_mode=options.mode == "executor",
+        commit_retry=options.commit_retry,
+        retain_epochs=options.retain_epochs,
+        one_phase=options.one_phase,
+        source=source,
+        on_step=on_step,
+    )

@@ -1,0 +1,190 @@
+"""durable-sinks as a Spark data source: `df.writeStream.format("durable")`.
+
+Through PySpark's Python Data Source API (`DataSourceStreamArrowWriter`), in executor mode:
+
+- `write` runs in each task, on the partition's Arrow batches: it prepares the part in every
+  sink (`prepare_part`), named after the partition and the task attempt, for the job's newest
+  generation (read, not claimed), and returns the handles as its commit message;
+- `commit(messages, batch_id)` runs on the driver side, in a fresh Python process for each
+  batch: it starts a coordinator (a new generation: older ones are fenced, their leftovers
+  resolved, the batch's own parts adopted), decides the handles Spark kept, commits them and
+  rolls back every other attempt of the batch;
+- `abort` starts a coordinator whose recovery rolls back every undecided participant.
+
+Options are strings (Spark's): `kind` and the sink's options, or `sinks` as a JSON list of
+objects with a `kind` each; the job options of `durable_sink`. "true"/"false", integers and
+JSON lists/objects are read as such.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
+
+from sinks import CommitHandle, SinkConnector
+from sinks.errors import ConfigError
+
+from .._worker import prepare_part
+from ._build import build_coordinator, decision_store
+from ._options import JobOptions
+from ._specs import SinkSpec
+
+NAME = "durable"
+#: Options Spark itself adds or uses; never passed to sinks.
+SPARK_OPTIONS = frozenset({"path", "checkpointlocation", "queryname"})
+_INTEGER = re.compile(r"^-?\d+$")
+
+
+def _value(text: str) -> Any:
+    if text in ("true", "false"):
+        return text == "true"
+    if _INTEGER.match(text):
+        return int(text)
+    if text[:1] in "[{":
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError:
+            return text
+    return text
+
+
+def parse_options(options: Mapping[str, str]) -> tuple[list[SinkSpec], JobOptions]:
+    """The sinks and job options of `format("durable")`'s string options (keys lowercased,
+    as Spark passes them). Raises ConfigError naming the option and the fix."""
+    values = {
+        k.lower(): _value(str(v)) for k, v in options.items() if k.lower() not in SPARK_OPTIONS
+    }
+    if "job_id" in values:
+        values["job_id"] = str(values["job_id"])
+    kind = values.pop("kind", None)
+    listed = values.pop("sinks", None)
+    job, rest = JobOptions.split(values)
+    if job.mode == "driver" and "mode" in options:
+        raise ConfigError(
+            "the durable data source always writes from the executors (mode='executor')",
+            job=job.job_id,
+            fix="drop the mode option, or use foreachBatch(durable_sink(...)) for driver mode",
+        )
+    job = replace(job, mode="executor")
+    if listed is not None:
+        if kind is not None or rest:
+            raise ConfigError(
+                f"with option `sinks`, options {sorted(rest) or ['kind']} go inside each sink",
+                job=job.job_id,
+                fix='.option("sinks", \'[{"kind": "postgres", "dsn": "...", "table": "t"}]\')',
+            )
+        if not isinstance(listed, list) or not all(
+            isinstance(s, dict) and isinstance(s.get("kind"), str) for s in listed
+        ):
+            raise ConfigError(
+                "option `sinks` must be a JSON list of objects, each with a `kind`",
+                job=job.job_id,
+                fix='.option("sinks", \'[{"kind": "postgres", ...}, {"kind": "files", ...}]\')',
+            )
+        specs = [SinkSpec(s["kind"], {k: v for k, v in s.items() if k != "kind"}) for s in listed]
+    elif isinstance(kind, str):
+        specs = [SinkSpec(kind, rest)]
+    else:
+        raise ConfigError(
+            "the durable data source needs option `kind` (or `sinks`)",
+            job=job.job_id,
+            fix='.option("kind", "postgres") and the sink\'s options, e.g. .option("table", "t")',
+        )
+    return specs, job
+
+
+@dataclass
+class DurableCommitMessage(WriterCommitMessage):
+    """One task's prepared participants (handles as JSON) and the query it ran for."""
+
+    handles: list[str]
+    query_id: str | None
+
+
+class DurableStreamWriter(DataSourceStreamArrowWriter):
+    """See the module docstring. Pickled to the tasks and to the commit process: it holds
+    only configuration."""
+
+    def __init__(self, specs: list[SinkSpec], options: JobOptions) -> None:
+        self.specs = specs
+        self.options = options
+
+    def _build_sinks(self) -> list[SinkConnector]:
+        return [spec.build() for spec in self.specs]
+
+    def write(self, iterator: Iterator[Any]) -> DurableCommitMessage:
+        from pyspark import TaskContext
+
+        task = TaskContext.get()
+        if task is None:  # pragma: no cover - Spark always runs write in a task
+            raise ConfigError("the durable data source's write runs only in Spark tasks")
+        batch = task.getLocalProperty("streaming.sql.batchId")
+        if batch is None:
+            raise ConfigError(
+                "the durable data source writes streaming queries only",
+                job=self.options.job_id,
+                fix="use df.writeStream.format('durable'), not df.write",
+            )
+        epoch = int(batch)
+        part = f"p{task.partitionId()}-t{task.taskAttemptId()}"
+        store = decision_store(self.specs, self.options)
+        try:
+            generation = store.peek_generation(self.options.job_id)
+        finally:
+            store.close()
+        handles = prepare_part(
+            self.options.job_id, generation, epoch, part, self._build_sinks, iterator
+        )
+        query_id = task.getLocalProperty("sql.streaming.queryId")
+        return DurableCommitMessage([h.dumps() for h in handles], query_id)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
+        kept = [m for m in messages if isinstance(m, DurableCommitMessage)]
+        handles = [CommitHandle.from_json(json.loads(h)) for m in kept for h in m.handles]
+        sources = {m.query_id for m in kept if m.query_id is not None}
+        coordinator = build_coordinator(
+            self.specs, self.options, source=sources.pop() if len(sources) == 1 else None
+        )
+        try:
+            coordinator.start(adopt={h.participant for h in handles})
+            coordinator.run_distributed_epoch(batchId, lambda generation: handles)
+        finally:
+            coordinator.close()
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
+        coordinator = build_coordinator(self.specs, self.options)
+        try:
+            coordinator.start()  # recovery rolls back every participant nothing decided
+        finally:
+            coordinator.close()
+
+
+class DurableDataSource(DataSource):
+    """`format("durable")`: exactly-once writes from Spark tasks, decided per batch."""
+
+    @classmethod
+    def name(cls) -> str:
+        return NAME
+
+    def streamWriter(self, schema: Any, overwrite: bool) -> DurableStreamWriter:  # noqa: N802
+        specs, options = parse_options(self.options)
+        # Validation (capabilities, servers, settings) and the sinks' tables and fences, when
+        # the query starts; the first batch's tasks then prepare for this generation. Spark
+        # also calls this in the process that commits each batch, while the batch's parts are
+        # prepared: recovery is left to that commit's own coordinator (which adopts them).
+        coordinator = build_coordinator(specs, options)
+        try:
+            coordinator.start(recover=False)
+        finally:
+            coordinator.close()
+        return DurableStreamWriter(specs, options)
+
+
+def register_data_source(spark: Any) -> None:
+    """Make `format("durable")` available in `spark` (a SparkSession)."""
+    spark.dataSource.register(DurableDataSource)
