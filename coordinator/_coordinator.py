@@ -285,12 +285,8 @@ class Coordinator:
         log = self.log.bind(epoch=epoch)
         metrics = EpochMetrics(epoch)
         yield "epoch-start"
-        with metrics.phase("lookup"):
-            decided = self._decision_for(epoch)
-            if decided is None:
-                self._check_order(epoch)
+        decided = self._lookup(epoch, metrics)
         if decided is not None:
-            self._check_source(decided)
             log.info("already decided by generation %d: finishing it", decided.generation)
             yield from self._finish(decided, metrics, log)
             self.totals.epochs_skipped += 1
@@ -359,9 +355,7 @@ class Coordinator:
         if self._store_holds_decisions():
             with metrics.phase("finish"):
                 self.store.expire(epoch - self.retain_epochs + 1)
-        self.totals.epochs_committed += 1
-        self.totals.rows += sum(metrics.rows.values())
-        self.totals.bytes += sum(metrics.bytes.values())
+        self._count_committed(metrics)
         log.info(
             "committed %d rows in %d batches (protocol %.1f ms)",
             sum(h.rows for h in record.handles),
@@ -385,12 +379,8 @@ class Coordinator:
         log = self.log.bind(epoch=epoch)
         metrics = EpochMetrics(epoch)
         yield "epoch-start"
-        with metrics.phase("lookup"):
-            decided = self._decision_for(epoch)
-            if decided is None:
-                self._check_order(epoch)
+        decided = self._lookup(epoch, metrics)
         if decided is not None:
-            self._check_source(decided)
             log.info("already decided by generation %d: finishing it", decided.generation)
             yield from self._finish(decided, metrics, log)
             yield from self._discard_losers(decided, metrics, log)
@@ -441,9 +431,7 @@ class Coordinator:
             if record.generation == generation
             else (EpochOutcome.ALREADY_COMMITTED)
         )
-        self.totals.epochs_committed += 1
-        self.totals.rows += sum(metrics.rows.values())
-        self.totals.bytes += sum(metrics.bytes.values())
+        self._count_committed(metrics)
         log.info(
             "committed %d rows in %d participants (protocol %.1f ms)",
             sum(h.rows for h in record.handles),
@@ -538,11 +526,25 @@ class Coordinator:
                 else:
                     self._commit(sink, handle)
             yield f"after-commit:{sink.name}"
+        self._count_committed(metrics)
+        outcome = EpochOutcome.COMMITTED if todo else EpochOutcome.ALREADY_COMMITTED
+        return self._result(outcome, record, metrics)
+
+    def _lookup(self, epoch: int, metrics: EpochMetrics) -> DecisionRecord | None:
+        """The epoch's decision, checked to come from this source; with none, a check that
+        no later epoch (or this one) already landed."""
+        with metrics.phase("lookup"):
+            decided = self._decision_for(epoch)
+            if decided is None:
+                self._check_order(epoch)
+        if decided is not None:
+            self._check_source(decided)
+        return decided
+
+    def _count_committed(self, metrics: EpochMetrics) -> None:
         self.totals.epochs_committed += 1
         self.totals.rows += sum(metrics.rows.values())
         self.totals.bytes += sum(metrics.bytes.values())
-        outcome = EpochOutcome.COMMITTED if todo else EpochOutcome.ALREADY_COMMITTED
-        return self._result(outcome, record, metrics)
 
     def _check_source(self, decided: DecisionRecord) -> None:
         if self.source is None or decided.source is None or decided.source == self.source:
