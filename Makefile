@@ -41,6 +41,7 @@ bench: install
 	$(PY) -m tests.services up postgres kafka
 	$(PY) -m benchmarks.postgres_sink
 	$(PY) -m benchmarks.kafka_sink
+	$(PY) -m benchmarks.spark_end_to_end
 
 lint: install
 	$(PY) -m ruff check .

@@ -4,6 +4,7 @@ configuration checks (no broker needed)."""
 from __future__ import annotations
 
 import datetime as dt
+import decimal
 import json
 import zlib
 
@@ -47,7 +48,7 @@ def test_columns_map_to_record_parts() -> None:
 def test_the_json_value_holds_every_column_without_a_role() -> None:
     records = build_records(BATCH.select(["k", "n", "at"]), RecordLayout(key_column="k"), 0)
     assert [json.loads(v) for v in records.values] == [
-        {"n": 1, "at": "2026-01-01T00:00:00"},
+        {"n": 1, "at": "2026-01-01T00:00:00.000000"},
         {"n": 2, "at": None},
         {"n": 3, "at": None},
     ]
@@ -141,3 +142,29 @@ def test_the_progress_topic_defaults_beside_the_topic_and_must_differ() -> None:
     assert KafkaSinkConfig("b:9092", "events").progress_topic_name == "events-ds-progress"
     with pytest.raises(ConfigError, match="must differ"):
         KafkaSinkConfig("b:9092", "events", progress_topic="events")
+
+
+def test_json_values_are_iso_timestamps_and_valid_json() -> None:
+    batch = pa.record_batch(
+        {
+            "utc": pa.array(
+                [dt.datetime(2026, 1, 1, 12, 30, 5, 7, tzinfo=dt.UTC), None],
+                pa.timestamp("us", tz="UTC"),
+            ),
+            "day": pa.array([dt.date(2026, 2, 3), None], pa.date32()),
+            "x": pa.array([float("nan"), 1.5]),
+            "raw": pa.array([b"\x00\xff", None]),
+            "amount": pa.array([decimal.Decimal("12.30"), None], pa.decimal128(5, 2)),
+        }
+    )
+    records = build_records(batch, RecordLayout(), 0)
+    assert [json.loads(v) for v in records.values] == [
+        {
+            "utc": "2026-01-01T12:30:05.000007+00:00",
+            "day": "2026-02-03",
+            "x": None,  # NaN is not JSON
+            "raw": "AP8=",
+            "amount": "12.30",
+        },
+        {"utc": None, "day": None, "x": 1.5, "raw": None, "amount": None},
+    ]

@@ -1,0 +1,486 @@
+"""Whole Spark streaming queries: our sinks vs what a Spark user would write instead.
+
+    .venv/bin/python -m benchmarks.spark_end_to_end [--rows-per-batch 100000] [--batches 10]
+
+Needs the test bed's Postgres, Kafka and Spark (`python -m tests.services up postgres kafka
+spark`). The rows (bigint, text, float8, timestamp) are written once as Parquet files, two per
+micro-batch (one input split per core); every run is a streaming query over those files with
+`maxFilesPerTrigger=2` and `trigger(availableNow=True)`, in one `local[2]` session, into a
+fresh table or topic with a fresh job id and checkpoint. Timed: from building the sink's
+function (our writers validate and start their coordinator there) through `start()` to
+`awaitTermination()` returning, nothing subtracted; per micro-batch, Spark's own `addBatch`
+duration from the query's progress reports.
+
+Variants:
+- postgres, ours: `foreachBatch(durable_sink("postgres", ..., create_table=True))`, exactly-once
+  (default) and at-least-once; decision store: the default (the sink's database).
+- postgres, JDBC: `foreachBatch(lambda df, _: df.write.jdbc(url, table, "append", ...))` with
+  the Postgres JDBC driver, `batchsize=10000`, with and without `reWriteBatchedInserts=true`
+  on the URL (the table created by Spark on the first batch, as `append` does); the ratio is
+  taken against the faster of the two.
+- kafka, ours: `foreachBatch(durable_sink("kafka", ..., decision_store=<temp dir>))`, the value
+  a JSON object of the columns (the default), exactly-once and at-least-once; and, exactly-once,
+  with the value made by Spark (`to_json(struct(*)) AS value`, `value_column="value"`), the
+  same bytes-building as the next variant.
+- kafka, Spark: `selectExpr("to_json(struct(*)) AS value").writeStream.format("kafka")` (the
+  connector's defaults: idempotent producer, acks=all, no transactions).
+- floor: `foreachBatch(lambda df, _: df.toArrow())`, the least any writer fed through the
+  driver's Python pays: reading the files and bringing each batch to the driver as Arrow. Its
+  ratio to JDBC bounds what such a writer can reach.
+Topics have two partitions. Each variant first runs once on one micro-batch (class loading,
+JIT, connections), then all variants alternate for `--rounds` rounds (forward, backward,
+forward, ...), each run after `--settle` seconds of rest and a Postgres CHECKPOINT; best and
+median of each are reported, and each ratio also as the median of its per-round ratios (the
+machine drifts between rounds). For ours, each micro-batch is split into reading it from
+Spark, the sink's writes and the protocol (from the coordinator's epoch metrics).
+Every run is checked: Spark's progress reports must show every batch with its rows, and the
+table's row count, or the topic's end offsets (plus at most one commit marker per partition
+per batch for ours), must equal the rows written; anything else raises.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pyarrow.parquet as pq
+from confluent_kafka import IsolationLevel, TopicPartition
+from confluent_kafka.admin import AdminClient
+from psycopg import sql
+
+from benchmarks.postgres_sink import make_rows
+from coordinator.spark import durable_sink
+from sinks._kafka_progress import list_offsets
+from tests.services import KafkaEndpoint, PostgresEndpoint, up
+from tests.support.targets import create_topic
+
+SPARK_SCHEMA = "id BIGINT, body STRING, score DOUBLE, at TIMESTAMP"
+FILES_PER_BATCH = 2
+PARTITIONS = 2
+JDBC_BATCH_SIZE = "10000"
+
+VARIANTS = {
+    "pg-ours-eo": "postgres, ours exactly-once",
+    "pg-ours-alo": "postgres, ours at-least-once",
+    "pg-ours-executor": "postgres, ours exactly-once, executor mode",
+    "pg-jdbc": "postgres, df.write.jdbc",
+    "pg-jdbc-rewrite": "postgres, df.write.jdbc + reWriteBatchedInserts",
+    "kafka-ours-eo": "kafka, ours exactly-once",
+    "kafka-ours-alo": "kafka, ours at-least-once",
+    "kafka-ours-eo-tojson": "kafka, ours exactly-once, value by Spark's to_json",
+    "kafka-spark": "kafka, Spark's Kafka sink",
+    "floor": "floor: foreachBatch toArrow only",
+}
+
+
+@dataclass
+class Run:
+    seconds: float
+    batch_ms: list[float]  # Spark's addBatch duration of each micro-batch
+    # Ours, per micro-batch (ms): the whole foreachBatch call; reading the batch from Spark
+    # (persist, count, toArrow: the call minus the coordinator's phases); the sink's writes;
+    # the protocol (pre_commit + decision + commit).
+    parts: dict[str, list[float]] = field(default_factory=dict)
+
+
+PARTS = ("call", "read", "write", "protocol")
+
+
+def write_source(folder: Path, rows_per_batch: int, batches: int) -> None:
+    """`batches` x FILES_PER_BATCH Parquet files, written before any query looks."""
+    folder.mkdir(parents=True)
+    per_file = rows_per_batch // FILES_PER_BATCH
+    table = make_rows(per_file * FILES_PER_BATCH * batches)
+    for n in range(batches * FILES_PER_BATCH):
+        pq.write_table(table.slice(n * per_file, per_file), folder / f"part-{n:05d}.parquet")
+
+
+class Bench:
+    """The session, the servers and the input; one method per variant, each returning a
+    checked Run."""
+
+    def __init__(
+        self,
+        spark: Any,
+        pg: PostgresEndpoint,
+        kafka: KafkaEndpoint,
+        schema: str,
+        work: Path,
+        timeout: float,
+    ) -> None:
+        self.spark = spark
+        self.pg = pg
+        self.dsn = pg.conninfo()
+        self.kafka = kafka
+        self.admin = AdminClient(kafka.config({"log_level": 4}))  # no notices of deleted topics
+        self.schema = schema
+        self.work = work
+        self.timeout = timeout
+        self.conn = psycopg.connect(self.dsn, autocommit=True)
+        self.conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+
+    def close(self) -> None:
+        drop = sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(self.schema))
+        self.conn.execute(drop)
+        self.conn.close()
+
+    def run(self, variant: str, source: Path, rows: int, batches: int) -> Run:
+        self.conn.execute("CHECKPOINT")  # no other run's dirty pages flushed during this one
+        if variant == "pg-ours-executor":
+            return self.pg_ours(source, rows, batches, "exactly-once", mode="executor")
+        if variant.startswith("pg-ours-"):
+            return self.pg_ours(source, rows, batches, _guarantee(variant))
+        if variant.startswith("pg-jdbc"):
+            return self.pg_jdbc(source, rows, batches, rewrite=variant.endswith("-rewrite"))
+        if variant == "kafka-ours-eo-tojson":
+            return self.kafka_ours(source, rows, batches, "exactly-once", spark_json=True)
+        if variant.startswith("kafka-ours-"):
+            return self.kafka_ours(source, rows, batches, _guarantee(variant))
+        if variant == "kafka-spark":
+            return self.kafka_spark(source, rows, batches)
+        if variant == "floor":
+            return self.floor(source, rows, batches)
+        raise ValueError(variant)
+
+    # -- one query ------------------------------------------------------------------------------
+    def query(
+        self,
+        source: Path,
+        rows: int,
+        batches: int,
+        start: Callable[[Any], Any],
+        select: Callable[[Any], Any] = lambda stream: stream,
+    ) -> Run:
+        """Stream `source` (through `select`) into `start(DataStreamWriter)`, which builds the
+        sink and returns the started query; time it; check every micro-batch's rows."""
+        checkpoint = self.work / f"checkpoint-{uuid.uuid4().hex[:12]}"
+        stream = (
+            self.spark.readStream.schema(SPARK_SCHEMA)
+            .option("maxFilesPerTrigger", FILES_PER_BATCH)
+            .parquet(str(source))
+        )
+        writer = (
+            select(stream)
+            .writeStream.option("checkpointLocation", str(checkpoint))
+            .trigger(availableNow=True)
+        )
+        started = time.perf_counter()
+        query = start(writer)
+        finished = query.awaitTermination(self.timeout)  # raises the query's error, if any
+        elapsed = time.perf_counter() - started
+        if not finished:
+            query.stop()
+            raise RuntimeError(f"the query did not finish within {self.timeout} s")
+        progress = [p for p in query.recentProgress if _progress(p, "numInputRows") > 0]
+        seen = sum(int(_progress(p, "numInputRows")) for p in progress)
+        if len(progress) != batches or seen != rows:
+            raise RuntimeError(
+                f"expected {batches} batches, {rows} rows; Spark reports {len(progress)}, {seen}"
+            )
+        shutil.rmtree(checkpoint, ignore_errors=True)
+        return Run(elapsed, [float(_progress(p, "durationMs")["addBatch"]) for p in progress])
+
+    def ours(
+        self,
+        source: Path,
+        rows: int,
+        batches: int,
+        kind: str,
+        select: Callable[[Any], Any] = lambda stream: stream,
+        **options: Any,
+    ) -> Run:
+        """A durable_sink of `kind` in foreachBatch; the writer is built inside the clock."""
+        parts: dict[str, list[float]] = {name: [] for name in PARTS}
+        writers: list[Any] = []
+
+        def start(stream_writer: Any) -> Any:
+            writer = durable_sink(kind, job_id=f"bench-spark-{uuid.uuid4().hex[:12]}", **options)
+            writers.append(writer)
+
+            def fn(df: Any, batch_id: int) -> None:
+                started = time.perf_counter()
+                writer(df, batch_id)
+                call = time.perf_counter() - started
+                result = writer.last_result
+                assert result is not None
+                metrics = result.metrics
+                parts["call"].append(call * 1e3)
+                parts["read"].append((call - metrics.total_seconds) * 1e3)
+                parts["write"].append(metrics.seconds["write"] * 1e3)
+                parts["protocol"].append(metrics.protocol_seconds * 1e3)
+
+            return stream_writer.foreachBatch(fn).start()
+
+        try:
+            run = self.query(source, rows, batches, start, select)
+        finally:
+            for writer in writers:
+                writer.close()
+        run.parts = parts
+        return run
+
+    # -- Postgres -------------------------------------------------------------------------------
+    def table(self, prefix: str) -> str:
+        return f"{self.schema}.{prefix}_{uuid.uuid4().hex[:12]}"
+
+    def check_table(self, table: str, rows: int) -> None:
+        ident = sql.Identifier(*table.split("."))
+        row = self.conn.execute(sql.SQL("SELECT count(*) FROM {}").format(ident)).fetchone()
+        found = int(row[0]) if row else -1
+        if found != rows:
+            raise RuntimeError(f"{table}: {found} rows, {rows} written")
+        self.conn.execute(sql.SQL("DROP TABLE {}").format(ident))
+
+    def pg_ours(
+        self, source: Path, rows: int, batches: int, guarantee: str, mode: str = "driver"
+    ) -> Run:
+        table = self.table("ours")
+        run = self.ours(
+            source,
+            rows,
+            batches,
+            "postgres",
+            dsn=self.dsn,
+            table=table,
+            create_table=True,
+            guarantee=guarantee,
+            mode=mode,
+        )
+        self.check_table(table, rows)
+        return run
+
+    def pg_jdbc(self, source: Path, rows: int, batches: int, *, rewrite: bool) -> Run:
+        table = self.table("jdbc")
+        url = self.pg.jdbc_url() + ("?reWriteBatchedInserts=true" if rewrite else "")
+        properties = {
+            "user": self.pg.user,
+            "password": self.pg.password,
+            "driver": "org.postgresql.Driver",
+            "batchsize": JDBC_BATCH_SIZE,
+        }
+
+        def fn(df: Any, batch_id: int) -> None:
+            df.write.jdbc(url, table, mode="append", properties=properties)
+
+        run = self.query(source, rows, batches, lambda w: w.foreachBatch(fn).start())
+        self.check_table(table, rows)
+        return run
+
+    # -- Kafka ----------------------------------------------------------------------------------
+    def topic(self) -> str:
+        name = f"bench-spark-{uuid.uuid4().hex[:12]}"
+        create_topic(self.admin, name, PARTITIONS)
+        return name
+
+    def check_topic(self, topic: str, rows: int, markers: int) -> None:
+        """The topic's end offsets must sum to the records written plus at most `markers`
+        transaction markers (one per partition per transaction), then it is deleted."""
+        partitions = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+        level = IsolationLevel.READ_COMMITTED if markers else IsolationLevel.READ_UNCOMMITTED
+        offsets = sum(list_offsets(self.admin, partitions, level, 30).values())
+        if not rows <= offsets <= rows + markers:
+            raise RuntimeError(f"{topic}: offsets sum to {offsets}, {rows} records written")
+        existing = set(self.admin.list_topics(timeout=30).topics)
+        doomed = [t for t in (topic, f"{topic}-ds-progress") if t in existing]
+        for future in self.admin.delete_topics(doomed, request_timeout=30).values():
+            future.result(timeout=30)
+
+    def kafka_ours(
+        self, source: Path, rows: int, batches: int, guarantee: str, *, spark_json: bool = False
+    ) -> Run:
+        topic = self.topic()
+        store = self.work / f"store-{uuid.uuid4().hex[:12]}"
+        options: dict[str, Any] = {}
+        if spark_json:
+            options = {"select": _to_json, "value_column": "value"}
+        run = self.ours(
+            source,
+            rows,
+            batches,
+            "kafka",
+            **options,
+            bootstrap_servers=self.kafka.bootstrap_servers,
+            topic=topic,
+            decision_store=str(store),
+            guarantee=guarantee,
+        )
+        # At-least-once may or may not use transactions: allow the markers either way.
+        self.check_topic(topic, rows, markers=PARTITIONS * batches)
+        shutil.rmtree(store, ignore_errors=True)
+        return run
+
+    def kafka_spark(self, source: Path, rows: int, batches: int) -> Run:
+        topic = self.topic()
+
+        def start(writer: Any) -> Any:
+            return (
+                writer.format("kafka")
+                .option("kafka.bootstrap.servers", self.kafka.bootstrap_servers)
+                .option("topic", topic)
+                .start()
+            )
+
+        run = self.query(
+            source,
+            rows,
+            batches,
+            start,
+            select=_to_json,
+        )
+        self.check_topic(topic, rows, markers=0)
+        return run
+
+    # -- floor ----------------------------------------------------------------------------------
+    def floor(self, source: Path, rows: int, batches: int) -> Run:
+        def fn(df: Any, batch_id: int) -> None:
+            df.toArrow()
+
+        return self.query(source, rows, batches, lambda w: w.foreachBatch(fn).start())
+
+
+def _to_json(stream: Any) -> Any:
+    return stream.selectExpr("to_json(struct(*)) AS value")
+
+
+def _guarantee(variant: str) -> str:
+    return "at-least-once" if variant.endswith("-alo") else "exactly-once"
+
+
+def _progress(progress: Any, name: str) -> Any:
+    """A field of a StreamingQueryProgress (an object in PySpark 4, a dict before)."""
+    return progress[name] if isinstance(progress, dict) else getattr(progress, name)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--rows-per-batch", type=int, default=100_000)
+    parser.add_argument("--batches", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--settle", type=float, default=1.0, help="seconds of rest before a run")
+    parser.add_argument("--timeout", type=float, default=600.0, help="per query, seconds")
+    parser.add_argument(
+        "--variants", default=",".join(VARIANTS), help="comma-separated subset to run"
+    )
+    args = parser.parse_args()
+    variants = [v for v in args.variants.split(",") if v]
+    unknown = set(variants) - set(VARIANTS)
+    if unknown:
+        parser.error(f"unknown variants {sorted(unknown)}; choose from {', '.join(VARIANTS)}")
+    if args.rows_per_batch % FILES_PER_BATCH:
+        parser.error(f"--rows-per-batch must be a multiple of {FILES_PER_BATCH}")
+    rows = args.rows_per_batch * args.batches
+
+    testbed = up(["postgres", "kafka", "spark"])
+    work = Path(tempfile.mkdtemp(prefix="ds-spark-bench-"))
+    began = time.perf_counter()
+    write_source(work / "in", args.rows_per_batch, args.batches)
+    write_source(work / "warmup", args.rows_per_batch, 1)
+    spark = testbed.spark.session("bench")
+    spark.sparkContext.setLogLevel("ERROR")  # not the cached producer on deleted topics
+    bench = Bench(
+        spark,
+        testbed.postgres.endpoint(),
+        testbed.kafka.endpoint(),
+        f"bench_spark_{uuid.uuid4().hex[:8]}",
+        work,
+        args.timeout,
+    )
+    runs: dict[str, list[Run]] = {v: [] for v in variants}
+    try:
+        for variant in variants:
+            bench.run(variant, work / "warmup", args.rows_per_batch, 1)
+        for round_ in range(args.rounds):
+            order = variants if round_ % 2 == 0 else variants[::-1]
+            for variant in order:
+                time.sleep(args.settle)
+                run = bench.run(variant, work / "in", rows, args.batches)
+                runs[variant].append(run)
+                print(f"round {round_ + 1} {variant:16s} {run.seconds:6.2f} s", flush=True)
+    finally:
+        bench.close()
+        spark.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    report(runs, rows, args)
+    print(f"whole script: {time.perf_counter() - began:.0f} s")
+
+
+def report(runs: dict[str, list[Run]], rows: int, args: argparse.Namespace) -> None:
+    print(
+        f"\n{rows:,} rows (bigint, text, float8, timestamp) in {args.batches} micro-batches of "
+        f"{args.rows_per_batch:,} from Parquet files, availableNow, local[2]; "
+        f"{args.rounds} rounds"
+    )
+    print("\n| variant | best | rows/s (best) | median | addBatch per batch | runs (s) |")
+    print("|---|---|---|---|---|---|")
+    for variant, done in runs.items():
+        best = min(r.seconds for r in done)
+        middle = statistics.median(r.seconds for r in done)
+        batch = statistics.median(ms for r in done for ms in r.batch_ms)
+        print(
+            f"| {VARIANTS[variant]} | {best:.2f} s | {rows / best:,.0f} | {middle:.2f} s "
+            f"| {batch:.0f} ms | {', '.join(f'{r.seconds:.2f}' for r in done)} |"
+        )
+
+    ours = [v for v, done in runs.items() if done[0].parts]
+    if ours:
+        print(
+            "\nours per micro-batch, median over all rounds (ms): Spark's addBatch; our "
+            "foreachBatch call; in it, reading the batch from Spark (persist, count, toArrow), "
+            "the sink's writes, the protocol (pre_commit + decision + commit)"
+        )
+        print("\n| variant | addBatch | call | read from Spark | sink write | protocol |")
+        print("|---|---|---|---|---|---|")
+        for variant in ours:
+            done = runs[variant]
+            cells = [statistics.median(ms for r in done for ms in r.batch_ms)]
+            cells += [statistics.median(ms for r in done for ms in r.parts[p]) for p in PARTS]
+            print(f"| {VARIANTS[variant]} | " + " | ".join(f"{c:.0f}" for c in cells) + " |")
+
+    jdbc: list[str] = [v for v in ("pg-jdbc", "pg-jdbc-rewrite") if v in runs]
+    best_jdbc = min(jdbc, key=lambda v: min(r.seconds for r in runs[v])) if jdbc else None
+    ratios: list[tuple[str, str | None, str, float]] = [
+        ("pg-ours-eo", best_jdbc, "postgres: ours exactly-once / best JDBC", 5.0),
+        (
+            "pg-ours-executor",
+            best_jdbc,
+            "postgres: ours exactly-once, executor mode / best JDBC",
+            5.0,
+        ),
+        ("kafka-ours-eo", "kafka-spark", "kafka: ours exactly-once / Spark's Kafka sink", 1.0),
+        (
+            "kafka-ours-eo-tojson",
+            "kafka-spark",
+            "kafka: ours exactly-once, value by Spark's to_json / Spark's Kafka sink",
+            1.0,
+        ),
+        ("pg-ours-eo", "pg-ours-alo", "postgres: ours exactly-once / at-least-once", 0.95),
+        ("kafka-ours-eo", "kafka-ours-alo", "kafka: ours exactly-once / at-least-once", 0.95),
+    ]
+    if best_jdbc is not None and "floor" in runs:
+        # No foreachBatch writer that brings the batch to the driver can beat the floor.
+        ratios.append(("floor", best_jdbc, "ceiling: floor / best JDBC", 5.0))
+    print("\nthroughput ratios (best / median / median of the per-round ratios; goal):")
+    for mine, other, label, goal in ratios:
+        if mine not in runs or other is None or other not in runs:
+            continue
+        a, b = [r.seconds for r in runs[mine]], [r.seconds for r in runs[other]]
+        per_round = statistics.median(y / x for x, y in zip(a, b, strict=True))
+        middle = statistics.median(b) / statistics.median(a)
+        suffix = f" ({VARIANTS[other]})" if other == best_jdbc else ""
+        print(
+            f"  {label}{suffix}: {min(b) / min(a):.2f}x / {middle:.2f}x / {per_round:.2f}x "
+            f"(goal >= {goal}x)"
+        )
+
+
+if __name__ == "__main__":
+    main()
