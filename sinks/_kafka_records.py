@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import decimal
+import json
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -206,14 +207,25 @@ def _millis(array: pa.Array) -> list[int]:
 
 
 def _json_values(batch: pa.RecordBatch, columns: Sequence[str]) -> list[bytes]:
-    """One compact JSON object per row (orjson). Timestamps and dates become ISO 8601 strings
-    in Arrow (UTC timestamps with `+00:00`, naive ones without an offset, every digit of the
-    column's unit); floats NaN/inf become null."""
+    """One compact JSON object per row. Timestamps and dates become ISO 8601 strings in Arrow
+    (UTC timestamps with `+00:00`, naive ones without an offset, every digit of the column's
+    unit). Encoded by orjson; a batch holding a non-finite float (which orjson would turn
+    into null) goes through the standard library's encoder, which writes NaN, Infinity and
+    -Infinity as JavaScript and Python's json module read them: no value is lost."""
     selected = batch.select(columns)
     arrays = [_iso_strings(column) for column in selected.columns]
     rows = pa.RecordBatch.from_arrays(arrays, names=list(columns)).to_pylist()
+    if any(_has_non_finite(column) for column in arrays):
+        encode = json.JSONEncoder(default=_json_default, separators=(",", ":")).encode
+        return [encode(row).encode() for row in rows]
     dumps = orjson.dumps
     return [dumps(row, default=_json_default) for row in rows]
+
+
+def _has_non_finite(array: pa.Array) -> bool:
+    if not pa.types.is_floating(array.type) or array.null_count == len(array):
+        return False
+    return not pc.all(pc.is_finite(array.drop_null())).as_py()
 
 
 _UTC_NAMES = frozenset({"UTC", "Etc/UTC", "+00:00", "Z", "utc"})

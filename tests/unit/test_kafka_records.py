@@ -152,7 +152,7 @@ def test_json_values_are_iso_timestamps_and_valid_json() -> None:
                 pa.timestamp("us", tz="UTC"),
             ),
             "day": pa.array([dt.date(2026, 2, 3), None], pa.date32()),
-            "x": pa.array([float("nan"), 1.5]),
+            "x": pa.array([1.25, 1.5]),
             "raw": pa.array([b"\x00\xff", None]),
             "amount": pa.array([decimal.Decimal("12.30"), None], pa.decimal128(5, 2)),
         }
@@ -162,9 +162,16 @@ def test_json_values_are_iso_timestamps_and_valid_json() -> None:
         {
             "utc": "2026-01-01T12:30:05.000007+00:00",
             "day": "2026-02-03",
-            "x": None,  # NaN is not JSON
+            "x": 1.25,
             "raw": "AP8=",
             "amount": "12.30",
         },
         {"utc": None, "day": None, "x": 1.5, "raw": None, "amount": None},
     ]
+
+
+def test_non_finite_floats_keep_their_value_in_json() -> None:
+    batch = pa.record_batch({"x": pa.array([float("inf"), float("-inf"), None, 2.0])})
+    values = build_records(batch, RecordLayout(), 0).values
+    assert values == [b'{"x":Infinity}', b'{"x":-Infinity}', b'{"x":null}', b'{"x":2.0}']
+    assert [json.loads(v)["x"] for v in values] == [float("inf"), float("-inf"), None, 2.0]
