@@ -68,7 +68,11 @@ class FlakySink:
         if not self._last:
             return handle
         if self._plan.get("kill") == "task:after-prepare" and epoch == self._plan["kill_epoch"]:
-            print(f"killing in task {self._part} after its prepare", flush=True)
+            # (a task's stdout does not reach the child's log: leave a mark for the test)
+            (Path(self._plan["flags"]) / f"task-killed-{epoch}").touch()
+            # PySpark's worker daemon has a process group of its own: kill the driver's
+            # group (Python driver, JVM) first, then this one.
+            os.killpg(int(self._plan["driver_pgid"]), signal.SIGKILL)
             die()
         if epoch % 2 == 0 and self._part.startswith("p0-"):
             flag = Path(self._plan["flags"]) / f"failed-{epoch}"
@@ -126,7 +130,7 @@ def main(plan_path: str) -> int:
     spark.sparkContext.setLogLevel("ERROR")
     sinks: list[SinkSpec]
     if executor:
-        text = json.dumps(plan)
+        text = json.dumps({**plan, "driver_pgid": os.getpgid(0)})
         pg = {"dsn": plan["dsn"], "table": plan["table"], "create_table": True}
         sinks = [
             FlakySpec("postgres", pg, plan=text),
