@@ -304,15 +304,7 @@ class Coordinator:
                     begun.append(sink)
             for sink in ordered:
                 yield f"after-begin:{sink.name}"
-            for index, batch in enumerate(batches):
-                _require_record_batch(batch, self.job_id, epoch)
-                metrics.batches += 1
-                for sink in ordered:
-                    with metrics.phase("write"):
-                        written = sink.write_batch(batch)
-                    metrics.rows[sink.name] = metrics.rows.get(sink.name, 0) + written.rows
-                    metrics.bytes[sink.name] = metrics.bytes.get(sink.name, 0) + written.bytes
-                    yield f"after-write:{index}:{sink.name}"
+            yield from self._write(epoch, ordered, batches, metrics)
             for sink in ordered:
                 with metrics.phase("pre_commit"):
                     handles[sink.name] = sink.pre_commit(epoch)
@@ -498,15 +490,8 @@ class Coordinator:
                 for sink in todo:
                     sink.begin_epoch(epoch)
                     begun.append(sink)
-            for index, batch in enumerate(batches if todo else ()):
-                _require_record_batch(batch, self.job_id, epoch)
-                metrics.batches += 1
-                for sink in todo:
-                    with metrics.phase("write"):
-                        written = sink.write_batch(batch)
-                    metrics.rows[sink.name] = metrics.rows.get(sink.name, 0) + written.rows
-                    metrics.bytes[sink.name] = metrics.bytes.get(sink.name, 0) + written.bytes
-                    yield f"after-write:{index}:{sink.name}"
+            if todo:
+                yield from self._write(epoch, todo, batches, metrics)
             for sink in todo:
                 with metrics.phase("pre_commit"):
                     handles[sink.name] = sink.pre_commit(epoch)
@@ -529,6 +514,24 @@ class Coordinator:
         self._count_committed(metrics)
         outcome = EpochOutcome.COMMITTED if todo else EpochOutcome.ALREADY_COMMITTED
         return self._result(outcome, record, metrics)
+
+    def _write(
+        self,
+        epoch: int,
+        sinks: Sequence[SinkConnector],
+        batches: Iterable[pa.RecordBatch],
+        metrics: EpochMetrics,
+    ) -> Steps[None]:
+        """Stream every batch into every sink (one pass over `batches`)."""
+        for index, batch in enumerate(batches):
+            _require_record_batch(batch, self.job_id, epoch)
+            metrics.batches += 1
+            for sink in sinks:
+                with metrics.phase("write"):
+                    written = sink.write_batch(batch)
+                metrics.rows[sink.name] = metrics.rows.get(sink.name, 0) + written.rows
+                metrics.bytes[sink.name] = metrics.bytes.get(sink.name, 0) + written.bytes
+                yield f"after-write:{index}:{sink.name}"
 
     def _lookup(self, epoch: int, metrics: EpochMetrics) -> DecisionRecord | None:
         """The epoch's decision, checked to come from this source; with none, a check that
