@@ -37,6 +37,8 @@ NAME = "postgres"
 MAX_PREPARED_TRANSACTIONS = 128
 SUPERUSER = "postgres"
 START_TIMEOUT = 60.0
+#: Where clusters of checkouts the postgres user cannot reach live (see Postgres._home).
+_FALLBACK_HOMES = Path("/var/tmp/durable-sinks")
 
 SETTINGS = {
     "listen_addresses": "'127.0.0.1'",
@@ -93,7 +95,7 @@ class Postgres:
         if os.geteuid() != 0 or _traversable_by_postgres(wanted.parent):
             return wanted
         key = hashlib.sha256(str(wanted).encode()).hexdigest()[:12]
-        return Path("/var/tmp/durable-sinks") / key / NAME
+        return _FALLBACK_HOMES / key / NAME
 
     def endpoint(self) -> PostgresEndpoint:
         try:
@@ -197,6 +199,9 @@ class Postgres:
     def reset(self) -> None:
         self.down()
         remove_tree(self.home)
+        if self.home.parent.parent == _FALLBACK_HOMES:  # the checkout's key folder, if now empty
+            with contextlib.suppress(OSError):
+                self.home.parent.rmdir()
         with contextlib.suppress(FileNotFoundError):
             self.password_file.unlink()
 

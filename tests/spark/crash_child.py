@@ -46,6 +46,13 @@ def die() -> None:
     os.killpg(os.getpgid(0), signal.SIGKILL)
 
 
+def _is_crash_child(pid: int) -> bool:
+    try:
+        return b"tests.spark.crash_child" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
 class FlakySink:
     """A sink whose task dies after preparing (see the module docstring); otherwise the
     wrapped sink, unchanged."""
@@ -72,7 +79,9 @@ class FlakySink:
             (Path(self._plan["flags"]) / f"task-killed-{epoch}").touch()
             # PySpark's worker daemon has a process group of its own: kill the driver's
             # group (Python driver, JVM) first, then this one.
-            os.killpg(int(self._plan["driver_pgid"]), signal.SIGKILL)
+            driver = int(self._plan["driver_pgid"])
+            if _is_crash_child(driver):  # never a reused pid: it could be anyone's
+                os.killpg(driver, signal.SIGKILL)
             die()
         if epoch % 2 == 0 and self._part.startswith("p0-"):
             flag = Path(self._plan["flags"]) / f"failed-{epoch}"

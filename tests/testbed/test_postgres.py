@@ -3,12 +3,36 @@ survives a crash of the server, and COMMIT PREPARED applies it afterwards."""
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Iterator
+from pathlib import Path
+
 import psycopg
 import pytest
 from psycopg import sql
 
 from tests.conftest import UniqueNames
 from tests.services import PostgresEndpoint, Testbed
+from tests.services._layout import PostgresPorts
+from tests.services._process import port_is_free
+from tests.services.postgres import Postgres
+
+
+@pytest.fixture
+def crashable_postgres(testbed: Testbed, tmp_path: Path) -> Iterator[Postgres]:
+    """A cluster of this test's own, made like the test bed's: crashing the shared one would
+    break every test that runs beside this one (pytest-xdist) with "the database system is not
+    yet accepting connections" while it recovers."""
+    base = testbed.layout.postgres.port + 10
+    port = next((p for p in range(base, base + 100) if port_is_free(p)), None)
+    assert port is not None, f"no free port in {base}..{base + 99} for a private Postgres"
+    layout = dataclasses.replace(testbed.layout, root=tmp_path, postgres=PostgresPorts(port))
+    server = Postgres(layout)
+    try:
+        server.up()
+        yield server
+    finally:
+        server.reset()
 
 
 def test_settings_for_two_phase_commit(postgres: PostgresEndpoint) -> None:
@@ -31,9 +55,10 @@ def test_password_is_required(postgres: PostgresEndpoint) -> None:
 
 
 def test_prepared_transaction_is_invisible_and_survives_a_crash(
-    testbed: Testbed, postgres: PostgresEndpoint, pg_schema: str, unique: UniqueNames
+    crashable_postgres: Postgres, unique: UniqueNames
 ) -> None:
-    table = f'"{pg_schema}".events'
+    postgres = crashable_postgres.endpoint()
+    table = "public.events"
     gid = unique.name("ds-testbed")
     with psycopg.connect(postgres.conninfo(), autocommit=True) as conn:
         conn.execute(f"CREATE TABLE {table} (id bigint PRIMARY KEY, body text NOT NULL)")
@@ -47,8 +72,8 @@ def test_prepared_transaction_is_invisible_and_survives_a_crash(
         assert reader.execute(f"SELECT count(*) FROM {table}").fetchone() == (0,)
     writer.close()
 
-    testbed.postgres.crash()  # SIGKILL postmaster and backends: no shutdown checkpoint
-    testbed.postgres.up()
+    crashable_postgres.crash()  # SIGKILL postmaster and backends: no shutdown checkpoint
+    crashable_postgres.up()
 
     with psycopg.connect(postgres.conninfo(), autocommit=True) as conn:
         prepared = conn.execute(
