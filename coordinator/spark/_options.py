@@ -14,6 +14,7 @@ from sinks.errors import ConfigError
 from .._coordinator import RetryPolicy
 
 Mode = Literal["driver", "executor"]
+DriverRead = Literal["stream", "chunked"]
 #: Values of the Postgres sink's own `mode` option, passed to the sink in the one-sink form.
 SINK_MODES = ("append", "upsert")
 StoreTarget = str | os.PathLike[str] | DecisionStore
@@ -34,8 +35,12 @@ class JobOptions:
     - mode: "driver" (default: the batch is collected to the driver as Arrow and written by
       one coordinator) or "executor" (each partition written and prepared in its task). In
       the one-sink form, mode="append"/"upsert" is the Postgres sink's own option instead.
-    - max_rows_in_memory: driver mode reads a batch in chunks of whole partitions holding at
-      most this many rows (a single larger partition is read alone).
+    - driver_read: how driver mode reads a batch (see _arrow.py). "stream" (default): one
+      Spark job, record batches as partitions finish; a batch larger than
+      spark.driver.maxResultSize is read again "chunked" (and so are the writer's later
+      batches). "chunked": persisted, counted, collected in chunks of max_rows_in_memory.
+    - max_rows_in_memory: the chunked read's chunks hold whole partitions of at most this
+      many rows (a single larger partition is read alone).
     - one_phase: a job with one sink that can carry the decision commits each epoch in one
       transaction (default True).
     - retain_epochs: how many recent decisions the store keeps.
@@ -45,6 +50,7 @@ class JobOptions:
     decision_store: StoreTarget | None = None
     guarantee: DeliveryGuarantee = DeliveryGuarantee.EXACTLY_ONCE
     mode: Mode = "driver"
+    driver_read: DriverRead = "stream"
     max_rows_in_memory: int = DEFAULT_MAX_ROWS_IN_MEMORY
     one_phase: bool = True
     retain_epochs: int = 10_000
@@ -71,6 +77,13 @@ class JobOptions:
                 f"mode {self.mode!r} is not 'driver' or 'executor'",
                 job=self.job_id,
                 fix="mode='driver' (the default) or mode='executor'",
+            )
+        if self.driver_read not in ("stream", "chunked"):
+            raise ConfigError(
+                f"driver_read {self.driver_read!r} is not 'stream' or 'chunked'",
+                job=self.job_id,
+                fix="driver_read='stream' (the default) or driver_read='chunked' (any batch "
+                "size, bounded by max_rows_in_memory, at the price of caching the batch)",
             )
         if not isinstance(self.max_rows_in_memory, int) or self.max_rows_in_memory < 1:
             raise ConfigError(

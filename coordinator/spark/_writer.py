@@ -18,7 +18,7 @@ from sinks.errors import ConfigError
 from .._coordinator import Coordinator, EpochResult
 from .._log import JobLogger
 from .._recovery import RecoveryReport
-from ._arrow import arrow_batches
+from ._arrow import ResultTooLargeError, chunked_batches, streamed_batches
 from ._build import build_coordinator
 from ._executor import prepare_on_executors
 from ._options import JobOptions
@@ -58,6 +58,7 @@ class DurableBatchWriter:
         self.recovery: RecoveryReport | None = None
         self._coordinator: Coordinator | None = None
         self._query_id: str | None = None
+        self._read = options.driver_read
         if options.mode == "executor":
             built = [s for s in self.specs if not isinstance(s, SinkSpec)]
             if built:
@@ -113,11 +114,7 @@ class DurableBatchWriter:
                     lambda generation: prepare_on_executors(df, specs, job, generation, epoch),
                 )
             else:
-                reader = arrow_batches(
-                    df, self.options.max_rows_in_memory, job=self.options.job_id, epoch=epoch
-                )
-                with closing(reader):
-                    result = coordinator.run_epoch(epoch, reader)
+                result = self._driver_epoch(coordinator, df, epoch)
         except BaseException:
             self.close()  # a new coordinator (new generation, recovery) serves the retry
             raise
@@ -129,6 +126,31 @@ class DurableBatchWriter:
             (time.perf_counter() - started) * 1e3,
             result.metrics.protocol_seconds * 1e3,
         )
+
+    def _driver_epoch(self, coordinator: Coordinator, df: Any, epoch: int) -> EpochResult:
+        if self._read == "stream":
+            try:
+                with closing(streamed_batches(df)) as streamed:
+                    return coordinator.run_epoch(epoch, streamed)
+            except ResultTooLargeError as exc:
+                # Rolled back before any decision: nothing of the batch is visible. Read it
+                # again in bounded chunks, with a new coordinator (the failed one is done).
+                self.log.bind(epoch=epoch).warning(
+                    "the batch is larger than spark.driver.maxResultSize (%s); reading it, and "
+                    "this query's later batches, in chunks of at most %s rows (driver_read="
+                    "'chunked'); raise spark.driver.maxResultSize to stream again",
+                    exc,
+                    f"{self.options.max_rows_in_memory:,}",
+                )
+                self._read = "chunked"
+                self.close()
+                coordinator = self._start()
+                coordinator.source = self._query_id
+        chunked = chunked_batches(
+            df, self.options.max_rows_in_memory, job=self.options.job_id, epoch=epoch
+        )
+        with closing(chunked):
+            return coordinator.run_epoch(epoch, chunked)
 
     def _check_query(self, df: Any, epoch: int) -> None:
         """What only the running query can tell: its id (kept across restarts from the same
@@ -162,6 +184,7 @@ class DurableBatchWriter:
         self.recovery = None
         self._coordinator = None
         self._query_id = None
+        self._read = self.options.driver_read
 
 
 def durable_sink(

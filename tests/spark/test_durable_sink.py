@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import logging
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +93,26 @@ def test_postgres_and_kafka_in_one_job_commit_each_batch_atomically(
     assert kafka_open_transactions(kafka, kafka_topic, f"{kafka_topic}-ds-progress") == []
 
 
+def test_a_streamed_batch_arrives_partition_by_partition_and_lands_whole(
+    spark: Any, postgres: PostgresEndpoint, pg_schema: str, job_id: str, tmp_path: Path
+) -> None:
+    source, checkpoint, table = tmp_path / "in", tmp_path / "checkpoint", f"{pg_schema}.events"
+    dsn = postgres.conninfo()
+    write_input(source, "part-0.json", range(400))
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "20")
+    try:
+        writer = durable_sink("postgres", dsn=dsn, table=table, job_id=job_id, create_table=True)
+        run_available_now(source_stream(spark, source).repartition(8), writer, checkpoint)
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+    assert postgres_ids(dsn, table) == list(range(400))
+    result = writer.last_result
+    assert result is not None
+    # 8 partitions of ~50 rows, 20 rows per record batch: at least 3 record batches each.
+    assert result.metrics.batches >= 24
+    assert result.decision.rows() == {"postgres": 400}
+
+
 def test_a_large_batch_is_read_in_bounded_chunks_and_lands_whole(
     spark: Any, postgres: PostgresEndpoint, pg_schema: str, job_id: str, tmp_path: Path
 ) -> None:
@@ -102,6 +125,7 @@ def test_a_large_batch_is_read_in_bounded_chunks_and_lands_whole(
         table=table,
         job_id=job_id,
         create_table=True,
+        driver_read="chunked",
         max_rows_in_memory=70,
     )
     run_available_now(source_stream(spark, source).repartition(8), writer, checkpoint)
@@ -192,4 +216,42 @@ def test_executor_mode_prepares_each_partition_in_its_task_and_commits_them_atom
     assert again is not None
     assert again.outcome is EpochOutcome.ALREADY_COMMITTED
     assert postgres_ids(dsn, table) == list(range(200))
+    assert prepared_transactions(dsn, job_id) == []
+
+
+def test_a_batch_over_max_result_size_is_read_again_in_chunks_and_lands_once(
+    postgres: PostgresEndpoint, pg_schema: str, job_id: str, tmp_path: Path
+) -> None:
+    """Streaming a batch larger than spark.driver.maxResultSize fails Spark's job; the writer
+    rolls the epoch back, reads the batch again in chunks, and keeps reading chunked. A Spark
+    of its own (tests/spark/result_size_child.py): the limit is fixed per SparkContext."""
+    source, table = tmp_path / "in", f"{pg_schema}.events"
+    dsn = postgres.conninfo()
+    for n in range(2):  # two batches of 3,000 rows, ~3 MB as Arrow each: over the 1 MiB limit
+        write_input(source, f"part-{n}.json", range(n * 3000, n * 3000 + 3000))
+    plan = tmp_path / "plan.json"
+    plan.write_text(
+        json.dumps(
+            {
+                "dsn": dsn,
+                "table": table,
+                "job_id": job_id,
+                "source": str(source),
+                "checkpoint": str(tmp_path / "checkpoint"),
+                "repeat": 100,
+                "max_rows_in_memory": 500,
+            }
+        )
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.spark.result_size_child", str(plan)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "larger than spark.driver.maxResultSize" in done.stdout, done.stdout[-3000:]
+    assert done.stdout.count("larger than spark.driver.maxResultSize") == 1, done.stdout[-3000:]
+    assert "read: chunked" in done.stdout, done.stdout[-3000:]
+    assert postgres_ids(dsn, table) == list(range(6000))
     assert prepared_transactions(dsn, job_id) == []

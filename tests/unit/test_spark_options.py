@@ -39,6 +39,7 @@ def test_job_options_are_split_from_sink_options() -> None:
         ({"job_id": "j", "guarantee": "exactly-twice"}, "guarantee"),
         ({"job_id": "j", "mode": "cluster"}, "mode"),
         ({"job_id": "j", "max_rows_in_memory": 0}, "max_rows_in_memory"),
+        ({"job_id": "j", "driver_read": "collect"}, "driver_read"),
         ({"job_id": "j", "retain_epochs": 0}, "retain_epochs"),
     ],
 )
@@ -141,3 +142,16 @@ def test_bad_data_source_options_name_the_fix(options: dict[str, str], names: st
     with pytest.raises(ConfigError, match=names) as caught:
         parse_options(options)
     assert caught.value.fix
+
+
+def test_spark_result_size_failures_are_recognised_however_wrapped() -> None:
+    from coordinator.spark._arrow import _too_large, is_result_too_large
+
+    spark_line = (
+        "Total size of serialized results of 2 tasks (89.5 MiB) is bigger than "
+        "spark.driver.maxResultSize (1024.0 KiB)"
+    )
+    wrapped = RuntimeError(f"An error occurred while calling o80.getResult.\n: {spark_line}")
+    assert is_result_too_large(wrapped)
+    assert str(_too_large(wrapped)) == f": {spark_line}"  # Spark's line, not py4j's
+    assert not is_result_too_large(RuntimeError("Connection reset by peer"))
