@@ -13,7 +13,8 @@ duration from the query's progress reports.
 
 Variants:
 - postgres, ours: `foreachBatch(durable_sink("postgres", ..., create_table=True))`, exactly-once
-  (default) and at-least-once; decision store: the default (the sink's database).
+  (default) and at-least-once; exactly-once with `driver_read="chunked"`; exactly-once in
+  executor mode; decision store: the default (the sink's database).
 - postgres, JDBC: `foreachBatch(lambda df, _: df.write.jdbc(url, table, "append", ...))` with
   the Postgres JDBC driver, `batchsize=10000`, with and without `reWriteBatchedInserts=true`
   on the URL (the table created by Spark on the first batch, as `append` does); the ratio is
@@ -24,9 +25,10 @@ Variants:
   same bytes-building as the next variant.
 - kafka, Spark: `selectExpr("to_json(struct(*)) AS value").writeStream.format("kafka")` (the
   connector's defaults: idempotent producer, acks=all, no transactions).
-- floor: `foreachBatch(lambda df, _: df.toArrow())`, the least any writer fed through the
-  driver's Python pays: reading the files and bringing each batch to the driver as Arrow. Its
-  ratio to JDBC bounds what such a writer can reach.
+- floor: a foreachBatch that only streams the batch to the driver as Arrow record batches
+  (`coordinator.spark._arrow.streamed_batches`, what our driver mode reads with) and drops
+  them: the least any writer fed through the driver's Python pays. Its ratio to JDBC bounds
+  what such a writer can reach.
 Topics have two partitions. Each variant first runs once on one micro-batch (class loading,
 JIT, connections), then all variants alternate for `--rounds` rounds (forward, backward,
 forward, ...), each run after `--settle` seconds of rest and a Postgres CHECKPOINT; best and
@@ -59,6 +61,7 @@ from psycopg import sql
 
 from benchmarks.postgres_sink import make_rows
 from coordinator.spark import durable_sink
+from coordinator.spark._arrow import streamed_batches
 from sinks._kafka_progress import list_offsets
 from tests.services import KafkaEndpoint, PostgresEndpoint, up
 from tests.support.targets import create_topic
@@ -71,6 +74,7 @@ JDBC_BATCH_SIZE = "10000"
 VARIANTS = {
     "pg-ours-eo": "postgres, ours exactly-once",
     "pg-ours-alo": "postgres, ours at-least-once",
+    "pg-ours-chunked": "postgres, ours exactly-once, driver_read='chunked'",
     "pg-ours-executor": "postgres, ours exactly-once, executor mode",
     "pg-jdbc": "postgres, df.write.jdbc",
     "pg-jdbc-rewrite": "postgres, df.write.jdbc + reWriteBatchedInserts",
@@ -78,7 +82,7 @@ VARIANTS = {
     "kafka-ours-alo": "kafka, ours at-least-once",
     "kafka-ours-eo-tojson": "kafka, ours exactly-once, value by Spark's to_json",
     "kafka-spark": "kafka, Spark's Kafka sink",
-    "floor": "floor: foreachBatch toArrow only",
+    "floor": "floor: foreachBatch streaming the batch as Arrow only",
 }
 
 
@@ -86,9 +90,10 @@ VARIANTS = {
 class Run:
     seconds: float
     batch_ms: list[float]  # Spark's addBatch duration of each micro-batch
-    # Ours, per micro-batch (ms): the whole foreachBatch call; reading the batch from Spark
-    # (persist, count, toArrow: the call minus the coordinator's phases); the sink's writes;
-    # the protocol (pre_commit + decision + commit).
+    # Ours, per micro-batch (ms): the whole foreachBatch call; the call minus the
+    # coordinator's phases (streamed read: starting Spark's job; chunked: persist, count and
+    # the chunks' toArrow); the sink's writes (streamed: including waiting for Spark's record
+    # batches); the protocol (pre_commit + decision + commit).
     parts: dict[str, list[float]] = field(default_factory=dict)
 
 
@@ -137,6 +142,8 @@ class Bench:
         self.conn.execute("CHECKPOINT")  # no other run's dirty pages flushed during this one
         if variant == "pg-ours-executor":
             return self.pg_ours(source, rows, batches, "exactly-once", mode="executor")
+        if variant == "pg-ours-chunked":
+            return self.pg_ours(source, rows, batches, "exactly-once", driver_read="chunked")
         if variant.startswith("pg-ours-"):
             return self.pg_ours(source, rows, batches, _guarantee(variant))
         if variant.startswith("pg-jdbc"):
@@ -241,7 +248,13 @@ class Bench:
         self.conn.execute(sql.SQL("DROP TABLE {}").format(ident))
 
     def pg_ours(
-        self, source: Path, rows: int, batches: int, guarantee: str, mode: str = "driver"
+        self,
+        source: Path,
+        rows: int,
+        batches: int,
+        guarantee: str,
+        mode: str = "driver",
+        driver_read: str = "stream",
     ) -> Run:
         table = self.table("ours")
         run = self.ours(
@@ -254,6 +267,7 @@ class Bench:
             create_table=True,
             guarantee=guarantee,
             mode=mode,
+            driver_read=driver_read,
         )
         self.check_table(table, rows)
         return run
@@ -342,7 +356,8 @@ class Bench:
     # -- floor ----------------------------------------------------------------------------------
     def floor(self, source: Path, rows: int, batches: int) -> Run:
         def fn(df: Any, batch_id: int) -> None:
-            df.toArrow()
+            for _ in streamed_batches(df):
+                pass
 
         return self.query(source, rows, batches, lambda w: w.foreachBatch(fn).start())
 
@@ -434,10 +449,11 @@ def report(runs: dict[str, list[Run]], rows: int, args: argparse.Namespace) -> N
     if ours:
         print(
             "\nours per micro-batch, median over all rounds (ms): Spark's addBatch; our "
-            "foreachBatch call; in it, reading the batch from Spark (persist, count, toArrow), "
-            "the sink's writes, the protocol (pre_commit + decision + commit)"
+            "foreachBatch call; in it, outside the coordinator's phases (streamed: starting the "
+            "job; chunked: persist, count, toArrow), the sink's writes (streamed: with waiting "
+            "for Spark's record batches), the protocol (pre_commit + decision + commit)"
         )
-        print("\n| variant | addBatch | call | read from Spark | sink write | protocol |")
+        print("\n| variant | addBatch | call | outside phases | sink write | protocol |")
         print("|---|---|---|---|---|---|")
         for variant in ours:
             done = runs[variant]
