@@ -126,7 +126,9 @@ class Coordinator:
         on_step: Callable[[str], None] | None = None,
     ) -> None:
         if retain_epochs < 1:
-            raise ConfigError("retain_epochs must be >= 1", job=job_id)
+            raise ConfigError(
+                "retain_epochs must be >= 1", job=job_id, fix="leave the default (10,000)"
+            )
         self.job_id = job_id
         self.sinks = list(sinks)
         self.store = store

@@ -79,6 +79,7 @@ class FileSinkConfig:
             raise ConfigError(
                 f"files sink: compression {self.compression!r} is not one of {COMPRESSIONS}",
                 sink=self.name,
+                fix="leave the default or choose one of those",
             )
         if not self.name or "/" in self.name:
             raise ConfigError(f"files sink: invalid name {self.name!r}", fix="use a plain word")

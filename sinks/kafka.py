@@ -181,7 +181,11 @@ class KafkaSinkConfig:
                     fix="use 1-249 characters of [A-Za-z0-9._-]",
                 )
         if self.progress_topic_name == self.topic:
-            raise ConfigError(f"{where}: progress_topic must differ from topic")
+            raise ConfigError(
+                f"{where}: progress_topic must differ from topic",
+                fix="leave progress_topic unset (default: '<topic>-ds-progress') or name "
+                "another topic",
+            )
         if isinstance(self.header_columns, str):
             object.__setattr__(self, "header_columns", (self.header_columns,))
         roles = [
@@ -193,9 +197,16 @@ class KafkaSinkConfig:
         ]
         used = [r for r in roles if r is not None]
         if len(used) != len(set(used)):
-            raise ConfigError(f"{where}: a column is given more than one role: {used}")
+            raise ConfigError(
+                f"{where}: a column is given more than one role: {used}",
+                fix="give value_column, key_column, timestamp_column, partition_column and "
+                "header_columns different columns",
+            )
         if self.expected_epoch_ms <= 0 or self.transaction_timeout_ms <= 0:
-            raise ConfigError(f"{where}: expected_epoch_ms and transaction_timeout_ms must be > 0")
+            raise ConfigError(
+                f"{where}: expected_epoch_ms and transaction_timeout_ms must be > 0",
+                fix="leave the defaults or give positive milliseconds",
+            )
         if self.transaction_timeout_ms <= self.expected_epoch_ms:
             raise ConfigError(
                 f"{where}: transaction_timeout_ms ({self.transaction_timeout_ms}) must exceed "
@@ -211,14 +222,21 @@ class KafkaSinkConfig:
                 fix="remove them (use bootstrap_servers= and transaction_timeout_ms=)",
             )
         if self.topic_partitions < 1:
-            raise ConfigError(f"{where}: topic_partitions must be >= 1")
+            raise ConfigError(
+                f"{where}: topic_partitions must be >= 1",
+                fix="leave the default or give the partition count for a topic to create",
+            )
         for timeout in (
             self.request_timeout_s,
             self.progress_scan_timeout_s,
             self.visibility_timeout_s,
         ):
             if timeout <= 0:
-                raise ConfigError(f"{where}: time-outs must be > 0")
+                raise ConfigError(
+                    f"{where}: time-outs must be > 0",
+                    fix="give request_timeout_s, progress_scan_timeout_s and "
+                    "visibility_timeout_s in positive seconds, or leave the defaults",
+                )
 
     @property
     def progress_topic_name(self) -> str:

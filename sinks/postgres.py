@@ -121,18 +121,35 @@ class PostgresSinkConfig:
                 fix="use plain identifiers (letters, digits, _), at most one dot",
             )
         if self.mode not in ("append", "upsert"):
-            raise ConfigError(f"{where}: mode {self.mode!r} is not 'append' or 'upsert'")
+            raise ConfigError(
+                f"{where}: mode {self.mode!r} is not 'append' or 'upsert'",
+                fix="mode='append' (the default) or mode='upsert' with key=(...)",
+            )
         if self.mode == "upsert" and not self.key:
             raise ConfigError(f"{where}: upsert mode needs `key`", fix="key=('id',)")
         if self.mode == "append" and self.key:
-            raise ConfigError(f"{where}: `key` is only used in upsert mode")
+            raise ConfigError(
+                f"{where}: `key` is only used in upsert mode",
+                fix="add mode='upsert', or drop key=",
+            )
         for column in self.key:
             if not _IDENTIFIER.match(column):
-                raise ConfigError(f"{where}: key column {column!r} is not a plain identifier")
+                raise ConfigError(
+                    f"{where}: key column {column!r} is not a plain identifier",
+                    fix="name key columns with letters, digits and _ (as in the table)",
+                )
         if self.meta_schema is not None and not _IDENTIFIER.match(self.meta_schema):
-            raise ConfigError(f"{where}: meta_schema {self.meta_schema!r} is not an identifier")
+            raise ConfigError(
+                f"{where}: meta_schema {self.meta_schema!r} is not an identifier",
+                fix="leave it unset (the table's schema) or name a schema with letters, digits "
+                "and _",
+            )
         if self.participants_in_flight < 1:
-            raise ConfigError(f"{where}: participants_in_flight must be >= 1")
+            raise ConfigError(
+                f"{where}: participants_in_flight must be >= 1",
+                fix="leave the default, or give how many prepared transactions the job may "
+                "hold at once",
+            )
 
     @property
     def schema_name(self) -> str:
@@ -509,6 +526,7 @@ class PostgresSink:
                 f"upsert key columns {absent} are not in {self.config.table}",
                 job=self._ctx().job_id,
                 sink=self.name,
+                fix=f"name columns of the table in key= (it has {sorted(columns)})",
             )
         indexes = conn.execute(
             "SELECT array_agg(a.attname::text ORDER BY a.attname) FROM pg_index i "
@@ -696,6 +714,7 @@ class PostgresSink:
                 job=self._ctx().job_id,
                 sink=self.name,
                 epoch=epoch,
+                fix="cast the column to a type docs/postgres.md maps, or create the table yourself",
             ) from None
         key = (
             sql.SQL(", PRIMARY KEY ({})").format(

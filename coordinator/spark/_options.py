@@ -92,7 +92,11 @@ class JobOptions:
                 fix=f"leave the default ({DEFAULT_MAX_ROWS_IN_MEMORY:,}) or give e.g. 200_000",
             )
         if not isinstance(self.retain_epochs, int) or self.retain_epochs < 1:
-            raise ConfigError("retain_epochs must be >= 1", job=self.job_id)
+            raise ConfigError(
+                f"retain_epochs must be a positive integer, not {self.retain_epochs!r}",
+                job=self.job_id,
+                fix="leave the default (10,000) or give how many recent decisions to keep",
+            )
 
     @classmethod
     def split(cls, options: Mapping[str, Any]) -> tuple[JobOptions, dict[str, Any]]:

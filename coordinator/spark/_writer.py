@@ -215,8 +215,10 @@ def durable_sink(
         for item in kind_or_sinks:
             if not isinstance(item, SinkSpec | SinkConnector):
                 raise ConfigError(
-                    f"{type(item).__name__} is not a sink: use sink(kind, **options)",
+                    f"{type(item).__name__} is not a sink",
                     job=job.job_id,
+                    fix="build each with sink(kind, **options), e.g. sink('postgres', dsn=..., "
+                    "table=...)",
                 )
             specs.append(item)
     else:
