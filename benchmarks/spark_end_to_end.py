@@ -356,7 +356,7 @@ class Bench:
     # -- floor ----------------------------------------------------------------------------------
     def floor(self, source: Path, rows: int, batches: int) -> Run:
         def fn(df: Any, batch_id: int) -> None:
-            for _ in streamed_batches(df):
+            for _ in streamed_batches(df, job="floor", epoch=batch_id):
                 pass
 
         return self.query(source, rows, batches, lambda w: w.foreachBatch(fn).start())

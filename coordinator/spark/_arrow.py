@@ -19,13 +19,12 @@ the query is not deterministic; BatchChangedError is raised before anything can 
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Generator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from sinks.errors import BatchChangedError
 
-_log = logging.getLogger("durable_sinks.spark")
+from .._log import JobLogger
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -70,7 +69,9 @@ def _too_large(exc: BaseException) -> ResultTooLargeError:
     return ResultTooLargeError(lines[0] if lines else str(exc))
 
 
-def streamed_batches(df: Any) -> Generator[pa.RecordBatch, None, None]:
+def streamed_batches(
+    df: Any, *, job: str, epoch: int | None = None
+) -> Generator[pa.RecordBatch, None, None]:
     """The rows of `df` as described in the module docstring, in the order its partitions
     finish, each record batch cast to the schema `df.toArrow()` would give. Raises
     ResultTooLargeError (chained to Spark's error) when the batch exceeds
@@ -108,7 +109,8 @@ def streamed_batches(df: Any) -> Generator[pa.RecordBatch, None, None]:
                 server.getResult()  # joins the serving thread; raises the job's error
         except Exception as exc:
             if not finished:  # an error is on its way out already; this one follows from it
-                _log.debug("the collect job ended with: %s", exc)
+                log = JobLogger(job, epoch=epoch, component="spark")
+                log.debug("the collect job ended with: %s", exc)
             elif is_result_too_large(exc):
                 raise _too_large(exc) from exc
             else:

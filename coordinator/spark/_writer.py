@@ -130,7 +130,8 @@ class DurableBatchWriter:
     def _driver_epoch(self, coordinator: Coordinator, df: Any, epoch: int) -> EpochResult:
         if self._read == "stream":
             try:
-                with closing(streamed_batches(df)) as streamed:
+                streamed = streamed_batches(df, job=self.options.job_id, epoch=epoch)
+                with closing(streamed):
                     return coordinator.run_epoch(epoch, streamed)
             except ResultTooLargeError as exc:
                 # Rolled back before any decision: nothing of the batch is visible. Read it
