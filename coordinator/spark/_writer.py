@@ -145,8 +145,7 @@ class DurableBatchWriter:
                 )
                 self._read = "chunked"
                 self.close()
-                coordinator = self._start()
-                coordinator.source = self._query_id
+                coordinator = self._start()  # (built with this query's id as its source)
         chunked = chunked_batches(
             df, self.options.max_rows_in_memory, job=self.options.job_id, epoch=epoch
         )
