@@ -5,8 +5,11 @@
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
-# Reinstall whenever pyproject.toml changes.
-STAMP  := $(VENV)/.installed-$(shell sha256sum pyproject.toml 2>/dev/null | cut -c1-16)
+# Reinstall whenever pyproject.toml changes or a module is added or removed: the editable
+# install is a tree of links to each file (editable_mode=strict, which mypy, pytest and
+# import-linter follow), so a new module is importable only once it is reinstalled.
+SOURCES := $(shell find src sinks coordinator manifest -name '*.py' 2>/dev/null | sort)
+STAMP  := $(VENV)/.installed-$(shell (cat pyproject.toml; echo $(SOURCES)) | sha256sum | cut -c1-16)
 
 .PHONY: test test-crash demo check lint typecheck pytest install services-up services-down \
         services-status services-reset bench
@@ -46,6 +49,7 @@ bench: install
 lint: install
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
+	$(VENV)/bin/lint-imports
 
 typecheck: install
 	$(PY) -m mypy
@@ -59,7 +63,7 @@ $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "durable-sinks needs Python 3.11 or newer: set PYTHON=python3.11 (or newer)")'
 	rm -f $(VENV)/.installed-*
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -e '.[dev]' --config-settings editable_mode=strict
 	touch $@
 
 services-up: install

@@ -30,10 +30,11 @@ import pyarrow as pa
 from confluent_kafka import IsolationLevel, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from coordinator import Coordinator
-from manifest import LocalDirectoryStore
-from sinks._kafka_progress import list_offsets
-from sinks.kafka import THROUGHPUT_DEFAULTS, KafkaSink, KafkaSinkConfig
+from durable_sinks.coordinator import Coordinator
+from durable_sinks.manifest import LocalDirectoryStore
+from durable_sinks.sinks.kafka import KafkaSink, KafkaSinkConfig
+from durable_sinks.sinks.kafka.admin import list_offsets
+from durable_sinks.sinks.kafka.config import THROUGHPUT_DEFAULTS
 from tests.services import Testbed
 from tests.support.targets import create_topic
 

@@ -36,9 +36,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from coordinator import Coordinator
-from manifest import LocalDirectoryStore
-from sinks.postgres import PostgresSink, PostgresSinkConfig
+from durable_sinks.coordinator import Coordinator
+from durable_sinks.manifest import LocalDirectoryStore
+from durable_sinks.sinks.postgres import PostgresSink, PostgresSinkConfig
 from tests.services import Testbed
 
 SCHEMA = "bench"

@@ -22,10 +22,16 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from coordinator import Coordinator
-from manifest import LocalDirectoryStore
-from sinks import CommitHandle, CommitOutcome, OpenContext, SinkCapabilities, WriteResult
-from sinks._durable_fs import create_exclusive
+from durable_sinks.coordinator import Coordinator
+from durable_sinks.core import (
+    CommitHandle,
+    CommitOutcome,
+    OpenContext,
+    SinkCapabilities,
+    WriteResult,
+)
+from durable_sinks.core.durable_fs import create_exclusive
+from durable_sinks.manifest import LocalDirectoryStore
 
 
 class NullSink:

@@ -26,7 +26,7 @@ Variants:
 - kafka, Spark: `selectExpr("to_json(struct(*)) AS value").writeStream.format("kafka")` (the
   connector's defaults: idempotent producer, acks=all, no transactions).
 - floor: a foreachBatch that only streams the batch to the driver as Arrow record batches
-  (`coordinator.spark._arrow.streamed_batches`, what our driver mode reads with) and drops
+  (`durable_sinks.spark._arrow.streamed_batches`, what our driver mode reads with) and drops
   them: the least any writer fed through the driver's Python pays. Its ratio to JDBC bounds
   what such a writer can reach.
 Topics have two partitions. Each variant first runs once on one micro-batch (class loading,
@@ -60,9 +60,9 @@ from confluent_kafka.admin import AdminClient
 from psycopg import sql
 
 from benchmarks.postgres_sink import make_rows
-from coordinator.spark import durable_sink
-from coordinator.spark._arrow import streamed_batches
-from sinks._kafka_progress import list_offsets
+from durable_sinks.sinks.kafka.admin import list_offsets
+from durable_sinks.spark import durable_sink
+from durable_sinks.spark._arrow import streamed_batches
 from tests.services import KafkaEndpoint, PostgresEndpoint, up
 from tests.support.targets import create_topic
 
@@ -141,7 +141,7 @@ class Bench:
     def run(self, variant: str, source: Path, rows: int, batches: int) -> Run:
         self.conn.execute("CHECKPOINT")  # no other run's dirty pages flushed during this one
         if variant == "pg-ours-executor":
-            return self.pg_ours(source, rows, batches, "exactly-once", mode="executor")
+            return self.pg_ours(source, rows, batches, "exactly-once", execution="executor")
         if variant == "pg-ours-chunked":
             return self.pg_ours(source, rows, batches, "exactly-once", driver_read="chunked")
         if variant.startswith("pg-ours-"):
@@ -253,7 +253,7 @@ class Bench:
         rows: int,
         batches: int,
         guarantee: str,
-        mode: str = "driver",
+        execution: str = "driver",
         driver_read: str = "stream",
     ) -> Run:
         table = self.table("ours")
@@ -266,7 +266,7 @@ class Bench:
             table=table,
             create_table=True,
             guarantee=guarantee,
-            mode=mode,
+            execution=execution,
             driver_read=driver_read,
         )
         self.check_table(table, rows)

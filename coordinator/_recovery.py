@@ -5,8 +5,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from manifest import DecisionRecord
-from sinks import CommitHandle
+from durable_sinks.core import CommitHandle
+from durable_sinks.manifest import DecisionRecord
 
 
 class Resolution(enum.StrEnum):

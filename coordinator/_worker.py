@@ -11,9 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from sinks import CommitHandle, OpenContext, SinkConnector
-
-from ._log import JobLogger
+from durable_sinks.core import CommitHandle, OpenContext, SinkConnector
+from durable_sinks.core.joblog import JobLogger
 
 if TYPE_CHECKING:
     import pyarrow as pa

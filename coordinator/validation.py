@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from manifest import DecisionStore
-from sinks import DeliveryGuarantee, DistributedSink, LastResource, SinkConnector
-from sinks.errors import CapabilityError, ConfigError
+from durable_sinks.core import DeliveryGuarantee, DistributedSink, LastResource, SinkConnector
+from durable_sinks.core.errors import CapabilityError, ConfigError
+from durable_sinks.manifest import DecisionStore
 
 
 def validate(

@@ -42,7 +42,7 @@ def child(plan_path: str) -> int:
     """The streaming query (a driver that the demo may kill)."""
     from pyspark.sql import functions
 
-    from coordinator.spark import DurableBatchWriter, JobOptions, sink
+    from durable_sinks.spark import DurableBatchWriter, JobOptions, sink
     from tests.services import Testbed
 
     plan = json.loads(Path(plan_path).read_text())
@@ -121,7 +121,7 @@ def main() -> int:
     from confluent_kafka.cimpl import NewTopic
     from psycopg import sql
 
-    from manifest import DecisionRecord
+    from durable_sinks.manifest import DecisionRecord
     from tests.services import up
 
     print("starting Postgres, Kafka and Spark (first time: downloads, a few minutes)...")

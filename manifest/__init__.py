@@ -1,7 +1,8 @@
 """Decision stores: where the coordinator makes an epoch's commit decision durable (the
-commit point), one module per store.
+commit point), one module per store. A store never imports a sink.
 
-This is the canonical import path: `from manifest import LocalDirectoryStore, DecisionRecord`.
+Canonical import path: `from durable_sinks.manifest import LocalDirectoryStore,
+DecisionRecord`; the Postgres store is `durable_sinks.manifest.postgres` (it loads psycopg).
 """
 
 from ._choose import default_store_for, is_postgres_dsn, store_from

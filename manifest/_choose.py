@@ -7,7 +7,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from sinks.errors import ConfigError
+from durable_sinks.core.errors import ConfigError
 
 from ._file_store import LocalDirectoryStore
 from ._store import DecisionStore

@@ -24,23 +24,24 @@ import os
 import weakref
 from pathlib import Path
 
-from sinks._durable_fs import (
+from durable_sinks.core.durable_fs import (
     create_exclusive,
     fsync_dir,
     remove_tree,
     replace_atomically,
     write_durable_temp,
 )
-from sinks.errors import (
+from durable_sinks.core.errors import (
     ConfigError,
     FencedError,
     InDoubtError,
     ManifestCorruptError,
-    ManifestError,
+    UsageError,
 )
-from sinks.naming import component
+from durable_sinks.core.naming import component
 
 from ._record import DecisionRecord
+from ._store import require_open, require_own
 
 _WIDTH = 12  # digits of epoch and generation numbers in file names (sortable)
 
@@ -80,7 +81,7 @@ class LocalDirectoryStore:
     # -- generations ---------------------------------------------------------------------------
     def open(self, job_id: str) -> int:
         if self._job is not None:
-            raise ManifestError(f"{self!r} is already open", job=job_id)
+            raise UsageError(f"{self!r} is already open", job=job_id)
         self._job = job_id
         self._home = self.path / component(job_id)
         try:
@@ -183,20 +184,12 @@ class LocalDirectoryStore:
             )
 
     def _require_open(self) -> str:
-        if self._job is None:
-            raise ManifestError("the decision store is not open; call open(job_id) first")
-        return self._job
+        return require_open(self._job)
 
     # -- records -------------------------------------------------------------------------------
     def put(self, record: DecisionRecord) -> DecisionRecord:
         job = self._require_open()
-        if record.generation > self._generation or record.job_id != job:
-            raise ManifestError(
-                f"record of job {record.job_id} generation {record.generation} handed to the "
-                f"store of job {job} generation {self._generation}",
-                job=job,
-                epoch=record.epoch,
-            )
+        require_own(record, job, self._generation)
         existing = self.get(record.epoch)
         if existing is not None:
             return existing

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from sinks.errors import FencedError, ManifestError
+from durable_sinks.core.errors import FencedError
 
 from ._record import DecisionRecord
+from ._store import require_open, require_own
 
 
 class MemoryStoreBackend:
@@ -40,12 +41,11 @@ class MemoryDecisionStore:
         return self.backend.generation.get(job_id, 0)
 
     def _job_id(self) -> str:
-        if self._job is None:
-            raise ManifestError("the decision store is not open; call open(job_id) first")
-        return self._job
+        return require_open(self._job)
 
     def put(self, record: DecisionRecord) -> DecisionRecord:
         job = self._job_id()
+        require_own(record, job, self._generation)
         if self.backend.generation[job] != self._generation:
             raise FencedError("a newer coordinator took over this job", job=job, epoch=record.epoch)
         return self.backend.records.setdefault((job, record.epoch), record)

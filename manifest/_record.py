@@ -9,8 +9,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sinks._api import JSON, CommitHandle
-from sinks.errors import ManifestCorruptError
+from durable_sinks.core.errors import ManifestCorruptError
+from durable_sinks.core.protocol import JSON, CommitHandle
 
 FORMAT = "durable-sinks/decision"
 VERSION = 1

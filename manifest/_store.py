@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
+from durable_sinks.core.errors import UsageError
+
 from ._record import DecisionRecord
 
 
@@ -57,3 +59,22 @@ class DecisionStore(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+def require_open(job: str | None) -> str:
+    """The job a store was opened for; UsageError before `open`."""
+    if job is None:
+        raise UsageError("the decision store is not open; call open(job_id) first")
+    return job
+
+
+def require_own(record: DecisionRecord, job: str, generation: int) -> None:
+    """UsageError unless `record` belongs to the store's job and a generation not newer
+    than the one it opened (a record handed to the wrong store is a bug of the caller)."""
+    if record.job_id != job or record.generation > generation:
+        raise UsageError(
+            f"record of job {record.job_id} generation {record.generation} handed to the "
+            f"store of job {job} generation {generation}",
+            job=job,
+            epoch=record.epoch,
+        )

@@ -20,10 +20,11 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from sinks.errors import ConfigError, FencedError, InDoubtError, ManifestError
-from sinks.postgres import redact
+from durable_sinks.core.errors import ConfigError, FencedError, InDoubtError, ManifestError
+from durable_sinks.core.redaction import redact
 
 from ._record import DecisionRecord
+from ._store import require_open, require_own
 
 
 class PostgresDecisionStore:
@@ -66,9 +67,7 @@ class PostgresDecisionStore:
         return self._conn
 
     def _require_open(self) -> str:
-        if self._job is None:
-            raise ManifestError("the decision store is not open; call open(job_id) first")
-        return self._job
+        return require_open(self._job)
 
     def open(self, job_id: str) -> int:
         self._job = job_id
@@ -118,13 +117,7 @@ class PostgresDecisionStore:
 
     def put(self, record: DecisionRecord) -> DecisionRecord:
         job = self._require_open()
-        if record.job_id != job or record.generation > self._generation:
-            raise ManifestError(
-                f"record of job {record.job_id} generation {record.generation} handed to the "
-                f"store of job {job} generation {self._generation}",
-                job=job,
-                epoch=record.epoch,
-            )
+        require_own(record, job, self._generation)
         conn = self._connection()
         try:
             with conn.transaction():

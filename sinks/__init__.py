@@ -1,37 +1,13 @@
-"""Sink connectors: the targets durable-sinks writes to (Postgres, Kafka, S3, local files).
+"""Sink connectors: the targets durable-sinks writes to, one package per sink
+(`durable_sinks.sinks.postgres`, `.kafka`, `.files`), each split by role (configuration,
+error translation, checks against the server, the write path, the protocol methods).
 
-A sink knows nothing of Spark. This is the canonical import path for the protocol:
-`from sinks import SinkConnector, CommitHandle, SinkCapabilities, ...`; errors live in
-`sinks.errors`, participant names in `sinks.naming`, the conformance suite in `sinks.testing`.
+A sink knows nothing of Spark or of the coordinator: it implements the protocol of
+`durable_sinks.core` and nothing else. This package builds sinks by kind name
+(`create("postgres", config)`); a sink's package is imported only when a sink of its kind is
+built, so naming a kind loads no other sink's client library.
 """
 
-from ._api import (
-    CommitHandle,
-    CommitOutcome,
-    DeliveryGuarantee,
-    DistributedSink,
-    LastResource,
-    OpenContext,
-    SinkCapabilities,
-    SinkConnector,
-    WriteResult,
-)
-from ._registry import create, kinds, register
-from .files import FileSink, FileSinkConfig
+from ._registry import ENTRY_POINT_GROUP, SinkFactory, create, kinds, register
 
-__all__ = [
-    "CommitHandle",
-    "CommitOutcome",
-    "DeliveryGuarantee",
-    "DistributedSink",
-    "FileSink",
-    "FileSinkConfig",
-    "LastResource",
-    "OpenContext",
-    "SinkCapabilities",
-    "SinkConnector",
-    "WriteResult",
-    "create",
-    "kinds",
-    "register",
-]
+__all__ = ["ENTRY_POINT_GROUP", "SinkFactory", "create", "kinds", "register"]

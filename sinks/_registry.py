@@ -10,8 +10,8 @@ from collections.abc import Callable, Mapping
 from importlib.metadata import entry_points
 from typing import Any
 
-from ._api import SinkConnector
-from .errors import ConfigError
+from durable_sinks.core.errors import ConfigError
+from durable_sinks.core.protocol import SinkConnector
 
 ENTRY_POINT_GROUP = "durable_sinks.sinks"
 SinkFactory = Callable[[Mapping[str, Any]], SinkConnector]

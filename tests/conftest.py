@@ -18,8 +18,7 @@ from typing import TYPE_CHECKING
 
 import psycopg
 import pytest
-from confluent_kafka.admin import AdminClient
-from confluent_kafka.cimpl import NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.services import KafkaEndpoint, PostgresEndpoint, S3Endpoint, Testbed, up
 

@@ -6,10 +6,10 @@ import shutil
 from collections.abc import Sequence
 from typing import Any
 
-from coordinator import Coordinator
-from manifest import DecisionStore, LocalDirectoryStore
-from sinks import CommitHandle, CommitOutcome, FileSink, SinkConnector
-from sinks.files import MARKER
+from durable_sinks.coordinator import Coordinator
+from durable_sinks.core import CommitHandle, CommitOutcome, SinkConnector
+from durable_sinks.manifest import DecisionStore, LocalDirectoryStore
+from durable_sinks.sinks.files import MARKER, FileSink
 from tests.support.faulty import Faulty
 
 

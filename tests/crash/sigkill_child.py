@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from coordinator import Coordinator
-from manifest import LocalDirectoryStore
-from sinks import FileSink, FileSinkConfig
-from sinks.testing import COLUMNS, SCHEMA
+from durable_sinks.coordinator import Coordinator
+from durable_sinks.manifest import LocalDirectoryStore
+from durable_sinks.sinks.files import FileSink, FileSinkConfig
+from durable_sinks.testing import COLUMNS, SCHEMA
 
 SINKS = ("a", "b")
 

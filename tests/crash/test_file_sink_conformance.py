@@ -10,8 +10,8 @@ import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from manifest import LocalDirectoryStore
-from sinks.testing import (
+from durable_sinks.manifest import LocalDirectoryStore
+from durable_sinks.testing import (
     EPOCH_STEP_KINDS,
     RECOVERY_STEP_KINDS,
     ConformanceStats,

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from coordinator import Coordinator
-from manifest import DecisionStore, LocalDirectoryStore
-from sinks import FileSink
-from sinks.errors import DurableSinkError
-from sinks.testing import Scenario, run_conformance
+from durable_sinks.coordinator import Coordinator
+from durable_sinks.core.errors import DurableSinkError
+from durable_sinks.manifest import DecisionStore, LocalDirectoryStore
+from durable_sinks.sinks.files import FileSink
+from durable_sinks.testing import Scenario, run_conformance
 from tests.crash import broken
 from tests.support.targets import FileTarget
 

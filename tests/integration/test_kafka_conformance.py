@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from manifest import LocalDirectoryStore
-from sinks.testing import EXAMPLES_ENV, Scenario, Target, run_conformance
+from durable_sinks.manifest import LocalDirectoryStore
+from durable_sinks.testing import EXAMPLES_ENV, Scenario, Target, run_conformance
 from tests.crash.test_file_sink_conformance import check_exercised
 from tests.services import KafkaEndpoint, PostgresEndpoint
 from tests.support.targets import KafkaTarget, PostgresTarget, create_topic

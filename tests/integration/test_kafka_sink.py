@@ -20,19 +20,20 @@ from confluent_kafka import Consumer, IsolationLevel, Message, Producer, TopicPa
 from confluent_kafka.admin import AdminClient
 from psycopg import sql
 
-from coordinator import Coordinator, EpochOutcome
-from manifest import LocalDirectoryStore
-from sinks import OpenContext, SinkConnector
-from sinks._kafka_progress import SCAN_CHUNK, list_offsets
-from sinks.errors import (
+from durable_sinks.coordinator import Coordinator, EpochOutcome
+from durable_sinks.core import OpenContext, SinkConnector
+from durable_sinks.core.errors import (
     ConfigError,
     DurableSinkError,
     FencedError,
     SchemaMismatchError,
     TransientError,
 )
-from sinks.kafka import KafkaSink, KafkaSinkConfig
-from sinks.postgres import PostgresSink, PostgresSinkConfig
+from durable_sinks.manifest import LocalDirectoryStore
+from durable_sinks.sinks.kafka import KafkaSink, KafkaSinkConfig
+from durable_sinks.sinks.kafka.admin import list_offsets
+from durable_sinks.sinks.kafka.progress import SCAN_CHUNK
+from durable_sinks.sinks.postgres import PostgresSink, PostgresSinkConfig
 from tests.conftest import UniqueNames
 from tests.services import KafkaEndpoint, PostgresEndpoint
 from tests.services.kafka import TRANSACTION_MAX_TIMEOUT_MS

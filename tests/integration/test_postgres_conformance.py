@@ -14,10 +14,10 @@ from pathlib import Path
 
 import psycopg
 
-from coordinator import Coordinator
-from manifest import DecisionStore, LocalDirectoryStore
-from manifest.postgres import PostgresDecisionStore
-from sinks.testing import Scenario, Target, run_conformance
+from durable_sinks.coordinator import Coordinator
+from durable_sinks.manifest import DecisionStore, LocalDirectoryStore
+from durable_sinks.manifest.postgres import PostgresDecisionStore
+from durable_sinks.testing import Scenario, Target, run_conformance
 from tests.crash.test_file_sink_conformance import check_exercised
 from tests.services import PostgresEndpoint
 from tests.support.targets import FileTarget, PostgresTarget

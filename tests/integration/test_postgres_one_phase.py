@@ -13,11 +13,11 @@ import pyarrow as pa
 import pytest
 from psycopg import sql
 
-from coordinator import Coordinator, EpochOutcome
-from manifest import LocalDirectoryStore
-from sinks import OpenContext
-from sinks.errors import FencedError, TransientError
-from sinks.postgres import PostgresSink, PostgresSinkConfig
+from durable_sinks.coordinator import Coordinator, EpochOutcome
+from durable_sinks.core import OpenContext
+from durable_sinks.core.errors import FencedError, TransientError
+from durable_sinks.manifest import LocalDirectoryStore
+from durable_sinks.sinks.postgres import PostgresSink, PostgresSinkConfig
 from tests.conftest import UniqueNames
 from tests.services import PostgresEndpoint
 from tests.support.targets import prepared_gids

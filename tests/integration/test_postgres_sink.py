@@ -17,18 +17,20 @@ import pyarrow as pa
 import pytest
 from psycopg import sql
 
-from coordinator import Coordinator, EpochOutcome
-from manifest import LocalDirectoryStore
-from manifest.postgres import PostgresDecisionStore
-from sinks import CommitHandle, CommitOutcome, OpenContext, create
-from sinks.errors import (
+from durable_sinks.coordinator import Coordinator, EpochOutcome
+from durable_sinks.core import CommitHandle, CommitOutcome, OpenContext
+from durable_sinks.core.errors import (
     ConfigError,
     DurableSinkError,
     FencedError,
     SchemaMismatchError,
     TransientError,
 )
-from sinks.postgres import PostgresSink, PostgresSinkConfig, redact
+from durable_sinks.core.redaction import redact
+from durable_sinks.manifest import LocalDirectoryStore
+from durable_sinks.manifest.postgres import PostgresDecisionStore
+from durable_sinks.sinks import create
+from durable_sinks.sinks.postgres import PostgresSink, PostgresSinkConfig
 from tests.conftest import UniqueNames
 from tests.services import PostgresEndpoint
 from tests.services._layout import REPO_ROOT
@@ -306,8 +308,8 @@ def test_an_older_generation_is_fenced_and_commits_nothing(
 CHILD = textwrap.dedent("""
     import json, sys
     import pyarrow as pa
-    from sinks import OpenContext
-    from sinks.postgres import PostgresSink, PostgresSinkConfig
+    from durable_sinks.core import OpenContext
+    from durable_sinks.sinks.postgres import PostgresSink, PostgresSinkConfig
     dsn, table, job = sys.argv[1:4]
     sink = PostgresSink(PostgresSinkConfig(dsn, table))
     sink.open(OpenContext(job, "postgres", 1))

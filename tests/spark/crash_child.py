@@ -34,9 +34,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from coordinator.spark import DurableBatchWriter, JobOptions, SinkSpec, sink
-from coordinator.spark._options import Mode
-from sinks import CommitHandle, OpenContext, SinkConnector
+from durable_sinks.core import CommitHandle, OpenContext, SinkConnector
+from durable_sinks.spark import DurableBatchWriter, JobOptions, SinkSpec, sink
+from durable_sinks.spark._options import Execution
 from tests.services import Testbed
 from tests.spark.streams import run_available_now, source_stream
 
@@ -155,8 +155,8 @@ def main(plan_path: str) -> int:
                 request_timeout_s=20,
             ),
         ]
-    mode: Mode = "executor" if executor else "driver"
-    writer = CrashingWriter(plan, sinks, JobOptions(plan["job_id"], mode=mode))
+    mode: Execution = "executor" if executor else "driver"
+    writer = CrashingWriter(plan, sinks, JobOptions(plan["job_id"], execution=mode))
     print("started", flush=True)
     stream = source_stream(spark, Path(plan["source"]))
     if executor:

@@ -10,7 +10,7 @@ import logging
 import sys
 from pathlib import Path
 
-from coordinator.spark import durable_sink
+from durable_sinks.spark import durable_sink
 from tests.services import Testbed
 from tests.spark.streams import run_available_now, source_stream
 

@@ -13,7 +13,7 @@ from confluent_kafka import Consumer, IsolationLevel, TopicPartition
 from confluent_kafka.admin import AdminClient
 from psycopg import sql
 
-from sinks._kafka_progress import list_offsets
+from durable_sinks.sinks.kafka.admin import list_offsets
 from tests.services import KafkaEndpoint
 from tests.support.targets import open_transactions
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from sinks.files import STAGING
+from durable_sinks.sinks.files import STAGING
 from tests.services import KafkaEndpoint, PostgresEndpoint
 
 from .streams import (

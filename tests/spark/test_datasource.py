@@ -9,7 +9,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from coordinator.spark import register_data_source
+from durable_sinks.spark import register_data_source
 from tests.services import KafkaEndpoint, PostgresEndpoint
 
 from .streams import postgres_ids, prepared_transactions, source_stream, write_input

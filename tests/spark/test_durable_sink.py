@@ -12,9 +12,9 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from coordinator import EpochOutcome
-from coordinator.spark import durable_sink, sink
-from sinks.errors import EpochOrderError
+from durable_sinks.coordinator import EpochOutcome
+from durable_sinks.core.errors import EpochOrderError
+from durable_sinks.spark import durable_sink, sink
 from tests.services import KafkaEndpoint, PostgresEndpoint
 
 from .streams import (
@@ -194,7 +194,7 @@ def test_executor_mode_prepares_each_partition_in_its_task_and_commits_them_atom
             sink("files", path=str(tmp_path / "out")),
         ],
         job_id=job_id,
-        mode="executor",
+        execution="executor",
     )
     run_available_now(source_stream(spark, source).repartition(4), writer, checkpoint)
     assert postgres_ids(dsn, table) == list(range(200))

@@ -3,14 +3,24 @@ starts, names the problem and the fix, leaks no secret, and leaves nothing behin
 
 from __future__ import annotations
 
+import json
+import site
+import subprocess
+import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
-from coordinator.spark import durable_sink, sink
-from sinks import FileSink, FileSinkConfig
-from sinks.errors import CapabilityError, ConfigError, DurableSinkError
+from durable_sinks import __version__
+from durable_sinks.core.errors import CapabilityError, ConfigError, DurableSinkError
+from durable_sinks.sinks.files import FileSink, FileSinkConfig
+from durable_sinks.spark import durable_sink, sink
+from durable_sinks.spark._worker_check import check_workers
 from tests.services import KafkaEndpoint, PostgresEndpoint
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
 def test_kafka_in_executor_mode_is_refused_with_the_reason(
@@ -23,7 +33,7 @@ def test_kafka_in_executor_mode_is_refused_with_the_reason(
             topic=kafka_topic,
             job_id=job_id,
             decision_store=str(tmp_path / "decisions"),
-            mode="executor",
+            execution="executor",
         )
     assert caught.value.sink == "kafka"
     assert caught.value.fix is not None
@@ -94,6 +104,75 @@ def test_executor_mode_needs_sinks_as_options_it_can_ship_to_executors(
 ) -> None:
     built = FileSink(FileSinkConfig(str(tmp_path / "out")))
     with pytest.raises(ConfigError, match="builds its sinks on the executors") as caught:
-        durable_sink([built], job_id=job_id, mode="executor", decision_store=str(tmp_path / "d"))
+        durable_sink(
+            [built], job_id=job_id, execution="executor", decision_store=str(tmp_path / "d")
+        )
     assert caught.value.fix is not None
     assert "sink(kind" in caught.value.fix
+
+
+def _interpreter_without_the_package(folder: Path) -> Path:
+    """A virtualenv whose Python sees this one's dependencies (pyspark, pyarrow, ...) but not
+    durable-sinks: this venv's site-packages is added as a plain path, so the editable
+    install's link tree (a .pth file there) is not."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder)], check=True)
+    python = folder / "bin" / "python"
+    ours = next(Path(p) for p in site.getsitepackages() if Path(p).name == "site-packages")
+    theirs = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    (Path(theirs) / "deps.pth").write_text(f"{ours}\n")
+    lacks = subprocess.run([str(python), "-c", "import durable_sinks"], capture_output=True)
+    assert lacks.returncode != 0, "the worker interpreter must lack durable-sinks"
+    return python
+
+
+def test_executor_mode_refuses_workers_without_the_package_before_any_batch(
+    job_id: str, tmp_path: Path
+) -> None:
+    """Spark's Python workers run an interpreter that lacks durable-sinks: `durable_sink(...,
+    execution="executor")` refuses with the fix, in a Spark of its own (the workers'
+    interpreter is fixed per SparkContext), and nothing is written."""
+    python = _interpreter_without_the_package(tmp_path / "worker-venv")
+    output, store = tmp_path / "out", tmp_path / "decisions"
+    plan = tmp_path / "plan.json"
+    plan.write_text(
+        json.dumps(
+            {
+                "worker_python": str(python),
+                "output": str(output),
+                "store": str(store),
+                "job_id": job_id,
+            }
+        )
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.spark.foreign_worker_child", str(plan)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    outcome = json.loads(done.stdout.strip().splitlines()[-1])
+    assert outcome["error"] == "ConfigError", outcome
+    assert str(python) in outcome["message"], outcome
+    assert "No module named 'durable_sinks'" in outcome["message"], outcome
+    assert "PYSPARK_PYTHON" in outcome["fix"], outcome
+    assert not list(output.glob("epoch=*")), "nothing may be published"
+    assert not list((store).rglob("*.json")), "nothing may be decided"
+
+
+def test_executor_mode_refuses_workers_with_another_version(spark: SparkSession) -> None:
+    """The worker check against the test bed's Spark: the same version passes, another is
+    refused naming both."""
+    check_workers(spark, [("files", {"path": "/unused"})], job="j", version=__version__)
+    with pytest.raises(
+        ConfigError, match=r"have durable-sinks .*; the driver has 0\.0\.0"
+    ) as caught:
+        check_workers(spark, [], job="j", version="0.0.0")
+    assert caught.value.fix is not None
+    with pytest.raises(ConfigError, match="no sink kind 'nosuch'"):
+        check_workers(spark, [("nosuch", {})], job="j", version=__version__)

@@ -7,7 +7,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from sinks import (
+from durable_sinks.core import (
     CommitHandle,
     CommitOutcome,
     OpenContext,

@@ -18,11 +18,17 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from sinks import CommitHandle, CommitOutcome, OpenContext, SinkCapabilities, WriteResult
-from sinks._api import JSON
-from sinks._durable_fs import fsync_dir, write_durable_temp
-from sinks.errors import ConfigError, FencedError, ParticipantLostError
-from sinks.testing import COLUMNS, Row
+from durable_sinks.core import (
+    CommitHandle,
+    CommitOutcome,
+    OpenContext,
+    SinkCapabilities,
+    WriteResult,
+)
+from durable_sinks.core.durable_fs import fsync_dir, write_durable_temp
+from durable_sinks.core.errors import ConfigError, FencedError, ParticipantLostError
+from durable_sinks.core.protocol import JSON
+from durable_sinks.testing import COLUMNS, Row
 
 _WIDTH = 12
 

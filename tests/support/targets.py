@@ -12,17 +12,16 @@ from typing import Any
 import psycopg
 import pyarrow.parquet as pq
 from confluent_kafka import Consumer, IsolationLevel, TopicPartition
-from confluent_kafka.admin import AdminClient
-from confluent_kafka.cimpl import NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic
 from psycopg import sql
 
-from sinks import FileSink, FileSinkConfig, SinkConnector
-from sinks._kafka_progress import list_offsets
-from sinks.files import STAGING
-from sinks.kafka import KafkaSink, KafkaSinkConfig
-from sinks.naming import owner_prefix
-from sinks.postgres import PostgresSink, PostgresSinkConfig
-from sinks.testing import COLUMNS, Row
+from durable_sinks.core import SinkConnector
+from durable_sinks.core.naming import owner_prefix
+from durable_sinks.sinks.files import STAGING, FileSink, FileSinkConfig
+from durable_sinks.sinks.kafka import KafkaSink, KafkaSinkConfig
+from durable_sinks.sinks.kafka.admin import list_offsets
+from durable_sinks.sinks.postgres import PostgresSink, PostgresSinkConfig
+from durable_sinks.testing import COLUMNS, Row
 from tests.services import KafkaEndpoint, PostgresEndpoint
 
 from .journal_sink import JournalSink

@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from coordinator.spark import JobOptions
-from sinks.errors import ConfigError
-from sinks.files import FileSinkConfig
-from sinks.kafka import KafkaSinkConfig
-from sinks.postgres import PostgresSinkConfig
+from durable_sinks.core.errors import ConfigError
+from durable_sinks.sinks.files import FileSinkConfig
+from durable_sinks.sinks.kafka import KafkaSinkConfig
+from durable_sinks.sinks.postgres import PostgresSinkConfig
+from durable_sinks.spark import JobOptions
 
 POSTGRES = {"dsn": "host=127.0.0.1 port=1", "table": "t"}
 KAFKA = {"bootstrap_servers": "127.0.0.1:1", "topic": "events"}
@@ -44,7 +44,7 @@ KAFKA = {"bootstrap_servers": "127.0.0.1:1", "topic": "events"}
         (FileSinkConfig, {"path": "/tmp/x", "compression": "lzma"}, "compression"),
         (JobOptions, {"job_id": ""}, "job_id"),
         (JobOptions, {"job_id": "j", "guarantee": "exactly-twice"}, "guarantee"),
-        (JobOptions, {"job_id": "j", "mode": "cluster"}, "mode"),
+        (JobOptions, {"job_id": "j", "execution": "cluster"}, "execution"),
         (JobOptions, {"job_id": "j", "driver_read": "collect"}, "driver_read"),
         (JobOptions, {"job_id": "j", "max_rows_in_memory": 0}, "max_rows_in_memory"),
         (JobOptions, {"job_id": "j", "retain_epochs": 0}, "retain_epochs"),

@@ -10,17 +10,18 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from coordinator import Coordinator, EpochOutcome, RetryPolicy
-from manifest import LocalDirectoryStore
-from sinks import DeliveryGuarantee, FileSink, FileSinkConfig, SinkConnector
-from sinks.errors import (
+from durable_sinks.coordinator import Coordinator, EpochOutcome, RetryPolicy
+from durable_sinks.core import DeliveryGuarantee, SinkConnector
+from durable_sinks.core.errors import (
     CommitIncompleteError,
     ConfigError,
     EpochOrderError,
     SchemaMismatchError,
     TransientError,
+    UsageError,
 )
-from sinks.files import STAGING
+from durable_sinks.manifest import LocalDirectoryStore
+from durable_sinks.sinks.files import STAGING, FileSink, FileSinkConfig
 from tests.support.faulty import Faulty
 
 FAST = RetryPolicy(attempts=3, first_wait=0.001, max_wait=0.01)
@@ -134,10 +135,10 @@ def test_input_must_be_record_batches(tmp_path: Path) -> None:
 
 def test_epochs_need_start_and_start_happens_once(tmp_path: Path) -> None:
     coordinator = Coordinator("job", [files(tmp_path, "a")], LocalDirectoryStore(tmp_path))
-    with pytest.raises(ConfigError, match="call start"):
+    with pytest.raises(UsageError, match="call start"):
         coordinator.run_epoch(0, [])
     coordinator.start()
-    with pytest.raises(ConfigError, match="already started"):
+    with pytest.raises(UsageError, match="already started"):
         coordinator.start()
 
 

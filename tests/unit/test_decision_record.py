@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from manifest import DecisionRecord
-from sinks import CommitHandle
-from sinks.errors import ManifestCorruptError
+from durable_sinks.core import CommitHandle
+from durable_sinks.core.errors import ManifestCorruptError
+from durable_sinks.manifest import DecisionRecord
 
 
 def record(epoch: int = 3) -> DecisionRecord:

@@ -9,11 +9,11 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from coordinator import Coordinator, EpochOutcome, prepare_part
-from manifest import LocalDirectoryStore
-from sinks import CommitHandle, FileSink, FileSinkConfig, SinkConnector
-from sinks.errors import CapabilityError, FencedError
-from sinks.files import STAGING
+from durable_sinks.coordinator import Coordinator, EpochOutcome, prepare_part
+from durable_sinks.core import CommitHandle, SinkConnector
+from durable_sinks.core.errors import CapabilityError, FencedError
+from durable_sinks.manifest import LocalDirectoryStore
+from durable_sinks.sinks.files import STAGING, FileSink, FileSinkConfig
 from tests.support.journal_sink import JournalSink
 
 
@@ -136,7 +136,7 @@ def test_a_newer_generations_attempts_are_never_touched_by_a_zombie(tmp_path: Pa
 
 
 def prepared_in(tmp_path: Path, name: str, generation: int) -> list[CommitHandle]:
-    from sinks import OpenContext
+    from durable_sinks.core import OpenContext
 
     sink = files(tmp_path, name)
     sink.open(OpenContext("job", name, generation))

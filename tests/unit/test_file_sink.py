@@ -10,18 +10,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from sinks import (
-    CommitHandle,
-    CommitOutcome,
-    FileSink,
-    FileSinkConfig,
-    OpenContext,
-    SinkConnector,
-    create,
-    kinds,
-)
-from sinks.errors import ConfigError, ParticipantLostError, SchemaMismatchError
-from sinks.files import STAGING
+from durable_sinks.core import CommitHandle, CommitOutcome, OpenContext, SinkConnector
+from durable_sinks.core.errors import ConfigError, ParticipantLostError, SchemaMismatchError
+from durable_sinks.sinks import create, kinds
+from durable_sinks.sinks.files import STAGING, FileSink, FileSinkConfig
 
 
 def opened(path: Path, generation: int = 1, job: str = "job") -> FileSink:

@@ -8,10 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from manifest import DecisionRecord, LocalDirectoryStore, MemoryDecisionStore
-from manifest._store import DecisionStore
-from sinks import CommitHandle
-from sinks.errors import ConfigError, FencedError, ManifestCorruptError, ManifestError
+from durable_sinks.core import CommitHandle
+from durable_sinks.core.errors import (
+    ConfigError,
+    FencedError,
+    ManifestCorruptError,
+    UsageError,
+)
+from durable_sinks.manifest import DecisionRecord, LocalDirectoryStore, MemoryDecisionStore
+from durable_sinks.manifest._store import DecisionStore
 
 
 def decision(
@@ -75,7 +80,7 @@ def test_jobs_are_separate(tmp_path: Path) -> None:
     a.put(decision(1, a.generation, job="a"))
     assert b.get(1) is None
     assert b.generation == 1
-    with pytest.raises(ManifestError, match="handed to the store of job b"):
+    with pytest.raises(UsageError, match="handed to the store of job b"):
         b.put(decision(2, b.generation, job="a"))
 
 
@@ -125,9 +130,12 @@ def test_unwritable_location_is_a_config_error(tmp_path: Path) -> None:
         LocalDirectoryStore(blocker / "store").open("job")
 
 
-def test_use_before_open_is_an_error(tmp_path: Path) -> None:
-    with pytest.raises(ManifestError, match="not open"):
+def test_use_before_open_is_a_usage_error(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="not open"):
         LocalDirectoryStore(tmp_path).get(1)
+    store = opened(tmp_path, "job")
+    with pytest.raises(UsageError, match="already open"):
+        store.open("job")
 
 
 def test_lookups_do_not_scan_history(tmp_path: Path) -> None:

@@ -13,10 +13,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sinks._kafka_progress import ProgressRecord, decode_fence, encode_fence, progress_key
-from sinks._kafka_records import RecordLayout, build_records
-from sinks.errors import ConfigError, ManifestCorruptError
-from sinks.kafka import KafkaSinkConfig, redacted
+from durable_sinks.core.errors import ConfigError, ManifestCorruptError
+from durable_sinks.core.redaction import redact
+from durable_sinks.sinks.kafka import KafkaSinkConfig
+from durable_sinks.sinks.kafka.progress import (
+    ProgressRecord,
+    decode_fence,
+    encode_fence,
+    progress_key,
+)
+from durable_sinks.sinks.kafka.records import RecordLayout, build_records
 
 BATCH = pa.record_batch(
     {
@@ -125,7 +131,7 @@ def test_secrets_are_redacted_in_the_config_repr() -> None:
         producer_config={"sasl.password": "hunter2", "ssl.key.password": "k", "linger.ms": 5},
     )
     assert "hunter2" not in repr(config)
-    assert redacted(config.producer_config) == {
+    assert redact(config.producer_config) == {
         "sasl.password": "***",
         "ssl.key.password": "***",
         "linger.ms": 5,

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sinks import errors
-from sinks.naming import MAX_BYTES, ParticipantName, component, owner_prefix
+from durable_sinks.core import errors
+from durable_sinks.core.naming import MAX_BYTES, ParticipantName, component, owner_prefix
 
 
 @given(

@@ -4,14 +4,16 @@ Spark, no servers: these all fail before anything is contacted)."""
 from __future__ import annotations
 
 import pickle
+from pathlib import Path
 
 import pytest
 
-from coordinator.spark import JobOptions, durable_sink, plan_chunks, sink
-from manifest import LocalDirectoryStore, is_postgres_dsn, store_from
-from manifest.postgres import PostgresDecisionStore
-from sinks import DeliveryGuarantee
-from sinks.errors import ConfigError
+from durable_sinks.core import DeliveryGuarantee
+from durable_sinks.core.errors import ConfigError
+from durable_sinks.manifest import LocalDirectoryStore, is_postgres_dsn, store_from
+from durable_sinks.manifest.postgres import PostgresDecisionStore
+from durable_sinks.spark import JobOptions, durable_sink, sink
+from durable_sinks.spark._arrow import plan_chunks
 
 
 def test_chunks_hold_whole_partitions_and_at_most_max_rows() -> None:
@@ -37,7 +39,9 @@ def test_job_options_are_split_from_sink_options() -> None:
         ({}, "job_id"),
         ({"job_id": "  "}, "job_id"),
         ({"job_id": "j", "guarantee": "exactly-twice"}, "guarantee"),
-        ({"job_id": "j", "mode": "cluster"}, "mode"),
+        ({"job_id": "j", "execution": "cluster"}, "execution"),
+        ({"job_id": "j", "mode": "cluster"}, "neither a Postgres sink mode"),
+        ({"job_id": "j", "mode": "driver", "execution": "executor"}, "contradicts"),
         ({"job_id": "j", "max_rows_in_memory": 0}, "max_rows_in_memory"),
         ({"job_id": "j", "driver_read": "collect"}, "driver_read"),
         ({"job_id": "j", "retain_epochs": 0}, "retain_epochs"),
@@ -84,17 +88,34 @@ def test_decision_store_targets() -> None:
         store_from("")
 
 
-def test_mode_values_tell_the_job_mode_from_the_postgres_write_mode() -> None:
+def test_execution_has_its_own_name_and_mode_is_the_postgres_sinks() -> None:
     job, rest = JobOptions.split({"job_id": "j", "mode": "upsert", "key": ("id",)})
-    assert job.mode == "driver"
+    assert job.execution == "driver"
     assert rest == {"mode": "upsert", "key": ("id",)}
-    job, rest = JobOptions.split({"job_id": "j", "mode": "executor"})
-    assert job.mode == "executor"
+    job, rest = JobOptions.split({"job_id": "j", "execution": "executor", "mode": "append"})
+    assert job.execution == "executor"
+    assert rest == {"mode": "append"}
+
+
+def test_the_old_spelling_of_execution_still_works_with_a_deprecation_warning(
+    tmp_path: Path,
+) -> None:
+    with pytest.warns(DeprecationWarning, match=r"mode='executor'.*execution='executor'"):
+        job, rest = JobOptions.split({"job_id": "j", "mode": "executor"})
+    assert job.execution == "executor"
     assert rest == {}
+    with pytest.warns(DeprecationWarning, match="execution='driver'") as caught:
+        writer = durable_sink(
+            "files", path=str(tmp_path / "out"), job_id="j", mode="driver", decision_store=tmp_path
+        )
+    writer.close()
+    assert writer.options.execution == "driver"
+    # It points at the caller's line, where the fix goes.
+    assert caught[0].filename == __file__
 
 
 def test_data_source_options_are_read_from_spark_strings() -> None:
-    from coordinator.spark._datasource import parse_options
+    from durable_sinks.spark._datasource import parse_options
 
     specs, job = parse_options(
         {
@@ -109,7 +130,7 @@ def test_data_source_options_are_read_from_spark_strings() -> None:
         }
     )
     assert job.job_id == "42"
-    assert job.mode == "executor"
+    assert job.execution == "executor"
     assert specs[0].kind == "postgres"
     assert specs[0].config == {
         "dsn": "host=h port=5432 dbname=d",
@@ -133,11 +154,16 @@ def test_data_source_options_are_read_from_spark_strings() -> None:
         ({"job_id": "j"}, "needs option `kind`"),
         ({"job_id": "j", "sinks": "[1]"}, "JSON list of objects"),
         ({"job_id": "j", "sinks": "[]", "table": "t"}, "go inside each sink"),
-        ({"job_id": "j", "kind": "files", "path2": "x", "mode": "driver"}, "always writes"),
+        ({"job_id": "j", "kind": "files", "path2": "x", "execution": "driver"}, "always writes"),
+        pytest.param(
+            {"job_id": "j", "kind": "files", "path2": "x", "mode": "driver"},
+            "always writes",
+            marks=pytest.mark.filterwarnings("ignore:durable_sink.mode=:DeprecationWarning"),
+        ),
     ],
 )
 def test_bad_data_source_options_name_the_fix(options: dict[str, str], names: str) -> None:
-    from coordinator.spark._datasource import parse_options
+    from durable_sinks.spark._datasource import parse_options
 
     with pytest.raises(ConfigError, match=names) as caught:
         parse_options(options)
@@ -145,7 +171,7 @@ def test_bad_data_source_options_name_the_fix(options: dict[str, str], names: st
 
 
 def test_spark_result_size_failures_are_recognised_however_wrapped() -> None:
-    from coordinator.spark._arrow import _too_large, is_result_too_large
+    from durable_sinks.spark._arrow import _too_large, is_result_too_large
 
     spark_line = (
         "Total size of serialized results of 2 tasks (89.5 MiB) is bigger than "

@@ -6,11 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from coordinator import Resolution, resolve, validate
-from manifest import DecisionRecord, LocalDirectoryStore, MemoryDecisionStore
-from sinks import CommitHandle, DeliveryGuarantee, FileSink, FileSinkConfig, SinkCapabilities
-from sinks.errors import CapabilityError, ConfigError
-from sinks.postgres import PostgresSink, PostgresSinkConfig
+from durable_sinks.coordinator import Resolution, resolve, validate
+from durable_sinks.core import CommitHandle, DeliveryGuarantee, SinkCapabilities
+from durable_sinks.core.errors import CapabilityError, ConfigError
+from durable_sinks.manifest import DecisionRecord, LocalDirectoryStore, MemoryDecisionStore
+from durable_sinks.sinks.files import FileSink, FileSinkConfig
+from durable_sinks.sinks.postgres import PostgresSink, PostgresSinkConfig
 from tests.support.journal_sink import JournalSink
 
 

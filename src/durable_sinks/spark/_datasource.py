@@ -26,10 +26,10 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
 
-from sinks import CommitHandle, SinkConnector
-from sinks.errors import ConfigError
+from durable_sinks.coordinator import prepare_part
+from durable_sinks.core import CommitHandle, SinkConnector
+from durable_sinks.core.errors import ConfigError
 
-from .._worker import prepare_part
 from ._build import build_coordinator, decision_store
 from ._options import JobOptions
 from ._specs import SinkSpec
@@ -63,14 +63,16 @@ def parse_options(options: Mapping[str, str]) -> tuple[list[SinkSpec], JobOption
         values["job_id"] = str(values["job_id"])
     kind = values.pop("kind", None)
     listed = values.pop("sinks", None)
+    asked = values.get("execution", values.get("mode"))
     job, rest = JobOptions.split(values)
-    if job.mode == "driver" and "mode" in options:
+    if asked == "driver":
         raise ConfigError(
-            "the durable data source always writes from the executors (mode='executor')",
+            "the durable data source always writes from the executors (execution='executor')",
             job=job.job_id,
-            fix="drop the mode option, or use foreachBatch(durable_sink(...)) for driver mode",
+            fix="drop the execution option, or use foreachBatch(durable_sink(...)) for driver "
+            "execution",
         )
-    job = replace(job, mode="executor")
+    job = replace(job, execution="executor")
     if listed is not None:
         if kind is not None or rest:
             raise ConfigError(
@@ -183,8 +185,3 @@ class DurableDataSource(DataSource):
         finally:
             coordinator.close()
         return DurableStreamWriter(specs, options)
-
-
-def register_data_source(spark: Any) -> None:
-    """Make `format("durable")` available in `spark` (a SparkSession)."""
-    spark.dataSource.register(DurableDataSource)

@@ -20,69 +20,41 @@ import hashlib
 import json
 import os
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow.parquet as pq
 
-from ._api import (
-    CommitHandle,
-    CommitOutcome,
-    OpenContext,
-    SinkCapabilities,
-    WriteResult,
-)
-from ._durable_fs import (
+from durable_sinks.core.durable_fs import (
     create_exclusive,
     fsync_dir,
     fsync_file,
     remove_tree,
     rename_noreplace,
 )
-from .errors import (
+from durable_sinks.core.errors import (
     ConfigError,
     FencedError,
     ParticipantLostError,
     SchemaMismatchError,
+    UsageError,
 )
-from .naming import ParticipantName
+from durable_sinks.core.naming import ParticipantName
+from durable_sinks.core.protocol import (
+    CommitHandle,
+    CommitOutcome,
+    OpenContext,
+    SinkCapabilities,
+    WriteResult,
+)
+
+from .config import FileSinkConfig
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
 MARKER = "_EPOCH.json"
 STAGING = "_staging"
-COMPRESSIONS = ("none", "snappy", "gzip", "zstd", "lz4", "brotli")
-
-
-@dataclass(frozen=True)
-class FileSinkConfig:
-    """Configuration of a FileSink (picklable; validated when built).
-
-    - path: folder of the dataset (created if missing), on a local POSIX file system.
-    - name: the sink's name within the job.
-    - compression: Parquet codec.
-    - fsync: make data durable before pre_commit returns (turn off only for throwaway data:
-      exactly-once then holds across process crashes, not machine crashes).
-    """
-
-    path: str
-    name: str = "files"
-    compression: str = "zstd"
-    fsync: bool = True
-
-    def __post_init__(self) -> None:
-        if not str(self.path).strip():
-            raise ConfigError("files sink: `path` is empty", fix="give the dataset's folder")
-        if self.compression not in COMPRESSIONS:
-            raise ConfigError(
-                f"files sink: compression {self.compression!r} is not one of {COMPRESSIONS}",
-                sink=self.name,
-                fix="leave the default or choose one of those",
-            )
-        if not self.name or "/" in self.name:
-            raise ConfigError(f"files sink: invalid name {self.name!r}", fix="use a plain word")
 
 
 class _Participant:
@@ -139,7 +111,7 @@ class FileSink:
 
     def _ctx(self) -> OpenContext:
         if self._context is None:
-            raise ConfigError(f"{self!r} is not open; the coordinator opens sinks")
+            raise UsageError(f"{self!r} is not open; the coordinator opens sinks")
         return self._context
 
     def capabilities(self) -> SinkCapabilities:
@@ -262,7 +234,7 @@ class FileSink:
 
     def _require_current(self) -> _Participant:
         if self._current is None:
-            raise ConfigError(
+            raise UsageError(
                 "no epoch is open; call begin_epoch first", job=self._ctx().job_id, sink=self.name
             )
         return self._current

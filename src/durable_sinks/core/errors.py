@@ -5,6 +5,9 @@ the fix. None of them ever holds a secret. They pickle (PySpark pickles errors r
 executors back to the driver).
 
     DurableSinkError
+    ├── UsageError                   the API was called out of order (a sink used before `open`
+    │                                or after `close`, a write with no epoch begun): a bug in
+    │                                the calling code, not in the settings or the data
     ├── ConfigError                  bad configuration; fix it and restart (not retriable)
     │   └── CapabilityError          a sink or store cannot give the requested guarantee/mode
     ├── SchemaMismatchError          the data does not fit the sink (not retriable)
@@ -84,8 +87,16 @@ def _rebuild(
     return error
 
 
+class UsageError(DurableSinkError):
+    """The API was used out of order: a sink called before `open` or after `close`, a batch
+    written with no epoch begun, a coordinator asked to run an epoch before `start`. The
+    settings and the data are fine; the calling code is not. Nothing was written by the call
+    that raised it."""
+
+
 class ConfigError(DurableSinkError):
-    """The configuration is wrong or incomplete. Raised before anything is written."""
+    """The configuration is wrong or incomplete (a setting, a missing table or topic, a
+    missing privilege). Raised before anything is written."""
 
 
 class CapabilityError(ConfigError):

@@ -15,9 +15,9 @@ import json
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from sinks import CommitHandle, SinkConnector
+from durable_sinks.coordinator import prepare_part
+from durable_sinks.core import CommitHandle, SinkConnector
 
-from .._worker import prepare_part
 from ._specs import SinkSpec
 
 if TYPE_CHECKING:

@@ -10,19 +10,20 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from contextlib import closing
+from importlib.metadata import version
 from typing import Any
 
-from sinks import SinkConnector
-from sinks.errors import ConfigError
+from durable_sinks.coordinator import Coordinator, EpochResult, RecoveryReport
+from durable_sinks.core import SinkConnector
+from durable_sinks.core.errors import ConfigError
+from durable_sinks.core.joblog import JobLogger
 
-from .._coordinator import Coordinator, EpochResult
-from .._log import JobLogger
-from .._recovery import RecoveryReport
 from ._arrow import ResultTooLargeError, chunked_batches, streamed_batches
 from ._build import build_coordinator
 from ._executor import prepare_on_executors
 from ._options import JobOptions
 from ._specs import SinkSpec
+from ._worker_check import check_workers
 
 #: Spark sets these on the thread that runs a streaming query's batch (classic PySpark).
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
@@ -59,7 +60,9 @@ class DurableBatchWriter:
         self._coordinator: Coordinator | None = None
         self._query_id: str | None = None
         self._read = options.driver_read
-        if options.mode == "executor":
+        #: Executor mode: whether Spark's Python workers were found able to write.
+        self._workers_checked = options.execution != "executor"
+        if not self._workers_checked:
             built = [s for s in self.specs if not isinstance(s, SinkSpec)]
             if built:
                 raise ConfigError(
@@ -69,6 +72,12 @@ class DurableBatchWriter:
                     fix="give each sink as sink(kind, **options) (or a kind and its options)",
                 )
         self._start()
+        if not self._workers_checked:
+            try:
+                self._check_workers(_active_session())
+            except BaseException:
+                self.close()
+                raise
 
     def __repr__(self) -> str:
         names = ", ".join(_name(s) for s in self.specs)
@@ -87,6 +96,21 @@ class DurableBatchWriter:
         self._coordinator = coordinator
         return coordinator
 
+    def _check_workers(self, spark: Any | None) -> None:
+        """Executor mode: refuse (ConfigError with the fix) unless Spark's Python workers
+        import durable-sinks at this version and build every sink. Without a Spark session
+        yet, the first batch checks, before it writes anything."""
+        if spark is None:
+            return
+        specs = [s for s in self.specs if isinstance(s, SinkSpec)]
+        check_workers(
+            spark,
+            [(s.kind, s.config) for s in specs],
+            job=self.options.job_id,
+            version=version("durable-sinks"),
+        )
+        self._workers_checked = True
+
     def _on_step(self, step: str) -> None:
         """Called after each coordinator step (docs/protocol.md's crash points); crash tests
         override it."""
@@ -102,11 +126,13 @@ class DurableBatchWriter:
         epoch = int(batch_id)
         log = self.log.bind(epoch=epoch)
         self._check_query(df, epoch)
+        if not self._workers_checked:
+            self._check_workers(df.sparkSession)
         coordinator = self._coordinator or self._start()
         coordinator.source = self._query_id
         started = time.perf_counter()
         try:
-            if self.options.mode == "executor":
+            if self.options.execution == "executor":
                 specs = [s for s in self.specs if isinstance(s, SinkSpec)]
                 job = self.options.job_id
                 result = coordinator.run_distributed_epoch(
@@ -185,6 +211,7 @@ class DurableBatchWriter:
         self._coordinator = None
         self._query_id = None
         self._read = self.options.driver_read
+        self._workers_checked = self.options.execution != "executor"
 
 
 def durable_sink(
@@ -194,7 +221,7 @@ def durable_sink(
 
     One sink: `durable_sink("postgres", dsn=..., table="events", job_id="orders")`: the
     options are the sink's (PostgresSinkConfig, KafkaSinkConfig, FileSinkConfig, ...) plus the
-    job's (JobOptions: job_id, decision_store, guarantee, mode, ...).
+    job's (JobOptions: job_id, decision_store, guarantee, execution, ...).
     Several sinks, one atomic decision per batch:
     `durable_sink([sink("postgres", ...), sink("kafka", ...)], job_id="orders")`.
 
@@ -228,6 +255,13 @@ def durable_sink(
             fix="durable_sink('postgres', ...) or durable_sink([sink(...), sink(...)], ...)",
         )
     return DurableBatchWriter(specs, job)
+
+
+def _active_session() -> Any | None:
+    """The Spark session of this thread, if one is running."""
+    from pyspark.sql import SparkSession
+
+    return SparkSession.getActiveSession()
 
 
 def _name(spec: SinkSpec | SinkConnector) -> str:

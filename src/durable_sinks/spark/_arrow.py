@@ -22,9 +22,8 @@ from __future__ import annotations
 from collections.abc import Generator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from sinks.errors import BatchChangedError
-
-from .._log import JobLogger
+from durable_sinks.core.errors import BatchChangedError
+from durable_sinks.core.joblog import JobLogger
 
 if TYPE_CHECKING:
     import pyarrow as pa

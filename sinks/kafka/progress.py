@@ -16,79 +16,22 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, IsolationLevel, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
-from confluent_kafka.admin._listoffsets import OffsetSpec
 
-from ._api import JSON
-from .errors import ManifestCorruptError, TransientError
-from .naming import owner_prefix
+from durable_sinks.core.errors import ManifestCorruptError, TransientError
+from durable_sinks.core.naming import owner_prefix
+from durable_sinks.core.protocol import JSON
+
+from .admin import list_offsets
 
 PROGRESS_VERSION = 1
 #: Records read per step of a backwards scan.
 SCAN_CHUNK = 2_000
-
-
-def latest_spec() -> OffsetSpec:
-    """The offset spec of a partition's end (typed: confluent-kafka's is not)."""
-    spec: OffsetSpec = OffsetSpec.latest()  # type: ignore[no-untyped-call]
-    return spec
-
-
-def earliest_spec() -> OffsetSpec:
-    spec: OffsetSpec = OffsetSpec.earliest()  # type: ignore[no-untyped-call]
-    return spec
-
-
-#: Errors a just-created partition (or a moving leader) gives until the metadata settles.
-_METADATA_LAG = frozenset(
-    {
-        KafkaError.NOT_LEADER_FOR_PARTITION,
-        KafkaError.LEADER_NOT_AVAILABLE,
-        KafkaError.UNKNOWN_TOPIC_OR_PART,
-        KafkaError.UNKNOWN_LEADER_EPOCH,
-        KafkaError.FENCED_LEADER_EPOCH,
-        KafkaError.NOT_COORDINATOR,
-        KafkaError.REQUEST_TIMED_OUT,
-        KafkaError._TRANSPORT,
-        KafkaError._TIMED_OUT,
-    }
-)
-
-
-def list_offsets(
-    admin: AdminClient,
-    partitions: Sequence[TopicPartition],
-    level: IsolationLevel,
-    timeout: float,
-    *,
-    earliest: bool = False,
-) -> dict[TopicPartition, int]:
-    """End (or start) offsets of `partitions` as a reader with `level` sees them. Retries
-    what the broker calls retriable (a new partition's leader not known yet) until `timeout`;
-    raises KafkaException otherwise."""
-    deadline = time.monotonic() + timeout
-    delay = 0.01
-    while True:
-        spec = earliest_spec() if earliest else latest_spec()
-        futures = admin.list_offsets(
-            {p: spec for p in partitions}, isolation_level=level, request_timeout=timeout
-        )
-        try:
-            return {p: f.result().offset for p, f in futures.items()}
-        except KafkaException as exc:
-            error = exc.args[0] if exc.args else None
-            retriable = isinstance(error, KafkaError) and (
-                error.retriable() or error.code() in _METADATA_LAG
-            )
-            if not retriable or time.monotonic() + delay > deadline:
-                raise
-        time.sleep(delay)
-        delay = min(delay * 2, 0.5)
 
 
 def progress_key(job_id: str, sink: str) -> bytes:

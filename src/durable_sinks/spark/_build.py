@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from manifest import DecisionStore, default_store_for, store_from
-from sinks import SinkConnector
-from sinks.errors import ConfigError
+from durable_sinks.coordinator import Coordinator
+from durable_sinks.core import SinkConnector
+from durable_sinks.core.errors import ConfigError
+from durable_sinks.manifest import DecisionStore, default_store_for, store_from
 
-from .._coordinator import Coordinator
 from ._options import JobOptions
 from ._specs import SinkSpec
 
@@ -45,7 +45,7 @@ def build_coordinator(
         [s.build() if isinstance(s, SinkSpec) else s for s in specs],
         decision_store(specs, options),
         guarantee=options.guarantee,
-        executor_mode=options.mode == "executor",
+        executor_mode=options.execution == "executor",
         commit_retry=options.commit_retry,
         retain_epochs=options.retain_epochs,
         one_phase=options.one_phase,

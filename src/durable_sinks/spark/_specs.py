@@ -6,9 +6,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import sinks
-from sinks import SinkConnector
-from sinks.errors import ConfigError
+from durable_sinks import sinks
+from durable_sinks.core import SinkConnector
+from durable_sinks.core.errors import ConfigError
 
 
 @dataclass(frozen=True)

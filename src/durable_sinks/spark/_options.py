@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from manifest import DecisionStore
-from sinks import DeliveryGuarantee
-from sinks.errors import ConfigError
+from durable_sinks.coordinator import RetryPolicy
+from durable_sinks.core import DeliveryGuarantee
+from durable_sinks.core.errors import ConfigError
+from durable_sinks.manifest import DecisionStore
 
-from .._coordinator import RetryPolicy
-
-Mode = Literal["driver", "executor"]
+Execution = Literal["driver", "executor"]
+EXECUTIONS = ("driver", "executor")
 DriverRead = Literal["stream", "chunked"]
 #: Values of the Postgres sink's own `mode` option, passed to the sink in the one-sink form.
 SINK_MODES = ("append", "upsert")
@@ -32,9 +33,10 @@ class JobOptions:
     - decision_store: where commit decisions are made durable: a directory path, a Postgres
       DSN or a DecisionStore. Default: the database of the job's first Postgres sink.
     - guarantee: "exactly-once" (default) or "at-least-once".
-    - mode: "driver" (default: the batch is collected to the driver as Arrow and written by
-      one coordinator) or "executor" (each partition written and prepared in its task). In
-      the one-sink form, mode="append"/"upsert" is the Postgres sink's own option instead.
+    - execution: "driver" (default: the batch is streamed to the driver as Arrow and written
+      by one coordinator) or "executor" (each partition written and prepared in its task).
+      Its old spelling `mode="driver"|"executor"` still works, with a DeprecationWarning,
+      until the next release; `mode` is the Postgres sink's option (append/upsert).
     - driver_read: how driver mode reads a batch (see _arrow.py). "stream" (default): one
       Spark job, record batches as partitions finish; a batch larger than
       spark.driver.maxResultSize is read again "chunked" (and so are the writer's later
@@ -49,7 +51,7 @@ class JobOptions:
     job_id: str
     decision_store: StoreTarget | None = None
     guarantee: DeliveryGuarantee = DeliveryGuarantee.EXACTLY_ONCE
-    mode: Mode = "driver"
+    execution: Execution = "driver"
     driver_read: DriverRead = "stream"
     max_rows_in_memory: int = DEFAULT_MAX_ROWS_IN_MEMORY
     one_phase: bool = True
@@ -72,11 +74,11 @@ class JobOptions:
                 job=self.job_id,
                 fix="guarantee='exactly-once' (the default) or 'at-least-once'",
             ) from None
-        if self.mode not in ("driver", "executor"):
+        if self.execution not in EXECUTIONS:
             raise ConfigError(
-                f"mode {self.mode!r} is not 'driver' or 'executor'",
+                f"execution {self.execution!r} is not 'driver' or 'executor'",
                 job=self.job_id,
-                fix="mode='driver' (the default) or mode='executor'",
+                fix="execution='driver' (the default) or execution='executor'",
             )
         if self.driver_read not in ("stream", "chunked"):
             raise ConfigError(
@@ -100,13 +102,36 @@ class JobOptions:
 
     @classmethod
     def split(cls, options: Mapping[str, Any]) -> tuple[JobOptions, dict[str, Any]]:
-        """Job options from `options`, and what is left (the sink's configuration)."""
+        """Job options from `options`, and what is left (the sink's configuration). The old
+        spelling `mode="driver"|"executor"` becomes `execution` with a DeprecationWarning;
+        any other `mode` is the sink's (the Postgres sink's append/upsert)."""
         names = set(cls.__dataclass_fields__)
         job = {k: v for k, v in options.items() if k in names}
         rest = {k: v for k, v in options.items() if k not in names}
-        if job.get("mode") in SINK_MODES:
-            # `mode` is also a Postgres sink option (append/upsert): its values tell which.
-            rest["mode"] = job.pop("mode")
+        if "mode" in rest and rest["mode"] not in (*SINK_MODES, *EXECUTIONS):
+            raise ConfigError(
+                f"mode {rest['mode']!r} is neither a Postgres sink mode {SINK_MODES} nor the old "
+                f"spelling of execution {EXECUTIONS}",
+                job=str(job.get("job_id", "")),
+                fix="execution='driver' (the default) or 'executor' says where batches are "
+                "written; mode='append' or 'upsert' is the Postgres sink's",
+            )
+        if rest.get("mode") in EXECUTIONS:
+            mode = rest.pop("mode")
+            if "execution" in job and job["execution"] != mode:
+                raise ConfigError(
+                    f"mode={mode!r} (the old spelling of execution) contradicts "
+                    f"execution={job['execution']!r}",
+                    job=str(job.get("job_id", "")),
+                    fix="drop mode= and keep execution=",
+                )
+            warnings.warn(
+                f"durable_sink(mode={mode!r}) is deprecated and will be removed in the next "
+                f"release: write execution={mode!r} (mode is the Postgres sink's append/upsert)",
+                DeprecationWarning,
+                stacklevel=3,
+            )
+            job["execution"] = mode
         if "job_id" not in job:
             job["job_id"] = ""
         return cls(**job), rest

@@ -1,0 +1,127 @@
+"""Where an epoch's decision is found, and the checks made when an epoch has none.
+
+A decision lives in the decision store or, when a sink is the job's commit point (Kafka as
+last resource, or the only sink of a one-phase job), in that sink's own commit, which carried
+it. The store caches what a slow-to-read commit point carried (Kafka), never what a fast one
+carries (one-phase Postgres reads it with one indexed query).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from durable_sinks.core.errors import EpochOrderError
+from durable_sinks.core.protocol import LastResource, SinkConnector
+from durable_sinks.manifest import DecisionRecord, DecisionStore
+
+from ._metrics import EpochMetrics
+
+
+class DecisionBook:
+    """The decisions of one job. `last` is the sink that carries decisions in its commit, if
+    any (known once the coordinator has validated the job)."""
+
+    def __init__(
+        self,
+        job_id: str,
+        store: DecisionStore,
+        sinks: Sequence[SinkConnector],
+        last: LastResource | None,
+    ) -> None:
+        self.job_id = job_id
+        self.store = store
+        self.sinks = sinks
+        self.last = last
+
+    @property
+    def caches_decisions(self) -> bool:
+        """Whether decisions the commit point carried are copied into the store. A
+        non-resumable last resource (Kafka) is slow to read back, so the store caches its
+        decisions; a one-phase sink answers read_decision with one indexed read, and an extra
+        durable write per epoch would cost what one-phase commit saves."""
+        return self.last is not None and not self.last.capabilities().resumable_prepare
+
+    @property
+    def store_holds_decisions(self) -> bool:
+        """False in one-phase mode: the commit point's sink holds them, the store only fences
+        generations (so there is nothing to mark finished or expire)."""
+        return self.last is None or self.caches_decisions
+
+    def decision(self, epoch: int) -> DecisionRecord | None:
+        """The durable decision of `epoch`: from the store or, when a sink is the commit
+        point, from the record its commit carried (recovery trusts that one)."""
+        return self.store.get(epoch) or self._carried(epoch)
+
+    def _carried(self, epoch: int) -> DecisionRecord | None:
+        last = self.last
+        if last is None:
+            return None
+        landed = last.last_committed_epoch()
+        if landed is None or epoch > landed:
+            return None  # nothing committed this epoch, so no commit carried its decision
+        carried = last.read_decision(epoch)
+        if carried is None:
+            return None
+        return DecisionRecord.from_json(carried, source=f"{last.name} commit")
+
+    def for_epoch(self, epoch: int) -> DecisionRecord | None:
+        """`decision(epoch)`, copying a decision found only in the commit point into the
+        store when the store caches them."""
+        decision = self.store.get(epoch)
+        if decision is not None:
+            return decision
+        carried = self._carried(epoch)
+        if carried is None or not self.caches_decisions:
+            return carried
+        return self.store.put(carried)
+
+    def lookup(
+        self, epoch: int, source: str | None, metrics: EpochMetrics
+    ) -> DecisionRecord | None:
+        """The epoch's decision, checked to come from `source`; with none, a check that no
+        later epoch (or this one) already landed anywhere."""
+        with metrics.phase("lookup"):
+            decided = self.for_epoch(epoch)
+            if decided is None:
+                self.check_order(epoch)
+        if decided is not None:
+            self.check_source(decided, source)
+        return decided
+
+    def check_source(self, decided: DecisionRecord, source: str | None) -> None:
+        """EpochOrderError when `decided` holds data of another stream than `source`."""
+        if source is None or decided.source is None or decided.source == source:
+            return
+        raise EpochOrderError(
+            f"epoch {decided.epoch} was already committed with data of source "
+            f"{decided.source!r}; this coordinator writes source {source!r}: another "
+            "query writes under the same job id",
+            job=self.job_id,
+            epoch=decided.epoch,
+            fix="give each streaming query its own job_id (a query keeps its id across "
+            "restarts from the same checkpoint)",
+        )
+
+    def check_order(self, epoch: int) -> None:
+        """No decision for `epoch`: make sure nothing later (or this epoch) already landed."""
+        latest = self.store.latest_epoch()
+        if latest is not None and latest > epoch:
+            raise EpochOrderError(
+                f"asked to write epoch {epoch} but epoch {latest} is already committed",
+                job=self.job_id,
+                epoch=epoch,
+                fix="the query's checkpoint was reset or deleted, or another query uses this "
+                "job_id: give the query a new job_id, or restore its checkpoint",
+            )
+        for sink in self.sinks:
+            landed = sink.last_committed_epoch()
+            if landed is not None and landed >= epoch:
+                raise EpochOrderError(
+                    f"the sink already holds epoch {landed} but the decision store has no "
+                    f"decision for epoch {epoch}",
+                    job=self.job_id,
+                    sink=sink.name,
+                    epoch=epoch,
+                    fix="the decision store was reset or is not this job's, or the sink's data "
+                    "is shared with another job: point the job at its own store and sink",
+                )

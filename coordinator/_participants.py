@@ -1,0 +1,153 @@
+"""What the epoch procedures do to the job's sinks besides beginning and preparing: stream
+the batches into them, commit a decided epoch's participants, undo an attempt, and roll back
+the losing attempts of a distributed epoch. Each step yields its crash point's name."""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Iterable, Sequence
+from functools import partial
+from typing import TYPE_CHECKING
+
+from durable_sinks.core.errors import CommitIncompleteError, DurableSinkError, SchemaMismatchError
+from durable_sinks.core.joblog import JobLogger
+from durable_sinks.core.naming import ParticipantName
+from durable_sinks.core.protocol import CommitHandle, DistributedSink, SinkConnector
+from durable_sinks.manifest import DecisionRecord
+
+from ._metrics import EpochMetrics
+from ._retry import RetryPolicy
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+Steps = Generator[str, None, None]
+
+
+class Participants:
+    """The job's sinks as the epoch procedures use them. Commits and rollbacks retry
+    transient errors by `retry`."""
+
+    def __init__(self, job_id: str, sinks: Sequence[SinkConnector], retry: RetryPolicy) -> None:
+        self.job_id = job_id
+        self.sinks = sinks
+        self.retry = retry
+
+    def write(
+        self,
+        epoch: int,
+        sinks: Sequence[SinkConnector],
+        batches: Iterable[pa.RecordBatch],
+        metrics: EpochMetrics,
+    ) -> Steps:
+        """Stream every batch into every one of `sinks` (one pass over `batches`)."""
+        for index, batch in enumerate(batches):
+            _require_record_batch(batch, self.job_id, epoch)
+            metrics.batches += 1
+            for sink in sinks:
+                with metrics.phase("write"):
+                    written = sink.write_batch(batch)
+                metrics.rows[sink.name] = metrics.rows.get(sink.name, 0) + written.rows
+                metrics.bytes[sink.name] = metrics.bytes.get(sink.name, 0) + written.bytes
+                yield f"after-write:{index}:{sink.name}"
+
+    def commit(self, sink: SinkConnector, handle: CommitHandle) -> None:
+        """Commit one participant of a decided epoch (idempotent), retrying transient errors;
+        CommitIncompleteError when it cannot be done now (replay or restart finishes it)."""
+        try:
+            self.retry.call(lambda: sink.commit_epoch(handle.epoch, handle))
+        except DurableSinkError as exc:
+            raise CommitIncompleteError(
+                f"the epoch is decided but committing participant {handle.participant} failed: "
+                f"{exc}",
+                job=self.job_id,
+                sink=sink.name,
+                epoch=handle.epoch,
+                fix="replaying the epoch or restarting the job finishes the commit",
+            ) from exc
+
+    def commit_decided(
+        self, decision: DecisionRecord, metrics: EpochMetrics, skip: SinkConnector | None
+    ) -> Steps:
+        """Commit every participant `decision` names, except those of `skip` (the last
+        resource, whose participant committed with the decision itself)."""
+        by_name = {s.name: s for s in self.sinks}
+        for handle in decision.handles:
+            sink = by_name.get(handle.sink)
+            if sink is None:
+                raise CommitIncompleteError(
+                    f"the decision names sink {handle.sink!r}, which this job no longer has",
+                    job=self.job_id,
+                    epoch=decision.epoch,
+                    fix="restart the job with the same sinks to finish the epoch",
+                )
+            if sink is skip:
+                continue
+            with metrics.phase("commit"):
+                self.commit(sink, handle)
+            yield f"after-commit:{sink.name}"
+
+    def roll_back(self, sink: SinkConnector, epoch: int, handle: CommitHandle | None) -> None:
+        """Roll back one participant, retrying transient errors."""
+        self.retry.call(partial(sink.rollback_epoch, epoch, handle))
+
+    def undo(
+        self,
+        epoch: int,
+        begun: Sequence[SinkConnector],
+        handles: dict[str, CommitHandle],
+        log: JobLogger,
+    ) -> None:
+        """Undo every participant of a failed attempt. A failure here is logged, not raised:
+        the original error matters more, and recovery rolls back whatever is left (presumed
+        abort)."""
+        for sink in begun:
+            try:
+                sink.rollback_epoch(epoch, handles.get(sink.name))
+            except Exception as exc:  # noqa: BLE001 - see docstring
+                log.bind(sink=sink.name).warning(
+                    "rollback failed (%s); recovery will roll back the leftover", brief(exc)
+                )
+
+    def discard_losers(
+        self,
+        decision: DecisionRecord | None,
+        generation: int | None,
+        metrics: EpochMetrics,
+        log: JobLogger,
+    ) -> Steps:
+        """Roll back every prepared participant of the epoch that `decision` does not name
+        (failed, retried or speculative attempts; all of them when there is no decision),
+        made by `generation` or an older one. A newer generation's are never touched: this
+        coordinator may be the zombie."""
+        epoch = metrics.epoch
+        for sink in self.sinks:
+            if not isinstance(sink, DistributedSink):
+                continue
+            with metrics.phase("commit"):
+                for handle in sink.prepared_participants(epoch):
+                    name = ParticipantName.parse(handle.participant)
+                    if decision is not None and decision.commits(handle):
+                        continue
+                    if name is None or generation is None or name.generation > generation:
+                        continue
+                    self.roll_back(sink, epoch, handle)
+                    log.bind(sink=sink.name).info(
+                        "rolled back attempt %s (not in the decision)", handle.participant
+                    )
+            yield f"after-discard:{sink.name}"
+
+
+def brief(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _require_record_batch(batch: object, job: str, epoch: int) -> None:
+    import pyarrow as pa
+
+    if not isinstance(batch, pa.RecordBatch):
+        raise SchemaMismatchError(
+            f"expected pyarrow.RecordBatch, got {type(batch).__name__}",
+            job=job,
+            epoch=epoch,
+            fix="pass record batches (e.g. table.to_batches())",
+        )

@@ -1,0 +1,45 @@
+"""How the coordinator retries sink calls that failed transiently (never anything else)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from tenacity import (
+    Retrying,
+    retry_if_exception,
+    stop_after_attempt,
+    stop_after_delay,
+    wait_exponential,
+)
+
+from durable_sinks.core.errors import DurableSinkError
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How phase-2 commits and rollbacks retry errors that say they are retriable
+    (TransientError, InDoubtError); any other error is raised at once."""
+
+    attempts: int = 8
+    max_seconds: float = 60.0
+    first_wait: float = 0.05
+    max_wait: float = 5.0
+
+    def retrying(self) -> Retrying:
+        return Retrying(
+            retry=retry_if_exception(lambda e: isinstance(e, DurableSinkError) and e.retriable),
+            stop=stop_after_attempt(self.attempts) | stop_after_delay(self.max_seconds),
+            wait=wait_exponential(multiplier=self.first_wait, max=self.max_wait),
+            reraise=True,
+        )
+
+    def call(self, call: Callable[[], T]) -> T:
+        """`call()`, retried by this policy; the last error is raised when it gives up."""
+        for attempt in self.retrying():
+            with attempt:
+                return call()
+        raise AssertionError("unreachable: tenacity re-raises the last error")  # pragma: no cover

@@ -1,0 +1,10 @@
+"""Kafka: one transaction per epoch, a progress record carrying the decision, the job's last
+resource (docs/kafka.md). `sink` holds the protocol's methods; `config`, `admin` (cluster
+checks and offsets), `producer` (the transactional producer and what its errors mean),
+`errors`, `records` (Arrow rows to Kafka records) and `progress` (the progress topic) the
+pieces they use."""
+
+from .config import KafkaSinkConfig
+from .sink import KafkaSink
+
+__all__ = ["KafkaSink", "KafkaSinkConfig"]

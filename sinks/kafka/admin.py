@@ -1,0 +1,265 @@
+"""What the sink asks of the cluster through its admin API: at `open`, that the broker's
+transaction limit fits the sink's time-out and that the topic and progress topic exist (or are
+created) with settings that keep the progress; per epoch, offsets, to wait until
+read_committed readers see a committed epoch."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, OffsetSpec
+
+from durable_sinks.core.errors import ConfigError, TransientError
+from durable_sinks.core.joblog import JobLogger
+
+from .config import KafkaSinkConfig
+from .errors import Where, kafka_error_of
+
+#: Errors a just-created partition (or a moving leader) gives until the metadata settles.
+_METADATA_LAG = frozenset(
+    {
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+        KafkaError.UNKNOWN_LEADER_EPOCH,
+        KafkaError.FENCED_LEADER_EPOCH,
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.REQUEST_TIMED_OUT,
+        KafkaError._TRANSPORT,
+        KafkaError._TIMED_OUT,
+    }
+)
+
+
+def _spec(earliest: bool) -> OffsetSpec:
+    """The offset spec of a partition's start or end (typed: confluent-kafka's is not)."""
+    spec: OffsetSpec = (
+        OffsetSpec.earliest()  # type: ignore[no-untyped-call]
+        if earliest
+        else OffsetSpec.latest()  # type: ignore[no-untyped-call]
+    )
+    return spec
+
+
+def list_offsets(
+    admin: AdminClient,
+    partitions: Sequence[TopicPartition],
+    level: IsolationLevel,
+    timeout: float,
+    *,
+    earliest: bool = False,
+) -> dict[TopicPartition, int]:
+    """End (or start) offsets of `partitions` as a reader with `level` sees them. Retries
+    what the broker calls retriable (a new partition's leader not known yet) until `timeout`;
+    raises KafkaException otherwise."""
+    deadline = time.monotonic() + timeout
+    delay = 0.01
+    while True:
+        spec = _spec(earliest)
+        futures = admin.list_offsets(
+            {p: spec for p in partitions}, isolation_level=level, request_timeout=timeout
+        )
+        try:
+            return {p: f.result().offset for p, f in futures.items()}
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args else None
+            retriable = isinstance(error, KafkaError) and (
+                error.retriable() or error.code() in _METADATA_LAG
+            )
+            if not retriable or time.monotonic() + delay > deadline:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, 0.5)
+
+
+@dataclass(frozen=True)
+class TopicFacts:
+    """What `open` learned of the sink's topic."""
+
+    partitions: int
+    #: The largest record the topic and the producer accept (bytes).
+    record_limit: int
+
+
+class Cluster:
+    """The sink's admin client and the checks it runs. `where(epoch)` gives the job, sink and
+    epoch every error names."""
+
+    def __init__(
+        self, config: KafkaSinkConfig, settings: dict[str, Any], where: Where, log: JobLogger
+    ) -> None:
+        self.config = config
+        self.admin = AdminClient(settings)
+        self._where = where
+        self._log = log
+        self._timeout = config.request_timeout_s
+
+    # -- at open -------------------------------------------------------------------------------
+    def check(self) -> TopicFacts:
+        """Check the broker's transaction limit, create or check both topics; ConfigError
+        naming the fix, TransientError when the cluster cannot be reached."""
+        self._check_broker()
+        return self._ensure_topics()
+
+    def _check_broker(self) -> None:
+        """transaction.timeout.ms must not exceed the broker's transaction.max.timeout.ms."""
+        try:
+            cluster = self.admin.describe_cluster(request_timeout=self._timeout).result()
+            broker = ConfigResource(ConfigResource.Type.BROKER, str(cluster.nodes[0].id))
+            configs = self.admin.describe_configs([broker], request_timeout=self._timeout)
+            entries = configs[broker].result()
+        except KafkaException as exc:
+            raise TransientError(
+                f"cannot reach the Kafka cluster at {self.config.bootstrap_servers}: "
+                f"{kafka_error_of(exc) or exc}",
+                **self._where(None),
+                fix="check that the brokers run and bootstrap_servers and the security "
+                "settings are right",
+            ) from None
+        entry = entries.get("transaction.max.timeout.ms")
+        limit = int(entry.value) if entry is not None and entry.value else 900_000
+        if self.config.transaction_timeout_ms > limit:
+            raise ConfigError(
+                f"transaction_timeout_ms {self.config.transaction_timeout_ms} exceeds the "
+                f"broker's transaction.max.timeout.ms ({limit})",
+                **self._where(None),
+                fix=f"set transaction_timeout_ms <= {limit}, or raise transaction.max.timeout.ms "
+                "in the brokers' server.properties",
+            )
+
+    def _ensure_topics(self) -> TopicFacts:
+        topic, progress = self.config.topic, self.config.progress_topic_name
+        metadata = self.admin.list_topics(timeout=self._timeout)
+        wanted: list[NewTopic] = []
+        if topic not in metadata.topics:
+            if not self.config.create_topic:
+                raise ConfigError(
+                    f"topic {topic!r} does not exist",
+                    **self._where(None),
+                    fix="create it, or set create_topic=True (with topic_partitions=)",
+                )
+            wanted.append(
+                NewTopic(topic, self.config.topic_partitions, self.config.replication_factor)
+            )
+        if progress not in metadata.topics:
+            wanted.append(
+                NewTopic(
+                    progress,
+                    1,
+                    self.config.replication_factor,
+                    config={"cleanup.policy": "compact", "min.compaction.lag.ms": "3600000"},
+                )
+            )
+        created = self.admin.create_topics(wanted, request_timeout=self._timeout) if wanted else {}
+        for name, future in created.items():
+            try:
+                future.result()
+                self._log.info("created topic %s", name)
+            except KafkaException as exc:
+                error = kafka_error_of(exc)
+                if error is None or error.code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                    raise ConfigError(
+                        f"cannot create topic {name!r}: {error or exc}",
+                        **self._where(None),
+                        fix="create it yourself, or grant the CREATE permission",
+                    ) from None
+        if wanted:
+            metadata = self._wait_for_topics([t.topic for t in wanted])
+        progress_partitions = len(metadata.topics[progress].partitions)
+        if progress_partitions != 1:
+            raise ConfigError(
+                f"progress topic {progress!r} has {progress_partitions} partitions; it needs 1",
+                **self._where(None),
+                fix="give the sink another progress_topic (it is created with 1 partition)",
+            )
+        return TopicFacts(
+            len(metadata.topics[topic].partitions), self._check_topic_configs(topic, progress)
+        )
+
+    def _wait_for_topics(self, names: list[str]) -> Any:
+        deadline = time.monotonic() + self._timeout
+        while True:
+            metadata = self.admin.list_topics(timeout=self._timeout)
+            ready = all(
+                n in metadata.topics
+                and metadata.topics[n].error is None
+                and metadata.topics[n].partitions
+                and all(p.leader >= 0 for p in metadata.topics[n].partitions.values())
+                for n in names
+            )
+            if ready or time.monotonic() > deadline:
+                return metadata
+            time.sleep(0.05)
+
+    def _check_topic_configs(self, topic: str, progress: str) -> int:
+        """Refuse a progress topic that could delete the last committed epoch; return the
+        record size limit (the topic's max.message.bytes, the producer's message.max.bytes)."""
+        resources = [
+            ConfigResource(ConfigResource.Type.TOPIC, topic),
+            ConfigResource(ConfigResource.Type.TOPIC, progress),
+        ]
+        futures = self.admin.describe_configs(resources, request_timeout=self._timeout)
+        topic_config, progress_config = (futures[r].result() for r in resources)
+        cleanup = progress_config["cleanup.policy"].value or ""
+        retention = int(progress_config["retention.ms"].value or -1)
+        if "compact" not in cleanup and 0 <= retention < 7 * 24 * 3600 * 1000:
+            raise ConfigError(
+                f"progress topic {progress!r} has cleanup.policy={cleanup} and retention.ms="
+                f"{retention}: the last committed epoch could be deleted",
+                **self._where(None),
+                fix="set cleanup.policy=compact on it (or retention.ms=-1)",
+            )
+        limits = [int(topic_config["max.message.bytes"].value)]
+        limits.append(int(self.config.producer_config.get("message.max.bytes", 1_000_000)))
+        return min(limits)
+
+    def health_check(self) -> None:
+        try:
+            self.admin.list_topics(self.config.topic, timeout=self._timeout)
+        except KafkaException as exc:
+            raise TransientError(
+                f"the Kafka cluster does not answer: {kafka_error_of(exc) or exc}",
+                **self._where(None),
+                fix="check that the brokers run",
+            ) from None
+
+    # -- per epoch -----------------------------------------------------------------------------
+    def high_watermarks(self, partitions: int) -> dict[TopicPartition, int]:
+        """High watermarks (read_uncommitted) of the topic's partitions: after pre_commit's
+        flush they are past the epoch's records. The progress record needs no wait: its
+        readers (recovery) read up to the high watermark with read_committed, which waits
+        for the commit markers by itself."""
+        topic = [TopicPartition(self.config.topic, p) for p in range(partitions)]
+        return list_offsets(self.admin, topic, IsolationLevel.READ_UNCOMMITTED, self._timeout)
+
+    def await_visible(self, written: dict[TopicPartition, int], epoch: int) -> None:
+        """Wait until read_committed readers can see the epoch (the commit markers landed on
+        every partition): the last stable offsets reach the high watermarks taken before the
+        commit. Bounded: another writer's open transaction can hold them back."""
+        deadline = time.monotonic() + self.config.visibility_timeout_s
+        pending = dict(written)
+        delay = 0.001
+        while pending:
+            try:
+                stable = list_offsets(
+                    self.admin, list(pending), IsolationLevel.READ_COMMITTED, self._timeout
+                )
+            except KafkaException:
+                stable = {}
+            pending = {p: o for p, o in pending.items() if stable.get(p, -1) < o}
+            if not pending:
+                return
+            if time.monotonic() > deadline:
+                self._log.bind(epoch=epoch).warning(
+                    "committed, but read_committed readers do not see it yet after %.1f s "
+                    "(another transaction holds %s)",
+                    self.config.visibility_timeout_s,
+                    ", ".join(f"{p.topic}[{p.partition}]" for p in pending),
+                )
+                return
+            time.sleep(delay)
+            delay = min(delay * 2, 0.05)

@@ -1,0 +1,9 @@
+"""Postgres: prepared transactions, binary COPY from Arrow, epoch markers, fencing, append and
+upsert (docs/postgres.md). `sink` holds the protocol's methods; `config`, `catalog` (the
+table's checks), `fencing` (marker and fence tables), `load` (COPY and merge), `columns`
+(Arrow to Postgres types) and `errors` (psycopg's errors translated) the pieces they use."""
+
+from .config import PostgresSinkConfig
+from .sink import PostgresSink
+
+__all__ = ["PostgresSink", "PostgresSinkConfig"]

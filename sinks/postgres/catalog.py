@@ -1,0 +1,192 @@
+"""The target table as the server has it: checked at start (settings, privileges, the upsert
+key), created from the first batch's schema on request, and compared with each new batch
+schema before anything of the batch is written."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+from psycopg import sql
+
+from durable_sinks.core.errors import ConfigError, SchemaMismatchError
+from durable_sinks.core.protocol import OpenContext
+
+from .columns import TableColumn, ddl_type, mismatches
+from .config import PostgresSinkConfig
+from .errors import config_error
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+Connect = Callable[[], "psycopg.Connection[Any]"]
+
+
+class TargetTable:
+    """One sink's table. `connect()` gives an autocommit session; each call may run on a new
+    one. The table's columns are read once, and each new batch schema is checked once."""
+
+    def __init__(self, config: PostgresSinkConfig, context: OpenContext, connect: Connect) -> None:
+        self.config = config
+        self.context = context
+        self._connect = connect
+        self.identifier = sql.Identifier(config.schema_name, config.table_name)
+        self._columns: dict[str, TableColumn] | None = None
+        #: The last batch schema found to fit the table.
+        self.checked_schema: pa.Schema | None = None
+
+    # -- at start ------------------------------------------------------------------------------
+    def check(self) -> None:
+        """Everything a job needs of the server and the table, before anything is written:
+        enough prepared transactions (unless this sink commits in one phase), the table (or
+        create_table), the privileges, and the upsert key's unique index."""
+        conn = self._connect()
+        setting = conn.execute("SHOW max_prepared_transactions").fetchone()
+        maximum = int(setting[0]) if setting else 0
+        # A one-phase sink never prepares; recovery of older prepared leftovers works
+        # whatever the setting.
+        if not self.context.commit_point and maximum < self.config.participants_in_flight:
+            raise config_error(
+                self.context,
+                f"max_prepared_transactions is {maximum}; this sink needs at least "
+                f"{self.config.participants_in_flight} (two-phase commit)",
+                fix="set max_prepared_transactions = 64 (or more) in postgresql.conf and "
+                "restart Postgres; it cannot be changed without a restart",
+            )
+        columns = self._read_columns(conn)
+        if columns is None:
+            if not self.config.create_table:
+                raise self._missing()
+            return
+        self._columns = columns
+        self._check_privileges(conn)
+        if self.config.mode == "upsert":
+            self._check_upsert_key(conn, columns)
+
+    def _check_privileges(self, conn: psycopg.Connection[Any]) -> None:
+        def allowed(query: str, *args: str) -> bool:
+            row = conn.execute(query, args).fetchone()
+            return bool(row and row[0])
+
+        needed = ["INSERT", "SELECT"] + (["UPDATE"] if self.config.mode == "upsert" else [])
+        missing = [
+            p
+            for p in needed
+            if not allowed("SELECT has_table_privilege(%s, %s)", self.config.qualified, p)
+        ]
+        if self.config.mode == "upsert" and not allowed(
+            "SELECT has_schema_privilege(%s, 'CREATE')", self.config.schema_name
+        ):
+            missing.append(f"CREATE ON SCHEMA {self.config.schema_name} (staging tables)")
+        if missing:
+            raise config_error(
+                self.context,
+                f"the job's user lacks {', '.join(missing)} on {self.config.table}",
+                fix=f"GRANT {', '.join(m for m in missing if ' ' not in m)} ON "
+                f"{self.config.table} TO <the job's user>",
+            )
+
+    def _check_upsert_key(
+        self, conn: psycopg.Connection[Any], columns: dict[str, TableColumn]
+    ) -> None:
+        absent = [k for k in self.config.key if k not in columns]
+        if absent:
+            raise config_error(
+                self.context,
+                f"upsert key columns {absent} are not in {self.config.table}",
+                fix=f"name columns of the table in key= (it has {sorted(columns)})",
+            )
+        indexes = conn.execute(
+            "SELECT array_agg(a.attname::text ORDER BY a.attname) FROM pg_index i "
+            "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) "
+            "WHERE i.indrelid = %s::regclass AND i.indisunique GROUP BY i.indexrelid",
+            (self.config.qualified,),
+        ).fetchall()
+        if sorted(self.config.key) not in [sorted(r[0]) for r in indexes]:
+            raise config_error(
+                self.context,
+                f"upsert on {list(self.config.key)} needs a unique index on exactly those "
+                f"columns of {self.config.table}",
+                fix=f"CREATE UNIQUE INDEX ON {self.config.table} ({', '.join(self.config.key)})",
+            )
+
+    # -- per batch -----------------------------------------------------------------------------
+    def columns_for(self, batch: pa.RecordBatch, epoch: int) -> dict[str, TableColumn]:
+        """The table's columns, checked against the batch's schema (once per schema); the
+        table is created from it first when it is missing and create_table is set."""
+        if self._columns is None:
+            self._columns = self._read_columns(self._connect())
+            if self._columns is None:
+                if not self.config.create_table:
+                    raise self._missing(epoch)
+                self._create(batch.schema, epoch)
+                self._columns = self._read_columns(self._connect())
+                assert self._columns is not None
+        if self.checked_schema is None or not batch.schema.equals(self.checked_schema):
+            problems = mismatches(batch.schema, self._columns)
+            if problems:
+                raise SchemaMismatchError(
+                    f"the batch does not fit table {self.config.table}: " + "; ".join(problems),
+                    job=self.context.job_id,
+                    sink=self.context.sink,
+                    epoch=epoch,
+                    fix="cast the batch's columns to the table's types, or alter the table",
+                )
+            self.checked_schema = batch.schema
+        return self._columns
+
+    def _create(self, schema: pa.Schema, epoch: int) -> None:
+        try:
+            columns = [
+                sql.SQL("{} {}{}").format(
+                    sql.Identifier(f.name),
+                    sql.SQL(ddl_type(f)),
+                    sql.SQL("" if f.nullable else " NOT NULL"),
+                )
+                for f in schema
+            ]
+        except Exception as exc:  # noqa: BLE001 - ddl_type's TypeError and pgpq's own errors
+            raise SchemaMismatchError(
+                f"cannot create {self.config.table} from the batch: {exc}",
+                job=self.context.job_id,
+                sink=self.context.sink,
+                epoch=epoch,
+                fix="cast the column to a type docs/postgres.md maps, or create the table yourself",
+            ) from None
+        key = (
+            sql.SQL(", PRIMARY KEY ({})").format(
+                sql.SQL(", ").join(map(sql.Identifier, self.config.key))
+            )
+            if self.config.key
+            else sql.SQL("")
+        )
+        # Another worker (executor mode) may create it at the same moment.
+        with contextlib.suppress(psycopg.errors.UniqueViolation):
+            self._connect().execute(
+                sql.SQL("CREATE TABLE IF NOT EXISTS {} ({}{})").format(
+                    self.identifier, sql.SQL(", ").join(columns), key
+                )
+            )
+
+    # -- helpers -------------------------------------------------------------------------------
+    def _read_columns(self, conn: psycopg.Connection[Any]) -> dict[str, TableColumn] | None:
+        found = conn.execute("SELECT to_regclass(%s)", (self.config.qualified,)).fetchone()
+        if not found or found[0] is None:
+            return None
+        rows = conn.execute(
+            "SELECT attname, format_type(atttypid, atttypmod), attnotnull, atthasdef "
+            "FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0 "
+            "AND NOT attisdropped ORDER BY attnum",
+            (self.config.qualified,),
+        ).fetchall()
+        return {r[0]: TableColumn(r[0], r[1], r[2], r[3]) for r in rows}
+
+    def _missing(self, epoch: int | None = None) -> ConfigError:
+        return config_error(
+            self.context,
+            f"table {self.config.table} does not exist",
+            epoch=epoch,
+            fix="create it, or set create_table=True to create it from the first batch's schema",
+        )

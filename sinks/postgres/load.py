@@ -1,0 +1,127 @@
+"""The write path of one epoch: Arrow record batches streamed into the epoch's transaction by
+binary COPY (encoded by pgpq), straight into the table (append) or into a per-epoch UNLOGGED
+staging table merged into the table with INSERT ... ON CONFLICT at pre-commit (upsert).
+
+Nothing here commits: every statement runs in the epoch's transaction, which pre-commit
+prepares (or one-phase commit commits)."""
+
+from __future__ import annotations
+
+import hashlib
+import zlib
+from typing import TYPE_CHECKING, Any
+
+import pgpq
+import psycopg
+from psycopg import sql
+
+from durable_sinks.core.naming import ParticipantName
+from durable_sinks.core.protocol import CommitHandle, OpenContext
+
+from .columns import nul_characters
+from .config import PostgresSinkConfig
+from .errors import refuse_data
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+#: Rows encoded per COPY write: small enough to overlap encoding with sending, large enough that
+#: per-call overhead does not show (measured in benchmarks/postgres_sink.py).
+COPY_SLICE_ROWS = 16_384
+
+
+class EpochLoad:
+    """What one attempt at an epoch has loaded into its (still open) transaction."""
+
+    def __init__(
+        self, epoch: int, name: ParticipantName, config: PostgresSinkConfig, context: OpenContext
+    ) -> None:
+        self.epoch = epoch
+        self.context = context
+        self.name = name
+        self.config = config
+        self.table = sql.Identifier(config.schema_name, config.table_name)
+        self.rows = 0
+        self.bytes = 0
+        self.checksum = 0  # CRC-32 of the COPY bytes, for audits
+        self.stage: sql.Identifier | None = None
+        #: Set by pre_commit in one-phase mode: the transaction waits for commit_with_decision.
+        self.handle: CommitHandle | None = None
+
+    @property
+    def checksum_text(self) -> str:
+        return f"crc32:{self.checksum:08x}"
+
+    def copy(self, conn: psycopg.Connection[Any], batch: pa.RecordBatch) -> int:
+        """COPY `batch` into the table (append) or the epoch's staging table (upsert); return
+        the bytes sent. Encodes slice by slice into one COPY, so the server parses one slice
+        while the next is encoded (psycopg's writer thread measured slower: it contends for
+        the GIL with the encoding). Raises SchemaMismatchError for text Postgres cannot hold."""
+        target = self._staging(conn) if self.config.mode == "upsert" else self.table
+        copy_sql = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT binary)").format(
+            target, sql.SQL(", ").join(map(sql.Identifier, batch.schema.names))
+        )
+        encoder = pgpq.ArrowToPostgresBinaryEncoder(batch.schema)
+        sent = 0
+        try:
+            with conn.cursor() as cur, cur.copy(copy_sql) as copy:
+                header = encoder.write_header()
+                for offset in range(0, batch.num_rows, COPY_SLICE_ROWS):
+                    chunk = encoder.write_batch(batch.slice(offset, COPY_SLICE_ROWS))
+                    if offset == 0:
+                        chunk = header + chunk
+                    if offset + COPY_SLICE_ROWS >= batch.num_rows:
+                        chunk += encoder.finish()
+                    self.checksum = zlib.crc32(chunk, self.checksum)
+                    copy.write(chunk)
+                    sent += len(chunk)
+        except psycopg.errors.CharacterNotInRepertoire:
+            # Postgres refused a NUL character (text cannot hold U+0000) and the transaction
+            # is aborted. Scanning for them only now keeps the scan off the fast path.
+            refuse_data(self.context, self.epoch, nul_characters(batch))
+            raise
+        self.rows += batch.num_rows
+        self.bytes += sent
+        return sent
+
+    def _staging(self, conn: psycopg.Connection[Any]) -> sql.Identifier:
+        """The epoch's UNLOGGED staging table (upsert mode), created in the epoch's
+        transaction (TEMP tables cannot be prepared) and named after the participant."""
+        if self.stage is None:
+            digest = hashlib.sha256(str(self.name).encode()).hexdigest()[:24]
+            self.stage = sql.Identifier(self.config.schema_name, f"ds_stage_{digest}")
+            conn.execute(
+                sql.SQL("CREATE UNLOGGED TABLE {} (LIKE {} INCLUDING DEFAULTS)").format(
+                    self.stage, self.table
+                )
+            )
+        return self.stage
+
+    def merge(self, conn: psycopg.Connection[Any], columns: list[str]) -> None:
+        """Upsert mode, at pre-commit: merge the staging table into the table on the key
+        and drop it (a key twice in one epoch is refused by Postgres). Nothing to do when
+        nothing was staged."""
+        if self.stage is None:
+            return
+        updates = [n for n in columns if n not in self.config.key]
+        action = (
+            sql.SQL("DO UPDATE SET {}").format(
+                sql.SQL(", ").join(
+                    sql.SQL("{0} = EXCLUDED.{0}").format(sql.Identifier(n)) for n in updates
+                )
+            )
+            if updates
+            else sql.SQL("DO NOTHING")
+        )
+        names = sql.SQL(", ").join(map(sql.Identifier, columns))
+        conn.execute(
+            sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {} ON CONFLICT ({}) {}").format(
+                self.table,
+                names,
+                names,
+                self.stage,
+                sql.SQL(", ").join(map(sql.Identifier, self.config.key)),
+                action,
+            )
+        )
+        conn.execute(sql.SQL("DROP TABLE {}").format(self.stage))

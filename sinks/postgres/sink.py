@@ -1,0 +1,397 @@
+"""Postgres: two-phase commit with PREPARE TRANSACTION, binary COPY from Arrow, epoch markers,
+fencing, append and upsert. This module holds the protocol's methods; the pieces they use are
+the configuration (config), the target table's checks (catalog), the marker and fence tables
+(fencing), the COPY/merge path (load) and the error translation (errors).
+
+What is durable when:
+- `pre_commit`: the epoch's rows and its marker row (job, sink, epoch, part, participant,
+  rows, checksum) are in a prepared transaction named by the participant (the gid): durable,
+  surviving crashes and restarts of Postgres, invisible to readers;
+- `commit_epoch`: `COMMIT PREPARED` makes rows and marker visible at once. A gid that no longer
+  exists whose marker row names it was committed before: ALREADY_COMMITTED;
+- one-phase (the job's only sink, `commit_with_decision`): rows, marker and the decision
+  commit in one plain transaction; nothing is ever prepared.
+
+Fencing: see fencing.py. The DSN may hold a password: it is never logged, put in an error, a
+handle or a marker; `repr` and messages show it redacted.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+from psycopg import sql
+
+from durable_sinks.core.errors import (
+    InDoubtError,
+    ParticipantLostError,
+    TransientError,
+    UsageError,
+)
+from durable_sinks.core.naming import ParticipantName, owner_prefix
+from durable_sinks.core.protocol import (
+    JSON,
+    CommitHandle,
+    CommitOutcome,
+    OpenContext,
+    SinkCapabilities,
+    WriteResult,
+)
+from durable_sinks.core.redaction import redact
+
+from .catalog import TargetTable
+from .columns import null_violations
+from .config import PostgresSinkConfig
+from .errors import first_line, refuse_data, translated
+from .fencing import MetaTables, application_name
+from .load import EpochLoad
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+
+@dataclass(frozen=True)
+class _Opened:
+    """What `open` sets up for one generation."""
+
+    context: OpenContext
+    meta: MetaTables
+    table: TargetTable
+
+
+class PostgresSink:
+    """Exactly-once into one Postgres table, through prepared transactions."""
+
+    def __init__(self, config: PostgresSinkConfig) -> None:
+        self.config = config
+        self._opened: _Opened | None = None
+        self._admin: psycopg.Connection[Any] | None = None
+        self._tx: psycopg.Connection[Any] | None = None
+        self._current: EpochLoad | None = None
+        self._attempts: dict[int, int] = {}
+        #: Highest epoch whose marker is committed: read at open, then kept by the commits
+        #: (after open only this generation's coordinator commits this job's participants).
+        self._last_committed: int | None = None
+        self._counters = {"rows": 0.0, "bytes": 0.0, "epochs_committed": 0.0, "rollbacks": 0.0}
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    def __repr__(self) -> str:
+        return f"PostgresSink(name={self.name!r}, table={self.config.table!r})"
+
+    # -- connections and errors ----------------------------------------------------------------
+    def _state(self) -> _Opened:
+        if self._opened is None:
+            raise UsageError(f"{self!r} is not open; the coordinator opens sinks")
+        return self._opened
+
+    def _ctx(self) -> OpenContext:
+        return self._state().context
+
+    def _connect(self, *, autocommit: bool) -> psycopg.Connection[Any]:
+        ctx = self._ctx()
+        try:
+            return psycopg.connect(
+                self.config.dsn,
+                autocommit=autocommit,
+                connect_timeout=self.config.connect_timeout,
+                application_name=application_name(ctx, ctx.generation),
+            )
+        except psycopg.OperationalError as exc:
+            raise TransientError(
+                f"cannot connect to Postgres at {redact(self.config.dsn)}: {first_line(exc)}",
+                job=ctx.job_id,
+                sink=self.name,
+                fix="check that the server runs and the DSN's host, port, user and password",
+            ) from None
+
+    def _admin_conn(self) -> psycopg.Connection[Any]:
+        if self._admin is None or self._admin.closed:
+            self._admin = self._connect(autocommit=True)
+        return self._admin
+
+    def _tx_conn(self) -> psycopg.Connection[Any]:
+        if self._tx is None or self._tx.closed:
+            self._tx = self._connect(autocommit=False)
+        return self._tx
+
+    def _errors(self, epoch: int | None = None) -> AbstractContextManager[None]:
+        return translated(self._ctx(), epoch, self._fence_moved)
+
+    def _fence_moved(self) -> bool:
+        """Whether a newer generation holds the fence, read on a fresh session (False when
+        the server cannot tell)."""
+        try:
+            with psycopg.connect(
+                self.config.dsn, autocommit=True, connect_timeout=self.config.connect_timeout
+            ) as conn:
+                found = self._state().meta.fence_generation(conn)
+        except psycopg.Error:
+            return False
+        return found is not None and found > self._ctx().generation
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    def open(self, context: OpenContext) -> None:
+        self._opened = opened = _Opened(
+            context,
+            MetaTables(self.config, context),
+            TargetTable(self.config, context, self._admin_conn),
+        )
+        if context.worker:
+            # The driver's instance created the tables and raised the fence; a worker only
+            # connects (begin_epoch checks the fence still names this generation).
+            with self._errors():
+                self._tx_conn()
+            return
+        with self._errors():
+            conn = self._admin_conn()
+            opened.meta.create(conn)
+            opened.meta.take_over(conn)
+            self._last_committed = opened.meta.last_committed(conn)
+            self._tx_conn()  # the epochs' session, opened now rather than in the first epoch
+
+    def close(self) -> None:
+        for conn in (self._tx, self._admin):
+            if conn is not None and not conn.closed:
+                conn.close()
+        self._tx = self._admin = None
+        self._current = None
+
+    def capabilities(self) -> SinkCapabilities:
+        return SinkCapabilities(
+            exactly_once=True,
+            two_phase_commit=True,
+            resumable_prepare=True,
+            distributed_prepare=True,
+            upsert=self.config.mode == "upsert",
+            idempotent=self.config.mode == "upsert",
+            partitioned=True,
+        )
+
+    def schema(self) -> pa.Schema | None:
+        return None if self._opened is None else self._opened.table.checked_schema
+
+    def metrics(self) -> Mapping[str, float]:
+        return dict(self._counters)
+
+    def health_check(self) -> None:
+        with self._errors():
+            self._state().table.check()
+
+    # -- phase 1 -------------------------------------------------------------------------------
+    def begin_epoch(self, epoch: int) -> None:
+        state = self._state()
+        if self._current is not None:
+            self._abandon_transaction()
+        attempt = self._attempts.get(epoch, 0)
+        self._attempts[epoch] = attempt + 1
+        name = state.context.participant(epoch, attempt)
+        self._current = EpochLoad(epoch, name, self.config, state.context)
+        with self._errors(epoch):
+            state.meta.check_fence(self._tx_conn(), epoch)
+
+    def write_batch(self, batch: pa.RecordBatch) -> WriteResult:
+        current = self._require_current()
+        if current.handle is not None:
+            raise UsageError(
+                "the epoch was pre-committed; no more batches",
+                job=self._ctx().job_id,
+                sink=self.name,
+                epoch=current.epoch,
+            )
+        with self._errors(current.epoch):
+            columns = self._state().table.columns_for(batch, current.epoch)
+            refuse_data(self._ctx(), current.epoch, null_violations(batch, columns))
+            if batch.num_rows == 0:
+                return WriteResult(0, 0)
+            sent = current.copy(self._tx_conn(), batch)
+        self._counters["rows"] += batch.num_rows
+        self._counters["bytes"] += sent
+        return WriteResult(batch.num_rows, sent)
+
+    def pre_commit(self, epoch: int) -> CommitHandle:
+        current = self._require_current()
+        state = self._state()
+        gid = str(current.name)
+        with self._errors(epoch):
+            conn = self._tx_conn()
+            if state.table.checked_schema is not None:
+                current.merge(conn, state.table.checked_schema.names)
+            if not state.context.commit_point:
+                self._mark(conn, current, gid, current.checksum_text, decision=None)
+                conn.execute(sql.SQL("PREPARE TRANSACTION {}").format(sql.Literal(gid)))
+        handle = CommitHandle(
+            self.name,
+            epoch,
+            gid,
+            current.rows,
+            current.bytes,
+            current.checksum_text,
+            {"part": current.name.part},
+        )
+        if state.context.commit_point:
+            current.handle = handle  # stays open until commit_with_decision
+        else:
+            self._current = None
+        return handle
+
+    def _mark(
+        self,
+        conn: psycopg.Connection[Any],
+        current: EpochLoad,
+        participant: str,
+        checksum: str,
+        decision: str | None,
+    ) -> None:
+        self._state().meta.write_marker(
+            conn,
+            current.epoch,
+            current.name.part,
+            participant,
+            current.rows,
+            checksum,
+            decision,
+        )
+
+    def _require_current(self) -> EpochLoad:
+        if self._current is None:
+            raise UsageError(
+                "no epoch is open; call begin_epoch first", job=self._ctx().job_id, sink=self.name
+            )
+        return self._current
+
+    # -- phase 2 -------------------------------------------------------------------------------
+    def commit_epoch(self, epoch: int, handle: CommitHandle) -> CommitOutcome:
+        with self._errors(epoch):
+            conn = self._admin_conn()
+            try:
+                conn.execute(sql.SQL("COMMIT PREPARED {}").format(sql.Literal(handle.participant)))
+            except psycopg.errors.UndefinedObject:
+                name = ParticipantName.parse(handle.participant)
+                part = name.part if name else str(handle.details.get("part", "0"))
+                if self._state().meta.marker_participant(conn, epoch, part) == handle.participant:
+                    self._committed(epoch)
+                    return CommitOutcome.ALREADY_COMMITTED
+                raise ParticipantLostError(
+                    f"prepared transaction {handle.participant} does not exist and its marker "
+                    "row is not there: it was rolled back or never prepared",
+                    job=self._ctx().job_id,
+                    sink=self.name,
+                    epoch=epoch,
+                    fix="someone ran ROLLBACK PREPARED on it; the epoch must be rewritten",
+                ) from None
+        self._counters["epochs_committed"] += 1
+        self._committed(epoch)
+        return CommitOutcome.COMMITTED
+
+    def _committed(self, epoch: int) -> None:
+        if self._last_committed is None or epoch > self._last_committed:
+            self._last_committed = epoch
+
+    # -- one-phase commit (the job's only sink carries the decision) ----------------------------
+    def commit_with_decision(
+        self, epoch: int, handle: CommitHandle, decision: Mapping[str, JSON]
+    ) -> None:
+        """Write the decision into the epoch's marker row and COMMIT: data, marker and decision
+        become durable and visible at once. A lost connection during COMMIT leaves the outcome
+        unknown: InDoubtError (read_decision tells, once the server answers again)."""
+        current = self._require_current()
+        ctx = self._ctx()
+        if not ctx.commit_point or current.handle is None or current.handle != handle:
+            raise UsageError(
+                f"commit_with_decision needs the epoch pre-committed by this sink as the job's "
+                f"commit point (participant {handle.participant})",
+                job=ctx.job_id,
+                sink=self.name,
+                epoch=epoch,
+            )
+        with self._errors(epoch):
+            conn = self._tx_conn()
+            self._mark(conn, current, handle.participant, handle.checksum, json.dumps(decision))
+            self._current = None
+            try:
+                conn.commit()
+            except psycopg.OperationalError as exc:
+                raise InDoubtError(
+                    f"the connection broke during COMMIT of epoch {epoch}: {first_line(exc)}",
+                    job=ctx.job_id,
+                    sink=self.name,
+                    epoch=epoch,
+                    fix="replaying the epoch or restarting the job reads the outcome",
+                ) from None
+        self._counters["epochs_committed"] += 1
+        self._committed(epoch)
+
+    def read_decision(self, epoch: int) -> Mapping[str, JSON] | None:
+        """The decision a one-phase commit of `epoch` carried, or None."""
+        with self._errors(epoch):
+            return self._state().meta.decision(self._admin_conn(), epoch)
+
+    def rollback_epoch(self, epoch: int, handle: CommitHandle | None) -> None:
+        current = self._current
+        if current is not None and (handle is None or handle.participant == str(current.name)):
+            self._abandon_transaction()
+        if handle is None:
+            return
+        with self._errors(epoch):
+            try:
+                self._admin_conn().execute(
+                    sql.SQL("ROLLBACK PREPARED {}").format(sql.Literal(handle.participant))
+                )
+                self._counters["rollbacks"] += 1
+            except psycopg.errors.UndefinedObject:
+                pass  # never prepared, or already rolled back
+
+    def _abandon_transaction(self) -> None:
+        """Roll back the open (unprepared) transaction, if the session still lives."""
+        self._current = None
+        if self._tx is not None and not self._tx.closed:
+            try:
+                self._tx.rollback()
+            except psycopg.Error:
+                self._tx.close()
+
+    # -- recovery ------------------------------------------------------------------------------
+    def recover_prepared(self) -> list[CommitHandle]:
+        ctx = self._ctx()
+        return [
+            handle
+            for name, handle in self._prepared(owner_prefix(ctx.job_id, self.name))
+            if name.generation < ctx.generation
+        ]
+
+    def prepared_participants(self, epoch: int) -> list[CommitHandle]:
+        ctx = self._ctx()
+        prefix = f"{owner_prefix(ctx.job_id, self.name)}{epoch}:"
+        return [handle for name, handle in self._prepared(prefix, epoch) if name.epoch == epoch]
+
+    def _prepared(
+        self, prefix: str, epoch: int | None = None
+    ) -> Iterator[tuple[ParticipantName, CommitHandle]]:
+        """Prepared transactions of this job and sink whose gid starts with `prefix`."""
+        ctx = self._ctx()
+        with self._errors(epoch):
+            rows = (
+                self._admin_conn()
+                .execute(
+                    "SELECT gid FROM pg_prepared_xacts WHERE database = current_database() "
+                    "AND starts_with(gid, %s) ORDER BY gid",
+                    (prefix,),
+                )
+                .fetchall()
+            )
+        for (gid,) in rows:
+            name = ParticipantName.parse(gid)
+            if name is not None and name.owned_by(ctx.job_id, self.name):
+                yield name, CommitHandle(self.name, name.epoch, gid, 0, 0, "", {"part": name.part})
+
+    def last_committed_epoch(self) -> int | None:
+        self._ctx()
+        return self._last_committed

@@ -1,0 +1,34 @@
+"""The foundation every other layer builds on: the sink protocol, errors, participant
+naming, logging with the job, sink and epoch, file durability helpers and secret redaction.
+
+It imports no other part of durable-sinks and no database or Spark client. The sink
+protocol's canonical import path is this package: `from durable_sinks.core import
+SinkConnector, CommitHandle, ...`; errors are in `durable_sinks.core.errors` (also re-exported
+by `durable_sinks`), participant names in `durable_sinks.core.naming`.
+"""
+
+from .protocol import (
+    JSON,
+    CommitHandle,
+    CommitOutcome,
+    DeliveryGuarantee,
+    DistributedSink,
+    LastResource,
+    OpenContext,
+    SinkCapabilities,
+    SinkConnector,
+    WriteResult,
+)
+
+__all__ = [
+    "JSON",
+    "CommitHandle",
+    "CommitOutcome",
+    "DeliveryGuarantee",
+    "DistributedSink",
+    "LastResource",
+    "OpenContext",
+    "SinkCapabilities",
+    "SinkConnector",
+    "WriteResult",
+]

@@ -1,0 +1,155 @@
+"""What `pip install` gives a user: one import namespace, `durable_sinks`, whose public entry
+loads no Spark and no database or Kafka client, and every module of the repository in it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import site
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+#: Repository folder -> installed package (pyproject.toml's package-dir).
+FOLDERS = {
+    "src/durable_sinks": "durable_sinks",
+    "sinks": "durable_sinks/sinks",
+    "coordinator": "durable_sinks/coordinator",
+    "manifest": "durable_sinks/manifest",
+}
+#: Modules whose loading `from durable_sinks import durable_sink, sink` must not cause.
+HEAVY = ("pyspark", "py4j", "psycopg", "confluent_kafka", "pgpq", "boto3", "orjson", "hypothesis")
+#: What the issue of one role per module allows a source module.
+MAX_LINES = 500
+
+
+def _source_files() -> list[Path]:
+    """The repository's files as a fresh clone has them (tracked, and new ones not ignored)."""
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+        cwd=REPO,
+        check=True,
+        capture_output=True,
+    ).stdout.decode()
+    return [REPO / name for name in listed.split("\0") if name and (REPO / name).is_file()]
+
+
+def _modules_in_repository() -> set[str]:
+    found = set()
+    for path in _source_files():
+        relative = path.relative_to(REPO).as_posix()
+        for folder, package in FOLDERS.items():
+            if relative.startswith(folder + "/") and relative.endswith(".py"):
+                found.add(package + relative[len(folder) :])
+    return found
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel built from a copy of the repository's files, as a fresh clone would build."""
+    clone = tmp_path_factory.mktemp("clone")
+    for path in _source_files():
+        target = clone / path.relative_to(REPO)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, target)
+    out = tmp_path_factory.mktemp("dist")
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--wheel-dir",
+            str(out),
+            str(clone),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    (built,) = out.glob("durable_sinks-*.whl")
+    return built
+
+
+@pytest.mark.slow
+def test_the_wheel_installs_one_namespace_with_every_module(wheel: Path) -> None:
+    names = zipfile.ZipFile(wheel).namelist()
+    top = {name.split("/")[0] for name in names}
+    assert {t for t in top if not t.endswith(".dist-info")} == {"durable_sinks"}
+    metadata = next(n for n in names if n.endswith(".dist-info/top_level.txt"))
+    assert zipfile.ZipFile(wheel).read(metadata).decode().split() == ["durable_sinks"]
+    # Every module of the repository's package folders is in it (the package list in
+    # pyproject.toml is explicit: a folder missing there would silently be left out).
+    assert _modules_in_repository() <= {n for n in names if n.endswith(".py")}
+    assert "durable_sinks/py.typed" in names
+
+
+@pytest.mark.slow
+def test_a_fresh_venv_imports_the_public_entry_without_drivers(wheel: Path, tmp_path: Path) -> None:
+    """A new virtualenv with the wheel installed (its dependencies come from this one's
+    site-packages, added as a plain path, not from the package index): the public import
+    works from any folder and loads no Spark, database or Kafka client."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "--quiet", "--no-deps", str(wheel)],
+        check=True,
+        capture_output=True,
+    )
+    purelib = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    ours = next(Path(p) for p in site.getsitepackages() if Path(p).name == "site-packages")
+    (Path(purelib) / "deps.pth").write_text(f"{ours}\n")
+    probe = (
+        "import json, sys\n"
+        "from durable_sinks import durable_sink, sink\n"
+        "import durable_sinks\n"
+        "print(json.dumps({'file': durable_sinks.__file__, "
+        "'loaded': sorted({m.split('.')[0] for m in sys.modules})}))\n"
+    )
+    done = subprocess.run(
+        [str(python), "-c", probe],
+        cwd=tmp_path,
+        check=True,
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "PYTHONNOUSERSITE": "1"},
+    )
+    report = json.loads(done.stdout)
+    assert report["file"].startswith(purelib), report["file"]
+    assert not set(HEAVY) & set(report["loaded"]), sorted(set(HEAVY) & set(report["loaded"]))
+
+
+def test_the_conformance_suite_without_hypothesis_names_the_extra() -> None:
+    probe = (
+        "import sys\n"
+        "sys.modules['hypothesis'] = None  # as if it were not installed\n"
+        "try:\n"
+        "    import durable_sinks.testing\n"
+        "except ImportError as exc:\n"
+        "    print(exc)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True, text=True)
+    assert "pip install 'durable-sinks[testing]'" in done.stdout, done.stdout + done.stderr
+
+
+def test_no_source_module_is_over_500_lines() -> None:
+    long = {
+        path.relative_to(REPO).as_posix(): lines
+        for path in _source_files()
+        if path.suffix == ".py"
+        and any(path.relative_to(REPO).as_posix().startswith(f + "/") for f in FOLDERS)
+        and (lines := len(path.read_text().splitlines())) > MAX_LINES
+    }
+    assert not long, f"split these by role (at most {MAX_LINES} lines each): {long}"
