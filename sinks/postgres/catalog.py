@@ -162,8 +162,14 @@ class TargetTable:
             if self.config.key
             else sql.SQL("")
         )
-        # Another worker (executor mode) may create it at the same moment.
-        with contextlib.suppress(psycopg.errors.UniqueViolation):
+        # Another worker (executor mode) may create it at the same moment: Postgres then
+        # refuses the second CREATE on a catalog row (the table's or its row type's name,
+        # "type ... already exists") once the first has committed, so the table is there.
+        with contextlib.suppress(
+            psycopg.errors.UniqueViolation,
+            psycopg.errors.DuplicateObject,
+            psycopg.errors.DuplicateTable,
+        ):
             self._connect().execute(
                 sql.SQL("CREATE TABLE IF NOT EXISTS {} ({}{})").format(
                     self.identifier, sql.SQL(", ").join(columns), key
