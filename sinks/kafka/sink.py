@@ -262,10 +262,8 @@ class KafkaSink:
     def _require_current(self, epoch: int | None = None) -> _Epoch:
         current = self._current
         if current is None or (epoch is not None and current.epoch != epoch):
-            what = "no epoch" if epoch is None else f"epoch {epoch}"
-            raise UsageError(
-                f"{what} was begun on this sink; call begin_epoch first", **self._where(epoch)
-            )
+            what = "no epoch is open" if epoch is None else f"epoch {epoch} is not open"
+            raise UsageError(f"{what}; call begin_epoch first", **self._where(epoch))
         return current
 
     def write_batch(self, batch: pa.RecordBatch) -> WriteResult:
