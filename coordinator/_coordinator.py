@@ -78,7 +78,7 @@ class Coordinator:
     Call `start()` once (validation, fencing, recovery), then `run_epoch()` per Spark batch.
     With `one_phase` (the default), a job whose only sink can carry the decision in its own
     commit (a `LastResource`, e.g. Postgres) commits each epoch in one transaction of that
-    sink: no prepare, no decision-store record (docs/protocol.md, "One-phase commit").
+    sink: no prepare, no decision-store record (docs/protocol.md).
     `source` names the stream the epochs come from (e.g. a Spark query id); it is kept in each
     decision, and replaying a decided epoch from another source raises EpochOrderError
     instead of silently keeping the other source's data.

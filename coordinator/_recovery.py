@@ -1,4 +1,5 @@
-"""The recovery table (design section 4) as a pure function, and the report of a recovery."""
+"""The recovery table (docs/protocol.md, "Recovery") as a pure function, and the report of a
+recovery."""
 
 from __future__ import annotations
 

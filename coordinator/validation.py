@@ -1,4 +1,5 @@
-"""Validation at job start (design section 6): raise before anything is written.
+"""Validation at job start (docs/protocol.md, "Validation at start"): raise before anything
+is written.
 
 Each CapabilityError names the sink, what is missing, and the fix.
 """
@@ -23,9 +24,9 @@ def validate(
 ) -> LastResource | None:
     """Check that `sinks` and `store` can give `guarantee`; return the job's commit point if a
     sink carries it: the one non-resumable participant (the last resource), or, with
-    `one_phase`, the job's only sink when it can carry the decision in its own commit (design
-    section 3: a single-participant job may skip two-phase commit; not in executor mode, where
-    every partition is its own participant)."""
+    `one_phase`, the job's only sink when it can carry the decision in its own commit (a
+    single-participant job may skip two-phase commit: the marker in the same transaction is
+    enough; not in executor mode, where every partition is its own participant)."""
     if not job_id or not job_id.strip():
         raise ConfigError("job_id is empty", fix="give every streaming query a stable job_id")
     if not sinks:

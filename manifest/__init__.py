@@ -5,7 +5,7 @@ Canonical import path: `from durable_sinks.manifest import LocalDirectoryStore,
 DecisionRecord`; the Postgres store is `durable_sinks.manifest.postgres` (it loads psycopg).
 """
 
-from ._choose import default_store_for, is_postgres_dsn, store_from
+from ._choose import default_store_for, store_from
 from ._file_store import LocalDirectoryStore
 from ._memory_store import MemoryDecisionStore, MemoryStoreBackend
 from ._record import DecisionRecord
@@ -18,6 +18,5 @@ __all__ = [
     "MemoryDecisionStore",
     "MemoryStoreBackend",
     "default_store_for",
-    "is_postgres_dsn",
     "store_from",
 ]

@@ -10,7 +10,8 @@ import pytest
 
 from durable_sinks.core import DeliveryGuarantee
 from durable_sinks.core.errors import ConfigError
-from durable_sinks.manifest import LocalDirectoryStore, is_postgres_dsn, store_from
+from durable_sinks.manifest import LocalDirectoryStore, store_from
+from durable_sinks.manifest._choose import is_postgres_dsn
 from durable_sinks.manifest.postgres import PostgresDecisionStore
 from durable_sinks.spark import JobOptions, durable_sink, sink
 from durable_sinks.spark._arrow import plan_chunks

@@ -28,7 +28,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, Writ
 
 from durable_sinks.coordinator import prepare_part
 from durable_sinks.core import CommitHandle, SinkConnector
-from durable_sinks.core.errors import ConfigError
+from durable_sinks.core.errors import ConfigError, UsageError
 
 from ._build import build_coordinator, decision_store
 from ._options import JobOptions
@@ -124,10 +124,10 @@ class DurableStreamWriter(DataSourceStreamArrowWriter):
 
         task = TaskContext.get()
         if task is None:  # pragma: no cover - Spark always runs write in a task
-            raise ConfigError("the durable data source's write runs only in Spark tasks")
+            raise UsageError("the durable data source's write runs only in Spark tasks")
         batch = task.getLocalProperty("streaming.sql.batchId")
         if batch is None:
-            raise ConfigError(
+            raise UsageError(
                 "the durable data source writes streaming queries only",
                 job=self.options.job_id,
                 fix="use df.writeStream.format('durable'), not df.write",

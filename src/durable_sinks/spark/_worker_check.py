@@ -29,7 +29,7 @@ _FIX = (
 
 
 def check_workers(
-    spark: Any, sinks: Sequence[tuple[str, Mapping[str, Any]]], *, job: str, version: str
+    spark: Any, sinks: Sequence[tuple[str, Mapping[str, Any]]], *, job: str | None, version: str
 ) -> None:
     """Raise ConfigError naming the fix unless a Spark task of `spark` imports durable-sinks
     at `version` (the driver's) and builds each (kind, config) of `sinks`. Nothing is
@@ -53,7 +53,7 @@ def check_workers(
         )
 
 
-def _run(spark: Any, sinks: list[tuple[str, dict[str, Any]]], job: str) -> dict[str, Any]:
+def _run(spark: Any, sinks: list[tuple[str, dict[str, Any]]], job: str | None) -> dict[str, Any]:
     probe = _probe(sinks)
     try:
         rows = spark.range(1, numPartitions=1).mapInArrow(probe, "report string").collect()

@@ -15,7 +15,7 @@ from typing import Any
 
 from durable_sinks.coordinator import Coordinator, EpochResult, RecoveryReport
 from durable_sinks.core import SinkConnector
-from durable_sinks.core.errors import ConfigError
+from durable_sinks.core.errors import ConfigError, UsageError
 from durable_sinks.core.joblog import JobLogger
 
 from ._arrow import ResultTooLargeError, chunked_batches, streamed_batches
@@ -189,7 +189,7 @@ class DurableBatchWriter:
         query_id = context.getLocalProperty(QUERY_ID_PROPERTY)
         running = context.getLocalProperty(BATCH_ID_PROPERTY)
         if running is not None and int(running) != epoch:
-            raise ConfigError(
+            raise UsageError(
                 f"called with batch id {epoch} while Spark runs batch {running}",
                 job=self.options.job_id,
                 epoch=epoch,

@@ -14,7 +14,10 @@ coordinators as zombies. After every step it checks:
 - a decision, once written, never changes;
 - a zombie never makes anything visible.
 
-Usage (see tests/crash/test_file_sink_conformance.py)::
+Usage (see tests/crash/test_file_sink_conformance.py; needs `durable-sinks[testing]`)::
+
+    from durable_sinks.manifest import LocalDirectoryStore
+    from durable_sinks.testing import Scenario, run_conformance
 
     def scenario() -> Scenario:
         folder = Path(tempfile.mkdtemp())

@@ -1,0 +1,71 @@
+"""Misuse of the API says whose fault it is: calls out of order raise UsageError (a bug of the
+calling code), never ConfigError (a setting to fix) or a raw error."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from durable_sinks import ConfigError, DurableSinkError, UsageError
+from durable_sinks.coordinator import Coordinator
+from durable_sinks.core import OpenContext, SinkConnector
+from durable_sinks.manifest import LocalDirectoryStore, MemoryDecisionStore
+from durable_sinks.sinks.files import FileSink, FileSinkConfig
+from durable_sinks.sinks.kafka import KafkaSink, KafkaSinkConfig
+from durable_sinks.sinks.postgres import PostgresSink, PostgresSinkConfig
+
+
+def unopened(tmp_path: Path) -> list[SinkConnector]:
+    return [
+        FileSink(FileSinkConfig(str(tmp_path / "files"))),
+        PostgresSink(PostgresSinkConfig("host=127.0.0.1 port=1 dbname=x", "t")),
+        KafkaSink(KafkaSinkConfig("127.0.0.1:1", "events")),
+    ]
+
+
+def test_usage_error_is_its_own_kind() -> None:
+    assert issubclass(UsageError, DurableSinkError)
+    assert not issubclass(UsageError, ConfigError)
+    assert not UsageError.retriable
+
+
+@pytest.mark.parametrize("index", range(3), ids=["files", "postgres", "kafka"])
+def test_a_sink_used_before_open_raises_usage_error(tmp_path: Path, index: int) -> None:
+    sink = unopened(tmp_path)[index]
+    with pytest.raises(UsageError, match="is not open"):
+        sink.begin_epoch(0)
+    with pytest.raises(UsageError, match="is not open"):
+        sink.recover_prepared()
+
+
+def test_a_write_with_no_epoch_begun_raises_usage_error(tmp_path: Path) -> None:
+    sink = FileSink(FileSinkConfig(str(tmp_path / "files")))
+    sink.open(OpenContext("job", sink.name, 1))
+    with pytest.raises(UsageError, match="begin_epoch"):
+        sink.write_batch(pa.record_batch({"x": [1]}))
+    with pytest.raises(UsageError, match="begin_epoch"):
+        sink.pre_commit(0)
+
+
+def test_stores_used_before_open_raise_usage_error(tmp_path: Path) -> None:
+    for store in (LocalDirectoryStore(tmp_path), MemoryDecisionStore()):
+        with pytest.raises(UsageError, match="not open"):
+            store.get(0)
+        with pytest.raises(UsageError, match="not open"):
+            store.latest_epoch()
+
+
+def test_a_coordinator_used_out_of_order_raises_usage_error(tmp_path: Path) -> None:
+    coordinator = Coordinator(
+        "job", [FileSink(FileSinkConfig(str(tmp_path / "files")))], LocalDirectoryStore(tmp_path)
+    )
+    with pytest.raises(UsageError, match="call start"):
+        coordinator.run_epoch(0, [])
+    coordinator.start()
+    with pytest.raises(UsageError, match="executor_mode=True"):
+        coordinator.run_distributed_epoch(0, lambda generation: [])
+    with pytest.raises(UsageError, match="already started"):
+        coordinator.start()
+    coordinator.close()
