@@ -42,7 +42,8 @@ def child(plan_path: str) -> int:
     """The streaming query (a driver that the demo may kill)."""
     from pyspark.sql import functions
 
-    from durable_sinks.spark import DurableBatchWriter, JobOptions, sink
+    from durable_sinks import DurableBatchWriter, sink
+    from durable_sinks.spark import JobOptions
     from tests.services import Testbed
 
     plan = json.loads(Path(plan_path).read_text())
@@ -117,8 +118,7 @@ def run_child(plan: dict[str, Any], name: str) -> int:
 def main() -> int:
     import psycopg
     from confluent_kafka import Consumer, Producer, TopicPartition
-    from confluent_kafka.admin import AdminClient
-    from confluent_kafka.cimpl import NewTopic
+    from confluent_kafka.admin import AdminClient, NewTopic
     from psycopg import sql
 
     from durable_sinks.manifest import DecisionRecord
