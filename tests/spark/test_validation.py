@@ -4,7 +4,6 @@ starts, names the problem and the fix, leaks no secret, and leaves nothing behin
 from __future__ import annotations
 
 import json
-import site
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +17,7 @@ from durable_sinks.sinks.files import FileSink, FileSinkConfig
 from durable_sinks.spark import durable_sink, sink
 from durable_sinks.spark._worker_check import check_workers
 from tests.services import KafkaEndpoint, PostgresEndpoint
+from tests.support.venvs import venv_with_our_dependencies
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -111,32 +111,15 @@ def test_executor_mode_needs_sinks_as_options_it_can_ship_to_executors(
     assert "sink(kind" in caught.value.fix
 
 
-def _interpreter_without_the_package(folder: Path) -> Path:
-    """A virtualenv whose Python sees this one's dependencies (pyspark, pyarrow, ...) but not
-    durable-sinks: this venv's site-packages is added as a plain path, so the editable
-    install's link tree (a .pth file there) is not."""
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder)], check=True)
-    python = folder / "bin" / "python"
-    ours = next(Path(p) for p in site.getsitepackages() if Path(p).name == "site-packages")
-    theirs = subprocess.run(
-        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    (Path(theirs) / "deps.pth").write_text(f"{ours}\n")
-    lacks = subprocess.run([str(python), "-c", "import durable_sinks"], capture_output=True)
-    assert lacks.returncode != 0, "the worker interpreter must lack durable-sinks"
-    return python
-
-
 def test_executor_mode_refuses_workers_without_the_package_before_any_batch(
     job_id: str, tmp_path: Path
 ) -> None:
     """Spark's Python workers run an interpreter that lacks durable-sinks: `durable_sink(...,
     execution="executor")` refuses with the fix, in a Spark of its own (the workers'
     interpreter is fixed per SparkContext), and nothing is written."""
-    python = _interpreter_without_the_package(tmp_path / "worker-venv")
+    python = venv_with_our_dependencies(tmp_path / "worker-venv")
+    lacks = subprocess.run([str(python), "-c", "import durable_sinks"], capture_output=True)
+    assert lacks.returncode != 0, "the worker interpreter must lack durable-sinks"
     output, store = tmp_path / "out", tmp_path / "decisions"
     plan = tmp_path / "plan.json"
     plan.write_text(

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import json
 import shutil
-import site
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
 
 import pytest
+
+from tests.support.venvs import purelib, venv_with_our_dependencies
 
 REPO = Path(__file__).resolve().parents[2]
 #: Repository folder -> installed package (pyproject.toml's package-dir).
@@ -95,22 +96,7 @@ def test_a_fresh_venv_imports_the_public_entry_without_drivers(wheel: Path, tmp_
     """A new virtualenv with the wheel installed (its dependencies come from this one's
     site-packages, added as a plain path, not from the package index): the public import
     works from any folder and loads no Spark, database or Kafka client."""
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    python = venv / "bin" / "python"
-    subprocess.run(
-        [str(python), "-m", "pip", "install", "--quiet", "--no-deps", str(wheel)],
-        check=True,
-        capture_output=True,
-    )
-    purelib = subprocess.run(
-        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    ours = next(Path(p) for p in site.getsitepackages() if Path(p).name == "site-packages")
-    (Path(purelib) / "deps.pth").write_text(f"{ours}\n")
+    python = venv_with_our_dependencies(tmp_path / "venv", wheels=[wheel])
     probe = (
         "import json, sys\n"
         "from durable_sinks import durable_sink, sink\n"
@@ -127,7 +113,7 @@ def test_a_fresh_venv_imports_the_public_entry_without_drivers(wheel: Path, tmp_
         env={"PATH": "/usr/bin:/bin", "PYTHONNOUSERSITE": "1"},
     )
     report = json.loads(done.stdout)
-    assert report["file"].startswith(purelib), report["file"]
+    assert report["file"].startswith(purelib(python)), report["file"]
     assert not set(HEAVY) & set(report["loaded"]), sorted(set(HEAVY) & set(report["loaded"]))
 
 

@@ -1,0 +1,40 @@
+"""Throwaway virtualenvs that see this one's dependencies but not durable-sinks itself."""
+
+from __future__ import annotations
+
+import site
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+
+def venv_with_our_dependencies(folder: Path, *, wheels: Sequence[Path] = ()) -> Path:
+    """A new virtualenv at `folder` with `wheels` installed (without their dependencies),
+    whose Python then finds this one's third-party packages (pyspark, pyarrow, psycopg, ...)
+    without reaching the package index: this venv's site-packages is added as a plain path,
+    so the .pth files there (among them the editable install of durable-sinks) are not read.
+    The wheels go in first, so pip does not take this venv's durable-sinks for theirs.
+    Returns its Python."""
+    command = [sys.executable, "-m", "venv", str(folder)]
+    subprocess.run(command if wheels else [*command, "--without-pip"], check=True)
+    python = folder / "bin" / "python"
+    if wheels:
+        subprocess.run(
+            [str(python), "-m", "pip", "install", "--quiet", "--no-deps", *map(str, wheels)],
+            check=True,
+            capture_output=True,
+        )
+    ours = next(Path(p) for p in site.getsitepackages() if Path(p).name == "site-packages")
+    (Path(purelib(python)) / "deps.pth").write_text(f"{ours}\n")
+    return python
+
+
+def purelib(python: Path) -> str:
+    """Where `python` installs pure-Python packages."""
+    return subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
