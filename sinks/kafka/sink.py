@@ -82,7 +82,7 @@ class _Opened:
     def __init__(self, sink: KafkaSink, context: OpenContext) -> None:
         self.context = context
         settings = {**sink.config.connection_settings(), "logger": client_log, "log_level": 3}
-        log = sink._log()
+        log = JobLogger(context.job_id, sink.name, component="sinks.kafka")
         self.cluster = Cluster(sink.config, settings, sink._where, log)
         self.progress = ProgressReader(
             self.cluster.admin,
@@ -101,7 +101,6 @@ class KafkaSink:
 
     def __init__(self, config: KafkaSinkConfig) -> None:
         self.config = config
-        self._context: OpenContext | None = None
         self._opened: _Opened | None = None
         self._current: _Epoch | None = None
         self._attempts: dict[int, int] = {}
@@ -132,11 +131,11 @@ class KafkaSink:
         return self._state().context
 
     def _where(self, epoch: int | None = None) -> dict[str, Any]:
-        context = self._context
-        return {"job": context.job_id if context else None, "sink": self.name, "epoch": epoch}
+        job = self._opened.context.job_id if self._opened else None
+        return {"job": job, "sink": self.name, "epoch": epoch}
 
     def _log(self, epoch: int | None = None) -> JobLogger:
-        job = self._context.job_id if self._context else "-"
+        job = self._opened.context.job_id if self._opened else "-"
         return JobLogger(job, self.name, epoch, component="sinks.kafka")
 
     @property
@@ -145,7 +144,6 @@ class KafkaSink:
 
     # -- open ----------------------------------------------------------------------------------
     def open(self, context: OpenContext) -> None:
-        self._context = context
         self._opened = opened = _Opened(self, context)
         opened.topic = opened.cluster.check()
         self._start_producer(context.generation)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from importlib.metadata import version
 from typing import Any
 
 from ._worker_check import check_workers
@@ -15,5 +14,5 @@ def register_data_source(spark: Any) -> None:
     query's sinks are checked when it starts."""
     from ._datasource import DurableDataSource
 
-    check_workers(spark, [], job=None, version=version("durable-sinks"))
+    check_workers(spark, [], job=None)
     spark.dataSource.register(DurableDataSource)

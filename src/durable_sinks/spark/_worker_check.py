@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping, Sequence
+from importlib.metadata import version as installed_version
 from typing import TYPE_CHECKING, Any
 
 from durable_sinks.core.errors import ConfigError
@@ -29,11 +30,17 @@ _FIX = (
 
 
 def check_workers(
-    spark: Any, sinks: Sequence[tuple[str, Mapping[str, Any]]], *, job: str | None, version: str
+    spark: Any,
+    sinks: Sequence[tuple[str, Mapping[str, Any]]],
+    *,
+    job: str | None,
+    version: str | None = None,
 ) -> None:
     """Raise ConfigError naming the fix unless a Spark task of `spark` imports durable-sinks
-    at `version` (the driver's) and builds each (kind, config) of `sinks`. Nothing is
-    written: building a sink checks its configuration and imports its client library."""
+    at `version` (default: the driver's, as installed) and builds each (kind, config) of
+    `sinks`. Nothing is written: building a sink checks its configuration and imports its
+    client library."""
+    version = version or installed_version("durable-sinks")
     report = _run(spark, [(kind, dict(config)) for kind, config in sinks], job)
     where = f"Spark's Python workers ({report.get('python')}, Python {report.get('py')})"
     error = report.get("error")

@@ -10,7 +10,6 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from contextlib import closing
-from importlib.metadata import version
 from typing import Any
 
 from durable_sinks.coordinator import Coordinator, EpochResult, RecoveryReport
@@ -103,12 +102,7 @@ class DurableBatchWriter:
         if spark is None:
             return
         specs = [s for s in self.specs if isinstance(s, SinkSpec)]
-        check_workers(
-            spark,
-            [(s.kind, s.config) for s in specs],
-            job=self.options.job_id,
-            version=version("durable-sinks"),
-        )
+        check_workers(spark, [(s.kind, s.config) for s in specs], job=self.options.job_id)
         self._workers_checked = True
 
     def _on_step(self, step: str) -> None:
