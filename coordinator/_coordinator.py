@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import threading
 from collections.abc import Callable, Collection, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
@@ -87,7 +88,8 @@ class Coordinator:
       replaying the epoch writes it afresh;
     - CommitIncompleteError / InDoubtError: the decision may be durable; nothing was rolled
       back; replaying the epoch (or restarting) finishes it: a restarted Spark query replays it.
-    A coordinator is used from one thread at a time.
+    A coordinator is used from one thread at a time: a call made while another call runs
+    (from another thread) raises UsageError and does nothing.
     """
 
     def __init__(
@@ -124,6 +126,7 @@ class Coordinator:
         self.generation: int | None = None
         self.decisions = DecisionBook(job_id, store, self.sinks, None)
         self.participants = Participants(job_id, self.sinks, commit_retry)
+        self._in_use = threading.Lock()
 
     def __repr__(self) -> str:
         names = ", ".join(s.name for s in self.sinks)
@@ -131,14 +134,26 @@ class Coordinator:
 
     # -- driving -------------------------------------------------------------------------------
     def _drive(self, steps: Steps[T]) -> T:
-        while True:
-            try:
-                step = next(steps)
-            except StopIteration as done:
-                result: T = done.value
-                return result
-            if self.on_step is not None:
-                self.on_step(step)
+        if not self._in_use.acquire(blocking=False):
+            steps.close()
+            raise UsageError(
+                "this coordinator is already running a call in another thread; its sinks and "
+                "decisions would interleave",
+                job=self.job_id,
+                fix="one coordinator per thread, or serialise the calls (durable_sink's writer "
+                "does); one durable_sink(...) per streaming query",
+            )
+        try:
+            while True:
+                try:
+                    step = next(steps)
+                except StopIteration as done:
+                    result: T = done.value
+                    return result
+                if self.on_step is not None:
+                    self.on_step(step)
+        finally:
+            self._in_use.release()
 
     def start(self, adopt: Collection[str] = (), *, recover: bool = True) -> RecoveryReport:
         """Validate, claim a new generation (fencing every older coordinator), open the sinks

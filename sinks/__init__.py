@@ -8,6 +8,22 @@ A sink knows nothing of Spark or of the coordinator: it implements the protocol 
 built, so naming a kind loads no other sink's client library.
 """
 
-from ._registry import ENTRY_POINT_GROUP, SinkFactory, create, kinds, register
+from ._registry import (
+    ENTRY_POINT_GROUP,
+    SinkFactory,
+    config_class_of,
+    create,
+    kinds,
+    options_of,
+    register,
+)
 
-__all__ = ["ENTRY_POINT_GROUP", "SinkFactory", "create", "kinds", "register"]
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "SinkFactory",
+    "config_class_of",
+    "create",
+    "kinds",
+    "options_of",
+    "register",
+]

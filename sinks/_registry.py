@@ -6,12 +6,15 @@ Built-in sinks register here; third-party sinks register through the Python entr
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
+from importlib import import_module
 from importlib.metadata import entry_points
 from typing import Any
 
 from durable_sinks.core.errors import ConfigError
 from durable_sinks.core.protocol import SinkConnector
+from durable_sinks.core.settings import check_settings, closest, option_names
 
 ENTRY_POINT_GROUP = "durable_sinks.sinks"
 SinkFactory = Callable[[Mapping[str, Any]], SinkConnector]
@@ -35,10 +38,13 @@ def create(kind: str, config: Mapping[str, Any]) -> SinkConnector:
     _load_entry_points()
     factory = _factories.get(kind)
     if factory is None:
+        guess = closest(kind, _factories) if isinstance(kind, str) else None
         raise ConfigError(
             f"no sink kind {kind!r}; known kinds: {', '.join(sorted(_factories)) or 'none'}",
-            fix=f"use a known kind, or install the package that registers {kind!r} under the "
-            f"entry-point group {ENTRY_POINT_GROUP!r}",
+            fix=f"write {guess!r}"
+            if guess
+            else f"use a known kind, or install the package that registers {kind!r} under "
+            f"the entry-point group {ENTRY_POINT_GROUP!r}",
         )
     return factory(config)
 
@@ -49,42 +55,72 @@ def _load_entry_points() -> None:
             register(entry.name, entry.load())
 
 
+def config_class_of(kind: str) -> type[Any] | None:
+    """The configuration dataclass of a built-in kind (None for a plugin's: only its factory
+    knows its options). Imports that kind's package only."""
+    if kind not in _CONFIG_CLASSES:
+        return None
+    module, name = _CONFIG_CLASSES[kind]
+    config_class: type[Any] = getattr(import_module(module, __package__), name)
+    return config_class
+
+
+def options_of(kind: str) -> list[str] | None:
+    """The option names of a built-in kind (None for a plugin's)."""
+    config_class = config_class_of(kind)
+    return option_names(config_class) if config_class is not None else None
+
+
+#: Each built-in kind's configuration class (module relative to this package, class name).
+_CONFIG_CLASSES = {
+    "files": (".files", "FileSinkConfig"),
+    "kafka": (".kafka", "KafkaSinkConfig"),
+    "postgres": (".postgres", "PostgresSinkConfig"),
+}
+
+
+def _checked(kind: str, config_class: type[Any], options: Mapping[str, Any]) -> None:
+    """Names, required options and types, before the config class checks values."""
+    name = options.get("name", kind)
+    where = f"{kind} sink {name!r}" if isinstance(name, str) else f"{kind} sink"
+    check_settings(config_class, options, where)
+
+
+def _as_tuple(options: dict[str, Any], name: str) -> None:
+    """`key="id"` or `key=["a", "b"]` as the tuple the config class declares."""
+    value = options.get(name)
+    if isinstance(value, str):
+        options[name] = (value,)
+    elif isinstance(value, list):
+        options[name] = tuple(value)
+
+
 def _files(config: Mapping[str, Any]) -> SinkConnector:
     from .files import FileSink, FileSinkConfig
 
-    try:
-        return FileSink(FileSinkConfig(**config))
-    except TypeError as exc:
-        raise ConfigError(f"files sink: {exc}", fix="see FileSinkConfig for the options") from exc
+    options = dict(config)
+    if isinstance(options.get("path"), os.PathLike):
+        options["path"] = os.fspath(options["path"])
+    _checked("files", FileSinkConfig, options)
+    return FileSink(FileSinkConfig(**options))
 
 
 def _postgres(config: Mapping[str, Any]) -> SinkConnector:
     from .postgres import PostgresSink, PostgresSinkConfig
 
     options = dict(config)
-    if "key" in options and not isinstance(options["key"], tuple):
-        options["key"] = (
-            (options["key"],) if isinstance(options["key"], str) else tuple(options["key"])
-        )
-    try:
-        return PostgresSink(PostgresSinkConfig(**options))
-    except TypeError as exc:
-        raise ConfigError(
-            f"postgres sink: {exc}", fix="see PostgresSinkConfig for the options"
-        ) from None
+    _as_tuple(options, "key")
+    _checked("postgres", PostgresSinkConfig, options)
+    return PostgresSink(PostgresSinkConfig(**options))
 
 
 def _kafka(config: Mapping[str, Any]) -> SinkConnector:
     from .kafka import KafkaSink, KafkaSinkConfig
 
     options = dict(config)
-    if "header_columns" in options and not isinstance(options["header_columns"], tuple):
-        headers = options["header_columns"]
-        options["header_columns"] = (headers,) if isinstance(headers, str) else tuple(headers)
-    try:
-        return KafkaSink(KafkaSinkConfig(**options))
-    except TypeError as exc:
-        raise ConfigError(f"kafka sink: {exc}", fix="see KafkaSinkConfig for the options") from None
+    _as_tuple(options, "header_columns")
+    _checked("kafka", KafkaSinkConfig, options)
+    return KafkaSink(KafkaSinkConfig(**options))
 
 
 register("files", _files)

@@ -40,7 +40,7 @@ def test_protocol_and_registry(tmp_path: Path) -> None:
     assert sink.name == "events"
     with pytest.raises(ConfigError, match="no sink kind 'nope'"):
         create("nope", {})
-    with pytest.raises(ConfigError, match="unexpected keyword"):
+    with pytest.raises(ConfigError, match="unknown option 'colour'"):
         create("files", {"path": str(tmp_path), "colour": "red"})
 
 

@@ -63,7 +63,7 @@ def test_durable_sink_refuses_bad_arguments_before_contacting_anything() -> None
         durable_sink("postgress", dsn="host=x", table="t", job_id="j")
     with pytest.raises(ConfigError, match="table"):
         durable_sink("postgres", dsn="host=x", table="a.b.c", job_id="j")
-    with pytest.raises(ConfigError, match="unexpected keyword"):
+    with pytest.raises(ConfigError, match="unknown option 'tabel'; did you mean 'table'"):
         durable_sink("postgres", dsn="host=x", table="t", tabel="u", job_id="j")
     with pytest.raises(ConfigError, match="go into its sink"):
         durable_sink([sink("files", path="/tmp/x")], job_id="j", table="t")

@@ -3,6 +3,8 @@ calling code), never ConfigError (a setting to fix) or a raw error."""
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -68,4 +70,35 @@ def test_a_coordinator_used_out_of_order_raises_usage_error(tmp_path: Path) -> N
         coordinator.run_distributed_epoch(0, lambda generation: [])
     with pytest.raises(UsageError, match="already started"):
         coordinator.start()
+    coordinator.close()
+
+
+def test_a_coordinator_entered_from_a_second_thread_refuses_and_does_nothing(
+    tmp_path: Path,
+) -> None:
+    """Two threads in one coordinator would interleave its sinks' epochs (issue: one writer
+    given to two queries lost batches): the second call is refused while the first runs."""
+    sink = FileSink(FileSinkConfig(str(tmp_path / "files")))
+    coordinator = Coordinator("job", [sink], LocalDirectoryStore(tmp_path / "store"))
+    coordinator.start()
+    inside, release = threading.Event(), threading.Event()
+    results = []
+
+    def slow_batches() -> Iterator[pa.RecordBatch]:
+        yield pa.record_batch({"x": [1, 2]})
+        inside.set()
+        release.wait(30)
+
+    worker = threading.Thread(
+        target=lambda: results.append(coordinator.run_epoch(0, slow_batches()))
+    )
+    worker.start()
+    assert inside.wait(30)
+    with pytest.raises(UsageError, match="already running a call in another thread"):
+        coordinator.run_epoch(1, [pa.record_batch({"x": [3]})])
+    release.set()
+    worker.join(30)
+    assert [r.epoch for r in results] == [0]
+    assert coordinator.decision(1) is None  # the refused call wrote and decided nothing
+    assert coordinator.run_epoch(1, [pa.record_batch({"x": [3]})]).epoch == 1
     coordinator.close()

@@ -121,7 +121,29 @@ class TransientError(DurableSinkError):
 
 class FencedError(DurableSinkError):
     """A newer coordinator (higher generation) owns this job; this one committed nothing after
-    being fenced and must stop. Not retriable: restart the job instead."""
+    being fenced and must stop. Not retriable: restart the job instead.
+
+    Without an explicit `fix`, the message carries the general one (FENCED_FIX)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        job: str | None = None,
+        sink: str | None = None,
+        epoch: int | None = None,
+        fix: str | None = None,
+    ) -> None:
+        super().__init__(message, job=job, sink=sink, epoch=epoch, fix=fix or FENCED_FIX)
+
+
+#: What to do about a FencedError: it always means a second driver of the job started.
+FENCED_FIX = (
+    "another driver started this job_id after this one (a restarted query, or a second query "
+    "with the same job_id) and now owns it; this driver committed nothing after that point. "
+    "Stop this one. If no other driver should run, restart the query from its checkpoint (it "
+    "recovers); if two queries share the job_id, give each its own"
+)
 
 
 class EpochOrderError(DurableSinkError):

@@ -26,12 +26,14 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
 
+from durable_sinks import sinks
 from durable_sinks.coordinator import prepare_part
 from durable_sinks.core import CommitHandle, SinkConnector
 from durable_sinks.core.errors import ConfigError, UsageError
+from durable_sinks.core.settings import from_strings
 
 from ._build import build_coordinator, decision_store
-from ._options import JobOptions
+from ._options import JobOptions, job_option_names
 from ._specs import SinkSpec
 
 NAME = "durable"
@@ -56,13 +58,19 @@ def _value(text: str) -> Any:
 def parse_options(options: Mapping[str, str]) -> tuple[list[SinkSpec], JobOptions]:
     """The sinks and job options of `format("durable")`'s string options (keys lowercased,
     as Spark passes them). Raises ConfigError naming the option and the fix."""
-    values = {
-        k.lower(): _value(str(v)) for k, v in options.items() if k.lower() not in SPARK_OPTIONS
-    }
-    if "job_id" in values:
-        values["job_id"] = str(values["job_id"])
-    kind = values.pop("kind", None)
-    listed = values.pop("sinks", None)
+    raw = {k.lower(): str(v) for k, v in options.items() if k.lower() not in SPARK_OPTIONS}
+    kind = raw.pop("kind", None)
+    listed = _value(raw.pop("sinks")) if "sinks" in raw else None
+    # Each option read as the type its class declares ("true" -> True for a bool, "30" -> 30
+    # for an int, "123" stays a string for a string option); a plugin's by guessing.
+    job_names = set(job_option_names())
+    values = from_strings(JobOptions, {k: v for k, v in raw.items() if k in job_names})
+    config_class = sinks.config_class_of(kind) if kind is not None else None
+    sink_raw = {k: v for k, v in raw.items() if k not in job_names}
+    if config_class is not None:
+        values.update(from_strings(config_class, sink_raw))
+    else:
+        values.update({k: _value(v) for k, v in sink_raw.items()})
     asked = values.get("execution", values.get("mode"))
     job, rest = JobOptions.split(values)
     if asked == "driver":

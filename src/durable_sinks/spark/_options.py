@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import typing
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -11,6 +12,7 @@ from typing import Any, Literal
 from durable_sinks.coordinator import RetryPolicy
 from durable_sinks.core import DeliveryGuarantee
 from durable_sinks.core.errors import ConfigError
+from durable_sinks.core.settings import closest, matches, option_names, wrong_type
 from durable_sinks.manifest import DecisionStore
 
 Execution = Literal["driver", "executor"]
@@ -59,7 +61,13 @@ class JobOptions:
     commit_retry: RetryPolicy = field(default_factory=RetryPolicy)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.job_id, str) or not self.job_id.strip():
+        if not isinstance(self.job_id, str):
+            raise ConfigError(
+                f"job_id must be a string, not {type(self.job_id).__name__} {self.job_id!r}",
+                fix=f"durable_sink(..., job_id={str(self.job_id)!r}): a name that stays the "
+                "same across restarts",
+            )
+        if not self.job_id.strip():
             raise ConfigError(
                 "durable_sink needs job_id: the stable name of this query's output",
                 fix="durable_sink(..., job_id='orders'); keep it the same across restarts "
@@ -133,5 +141,34 @@ class JobOptions:
             )
             job["execution"] = mode
         if "job_id" not in job:
+            misspelt = [k for k in rest if closest(k, ["job_id"])]
+            if misspelt:
+                raise ConfigError(
+                    f"durable_sink needs job_id; it got {misspelt[0]!r}, which looks like a "
+                    "misspelling of it",
+                    fix=f"write job_id= instead of {misspelt[0]}=",
+                )
             job["job_id"] = ""
+        cls.check_types(job)
         return cls(**job), rest
+
+    @classmethod
+    def check_types(cls, options: Mapping[str, Any]) -> None:
+        """ConfigError for a job option of the wrong type (values are checked when built)."""
+        hints = typing.get_type_hints(cls)
+        job = options.get("job_id")
+        for name, value in options.items():
+            wanted = hints[name]
+            if name == "job_id" or typing.get_origin(wanted) is Literal:
+                continue  # __post_init__ names the accepted values
+            if name == "guarantee" and isinstance(value, str):
+                continue
+            if not matches(value, wanted):
+                raise wrong_type(
+                    name, value, wanted, "durable_sink", job=job if isinstance(job, str) else None
+                )
+
+
+def job_option_names() -> list[str]:
+    """The options `durable_sink` reads for the job (the rest configure the sink)."""
+    return option_names(JobOptions)

@@ -10,6 +10,8 @@ from durable_sinks import sinks
 from durable_sinks.core import SinkConnector
 from durable_sinks.core.errors import ConfigError
 
+from ._options import job_option_names
+
 
 @dataclass(frozen=True)
 class SinkSpec:
@@ -46,5 +48,11 @@ def sink(kind: str, /, **config: Any) -> SinkSpec:
         raise ConfigError(
             f"sink kind must be a string, not {type(kind).__name__}",
             fix=f"one of {', '.join(sinks.kinds())}",
+        )
+    job_options = sorted(set(config) & set(job_option_names()))
+    if job_options:
+        raise ConfigError(
+            f"{job_options[0]} is a job option, not a {kind} sink's",
+            fix=f"give it to durable_sink([...], {job_options[0]}=...)",
         )
     return SinkSpec(kind, config)

@@ -7,20 +7,23 @@ a crash, with the same data for a deterministic query). Each call runs one coord
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import closing
 from typing import Any
 
+from durable_sinks import sinks
 from durable_sinks.coordinator import Coordinator, EpochResult, RecoveryReport
 from durable_sinks.core import SinkConnector
-from durable_sinks.core.errors import ConfigError, UsageError
+from durable_sinks.core.errors import ConfigError, DurableSinkError, UsageError
 from durable_sinks.core.joblog import JobLogger
+from durable_sinks.core.settings import unknown_option
 
 from ._arrow import ResultTooLargeError, chunked_batches, streamed_batches
 from ._build import build_coordinator
 from ._executor import prepare_on_executors
-from ._options import JobOptions
+from ._options import JobOptions, job_option_names
 from ._specs import SinkSpec
 from ._worker_check import check_workers
 
@@ -42,6 +45,15 @@ class DurableBatchWriter:
     failed call the coordinator is discarded; the next call (Spark's retry, or the same
     function given to a restarted query) starts a new one, which recovers first.
 
+    One writer serves one streaming query: the first batch binds it to its query's id (stable
+    across restarts from the same checkpoint); a call from another query is refused with a
+    UsageError before anything is written, and calls never interleave (foreachBatch calls the
+    function from each query's own thread; a lock serialises them, so even concurrent calls
+    from one query run one after the other).
+
+    An error raised by a batch is logged once at ERROR (class, message, fix, with the job and
+    epoch) before Spark wraps it in its own StreamingQueryException, and kept as `last_error`.
+
     The object pickles as its configuration (for Spark Connect, where foreachBatch runs in
     another process): the copy starts its own coordinator on its first call.
     """
@@ -55,9 +67,11 @@ class DurableBatchWriter:
         self.options = options
         self.log = JobLogger(options.job_id, component="spark")
         self.last_result: EpochResult | None = None
+        self.last_error: BaseException | None = None
         self.recovery: RecoveryReport | None = None
         self._coordinator: Coordinator | None = None
         self._query_id: str | None = None
+        self._lock = threading.RLock()
         self._read = options.driver_read
         #: Executor mode: whether Spark's Python workers were found able to write.
         self._workers_checked = options.execution != "executor"
@@ -110,14 +124,35 @@ class DurableBatchWriter:
         override it."""
 
     def close(self) -> None:
-        """Close the coordinator's connections (a later call starts a new one)."""
-        coordinator, self._coordinator = self._coordinator, None
-        if coordinator is not None:
-            _close_quietly(coordinator)
+        """Close the coordinator's connections (a later call starts a new one). Waits for a
+        batch being written to finish."""
+        with self._lock:
+            coordinator, self._coordinator = self._coordinator, None
+            if coordinator is not None:
+                _close_quietly(coordinator)
 
     # -- foreachBatch --------------------------------------------------------------------------
     def __call__(self, df: Any, batch_id: int) -> None:
         epoch = int(batch_id)
+        with self._lock:
+            try:
+                self._write(df, epoch)
+            except BaseException as exc:
+                self.last_error = exc
+                self._report(exc, epoch)
+                raise
+            self.last_error = None
+
+    def _report(self, exc: BaseException, epoch: int) -> None:
+        """Log a batch's failure once, our error's class, message and fix first: Spark shows
+        the user its own StreamingQueryException, whose first line is generic."""
+        log = self.log.bind(epoch=epoch)
+        if isinstance(exc, DurableSinkError):
+            log.error("batch failed: %s: %s", type(exc).__name__, exc)
+        elif isinstance(exc, Exception):
+            log.error("batch failed: unexpected %s: %s", type(exc).__name__, exc, exc_info=exc)
+
+    def _write(self, df: Any, epoch: int) -> None:
         log = self.log.bind(epoch=epoch)
         self._check_query(df, epoch)
         if not self._workers_checked:
@@ -189,8 +224,19 @@ class DurableBatchWriter:
                 epoch=epoch,
                 fix="pass the writer to foreachBatch as is; do not call it with other ids",
             )
-        if query_id is not None:
-            self._query_id = str(query_id)
+        if query_id is None:
+            return
+        if self._query_id is not None and str(query_id) != self._query_id:
+            raise UsageError(
+                f"this writer already writes the batches of streaming query {self._query_id}; "
+                f"query {query_id} called it too, and one writer (one coordinator) serves one "
+                "query",
+                job=self.options.job_id,
+                epoch=epoch,
+                fix="give each query its own durable_sink(...), with its own job_id; nothing of "
+                "this batch was written",
+            )
+        self._query_id = str(query_id)
 
     # -- pickling (Spark Connect runs foreachBatch in a server-side process) -------------------
     def __getstate__(self) -> dict[str, Any]:
@@ -201,9 +247,11 @@ class DurableBatchWriter:
         self.options = state["options"]
         self.log = JobLogger(self.options.job_id, component="spark")
         self.last_result = None
+        self.last_error = None
         self.recovery = None
         self._coordinator = None
         self._query_id = None
+        self._lock = threading.RLock()
         self._read = self.options.driver_read
         self._workers_checked = self.options.execution != "executor"
 
@@ -223,6 +271,7 @@ def durable_sink(
     """
     job, rest = JobOptions.split(options)
     if isinstance(kind_or_sinks, str):
+        _check_names(kind_or_sinks, rest, job.job_id)
         specs: list[SinkSpec | SinkConnector] = [SinkSpec(kind_or_sinks, rest)]
     elif isinstance(kind_or_sinks, Sequence) and kind_or_sinks:
         if rest:
@@ -249,6 +298,19 @@ def durable_sink(
             fix="durable_sink('postgres', ...) or durable_sink([sink(...), sink(...)], ...)",
         )
     return DurableBatchWriter(specs, job)
+
+
+def _check_names(kind: str, options: Mapping[str, Any], job: str) -> None:
+    """One-sink form: every option is the sink's or the job's; a misspelt one is named with
+    the closest of both."""
+    names = sinks.options_of(kind)
+    if names is None:
+        return  # a plugin's factory checks its own options
+    for name in options:
+        if name not in names:
+            raise unknown_option(
+                name, f"durable_sink({kind!r}, ...)", [*names, *job_option_names()], job=job
+            )
 
 
 def _active_session() -> Any | None:
