@@ -25,13 +25,14 @@ test: install
 check: lint typecheck pytest
 
 # The extended crash/replay run (docs/testing.md): 2,000 generated examples per conformance
-# scenario (files, Postgres and Kafka against the test bed) and 50 random SIGKILLs. Several
-# hours; not part of `make test`.
+# scenario (files, Postgres and Kafka against the test bed), 50 random SIGKILLs and 50 runs of
+# two queries sharing one writer. Several hours; not part of `make test`.
 test-crash: install
 	$(PY) -m tests.services up postgres kafka spark
-	DS_CONFORMANCE_EXAMPLES=2000 DS_SIGKILL_RUNS=50 DS_SPARK_KILLS=50 $(PY) -m pytest -n 2 \
-		--timeout=7200 tests/crash tests/integration/test_postgres_conformance.py \
-		tests/integration/test_kafka_conformance.py tests/spark/test_crash.py $(PYTEST_ARGS)
+	DS_CONFORMANCE_EXAMPLES=2000 DS_SIGKILL_RUNS=50 DS_SPARK_KILLS=50 DS_SHARED_WRITER_RUNS=50 \
+		$(PY) -m pytest -n 2 --timeout=7200 tests/crash \
+		tests/integration/test_postgres_conformance.py tests/integration/test_kafka_conformance.py \
+		tests/spark/test_crash.py tests/spark/test_shared_writer.py $(PYTEST_ARGS)
 
 # Orders from a Kafka topic through a Spark query into Postgres and Kafka; the driver is
 # SIGKILLed part-way and restarted; prints what landed (0 duplicates, 0 lost) and exits 1

@@ -12,8 +12,9 @@ Through PySpark's Python Data Source API (`DataSourceStreamArrowWriter`), in exe
 - `abort` starts a coordinator whose recovery rolls back every undecided participant.
 
 Options are strings (Spark's): `kind` and the sink's options, or `sinks` as a JSON list of
-objects with a `kind` each; the job options of `durable_sink`. "true"/"false", integers and
-JSON lists/objects are read as such.
+objects with a `kind` each; the job options of `durable_sink`. Each is read as the type its
+configuration class declares (core.settings.from_strings); a plugin's options by guessing
+("true"/"false", integers, JSON lists/objects).
 """
 
 from __future__ import annotations
