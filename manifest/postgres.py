@@ -157,7 +157,7 @@ class PostgresDecisionStore:
             ) from None
 
     def _run(
-        self, query: sql.Composable, params: tuple[Any, ...], epoch: int | None = None
+        self, query: sql.Composed, params: tuple[Any, ...], epoch: int | None = None
     ) -> psycopg.Cursor[Any]:
         """Run one statement on the store's session, errors translated."""
         conn = self._connection()

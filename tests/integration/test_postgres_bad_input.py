@@ -523,9 +523,9 @@ def test_an_unreachable_server_is_an_unreachable_error_naming_whose_connection(
     store = default_store_for("postgres", config)
     assert store is not None
     coordinator = Coordinator(unique.job_id, [PostgresSink(PostgresSinkConfig(**config))], store)
-    with pytest.raises(TransientError) as raised:
+    with pytest.raises(TransientError) as transient:
         coordinator.start()
-    error = raised.value
+    error = transient.value
     assert isinstance(error, UnreachableError)
     assert error.retriable
     assert error.message.startswith("cannot connect to Postgres at ")
