@@ -47,6 +47,8 @@ _DDL = {
     "Time": "time without time zone",
     "Interval": "interval",
 }
+# How messages name what pgpq writes for the encoder types CREATE TABLE has no column for.
+_NO_DDL = {"List": "a Postgres array", "UserDefined": "a composite (row) value", "Char": '"char"'}
 # The Spark type whose column arrives as the Arrow type a Postgres base type accepts (for the
 # `cast` a message suggests); numeric's is built from the column's precision and scale.
 _SPARK = {
@@ -198,7 +200,9 @@ def mismatches(schema: pa.Schema, table: dict[str, TableColumn]) -> list[Mismatc
             )
             continue
         if column.base_type not in _BINARY_COMPATIBLE.get(kind, set()):
-            written = ddl_type(field) if kind in _DDL or kind == "Timestamp" else kind
+            written = (
+                ddl_type(field) if kind in _DDL or kind == "Timestamp" else _NO_DDL.get(kind, kind)
+            )
             problems.append(
                 Mismatch(
                     f"column {field.name!r} is {column.type} in the table but the batch has "
