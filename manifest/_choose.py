@@ -48,4 +48,12 @@ def default_store_for(kind: str, config: Mapping[str, Any]) -> DecisionStore | N
 
     table = str(config.get("table", ""))
     schema = config.get("meta_schema") or (table.split(".")[0] if "." in table else "public")
-    return PostgresDecisionStore(config["dsn"], schema=str(schema))
+    # Its errors say where it lives: the user never named this store.
+    name = str(config.get("name", kind))
+    timeout = config.get("connect_timeout", 10)
+    return PostgresDecisionStore(
+        config["dsn"],
+        schema=str(schema),
+        connect_timeout=timeout if isinstance(timeout, int) else 10,
+        where=f"the job's decision store, in the database of postgres sink {name!r}",
+    )

@@ -15,24 +15,47 @@ use the primary key: O(log n), a few pages whatever the history.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg
 from psycopg import sql
 
-from durable_sinks.core.errors import ConfigError, FencedError, InDoubtError, ManifestError
+from durable_sinks.core.connecting import connection_failure
+from durable_sinks.core.errors import (
+    ConfigError,
+    FencedError,
+    InDoubtError,
+    ManifestError,
+    TransientError,
+)
 from durable_sinks.core.redaction import redact
 
 from ._record import DecisionRecord
 from ._store import require_open, require_own
 
 
+def _first_line(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
 class PostgresDecisionStore:
     """A durable DecisionStore in Postgres (one instance per job, from `open` on)."""
 
-    def __init__(self, dsn: str, *, schema: str = "public", connect_timeout: int = 10) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        schema: str = "public",
+        connect_timeout: int = 10,
+        where: str | None = None,
+    ) -> None:
         self._dsn = dsn
         self.schema = schema
+        #: Whose store this is, for messages: the user named it, or the job uses the default
+        #: store in a sink's database ("the job's decision store, in the database of ...").
+        self.where = where or "the job's decision store"
         self.connect_timeout = connect_timeout
         self._conn: psycopg.Connection[Any] | None = None
         self._job: str | None = None
@@ -58,13 +81,31 @@ class PostgresDecisionStore:
                     self._dsn, autocommit=True, connect_timeout=self.connect_timeout
                 )
             except psycopg.OperationalError as exc:
-                raise ManifestError(
-                    f"cannot connect to the decision store at {redact(self._dsn)}: "
-                    f"{str(exc).strip().splitlines()[0]}",
-                    job=self._job,
-                    fix="check that Postgres runs and the DSN is right",
+                raise connection_failure(
+                    _first_line(exc), self._dsn, where=self.where, job=self._job
                 ) from None
         return self._conn
+
+    @contextlib.contextmanager
+    def _errors(self, epoch: int | None = None) -> Iterator[None]:
+        """psycopg's errors in a store call, translated: a lost session is TransientError
+        (the call may be repeated), anything else the server refused ManifestError."""
+        try:
+            yield
+        except psycopg.OperationalError as exc:
+            raise TransientError(
+                f"{self.where}: the connection failed: {_first_line(exc)}",
+                job=self._job,
+                epoch=epoch,
+            ) from None
+        except psycopg.Error as exc:
+            raise ManifestError(
+                f"{self.where} refused a statement: {_first_line(exc)}",
+                job=self._job,
+                epoch=epoch,
+                fix=f"check the tables durable_sinks_generations and durable_sinks_decisions "
+                f"in schema {self.schema!r} and the job's privileges on them",
+            ) from None
 
     def _require_open(self) -> str:
         return require_open(self._job)
@@ -72,6 +113,20 @@ class PostgresDecisionStore:
     def open(self, job_id: str) -> int:
         self._job = job_id
         conn = self._connection()
+        with self._errors():
+            self._create_tables(conn, job_id)
+            row = conn.execute(
+                sql.SQL(
+                    "INSERT INTO {g} (job_id, generation) VALUES (%s, 1) ON CONFLICT (job_id) "
+                    "DO UPDATE SET generation = {g}.generation + 1 RETURNING generation"
+                ).format(g=self._generations),
+                (job_id,),
+            ).fetchone()
+        assert row is not None
+        self._generation = int(row[0])
+        return self._generation
+
+    def _create_tables(self, conn: psycopg.Connection[Any], job_id: str) -> None:
         try:
             conn.execute(
                 sql.SQL(
@@ -87,32 +142,40 @@ class PostgresDecisionStore:
                     "created_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (job_id, epoch))"
                 ).format(self._decisions)
             )
+        except psycopg.errors.InvalidSchemaName:
+            raise ConfigError(
+                f"schema {self.schema!r} of {self.where} does not exist; nothing was created",
+                job=job_id,
+                fix=f"CREATE SCHEMA {self.schema}, or name an existing schema"
+                + (" (the sink's table or meta_schema)" if "sink" in self.where else ""),
+            ) from None
         except psycopg.errors.InsufficientPrivilege:
             raise ConfigError(
-                f"cannot create the decision tables in schema {self.schema!r}",
+                f"cannot create the decision tables of {self.where} in schema {self.schema!r}",
                 job=job_id,
                 fix=f"GRANT CREATE ON SCHEMA {self.schema} to the job's user",
             ) from None
-        row = conn.execute(
-            sql.SQL(
-                "INSERT INTO {g} (job_id, generation) VALUES (%s, 1) ON CONFLICT (job_id) "
-                "DO UPDATE SET generation = {g}.generation + 1 RETURNING generation"
-            ).format(g=self._generations),
-            (job_id,),
-        ).fetchone()
-        assert row is not None
-        self._generation = int(row[0])
-        return self._generation
+
+    def _run(
+        self, query: sql.Composed, params: tuple[Any, ...], epoch: int | None = None
+    ) -> psycopg.Cursor[Any]:
+        """Run one statement on the store's session, errors translated."""
+        conn = self._connection()
+        with self._errors(epoch):
+            return conn.execute(query, params)
 
     def peek_generation(self, job_id: str) -> int:
         conn = self._connection()
-        try:
-            row = conn.execute(
-                sql.SQL("SELECT generation FROM {} WHERE job_id = %s").format(self._generations),
-                (job_id,),
-            ).fetchone()
-        except psycopg.errors.UndefinedTable:
-            return 0
+        with self._errors():
+            try:
+                row = conn.execute(
+                    sql.SQL("SELECT generation FROM {} WHERE job_id = %s").format(
+                        self._generations
+                    ),
+                    (job_id,),
+                ).fetchone()
+            except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName):
+                return 0  # no job ever opened a store here
         return 0 if row is None else int(row[0])
 
     def put(self, record: DecisionRecord) -> DecisionRecord:
@@ -144,11 +207,14 @@ class PostgresDecisionStore:
                 ).fetchone()
         except psycopg.OperationalError as exc:
             raise InDoubtError(
-                f"the decision store connection failed while recording the decision: "
-                f"{str(exc).strip().splitlines()[0]}",
+                f"{self.where}: the connection failed while recording the decision: "
+                f"{_first_line(exc)}",
                 job=job,
                 epoch=record.epoch,
             ) from None
+        except psycopg.Error:
+            with self._errors(record.epoch):
+                raise
         if inserted is not None:
             return record
         existing = self.get(record.epoch)
@@ -157,16 +223,12 @@ class PostgresDecisionStore:
 
     def get(self, epoch: int) -> DecisionRecord | None:
         job = self._require_open()
-        row = (
-            self._connection()
-            .execute(
-                sql.SQL("SELECT record FROM {} WHERE job_id = %s AND epoch = %s").format(
-                    self._decisions
-                ),
-                (job, epoch),
-            )
-            .fetchone()
-        )
+        row = self._run(
+            sql.SQL("SELECT record FROM {} WHERE job_id = %s AND epoch = %s").format(
+                self._decisions
+            ),
+            (job, epoch),
+        ).fetchone()
         if row is None:
             return None
         return DecisionRecord.from_bytes(
@@ -175,7 +237,7 @@ class PostgresDecisionStore:
 
     def mark_finished(self, epoch: int) -> None:
         job = self._require_open()
-        self._connection().execute(
+        self._run(
             sql.SQL("UPDATE {} SET finished = true WHERE job_id = %s AND epoch = %s").format(
                 self._decisions
             ),
@@ -184,33 +246,25 @@ class PostgresDecisionStore:
 
     def is_finished(self, epoch: int) -> bool:
         job = self._require_open()
-        row = (
-            self._connection()
-            .execute(
-                sql.SQL("SELECT finished FROM {} WHERE job_id = %s AND epoch = %s").format(
-                    self._decisions
-                ),
-                (job, epoch),
-            )
-            .fetchone()
-        )
+        row = self._run(
+            sql.SQL("SELECT finished FROM {} WHERE job_id = %s AND epoch = %s").format(
+                self._decisions
+            ),
+            (job, epoch),
+        ).fetchone()
         return bool(row and row[0])
 
     def latest_epoch(self) -> int | None:
         job = self._require_open()
-        row = (
-            self._connection()
-            .execute(
-                sql.SQL("SELECT max(epoch) FROM {} WHERE job_id = %s").format(self._decisions),
-                (job,),
-            )
-            .fetchone()
-        )
+        row = self._run(
+            sql.SQL("SELECT max(epoch) FROM {} WHERE job_id = %s").format(self._decisions),
+            (job,),
+        ).fetchone()
         return None if row is None or row[0] is None else int(row[0])
 
     def expire(self, before_epoch: int) -> int:
         job = self._require_open()
-        cursor = self._connection().execute(
+        cursor = self._run(
             sql.SQL("DELETE FROM {} WHERE job_id = %s AND epoch < %s AND finished").format(
                 self._decisions
             ),

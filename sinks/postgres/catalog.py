@@ -38,6 +38,34 @@ class TargetTable:
         self.checked_schema: pa.Schema | None = None
 
     # -- at start ------------------------------------------------------------------------------
+    def check_schemas(self, conn: psycopg.Connection[Any]) -> None:
+        """Refuse a table or meta schema that does not exist (ConfigError), at open, before
+        the marker and fence tables are created: create_table creates the table, never its
+        schema."""
+        wanted = dict.fromkeys((self.config.schema_name, self.config.meta_schema_name))
+        found = {
+            r[0]
+            for r in conn.execute(
+                "SELECT nspname::text FROM pg_namespace WHERE nspname = ANY(%s)", (list(wanted),)
+            ).fetchall()
+        }
+        missing = [s for s in wanted if s not in found]
+        if missing:
+            named = []
+            for schema in missing:
+                settings = [f"table={self.config.table!r}"] * (schema == self.config.schema_name)
+                if self.config.meta_schema == schema:
+                    settings.append(f"meta_schema={schema!r}")
+                named.append(
+                    f"schema {schema!r} does not exist (named by {' and '.join(settings)})"
+                )
+            raise config_error(
+                self.context,
+                "; ".join(named) + "; nothing was created",
+                fix=" ".join(f"CREATE SCHEMA {s};" for s in missing)
+                + " or fix `table`/`meta_schema` to name an existing schema",
+            )
+
     def check(self) -> None:
         """Everything a job needs of the server and the table, before anything is written:
         enough prepared transactions (unless this sink commits in one phase), the table (or
@@ -128,11 +156,13 @@ class TargetTable:
             problems = mismatches(batch.schema, self._columns)
             if problems:
                 raise SchemaMismatchError(
-                    f"the batch does not fit table {self.config.table}: " + "; ".join(problems),
+                    f"the batch does not fit table {self.config.table}: "
+                    + "; ".join(p.problem for p in problems),
                     job=self.context.job_id,
                     sink=self.context.sink,
                     epoch=epoch,
-                    fix="cast the batch's columns to the table's types, or alter the table",
+                    fix="; ".join(f"{p.fix}" for p in problems)
+                    + "; nothing of the epoch was committed",
                 )
             self.checked_schema = batch.schema
         return self._columns

@@ -4,6 +4,7 @@ data or the table must fix, and what means a newer coordinator took over."""
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Callable, Iterator
 
 import psycopg
@@ -17,16 +18,28 @@ from durable_sinks.core.errors import (
 )
 from durable_sinks.core.protocol import OpenContext
 
+from .config import PostgresSinkConfig
+
 #: Errors Postgres raises for data that does not fit the table: the epoch cannot succeed as
-#: it is, whatever the retries.
-DATA_ERRORS = (
-    psycopg.errors.NotNullViolation,
-    psycopg.errors.CardinalityViolation,
-    psycopg.errors.CharacterNotInRepertoire,
-    psycopg.errors.UntranslatableCharacter,
-    psycopg.errors.StringDataRightTruncation,
-    psycopg.errors.NumericValueOutOfRange,
+#: it is, whatever the retries. DataError is SQLSTATE class 22 (a value: too long, out of
+#: range, not in the character set), IntegrityError class 23 (a constraint: unique, foreign
+#: key, check, not null); a key twice in one upsert merge is CardinalityViolation (21000).
+DATA_ERRORS = (psycopg.DataError, psycopg.IntegrityError, psycopg.errors.CardinalityViolation)
+#: Errors that mean the table, its schema or a privilege is not what the job needs (e.g.
+#: dropped or revoked while the job runs): the configuration, not the data, must change.
+SETUP_ERRORS = (
+    psycopg.errors.InvalidSchemaName,
+    psycopg.errors.UndefinedTable,
+    psycopg.errors.UndefinedColumn,
+    psycopg.errors.InsufficientPrivilege,
 )
+
+#: The CONTEXT line of an error raised by COPY: "COPY events, line 3, column amount: ...".
+_COPY_CONTEXT = re.compile(r"COPY [^,]+, line (\d+)(?:, column ([^:\n]+))?")
+#: The key of a unique or foreign key violation's detail: "Key (id)=(7) already exists."
+_KEY_DETAIL = re.compile(r"Key \((.+?)\)=\((.*)\) (?:already exists|is not present)")
+#: The length limit in "value too long for type character varying(10)".
+_LENGTH = re.compile(r"value too long for type (character varying|character)\((\d+)\)")
 
 
 def first_line(exc: BaseException) -> str:
@@ -34,25 +47,123 @@ def first_line(exc: BaseException) -> str:
     return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 
 
+def where_in_copy(exc: psycopg.Error) -> tuple[str | None, int | None]:
+    """The column and the row (1-based, within the batch the COPY sent) a COPY error names
+    in its context, as far as it names them."""
+    found = _COPY_CONTEXT.search(exc.diag.context or "")
+    if found is None:
+        return exc.diag.column_name, None
+    return (found.group(2) or exc.diag.column_name), int(found.group(1))
+
+
+def refusal(exc: psycopg.Error, config: PostgresSinkConfig | None) -> tuple[str, str]:
+    """What a data error says about the epoch's data, and its fix, naming the column, row,
+    constraint and key as far as the server names them."""
+    column, row = where_in_copy(exc)
+    place = ", ".join(
+        part
+        for part in (
+            f"column {column!r}" if column else "",
+            f"row {row} of a batch" if row is not None else "",
+            f"constraint {exc.diag.constraint_name!r}" if exc.diag.constraint_name else "",
+        )
+        if part
+    )
+    message = f"Postgres refused the epoch's data: {first_line(exc)}" + (
+        f" ({place})" if place else ""
+    )
+    table = config.table if config is not None else "<table>"
+    name = column or "<column>"
+    key = _KEY_DETAIL.search(exc.diag.message_detail or "")
+    if isinstance(exc, psycopg.errors.UniqueViolation):
+        columns = key.group(1) if key else "<key>"
+        message += f": key ({columns})=({key.group(2) if key else '...'})"
+        if config is not None and exc.diag.table_name == config.table_name:
+            if config.mode == "append":
+                names = ", ".join(repr(c.strip()) for c in columns.split(","))
+                return message, (
+                    "the table already holds a row with this key (or the epoch holds it twice): "
+                    f"use mode='upsert' with key=({names},) to update such rows, or deduplicate "
+                    "the query and filter out keys already written; nothing of the epoch was "
+                    "committed"
+                )
+            return message, (
+                f"the upsert key is {list(config.key)} but the rows also collide on this unique "
+                "constraint: deduplicate on it too, or drop the constraint; nothing of the epoch "
+                "was committed"
+            )
+        return message, "deduplicate the rows on that key; nothing of the epoch was committed"
+    if isinstance(exc, psycopg.errors.ForeignKeyViolation):
+        if key:
+            message += f": key ({key.group(1)})=({key.group(2)}) is not in the referenced table"
+        return message, (
+            "write the referenced rows first (in an earlier epoch, or another job's), filter "
+            "rows without them, or make the constraint DEFERRABLE or drop it; nothing of the "
+            "epoch was committed"
+        )
+    if isinstance(exc, psycopg.errors.CheckViolation | psycopg.errors.ExclusionViolation):
+        return message, (
+            "filter or fix the rows that break the constraint in the query, or alter the "
+            "constraint; nothing of the epoch was committed"
+        )
+    if isinstance(exc, psycopg.errors.NotNullViolation):
+        return message, (
+            f'fill or filter the nulls in the query (e.g. coalesce or where("{name} IS NOT '
+            f'NULL")), or make the column nullable; nothing of the epoch was committed'
+        )
+    if isinstance(exc, psycopg.errors.StringDataRightTruncation):
+        limit = _LENGTH.search(first_line(exc))
+        n = limit.group(2) if limit else "<n>"
+        return message, (
+            f'shorten the values in Spark (substring(col("{name}"), 1, {n})) or filter them, '
+            f"or widen the column: ALTER TABLE {table} ALTER COLUMN {name} TYPE text; "
+            "nothing of the epoch was committed"
+        )
+    if isinstance(exc, psycopg.errors.NumericValueOutOfRange):
+        if exc.diag.message_detail:
+            message += f": {exc.diag.message_detail}"
+        return message, (
+            f"filter or fix the values too large for the column in the query, or widen it: "
+            f"ALTER TABLE {table} ALTER COLUMN {name} TYPE numeric(<more digits>,<scale>); "
+            "nothing of the epoch was committed"
+        )
+    if isinstance(exc, psycopg.errors.DatetimeFieldOverflow):
+        return message, (
+            f"filter or fix the out-of-range values of {name!r} in the query (Postgres "
+            "timestamps run from 4713 BC to 294276 AD, dates to 5874897 AD); nothing of the "
+            "epoch was committed"
+        )
+    return message, "fix the data or the table; nothing of the epoch was committed"
+
+
 @contextlib.contextmanager
 def translated(
-    context: OpenContext, epoch: int | None, fence_moved: Callable[[], bool]
+    context: OpenContext,
+    epoch: int | None,
+    fence_moved: Callable[[], bool],
+    config: PostgresSinkConfig | None = None,
 ) -> Iterator[None]:
     """Translate psycopg errors raised inside the block: data errors become
-    SchemaMismatchError; a lost session becomes FencedError when `fence_moved()` says a newer
-    generation opened the sink (it ends older sessions), TransientError otherwise. Our own
-    errors pass through."""
+    SchemaMismatchError naming the column, row, constraint or key (`config` says which table
+    and mode the sink writes); a missing schema, table, column or privilege a ConfigError; a
+    lost session becomes FencedError when `fence_moved()` says a newer generation opened the
+    sink (it ends older sessions), TransientError otherwise. Our own errors pass through."""
     try:
         yield
     except DurableSinkError:
         raise
     except DATA_ERRORS as exc:
+        message, fix = refusal(exc, config)
         raise SchemaMismatchError(
-            f"Postgres refused the epoch's data: {first_line(exc)}",
-            job=context.job_id,
-            sink=context.sink,
+            message, job=context.job_id, sink=context.sink, epoch=epoch, fix=fix
+        ) from None
+    except SETUP_ERRORS as exc:
+        raise config_error(
+            context,
+            f"Postgres refused the sink's statement: {first_line(exc)}",
             epoch=epoch,
-            fix="fix the data or the table; nothing of the epoch was committed",
+            fix="create the schema or table (CREATE SCHEMA ...), or grant the job's user the "
+            "privileges docs/postgres.md lists, then restart the job",
         ) from None
     except psycopg.OperationalError as exc:
         if fence_moved():

@@ -15,6 +15,7 @@ import pgpq
 import psycopg
 from psycopg import sql
 
+from durable_sinks.core.errors import SchemaMismatchError
 from durable_sinks.core.naming import ParticipantName
 from durable_sinks.core.protocol import CommitHandle, OpenContext
 
@@ -28,6 +29,8 @@ if TYPE_CHECKING:
 #: Rows encoded per COPY write: small enough to overlap encoding with sending, large enough that
 #: per-call overhead does not show (measured in benchmarks/postgres_sink.py).
 COPY_SLICE_ROWS = 16_384
+#: Keys an upsert epoch holds twice that its refusal names.
+DUPLICATES_SHOWN = 5
 
 
 class EpochLoad:
@@ -114,14 +117,56 @@ class EpochLoad:
             else sql.SQL("DO NOTHING")
         )
         names = sql.SQL(", ").join(map(sql.Identifier, columns))
-        conn.execute(
-            sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {} ON CONFLICT ({}) {}").format(
-                self.table,
-                names,
-                names,
-                self.stage,
-                sql.SQL(", ").join(map(sql.Identifier, self.config.key)),
-                action,
-            )
+        # The savepoint (sent with the merge, one round trip) keeps the staging table readable
+        # when the merge fails on a key the epoch holds twice, to name those keys.
+        merge = sql.SQL(
+            "SAVEPOINT ds_merge; INSERT INTO {} ({}) SELECT {} FROM {} ON CONFLICT ({}) {}"
+        ).format(
+            self.table,
+            names,
+            names,
+            self.stage,
+            sql.SQL(", ").join(map(sql.Identifier, self.config.key)),
+            action,
         )
+        try:
+            conn.execute(merge)
+        except psycopg.errors.CardinalityViolation:
+            conn.execute("ROLLBACK TO SAVEPOINT ds_merge")
+            raise self._duplicate_keys(conn) from None
         conn.execute(sql.SQL("DROP TABLE {}").format(self.stage))
+
+    def _duplicate_keys(self, conn: psycopg.Connection[Any]) -> SchemaMismatchError:
+        """The refusal of an upsert epoch holding a key more than once, naming up to
+        DUPLICATES_SHOWN of those keys (read from the staging table)."""
+        assert self.stage is not None
+        key = self.config.key
+        found = conn.execute(
+            sql.SQL(
+                "SELECT {k}, count(*), count(*) OVER () FROM {s} GROUP BY {k} "
+                "HAVING count(*) > 1 ORDER BY count(*) DESC, {k} LIMIT {n}"
+            ).format(
+                k=sql.SQL(", ").join(map(sql.Identifier, key)),
+                s=self.stage,
+                n=sql.Literal(DUPLICATES_SHOWN),
+            )
+        ).fetchall()
+        total = found[0][-1] if found else 0
+        shown = "; ".join(
+            ", ".join(f"{k}={v!r}" for k, v in zip(key, row[: len(key)], strict=True))
+            + f" ({row[len(key)]} rows)"
+            for row in found
+        )
+        listed = ", ".join(f'"{k}"' for k in key)
+        return SchemaMismatchError(
+            f"the epoch holds {total} upsert key(s) more than once, which one INSERT ... ON "
+            f"CONFLICT cannot merge (Postgres: cannot affect row a second time): {shown}"
+            + ("; ..." if total > len(found) else ""),
+            job=self.context.job_id,
+            sink=self.context.sink,
+            epoch=self.epoch,
+            fix=f"deduplicate by key in the query, e.g. df.dropDuplicates([{listed}]), or keep "
+            f"the latest row per key with a window (row_number() over (partition by "
+            f"{', '.join(key)} order by <event time> desc) = 1); nothing of the epoch was "
+            "committed",
+        )

@@ -27,12 +27,8 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg import sql
 
-from durable_sinks.core.errors import (
-    InDoubtError,
-    ParticipantLostError,
-    TransientError,
-    UsageError,
-)
+from durable_sinks.core.connecting import connection_failure
+from durable_sinks.core.errors import InDoubtError, ParticipantLostError, UsageError
 from durable_sinks.core.naming import ParticipantName, owner_prefix
 from durable_sinks.core.protocol import (
     JSON,
@@ -42,7 +38,6 @@ from durable_sinks.core.protocol import (
     SinkCapabilities,
     WriteResult,
 )
-from durable_sinks.core.redaction import redact
 
 from .catalog import TargetTable
 from .columns import null_violations
@@ -105,11 +100,8 @@ class PostgresSink:
                 application_name=application_name(ctx, ctx.generation),
             )
         except psycopg.OperationalError as exc:
-            raise TransientError(
-                f"cannot connect to Postgres at {redact(self.config.dsn)}: {first_line(exc)}",
-                job=ctx.job_id,
-                sink=self.name,
-                fix="check that the server runs and the DSN's host, port, user and password",
+            raise connection_failure(
+                first_line(exc), self.config.dsn, job=ctx.job_id, sink=self.name
             ) from None
 
     def _admin_conn(self) -> psycopg.Connection[Any]:
@@ -123,7 +115,7 @@ class PostgresSink:
         return self._tx
 
     def _errors(self, epoch: int | None = None) -> AbstractContextManager[None]:
-        return translated(self._ctx(), epoch, self._fence_moved)
+        return translated(self._ctx(), epoch, self._fence_moved, self.config)
 
     def _fence_moved(self) -> bool:
         """Whether a newer generation holds the fence, read on a fresh session (False when
@@ -152,6 +144,7 @@ class PostgresSink:
             return
         with self._errors():
             conn = self._admin_conn()
+            opened.table.check_schemas(conn)  # before anything is created in them
             opened.meta.create(conn)
             opened.meta.take_over(conn)
             self._last_committed = opened.meta.last_committed(conn)

@@ -35,6 +35,7 @@ from .core.errors import (
     RecoveryError,
     SchemaMismatchError,
     TransientError,
+    UnreachableError,
     UsageError,
 )
 from .core.protocol import DeliveryGuarantee
@@ -76,6 +77,7 @@ __all__ = [
     "RecoveryError",
     "SchemaMismatchError",
     "TransientError",
+    "UnreachableError",
     "UsageError",
     "__version__",
     "durable_sink",

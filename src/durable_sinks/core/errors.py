@@ -178,3 +178,9 @@ class ManifestCorruptError(ManifestError):
 
 class RecoveryError(DurableSinkError):
     """Leftovers of an earlier run could not be resolved."""
+
+
+class UnreachableError(TransientError):
+    """A server could not be reached: connection refused or timed out, its name not resolved,
+    the server starting up or out of connection slots. The job may succeed once it answers
+    (retriable). Credentials or a database the server refuses are a ConfigError instead."""
