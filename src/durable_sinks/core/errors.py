@@ -14,6 +14,8 @@ executors back to the driver).
     ├── BatchChangedError            a batch's rows changed while it was being read (a
     │                                non-deterministic recomputation); nothing was committed
     ├── TransientError               a call may succeed if retried (timeouts, lost connections)
+    │   └── UnreachableError         a server could not be reached (refused, timed out, name
+    │                                not resolved); credentials it refuses are a ConfigError
     ├── FencedError                  a newer coordinator owns the job: this one must stop
     ├── EpochOrderError              a later epoch is already committed (checkpoint reset, or
     │                                another query writes under the same job id)
