@@ -50,10 +50,10 @@ def default_store_for(kind: str, config: Mapping[str, Any]) -> DecisionStore | N
     schema = config.get("meta_schema") or (table.split(".")[0] if "." in table else "public")
     # Its errors say where it lives: the user never named this store.
     name = str(config.get("name", kind))
-    timeout = config.get("connect_timeout", 10)
+    timeout = config.get("connect_timeout")
     return PostgresDecisionStore(
         config["dsn"],
         schema=str(schema),
-        connect_timeout=timeout if isinstance(timeout, int) else 10,
+        connect_timeout=timeout if isinstance(timeout, int) else None,
         where=f"the job's decision store, in the database of postgres sink {name!r}",
     )

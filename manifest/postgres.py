@@ -22,6 +22,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from durable_sinks.core.connecting import connect_timeout as timeout_for
 from durable_sinks.core.connecting import connection_failure
 from durable_sinks.core.errors import (
     ConfigError,
@@ -48,7 +49,7 @@ class PostgresDecisionStore:
         dsn: str,
         *,
         schema: str = "public",
-        connect_timeout: int = 10,
+        connect_timeout: int | None = None,
         where: str | None = None,
     ) -> None:
         self._dsn = dsn
@@ -56,7 +57,8 @@ class PostgresDecisionStore:
         #: Whose store this is, for messages: the user named it, or the job uses the default
         #: store in a sink's database ("the job's decision store, in the database of ...").
         self.where = where or "the job's decision store"
-        self.connect_timeout = connect_timeout
+        #: The option, else the DSN's own connect_timeout, else 10 s.
+        self.connect_timeout = timeout_for(dsn, connect_timeout)
         self._conn: psycopg.Connection[Any] | None = None
         self._job: str | None = None
         self._generation = -1

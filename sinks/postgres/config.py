@@ -10,6 +10,7 @@ from typing import Literal
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
+from durable_sinks.core.connecting import connect_timeout
 from durable_sinks.core.errors import ConfigError
 from durable_sinks.core.redaction import redact
 
@@ -40,7 +41,7 @@ class PostgresSinkConfig:
     create_table: bool = False
     meta_schema: str | None = None
     participants_in_flight: int = 2
-    connect_timeout: int = 10
+    connect_timeout: int | None = None
 
     def __post_init__(self) -> None:
         where = f"postgres sink {self.name!r}"
@@ -89,6 +90,11 @@ class PostgresSinkConfig:
                 fix="leave the default, or give how many prepared transactions the job may "
                 "hold at once",
             )
+
+    @property
+    def connect_timeout_s(self) -> int:
+        """The connection time-out in effect (the option, the DSN's, or 10 s)."""
+        return connect_timeout(self.dsn, self.connect_timeout)
 
     @property
     def schema_name(self) -> str:

@@ -96,7 +96,7 @@ class PostgresSink:
             return psycopg.connect(
                 self.config.dsn,
                 autocommit=autocommit,
-                connect_timeout=self.config.connect_timeout,
+                connect_timeout=self.config.connect_timeout_s,
                 application_name=application_name(ctx, ctx.generation),
             )
         except psycopg.OperationalError as exc:
@@ -122,7 +122,7 @@ class PostgresSink:
         the server cannot tell)."""
         try:
             with psycopg.connect(
-                self.config.dsn, autocommit=True, connect_timeout=self.config.connect_timeout
+                self.config.dsn, autocommit=True, connect_timeout=self.config.connect_timeout_s
             ) as conn:
                 found = self._state().meta.fence_generation(conn)
         except psycopg.Error:

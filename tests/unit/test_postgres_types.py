@@ -181,3 +181,16 @@ def test_an_unreachable_server_is_a_retriable_unreachable_error(message: str) ->
     assert error.retriable
     assert "(the job's decision store): " in error.message
     assert "hunter2" not in str(error)
+
+
+def test_the_dsns_own_connect_timeout_is_used_unless_the_option_is_given() -> None:
+    from durable_sinks.manifest.postgres import PostgresDecisionStore
+    from durable_sinks.sinks.postgres import PostgresSinkConfig
+
+    in_dsn = "host=db port=5432 connect_timeout=3"
+    assert PostgresSinkConfig(in_dsn, "t").connect_timeout_s == 3
+    assert PostgresSinkConfig(in_dsn, "t", connect_timeout=7).connect_timeout_s == 7
+    assert PostgresSinkConfig("host=db", "t").connect_timeout_s == 10
+    assert PostgresSinkConfig("postgresql://db/x?connect_timeout=4", "t").connect_timeout_s == 4
+    assert PostgresDecisionStore(in_dsn).connect_timeout == 3
+    assert PostgresDecisionStore(in_dsn, connect_timeout=5).connect_timeout == 5

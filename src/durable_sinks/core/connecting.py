@@ -1,7 +1,7 @@
 """What a failed connection to Postgres means: the server is unreachable for now (retriable),
 or it answered and refused the DSN (a configuration to fix). Shared by the Postgres sink and
 the Postgres decision store, which hand it the first line of libpq's message; it loads no
-database client."""
+database client (psycopg parses a DSN inside `connect_timeout` only)."""
 
 from __future__ import annotations
 
@@ -49,3 +49,22 @@ def connection_failure(
         fix="check that the server runs and that the DSN's host and port reach it "
         "(a firewall, DNS or connect_timeout); the job may be restarted once it answers",
     )
+
+
+#: Seconds a connection attempt may take when neither the option nor the DSN says.
+DEFAULT_CONNECT_TIMEOUT = 10
+
+
+def connect_timeout(dsn: str, given: int | None) -> int:
+    """The connection time-out to use: the option when given, else the DSN's own
+    `connect_timeout` (which the option would otherwise silently override), else 10 s."""
+    if given is not None:
+        return given
+    from psycopg import ProgrammingError
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        value = conninfo_to_dict(dsn).get("connect_timeout")
+        return int(str(value)) if value is not None else DEFAULT_CONNECT_TIMEOUT
+    except (ProgrammingError, ValueError):
+        return DEFAULT_CONNECT_TIMEOUT
