@@ -263,7 +263,7 @@ def bootstrap_hosts(servers: object, protocol: str, where: str) -> list[tuple[st
     drop or misread it and the client would wait its whole request time-out instead."""
     if not isinstance(servers, str) or not servers.strip():
         raise ConfigError(
-            f"{where}: bootstrap_servers is empty"
+            f"{where}: `bootstrap_servers` is empty"
             if isinstance(servers, str) or servers is None
             else f"{where}: bootstrap_servers must be a string, not {type(servers).__name__}",
             fix=_BOOTSTRAP_FIX,
