@@ -1,11 +1,22 @@
-"""Choosing a decision store from what a user writes in a job's options."""
+"""Choosing a decision store from what a user writes in a job's options.
+
+Accepted: a DecisionStore; a Postgres DSN (`postgresql://...`, `postgres://...`, or a libpq
+`key=value ...` string); an absolute directory path (str or os.PathLike), or the same as a
+`file:///absolute/path` URI. Everything else is a ConfigError naming the mistake, raised before
+anything is created: a relative path in particular (it would be resolved against the current
+directory, and a driver restarted from another one would find no decisions: recovery breaks),
+any other URI scheme (a typo such as `postgresq://` would otherwise become a folder), and a
+`key=value` string libpq cannot parse.
+"""
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NoReturn
+from urllib.parse import unquote, urlsplit
 
 from durable_sinks.core.errors import ConfigError
 
@@ -13,6 +24,13 @@ from ._file_store import LocalDirectoryStore
 from ._store import DecisionStore
 
 _LIBPQ_KEYWORD = re.compile(r"(^|\s)(host|hostaddr|dbname|user|port|service)\s*=")
+#: Something that means to be a libpq keyword string: it starts with `word=`.
+_KEYWORD_STRING = re.compile(r"^\s*[A-Za-z_][A-Za-z0-9_]*\s*=")
+_URI = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+#: The URI schemes a decision store may be given with.
+SCHEMES = ("postgresql", "postgres", "file")
+_PASSWORD_IN_URI = re.compile(r"(://[^:/@?#]*):[^@/?#]*@")
+_EXAMPLES = "decision_store='/durable/volume/my-job' or decision_store='postgresql://...'"
 
 
 def is_postgres_dsn(text: str) -> bool:
@@ -20,23 +38,130 @@ def is_postgres_dsn(text: str) -> bool:
     return text.startswith(("postgresql://", "postgres://")) or bool(_LIBPQ_KEYWORD.search(text))
 
 
-def store_from(target: str | os.PathLike[str] | DecisionStore) -> DecisionStore:
-    """A decision store from `target`: a store as is, a Postgres DSN (table in `public`), or
-    the path of a local directory (on storage that survives the machine: fsync and link
-    must work there)."""
+def store_from(
+    target: str | os.PathLike[str] | DecisionStore, *, job: str | None = None
+) -> DecisionStore:
+    """A decision store from `target` (see the module docs for what is accepted): a store
+    as is, a Postgres DSN (table in `public`), or an absolute path of a local directory (on
+    storage that survives the machine: fsync and link must work there). ConfigError, with
+    nothing created, for anything else."""
     if isinstance(target, DecisionStore):
         return target
-    if isinstance(target, str) and is_postgres_dsn(target):
-        from .postgres import PostgresDecisionStore
+    if isinstance(target, os.PathLike):
+        path = os.fspath(target)
+        if not isinstance(path, str):
+            raise _refused(f"decision_store {path!r} is a bytes path", _EXAMPLES, job)
+        return _directory(path, job)
+    if not isinstance(target, str):
+        raise _refused(
+            f"decision_store must be a directory path, a Postgres DSN or a DecisionStore, not "
+            f"{type(target).__name__}",
+            _EXAMPLES,
+            job,
+        )
+    text = target.strip()
+    if not text:
+        raise _refused("decision_store is empty", _EXAMPLES, job)
+    uri = _URI.match(text)
+    if uri is not None:
+        scheme = uri.group(1)
+        if scheme.lower() in ("postgresql", "postgres"):
+            _check_dsn(text, job)
+            return _postgres(target)
+        if scheme.lower() == "file":
+            return _directory(_file_uri_path(text, job), job)
+        return _unknown_scheme(text, scheme, job)
+    if is_postgres_dsn(text) or _KEYWORD_STRING.match(text):
+        _check_dsn(text, job)
+        return _postgres(target)
+    return _directory(text, job)
 
-        return PostgresDecisionStore(target)
-    if isinstance(target, str | os.PathLike) and str(target).strip():
-        return LocalDirectoryStore(target)
-    raise ConfigError(
-        f"decision_store must be a directory path, a Postgres DSN or a DecisionStore, not "
-        f"{type(target).__name__}",
-        fix="decision_store='/durable/volume/my-job' or decision_store='postgresql://...'",
+
+def _postgres(dsn: str) -> DecisionStore:
+    from .postgres import PostgresDecisionStore
+
+    return PostgresDecisionStore(dsn)
+
+
+def _refused(message: str, fix: str, job: str | None) -> ConfigError:
+    return ConfigError(message, job=job, fix=fix)
+
+
+def _directory(path: str, job: str | None) -> DecisionStore:
+    """A LocalDirectoryStore at an absolute `path`; a relative one is refused."""
+    if path.startswith("~"):
+        raise _refused(
+            f"decision_store {path!r} starts with '~', which is not expanded: it would become "
+            "a folder named '~' under the current directory",
+            f"decision_store={os.path.expanduser(path)!r} (an absolute path)",
+            job,
+        )
+    if not os.path.isabs(path):
+        raise _refused(
+            f"decision_store {path!r} is a relative path: it depends on the current directory "
+            f"({os.getcwd()}), so a driver restarted from another directory would find none of "
+            "the decisions recorded here and recovery would break",
+            f"decision_store={os.path.abspath(path)!r} (an absolute path on storage that "
+            "survives the machine)",
+            job,
+        )
+    return LocalDirectoryStore(path)
+
+
+def _file_uri_path(text: str, job: str | None) -> str:
+    """The path of a `file:///absolute/path` URI (a host other than localhost refused)."""
+    parts = urlsplit(text)
+    if parts.netloc not in ("", "localhost") or not parts.path.startswith("/"):
+        raise _refused(
+            f"decision_store {text!r} is not a file:///absolute/path URI (a file URI names "
+            "a host between '//' and the path; this one names "
+            f"{parts.netloc!r})",
+            f"decision_store='file:///{parts.netloc}{parts.path}' or the plain absolute path "
+            f"'/{parts.netloc}{parts.path}'",
+            job,
+        )
+    return unquote(parts.path)
+
+
+def _unknown_scheme(text: str, scheme: str, job: str | None) -> NoReturn:
+    shown = _PASSWORD_IN_URI.sub(r"\1:***@", text)
+    close = difflib.get_close_matches(scheme.lower(), SCHEMES, n=1, cutoff=0.6)
+    known = ", ".join(f"{s}://" for s in SCHEMES)
+    if close:
+        hint = f"did you mean {close[0]}://?"
+        fix = f"decision_store={close[0] + shown[len(scheme) :]!r}"
+    else:
+        hint = f"the schemes a decision store accepts are {known}"
+        fix = f"{_EXAMPLES} (or a DecisionStore object)"
+    raise _refused(
+        f"decision_store {shown!r} has the URI scheme {scheme + '://'!r}, which no decision "
+        f"store uses ({hint}); it is not taken for a folder",
+        fix,
+        job,
     )
+
+
+def _check_dsn(text: str, job: str | None) -> None:
+    """A connection string libpq cannot parse (a misspelt keyword: `hots=`) is refused
+    here, with libpq's reason, instead of failing later as a driver error."""
+    from psycopg import ProgrammingError
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        conninfo_to_dict(text)
+    except ProgrammingError as exc:
+        lines = str(exc).strip().splitlines()
+        reason = lines[0] if lines else type(exc).__name__
+        if "password" in text.lower() or _PASSWORD_IN_URI.search(text):
+            reason = re.sub(r'"[^"]*"', '"***"', reason)  # a fragment could be a password
+        raise _refused(
+            f"decision_store looks like a Postgres connection string, but libpq cannot read "
+            f"it: {reason}",
+            "correct it: 'host=... port=5432 dbname=... user=...' or 'postgresql://user@host/db' "
+            "(libpq's keywords: host, port, dbname, user, password, sslmode, ...); a directory "
+            "must be an absolute path",
+            job,
+        ) from None
 
 
 def default_store_for(kind: str, config: Mapping[str, Any]) -> DecisionStore | None:

@@ -5,6 +5,7 @@ read_committed readers see a committed epoch."""
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -13,10 +14,10 @@ from typing import Any
 from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, OffsetSpec
 
-from durable_sinks.core.errors import ConfigError, TransientError
+from durable_sinks.core.errors import ConfigError, DurableSinkError, TransientError
 from durable_sinks.core.joblog import JobLogger
 
-from .config import KafkaSinkConfig
+from .config import KafkaSinkConfig, bootstrap_hosts
 from .errors import Where, kafka_error_of
 
 #: Errors a just-created partition (or a moving leader) gives until the metadata settles.
@@ -93,33 +94,67 @@ class Cluster:
         self, config: KafkaSinkConfig, settings: dict[str, Any], where: Where, log: JobLogger
     ) -> None:
         self.config = config
-        self.admin = AdminClient(settings)
+        try:
+            self.admin = AdminClient(settings)
+        except KafkaException as exc:
+            raise ConfigError(
+                f"the Kafka client settings are invalid: {kafka_error_of(exc) or exc}",
+                **where(None),
+                fix="check producer_config against librdkafka's CONFIGURATION.md",
+            ) from None
         self._where = where
         self._log = log
         self._timeout = config.request_timeout_s
 
     # -- at open -------------------------------------------------------------------------------
     def check(self) -> TopicFacts:
-        """Check the broker's transaction limit, create or check both topics; ConfigError
-        naming the fix, TransientError when the cluster cannot be reached."""
-        self._check_broker()
-        return self._ensure_topics()
+        """Check that a bootstrap host resolves, the broker's transaction limit, then both
+        topics; create the missing ones only once every check passed and the broker agreed
+        to create all of them (validate_only), so a refusal leaves no topic behind.
+        ConfigError naming the fix; TransientError when the cluster cannot be reached."""
+        self._resolve_bootstrap()
+        brokers = self._check_broker()
+        return self._ensure_topics(brokers)
 
-    def _check_broker(self) -> None:
-        """transaction.timeout.ms must not exceed the broker's transaction.max.timeout.ms."""
+    def _resolve_bootstrap(self) -> None:
+        """Fail at once (not after request_timeout_s) when no bootstrap host resolves."""
+        servers = self.config.bootstrap_servers
+        protocol = str(self.config.producer_config.get("security.protocol", "plaintext"))
+        failures: list[str] = []
+        hosts = bootstrap_hosts(servers, protocol, f"kafka sink {self.config.name!r}")
+        for host, port in hosts:
+            try:
+                socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+            except (socket.gaierror, UnicodeError) as exc:
+                failures.append(f"{host!r} ({exc.args[-1] if exc.args else exc})")
+        if len(failures) == len(hosts):
+            raise TransientError(
+                "no host of bootstrap_servers resolves: " + ", ".join(failures),
+                **self._where(None),
+                fix="check the host names in bootstrap_servers and this machine's DNS",
+            )
+        if failures:
+            self._log.warning("bootstrap host(s) do not resolve: %s", ", ".join(failures))
+
+    def _unreachable(self, exc: KafkaException) -> TransientError:
+        return TransientError(
+            f"cannot reach the Kafka cluster at {self.config.bootstrap_servers}: "
+            f"{kafka_error_of(exc) or exc}",
+            **self._where(None),
+            fix="check that the brokers run and bootstrap_servers and the security "
+            "settings are right",
+        )
+
+    def _check_broker(self) -> int:
+        """transaction.timeout.ms must not exceed the broker's transaction.max.timeout.ms.
+        Returns how many brokers the cluster has."""
         try:
             cluster = self.admin.describe_cluster(request_timeout=self._timeout).result()
             broker = ConfigResource(ConfigResource.Type.BROKER, str(cluster.nodes[0].id))
             configs = self.admin.describe_configs([broker], request_timeout=self._timeout)
             entries = configs[broker].result()
         except KafkaException as exc:
-            raise TransientError(
-                f"cannot reach the Kafka cluster at {self.config.bootstrap_servers}: "
-                f"{kafka_error_of(exc) or exc}",
-                **self._where(None),
-                fix="check that the brokers run and bootstrap_servers and the security "
-                "settings are right",
-            ) from None
+            raise self._unreachable(exc) from None
         entry = entries.get("transaction.max.timeout.ms")
         limit = int(entry.value) if entry is not None and entry.value else 900_000
         if self.config.transaction_timeout_ms > limit:
@@ -130,10 +165,14 @@ class Cluster:
                 fix=f"set transaction_timeout_ms <= {limit}, or raise transaction.max.timeout.ms "
                 "in the brokers' server.properties",
             )
+        return len(cluster.nodes)
 
-    def _ensure_topics(self) -> TopicFacts:
+    def _ensure_topics(self, brokers: int) -> TopicFacts:
         topic, progress = self.config.topic, self.config.progress_topic_name
-        metadata = self.admin.list_topics(timeout=self._timeout)
+        try:
+            metadata = self.admin.list_topics(timeout=self._timeout)
+        except KafkaException as exc:
+            raise self._unreachable(exc) from None
         wanted: list[NewTopic] = []
         if topic not in metadata.topics:
             if not self.config.create_topic:
@@ -145,7 +184,9 @@ class Cluster:
             wanted.append(
                 NewTopic(topic, self.config.topic_partitions, self.config.replication_factor)
             )
-        if progress not in metadata.topics:
+        if progress in metadata.topics:
+            self._check_progress_topic(progress, len(metadata.topics[progress].partitions))
+        else:
             wanted.append(
                 NewTopic(
                     progress,
@@ -154,31 +195,76 @@ class Cluster:
                     config={"cleanup.policy": "compact", "min.compaction.lag.ms": "3600000"},
                 )
             )
-        created = self.admin.create_topics(wanted, request_timeout=self._timeout) if wanted else {}
-        for name, future in created.items():
+        if wanted:
+            self._create(wanted, brokers)
+            metadata = self._wait_for_topics([t.topic for t in wanted])
+        return TopicFacts(len(metadata.topics[topic].partitions), self._record_limit(topic))
+
+    def _create(self, wanted: list[NewTopic], brokers: int) -> None:
+        """Create `wanted` all or none: the broker first validates every one (validate_only
+        creates nothing); should the real creation still fail for one, the others created
+        by this call are deleted again."""
+        for validate_only in (True, False):
+            futures = self.admin.create_topics(
+                wanted, validate_only=validate_only, request_timeout=self._timeout
+            )
+            created: list[str] = []
+            refusal: DurableSinkError | None = None
+            for name, future in futures.items():
+                try:
+                    future.result()
+                except KafkaException as exc:
+                    error = kafka_error_of(exc)
+                    if error is not None and error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                        continue  # created meanwhile by someone else: checked like any other
+                    refusal = refusal or self._refusal(name, exc, brokers)
+                else:
+                    created.append(name)
+            if refusal is not None:
+                if not validate_only:
+                    self._delete_quietly(created)
+                raise refusal
+        for name in created:
+            self._log.info("created topic %s", name)
+
+    def _refusal(self, name: str, exc: KafkaException, brokers: int) -> DurableSinkError:
+        """What the broker's refusal to create topic `name` means, and its fix."""
+        error = kafka_error_of(exc)
+        role = "progress topic" if name == self.config.progress_topic_name else "topic"
+        message = f"the broker refuses to create {role} {name!r} (nothing was created): " + (
+            error.str() if error is not None else str(exc)
+        )
+        code = error.code() if error is not None else -1
+        fixes = {
+            KafkaError.INVALID_REPLICATION_FACTOR: f"set replication_factor to at most "
+            f"{brokers} (the brokers this cluster has), or -1 for the brokers' default",
+            KafkaError.INVALID_PARTITIONS: "set topic_partitions to a count the brokers accept",
+            KafkaError.TOPIC_EXCEPTION: "choose another topic name: Kafka counts '.' and '_' "
+            "as the same character, so a name may collide with an existing topic"
+            + ("" if role == "topic" else " (progress_topic=...)"),
+            KafkaError.POLICY_VIOLATION: "the brokers' create.topic.policy refuses it: create "
+            "the topic yourself with settings the policy allows",
+            KafkaError.INVALID_CONFIG: "create the topic yourself",
+        }
+        if error is not None and (error.retriable() or code in _METADATA_LAG):
+            return TransientError(message, **self._where(None), fix="retry when the cluster is up")
+        return ConfigError(
+            message,
+            **self._where(None),
+            fix=fixes.get(code, "create it yourself, or grant this client the CREATE permission"),
+        )
+
+    def _delete_quietly(self, names: list[str]) -> None:
+        if not names:
+            return
+        futures = self.admin.delete_topics(names, request_timeout=self._timeout)
+        for name, future in futures.items():
             try:
                 future.result()
-                self._log.info("created topic %s", name)
             except KafkaException as exc:
-                error = kafka_error_of(exc)
-                if error is None or error.code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                    raise ConfigError(
-                        f"cannot create topic {name!r}: {error or exc}",
-                        **self._where(None),
-                        fix="create it yourself, or grant the CREATE permission",
-                    ) from None
-        if wanted:
-            metadata = self._wait_for_topics([t.topic for t in wanted])
-        progress_partitions = len(metadata.topics[progress].partitions)
-        if progress_partitions != 1:
-            raise ConfigError(
-                f"progress topic {progress!r} has {progress_partitions} partitions; it needs 1",
-                **self._where(None),
-                fix="give the sink another progress_topic (it is created with 1 partition)",
-            )
-        return TopicFacts(
-            len(metadata.topics[topic].partitions), self._check_topic_configs(topic, progress)
-        )
+                self._log.warning(
+                    "could not delete topic %s created before a refusal: %s", name, exc
+                )
 
     def _wait_for_topics(self, names: list[str]) -> Any:
         deadline = time.monotonic() + self._timeout
@@ -195,25 +281,39 @@ class Cluster:
                 return metadata
             time.sleep(0.05)
 
-    def _check_topic_configs(self, topic: str, progress: str) -> int:
-        """Refuse a progress topic that could delete the last committed epoch; return the
-        record size limit (the topic's max.message.bytes, the producer's message.max.bytes)."""
-        resources = [
-            ConfigResource(ConfigResource.Type.TOPIC, topic),
-            ConfigResource(ConfigResource.Type.TOPIC, progress),
-        ]
-        futures = self.admin.describe_configs(resources, request_timeout=self._timeout)
-        topic_config, progress_config = (futures[r].result() for r in resources)
-        cleanup = progress_config["cleanup.policy"].value or ""
-        retention = int(progress_config["retention.ms"].value or -1)
+    def _describe(self, topic: str) -> dict[str, Any]:
+        resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+        futures = self.admin.describe_configs([resource], request_timeout=self._timeout)
+        try:
+            entries: dict[str, Any] = futures[resource].result()
+        except KafkaException as exc:
+            raise self._unreachable(exc) from None
+        return entries
+
+    def _check_progress_topic(self, progress: str, partitions: int) -> None:
+        """Refuse an existing progress topic that could lose the last committed epoch."""
+        if partitions != 1:
+            raise ConfigError(
+                f"progress topic {progress!r} has {partitions} partitions; it needs 1",
+                **self._where(None),
+                fix="give the sink another progress_topic (it is created with 1 partition)",
+            )
+        entries = self._describe(progress)
+        cleanup = entries["cleanup.policy"].value or ""
+        retention = int(entries["retention.ms"].value or -1)
         if "compact" not in cleanup and 0 <= retention < 7 * 24 * 3600 * 1000:
             raise ConfigError(
                 f"progress topic {progress!r} has cleanup.policy={cleanup} and retention.ms="
                 f"{retention}: the last committed epoch could be deleted",
                 **self._where(None),
-                fix="set cleanup.policy=compact on it (or retention.ms=-1)",
+                fix="set cleanup.policy=compact on it (or retention.ms=-1), or leave "
+                "progress_topic unset so that the sink creates a compacted one",
             )
-        limits = [int(topic_config["max.message.bytes"].value)]
+
+    def _record_limit(self, topic: str) -> int:
+        """The largest record the topic and the producer accept: the topic's
+        max.message.bytes, the producer's message.max.bytes."""
+        limits = [int(self._describe(topic)["max.message.bytes"].value)]
         limits.append(int(self.config.producer_config.get("message.max.bytes", 1_000_000)))
         return min(limits)
 

@@ -3,11 +3,13 @@ driver, before anything connects); the cluster is checked at `open` (admin.py)."
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from durable_sinks.core.errors import ConfigError
-from durable_sinks.core.redaction import redact
+from durable_sinks.core.redaction import is_secret, redact
 
 from .records import RecordLayout
 
@@ -87,20 +89,10 @@ class KafkaSinkConfig:
 
     def __post_init__(self) -> None:
         where = f"kafka sink {self.name!r}"
-        if not self.bootstrap_servers:
-            raise ConfigError(f"{where}: `bootstrap_servers` is empty", fix="host:port[,...]")
-        for what, topic in (("topic", self.topic), ("progress_topic", self.progress_topic)):
-            if topic is not None and not _valid_topic(topic):
-                raise ConfigError(
-                    f"{where}: {what} {topic!r} is not a valid topic name",
-                    fix="use 1-249 characters of [A-Za-z0-9._-]",
-                )
-        if self.progress_topic_name == self.topic:
-            raise ConfigError(
-                f"{where}: progress_topic must differ from topic",
-                fix="leave progress_topic unset (default: '<topic>-ds-progress') or name "
-                "another topic",
-            )
+        _check_producer_config(self.producer_config, where)
+        protocol = str(self.producer_config.get("security.protocol", "plaintext"))
+        bootstrap_hosts(self.bootstrap_servers, protocol, where)
+        _check_topics(self.topic, self.progress_topic, where)
         if isinstance(self.header_columns, str):
             object.__setattr__(self, "header_columns", (self.header_columns,))
         roles = [
@@ -155,7 +147,7 @@ class KafkaSinkConfig:
 
     @property
     def progress_topic_name(self) -> str:
-        return self.progress_topic or f"{self.topic}-ds-progress"
+        return self.progress_topic or f"{self.topic}{PROGRESS_SUFFIX}"
 
     @property
     def layout(self) -> RecordLayout:
@@ -183,6 +175,156 @@ class KafkaSinkConfig:
         )
 
 
+#: Kafka's limit on a topic name's length.
+MAX_TOPIC_LENGTH = 249
+PROGRESS_SUFFIX = "-ds-progress"
+#: librdkafka's port when a bootstrap entry names none.
+DEFAULT_PORT = 9092
+#: The `proto://` prefixes librdkafka accepts on a bootstrap entry (it must match
+#: security.protocol).
+SECURITY_PROTOCOLS = ("plaintext", "ssl", "sasl_plaintext", "sasl_ssl")
+_HOST = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?")
+_BOOTSTRAP_FIX = "bootstrap_servers='host:port[,host:port...]', e.g. 'broker1:9092,broker2:9092'"
+
+
 def _valid_topic(name: str) -> bool:
     allowed = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
-    return 0 < len(name) <= 249 and set(name) <= allowed and name not in (".", "..")
+    return isinstance(name, str) and (
+        0 < len(name) <= MAX_TOPIC_LENGTH and set(name) <= allowed and name not in (".", "..")
+    )
+
+
+def collision_name(topic: str) -> str:
+    """Kafka refuses two topics whose names differ only by '.' against '_' (their metric
+    names would collide): both have the same collision name."""
+    return topic.replace(".", "_")
+
+
+def _check_topics(topic: str, progress_topic: str | None, where: str) -> None:
+    """Both names valid, the derived progress topic's too, and distinct for Kafka."""
+    for what, name in (("topic", topic), ("progress_topic", progress_topic)):
+        if name is not None and not _valid_topic(name):
+            raise ConfigError(
+                f"{where}: {what} {name!r} is not a valid topic name",
+                fix=f"use 1-{MAX_TOPIC_LENGTH} characters of [A-Za-z0-9._-]",
+            )
+    progress = progress_topic or f"{topic}{PROGRESS_SUFFIX}"
+    if progress_topic is None and not _valid_topic(progress):
+        room = MAX_TOPIC_LENGTH - len(PROGRESS_SUFFIX)
+        raise ConfigError(
+            f"{where}: topic {topic!r} has {len(topic)} characters, so its progress topic "
+            f"{progress!r} would have {len(progress)}, over Kafka's limit of "
+            f"{MAX_TOPIC_LENGTH}",
+            fix=f"use a topic name of at most {room} characters, or name the progress topic "
+            "yourself: progress_topic='<a valid name of at most 249 characters>'",
+        )
+    if progress == topic:
+        raise ConfigError(
+            f"{where}: progress_topic must differ from topic",
+            fix="leave progress_topic unset (default: '<topic>-ds-progress') or name another topic",
+        )
+    if collision_name(progress) == collision_name(topic):
+        raise ConfigError(
+            f"{where}: topic {topic!r} and progress_topic {progress!r} differ only by '.' "
+            "against '_'; Kafka treats such names as colliding",
+            fix="give progress_topic a name that differs by more than '.' and '_'",
+        )
+
+
+def _check_producer_config(config: object, where: str) -> None:
+    """Keys are strings, values plain scalars (what librdkafka reads); the values themselves
+    are checked by librdkafka at open, before anything is created."""
+    if not isinstance(config, Mapping):
+        raise ConfigError(
+            f"{where}: producer_config must be a mapping of librdkafka settings, not "
+            f"{type(config).__name__}",
+            fix="producer_config={'linger.ms': 50, 'security.protocol': 'SASL_SSL', ...}",
+        )
+    for key, value in config.items():
+        if not isinstance(key, str):
+            raise ConfigError(
+                f"{where}: producer_config has the key {key!r} ({type(key).__name__}); "
+                "setting names are strings",
+                fix="write librdkafka setting names as strings, e.g. 'linger.ms'",
+            )
+        if not isinstance(value, str | int | float | bool):
+            shown = "***" if is_secret(key) else repr(value)
+            raise ConfigError(
+                f"{where}: producer_config[{key!r}] is {shown} ({type(value).__name__}); "
+                "librdkafka settings are strings, numbers or booleans",
+                fix=f"give {key!r} a str, int, float or bool (see librdkafka's CONFIGURATION.md)",
+            )
+
+
+def bootstrap_hosts(servers: object, protocol: str, where: str) -> list[tuple[str, int]]:
+    """The (host, port) of each entry of `servers` as librdkafka reads it: comma-separated
+    `[proto://]host[:port]` (port 9092 when absent; an IPv6 address in brackets; `proto`
+    must match security.protocol). ConfigError naming the first bad entry: librdkafka would
+    drop or misread it and the client would wait its whole request time-out instead."""
+    if not isinstance(servers, str) or not servers.strip():
+        raise ConfigError(
+            f"{where}: `bootstrap_servers` is empty"
+            if isinstance(servers, str) or servers is None
+            else f"{where}: bootstrap_servers must be a string, not {type(servers).__name__}",
+            fix=_BOOTSTRAP_FIX,
+        )
+    hosts: list[tuple[str, int]] = []
+    for raw in servers.split(","):
+        entry = raw.strip()
+        if not entry:
+            continue  # librdkafka skips empty entries ("a:9092,")
+        parsed = _parse_entry(entry, protocol)
+        if isinstance(parsed, str):
+            raise ConfigError(
+                f"{where}: bootstrap_servers entry {entry!r} is malformed: {parsed}",
+                fix=_BOOTSTRAP_FIX,
+            )
+        hosts.append(parsed)
+    if not hosts:
+        raise ConfigError(f"{where}: bootstrap_servers names no broker", fix=_BOOTSTRAP_FIX)
+    return hosts
+
+
+def _parse_entry(entry: str, protocol: str) -> tuple[str, int] | str:
+    """(host, port) of one bootstrap entry, or what is wrong with it."""
+    rest = entry
+    if "://" in rest:
+        scheme, rest = rest.split("://", 1)
+        if scheme.lower() not in SECURITY_PROTOCOLS:
+            known = ", ".join(p.upper() + "://" for p in SECURITY_PROTOCOLS)
+            return f"{scheme}:// is not a Kafka protocol (librdkafka accepts {known})"
+        if scheme.lower() != protocol.lower():
+            return (
+                f"{scheme}:// does not match security.protocol={protocol} (librdkafka ignores "
+                "such an entry)"
+            )
+    rest = rest.rstrip("/")
+    if any(c.isspace() for c in rest):
+        return "it holds a space (separate entries with commas)"
+    if rest.startswith("["):
+        host, bracket, after = rest[1:].partition("]")
+        if not bracket or not _ipv6(host):
+            return f"{rest!r} is not an [IPv6 address]"
+        if after and not after.startswith(":"):
+            return "write an IPv6 address as [address]:port"
+        port_text = after[1:] if after else None
+    elif rest.count(":") > 1:
+        return "an IPv6 address must be in brackets: [address]:port"
+    else:
+        host, colon, port_text_ = rest.partition(":")
+        port_text = port_text_ if colon else None
+        if not _HOST.fullmatch(host):
+            return f"{host!r} is not a host name or address"
+    if port_text is None:
+        return host, DEFAULT_PORT
+    if not (port_text.isascii() and port_text.isdigit()) or not 0 < int(port_text) <= 65535:
+        return f"the port {port_text!r} is not a number from 1 to 65535"
+    return host, int(port_text)
+
+
+def _ipv6(text: str) -> bool:
+    try:
+        ipaddress.IPv6Address(text)
+    except ValueError:
+        return False
+    return True

@@ -35,6 +35,7 @@ from durable_sinks.core.errors import (
     UsageError,
 )
 from durable_sinks.core.joblog import JobLogger
+from durable_sinks.core.redaction import MASK, is_secret
 
 from .config import THROUGHPUT_DEFAULTS, KafkaSinkConfig
 from .errors import FENCED_CODES, Where, kafka_error_of
@@ -69,11 +70,9 @@ class TransactionalProducer:
         self._delivery_errors: list[KafkaError] = []
 
     # -- life ----------------------------------------------------------------------------------
-    def start(self) -> None:
-        """A new producer that owns the transactional.id (whatever the old one left open is
-        aborted or completed by its init_transactions)."""
-        self.close()
-        settings: dict[str, Any] = {
+    def settings(self) -> dict[str, Any]:
+        """Every librdkafka setting of the producer (may hold secrets)."""
+        return {
             **THROUGHPUT_DEFAULTS,
             **self.config.producer_config,
             "bootstrap.servers": self.config.bootstrap_servers,
@@ -86,14 +85,56 @@ class TransactionalProducer:
             "on_delivery": self._on_delivery_error,
             "logger": client_log,
         }
+
+    def check_settings(self) -> None:
+        """ConfigError naming the producer_config entry librdkafka refuses, before anything
+        is created. librdkafka checks every setting when a client is made; made without
+        bootstrap.servers, the client contacts nobody."""
+        offline = {k: v for k, v in self.settings().items() if k != "bootstrap.servers"}
         try:
-            producer = Producer(settings)
+            Producer(offline)
         except KafkaException as exc:
-            raise ConfigError(
-                f"the producer settings are invalid: {kafka_error_of(exc) or exc}",
-                **self._where(None),
-                fix="check producer_config against librdkafka's CONFIGURATION.md",
-            ) from None
+            raise self._invalid(exc) from None
+
+    def _invalid(self, exc: KafkaException) -> ConfigError:
+        """The refused settings as a ConfigError: the user's own key when one alone is
+        refused (librdkafka may name an alias: linger.ms is queue.buffering.max.ms); secret
+        values never shown."""
+        error = kafka_error_of(exc)
+        reason = error.str() if error is not None else str(exc)
+        user = self.config.producer_config
+        for secret in (str(v) for k, v in user.items() if is_secret(k) and str(v)):
+            reason = reason.replace(secret, MASK)
+        culprit = None
+        for key, value in user.items():
+            try:
+                Producer({key: value})
+            except KafkaException as single:
+                # A setting refused alone (unknown, wrong type or range), not one that
+                # only fails beside others ("Failed to create producer: ...").
+                if "Failed to create" not in str(single):
+                    culprit = key
+                    break
+        if culprit is None:
+            what = "the producer settings are refused by librdkafka"
+        else:
+            shown = MASK if is_secret(culprit) else repr(user[culprit])
+            what = f"producer_config[{culprit!r}] = {shown} is refused by librdkafka"
+        return ConfigError(
+            f"{what}: {reason}",
+            **self._where(None),
+            fix="correct or remove it (librdkafka's CONFIGURATION.md lists every producer "
+            "setting, its type and range)",
+        )
+
+    def start(self) -> None:
+        """A new producer that owns the transactional.id (whatever the old one left open is
+        aborted or completed by its init_transactions)."""
+        self.close()
+        try:
+            producer = Producer(self.settings())
+        except KafkaException as exc:
+            raise self._invalid(exc) from None
         self._producer = producer
         self.fenced, self.broken = None, False
         self.call("init_transactions", lambda: producer.init_transactions(self._timeout))
@@ -246,6 +287,16 @@ class TransactionalProducer:
                     f"the broker refused a record as too large ({error.str()})",
                     **self._where(epoch),
                     fix="raise max.message.bytes on the topic, or make rows smaller",
+                )
+            if error.code() == KafkaError.INVALID_TIMESTAMP:
+                raise SchemaMismatchError(
+                    f"the broker refused a record's timestamp ({error.str()}): "
+                    f"timestamp_column {self.config.timestamp_column!r} holds a time outside "
+                    "what the topic accepts (message.timestamp.before.max.ms / "
+                    "after.max.ms; Kafka 4 refuses more than an hour ahead by default)",
+                    **self._where(epoch),
+                    fix="check the column: integers are milliseconds since the Unix epoch (not "
+                    "microseconds or nanoseconds); or widen the topic's limits",
                 )
             self.fail(KafkaException(error), "delivering records", epoch)
 

@@ -83,6 +83,10 @@ class _Opened:
         self.context = context
         settings = {**sink.config.connection_settings(), "logger": client_log, "log_level": 3}
         log = JobLogger(context.job_id, sink.name, component="sinks.kafka")
+        transactional_id = f"ds:{component(context.job_id)}:{component(sink.name)}"
+        self.producer = TransactionalProducer(sink.config, transactional_id, sink._where, log)
+        # Every producer setting is checked before any client connects or topic is made.
+        self.producer.check_settings()
         self.cluster = Cluster(sink.config, settings, sink._where, log)
         self.progress = ProgressReader(
             self.cluster.admin,
@@ -91,8 +95,6 @@ class _Opened:
             sink.config.progress_scan_timeout_s,
             sink._where,
         )
-        transactional_id = f"ds:{component(context.job_id)}:{component(sink.name)}"
-        self.producer = TransactionalProducer(sink.config, transactional_id, sink._where, log)
         self.topic = TopicFacts(0, 0)
 
 
@@ -102,6 +104,8 @@ class KafkaSink:
     def __init__(self, config: KafkaSinkConfig) -> None:
         self.config = config
         self._opened: _Opened | None = None
+        #: The job that opens (or opened) the sink, for errors raised while opening.
+        self._job: str | None = None
         self._current: _Epoch | None = None
         self._attempts: dict[int, int] = {}
         self._last_committed: int | None = None
@@ -131,8 +135,7 @@ class KafkaSink:
         return self._state().context
 
     def _where(self, epoch: int | None = None) -> dict[str, Any]:
-        job = self._opened.context.job_id if self._opened else None
-        return {"job": job, "sink": self.name, "epoch": epoch}
+        return {"job": self._job, "sink": self.name, "epoch": epoch}
 
     def _log(self, epoch: int | None = None) -> JobLogger:
         job = self._opened.context.job_id if self._opened else "-"
@@ -144,6 +147,7 @@ class KafkaSink:
 
     # -- open ----------------------------------------------------------------------------------
     def open(self, context: OpenContext) -> None:
+        self._job = context.job_id
         self._opened = opened = _Opened(self, context)
         opened.topic = opened.cluster.check()
         self._start_producer(context.generation)

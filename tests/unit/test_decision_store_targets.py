@@ -1,0 +1,145 @@
+"""What `decision_store=` accepts (issue 15): a typo'd URI scheme, a relative path or an
+unreadable connection string used to become a folder under the current directory, so a
+driver restarted from another directory found no decisions and recovery broke. Each is now a
+ConfigError naming the mistake and the fix, and nothing is created on disk (every test runs
+in an empty current directory and checks it stays empty)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from durable_sinks.core.errors import ConfigError
+from durable_sinks.manifest import LocalDirectoryStore, store_from
+from durable_sinks.manifest.postgres import PostgresDecisionStore
+from durable_sinks.spark import durable_sink
+
+
+@pytest.fixture
+def cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty current directory of the test's own."""
+    home = tmp_path / "cwd"
+    home.mkdir()
+    monkeypatch.chdir(home)
+    return home
+
+
+def refused(target: object, cwd: Path) -> ConfigError:
+    with pytest.raises(ConfigError) as raised:
+        store_from(target)  # type: ignore[arg-type]
+    assert list(cwd.iterdir()) == [], "a refused decision_store created something"
+    assert raised.value.fix, f"{raised.value} has no fix"
+    return raised.value
+
+
+@pytest.mark.parametrize(
+    ("target", "message", "fix"),
+    [
+        (
+            "postgresq://host/db",
+            "has the URI scheme 'postgresq://', which no decision store uses (did you mean "
+            "postgresql://?)",
+            "decision_store='postgresql://host/db'",
+        ),
+        (
+            "postgre://u@host:5432/db",
+            "did you mean postgres://?",
+            "decision_store='postgres://u@host:5432/db'",
+        ),
+        ("fil:///data/decisions", "did you mean file://?", "'file:///data/decisions'"),
+        (
+            "s3://bucket/decisions",
+            "the schemes a decision store accepts are postgresql://, postgres://, file://",
+            "decision_store='/durable/volume/my-job'",
+        ),
+    ],
+)
+def test_an_unknown_uri_scheme_is_refused_with_the_closest_valid_one(
+    target: str, message: str, fix: str, cwd: Path
+) -> None:
+    error = refused(target, cwd)
+    assert message in error.message
+    assert fix in (error.fix or "")
+
+
+def test_a_password_in_a_mistyped_uri_is_not_shown(cwd: Path) -> None:
+    error = refused("postgresq://orders:hunter2-secret@db.example.com/orders", cwd)
+    assert "hunter2" not in str(error) + repr(error)
+    assert "postgresql://orders:***@db.example.com/orders" in (error.fix or "")
+
+
+@pytest.mark.parametrize(
+    "target", ["decisions", "./state/decisions", "../decisions", Path("decisions")]
+)
+def test_a_relative_path_is_refused_with_the_absolute_path_it_meant(
+    target: str | Path, cwd: Path
+) -> None:
+    error = refused(target, cwd)
+    assert "is a relative path: it depends on the current directory" in error.message
+    assert "a driver restarted from another directory would find none" in error.message
+    assert f"decision_store={os.path.abspath(target)!r}" in (error.fix or "")
+
+
+def test_a_home_relative_path_is_refused_with_its_expansion(cwd: Path) -> None:
+    error = refused("~/decisions", cwd)
+    assert "starts with '~', which is not expanded" in error.message
+    assert os.path.expanduser("~/decisions") in (error.fix or "")
+
+
+@pytest.mark.parametrize(
+    ("target", "message"),
+    [
+        ("hots=db.example.com dbname=orders", 'invalid connection option "hots"'),
+        ("hots=db.example.com", 'invalid connection option "hots"'),
+        ("host=db dbname=orders sslmode", 'missing "=" after "sslmode"'),
+    ],
+)
+def test_an_unreadable_connection_string_is_refused_with_libpqs_reason(
+    target: str, message: str, cwd: Path
+) -> None:
+    """It became a folder named like the DSN (or, with a known keyword beside the typo, a
+    raw psycopg.ProgrammingError at the first connection)."""
+    error = refused(target, cwd)
+    assert "looks like a Postgres connection string, but libpq cannot read it" in error.message
+    assert message in error.message
+
+
+def test_a_file_uri_naming_a_host_is_refused(cwd: Path) -> None:
+    error = refused("file://data/decisions", cwd)
+    assert "names 'data'" in error.message
+    assert "'file:///data/decisions'" in (error.fix or "")
+
+
+@pytest.mark.parametrize("target", ["", "   ", 42, b"/data/decisions"])
+def test_no_target_or_a_wrong_type_is_refused(target: object, cwd: Path) -> None:
+    refused(target, cwd)
+
+
+def test_valid_targets_are_accepted_and_nothing_is_created(tmp_path: Path, cwd: Path) -> None:
+    for dsn in (
+        "postgresql://u@h/db",
+        "postgres://u:p@h:5432/db?sslmode=require",
+        "host=h port=5432 dbname=d",
+        "dbname=d",
+    ):
+        assert isinstance(store_from(dsn), PostgresDecisionStore)
+    absolute = tmp_path / "decisions"
+    for target in (str(absolute), absolute, f"file://{absolute}", f"file://localhost{absolute}"):
+        store = store_from(target)
+        assert isinstance(store, LocalDirectoryStore)
+        assert store.path == absolute
+    assert list(cwd.iterdir()) == []
+    assert not absolute.exists()  # created by open, not by choosing the store
+
+
+def test_durable_sink_refuses_a_relative_decision_store_before_anything_runs(
+    tmp_path: Path, cwd: Path
+) -> None:
+    out = tmp_path / "out"
+    with pytest.raises(ConfigError, match="is a relative path") as raised:
+        durable_sink("files", path=str(out), job_id="orders", decision_store="decisions")
+    assert os.path.abspath("decisions") in (raised.value.fix or "")
+    assert list(cwd.iterdir()) == []
+    assert not out.exists()
