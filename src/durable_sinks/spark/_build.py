@@ -18,7 +18,7 @@ def decision_store(specs: Sequence[SinkSpec | SinkConnector], options: JobOption
     first Postgres sink's database); ConfigError when there is none."""
     target = options.decision_store
     if target is not None:
-        return store_from(target)
+        return store_from(target, job=options.job_id)
     for spec in specs:
         if isinstance(spec, SinkSpec):
             store = default_store_for(spec.kind, spec.config)
