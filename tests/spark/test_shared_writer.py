@@ -21,6 +21,7 @@ from typing import Any
 import psycopg
 import pyarrow.parquet as pq
 import pytest
+from pyspark import InheritableThread
 
 from durable_sinks.coordinator import EpochOutcome
 from durable_sinks.core.errors import SchemaMismatchError
@@ -146,7 +147,10 @@ def test_calls_from_two_threads_run_one_after_the_other_and_land_each_batch_once
         except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
             errors.append(exc)
 
-    threads = [threading.Thread(target=replay) for _ in range(2)]
+    # pyspark's InheritableThread closes the thread's py4j connection when it ends; a plain
+    # thread's connection stays in the JVM's pool, and a later foreachBatch callback sent on
+    # it waits for ever (pinned-thread mode).
+    threads = [InheritableThread(target=replay) for _ in range(2)]
     for thread in threads:
         thread.start()
     for thread in threads:

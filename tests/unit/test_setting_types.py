@@ -32,7 +32,7 @@ DSN = "host=127.0.0.1 port=1 dbname=x user=u password=sekrit-pw"
         ),
         (
             {"table": "t", "connect_timeout": "abc"},
-            "connect_timeout must be an integer, not str 'abc'",
+            "connect_timeout must be an integer or None, not str 'abc'",
             "connect_timeout=10",
         ),
         (
