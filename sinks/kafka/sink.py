@@ -149,8 +149,12 @@ class KafkaSink:
     def open(self, context: OpenContext) -> None:
         self._job = context.job_id
         self._opened = opened = _Opened(self, context)
-        opened.topic = opened.cluster.check()
-        self._start_producer(context.generation)
+        try:
+            opened.topic = opened.cluster.check()
+            self._start_producer(context.generation)
+        except BaseException:
+            self.close()  # a refused open holds no client
+            raise
 
     def _start_producer(self, generation: int) -> None:
         """Refuse if a newer generation holds the fence; take over the transactional.id
@@ -240,8 +244,10 @@ class KafkaSink:
 
     def close(self) -> None:
         """Release the clients. An open transaction is left to the broker (it aborts it at
-        transaction.timeout.ms, or the next open aborts it at once)."""
-        opened = self._opened
+        transaction.timeout.ms, or the next open aborts it at once). Every client handle is
+        dropped, so a closed sink that something still references holds none (each
+        librdkafka client takes one of the process's 1,024 thread-local keys until freed)."""
+        opened, self._opened = self._opened, None
         self._current = None
         if opened is None:
             return

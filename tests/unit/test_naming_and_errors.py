@@ -91,3 +91,16 @@ def test_retriable_classes() -> None:
     assert errors.InDoubtError.retriable
     assert not errors.FencedError.retriable
     assert not errors.ConfigError.retriable
+
+
+def test_a_fenced_error_always_carries_a_fix() -> None:
+    """A FencedError raised without one (the decision stores, the files sink) still tells the
+    user what to do: a second driver owns the job."""
+    from durable_sinks.core.errors import FENCED_FIX, FencedError
+
+    error = FencedError("a newer coordinator took over this job", job="orders", epoch=3)
+    assert error.fix == FENCED_FIX
+    assert str(error).endswith(f"Fix: {FENCED_FIX}")
+    assert "restart the query from its checkpoint" in FENCED_FIX
+    assert FencedError("x", fix="own fix").fix == "own fix"
+    assert pickle.loads(pickle.dumps(error)).fix == FENCED_FIX  # noqa: S301 - our own bytes

@@ -41,6 +41,8 @@ class DurableSinkError(Exception):
     """
 
     retriable: ClassVar[bool] = False
+    #: The fix a message carries when the raiser gives none.
+    default_fix: ClassVar[str | None] = None
 
     def __init__(
         self,
@@ -55,7 +57,7 @@ class DurableSinkError(Exception):
         self.job = job
         self.sink = sink
         self.epoch = epoch
-        self.fix = fix
+        self.fix = fix if fix is not None else self.default_fix
         super().__init__(self._render())
 
     def _render(self) -> str:
@@ -121,24 +123,6 @@ class TransientError(DurableSinkError):
     retriable = True
 
 
-class FencedError(DurableSinkError):
-    """A newer coordinator (higher generation) owns this job; this one committed nothing after
-    being fenced and must stop. Not retriable: restart the job instead.
-
-    Without an explicit `fix`, the message carries the general one (FENCED_FIX)."""
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        job: str | None = None,
-        sink: str | None = None,
-        epoch: int | None = None,
-        fix: str | None = None,
-    ) -> None:
-        super().__init__(message, job=job, sink=sink, epoch=epoch, fix=fix or FENCED_FIX)
-
-
 #: What to do about a FencedError: it always means a second driver of the job started.
 FENCED_FIX = (
     "another driver started this job_id after this one (a restarted query, or a second query "
@@ -146,6 +130,15 @@ FENCED_FIX = (
     "Stop this one. If no other driver should run, restart the query from its checkpoint (it "
     "recovers); if two queries share the job_id, give each its own"
 )
+
+
+class FencedError(DurableSinkError):
+    """A newer coordinator (higher generation) owns this job; this one committed nothing after
+    being fenced and must stop. Not retriable: restart the job instead.
+
+    Without an explicit `fix`, the message carries the general one (FENCED_FIX)."""
+
+    default_fix = FENCED_FIX
 
 
 class EpochOrderError(DurableSinkError):

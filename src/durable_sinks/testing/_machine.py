@@ -274,6 +274,10 @@ class SinkContractMachine(RuleBasedStateMachine):
         except DurableSinkError as exc:
             self._note(f"zombie stopped: {type(exc).__name__}: {exc}")
             self.stats.zombies[type(exc).__name__] += 1
+        finally:
+            # Its turn is over: release its clients now (hypothesis may keep the object).
+            with contextlib.suppress(Exception):
+                zombie.coordinator.close()
         after = self._visible()
         assert after == before or self._zombie_only_finished(before, after), (
             f"a zombie changed visible data: before {before} after {after}"
