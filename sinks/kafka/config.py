@@ -147,7 +147,7 @@ class KafkaSinkConfig:
 
     @property
     def progress_topic_name(self) -> str:
-        return self.progress_topic or f"{self.topic}{PROGRESS_SUFFIX}"
+        return progress_topic_of(self.topic, self.progress_topic)
 
     @property
     def layout(self) -> RecordLayout:
@@ -194,6 +194,11 @@ def _valid_topic(name: str) -> bool:
     )
 
 
+def progress_topic_of(topic: str, progress_topic: str | None) -> str:
+    """The progress topic's name: the one given, else `<topic>-ds-progress`."""
+    return progress_topic or f"{topic}{PROGRESS_SUFFIX}"
+
+
 def collision_name(topic: str) -> str:
     """Kafka refuses two topics whose names differ only by '.' against '_' (their metric
     names would collide): both have the same collision name."""
@@ -208,7 +213,7 @@ def _check_topics(topic: str, progress_topic: str | None, where: str) -> None:
                 f"{where}: {what} {name!r} is not a valid topic name",
                 fix=f"use 1-{MAX_TOPIC_LENGTH} characters of [A-Za-z0-9._-]",
             )
-    progress = progress_topic or f"{topic}{PROGRESS_SUFFIX}"
+    progress = progress_topic_of(topic, progress_topic)
     if progress_topic is None and not _valid_topic(progress):
         room = MAX_TOPIC_LENGTH - len(PROGRESS_SUFFIX)
         raise ConfigError(

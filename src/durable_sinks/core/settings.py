@@ -65,20 +65,13 @@ def unknown_option(
 
 
 def check_settings(
-    cls: type[Any],
-    options: Mapping[str, Any],
-    where: str,
-    *,
-    job: str | None = None,
-    also_valid: Iterable[str] = (),
+    cls: type[Any], options: Mapping[str, Any], where: str, *, job: str | None = None
 ) -> None:
-    """Raise ConfigError for the first setting in `options` that `cls` does not declare (names
-    in `also_valid` are accepted without a check), for a missing required one, or for a
-    value of the wrong type."""
+    """Raise ConfigError for the first setting in `options` that `cls` does not declare, for
+    a missing required one, or for a value of the wrong type."""
     names = option_names(cls)
-    accepted = set(also_valid)
     for name in options:
-        if name not in names and name not in accepted:
+        if name not in names:
             raise unknown_option(name, where, names, job=job)
     missing = [n for n in required_names(cls) if n not in options]
     if missing:
@@ -87,6 +80,14 @@ def check_settings(
             job=job,
             fix=f"give {', '.join(f'{n}=...' for n in missing)}",
         )
+    check_types(cls, options, where, job=job)
+
+
+def check_types(
+    cls: type[Any], options: Mapping[str, Any], where: str, *, job: str | None = None
+) -> None:
+    """Raise ConfigError for the first value in `options` of another type than `cls`
+    declares (for a mapping, naming the entry); names `cls` does not declare pass."""
     hints = typing.get_type_hints(cls)
     for name, value in options.items():
         wanted = hints.get(name)
@@ -106,7 +107,7 @@ def wrong_type(
     name: str, value: Any, wanted: Any, where: str, *, job: str | None = None
 ) -> ConfigError:
     shown = "" if _is_secret(name) else f" {_short(value)}"
-    example = _example(name, wanted)
+    example = _example(wanted)
     return ConfigError(
         f"{where}: {name} must be {describe(wanted)}, not {type(value).__name__}{shown}",
         job=job,
@@ -223,11 +224,11 @@ def _read(text: str, wanted: Any, json: Any) -> Any:
     return text
 
 
-def _example(name: str, wanted: Any) -> str | None:
+def _example(wanted: Any) -> str | None:
     origin = typing.get_origin(wanted)
     args = [a for a in typing.get_args(wanted) if a is not type(None)]
     if origin in (typing.Union, types.UnionType) and len(args) == 1:
-        return _example(name, args[0])
+        return _example(args[0])
     if wanted is bool:
         return "True (a Python bool, not a string)"
     if wanted is int:

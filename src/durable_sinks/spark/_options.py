@@ -12,7 +12,7 @@ from typing import Any, Literal
 from durable_sinks.coordinator import RetryPolicy
 from durable_sinks.core import DeliveryGuarantee
 from durable_sinks.core.errors import ConfigError
-from durable_sinks.core.settings import closest, matches, option_names, wrong_type
+from durable_sinks.core.settings import check_types, closest, option_names
 from durable_sinks.manifest import DecisionStore
 
 Execution = Literal["driver", "executor"]
@@ -154,19 +154,19 @@ class JobOptions:
 
     @classmethod
     def check_types(cls, options: Mapping[str, Any]) -> None:
-        """ConfigError for a job option of the wrong type (values are checked when built)."""
+        """ConfigError for a job option of the wrong type (values are checked when built).
+        job_id, the Literal options and a guarantee string are left to __post_init__, which
+        names the accepted values."""
         hints = typing.get_type_hints(cls)
         job = options.get("job_id")
-        for name, value in options.items():
-            wanted = hints[name]
-            if name == "job_id" or typing.get_origin(wanted) is Literal:
-                continue  # __post_init__ names the accepted values
-            if name == "guarantee" and isinstance(value, str):
-                continue
-            if not matches(value, wanted):
-                raise wrong_type(
-                    name, value, wanted, "durable_sink", job=job if isinstance(job, str) else None
-                )
+        checked = {
+            name: value
+            for name, value in options.items()
+            if name != "job_id"
+            and typing.get_origin(hints[name]) is not Literal
+            and not (name == "guarantee" and isinstance(value, str))
+        }
+        check_types(cls, checked, "durable_sink", job=job if isinstance(job, str) else None)
 
 
 def job_option_names() -> list[str]:

@@ -23,7 +23,7 @@ from durable_sinks.core.settings import unknown_option
 from ._arrow import ResultTooLargeError, chunked_batches, streamed_batches
 from ._build import build_coordinator
 from ._executor import prepare_on_executors
-from ._options import JobOptions, job_option_names
+from ._options import DriverRead, JobOptions, job_option_names
 from ._specs import SinkSpec
 from ._worker_check import check_workers
 
@@ -58,6 +58,13 @@ class DurableBatchWriter:
     another process): the copy starts its own coordinator on its first call.
     """
 
+    last_result: EpochResult | None
+    last_error: BaseException | None
+    recovery: RecoveryReport | None
+    _coordinator: Coordinator | None
+    _query_id: str | None
+    _read: DriverRead
+
     def __init__(self, sinks: Sequence[SinkSpec | SinkConnector], options: JobOptions) -> None:
         if not sinks:
             raise ConfigError(
@@ -65,16 +72,7 @@ class DurableBatchWriter:
             )
         self.specs = list(sinks)
         self.options = options
-        self.log = JobLogger(options.job_id, component="spark")
-        self.last_result: EpochResult | None = None
-        self.last_error: BaseException | None = None
-        self.recovery: RecoveryReport | None = None
-        self._coordinator: Coordinator | None = None
-        self._query_id: str | None = None
-        self._lock = threading.RLock()
-        self._read = options.driver_read
-        #: Executor mode: whether Spark's Python workers were found able to write.
-        self._workers_checked = options.execution != "executor"
+        self._reset()
         if not self._workers_checked:
             built = [s for s in self.specs if not isinstance(s, SinkSpec)]
             if built:
@@ -245,6 +243,11 @@ class DurableBatchWriter:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.specs = state["specs"]
         self.options = state["options"]
+        self._reset()
+
+    def _reset(self) -> None:
+        """The state a writer starts with (after construction, or unpickled elsewhere): no
+        coordinator, no query bound, no results."""
         self.log = JobLogger(self.options.job_id, component="spark")
         self.last_result = None
         self.last_error = None
@@ -253,6 +256,7 @@ class DurableBatchWriter:
         self._query_id = None
         self._lock = threading.RLock()
         self._read = self.options.driver_read
+        #: Executor mode: whether Spark's Python workers were found able to write.
         self._workers_checked = self.options.execution != "executor"
 
 

@@ -382,9 +382,10 @@ class SinkContractMachine(RuleBasedStateMachine):
                     coordinator.close()
         finally:
             self.scenario.cleanup()
-            # Crashed coordinators were abandoned, not closed: their clients wait for the
-            # cyclic collector. Thousands of examples in one process would otherwise hold
-            # thousands of client handles (each librdkafka client takes one of the process's
+            # What the example's coordinators held may still sit in reference cycles (e.g. an
+            # error's traceback and the sink that raised it): free it now, not at the
+            # collector's next full pass. Thousands of examples in one process would otherwise
+            # hold client handles for long (each librdkafka client takes one of the process's
             # 1,024 thread-local keys; the next client then fails to start).
             gc.collect()
 
