@@ -8,6 +8,7 @@ path: `from durable_sinks.coordinator import Coordinator, ...`.
 
 from ._coordinator import Coordinator, EpochOutcome, EpochResult
 from ._metrics import EpochMetrics, JobTotals
+from ._outage import OutagePolicy
 from ._recovery import RecoveryReport, Resolution, resolve
 from ._retry import RetryPolicy
 from ._worker import prepare_part
@@ -19,6 +20,7 @@ __all__ = [
     "EpochOutcome",
     "EpochResult",
     "JobTotals",
+    "OutagePolicy",
     "RecoveryReport",
     "Resolution",
     "RetryPolicy",

@@ -441,9 +441,20 @@ class Coordinator:
         yield "after-finish"
 
     def _expire(self, epoch: int, metrics: EpochMetrics) -> None:
-        if self.decisions.store_holds_decisions:
+        """Drop decisions older than the retention window. House-keeping after the epoch
+        committed everywhere: a failure is logged and left to the next epoch's expiry (it
+        drops everything older than its own window), never raised for a committed batch."""
+        if not self.decisions.store_holds_decisions:
+            return
+        try:
             with metrics.phase("finish"):
                 self.store.expire(epoch - self.retain_epochs + 1)
+        except DurableSinkError as exc:
+            self.log.bind(epoch=epoch).warning(
+                "the epoch committed, but dropping old decisions failed (%s); the next epoch "
+                "drops them",
+                brief(exc),
+            )
 
     def _cache_decision(self, record: DecisionRecord, log: JobLogger) -> None:
         try:

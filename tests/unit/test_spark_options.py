@@ -46,6 +46,9 @@ def test_job_options_are_split_from_sink_options() -> None:
         ({"job_id": "j", "max_rows_in_memory": 0}, "max_rows_in_memory"),
         ({"job_id": "j", "driver_read": "collect"}, "driver_read"),
         ({"job_id": "j", "retain_epochs": 0}, "retain_epochs"),
+        ({"job_id": "j", "outage_tolerance_s": -1}, "outage_tolerance_s"),
+        ({"job_id": "j", "outage_tolerance_s": float("inf")}, "outage_tolerance_s"),
+        ({"job_id": "j", "outage_tolerance_s": "2 minutes"}, "outage_tolerance_s"),
     ],
 )
 def test_bad_job_options_name_the_option_and_the_fix(
@@ -126,12 +129,16 @@ def test_data_source_options_are_read_from_spark_strings() -> None:
             "table": "s.t",
             "create_table": "true",
             "participants_in_flight": "8",
+            "outage_tolerance_s": "30.5",
             "path": "ignored",
             "checkpointLocation": "/ckpt",
         }
     )
     assert job.job_id == "42"
     assert job.execution == "executor"
+    assert job.outage_tolerance_s == 30.5
+    assert JobOptions.split({"job_id": "j"})[0].outage_tolerance_s == 120.0
+    assert JobOptions.split({"job_id": "j", "outage_tolerance_s": 0})[0].outage_tolerance_s == 0
     assert specs[0].kind == "postgres"
     assert specs[0].config == {
         "dsn": "host=h port=5432 dbname=d",

@@ -14,8 +14,10 @@ executors back to the driver).
     ├── BatchChangedError            a batch's rows changed while it was being read (a
     │                                non-deterministic recomputation); nothing was committed
     ├── TransientError               a call may succeed if retried (timeouts, lost connections)
-    │   └── UnreachableError         a server could not be reached (refused, timed out, name
-    │                                not resolved); credentials it refuses are a ConfigError
+    │   ├── UnreachableError         a server could not be reached (refused, timed out, name
+    │   │                            not resolved); credentials it refuses are a ConfigError
+    │   └── OutageError              an outage outlasted the job's outage_tolerance_s; the
+    │                                last error is its cause; a restart recovers
     ├── FencedError                  a newer coordinator owns the job: this one must stop
     ├── EpochOrderError              a later epoch is already committed (checkpoint reset, or
     │                                another query writes under the same job id)
@@ -179,3 +181,35 @@ class UnreachableError(TransientError):
     """A server could not be reached: connection refused or timed out, its name not resolved,
     the server starting up or out of connection slots. The job may succeed once it answers
     (retriable). Credentials or a database the server refuses are a ConfigError instead."""
+
+
+class OutageError(TransientError):
+    """A batch kept failing with retriable errors for longer than the job rides out outages
+    (`outage_tolerance_s`). Carries the last error (as `__cause__` and in its message, with
+    the server and the step). Nothing half-done is visible: what was not decided is rolled back
+    (now or by the next start's recovery), what was decided is finished by the next start or
+    the batch's replay."""
+
+    @classmethod
+    def past_bound(
+        cls,
+        last: DurableSinkError,
+        *,
+        elapsed: float,
+        attempts: int,
+        tolerance: float,
+        step: str,
+    ) -> OutageError:
+        where = f" {step}" if step else ""
+        then = f" Last error's fix: {last.fix}" if last.fix else ""
+        return cls(
+            f"gave up riding out an outage after {elapsed:.0f} s and {attempts} failed "
+            f"attempts (outage_tolerance_s={tolerance:g}); the last attempt failed{where}: "
+            f"{type(last).__name__}: {last.message}.{then}",
+            job=last.job,
+            sink=last.sink,
+            epoch=last.epoch,
+            fix="once the server answers again, restart the query from its checkpoint: it "
+            "recovers and writes (or finishes) the batch exactly once; to ride out longer "
+            "outages without stopping, raise outage_tolerance_s",
+        )

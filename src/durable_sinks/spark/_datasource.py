@@ -28,9 +28,10 @@ from typing import Any
 from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
 
 from durable_sinks import sinks
-from durable_sinks.coordinator import prepare_part
+from durable_sinks.coordinator import OutagePolicy, prepare_part
 from durable_sinks.core import CommitHandle, SinkConnector
-from durable_sinks.core.errors import ConfigError, UsageError
+from durable_sinks.core.errors import ConfigError, InDoubtError, UsageError
+from durable_sinks.core.joblog import JobLogger
 from durable_sinks.core.settings import from_strings
 
 from ._build import build_coordinator, decision_store
@@ -155,17 +156,30 @@ class DurableStreamWriter(DataSourceStreamArrowWriter):
         return DurableCommitMessage([h.dumps() for h in handles], query_id)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
+        """Decide and commit the parts the tasks prepared. An outage at or after the decision
+        (InDoubtError, CommitIncompleteError) is ridden out up to outage_tolerance_s, with a
+        new coordinator per attempt that finishes the decided epoch. One before the decision
+        is not: the failed attempt rolled the parts back and only Spark can write them again
+        (the query fails; its restart replays the batch)."""
         kept = [m for m in messages if isinstance(m, DurableCommitMessage)]
         handles = [CommitHandle.from_json(json.loads(h)) for m in kept for h in m.handles]
         sources = {m.query_id for m in kept if m.query_id is not None}
-        coordinator = build_coordinator(
-            self.specs, self.options, source=sources.pop() if len(sources) == 1 else None
+        source = sources.pop() if len(sources) == 1 else None
+
+        def attempt() -> None:
+            coordinator = build_coordinator(self.specs, self.options, source=source)
+            try:
+                coordinator.start(adopt={h.participant for h in handles})
+                coordinator.run_distributed_epoch(batchId, lambda generation: handles)
+            finally:
+                coordinator.close()
+
+        OutagePolicy(tolerance_s=self.options.outage_tolerance_s).ride(
+            attempt,
+            after_failure=lambda _: None,
+            log=JobLogger(self.options.job_id, epoch=batchId, component="spark"),
+            rides=lambda error: isinstance(error, InDoubtError),
         )
-        try:
-            coordinator.start(adopt={h.participant for h in handles})
-            coordinator.run_distributed_epoch(batchId, lambda generation: handles)
-        finally:
-            coordinator.close()
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
         coordinator = build_coordinator(self.specs, self.options)

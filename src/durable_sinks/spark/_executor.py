@@ -7,16 +7,24 @@ driver the output of exactly one successful attempt per partition, and those are
 the coordinator decides. Attempts whose output Spark dropped stay prepared until the
 coordinator rolls them back (DistributedSink.prepared_participants). Nothing of the batch
 passes through the driver's memory but the handles.
+
+A task whose part fails with one of our errors (a DurableSinkError: bad data, a server
+restarting ...) rolls its part back and returns the error itself, pickled, instead of failing:
+the driver raises it typed as it is (so a retriable one is ridden out, see _writer.py), rather
+than as Spark's generic task failure, and Spark does not spend its task retries on an outage
+the driver handles. Any other exception fails the task as usual.
 """
 
 from __future__ import annotations
 
 import json
+import pickle
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from durable_sinks.coordinator import prepare_part
 from durable_sinks.core import CommitHandle, SinkConnector
+from durable_sinks.core.errors import DurableSinkError
 
 from ._specs import SinkSpec
 
@@ -24,6 +32,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 HANDLE_COLUMN = "handle"
+ERROR_COLUMN = "error"
 
 
 def prepare_on_executors(
@@ -41,9 +50,29 @@ def prepare_on_executors(
 
         task = TaskContext.get()
         part = "p0-t0" if task is None else f"p{task.partitionId()}-t{task.taskAttemptId()}"
-        handles = prepare_part(job_id, generation, epoch, part, build, batches)
+        try:
+            handles = prepare_part(job_id, generation, epoch, part, build, batches)
+        except DurableSinkError as exc:  # rolled back by prepare_part; raised on the driver
+            failed = pa.array([pickle.dumps(exc)], pa.binary())
+            yield pa.record_batch([pa.nulls(1, pa.string()), failed], names=COLUMNS)
+            return
         column = pa.array([h.dumps() for h in handles], pa.string())
-        yield pa.record_batch([column], names=[HANDLE_COLUMN])
+        yield pa.record_batch([column, pa.nulls(len(handles), pa.binary())], names=COLUMNS)
 
-    rows = df.mapInArrow(write, f"{HANDLE_COLUMN} string").collect()
+    rows = df.mapInArrow(write, f"{HANDLE_COLUMN} string, {ERROR_COLUMN} binary").collect()
+    for row in rows:
+        if row[ERROR_COLUMN] is not None:
+            raise _task_error(bytes(row[ERROR_COLUMN]))
     return [CommitHandle.from_json(json.loads(row[HANDLE_COLUMN])) for row in rows]
+
+
+COLUMNS = [HANDLE_COLUMN, ERROR_COLUMN]
+
+
+def _task_error(pickled: bytes) -> DurableSinkError:
+    """The error a task returned (our own class, pickled by the same version of the package:
+    the workers were checked to import it at start)."""
+    error = pickle.loads(pickled)  # noqa: S301 - written by this job's own tasks
+    if not isinstance(error, DurableSinkError):  # pragma: no cover - only ours are sent
+        raise TypeError(f"a task returned {type(error).__name__}, not a DurableSinkError")
+    return error

@@ -24,6 +24,9 @@ StoreTarget = str | os.PathLike[str] | DecisionStore
 
 #: Driver mode holds at most this many rows of a batch in memory at once (see _arrow.py).
 DEFAULT_MAX_ROWS_IN_MEMORY = 1_000_000
+#: How long a batch rides out an outage by default (two minutes: a database fail-over or a
+#: broker restart, not a maintenance window).
+DEFAULT_OUTAGE_TOLERANCE_S = 120.0
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,11 @@ class JobOptions:
     - one_phase: a job with one sink that can carry the decision commits each epoch in one
       transaction (default True).
     - retain_epochs: how many recent decisions the store keeps.
+    - outage_tolerance_s: how long a batch rides out retriable failures (a server restarting,
+      connections cut, a leader election) by attempting it again with new connections, before
+      the query fails with OutageError (default 120 s; 0: fail at the first error).
+    - commit_retry: how the coordinator retries one commit or rollback call in place (a few
+      seconds, same connection) before the attempt counts as failed and riding out takes over.
     """
 
     job_id: str
@@ -58,6 +66,7 @@ class JobOptions:
     max_rows_in_memory: int = DEFAULT_MAX_ROWS_IN_MEMORY
     one_phase: bool = True
     retain_epochs: int = 10_000
+    outage_tolerance_s: float = DEFAULT_OUTAGE_TOLERANCE_S
     commit_retry: RetryPolicy = field(default_factory=RetryPolicy)
 
     def __post_init__(self) -> None:
@@ -100,6 +109,18 @@ class JobOptions:
                 f"max_rows_in_memory must be a positive integer, not {self.max_rows_in_memory!r}",
                 job=self.job_id,
                 fix=f"leave the default ({DEFAULT_MAX_ROWS_IN_MEMORY:,}) or give e.g. 200_000",
+            )
+        tolerance = self.outage_tolerance_s
+        if (
+            isinstance(tolerance, bool)
+            or not isinstance(tolerance, int | float)
+            or not (0 <= tolerance < float("inf"))
+        ):
+            raise ConfigError(
+                f"outage_tolerance_s must be a number of seconds >= 0, not {tolerance!r}",
+                job=self.job_id,
+                fix=f"leave the default ({DEFAULT_OUTAGE_TOLERANCE_S:g}), give e.g. 300 to ride "
+                "out longer outages, or 0 to fail at the first error",
             )
         if not isinstance(self.retain_epochs, int) or self.retain_epochs < 1:
             raise ConfigError(

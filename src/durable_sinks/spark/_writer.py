@@ -14,7 +14,7 @@ from contextlib import closing
 from typing import Any
 
 from durable_sinks import sinks
-from durable_sinks.coordinator import Coordinator, EpochResult, RecoveryReport
+from durable_sinks.coordinator import Coordinator, EpochResult, OutagePolicy, RecoveryReport
 from durable_sinks.core import SinkConnector
 from durable_sinks.core.errors import ConfigError, DurableSinkError, UsageError
 from durable_sinks.core.joblog import JobLogger
@@ -41,9 +41,15 @@ class DurableBatchWriter:
     resolved. Errors raise here, naming the setting and the fix.
 
     On each call: the first batch also checks what only Spark can tell (the query id, kept in
-    each decision so that another query writing under the same job id is refused). After a
-    failed call the coordinator is discarded; the next call (Spark's retry, or the same
-    function given to a restarted query) starts a new one, which recovers first.
+    each decision so that another query writing under the same job id is refused).
+
+    Outages are ridden out inside the call (coordinator/_outage.py): an attempt that fails
+    with a retriable error (a server restarting, a connection cut, a leader not yet elected)
+    is dropped with its connections, and a new coordinator (which fences it and recovers its
+    leftovers) attempts the batch again, until `outage_tolerance_s` after the first failure;
+    past it the call raises OutageError. Other errors are raised at once. After a failed call
+    the coordinator is discarded; the next call (Spark's retry, or the same function given to
+    a restarted query) starts a new one, which recovers first.
 
     One writer serves one streaming query: the first batch binds it to its query's id (stable
     across restarts from the same checkpoint); a call from another query is refused with a
@@ -59,10 +65,12 @@ class DurableBatchWriter:
     """
 
     last_result: EpochResult | None
+    failed_attempts: int
     last_error: BaseException | None
     recovery: RecoveryReport | None
     _coordinator: Coordinator | None
     _query_id: str | None
+    _last_step: str | None
     _read: DriverRead
 
     def __init__(self, sinks: Sequence[SinkSpec | SinkConnector], options: JobOptions) -> None:
@@ -97,7 +105,7 @@ class DurableBatchWriter:
     # -- coordinator lifecycle -----------------------------------------------------------------
     def _start(self) -> Coordinator:
         coordinator = build_coordinator(
-            self.specs, self.options, source=self._query_id, on_step=self._on_step
+            self.specs, self.options, source=self._query_id, on_step=self._step
         )
         try:
             self.recovery = coordinator.start()
@@ -155,22 +163,13 @@ class DurableBatchWriter:
         self._check_query(df, epoch)
         if not self._workers_checked:
             self._check_workers(df.sparkSession)
-        coordinator = self._coordinator or self._start()
-        coordinator.source = self._query_id
         started = time.perf_counter()
-        try:
-            if self.options.execution == "executor":
-                specs = [s for s in self.specs if isinstance(s, SinkSpec)]
-                job = self.options.job_id
-                result = coordinator.run_distributed_epoch(
-                    epoch,
-                    lambda generation: prepare_on_executors(df, specs, job, generation, epoch),
-                )
-            else:
-                result = self._driver_epoch(coordinator, df, epoch)
-        except BaseException:
-            self.close()  # a new coordinator (new generation, recovery) serves the retry
-            raise
+        result = self._outage.ride(
+            lambda: self._attempt(df, epoch),
+            after_failure=self._attempt_failed,
+            log=log,
+            where=self._where,
+        )
         self.last_result = result
         log.info(
             "%s: %s rows in %.1f ms (protocol %.1f ms)",
@@ -179,6 +178,39 @@ class DurableBatchWriter:
             (time.perf_counter() - started) * 1e3,
             result.metrics.protocol_seconds * 1e3,
         )
+
+    def _attempt(self, df: Any, epoch: int) -> EpochResult:
+        """One attempt at the batch, with the current coordinator or a new one (which fences
+        the failed attempt's and recovers its leftovers first)."""
+        self._last_step = None
+        coordinator = self._coordinator or self._start()
+        coordinator.source = self._query_id
+        try:
+            if self.options.execution == "executor":
+                specs = [s for s in self.specs if isinstance(s, SinkSpec)]
+                job = self.options.job_id
+                return coordinator.run_distributed_epoch(
+                    epoch,
+                    lambda generation: prepare_on_executors(df, specs, job, generation, epoch),
+                )
+            return self._driver_epoch(coordinator, df, epoch)
+        except BaseException:
+            self.close()  # a new coordinator (new generation, recovery) serves the retry
+            raise
+
+    def _attempt_failed(self, error: DurableSinkError) -> None:
+        self.failed_attempts += 1
+        self.close()
+
+    def _step(self, step: str) -> None:
+        self._last_step = step
+        self._on_step(step)
+
+    def _where(self) -> str:
+        """Where the failed attempt was, for the ride-out's log and error."""
+        if self._last_step is None:
+            return "before its first step (connecting, validating, fencing)"
+        return f"after step {self._last_step!r}"
 
     def _driver_epoch(self, coordinator: Coordinator, df: Any, epoch: int) -> EpochResult:
         if self._read == "stream":
@@ -256,6 +288,10 @@ class DurableBatchWriter:
         self._query_id = None
         self._lock = threading.RLock()
         self._read = self.options.driver_read
+        self._outage = OutagePolicy(tolerance_s=self.options.outage_tolerance_s)
+        #: Attempts at batches that failed and were attempted again (outages ridden out).
+        self.failed_attempts = 0
+        self._last_step = None
         #: Executor mode: whether Spark's Python workers were found able to write.
         self._workers_checked = self.options.execution != "executor"
 
