@@ -256,8 +256,10 @@ class Coordinator:
         except Exception as exc:
             self.totals.epochs_failed += 1
             if decides and isinstance(exc, InDoubtError):
-                log.exception(
-                    "decision outcome unknown: nothing rolled back; replay or restart settles it"
+                log.warning(
+                    "decision outcome unknown (%s): nothing rolled back; the next attempt, a "
+                    "replay or a restart settles it",
+                    brief(exc),
                 )
                 raise
             what = "its decision" if decides else "its commits"
