@@ -210,11 +210,12 @@ class Coordinator:
             sink.health_check()
             yield f"recovery:after-open:{sink.name}"
         self.generation = generation
-        report = RecoveryReport(generation)
+        report = RecoveryReport(generation, ran=recover)
         for sink in self.sinks if recover else ():
             log = self.log.bind(sink=sink.name)
             for handle in sink.recover_prepared():
                 if handle.participant in adopt:
+                    report.adopted.append(handle)
                     continue
                 action = resolve(self.decisions.for_epoch(handle.epoch), handle)
                 if action is Resolution.COMMIT:
@@ -229,7 +230,7 @@ class Coordinator:
                 yield f"recovery:after-resolve:{sink.name}:{handle.participant}"
         self.totals.recovered_commits += len(report.committed)
         self.totals.recovered_rollbacks += len(report.rolled_back)
-        self.log.info("recovery done: %s", report)
+        self.log.info("recovery: %s", report)
         return report
 
     # -- one epoch -----------------------------------------------------------------------------

@@ -39,14 +39,28 @@ def resolve(decision: DecisionRecord | None, handle: CommitHandle) -> Resolution
 
 @dataclass
 class RecoveryReport:
-    """What recovery at start-up found and did."""
+    """What recovery at start-up found and did. Only what was really done is counted: a
+    participant is in `committed` or `rolled_back` once that call returned; `adopted` are
+    leftovers left alone on purpose (the parts of the epoch being decided, see
+    Coordinator.start); `ran` is False when recovery was not asked for (`recover=False`), and
+    then nothing was looked for."""
 
     generation: int
     committed: list[CommitHandle] = field(default_factory=list)
     rolled_back: list[CommitHandle] = field(default_factory=list)
+    adopted: list[CommitHandle] = field(default_factory=list)
+    ran: bool = True
 
     def __str__(self) -> str:
-        return (
-            f"generation {self.generation}: committed {len(self.committed)} and rolled back "
-            f"{len(self.rolled_back)} leftover participants"
+        if not self.ran:
+            return (
+                f"generation {self.generation}: recovery not run here; leftovers are left to "
+                "the next coordinator that recovers"
+            )
+        found = len(self.committed) + len(self.rolled_back) + len(self.adopted)
+        text = (
+            f"generation {self.generation}: {found} leftover participant"
+            f"{'' if found == 1 else 's'} found; committed {len(self.committed)}, rolled back "
+            f"{len(self.rolled_back)}"
         )
+        return f"{text}, adopted {len(self.adopted)}" if self.adopted else text

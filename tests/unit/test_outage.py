@@ -184,3 +184,25 @@ def test_a_long_outage_is_logged_at_its_start_every_ten_seconds_and_at_its_end(
     assert "TransientError: server closed the connection" in lines[0]
     assert "rode out the outage: succeeded after 30 failed attempts in 30.0 s" in lines[3]
     assert all("job=job-o" in line for line in lines)
+
+
+def test_the_recovery_report_counts_what_was_found_and_done() -> None:
+    from durable_sinks.coordinator import RecoveryReport
+    from durable_sinks.core import CommitHandle
+
+    def handle(n: int) -> CommitHandle:
+        return CommitHandle("pg", n, f"ds:j:pg:{n}:p0:g1", 1, 1, "")
+
+    report = RecoveryReport(7, committed=[handle(1)], rolled_back=[handle(2), handle(3)])
+    assert str(report) == (
+        "generation 7: 3 leftover participants found; committed 1, rolled back 2"
+    )
+    report.adopted.append(handle(4))
+    assert str(report).endswith("committed 1, rolled back 2, adopted 1")
+    assert (
+        str(RecoveryReport(7))
+        == "generation 7: 0 leftover participants found; committed 0, rolled back 0"
+    )
+    skipped = str(RecoveryReport(7, ran=False))
+    assert "recovery not run here" in skipped
+    assert "found" not in skipped
