@@ -5,8 +5,9 @@ on purpose: a *proxy* listens on one port and forwards to an upstream server; *t
 to it act on the live connections and the new ones until removed:
 
     reset_peer  close every connection with a TCP RST (after `timeout` ms; 0 = at once)
-    timeout     black hole: data stops flowing; after `timeout` ms the connection is closed
-                (0 = never: the peer sees nothing until its own time-out)
+    timeout     black hole: data is dropped; after `timeout` ms the connection is closed
+                (0 = never: the peer sees nothing until its own time-out). Removing the
+                toxic closes the connections it held (what was sent meanwhile is lost).
     latency     delay data by `latency` ms (+- `jitter`)
     slow_close  delay the close of a connection by `delay` ms
     bandwidth   limit the rate to `rate` KB/s
@@ -251,8 +252,9 @@ class Proxy:
 
     @contextmanager
     def black_hole(self, timeout_ms: int = 0) -> Iterator[list[Toxic]]:
-        """Data stops in both directions (a `timeout` toxic on each stream); connections are
-        closed after `timeout_ms` (0: never, the peer waits for its own time-out)."""
+        """Data is dropped in both directions (a `timeout` toxic on each stream); connections
+        are closed after `timeout_ms` (0: never, the peer waits for its own time-out), and
+        at the latest when the block is left (Toxiproxy closes what a timeout toxic held)."""
         streams: tuple[Direction, ...] = ("upstream", "downstream")
         with ExitStack() as stack:
             yield [
