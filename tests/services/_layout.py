@@ -95,12 +95,14 @@ class FaultsPorts:
 class ToxiproxyPorts:
     """Toxiproxy's API and the port each of its proxies listens on.
 
-    The proxies' defaults follow the faults bed's: main Postgres + 101, main broker + 103.
-    Room for S3 later: another field here and an entry in `Toxiproxy.proxies()`.
+    Defaults are derived from the main bed's ports like the faults bed's (main Postgres + 110,
+    main broker + 103 and + 104), so that a second test bed moved with the DS_PG_PORT and
+    DS_KAFKA_* variables alone moves these too. Room for S3 later: another field here and an
+    entry in `Toxiproxy.proxies()`.
     """
 
-    api: int = 18474  # DS_TOXIPROXY_PORT
-    postgres: int = 15533  # DS_TOXIPROXY_PG_PORT -> faults Postgres
+    api: int = 19196  # DS_TOXIPROXY_PORT
+    postgres: int = 15542  # DS_TOXIPROXY_PG_PORT -> faults Postgres
     kafka: int = 19195  # DS_TOXIPROXY_KAFKA_PORT -> faults Kafka's external listener
 
 
@@ -147,8 +149,8 @@ class Layout:
             ),
             faults=faults,
             toxiproxy=ToxiproxyPorts(
-                api=_env_int("DS_TOXIPROXY_PORT", ToxiproxyPorts.api),
-                postgres=_env_int("DS_TOXIPROXY_PG_PORT", pg + 101),
+                api=_env_int("DS_TOXIPROXY_PORT", broker + 104),
+                postgres=_env_int("DS_TOXIPROXY_PG_PORT", pg + 110),
                 kafka=_env_int("DS_TOXIPROXY_KAFKA_PORT", broker + 103),
             ),
         )
