@@ -105,6 +105,8 @@ class Toxiproxy(Daemon):
                 log=self.log,
                 pid_file=self.pid_file,
                 cwd=self.home,
+                # Debug (the default) logs every API request; info keeps connections and toxics.
+                env={**os.environ, "LOG_LEVEL": "info"},
             )
         wait_until(
             NAME,

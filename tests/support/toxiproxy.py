@@ -182,7 +182,7 @@ class Proxy:
         self._set_enabled(False)
 
     def _set_enabled(self, enabled: bool) -> None:
-        self.api.request("POST", f"/proxies/{self.name}", {"enabled": enabled})
+        self.api.request("PATCH", f"/proxies/{self.name}", {"enabled": enabled})
 
     @contextmanager
     def disabled(self) -> Iterator[None]:
