@@ -126,8 +126,10 @@ def s3_prefix(s3: S3Endpoint, unique: UniqueNames) -> str:
 @pytest.fixture(scope="session")
 def fault_testbed(testbed: Testbed) -> FaultBed:
     """The faults bed, started once per session. Tests take `fault_bed` instead."""
-    up(["faults"], testbed)
-    return FaultBed.of(testbed)
+    bed = FaultBed.of(testbed)
+    with bed.exclusive():  # two xdist workers starting it at once would race for its ports
+        up(["faults"], testbed)
+    return bed
 
 
 @pytest.fixture
