@@ -21,6 +21,7 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.services import KafkaEndpoint, PostgresEndpoint, S3Endpoint, Testbed, up
+from tests.support.fault_bed import FaultBed
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -117,3 +118,54 @@ def kafka_topic(kafka: KafkaEndpoint, unique: UniqueNames) -> Iterator[str]:
 def s3_prefix(s3: S3Endpoint, unique: UniqueNames) -> str:
     """A key prefix of this test's own inside the test bed's bucket."""
     return unique.name("p") + "/"
+
+
+# -- the faults bed: servers fault tests may restart, kill and cut (docs/testbed.md) ----------
+
+
+@pytest.fixture(scope="session")
+def fault_testbed(testbed: Testbed) -> FaultBed:
+    """The faults bed, started once per session. Tests take `fault_bed` instead."""
+    bed = FaultBed.of(testbed)
+    with bed.exclusive():  # two xdist workers starting it at once would race for its ports
+        up(["faults"], testbed)
+    return bed
+
+
+@pytest.fixture
+def fault_bed(fault_testbed: FaultBed) -> Iterator[FaultBed]:
+    """The faults bed for this test alone (other xdist workers' fault tests wait), running,
+    every proxy enabled and no toxic; toxics are removed again afterwards."""
+    with fault_testbed.exclusive():
+        fault_testbed.prepare()
+        yield fault_testbed
+        fault_testbed.toxiproxy.reset()
+
+
+@pytest.fixture
+def fault_pg_schema(fault_bed: FaultBed, unique: UniqueNames) -> Iterator[str]:
+    """A fresh schema of this test's own in the faults Postgres (made and dropped directly)."""
+    schema = unique.name("t")
+    with psycopg.connect(fault_bed.postgres_direct.conninfo(), autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+    yield schema
+    fault_bed.prepare()  # the test may have left the server stopped
+    with psycopg.connect(fault_bed.postgres_direct.conninfo(), autocommit=True) as conn:
+        conn.execute("SET lock_timeout = '2s'")
+        with contextlib.suppress(psycopg.errors.LockNotAvailable):
+            conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+
+
+@pytest.fixture
+def fault_kafka_topic(fault_bed: FaultBed, unique: UniqueNames) -> Iterator[str]:
+    """A new one-partition topic on the faults broker (made and deleted directly)."""
+    name = unique.name("topic")
+    admin = AdminClient(fault_bed.kafka_direct.config())
+    for future in admin.create_topics(
+        [NewTopic(name, num_partitions=1)], request_timeout=30
+    ).values():
+        future.result(timeout=30)
+    yield name
+    fault_bed.prepare()  # the test may have left the broker killed
+    for future in admin.delete_topics([name], request_timeout=30).values():
+        future.result(timeout=30)

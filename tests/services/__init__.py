@@ -1,5 +1,6 @@
 """The test bed: real Postgres, Kafka, S3 (SeaweedFS) and Spark on 127.0.0.1, started by the
-project itself.
+project itself, plus the faults bed: a second Postgres and Kafka that fault tests may restart
+and kill, behind Toxiproxy.
 
     python -m tests.services up [NAME ...]     start (idempotent), wait until each answers
     python -m tests.services status            what runs, where, pids, logs
@@ -7,8 +8,9 @@ project itself.
     python -m tests.services reset [NAME ...]  stop and delete the servers' data
     python -m tests.services logs NAME         where a server logs, and its last lines
 
-The pytest fixtures in tests/conftest.py call `up()` once per session. docs/testbed.md
-describes ports, folders and versions.
+NAME is one of NAMES, or `faults` for the faults bed (faults-postgres, faults-kafka and
+toxiproxy). The pytest fixtures in tests/conftest.py call `up()` once per session.
+docs/testbed.md describes ports, folders and versions.
 """
 
 from __future__ import annotations
@@ -21,33 +23,45 @@ from ._layout import Layout
 from ._process import ServiceError
 from ._service import Service, Status
 from .endpoints import KafkaEndpoint, PostgresEndpoint, S3Endpoint
-from .kafka import Kafka
-from .postgres import Postgres
+from .kafka import FAULTS_SETTINGS as KAFKA_FAULTS_SETTINGS
+from .kafka import Kafka, KafkaTransaction
+from .postgres import Postgres, PreparedTransaction
 from .s3 import S3
 from .spark import Spark
+from .toxiproxy import Toxiproxy
 
 __all__ = [
     "S3",
     "Kafka",
     "KafkaEndpoint",
+    "KafkaTransaction",
     "Layout",
     "Postgres",
     "PostgresEndpoint",
+    "PreparedTransaction",
     "S3Endpoint",
     "ServiceError",
     "Spark",
     "Testbed",
+    "Toxiproxy",
     "down",
     "status",
     "up",
 ]
 
-NAMES = ("postgres", "kafka", "s3", "spark")
+NAMES = ("postgres", "kafka", "s3", "spark", "faults-postgres", "faults-kafka", "toxiproxy")
+#: Names that stand for several servers.
+GROUPS = {"faults": ("faults-postgres", "faults-kafka", "toxiproxy")}
 
 
 @dataclass(frozen=True)
 class Testbed:
-    """All servers of one layout."""
+    """All servers of one layout.
+
+    The faults bed's Postgres and Kafka are the same classes as the main bed's, on the
+    layout's `faults_layout()` (own folders under `<root>/faults/`, own ports); tests may stop,
+    crash and kill those, never the main bed's, which every test shares.
+    """
 
     __test__ = False  # not a pytest test class despite its name
 
@@ -56,18 +70,37 @@ class Testbed:
     kafka: Kafka
     s3: S3
     spark: Spark
+    faults_postgres: Postgres
+    faults_kafka: Kafka
+    toxiproxy: Toxiproxy
 
     @classmethod
     def create(cls, layout: Layout | None = None) -> Testbed:
         layout = layout or Layout.from_env()
-        return cls(layout, Postgres(layout), Kafka(layout), S3(layout), Spark(layout))
+        faults = layout.faults_layout()
+        return cls(
+            layout,
+            Postgres(layout),
+            Kafka(layout),
+            S3(layout),
+            Spark(layout),
+            Postgres(faults, name="faults-postgres"),
+            Kafka(faults, name="faults-kafka", settings=KAFKA_FAULTS_SETTINGS),
+            Toxiproxy(layout),
+        )
 
     def select(self, names: Iterable[str] | None = None) -> list[Service]:
-        chosen = list(names) if names else list(NAMES)
+        chosen: list[str] = []
+        for name in list(names) if names else list(NAMES):
+            for member in GROUPS.get(name, (name,)):
+                if member not in chosen:
+                    chosen.append(member)
         unknown = [n for n in chosen if n not in NAMES]
         if unknown:
-            raise ValueError(f"unknown service {unknown}; choose from {', '.join(NAMES)}")
-        services: list[Service] = [getattr(self, name) for name in chosen]
+            raise ValueError(
+                f"unknown service {unknown}; choose from {', '.join([*NAMES, *GROUPS])}"
+            )
+        services: list[Service] = [getattr(self, name.replace("-", "_")) for name in chosen]
         return services
 
 

@@ -6,7 +6,7 @@ import argparse
 import sys
 import time
 
-from . import NAMES, ServiceError, Testbed, down, status, up
+from . import GROUPS, NAMES, ServiceError, Testbed, down, status, up
 from ._process import tail
 
 
@@ -20,7 +20,10 @@ def main(argv: list[str] | None = None) -> int:
     ):
         sub = commands.add_parser(command, help=text)
         sub.add_argument(
-            "names", nargs="*", metavar="NAME", help=f"any of {', '.join(NAMES)} (default: all)"
+            "names",
+            nargs="*",
+            metavar="NAME",
+            help=f"any of {', '.join([*NAMES, *GROUPS])} (default: all)",
         )
     commands.add_parser("status", help="what runs where")
     logs = commands.add_parser("logs", help="a server's log files and their last lines")

@@ -9,7 +9,7 @@ run side by side.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -39,8 +39,18 @@ class PostgresPorts:
 
 @dataclass(frozen=True)
 class KafkaPorts:
+    """`broker` is the client and inter-broker listener, advertised as itself.
+
+    `external` (the faults bed's only) is a second client listener bound on that port but
+    advertised as `external_advertised`, the Toxiproxy port that forwards to it: a client that
+    bootstraps through the proxy is told to keep talking through the proxy, while the broker's
+    own traffic (transaction markers) stays on `broker`, off the proxy.
+    """
+
     broker: int = 19092  # DS_KAFKA_PORT
     controller: int = 19093  # DS_KAFKA_CONTROLLER_PORT
+    external: int | None = None
+    external_advertised: int | None = None
 
 
 @dataclass(frozen=True)
@@ -68,6 +78,35 @@ class S3Ports:
 
 
 @dataclass(frozen=True)
+class FaultsPorts:
+    """The fault-only test bed's Postgres and Kafka (tests restart and kill these).
+
+    Defaults are the main bed's ports + 100 (the external Kafka listener + 102), each
+    overridable on its own.
+    """
+
+    postgres: int = 15532  # DS_FAULTS_PG_PORT
+    kafka: int = 19192  # DS_FAULTS_KAFKA_PORT (internal listener: inter-broker, direct)
+    kafka_controller: int = 19193  # DS_FAULTS_KAFKA_CONTROLLER_PORT
+    kafka_external: int = 19194  # DS_FAULTS_KAFKA_EXTERNAL_PORT (advertised as the proxy's)
+
+
+@dataclass(frozen=True)
+class ToxiproxyPorts:
+    """Toxiproxy's API and the port each of its proxies listens on.
+
+    Defaults are derived from the main bed's ports like the faults bed's (main Postgres + 110,
+    main broker + 103 and + 104), so that a second test bed moved with the DS_PG_PORT and
+    DS_KAFKA_* variables alone moves these too. Room for S3 later: another field here and an
+    entry in `Toxiproxy.proxies()`.
+    """
+
+    api: int = 19196  # DS_TOXIPROXY_PORT
+    postgres: int = 15542  # DS_TOXIPROXY_PG_PORT -> faults Postgres
+    kafka: int = 19195  # DS_TOXIPROXY_KAFKA_PORT -> faults Kafka's external listener
+
+
+@dataclass(frozen=True)
 class Layout:
     """Folders and ports of one test bed.
 
@@ -81,24 +120,53 @@ class Layout:
     postgres: PostgresPorts = field(default_factory=PostgresPorts)
     kafka: KafkaPorts = field(default_factory=KafkaPorts)
     s3: S3Ports = field(default_factory=S3Ports)
+    faults: FaultsPorts = field(default_factory=FaultsPorts)
+    toxiproxy: ToxiproxyPorts = field(default_factory=ToxiproxyPorts)
 
     @classmethod
     def from_env(cls) -> Layout:
         xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+        pg = _env_int("DS_PG_PORT", PostgresPorts.port)
+        broker = _env_int("DS_KAFKA_PORT", KafkaPorts.broker)
+        controller = _env_int("DS_KAFKA_CONTROLLER_PORT", KafkaPorts.controller)
+        faults = FaultsPorts(
+            postgres=_env_int("DS_FAULTS_PG_PORT", pg + 100),
+            kafka=_env_int("DS_FAULTS_KAFKA_PORT", broker + 100),
+            kafka_controller=_env_int("DS_FAULTS_KAFKA_CONTROLLER_PORT", controller + 100),
+            kafka_external=_env_int("DS_FAULTS_KAFKA_EXTERNAL_PORT", broker + 102),
+        )
         return cls(
             root=_env_path("DS_SERVICES_DIR", REPO_ROOT / ".services"),
             cache=_env_path("DS_CACHE_DIR", Path(xdg) / "durable-sinks"),
-            postgres=PostgresPorts(port=_env_int("DS_PG_PORT", PostgresPorts.port)),
-            kafka=KafkaPorts(
-                broker=_env_int("DS_KAFKA_PORT", KafkaPorts.broker),
-                controller=_env_int("DS_KAFKA_CONTROLLER_PORT", KafkaPorts.controller),
-            ),
+            postgres=PostgresPorts(port=pg),
+            kafka=KafkaPorts(broker=broker, controller=controller),
             s3=S3Ports(
                 s3=_env_int("DS_S3_PORT", S3Ports.s3),
                 master=_env_int("DS_S3_MASTER_PORT", S3Ports.master),
                 volume=_env_int("DS_S3_VOLUME_PORT", S3Ports.volume),
                 filer=_env_int("DS_S3_FILER_PORT", S3Ports.filer),
                 admin=_env_int("DS_S3_ADMIN_PORT", S3Ports.admin),
+            ),
+            faults=faults,
+            toxiproxy=ToxiproxyPorts(
+                api=_env_int("DS_TOXIPROXY_PORT", broker + 104),
+                postgres=_env_int("DS_TOXIPROXY_PG_PORT", pg + 110),
+                kafka=_env_int("DS_TOXIPROXY_KAFKA_PORT", broker + 103),
+            ),
+        )
+
+    def faults_layout(self) -> Layout:
+        """The fault-only bed as a layout of its own: the same Postgres and Kafka classes run
+        on its ports, with data and logs under `<root>/faults/`."""
+        return replace(
+            self,
+            root=self.root / "faults",
+            postgres=PostgresPorts(port=self.faults.postgres),
+            kafka=KafkaPorts(
+                broker=self.faults.kafka,
+                controller=self.faults.kafka_controller,
+                external=self.faults.kafka_external,
+                external_advertised=self.toxiproxy.kafka,
             ),
         )
 

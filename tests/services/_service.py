@@ -27,7 +27,7 @@ class Status:
             if self.running and self.pid
             else ("ready" if self.running else "stopped")
         )
-        return f"{self.name:<9} {state:<22} {self.detail}"
+        return f"{self.name:<15} {state:<22} {self.detail}"
 
 
 class Service(Protocol):

@@ -8,16 +8,25 @@ that writes to a topic it never created fails instead of silently getting defaul
 from __future__ import annotations
 
 import base64
+import contextlib
+import os
+import signal
+import time
 import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from ._layout import Layout
 from ._maven import classpath, require_java
 from ._process import (
+    ServiceError,
     port_accepts,
     require_free_ports,
     run,
     start_daemon,
+    stop_group,
+    wait_ports_released,
     wait_until,
 )
 from ._service import Daemon, remove_tree
@@ -28,6 +37,35 @@ HEAP = "512m"
 START_TIMEOUT = 120.0
 # Read by tests (transaction.timeout.ms must not exceed it): keep in one place.
 TRANSACTION_MAX_TIMEOUT_MS = 900_000
+#: A topic of the broker's own that `wait_transactions_ready` commits a transaction to.
+PROBE_TOPIC = "testbed-probe"
+_TRANSACTIONS_JAVA = Path(__file__).resolve().parent / "java" / "KafkaTransactions.java"
+#: Transaction states in which a transaction is still open (not yet completed or aborted).
+#: The faults bed's broker is SIGKILLed and restarted: its controller still holds the dead
+#: incarnation's registration and refuses the new one (DUPLICATE_BROKER_REGISTRATION) until the
+#: old session times out, by default 9 s (restart to metadata ~12 s, measured). A shorter session
+#: brings that to ~5 s; heartbeats every 500 ms keep a busy 2-core machine from fencing it.
+FAULTS_SETTINGS = {"broker.session.timeout.ms": "4000", "broker.heartbeat.interval.ms": "500"}
+OPEN_STATES = frozenset({"Ongoing", "PrepareCommit", "PrepareAbort", "PrepareEpochFence"})
+
+
+@dataclass(frozen=True)
+class KafkaTransaction:
+    """One transactional id as the broker's transaction coordinator describes it."""
+
+    transactional_id: str
+    state: str  # Ongoing, PrepareCommit, PrepareAbort, CompleteCommit, CompleteAbort, Empty, ...
+    producer_id: int
+    producer_epoch: int
+    coordinator_id: int
+    start_time_ms: int | None  # when the open transaction began
+    timeout_ms: int
+    partitions: tuple[str, ...]  # "topic:partition" the open transaction has written to
+
+    @property
+    def open(self) -> bool:
+        return self.state in OPEN_STATES
+
 
 LOG4J2 = """\
 status = warn
@@ -54,11 +92,17 @@ logger.request.level = WARN
 
 
 class Kafka(Daemon):
-    name = NAME
+    """One KRaft node. `name` tells the main bed's (`kafka`) from the faults bed's
+    (`faults-kafka`) in messages and `status`; folders and ports come from the layout."""
+
     stop_timeout = 60.0
 
-    def __init__(self, layout: Layout) -> None:
+    def __init__(
+        self, layout: Layout, name: str = NAME, settings: Mapping[str, str] | None = None
+    ) -> None:
+        self.name = name
         self.layout = layout
+        self.settings = dict(settings or {})  # over the defaults of _write_config
         self.home = layout.service_dir(NAME)
         self.data = self.home / "data"
         self.logs = self.home / "logs"
@@ -67,7 +111,10 @@ class Kafka(Daemon):
         self.config = self.home / "server.properties"
 
     def ports(self) -> dict[str, int]:
-        return {"broker": self.layout.kafka.broker, "controller": self.layout.kafka.controller}
+        ports = {"broker": self.layout.kafka.broker, "controller": self.layout.kafka.controller}
+        if self.layout.kafka.external is not None:
+            ports["external"] = self.layout.kafka.external
+        return ports
 
     def endpoint(self) -> KafkaEndpoint:
         return KafkaEndpoint(f"127.0.0.1:{self.layout.kafka.broker}")
@@ -75,7 +122,7 @@ class Kafka(Daemon):
     def up(self) -> None:
         if self.pid() is not None:
             wait_until(
-                NAME,
+                self.name,
                 self.ready,
                 timeout=START_TIMEOUT,
                 what="the running broker to answer metadata requests",
@@ -83,9 +130,9 @@ class Kafka(Daemon):
                 alive=lambda: self.pid() is not None,
             )
             return
-        require_free_ports(NAME, self.ports())
-        require_java(NAME)
-        lib = classpath(NAME, "kafka.xml", self.layout.cache)
+        require_free_ports(self.name, self.ports())
+        require_java(self.name)
+        lib = classpath(self.name, "kafka.xml", self.layout.cache)
         self.home.mkdir(parents=True, exist_ok=True)
         self.logs.mkdir(exist_ok=True)
         self._write_config()
@@ -93,7 +140,7 @@ class Kafka(Daemon):
             remove_tree(self.data)
             cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
             run(
-                NAME,
+                self.name,
                 [
                     "java",
                     "-Xmx256m",
@@ -129,7 +176,7 @@ class Kafka(Daemon):
             cwd=self.home,
         )
         wait_until(
-            NAME,
+            self.name,
             self.ready,
             timeout=START_TIMEOUT,
             what="the broker to answer metadata requests",
@@ -159,22 +206,143 @@ class Kafka(Daemon):
         return len(metadata.brokers) == 1
 
     def describe(self) -> str:
-        return f"bootstrap {self.endpoint().bootstrap_servers}"
+        ports = self.layout.kafka
+        text = f"bootstrap {self.endpoint().bootstrap_servers}"
+        if ports.external is not None:
+            text += (
+                f", external 127.0.0.1:{ports.external} "
+                f"advertised as 127.0.0.1:{ports.external_advertised}"
+            )
+        return text
+
+    # -- fault controls (the faults bed's broker only: others share the main one) ----------
+    def kill(self) -> None:
+        """SIGKILL the broker JVM: a crash, no controlled shutdown and no flush. Returns once
+        the process is gone and its ports are free. A stopped broker is left alone."""
+        pid = self.pid()
+        if pid is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
+        stop_group(self.name, pid, timeout=10)
+        wait_ports_released(self.name, self.ports())
+        self.pid_file.unlink(missing_ok=True)
+
+    def start(self, timeout: float = START_TIMEOUT) -> float:
+        """Start the broker (after `kill` or `down`) and wait until transactions work again;
+        return the seconds from this call until a probe transaction committed."""
+        started = time.monotonic()
+        self.up()
+        self.wait_transactions_ready(timeout)
+        return time.monotonic() - started
+
+    def wait_transactions_ready(self, timeout: float = START_TIMEOUT) -> float:
+        """Block until a transactional producer initialises, writes to `PROBE_TOPIC` and
+        commits (the transaction coordinator has loaded its state log); return the seconds
+        waited. Raise ServiceError after `timeout`."""
+        from confluent_kafka import KafkaException, Producer
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        started = time.monotonic()
+        config: dict[str, str | int | float | bool] = {
+            "bootstrap.servers": self.endpoint().bootstrap_servers,
+            "log.connection.close": False,
+            "log_level": 0,
+        }
+        last: Exception | None = None
+        while time.monotonic() - started < timeout:
+            try:
+                admin = AdminClient(config)
+                if PROBE_TOPIC not in admin.list_topics(timeout=5).topics:
+                    futures = admin.create_topics([NewTopic(PROBE_TOPIC, 1)], request_timeout=10)
+                    with contextlib.suppress(KafkaException):  # created meanwhile
+                        futures[PROBE_TOPIC].result(timeout=15)
+                producer = Producer(
+                    {
+                        **config,
+                        "transactional.id": f"{PROBE_TOPIC}-{self.name}",
+                        "transaction.timeout.ms": 10_000,
+                    }
+                )
+                producer.init_transactions(10)
+                producer.begin_transaction()
+                producer.produce(PROBE_TOPIC, b"probe")
+                producer.commit_transaction(10)
+                return time.monotonic() - started
+            except KafkaException as exc:
+                last = exc
+            time.sleep(0.2)
+        raise ServiceError(
+            self.name,
+            f"transactions did not work within {timeout:.0f} s of asking; last error: {last}",
+            log=self.logs / "server.log",
+        )
+
+    def transactions(self) -> list[KafkaTransaction]:
+        """Every transactional id the broker knows, with its state (`open` for those still
+        running), by the Admin API's ListTransactions + DescribeTransactions: a JVM run of
+        java/KafkaTransactions.java on the broker's classpath (~2-3 s)."""
+        lib = classpath(self.name, "kafka.xml", self.layout.cache)
+        out = run(
+            self.name,
+            [
+                "java",
+                "-Xmx128m",
+                "-Dlog4j2.level=ERROR",
+                "-cp",
+                f"{lib}/*",
+                str(_TRANSACTIONS_JAVA),
+                self.endpoint().bootstrap_servers,
+            ],
+            timeout=120,
+        )
+        found = []
+        for line in out.splitlines():
+            fields = line.split("\t")
+            if len(fields) != 8:
+                continue
+            txn_id, state, pid, epoch, coordinator, start, txn_timeout, parts = fields
+            found.append(
+                KafkaTransaction(
+                    transactional_id=txn_id,
+                    state=state,
+                    producer_id=int(pid),
+                    producer_epoch=int(epoch),
+                    coordinator_id=int(coordinator),
+                    start_time_ms=int(start) if int(start) >= 0 else None,
+                    timeout_ms=int(txn_timeout),
+                    partitions=tuple(p for p in parts.split(",") if p),
+                )
+            )
+        return sorted(found, key=lambda t: t.transactional_id)
+
+    def open_transactions(self) -> list[KafkaTransaction]:
+        """The transactions still open (neither committed nor aborted yet)."""
+        return [t for t in self.transactions() if t.open]
 
     def log_files(self) -> tuple[Path, ...]:
         return (self.logs / "server.log", self.out)
 
     def _write_config(self) -> None:
-        broker, controller = self.layout.kafka.broker, self.layout.kafka.controller
+        ports = self.layout.kafka
+        broker, controller = ports.broker, ports.controller
+        listeners = [f"PLAINTEXT://127.0.0.1:{broker}", f"CONTROLLER://127.0.0.1:{controller}"]
+        advertised = [f"PLAINTEXT://127.0.0.1:{broker}"]
+        protocols = ["PLAINTEXT:PLAINTEXT", "CONTROLLER:PLAINTEXT"]
+        if ports.external is not None:
+            # Bound on `external`, advertised as the proxy's port in front of it: see KafkaPorts.
+            listeners.append(f"EXTERNAL://127.0.0.1:{ports.external}")
+            advertised.append(f"EXTERNAL://127.0.0.1:{ports.external_advertised or ports.external}")
+            protocols.append("EXTERNAL:PLAINTEXT")
         settings = {
             "process.roles": "broker,controller",
             "node.id": "1",
             "controller.quorum.voters": f"1@127.0.0.1:{controller}",
-            "listeners": f"PLAINTEXT://127.0.0.1:{broker},CONTROLLER://127.0.0.1:{controller}",
-            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{broker}",
+            "listeners": ",".join(listeners),
+            "advertised.listeners": ",".join(advertised),
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "listener.security.protocol.map": ",".join(protocols),
             "log.dirs": str(self.data),
             "num.partitions": "1",
             "default.replication.factor": "1",
@@ -192,6 +360,7 @@ class Kafka(Daemon):
             "num.network.threads": "2",
             "num.io.threads": "4",
             "log.retention.hours": "24",
+            **self.settings,
         }
         self.config.write_text(
             "# Written by tests/services/kafka.py on every start.\n"

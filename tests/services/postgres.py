@@ -17,7 +17,10 @@ import secrets
 import shutil
 import signal
 import time
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
+from typing import Literal
 
 from ._layout import Layout
 from ._process import (
@@ -77,10 +80,26 @@ def ensure_installed() -> Path:
     return found
 
 
-class Postgres:
-    name = NAME
+StopMode = Literal["fast", "immediate"]
 
-    def __init__(self, layout: Layout) -> None:
+
+@dataclass(frozen=True)
+class PreparedTransaction:
+    """A row of `pg_prepared_xacts`: a transaction prepared and not yet committed or rolled
+    back (it keeps its locks and survives restarts, crashes included)."""
+
+    gid: str
+    database: str
+    owner: str
+    prepared: datetime
+
+
+class Postgres:
+    """One cluster. `name` tells the main bed's (`postgres`) from the faults bed's
+    (`faults-postgres`) in messages and `status`; the folders come from the layout."""
+
+    def __init__(self, layout: Layout, name: str = NAME) -> None:
+        self.name = name
         self.layout = layout
         self.port = layout.postgres.port
         self.home = self._home(layout.service_dir(NAME))
@@ -102,7 +121,7 @@ class Postgres:
             password = self.password_file.read_text().strip()
         except FileNotFoundError:
             raise ServiceError(
-                NAME,
+                self.name,
                 f"no cluster has been made yet ({self.password_file} is "
                 "missing): run `python -m tests.services up`",
             ) from None
@@ -119,14 +138,14 @@ class Postgres:
     def up(self) -> None:
         if self.postmaster_pid() is not None:
             wait_until(
-                NAME,
+                self.name,
                 self.accepts_queries,
                 timeout=START_TIMEOUT,
                 what="the running server to accept queries",
                 log=self.log,
             )
             return
-        require_free_ports(NAME, {"port": self.port})
+        require_free_ports(self.name, {"port": self.port})
         binaries = ensure_installed()
         if not (self.data / "PG_VERSION").exists():
             self._initdb(binaries)
@@ -137,7 +156,7 @@ class Postgres:
         self.log.touch(exist_ok=True)
         _chown_postgres(self.log)
         run(
-            NAME,
+            self.name,
             [
                 *_as_postgres(),
                 str(binaries / "pg_ctl"),
@@ -154,7 +173,7 @@ class Postgres:
             fix=f"See the server log {self.log}.",
         )
         wait_until(
-            NAME,
+            self.name,
             self.accepts_queries,
             timeout=START_TIMEOUT,
             what="the server to accept an authenticated query",
@@ -162,19 +181,27 @@ class Postgres:
         )
 
     def down(self) -> None:
+        self.stop("fast")
+
+    def stop(self, mode: StopMode = "fast") -> None:
+        """`pg_ctl stop -m <mode>`; returns once every server process is gone and the port is
+        free. `fast` rolls back open transactions and checkpoints; `immediate` quits without a
+        checkpoint (recovery replays the WAL at the next start). Prepared transactions survive
+        both. A stopped server is left alone."""
         pid = self.postmaster_pid()
         if pid is None:
             return
+        children = _children(pid)
         binaries = ensure_installed()
         run(
-            NAME,
+            self.name,
             [
                 *_as_postgres(),
                 str(binaries / "pg_ctl"),
                 "-D",
                 str(self.data),
                 "-m",
-                "fast",
+                mode,
                 "-w",
                 "-t",
                 "60",
@@ -182,7 +209,32 @@ class Postgres:
             ],
             timeout=90,
         )
-        self._wait_gone(pid)
+        self._wait_gone(pid, *children)
+
+    def start(self) -> None:
+        """Start a stopped server and wait until it accepts an authenticated query (after an
+        immediate stop or a crash that includes WAL recovery)."""
+        self.up()
+
+    def restart(self, mode: StopMode = "immediate", down_seconds: float = 0.0) -> float:
+        """Stop with `mode`, stay down `down_seconds`, start; return the seconds from the
+        stop's start until queries are accepted again."""
+        started = time.monotonic()
+        self.stop(mode)
+        if down_seconds > 0:
+            time.sleep(down_seconds)
+        self.start()
+        return time.monotonic() - started
+
+    def prepared_transactions(self) -> list[PreparedTransaction]:
+        """Every prepared transaction of the cluster (all databases), oldest first."""
+        import psycopg
+
+        with psycopg.connect(self.endpoint().conninfo(), autocommit=True) as conn:
+            rows = conn.execute(
+                "SELECT gid, database, owner, prepared FROM pg_prepared_xacts ORDER BY prepared"
+            ).fetchall()
+        return [PreparedTransaction(*row) for row in rows]
 
     def crash(self) -> None:
         """Stop the server the way a power cut would: SIGKILL the postmaster and all its
@@ -214,7 +266,7 @@ class Postgres:
             detail = f"127.0.0.1:{self.port} user={SUPERUSER} " + (
                 "(accepting queries)" if ok else "(NOT accepting queries)"
             )
-        return Status(NAME, pid is not None, pid, detail, (self.log,))
+        return Status(self.name, pid is not None, pid, detail, (self.log,))
 
     def accepts_queries(self) -> bool:
         import psycopg
@@ -241,7 +293,7 @@ class Postgres:
         _chown_postgres(pwfile)
         try:
             run(
-                NAME,
+                self.name,
                 [
                     *_as_postgres(),
                     str(binaries / "initdb"),
@@ -272,10 +324,10 @@ class Postgres:
         while any(pid_alive(p) for p in pids):
             if time.monotonic() > deadline:
                 raise ServiceError(
-                    NAME, f"processes {pids} still alive 60 s after stop\n" + tail(self.log)
+                    self.name, f"processes {pids} still alive 60 s after stop\n" + tail(self.log)
                 )
             time.sleep(0.1)
-        wait_ports_released(NAME, {"port": self.port})
+        wait_ports_released(self.name, {"port": self.port})
 
 
 def _as_postgres() -> list[str]:

@@ -17,10 +17,18 @@ from pathlib import Path
 import pytest
 
 from tests.services import Layout, ServiceError, Testbed, down, up
-from tests.services._layout import REPO_ROOT, KafkaPorts, PostgresPorts, S3Ports
+from tests.services._layout import (
+    REPO_ROOT,
+    FaultsPorts,
+    KafkaPorts,
+    PostgresPorts,
+    S3Ports,
+    ToxiproxyPorts,
+)
 from tests.services._process import group_members, pid_alive, port_is_free
 
 SERVERS = ("postgres", "kafka", "s3")
+FAULTS = ("faults-postgres", "faults-kafka", "toxiproxy")
 
 
 def _private_layout(root: Path) -> Layout:
@@ -39,6 +47,17 @@ def _private_layout(root: Path) -> Layout:
             filer=shared.s3.filer + 200,
             admin=shared.s3.admin + 200,
         ),
+        faults=FaultsPorts(
+            postgres=shared.faults.postgres + 200,
+            kafka=shared.faults.kafka + 200,
+            kafka_controller=shared.faults.kafka_controller + 200,
+            kafka_external=shared.faults.kafka_external + 200,
+        ),
+        toxiproxy=ToxiproxyPorts(
+            api=shared.toxiproxy.api + 200,
+            postgres=shared.toxiproxy.postgres + 200,
+            kafka=shared.toxiproxy.kafka + 200,
+        ),
     )
 
 
@@ -51,8 +70,34 @@ def _ports(layout: Layout) -> list[int]:
     ]
 
 
-def _pids(testbed: Testbed) -> dict[str, int | None]:
-    return {s.name: s.status().pid for s in testbed.select(SERVERS)}
+def _faults_ports(layout: Layout) -> list[int]:
+    faults, proxies = layout.faults, layout.toxiproxy
+    return [
+        faults.postgres,
+        faults.kafka,
+        faults.kafka_controller,
+        faults.kafka_external,
+        proxies.api,
+        proxies.postgres,
+        proxies.kafka,
+    ]
+
+
+def _all_ports(layout: Layout) -> list[int]:
+    return [*_ports(layout), *_faults_ports(layout)]
+
+
+def test_no_two_servers_share_a_port() -> None:
+    """The main bed, the faults bed, Toxiproxy and the private beds these tests start (+200)
+    all run at once: with this environment's ports, no port may be wanted twice."""
+    shared = Layout.from_env()
+    ports = _all_ports(shared) + _all_ports(_private_layout(shared.root / "private"))
+    doubled = sorted({p for p in ports if ports.count(p) > 1})
+    assert doubled == [], f"ports wanted by two servers: {doubled}"
+
+
+def _pids(testbed: Testbed, names: tuple[str, ...] = SERVERS) -> dict[str, int | None]:
+    return {s.name: s.status().pid for s in testbed.select(names)}
 
 
 @pytest.fixture
@@ -87,6 +132,35 @@ def test_up_twice_is_harmless_and_down_leaves_nothing(private_testbed: Testbed) 
     assert taken == [], f"ports still held after down: {taken}\n" + "\n".join(held)
 
     down(SERVERS, private_testbed)  # down twice is harmless too
+
+
+def test_faults_bed_up_twice_is_harmless_and_down_leaves_nothing(tmp_path: Path) -> None:
+    testbed = Testbed.create(_private_layout(tmp_path / "services"))
+    try:
+        up(["faults"], testbed)
+        first = _pids(testbed, FAULTS)
+        assert all(first.values()), first
+        groups = {name: group_members(pid) for name, pid in first.items() if pid}
+        # The proxies exist, point at this bed's servers, and carry no toxic.
+        proxies = testbed.toxiproxy.api.proxies()
+        assert {p.upstream for p in proxies.values()} == {
+            f"127.0.0.1:{testbed.layout.faults.postgres}",
+            f"127.0.0.1:{testbed.layout.faults.kafka_external}",
+        }
+
+        up(["faults"], testbed)
+        assert _pids(testbed, FAULTS) == first
+
+        down(["faults"], testbed)
+        assert _pids(testbed, FAULTS) == dict.fromkeys(FAULTS)
+        leftovers = {name: [p for p in pids if pid_alive(p)] for name, pids in groups.items()}
+        assert leftovers == {name: [] for name in groups}, leftovers
+        taken = [p for p in _faults_ports(testbed.layout) if not port_is_free(p)]
+        assert taken == [], f"ports still held after down: {taken}"
+        down(["faults"], testbed)
+    finally:
+        for service in testbed.select(["faults"]):
+            service.reset()
 
 
 @contextlib.contextmanager
