@@ -124,6 +124,9 @@ class Coordinator:
         self.totals = JobTotals()
         self.last_metrics: EpochMetrics | None = None
         self.generation: int | None = None
+        #: The generation this coordinator claimed in the store (set as soon as it is claimed,
+        #: before start() has finished; None until then).
+        self.claimed_generation: int | None = None
         self.decisions = DecisionBook(job_id, store, self.sinks, None)
         self.participants = Participants(job_id, self.sinks, commit_retry)
         self._in_use = threading.Lock()
@@ -155,14 +158,23 @@ class Coordinator:
         finally:
             self._in_use.release()
 
-    def start(self, adopt: Collection[str] = (), *, recover: bool = True) -> RecoveryReport:
+    def start(
+        self,
+        adopt: Collection[str] = (),
+        *,
+        recover: bool = True,
+        successor_of: int | None = None,
+    ) -> RecoveryReport:
         """Validate, claim a new generation (fencing every older coordinator), open the sinks
         and resolve every participant earlier generations left prepared, except those named
         in `adopt`: parts that workers prepared for an epoch this coordinator is about to
         decide (the Spark data source's commit runs in a fresh process each batch). With
         `recover=False` leftovers stay for the next coordinator that recovers (a check of a
-        job's configuration and servers that must not touch an epoch in flight)."""
-        return self._drive(self.start_steps(adopt, recover=recover))
+        job's configuration and servers that must not touch an epoch in flight).
+        With `successor_of=g` the coordinator takes over from generation g of the same driver
+        (riding out an outage): it refuses (FencedError) when another driver has claimed a
+        generation since, rather than fencing that newer driver."""
+        return self._drive(self.start_steps(adopt, recover=recover, successor_of=successor_of))
 
     def run_epoch(self, epoch: int, batches: Iterable[pa.RecordBatch]) -> EpochResult:
         """Write `batches` as epoch `epoch` to every sink, exactly once."""
@@ -188,7 +200,11 @@ class Coordinator:
 
     # -- start-up and recovery -----------------------------------------------------------------
     def start_steps(
-        self, adopt: Collection[str] = (), *, recover: bool = True
+        self,
+        adopt: Collection[str] = (),
+        *,
+        recover: bool = True,
+        successor_of: int | None = None,
     ) -> Steps[RecoveryReport]:
         if self.generation is not None:
             raise UsageError(f"{self!r} was already started", job=self.job_id)
@@ -201,7 +217,12 @@ class Coordinator:
             one_phase=self.one_phase,
         )
         self.decisions.last = last
+        if successor_of is not None:
+            self._require_no_newer(self.store.peek_generation(self.job_id), successor_of)
         generation = self.store.open(self.job_id)
+        self.claimed_generation = generation
+        if successor_of is not None:
+            self._require_no_newer(generation - 1, successor_of)
         self.log.info("claimed generation %d; older coordinators are fenced", generation)
         yield "recovery:after-fence"
         for sink in self.sinks:
@@ -232,6 +253,17 @@ class Coordinator:
         self.totals.recovered_rollbacks += len(report.rolled_back)
         self.log.info("recovery: %s", report)
         return report
+
+    def _require_no_newer(self, newest: int, mine: int) -> None:
+        """FencedError when a generation newer than `mine` (this driver's last) was claimed:
+        another driver of the job started while this one was riding out an outage."""
+        if newest > mine:
+            raise FencedError(
+                f"while this driver (generation {mine}) was riding out an outage, another "
+                f"driver of the job claimed generation {newest}; this one stops rather than "
+                "take the job back",
+                job=self.job_id,
+            )
 
     # -- one epoch -----------------------------------------------------------------------------
     @property

@@ -16,6 +16,7 @@ from durable_sinks.core.errors import (
     CommitIncompleteError,
     ConfigError,
     EpochOrderError,
+    FencedError,
     SchemaMismatchError,
     TransientError,
     UsageError,
@@ -217,3 +218,30 @@ def test_at_least_once_commits_each_sink_on_its_own_and_replays_skip_landed_sink
     assert set(result.metrics.rows) == {"b"}  # a already had the epoch: skipped
     assert second.run_epoch(0, [batch(0)]).outcome is EpochOutcome.ALREADY_COMMITTED
     assert (staged(tmp_path, "a"), staged(tmp_path, "b")) == (0, 0)
+
+
+def test_a_ride_out_takes_over_only_while_no_other_driver_started(tmp_path: Path) -> None:
+    """A driver riding out an outage starts its next coordinator as the successor of its own
+    generation: it takes the job back only if no other driver claimed it meanwhile."""
+
+    def coordinator() -> Coordinator:
+        store = LocalDirectoryStore(tmp_path / "store")
+        return Coordinator("job", [files(tmp_path, "a")], store, commit_retry=FAST)
+
+    first = coordinator()
+    first.start()
+    assert first.generation == 1
+    first.close()
+    again = coordinator()
+    again.start(successor_of=1)  # nobody started meanwhile: the ride-out goes on
+    assert again.generation == 2
+    again.close()
+
+    other = coordinator()
+    other.start()  # another driver of the job (generation 3)
+    zombie = coordinator()
+    with pytest.raises(FencedError, match="another driver of the job claimed generation 3"):
+        zombie.start(successor_of=2)
+    assert zombie.claimed_generation is None  # it claimed nothing: the other is not fenced
+    other.run_epoch(0, [batch(0)])
+    assert published(tmp_path, "a") == 1

@@ -71,6 +71,8 @@ class DurableBatchWriter:
     _coordinator: Coordinator | None
     _query_id: str | None
     _last_step: str | None
+    _generation: int | None
+    _riding_from: int | None
     _read: DriverRead
 
     def __init__(self, sinks: Sequence[SinkSpec | SinkConnector], options: JobOptions) -> None:
@@ -103,15 +105,19 @@ class DurableBatchWriter:
         return f"DurableBatchWriter(job={self.options.job_id!r}, sinks=[{names}])"
 
     # -- coordinator lifecycle -----------------------------------------------------------------
-    def _start(self) -> Coordinator:
+    def _start(self, successor_of: int | None = None) -> Coordinator:
+        """A new, started coordinator. `successor_of`: the generation it takes over from in a
+        ride-out (it refuses to fence a driver that started since; see Coordinator.start)."""
         coordinator = build_coordinator(
             self.specs, self.options, source=self._query_id, on_step=self._step
         )
         try:
-            self.recovery = coordinator.start()
+            self.recovery = coordinator.start(successor_of=successor_of)
         except BaseException:
+            self._generation = coordinator.claimed_generation or self._generation
             _close_quietly(coordinator)
             raise
+        self._generation = coordinator.claimed_generation
         self._coordinator = coordinator
         return coordinator
 
@@ -164,6 +170,7 @@ class DurableBatchWriter:
         if not self._workers_checked:
             self._check_workers(df.sparkSession)
         started = time.perf_counter()
+        self._riding_from = None
         result = self._outage.ride(
             lambda: self._attempt(df, epoch),
             after_failure=self._attempt_failed,
@@ -183,7 +190,7 @@ class DurableBatchWriter:
         """One attempt at the batch, with the current coordinator or a new one (which fences
         the failed attempt's and recovers its leftovers first)."""
         self._last_step = None
-        coordinator = self._coordinator or self._start()
+        coordinator = self._coordinator or self._start(successor_of=self._riding_from)
         coordinator.source = self._query_id
         try:
             if self.options.execution == "executor":
@@ -199,7 +206,11 @@ class DurableBatchWriter:
             raise
 
     def _attempt_failed(self, error: DurableSinkError) -> None:
+        """A failed attempt is dropped; the next one takes over from its generation (and
+        stops, fenced, if another driver of the job started meanwhile: a driver partitioned
+        away must not take the job back from the one that replaced it)."""
         self.failed_attempts += 1
+        self._riding_from = self._generation
         self.close()
 
     def _step(self, step: str) -> None:
@@ -292,6 +303,10 @@ class DurableBatchWriter:
         #: Attempts at batches that failed and were attempted again (outages ridden out).
         self.failed_attempts = 0
         self._last_step = None
+        #: The newest generation this writer's coordinators claimed, and the one a ride-out's
+        #: next attempt takes over from (None outside a ride-out).
+        self._generation = None
+        self._riding_from = None
         #: Executor mode: whether Spark's Python workers were found able to write.
         self._workers_checked = self.options.execution != "executor"
 
