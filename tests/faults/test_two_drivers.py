@@ -1,0 +1,99 @@
+"""Two drivers under one job id at once: the old one is partitioned away (Toxiproxy cuts every
+connection it has), a new one takes the job over and writes on, then the partition heals. The
+old driver must be fenced everywhere: it never commits, never takes the job back by riding
+out its outage, and nothing of the two interleaves."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from durable_sinks.core.errors import FencedError
+from durable_sinks.spark import DurableBatchWriter, durable_sink, sink
+from tests.spark.streams import kafka_ids, kafka_open_transactions, postgres_ids
+from tests.support.fault_bed import FaultBed
+
+from .jobs import ROWS_PER_BATCH, Fault, FaultyWriter, Trigger
+
+SCHEMA = "id LONG, body STRING"
+
+
+def batch(spark: Any, epoch: int) -> Any:
+    rows = [(i, f"row {i}") for i in range(epoch * ROWS_PER_BATCH, (epoch + 1) * ROWS_PER_BATCH)]
+    return spark.createDataFrame(rows, SCHEMA)
+
+
+@pytest.mark.parametrize(
+    "step",
+    [
+        # the old driver's next call fails on a cut connection: its ride-out must not start a
+        # coordinator that fences the new driver
+        "after-write:0:postgres",
+        # the old driver reaches the commit point (its Kafka commit) after the new one started
+        "after-pre-commit:kafka",
+    ],
+)
+def test_the_older_of_two_drivers_is_fenced_and_nothing_interleaves(
+    fault_bed: FaultBed,
+    spark: Any,
+    fault_pg_schema: str,
+    fault_kafka_topic: str,
+    job_id: str,
+    tmp_path: Path,
+    step: str,
+) -> None:
+    table = f"{fault_pg_schema}.events"
+
+    def writer_through(pg: str, kafka: str) -> DurableBatchWriter:
+        return durable_sink(
+            [
+                sink("postgres", dsn=pg, table=table, create_table=True),
+                sink("kafka", bootstrap_servers=kafka, topic=fault_kafka_topic),
+            ],
+            job_id=job_id,
+            outage_tolerance_s=60.0,
+        )
+
+    proxied = (fault_bed.postgres_proxied.conninfo(), fault_bed.kafka_proxied.bootstrap_servers)
+    direct = (fault_bed.postgres_direct.conninfo(), fault_bed.kafka_direct.bootstrap_servers)
+    new_driver: list[DurableBatchWriter] = []
+
+    def partition_and_take_over() -> None:
+        """The old driver is cut off; a new driver starts (fencing it, recovering its
+        leftovers) and writes batches 1 and 2; then the partition heals."""
+        fault_bed.postgres_proxy.disable()
+        fault_bed.kafka_proxy.disable()
+        new = writer_through(*direct)
+        new_driver.append(new)
+        new(batch(spark, 1), 1)
+        new(batch(spark, 2), 2)
+        fault_bed.postgres_proxy.enable()
+        fault_bed.kafka_proxy.enable()
+
+    built = writer_through(*proxied)
+    built.close()
+    old = FaultyWriter(
+        [Trigger(1, step, Fault("partition", partition_and_take_over))],
+        built.specs,
+        built.options,
+    )
+    old(batch(spark, 0), 0)
+    with pytest.raises(FencedError):
+        old(batch(spark, 1), 1)
+    assert old.triggers[0].fired_at is not None
+
+    # The new driver still owns the job: the old one took nothing back.
+    (new,) = new_driver
+    new(batch(spark, 3), 3)
+    assert new.last_result is not None
+    assert new.last_result.epoch == 3
+
+    expected = list(range(4 * ROWS_PER_BATCH))
+    assert postgres_ids(fault_bed.postgres_direct.conninfo(), table) == expected
+    assert kafka_ids(fault_bed.kafka_direct, fault_kafka_topic) == expected
+    assert fault_bed.prepared_transactions() == []
+    assert kafka_open_transactions(fault_bed.kafka_direct, fault_kafka_topic) == []
+    old.close()
+    new.close()
