@@ -227,7 +227,8 @@ def test_sessions_ended_at_a_step_give_a_retriable_error_and_the_replay_lands_on
         old.run_epoch(0, epoch_0())
     except Exception as exc:  # noqa: BLE001 - checked below: it must be ours and retriable
         error = exc
-    assert ended and ended[0] >= 1, f"no session of {job.job_id} found at {step}"
+    assert ended, f"{step} never came"
+    assert ended[0] >= 1, f"no session of {job.job_id} found at {step}"
     check_error(error, postgres)
     ride_through(job, conn, old)
 
@@ -255,7 +256,8 @@ def test_recovery_interrupted_by_lost_sessions_is_finished_by_the_next_coordinat
         recovering.run_epoch(0, epoch_0())
     except Exception as exc:  # noqa: BLE001 - checked below
         error = exc
-    assert ended and ended[0] >= 1
+    assert ended
+    assert ended[0] >= 1
     check_error(error, postgres)
     steps.close()
     crashed.close()
@@ -356,9 +358,7 @@ def test_a_session_lost_during_a_statement_of_unknown_outcome_is_in_doubt(
     ride_through(job, conn, old)
 
 
-def test_every_session_of_the_job_carries_its_name(
-    job: Job, conn: psycopg.Connection[Any]
-) -> None:
+def test_every_session_of_the_job_carries_its_name(job: Job, conn: psycopg.Connection[Any]) -> None:
     coordinator = job.coordinator()
     coordinator.start()
     try:
