@@ -11,6 +11,17 @@ Tables (in `schema`, created if missing)::
 for it, and it waits for a concurrent `open`), refuses with FencedError if the generation moved
 on, and inserts the record with ON CONFLICT DO NOTHING: create-only, first writer wins. Lookups
 use the primary key: O(log n), a few pages whatever the history.
+
+Faults: no psycopg error leaves a call. A session lost to a restart of the server,
+`pg_terminate_backend` or the network is a TransientError naming the server (`host:port/db`)
+and the call (UnreachableError when no new session can be opened), except in `put`, whose
+outcome it leaves unknown: InDoubtError (the contract of DecisionStore.put). Both are
+retriable: the next call opens a new session. Anything else the server refuses is a
+ManifestError (a missing table or privilege: ConfigError at `open`). `close` never raises.
+
+Sessions: the store's session carries the application_name `ds:<job>:store` (cut to 63
+bytes), unless the DSN (or PGAPPNAME) sets one, so operators find a job's sessions with
+`application_name LIKE 'ds:<job>:%'`.
 """
 
 from __future__ import annotations
@@ -23,7 +34,12 @@ import psycopg
 from psycopg import sql
 
 from durable_sinks.core.connecting import connect_timeout as timeout_for
-from durable_sinks.core.connecting import connection_failure
+from durable_sinks.core.connecting import (
+    connection_failure,
+    connection_lost,
+    server_of,
+    session_name,
+)
 from durable_sinks.core.errors import (
     ConfigError,
     FencedError,
@@ -76,31 +92,54 @@ class PostgresDecisionStore:
     def __repr__(self) -> str:
         return f"PostgresDecisionStore({redact(self._dsn)!r}, schema={self.schema!r})"
 
-    def _connection(self) -> psycopg.Connection[Any]:
+    def _connection(self, job: str | None = None) -> psycopg.Connection[Any]:
+        """The store's session, (re)opened when there is none or it was lost."""
         if self._conn is None or self._conn.closed:
+            job = job or self._job
             try:
                 self._conn = psycopg.connect(
-                    self._dsn, autocommit=True, connect_timeout=self.connect_timeout
+                    self._dsn,
+                    autocommit=True,
+                    connect_timeout=self.connect_timeout,
+                    # libpq's fallback: the DSN's (or PGAPPNAME's) application_name wins.
+                    fallback_application_name=session_name(f"ds:{job}:store" if job else "ds"),
                 )
             except psycopg.OperationalError as exc:
                 raise connection_failure(
-                    _first_line(exc), self._dsn, where=self.where, job=self._job
+                    _first_line(exc), self._dsn, where=self.where, job=job
                 ) from None
         return self._conn
 
+    def _lost(self, exc: psycopg.Error, call: str, epoch: int | None) -> TransientError:
+        return TransientError(
+            f"{self.where}: lost the session with Postgres at {server_of(self._dsn)} during "
+            f"{call}: {_first_line(exc)}",
+            job=self._job,
+            epoch=epoch,
+            fix="retrying opens a new session once the server answers (a new coordinator, "
+            "or the query's restart); if this repeats, look for restarts or "
+            "pg_terminate_backend in the server's log, or a network problem",
+        )
+
     @contextlib.contextmanager
-    def _errors(self, epoch: int | None = None) -> Iterator[None]:
-        """psycopg's errors in a store call, translated: a lost session is TransientError
-        (the call may be repeated), anything else the server refused ManifestError."""
+    def _errors(self, call: str, epoch: int | None = None) -> Iterator[None]:
+        """psycopg's errors in the store's `call`, translated: a lost session (or a lock or
+        statement time-out, a deadlock) is TransientError (the call may be repeated),
+        anything else the server refused ManifestError."""
         try:
             yield
-        except psycopg.OperationalError as exc:
-            raise TransientError(
-                f"{self.where}: the connection failed: {_first_line(exc)}",
-                job=self._job,
-                epoch=epoch,
-            ) from None
         except psycopg.Error as exc:
+            if connection_lost(exc):
+                raise self._lost(exc, call, epoch) from None
+            if isinstance(exc, psycopg.OperationalError):
+                raise TransientError(
+                    f"{self.where} at {server_of(self._dsn)} could not complete {call} now: "
+                    f"{_first_line(exc)} (SQLSTATE {exc.sqlstate})",
+                    job=self._job,
+                    epoch=epoch,
+                    fix="retrying may succeed (a lock or statement time-out, a deadlock, or "
+                    "the server short of resources)",
+                ) from None
             raise ManifestError(
                 f"{self.where} refused a statement: {_first_line(exc)}",
                 job=self._job,
@@ -115,7 +154,7 @@ class PostgresDecisionStore:
     def open(self, job_id: str) -> int:
         self._job = job_id
         conn = self._connection()
-        with self._errors():
+        with self._errors("open (tables, the generation)"):
             self._create_tables(conn, job_id)
             row = conn.execute(
                 sql.SQL(
@@ -159,16 +198,16 @@ class PostgresDecisionStore:
             ) from None
 
     def _run(
-        self, query: sql.Composed, params: tuple[Any, ...], epoch: int | None = None
+        self, call: str, query: sql.Composed, params: tuple[Any, ...], epoch: int | None = None
     ) -> psycopg.Cursor[Any]:
-        """Run one statement on the store's session, errors translated."""
+        """Run one statement of `call` on the store's session, errors translated."""
         conn = self._connection()
-        with self._errors(epoch):
+        with self._errors(call, epoch):
             return conn.execute(query, params)
 
     def peek_generation(self, job_id: str) -> int:
-        conn = self._connection()
-        with self._errors():
+        conn = self._connection(job_id)
+        with self._errors("peek_generation"):
             try:
                 row = conn.execute(
                     sql.SQL("SELECT generation FROM {} WHERE job_id = %s").format(
@@ -207,16 +246,22 @@ class PostgresDecisionStore:
                     ).format(self._decisions),
                     (job, record.epoch, record.generation, record.to_bytes()),
                 ).fetchone()
-        except psycopg.OperationalError as exc:
+        except psycopg.Error as exc:
+            if not connection_lost(exc):
+                with self._errors("put (the decision)", record.epoch):
+                    raise
+            # Lost before or during the COMMIT: the decision may be durable (the contract
+            # of put: any error but FencedError leaves the outcome unknown).
             raise InDoubtError(
-                f"{self.where}: the connection failed while recording the decision: "
+                f"{self.where}: lost the session with Postgres at {server_of(self._dsn)} while "
+                f"recording the decision, so whether it is recorded is unknown: "
                 f"{_first_line(exc)}",
                 job=job,
                 epoch=record.epoch,
+                fix="nothing may be rolled back: replaying the epoch or restarting the job "
+                "(a new coordinator) reads the decision once the server answers and finishes "
+                "the epoch, or writes it again if none was recorded",
             ) from None
-        except psycopg.Error:
-            with self._errors(record.epoch):
-                raise
         if inserted is not None:
             return record
         existing = self.get(record.epoch)
@@ -226,10 +271,12 @@ class PostgresDecisionStore:
     def get(self, epoch: int) -> DecisionRecord | None:
         job = self._require_open()
         row = self._run(
+            "get (the decision)",
             sql.SQL("SELECT record FROM {} WHERE job_id = %s AND epoch = %s").format(
                 self._decisions
             ),
             (job, epoch),
+            epoch,
         ).fetchone()
         if row is None:
             return None
@@ -240,25 +287,30 @@ class PostgresDecisionStore:
     def mark_finished(self, epoch: int) -> None:
         job = self._require_open()
         self._run(
+            "mark_finished",
             sql.SQL("UPDATE {} SET finished = true WHERE job_id = %s AND epoch = %s").format(
                 self._decisions
             ),
             (job, epoch),
+            epoch,
         )
 
     def is_finished(self, epoch: int) -> bool:
         job = self._require_open()
         row = self._run(
+            "is_finished",
             sql.SQL("SELECT finished FROM {} WHERE job_id = %s AND epoch = %s").format(
                 self._decisions
             ),
             (job, epoch),
+            epoch,
         ).fetchone()
         return bool(row and row[0])
 
     def latest_epoch(self) -> int | None:
         job = self._require_open()
         row = self._run(
+            "latest_epoch",
             sql.SQL("SELECT max(epoch) FROM {} WHERE job_id = %s").format(self._decisions),
             (job,),
         ).fetchone()
@@ -267,6 +319,7 @@ class PostgresDecisionStore:
     def expire(self, before_epoch: int) -> int:
         job = self._require_open()
         cursor = self._run(
+            "expire (old decisions)",
             sql.SQL("DELETE FROM {} WHERE job_id = %s AND epoch < %s AND finished").format(
                 self._decisions
             ),
@@ -275,6 +328,8 @@ class PostgresDecisionStore:
         return cursor.rowcount
 
     def close(self) -> None:
+        """Close the session; never raises, even when the server or the network is gone."""
         if self._conn is not None and not self._conn.closed:
-            self._conn.close()
+            with contextlib.suppress(psycopg.Error):
+                self._conn.close()
         self._conn = None

@@ -6,13 +6,16 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 import psycopg
 
+from durable_sinks.core.connecting import connection_lost
 from durable_sinks.core.errors import (
     ConfigError,
     DurableSinkError,
     FencedError,
+    InDoubtError,
     SchemaMismatchError,
     TransientError,
 )
@@ -136,18 +139,58 @@ def refusal(exc: psycopg.Error, config: PostgresSinkConfig | None) -> tuple[str,
     return message, "fix the data or the table; nothing of the epoch was committed"
 
 
+@dataclass(frozen=True)
+class Step:
+    """What the sink was doing when psycopg raised, for the translated error: the protocol
+    call (and its statement), the server (`host:port/db`, never credentials), and, for the
+    statements whose outcome a lost session leaves unknown (PREPARE TRANSACTION, COMMIT
+    PREPARED, the one-phase COMMIT), what settles it."""
+
+    call: str
+    server: str
+    epoch: int | None = None
+    in_doubt: str | None = None
+    #: The statement runs in the epoch's own (not yet prepared or committed) transaction.
+    in_epoch: bool = False
+
+
+#: What a lost session means for the epoch's own transaction.
+_REPLAY_FIX = (
+    "nothing of the epoch was committed: replaying it (a new coordinator, or the query's "
+    "restart) writes it again once the server answers; if this repeats, look for restarts, "
+    "pg_terminate_backend or idle_in_transaction_session_timeout in the server's log, or "
+    "a network problem"
+)
+#: What a lost session means for any other call: it opens a new session when repeated.
+_RETRY_FIX = (
+    "repeating the call opens a new session once the server answers (the coordinator retries "
+    "commits and rollbacks; a new coordinator, or the query's restart, replays the epoch and "
+    "recovers what is left); if this repeats, look for restarts or pg_terminate_backend in "
+    "the server's log, or a network problem"
+)
+
+
 @contextlib.contextmanager
 def translated(
     context: OpenContext,
-    epoch: int | None,
+    step: Step,
     fence_moved: Callable[[], bool],
     config: PostgresSinkConfig | None = None,
 ) -> Iterator[None]:
-    """Translate psycopg errors raised inside the block: data errors become
-    SchemaMismatchError naming the column, row, constraint or key (`config` says which table
-    and mode the sink writes); a missing schema, table, column or privilege a ConfigError; a
-    lost session becomes FencedError when `fence_moved()` says a newer generation opened the
-    sink (it ends older sessions), TransientError otherwise. Our own errors pass through."""
+    """Translate psycopg errors raised inside the block; no psycopg error leaves it.
+
+    - data errors: SchemaMismatchError naming the column, row, constraint or key (`config`
+      says which table and mode the sink writes);
+    - a missing schema, table, column or privilege: ConfigError;
+    - a lost session (connection_lost: the server ended it, restarted or became
+      unreachable): FencedError when `fence_moved()` says a newer generation opened the sink
+      (it ends older sessions); else InDoubtError when `step.in_doubt` (the statement may or
+      may not have taken effect), else TransientError; each names the server and the step;
+    - any other OperationalError (a lock or statement time-out, a deadlock, a serialization
+      failure, the server out of resources): TransientError;
+    - anything else the server refused: DurableSinkError (not retriable), with its SQLSTATE.
+    Our own errors pass through."""
+    epoch = step.epoch
     try:
         yield
     except DurableSinkError:
@@ -165,20 +208,51 @@ def translated(
             fix="create the schema or table (CREATE SCHEMA ...), or grant the job's user the "
             "privileges docs/postgres.md lists, then restart the job",
         ) from None
-    except psycopg.OperationalError as exc:
-        if fence_moved():
-            raise FencedError(
-                "a newer coordinator opened this sink (and ended this session)",
+    except psycopg.Error as exc:
+        if connection_lost(exc):
+            if fence_moved():
+                raise FencedError(
+                    "a newer coordinator opened this sink (and ended this session)",
+                    job=context.job_id,
+                    sink=context.sink,
+                    epoch=epoch,
+                ) from None
+            lost = f"lost the session with Postgres at {step.server} during {step.call}"
+            if step.in_doubt is not None:
+                raise InDoubtError(
+                    f"{lost}, so whether it took effect is unknown: {first_line(exc)}",
+                    job=context.job_id,
+                    sink=context.sink,
+                    epoch=epoch,
+                    fix=step.in_doubt,
+                ) from None
+            raise TransientError(
+                f"{lost}: {first_line(exc)}",
                 job=context.job_id,
                 sink=context.sink,
                 epoch=epoch,
+                fix=_REPLAY_FIX if step.in_epoch else _RETRY_FIX,
             ) from None
-        raise TransientError(
-            f"Postgres connection problem: {first_line(exc)}",
+        if isinstance(exc, psycopg.OperationalError):
+            raise TransientError(
+                f"Postgres at {step.server} could not complete {step.call} now: "
+                f"{first_line(exc)} (SQLSTATE {exc.sqlstate})",
+                job=context.job_id,
+                sink=context.sink,
+                epoch=epoch,
+                fix="retrying may succeed (a lock or statement time-out, a deadlock or "
+                "serialization failure, or the server short of resources)"
+                + ("; nothing of the epoch was committed" if step.in_epoch else ""),
+            ) from None
+        raise DurableSinkError(
+            f"Postgres at {step.server} refused {step.call}: {first_line(exc)} "
+            f"(SQLSTATE {exc.sqlstate})",
             job=context.job_id,
             sink=context.sink,
             epoch=epoch,
-        ) from None
+            fix="see the server's log for the statement; if the server is a read-only standby, "
+            "point the DSN at the primary (target_session_attrs=read-write)",
+        ) from exc
 
 
 def refuse_data(context: OpenContext, epoch: int, problems: list[str]) -> None:

@@ -9,23 +9,26 @@ one-phase mode), so it becomes visible exactly when the epoch's rows do:
 `last_committed_epoch` and the "already committed" answers read the markers.
 
 Fencing: `open` raises the fence row to its generation (it only ever grows) after ending the
-sessions of older generations of the same job and sink (found by application_name), which
-aborts their open transactions. Every epoch transaction reads the fence row before it writes,
-and inserts its marker only if the fence still holds its generation (`INSERT ... SELECT ...
-WHERE generation = mine`); otherwise FencedError. The check is a plain read, not an `UPDATE
-... WHERE fence = mine`: a prepared transaction keeps its row locks, so an updating check
-would make the next `open` wait on exactly the prepared leftovers only it can resolve.
+sessions of older generations of the same job and sink (found by application_name, see
+`application_name`), which aborts their open transactions. Every epoch transaction reads the
+fence row before it writes, and inserts its marker only if the fence still holds its
+generation (`INSERT ... SELECT ... WHERE generation = mine`); otherwise FencedError. The check
+is a plain read, not an `UPDATE ... WHERE fence = mine`: a prepared transaction keeps its row
+locks, so an updating check would make the next `open` wait on exactly the prepared leftovers
+only it can resolve.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 from typing import Any
 
 import psycopg
 from psycopg import sql
 
+from durable_sinks.core.connecting import dsn_application_name, session_name
 from durable_sinks.core.errors import FencedError, TransientError
 from durable_sinks.core.protocol import JSON, OpenContext
 
@@ -38,12 +41,34 @@ FENCES = "durable_sinks_fences"
 FENCE_ATTEMPTS = 3
 
 
-def application_name(context: OpenContext, generation: int) -> str:
-    """The application_name of every session of (job, sink) at `generation`: how a newer
-    generation finds the sessions it must end. The job and sink are hashed (they may be
-    long, and application_name is visible to every user of the server)."""
+#: The generation at the end of a sink session's application_name.
+_GENERATION = re.compile(r":g([0-9]+)$")
+
+
+def owner_token(context: OpenContext) -> str:
+    """12 hex digits of a hash of (job, sink): what identifies the sink's sessions whatever
+    the cut of the readable part of their application_name."""
+    return hashlib.sha256(f"{context.job_id}\0{context.sink}".encode()).hexdigest()[:12]
+
+
+def application_name(context: OpenContext, generation: int, dsn: str | None = None) -> str:
+    """The application_name of every session of (job, sink) at `generation`:
+    `ds:<job>:<sink>:<owner>:g<generation>`, at most 63 bytes (Postgres cuts longer names):
+    the readable `ds:<job>:<sink>` is cut (and characters other than printable ASCII become
+    '?'), never the `:<owner>:g<generation>` a newer generation finds the sessions it must
+    end by. When the DSN sets an application_name, it replaces `ds:<job>:<sink>`. Operators
+    find a job's sessions with `application_name LIKE 'ds:<job>:%'` (job ids of up to about
+    30 characters are kept whole; application_name is visible to every user of the server,
+    so a job id must not hold a secret)."""
+    head = (dsn and dsn_application_name(dsn)) or f"ds:{context.job_id}:{context.sink}"
+    return session_name(head, f":{owner_token(context)}:g{generation}")
+
+
+def _legacy_prefix(context: OpenContext) -> str:
+    """The application_name prefix of sessions opened by versions before 2026-11
+    (`ds:<16 hex digits>:g<generation>`), still ended by a newer generation's open."""
     owner = hashlib.sha256(f"{context.job_id}\0{context.sink}".encode()).hexdigest()[:16]
-    return f"ds:{owner}:g{generation}"
+    return f"ds:{owner}:g"
 
 
 class MetaTables:
@@ -153,7 +178,7 @@ class MetaTables:
                         job=job,
                         sink=sink,
                         fix="end the old driver's sessions (pg_stat_activity, application_name "
-                        f"{application_name(self.context, 0)[:-1]}*) and restart",
+                        f"ending in ':{owner_token(self.context)}:g<generation>') and restart",
                     ) from None
                 continue
             if raised is None:
@@ -166,15 +191,17 @@ class MetaTables:
             return
 
     def _end_older_sessions(self, conn: psycopg.Connection[Any]) -> None:
-        prefix = application_name(self.context, 0)[: -len("g0")]
+        """Terminate the sessions of older generations of this job and sink (this version's
+        names and the ones older versions gave)."""
         rows = conn.execute(
             "SELECT pid, application_name FROM pg_stat_activity "
-            "WHERE starts_with(application_name, %s) AND pid <> pg_backend_pid()",
-            (prefix,),
+            "WHERE (application_name ~ %s OR starts_with(application_name, %s)) "
+            "AND pid <> pg_backend_pid()",
+            (f":{owner_token(self.context)}:g[0-9]+$", _legacy_prefix(self.context)),
         ).fetchall()
         for pid, application in rows:
-            generation = application[len(prefix) + 1 :]
-            if generation.isdigit() and int(generation) < self.context.generation:
+            found = _GENERATION.search(application)
+            if found and int(found.group(1)) < self.context.generation:
                 conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
 
     # -- fence checks --------------------------------------------------------------------------

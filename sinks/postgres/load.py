@@ -50,6 +50,15 @@ class EpochLoad:
         self.stage: sql.Identifier | None = None
         #: Set by pre_commit in one-phase mode: the transaction waits for commit_with_decision.
         self.handle: CommitHandle | None = None
+        #: The session whose transaction holds the epoch (set by begin_epoch).
+        self.session: psycopg.Connection[Any] | None = None
+
+    def conn(self) -> psycopg.Connection[Any]:
+        """The epoch's session. The transaction lives and dies with it: once the session is
+        lost, every statement fails (psycopg: "the connection is closed") instead of going
+        to a new session that lacks the epoch's rows."""
+        assert self.session is not None, "begin_epoch sets the session"
+        return self.session
 
     @property
     def checksum_text(self) -> str:

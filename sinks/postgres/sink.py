@@ -14,10 +14,29 @@ What is durable when:
 
 Fencing: see fencing.py. The DSN may hold a password: it is never logged, put in an error, a
 handle or a marker; `repr` and messages show it redacted.
+
+Faults: no psycopg error leaves a method (errors.translated). A session lost to a restart of
+the server, `pg_terminate_backend` or the network is a TransientError (UnreachableError when
+a new session cannot be opened) naming the server (`host:port/db`) and the step, except during
+the three statements whose outcome it leaves unknown: PREPARE TRANSACTION (pre_commit), COMMIT
+PREPARED (commit_epoch) and the one-phase COMMIT (commit_with_decision) raise InDoubtError.
+Both are retriable: a new coordinator (new sessions, a new generation, recovery) replays the
+epoch, and recovery or the replay settles what is in doubt. A session found closed is
+reopened by the next call that needs it; the epoch's transaction is never silently carried
+over to a new session (it died with the old one: the call that finds it gone fails).
+`close` never raises, even when the server is gone.
+
+Sessions: every session the sink opens carries an application_name (fencing.application_name)
+`ds:<job>:<sink>:<owner>:g<generation>`, cut to Postgres's 63 bytes: `<owner>` (12 hex digits
+of a hash of job and sink) and the generation always survive the cut; the DSN's own
+application_name, when it sets one, replaces `ds:<job>:<sink>`. Operators find a job's
+sessions with `application_name LIKE 'ds:<job>:%'` (the decision store's are
+`ds:<job>:store`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager
@@ -27,8 +46,8 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg import sql
 
-from durable_sinks.core.connecting import connection_failure
-from durable_sinks.core.errors import InDoubtError, ParticipantLostError, UsageError
+from durable_sinks.core.connecting import connection_failure, server_of
+from durable_sinks.core.errors import ParticipantLostError, UsageError
 from durable_sinks.core.naming import ParticipantName, owner_prefix
 from durable_sinks.core.protocol import (
     JSON,
@@ -42,7 +61,7 @@ from durable_sinks.core.protocol import (
 from .catalog import TargetTable
 from .columns import null_violations
 from .config import PostgresSinkConfig
-from .errors import first_line, refuse_data, translated
+from .errors import Step, first_line, refuse_data, translated
 from .fencing import MetaTables, application_name
 from .load import EpochLoad
 
@@ -97,7 +116,7 @@ class PostgresSink:
                 self.config.dsn,
                 autocommit=autocommit,
                 connect_timeout=self.config.connect_timeout_s,
-                application_name=application_name(ctx, ctx.generation),
+                application_name=application_name(ctx, ctx.generation, self.config.dsn),
             )
         except psycopg.OperationalError as exc:
             raise connection_failure(
@@ -114,20 +133,35 @@ class PostgresSink:
             self._tx = self._connect(autocommit=False)
         return self._tx
 
-    def _errors(self, epoch: int | None = None) -> AbstractContextManager[None]:
-        return translated(self._ctx(), epoch, self._fence_moved, self.config)
+    def _errors(
+        self,
+        call: str,
+        epoch: int | None = None,
+        *,
+        in_doubt: str | None = None,
+        in_epoch: bool = False,
+    ) -> AbstractContextManager[None]:
+        """psycopg's errors of `call` translated (errors.translated); `in_doubt` is the fix
+        of an InDoubtError, for a statement whose outcome a lost session leaves unknown;
+        `in_epoch` says the statements run in the epoch's own transaction."""
+        step = Step(call, server_of(self.config.dsn), epoch, in_doubt, in_epoch)
+        return translated(self._ctx(), step, self._fence_moved, self.config)
 
     def _fence_moved(self) -> bool:
         """Whether a newer generation holds the fence, read on a fresh session (False when
         the server cannot tell)."""
+        ctx = self._ctx()
         try:
             with psycopg.connect(
-                self.config.dsn, autocommit=True, connect_timeout=self.config.connect_timeout_s
+                self.config.dsn,
+                autocommit=True,
+                connect_timeout=self.config.connect_timeout_s,
+                application_name=application_name(ctx, ctx.generation, self.config.dsn),
             ) as conn:
                 found = self._state().meta.fence_generation(conn)
         except psycopg.Error:
             return False
-        return found is not None and found > self._ctx().generation
+        return found is not None and found > ctx.generation
 
     # -- lifecycle -----------------------------------------------------------------------------
     def open(self, context: OpenContext) -> None:
@@ -139,10 +173,10 @@ class PostgresSink:
         if context.worker:
             # The driver's instance created the tables and raised the fence; a worker only
             # connects (begin_epoch checks the fence still names this generation).
-            with self._errors():
+            with self._errors("open"):
                 self._tx_conn()
             return
-        with self._errors():
+        with self._errors("open (tables, fence, last committed epoch)"):
             conn = self._admin_conn()
             opened.table.check_schemas(conn)  # before anything is created in them
             opened.meta.create(conn)
@@ -151,9 +185,12 @@ class PostgresSink:
             self._tx_conn()  # the epochs' session, opened now rather than in the first epoch
 
     def close(self) -> None:
+        """Close both sessions (an open epoch transaction rolls back with its session); never
+        raises, even when the server or the network is gone."""
         for conn in (self._tx, self._admin):
             if conn is not None and not conn.closed:
-                conn.close()
+                with contextlib.suppress(psycopg.Error):
+                    conn.close()
         self._tx = self._admin = None
         self._current = None
 
@@ -175,7 +212,7 @@ class PostgresSink:
         return dict(self._counters)
 
     def health_check(self) -> None:
-        with self._errors():
+        with self._errors("health_check (the server's settings, the table, privileges)"):
             self._state().table.check()
 
     # -- phase 1 -------------------------------------------------------------------------------
@@ -186,9 +223,10 @@ class PostgresSink:
         attempt = self._attempts.get(epoch, 0)
         self._attempts[epoch] = attempt + 1
         name = state.context.participant(epoch, attempt)
-        self._current = EpochLoad(epoch, name, self.config, state.context)
-        with self._errors(epoch):
-            state.meta.check_fence(self._tx_conn(), epoch)
+        self._current = current = EpochLoad(epoch, name, self.config, state.context)
+        with self._errors("begin_epoch (the fence check)", epoch, in_epoch=True):
+            current.session = self._tx_conn()
+            state.meta.check_fence(current.session, epoch)
 
     def write_batch(self, batch: pa.RecordBatch) -> WriteResult:
         current = self._require_current()
@@ -199,12 +237,12 @@ class PostgresSink:
                 sink=self.name,
                 epoch=current.epoch,
             )
-        with self._errors(current.epoch):
+        with self._errors("write_batch (COPY)", current.epoch, in_epoch=True):
             columns = self._state().table.columns_for(batch, current.epoch)
             refuse_data(self._ctx(), current.epoch, null_violations(batch, columns))
             if batch.num_rows == 0:
                 return WriteResult(0, 0)
-            sent = current.copy(self._tx_conn(), batch)
+            sent = current.copy(current.conn(), batch)
         self._counters["rows"] += batch.num_rows
         self._counters["bytes"] += sent
         return WriteResult(batch.num_rows, sent)
@@ -213,12 +251,19 @@ class PostgresSink:
         current = self._require_current()
         state = self._state()
         gid = str(current.name)
-        with self._errors(epoch):
-            conn = self._tx_conn()
+        with self._errors("pre_commit (the merge and the marker row)", epoch, in_epoch=True):
+            conn = current.conn()
             if state.table.checked_schema is not None:
                 current.merge(conn, state.table.checked_schema.names)
             if not state.context.commit_point:
                 self._mark(conn, current, gid, current.checksum_text, decision=None)
+        if not state.context.commit_point:
+            in_doubt = (
+                f"whether {gid} was prepared is known once the server answers; no decision "
+                "was recorded, so recovery (a new coordinator, or the query's restart) rolls "
+                "it back if it exists and the replay writes the epoch again"
+            )
+            with self._errors(f"pre_commit (PREPARE TRANSACTION {gid})", epoch, in_doubt=in_doubt):
                 conn.execute(sql.SQL("PREPARE TRANSACTION {}").format(sql.Literal(gid)))
         handle = CommitHandle(
             self.name,
@@ -262,7 +307,13 @@ class PostgresSink:
 
     # -- phase 2 -------------------------------------------------------------------------------
     def commit_epoch(self, epoch: int, handle: CommitHandle) -> CommitOutcome:
-        with self._errors(epoch):
+        in_doubt = (
+            f"the epoch is decided: committing {handle.participant} again (the coordinator's "
+            "retry, the epoch's replay or recovery at the next start) finishes it; a second "
+            "COMMIT PREPARED of a committed one finds its marker row"
+        )
+        call = f"commit_epoch (COMMIT PREPARED {handle.participant})"
+        with self._errors(call, epoch, in_doubt=in_doubt):
             conn = self._admin_conn()
             try:
                 conn.execute(sql.SQL("COMMIT PREPARED {}").format(sql.Literal(handle.participant)))
@@ -305,26 +356,23 @@ class PostgresSink:
                 sink=self.name,
                 epoch=epoch,
             )
-        with self._errors(epoch):
-            conn = self._tx_conn()
+        with self._errors("commit_with_decision (the marker row)", epoch, in_epoch=True):
+            conn = current.conn()
             self._mark(conn, current, handle.participant, handle.checksum, json.dumps(decision))
-            self._current = None
-            try:
-                conn.commit()
-            except psycopg.OperationalError as exc:
-                raise InDoubtError(
-                    f"the connection broke during COMMIT of epoch {epoch}: {first_line(exc)}",
-                    job=ctx.job_id,
-                    sink=self.name,
-                    epoch=epoch,
-                    fix="replaying the epoch or restarting the job reads the outcome",
-                ) from None
+        self._current = None
+        in_doubt = (
+            f"whether epoch {epoch} committed is known once the server answers: replaying the "
+            "epoch or restarting the job reads its marker row, and writes it again only if "
+            "it did not commit"
+        )
+        with self._errors("commit_with_decision (COMMIT)", epoch, in_doubt=in_doubt):
+            conn.commit()
         self._counters["epochs_committed"] += 1
         self._committed(epoch)
 
     def read_decision(self, epoch: int) -> Mapping[str, JSON] | None:
         """The decision a one-phase commit of `epoch` carried, or None."""
-        with self._errors(epoch):
+        with self._errors("read_decision (the marker row)", epoch):
             return self._state().meta.decision(self._admin_conn(), epoch)
 
     def rollback_epoch(self, epoch: int, handle: CommitHandle | None) -> None:
@@ -333,7 +381,7 @@ class PostgresSink:
             self._abandon_transaction()
         if handle is None:
             return
-        with self._errors(epoch):
+        with self._errors(f"rollback_epoch (ROLLBACK PREPARED {handle.participant})", epoch):
             try:
                 self._admin_conn().execute(
                     sql.SQL("ROLLBACK PREPARED {}").format(sql.Literal(handle.participant))
@@ -370,7 +418,7 @@ class PostgresSink:
     ) -> Iterator[tuple[ParticipantName, CommitHandle]]:
         """Prepared transactions of this job and sink whose gid starts with `prefix`."""
         ctx = self._ctx()
-        with self._errors(epoch):
+        with self._errors("the list of prepared transactions (pg_prepared_xacts)", epoch):
             rows = (
                 self._admin_conn()
                 .execute(

@@ -1,7 +1,9 @@
-"""What a failed connection to Postgres means: the server is unreachable for now (retriable),
-or it answered and refused the DSN (a configuration to fix). Shared by the Postgres sink and
-the Postgres decision store, which hand it the first line of libpq's message; it loads no
-database client (psycopg parses a DSN inside `connect_timeout` only)."""
+"""Connections to Postgres, shared by the Postgres sink and the Postgres decision store: what a
+failed connection means (the server is unreachable for now, retriable; or it answered and
+refused the DSN, a configuration to fix), whether an error means the session was lost, the
+server a DSN names (for messages, without credentials) and the sessions' application_name.
+It loads no database client at import (psycopg is imported inside the functions that parse a
+DSN or look at a psycopg error, which only the sink and the store call)."""
 
 from __future__ import annotations
 
@@ -68,3 +70,77 @@ def connect_timeout(dsn: str, given: int | None) -> int:
         return int(str(value)) if value is not None else DEFAULT_CONNECT_TIMEOUT
     except (ProgrammingError, ValueError):
         return DEFAULT_CONNECT_TIMEOUT
+
+
+# -- sessions that end under a job's feet ---------------------------------------------------------
+
+#: SQLSTATEs of a session the server ended or would not start: 57P01 admin_shutdown
+#: (pg_terminate_backend, a smart or fast shutdown), 57P02 crash_shutdown (an immediate
+#: shutdown, or another backend crashed), 57P03 cannot_connect_now (starting up, shutting down,
+#: in recovery), 57P05 idle_session_timeout and 25P03 idle_in_transaction_session_timeout (the
+#: latter an InternalError in psycopg, not an OperationalError). Class 08 is a connection
+#: exception.
+SESSION_ENDED = frozenset({"57P01", "57P02", "57P03", "57P05", "25P03"})
+
+
+def connection_lost(exc: BaseException) -> bool:
+    """Whether a psycopg error means the session is gone (the server ended it, restarted, or
+    the network dropped it), as opposed to a statement the server refused on a live session.
+    Errors the client raises itself carry no SQLSTATE ("server closed the connection
+    unexpectedly", "consuming input failed", "the connection is closed")."""
+    import psycopg
+
+    if not isinstance(exc, psycopg.Error):
+        return False
+    state = exc.sqlstate
+    if state is None:
+        return isinstance(exc, psycopg.OperationalError)
+    return state in SESSION_ENDED or state.startswith("08")
+
+
+def server_of(dsn: str) -> str:
+    """`host:port/dbname` of a DSN, for messages: never the user or the password. Unset parts
+    are what libpq would use (PGHOST, PGPORT, PGDATABASE, else localhost, 5432, the user)."""
+    import os
+
+    from psycopg import ProgrammingError
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        params = {k: str(v) for k, v in conninfo_to_dict(dsn).items() if v not in (None, "")}
+    except ProgrammingError:
+        return "<a DSN libpq cannot read>"
+    host = params.get("host") or params.get("hostaddr") or os.environ.get("PGHOST") or "localhost"
+    port = params.get("port") or os.environ.get("PGPORT") or "5432"
+    dbname = (
+        params.get("dbname")
+        or os.environ.get("PGDATABASE")
+        or params.get("user")
+        or os.environ.get("PGUSER")
+        or "<the user's database>"
+    )
+    return f"{host}:{port}/{dbname}"
+
+
+#: The bytes of application_name Postgres keeps (NAMEDATALEN - 1); it cuts longer ones.
+APPLICATION_NAME_BYTES = 63
+
+
+def session_name(head: str, tail: str = "") -> str:
+    """An application_name the server keeps as given: printable ASCII only (Postgres rewrites
+    other characters, to '?' or to escapes that lengthen it), at most 63 bytes, `head` cut to
+    make room for `tail` (which must be printable ASCII and fit)."""
+    clean = "".join(c if " " <= c <= "~" else "?" for c in head)
+    return clean[: max(APPLICATION_NAME_BYTES - len(tail), 0)] + tail
+
+
+def dsn_application_name(dsn: str) -> str | None:
+    """The application_name the DSN itself sets, if any."""
+    from psycopg import ProgrammingError
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        value = conninfo_to_dict(dsn).get("application_name")
+    except ProgrammingError:
+        return None
+    return str(value) if value not in (None, "") else None
