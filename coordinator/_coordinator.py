@@ -24,8 +24,6 @@ from typing import TYPE_CHECKING, TypeVar
 
 from durable_sinks.core.errors import (
     ConfigError,
-    DurableSinkError,
-    FencedError,
     InDoubtError,
     UsageError,
 )
@@ -42,7 +40,7 @@ from durable_sinks.manifest import DecisionRecord, DecisionStore
 from ._decisions import DecisionBook
 from ._metrics import EpochMetrics, JobTotals
 from ._participants import Participants, brief
-from ._recovery import RecoveryReport, Resolution, resolve
+from ._recovery import RecoveryReport, Resolution, require_no_newer, resolve
 from ._retry import RetryPolicy
 from .validation import validate
 
@@ -218,11 +216,11 @@ class Coordinator:
         )
         self.decisions.last = last
         if successor_of is not None:
-            self._require_no_newer(self.store.peek_generation(self.job_id), successor_of)
+            require_no_newer(self.job_id, self.store.peek_generation(self.job_id), successor_of)
         generation = self.store.open(self.job_id)
         self.claimed_generation = generation
         if successor_of is not None:
-            self._require_no_newer(generation - 1, successor_of)
+            require_no_newer(self.job_id, generation - 1, successor_of)
         self.log.info("claimed generation %d; older coordinators are fenced", generation)
         yield "recovery:after-fence"
         for sink in self.sinks:
@@ -253,17 +251,6 @@ class Coordinator:
         self.totals.recovered_rollbacks += len(report.rolled_back)
         self.log.info("recovery: %s", report)
         return report
-
-    def _require_no_newer(self, newest: int, mine: int) -> None:
-        """FencedError when a generation newer than `mine` (this driver's last) was claimed:
-        another driver of the job started while this one was riding out an outage."""
-        if newest > mine:
-            raise FencedError(
-                f"while this driver (generation {mine}) was riding out an outage, another "
-                f"driver of the job claimed generation {newest}; this one stops rather than "
-                "take the job back",
-                job=self.job_id,
-            )
 
     # -- one epoch -----------------------------------------------------------------------------
     @property
@@ -342,7 +329,7 @@ class Coordinator:
         yield "after-decision"
 
         if self.decisions.caches_decisions:
-            self._cache_decision(record, log)
+            self.decisions.cache(record, log)
         if winner != record:
             log.info("generation %d decided this epoch first: yielding to it", winner.generation)
             self.participants.undo(epoch, begun, handles, log)
@@ -350,7 +337,7 @@ class Coordinator:
             yield from self._finish(winner, metrics)
             return self._result(EpochOutcome.ALREADY_COMMITTED, winner, metrics)
         yield from self._finish(record, metrics)
-        self._expire(epoch, metrics)
+        self.decisions.expire(epoch, self.retain_epochs, metrics, log)
         return self._committed(EpochOutcome.COMMITTED, record, metrics, log)
 
     def distributed_epoch_steps(
@@ -399,7 +386,7 @@ class Coordinator:
             record = winner
         yield from self._finish(record, metrics)
         yield from self.participants.discard_losers(record, generation, metrics, log)
-        self._expire(epoch, metrics)
+        self.decisions.expire(epoch, self.retain_epochs, metrics, log)
         outcome = (
             EpochOutcome.COMMITTED
             if record.generation == generation
@@ -474,30 +461,6 @@ class Coordinator:
             with metrics.phase("finish"):
                 self.store.mark_finished(decision.epoch)
         yield "after-finish"
-
-    def _expire(self, epoch: int, metrics: EpochMetrics) -> None:
-        """Drop decisions older than the retention window. House-keeping after the epoch
-        committed everywhere: a failure is logged and left to the next epoch's expiry (it
-        drops everything older than its own window), never raised for a committed batch."""
-        if not self.decisions.store_holds_decisions:
-            return
-        try:
-            with metrics.phase("finish"):
-                self.store.expire(epoch - self.retain_epochs + 1)
-        except DurableSinkError as exc:
-            self.log.bind(epoch=epoch).warning(
-                "the epoch committed, but dropping old decisions failed (%s); the next epoch "
-                "drops them",
-                brief(exc),
-            )
-
-    def _cache_decision(self, record: DecisionRecord, log: JobLogger) -> None:
-        try:
-            self.store.put(record)
-        except FencedError:
-            log.warning("a newer coordinator started: it reads this decision from the sink")
-        except DurableSinkError as exc:
-            log.warning("could not cache the decision in the store (%s)", brief(exc))
 
     def _count_committed(self, metrics: EpochMetrics) -> None:
         self.totals.epochs_committed += 1

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from durable_sinks.core.errors import EpochOrderError
+from durable_sinks.core.errors import DurableSinkError, EpochOrderError, FencedError
+from durable_sinks.core.joblog import JobLogger
 from durable_sinks.core.protocol import LastResource, SinkConnector
 from durable_sinks.manifest import DecisionRecord, DecisionStore
 
 from ._metrics import EpochMetrics
+from ._participants import brief
 
 
 class DecisionBook:
@@ -125,3 +127,29 @@ class DecisionBook:
                     fix="the decision store was reset or is not this job's, or the sink's data "
                     "is shared with another job: point the job at its own store and sink",
                 )
+
+    def cache(self, record: DecisionRecord, log: JobLogger) -> None:
+        """Copy a decision the commit point carried into the store (a cache: a failure is
+        logged, recovery reads the commit point)."""
+        try:
+            self.store.put(record)
+        except FencedError:
+            log.warning("a newer coordinator started: it reads this decision from the sink")
+        except DurableSinkError as exc:
+            log.warning("could not cache the decision in the store (%s)", brief(exc))
+
+    def expire(self, epoch: int, retain: int, metrics: EpochMetrics, log: JobLogger) -> None:
+        """Drop decisions older than the last `retain` epochs. House-keeping after the epoch
+        committed everywhere: a failure is logged and left to the next epoch's expiry (which
+        drops everything older than its own window), never raised for a committed batch."""
+        if not self.store_holds_decisions:
+            return
+        try:
+            with metrics.phase("finish"):
+                self.store.expire(epoch - retain + 1)
+        except DurableSinkError as exc:
+            log.warning(
+                "the epoch committed, but dropping old decisions failed (%s); the next epoch "
+                "drops them",
+                brief(exc),
+            )

@@ -8,7 +8,12 @@ from collections.abc import Generator, Iterable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING
 
-from durable_sinks.core.errors import CommitIncompleteError, DurableSinkError, SchemaMismatchError
+from durable_sinks.core.errors import (
+    CommitIncompleteError,
+    DurableSinkError,
+    FencedError,
+    SchemaMismatchError,
+)
 from durable_sinks.core.joblog import JobLogger
 from durable_sinks.core.naming import ParticipantName
 from durable_sinks.core.protocol import CommitHandle, DistributedSink, SinkConnector
@@ -52,9 +57,12 @@ class Participants:
 
     def commit(self, sink: SinkConnector, handle: CommitHandle) -> None:
         """Commit one participant of a decided epoch (idempotent), retrying transient errors;
-        CommitIncompleteError when it cannot be done now (replay or restart finishes it)."""
+        CommitIncompleteError when it cannot be done now (replay or restart finishes it);
+        FencedError as it is when a newer driver owns the job (its recovery finishes it)."""
         try:
             self.retry.call(lambda: sink.commit_epoch(handle.epoch, handle))
+        except FencedError:
+            raise  # a newer driver owns the job (and its recovery finishes this commit)
         except DurableSinkError as exc:
             raise CommitIncompleteError(
                 f"the epoch is decided but committing participant {handle.participant} failed: "

@@ -7,6 +7,7 @@ import enum
 from dataclasses import dataclass, field
 
 from durable_sinks.core import CommitHandle
+from durable_sinks.core.errors import FencedError
 from durable_sinks.manifest import DecisionRecord
 
 
@@ -35,6 +36,19 @@ def resolve(decision: DecisionRecord | None, handle: CommitHandle) -> Resolution
     if decision is not None and decision.commits(handle):
         return Resolution.COMMIT
     return Resolution.ROLL_BACK
+
+
+def require_no_newer(job: str, newest: int, mine: int) -> None:
+    """FencedError when a generation newer than `mine` (this driver's last) was claimed:
+    another driver of the job started while this one was riding out an outage, and this one
+    must stop rather than take the job back (Coordinator.start's `successor_of`)."""
+    if newest > mine:
+        raise FencedError(
+            f"while this driver (generation {mine}) was riding out an outage, another driver "
+            f"of the job claimed generation {newest}; this one stops rather than take the job "
+            "back",
+            job=job,
+        )
 
 
 @dataclass
