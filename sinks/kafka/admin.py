@@ -155,7 +155,7 @@ class Cluster:
         self.admin.poll(0)
         return translate(
             exc,
-            f"reaching the Kafka cluster at {self.config.bootstrap_servers}",
+            f"cannot reach the Kafka cluster at {self.config.bootstrap_servers}",
             self._where(None),
             fix="check that the brokers run and bootstrap_servers and the security "
             "settings are right",
@@ -176,7 +176,8 @@ class Cluster:
             return list_offsets(self.admin, partitions, level, self._timeout, earliest=earliest)
         except KafkaException as exc:
             names = ", ".join(sorted({p.topic for p in partitions}))
-            raise translate(exc, f"reading the offsets of {names}", self._where(epoch)) from None
+            what = f"cannot read the offsets of {names}"
+            raise translate(exc, what, self._where(epoch)) from None
 
     def _check_broker(self) -> int:
         """transaction.timeout.ms must not exceed the broker's transaction.max.timeout.ms.
@@ -370,7 +371,7 @@ class Cluster:
         except KafkaException as exc:
             raise translate(
                 exc,
-                "asking the Kafka cluster for metadata",
+                "the Kafka cluster does not answer",
                 self._where(None),
                 fix="check that the brokers run",
                 unknown=UnreachableError,

@@ -102,11 +102,11 @@ def translate(
     """A client failure outside a transaction, typed: credentials or ACLs refused:
     ConfigError; the cluster unreachable: UnreachableError; anything else `unknown`
     (TransientError unless the caller knows better). With `unknown` an InDoubtError (around
-    a commit point) every failure is in doubt. `what` says what was being done."""
+    a commit point) every failure is in doubt. `what` says what failed ("cannot read ...")."""
     if isinstance(exc, DurableSinkError):
         return exc
     error = kafka_error_of(exc)
-    message = f"{what} failed: {describe(error, exc)}"
+    message = f"{what}: {describe(error, exc)}"
     if issubclass(unknown, InDoubtError):
         # Around a commit point, whatever failed may have happened after the commit.
         return unknown(message, **where, fix=fix)
@@ -120,7 +120,7 @@ def translate(
         )
     if isinstance(exc, BufferError):
         return TransientError(
-            f"{what} failed: the producer's queue is full",
+            f"{what}: the producer's queue is full",
             **where,
             fix="raise queue.buffering.max.messages/kbytes in producer_config, or check the "
             "brokers",
@@ -151,7 +151,8 @@ def typed(what: str, *, unknown: type[DurableSinkError] = TransientError) -> Cal
                 raise
             except RAW as exc:
                 epoch = args[0] if args and isinstance(args[0], int) else None
-                raise translate(exc, what, self._where(epoch), unknown=unknown) from None
+                failed = f"{what} failed"
+                raise translate(exc, failed, self._where(epoch), unknown=unknown) from None
 
         return cast(F, guarded)
 

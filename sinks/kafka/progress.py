@@ -154,7 +154,7 @@ class ProgressReader:
                 pass
 
     def _failed(self, exc: BaseException) -> DurableSinkError:
-        return translate(exc, f"reading the progress topic {self.topic!r}", self.describe())
+        return translate(exc, f"cannot read the progress topic {self.topic!r}", self.describe())
 
     def watermarks(self) -> tuple[int, int]:
         """(low, high) of the partition, read_uncommitted."""

@@ -46,12 +46,12 @@ def test_the_first_occurrence_is_logged_and_repeats_summarised_once_per_window(
         limiter.emit("log:FAIL", logging.WARNING, f"connect failed #{i}")
     assert lines(caplog) == [
         (logging.WARNING, "connect failed #0"),
-        (logging.WARNING, "connect failed #99 (repeated 99 times in 10 s)"),
+        (logging.WARNING, "connect failed #99 (repeated 99 times within 10 s)"),
     ]
     limiter.flush()  # at close: what the last window counted
     assert lines(caplog)[-1] == (
         logging.WARNING,
-        "connect failed #199 (repeated 100 times in 10 s)",
+        "connect failed #199 (repeated 100 times within 10 s)",
     )
     assert len(lines(caplog)) == 3
 
@@ -71,7 +71,7 @@ def test_kinds_are_limited_apart_and_a_quiet_kind_is_logged_afresh(
         (logging.WARNING, "all down again"),
     ]
     limiter.flush()
-    assert lines(caplog)[-1] == (logging.WARNING, "transport again (repeated 1 times in 10 s)")
+    assert lines(caplog)[-1] == (logging.WARNING, "transport again (repeated 1 times within 10 s)")
 
 
 def test_nothing_to_summarise_logs_nothing_at_flush(

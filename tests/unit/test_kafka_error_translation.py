@@ -23,7 +23,6 @@ from durable_sinks.core.errors import (
     UnreachableError,
 )
 from durable_sinks.core.joblog import JobLogger
-from durable_sinks.core.naming import ParticipantName
 from durable_sinks.core.protocol import CommitHandle, OpenContext
 from durable_sinks.sinks.kafka import KafkaSink, KafkaSinkConfig, admin, sink
 from durable_sinks.sinks.kafka.admin import Cluster
@@ -210,11 +209,12 @@ def test_each_producer_failure_is_typed(case: str) -> None:
 def test_a_retriable_failure_is_retried_in_place(call: str) -> None:
     fake = FakeProducer(**{call: [RETRIABLE, RETRIABLE, None]})
     made = producer(fake, age=0.0)
-    {
+    calls: dict[str, Callable[[], Any]] = {
         "init_transactions": lambda: made.call("init_transactions", fake.init_transactions),
         "commit_transaction": lambda: made.commit(0),
         "abort_transaction": lambda: made.abort(0),
-    }[call]()
+    }
+    calls[call]()
     assert fake.calls[call] == 3
 
 
@@ -249,11 +249,12 @@ def test_a_transaction_the_broker_timed_out_is_transient_not_fenced(path: str) -
         "produce": lambda: send(made),
         "delivery report": lambda: made.check_delivery(0),
     }[path]
-    with pytest.raises(TransientError, match="transaction.timeout.ms") as raised:
+    with pytest.raises(TransientError, match=r"transaction\.timeout\.ms") as raised:
         call()
     assert type(raised.value) is TransientError
     assert "transaction_timeout_ms" in (raised.value.fix or "")
-    assert made.broken and made.fenced is None
+    assert made.broken
+    assert made.fenced is None
     assert made.abort(0) is False  # a broken producer's transaction dies with it
 
 
@@ -273,7 +274,7 @@ def test_an_unreadable_fence_record_counts_as_a_time_out() -> None:
 
     made = producer(FakeProducer(commit_transaction=[FENCED]), age=4.0)
     made._newer_owner = unreadable
-    with pytest.raises(TransientError, match="transaction.timeout.ms"):
+    with pytest.raises(TransientError, match=r"transaction\.timeout\.ms"):
         made.commit(0)
 
 
@@ -339,7 +340,9 @@ def test_no_leaders_found_after_a_broker_restart_is_retried() -> None:
         (kafka(KafkaError.TOPIC_AUTHORIZATION_FAILED), ConfigError),
     ],
 )
-def test_offsets_failures_are_typed(outcome: BaseException, expected: type) -> None:
+def test_offsets_failures_are_typed(
+    outcome: BaseException, expected: type[DurableSinkError]
+) -> None:
     with pytest.raises(expected) as raised:
         cluster(FakeAdmin([outcome])).high_watermarks(1, 3)
     assert type(raised.value) is expected
@@ -369,7 +372,9 @@ def test_progress_reads_are_typed(failing: str) -> None:
 
 
 # -- the last guard around every protocol method --------------------------------------------------
-HANDLE = CommitHandle("kafka", 0, "ds:job:kafka:0:0:0", 1, 1, "crc32:0", {})
+HANDLE = CommitHandle(
+    "kafka", 0, str(OpenContext("job", "kafka", 1).participant(0, 0)), 1, 1, "crc32:0", {}
+)
 METHODS: dict[str, Callable[[KafkaSink], Any]] = {
     "open": lambda s: s.open(OpenContext("job", "kafka", 1)),
     "health_check": lambda s: s.health_check(),
@@ -402,7 +407,8 @@ def test_no_raw_client_error_leaves_a_protocol_method(
     monkeypatch.setattr(sink, "_Opened", fail)
     monkeypatch.setattr(KafkaSink, "_state", fail)
     target = KafkaSink(config())
-    target._current = sink._Epoch(0, ParticipantName.parse(HANDLE.participant))
+    name = OpenContext("job", "kafka", 1).participant(0, 0)
+    target._current = sink._Epoch(0, name)
     target._current.prepared = HANDLE
     with pytest.raises(DurableSinkError) as raised:
         METHODS[method](target)
