@@ -48,7 +48,6 @@ from durable_sinks.core.errors import (
     UsageError,
 )
 from durable_sinks.core.joblog import JobLogger
-from durable_sinks.core.redaction import MASK, is_secret
 
 from .clientlog import ClientLog
 from .config import THROUGHPUT_DEFAULTS, KafkaSinkConfig
@@ -62,6 +61,7 @@ from .errors import (
     kafka_error_of,
 )
 from .records import Records
+from .settings_check import refused_settings
 
 #: librdkafka's own log lines go here (never with secrets: it redacts sensitive settings),
 #: through each sink's ClientLog (rate-limited).
@@ -142,34 +142,8 @@ class TransactionalProducer:
             raise self._invalid(exc) from None
 
     def _invalid(self, exc: KafkaException) -> ConfigError:
-        """The refused settings as a ConfigError: the user's own key when one alone is
-        refused (librdkafka may name an alias: linger.ms is queue.buffering.max.ms); secret
-        values never shown."""
-        error = kafka_error_of(exc)
-        reason = error.str() if error is not None else str(exc)
-        user = self.config.producer_config
-        for secret in (str(v) for k, v in user.items() if is_secret(k) and str(v)):
-            reason = reason.replace(secret, MASK)
-        culprit = None
-        for key, value in user.items():
-            try:
-                Producer({key: value, **self._clientlog.settings()})
-            except KafkaException as single:
-                # A setting refused alone (unknown, wrong type or range), not one that
-                # only fails beside others ("Failed to create producer: ...").
-                if "Failed to create" not in str(single):
-                    culprit = key
-                    break
-        if culprit is None:
-            what = "the producer settings are refused by librdkafka"
-        else:
-            shown = MASK if is_secret(culprit) else repr(user[culprit])
-            what = f"producer_config[{culprit!r}] = {shown} is refused by librdkafka"
-        return ConfigError(
-            f"{what}: {reason}",
-            **self._where(None),
-            fix="correct or remove it (librdkafka's CONFIGURATION.md lists every producer "
-            "setting, its type and range)",
+        return refused_settings(
+            exc, self.config.producer_config, self._clientlog.settings(), self._where(None)
         )
 
     def start(self) -> None:

@@ -195,20 +195,19 @@ class KafkaSink:
         the producer must tell a fence from a transaction time-out)."""
         state = self._state()
         fence = fence_key(state.context.job_id, self.name)
-        found = state.progress.latest({fence: _any}).get(fence)
+        holder = self._holder(state.progress.latest({fence: _any}).get(fence))
+        return holder is not None and holder > state.context.generation
+
+    def _holder(self, found: tuple[int, bytes] | None) -> int | None:
+        """The generation in a fence record (offset, value), if any."""
         if found is None:
-            return False
-        offset, value = found
-        holder = decode_fence(value, f"{self.config.progress_topic_name}@{offset}")
-        return holder > state.context.generation
+            return None
+        return decode_fence(found[1], f"{self.config.progress_topic_name}@{found[0]}")
 
     def _check_fence(self, found: tuple[int, bytes] | None, generation: int) -> None:
         """`found` is the latest fence record (offset, value), if any."""
-        if found is None:
-            return
-        offset, value = found
-        holder = decode_fence(value, f"{self.config.progress_topic_name}@{offset}")
-        if holder > generation:
+        holder = self._holder(found)
+        if holder is not None and holder > generation:
             self._state().producer.refuse(
                 FencedError(
                     f"generation {holder} of this job already opened the sink; this "
