@@ -14,15 +14,24 @@ from typing import Any
 from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, OffsetSpec
 
-from durable_sinks.core.errors import ConfigError, DurableSinkError, TransientError
+from durable_sinks.core.errors import (
+    ConfigError,
+    DurableSinkError,
+    TransientError,
+    UnreachableError,
+)
 from durable_sinks.core.joblog import JobLogger
 
 from .config import KafkaSinkConfig, bootstrap_hosts
-from .errors import Where, kafka_error_of
+from .errors import Where, kafka_error_of, translate
 
-#: Errors a just-created partition (or a moving leader) gives until the metadata settles.
+#: Errors a just-created partition (or a moving leader, or a broker that just restarted)
+#: gives until the metadata settles. `_NOENT` is list_offsets' "Failed to query partition
+#: leaders: No leaders found" (not marked retriable by librdkafka): seen for a short while
+#: after a broker restart, and for a partition that does not exist.
 _METADATA_LAG = frozenset(
     {
+        KafkaError._NOENT,
         KafkaError.NOT_LEADER_FOR_PARTITION,
         KafkaError.LEADER_NOT_AVAILABLE,
         KafkaError.UNKNOWN_TOPIC_OR_PART,
@@ -56,15 +65,17 @@ def list_offsets(
 ) -> dict[TopicPartition, int]:
     """End (or start) offsets of `partitions` as a reader with `level` sees them. Retries
     what the broker calls retriable (a new partition's leader not known yet) until `timeout`;
-    raises KafkaException otherwise."""
+    raises KafkaException otherwise (the sink's callers translate it)."""
     deadline = time.monotonic() + timeout
     delay = 0.01
     while True:
         spec = _spec(earliest)
-        futures = admin.list_offsets(
-            {p: spec for p in partitions}, isolation_level=level, request_timeout=timeout
-        )
         try:
+            futures = admin.list_offsets(
+                {p: spec for p in partitions},
+                isolation_level=level,
+                request_timeout=max(deadline - time.monotonic(), 0.1),
+            )
             return {p: f.result().offset for p, f in futures.items()}
         except KafkaException as exc:
             error = exc.args[0] if exc.args else None
@@ -73,6 +84,8 @@ def list_offsets(
             )
             if not retriable or time.monotonic() + delay > deadline:
                 raise
+        finally:
+            admin.poll(0)  # serves the client's log and error callbacks
         time.sleep(delay)
         delay = min(delay * 2, 0.5)
 
@@ -128,7 +141,7 @@ class Cluster:
             except (socket.gaierror, UnicodeError) as exc:
                 failures.append(f"{host!r} ({exc.args[-1] if exc.args else exc})")
         if len(failures) == len(hosts):
-            raise TransientError(
+            raise UnreachableError(
                 "no host of bootstrap_servers resolves: " + ", ".join(failures),
                 **self._where(None),
                 fix="check the host names in bootstrap_servers and this machine's DNS",
@@ -136,14 +149,35 @@ class Cluster:
         if failures:
             self._log.warning("bootstrap host(s) do not resolve: %s", ", ".join(failures))
 
-    def _unreachable(self, exc: KafkaException) -> TransientError:
-        return TransientError(
-            f"cannot reach the Kafka cluster at {self.config.bootstrap_servers}: "
-            f"{kafka_error_of(exc) or exc}",
-            **self._where(None),
+    def _unreachable(self, exc: KafkaException) -> DurableSinkError:
+        """A failed admin call at open: UnreachableError (ConfigError for refused
+        credentials or ACLs)."""
+        self.admin.poll(0)
+        return translate(
+            exc,
+            f"cannot reach the Kafka cluster at {self.config.bootstrap_servers}",
+            self._where(None),
             fix="check that the brokers run and bootstrap_servers and the security "
             "settings are right",
+            unknown=UnreachableError,
         )
+
+    def offsets(
+        self,
+        partitions: Sequence[TopicPartition],
+        level: IsolationLevel,
+        epoch: int | None = None,
+        *,
+        earliest: bool = False,
+    ) -> dict[TopicPartition, int]:
+        """list_offsets, typed: TransientError (UnreachableError when the cluster cannot be
+        reached) once request_timeout_s has passed."""
+        try:
+            return list_offsets(self.admin, partitions, level, self._timeout, earliest=earliest)
+        except KafkaException as exc:
+            names = ", ".join(sorted({p.topic for p in partitions}))
+            what = f"cannot read the offsets of {names}"
+            raise translate(exc, what, self._where(epoch)) from None
 
     def _check_broker(self) -> int:
         """transaction.timeout.ms must not exceed the broker's transaction.max.timeout.ms.
@@ -173,6 +207,8 @@ class Cluster:
             metadata = self.admin.list_topics(timeout=self._timeout)
         except KafkaException as exc:
             raise self._unreachable(exc) from None
+        finally:
+            self.admin.poll(0)
         wanted: list[NewTopic] = []
         if topic not in metadata.topics:
             if not self.config.create_topic:
@@ -205,9 +241,12 @@ class Cluster:
         creates nothing); should the real creation still fail for one, the others created
         by this call are deleted again."""
         for validate_only in (True, False):
-            futures = self.admin.create_topics(
-                wanted, validate_only=validate_only, request_timeout=self._timeout
-            )
+            try:
+                futures = self.admin.create_topics(
+                    wanted, validate_only=validate_only, request_timeout=self._timeout
+                )
+            except KafkaException as exc:
+                raise self._unreachable(exc) from None
             created: list[str] = []
             refusal: DurableSinkError | None = None
             for name, future in futures.items():
@@ -257,7 +296,11 @@ class Cluster:
     def _delete_quietly(self, names: list[str]) -> None:
         if not names:
             return
-        futures = self.admin.delete_topics(names, request_timeout=self._timeout)
+        try:
+            futures = self.admin.delete_topics(names, request_timeout=self._timeout)
+        except KafkaException as exc:
+            self._log.warning("could not delete topics %s created before a refusal: %s", names, exc)
+            return
         for name, future in futures.items():
             try:
                 future.result()
@@ -269,7 +312,12 @@ class Cluster:
     def _wait_for_topics(self, names: list[str]) -> Any:
         deadline = time.monotonic() + self._timeout
         while True:
-            metadata = self.admin.list_topics(timeout=self._timeout)
+            try:
+                metadata = self.admin.list_topics(timeout=self._timeout)
+            except KafkaException as exc:
+                raise self._unreachable(exc) from None
+            finally:
+                self.admin.poll(0)
             ready = all(
                 n in metadata.topics
                 and metadata.topics[n].error is None
@@ -283,8 +331,8 @@ class Cluster:
 
     def _describe(self, topic: str) -> dict[str, Any]:
         resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
-        futures = self.admin.describe_configs([resource], request_timeout=self._timeout)
         try:
+            futures = self.admin.describe_configs([resource], request_timeout=self._timeout)
             entries: dict[str, Any] = futures[resource].result()
         except KafkaException as exc:
             raise self._unreachable(exc) from None
@@ -321,20 +369,26 @@ class Cluster:
         try:
             self.admin.list_topics(self.config.topic, timeout=self._timeout)
         except KafkaException as exc:
-            raise TransientError(
-                f"the Kafka cluster does not answer: {kafka_error_of(exc) or exc}",
-                **self._where(None),
+            raise translate(
+                exc,
+                "the Kafka cluster does not answer",
+                self._where(None),
                 fix="check that the brokers run",
+                unknown=UnreachableError,
             ) from None
+        finally:
+            self.admin.poll(0)
 
     # -- per epoch -----------------------------------------------------------------------------
-    def high_watermarks(self, partitions: int) -> dict[TopicPartition, int]:
+    def high_watermarks(
+        self, partitions: int, epoch: int | None = None
+    ) -> dict[TopicPartition, int]:
         """High watermarks (read_uncommitted) of the topic's partitions: after pre_commit's
         flush they are past the epoch's records. The progress record needs no wait: its
         readers (recovery) read up to the high watermark with read_committed, which waits
         for the commit markers by itself."""
         topic = [TopicPartition(self.config.topic, p) for p in range(partitions)]
-        return list_offsets(self.admin, topic, IsolationLevel.READ_UNCOMMITTED, self._timeout)
+        return self.offsets(topic, IsolationLevel.READ_UNCOMMITTED, epoch)
 
     def await_visible(self, written: dict[TopicPartition, int], epoch: int) -> None:
         """Wait until read_committed readers can see the epoch (the commit markers landed on

@@ -1,34 +1,77 @@
-"""librdkafka's errors as the sink reads them: the KafkaError behind an exception, and the
-codes that mean a newer producer took over the transactional.id. What each class of error
-becomes (FencedError, TransientError, InDoubtError) is decided by the producer
-(producer.py), which knows the transaction's state."""
+"""librdkafka's errors as the sink reads them: the KafkaError behind an exception, the classes
+of codes that matter (a newer producer took over, the cluster cannot be reached, a setting or
+permission is wrong) and `translate`, which turns any client failure outside the producer's
+transactions (admin calls, progress-topic reads) into a typed error. What a transactional
+call's failure becomes (FencedError, TransientError, InDoubtError) is decided by the producer
+(producer.py), which knows the transaction's state.
+
+Nothing the sink raises is a raw KafkaException, SystemError or BufferError: `typed` (below)
+is the last guard around every protocol method."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from confluent_kafka import KafkaError, KafkaException
+
+from durable_sinks.core.errors import (
+    ConfigError,
+    DurableSinkError,
+    InDoubtError,
+    TransientError,
+    UnreachableError,
+)
 
 #: What every error of the sink names: the job, the sink and (when known) the epoch, as the
 #: keyword arguments of a DurableSinkError.
 Where = Callable[[int | None], dict[str, Any]]
 
-#: librdkafka codes that mean a newer producer took over this transactional.id.
+#: librdkafka codes that mean a producer with the same transactional.id and a newer epoch
+#: exists, or that the broker bumped the epoch itself after timing the transaction out: both
+#: reach the client as fatal `_FENCED` (the broker answers INVALID_PRODUCER_EPOCH either way;
+#: measured with librdkafka 2.16 against Kafka 4). The producer tells the two apart.
 FENCED_CODES = frozenset(
+    {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
+)
+#: The cluster could not be reached (or answered nothing in time).
+UNREACHABLE_CODES = frozenset(
     {
-        KafkaError._FENCED,
-        KafkaError.PRODUCER_FENCED,
-        KafkaError.INVALID_PRODUCER_EPOCH,
-        KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+        KafkaError._TRANSPORT,
+        KafkaError._ALL_BROKERS_DOWN,
+        KafkaError._TIMED_OUT,
+        KafkaError._RESOLVE,
+        KafkaError.NETWORK_EXCEPTION,
     }
+)
+#: The cluster refuses this client: wrong credentials or missing ACLs (not retriable).
+AUTH_CODES = frozenset(
+    {
+        KafkaError._AUTHENTICATION,
+        KafkaError.SASL_AUTHENTICATION_FAILED,
+        KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+        KafkaError.TOPIC_AUTHORIZATION_FAILED,
+        KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+        KafkaError.GROUP_AUTHORIZATION_FAILED,
+    }
+)
+UNREACHABLE_FIX = (
+    "check that the brokers run and that bootstrap_servers and the security settings are "
+    "right; the job retries while the outage lasts"
+)
+AUTH_FIX = (
+    "check the SASL/SSL settings in producer_config and grant this principal WRITE and "
+    "DESCRIBE on the topics, WRITE and DESCRIBE on the transactional.id 'ds:<job>:<sink>', "
+    "READ on the consumer group 'durable-sinks-progress-reader' and DESCRIBE_CONFIGS on the "
+    "cluster"
 )
 
 
 def kafka_error_of(exc: BaseException) -> KafkaError | None:
     """The KafkaError behind `exc`: confluent-kafka raises KafkaException(KafkaError), and a
     producer call that fails inside a callback raises SystemError whose cause or context is
-    the KafkaError itself (not an exception object)."""
+    the KafkaException (or the KafkaError itself)."""
     seen: Any = exc
     for _ in range(8):
         if seen is None:
@@ -39,3 +82,78 @@ def kafka_error_of(exc: BaseException) -> KafkaError | None:
             return seen.args[0]
         seen = getattr(seen, "__cause__", None) or getattr(seen, "__context__", None)
     return None
+
+
+def describe(error: KafkaError | None, exc: BaseException) -> str:
+    """`NAME: text` of a librdkafka error (or the exception's type and text)."""
+    if error is None:
+        return f"{type(exc).__name__}: {exc}"
+    return f"{error.name()}: {error.str()}"
+
+
+def translate(
+    exc: BaseException,
+    what: str,
+    where: dict[str, Any],
+    *,
+    fix: str | None = None,
+    unknown: type[DurableSinkError] = TransientError,
+) -> DurableSinkError:
+    """A client failure outside a transaction, typed: credentials or ACLs refused:
+    ConfigError; the cluster unreachable: UnreachableError; anything else `unknown`
+    (TransientError unless the caller knows better). With `unknown` an InDoubtError (around
+    a commit point) every failure is in doubt. `what` says what failed ("cannot read ...")."""
+    if isinstance(exc, DurableSinkError):
+        return exc
+    error = kafka_error_of(exc)
+    message = f"{what}: {describe(error, exc)}"
+    if issubclass(unknown, InDoubtError):
+        # Around a commit point, whatever failed may have happened after the commit.
+        return unknown(message, **where, fix=fix)
+    if error is not None and error.code() in AUTH_CODES:
+        return ConfigError(message, **where, fix=AUTH_FIX)
+    if error is not None and error.code() in UNREACHABLE_CODES:
+        return UnreachableError(
+            message,
+            **where,
+            fix=fix or UNREACHABLE_FIX,
+        )
+    if isinstance(exc, BufferError):
+        return TransientError(
+            f"{what}: the producer's queue is full",
+            **where,
+            fix="raise queue.buffering.max.messages/kbytes in producer_config, or check the "
+            "brokers",
+        )
+    return unknown(message, **where, fix=fix)
+
+
+#: What a Kafka client raises: KafkaException, SystemError (a call that failed inside a
+#: callback), BufferError (the producer's queue is full).
+RAW = (KafkaException, SystemError, BufferError)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def typed(what: str, *, unknown: type[DurableSinkError] = TransientError) -> Callable[[F], F]:
+    """The last guard around a protocol method of the sink (whose `self._where(epoch)` names
+    the job and sink): a raw librdkafka failure that no inner path translated becomes
+    `translate(...)`'s typed error (`unknown`: TransientError, or InDoubtError around the
+    commit point, where an unexpected failure leaves the outcome unknown). Errors of the
+    sink's own (DurableSinkError) and anything not from a client pass unchanged."""
+
+    def wrap(method: F) -> F:
+        @functools.wraps(method)
+        def guarded(self: Any, *args: Any, **kwargs: Any) -> Any:
+            try:
+                return method(self, *args, **kwargs)
+            except DurableSinkError:
+                raise
+            except RAW as exc:
+                epoch = args[0] if args and isinstance(args[0], int) else None
+                failed = f"{what} failed"
+                raise translate(exc, failed, self._where(epoch), unknown=unknown) from None
+
+        return cast(F, guarded)
+
+    return wrap

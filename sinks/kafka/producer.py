@@ -4,14 +4,26 @@ One stable `transactional.id` per (job, sink). `start` makes a new librdkafka pr
 calls `init_transactions`, which completes or aborts whatever an older producer of the same id
 left open and bumps the producer epoch: the older producer's next call fails fatally.
 
-Errors, as the coordinator sees them:
-- fenced (a newer producer took over the id): FencedError, remembered, so every later call
+Errors, as the coordinator sees them (every librdkafka failure of every call is one of
+these; nothing raw leaves):
+- retriable (librdkafka says so): init, begin, commit and abort are called again in place
+  (librdkafka resumes a timed-out init_transactions, commit_transaction or abort_transaction)
+  until request_timeout_s has passed, then TransientError (UnreachableError when the brokers
+  could not be reached); a commit still failing so is InDoubtError instead;
+- the transaction needs an abort (`txn_requires_abort`: a record could not be delivered):
+  aborted, TransientError; nothing of it is visible and the epoch is simply written again;
+- fenced: a newer producer took over the id: FencedError, remembered, so every later call
   fails the same way;
-- another fatal error: TransientError, and the producer is `broken` until `start` replaces it
-  (the sink does so at the next epoch);
-- retriable (librdkafka says so): init, begin, commit and abort are retried a few times with
-  backoff, then TransientError;
-- a commit whose outcome is unknown: InDoubtError (the progress topic tells, later).
+- the broker timed the transaction out (open longer than transaction.timeout.ms): the broker
+  aborts it and bumps the producer epoch, and librdkafka reports exactly what it reports for
+  a fence (fatal `_FENCED`, the broker having answered INVALID_PRODUCER_EPOCH). It is told
+  apart by time (a timeout needs the transaction's first record to be older than
+  transaction.timeout.ms) and by the fence record (no newer generation holds it):
+  TransientError saying so, and the producer is `broken`;
+- another fatal error: TransientError (InDoubtError from commit), and the producer is
+  `broken` until `start` replaces it (the sink does so at the next epoch);
+- a commit whose outcome is unknown: InDoubtError (the progress topic tells, later);
+- credentials or ACLs refused, a setting the broker refuses: ConfigError.
 """
 
 from __future__ import annotations
@@ -32,19 +44,39 @@ from durable_sinks.core.errors import (
     InDoubtError,
     SchemaMismatchError,
     TransientError,
+    UnreachableError,
     UsageError,
 )
 from durable_sinks.core.joblog import JobLogger
-from durable_sinks.core.redaction import MASK, is_secret
 
+from .clientlog import ClientLog
 from .config import THROUGHPUT_DEFAULTS, KafkaSinkConfig
-from .errors import FENCED_CODES, Where, kafka_error_of
+from .errors import (
+    AUTH_CODES,
+    AUTH_FIX,
+    FENCED_CODES,
+    UNREACHABLE_CODES,
+    Where,
+    describe,
+    kafka_error_of,
+)
 from .records import Records
+from .settings_check import refused_settings
 
-#: librdkafka's own log lines go here (never with secrets: it redacts sensitive settings).
+#: librdkafka's own log lines go here (never with secrets: it redacts sensitive settings),
+#: through each sink's ClientLog (rate-limited).
 client_log = logging.getLogger("durable_sinks.sinks.kafka.client")
-#: Tries of a retriable transactional call (init, begin, commit, abort) before giving up.
-CALL_ATTEMPTS = 5
+#: Backoff between two tries of a retriable call: doubles from the first to the last.
+RETRY_BACKOFF_S = (0.05, 1.0)
+#: Retriable in librdkafka's eyes, but another API call is in progress: trying the same call
+#: again cannot help.
+_NOT_IN_PLACE = frozenset({KafkaError._CONFLICT})
+#: Time-out fix: what to do when the broker times transactions out.
+TIMEOUT_FIX = (
+    "raise transaction_timeout_ms above the longest time from an epoch's first record to its "
+    "commit (up to the broker's transaction.max.timeout.ms), or make batches smaller "
+    "(maxOffsetsPerTrigger, maxFilesPerTrigger); the job writes the epoch again"
+)
 
 Header = tuple[str, str | bytes | None]
 
@@ -53,14 +85,27 @@ class TransactionalProducer:
     """See the module docstring. Used from one thread at a time, like the sink."""
 
     def __init__(
-        self, config: KafkaSinkConfig, transactional_id: str, where: Where, log: JobLogger
+        self,
+        config: KafkaSinkConfig,
+        transactional_id: str,
+        where: Where,
+        log: JobLogger,
+        clientlog: ClientLog | None = None,
+        newer_owner: Callable[[], bool] | None = None,
     ) -> None:
         self.config = config
         self.transactional_id = transactional_id
         self._where = where
         self._log = log
+        self._clientlog = clientlog or ClientLog(log.job, log.sink or "-")
+        #: Whether a newer generation holds the sink's fence record (read when a fence must
+        #: be told apart from a transaction time-out); None: never.
+        self._newer_owner = newer_owner
         self._timeout = config.request_timeout_s
         self._producer: Producer | None = None
+        #: When the open transaction's first record was produced (monotonic), if it has one:
+        #: the broker's transaction timer cannot have started before.
+        self._first_record: float | None = None
         #: Set once a newer producer took over the id: every later call raises it.
         self.fenced: FencedError | None = None
         #: A fatal, non-fencing error happened: the next epoch starts a new producer.
@@ -83,7 +128,7 @@ class TransactionalProducer:
             # Only failures are reported: no Python call per delivered record.
             "delivery.report.only.error": True,
             "on_delivery": self._on_delivery_error,
-            "logger": client_log,
+            **self._clientlog.settings(),
         }
 
     def check_settings(self) -> None:
@@ -97,34 +142,8 @@ class TransactionalProducer:
             raise self._invalid(exc) from None
 
     def _invalid(self, exc: KafkaException) -> ConfigError:
-        """The refused settings as a ConfigError: the user's own key when one alone is
-        refused (librdkafka may name an alias: linger.ms is queue.buffering.max.ms); secret
-        values never shown."""
-        error = kafka_error_of(exc)
-        reason = error.str() if error is not None else str(exc)
-        user = self.config.producer_config
-        for secret in (str(v) for k, v in user.items() if is_secret(k) and str(v)):
-            reason = reason.replace(secret, MASK)
-        culprit = None
-        for key, value in user.items():
-            try:
-                Producer({key: value})
-            except KafkaException as single:
-                # A setting refused alone (unknown, wrong type or range), not one that
-                # only fails beside others ("Failed to create producer: ...").
-                if "Failed to create" not in str(single):
-                    culprit = key
-                    break
-        if culprit is None:
-            what = "the producer settings are refused by librdkafka"
-        else:
-            shown = MASK if is_secret(culprit) else repr(user[culprit])
-            what = f"producer_config[{culprit!r}] = {shown} is refused by librdkafka"
-        return ConfigError(
-            f"{what}: {reason}",
-            **self._where(None),
-            fix="correct or remove it (librdkafka's CONFIGURATION.md lists every producer "
-            "setting, its type and range)",
+        return refused_settings(
+            exc, self.config.producer_config, self._clientlog.settings(), self._where(None)
         )
 
     def start(self) -> None:
@@ -137,7 +156,8 @@ class TransactionalProducer:
             raise self._invalid(exc) from None
         self._producer = producer
         self.fenced, self.broken = None, False
-        self.call("init_transactions", lambda: producer.init_transactions(self._timeout))
+        self._first_record = None
+        self.call("init_transactions", producer.init_transactions)
 
     def close(self) -> None:
         """Release the producer. An open transaction is left to the broker (it aborts it at
@@ -150,6 +170,7 @@ class TransactionalProducer:
             producer.close()  # aborts an open transaction; fails harmlessly when fenced
         for warning in caught:
             self._log.debug("closing the producer: %s", warning.message)
+        self._clientlog.flush()
 
     def refuse(self, error: FencedError) -> NoReturn:
         """Remember that a newer generation owns the sink (found in the fence record) and
@@ -172,6 +193,45 @@ class TransactionalProducer:
             self._delivery_errors.append(error)
 
     # -- errors --------------------------------------------------------------------------------
+    def timed_out(self) -> bool:
+        """Whether the broker may have timed the open transaction out: its first record is
+        older than transaction.timeout.ms (the broker's timer starts later still)."""
+        first = self._first_record
+        limit = self.config.transaction_timeout_ms / 1000
+        return first is not None and time.monotonic() - first >= limit
+
+    def _fence_or_timeout(self, error: KafkaError, what: str, epoch: int | None) -> NoReturn:
+        """A `_FENCED` error: the transaction timed out, or a newer producer took over."""
+        if self.timed_out() and not self._newer_owner_now():
+            self.broken = True
+            age = time.monotonic() - (self._first_record or 0.0)
+            raise TransientError(
+                f"{what}: the broker aborted the transaction because it was open longer than "
+                f"transaction.timeout.ms ({self.config.transaction_timeout_ms} ms; its first "
+                f"record is {age:.1f} s old) and bumped the producer epoch (librdkafka: "
+                f"{error.name()}: {error.str()}); nothing of the epoch is visible",
+                **self._where(epoch),
+                fix=TIMEOUT_FIX,
+            ) from None
+        self.fenced = FencedError(
+            f"{what}: a newer producer with transactional.id {self.transactional_id!r} "
+            f"took over ({error.name()}); this coordinator must stop",
+            **self._where(epoch),
+            fix="nothing to do here: the newer coordinator owns the job",
+        )
+        raise self.fenced from None
+
+    def _newer_owner_now(self) -> bool:
+        """Whether a newer generation holds the fence record; when it cannot be read, no
+        (a time-out is retried, and a retry's `open` checks the fence record again)."""
+        if self._newer_owner is None:
+            return False
+        try:
+            return self._newer_owner()
+        except DurableSinkError as exc:
+            self._log.warning("cannot read the fence record (%s): taking a time-out", exc)
+            return False
+
     def fail(self, exc: BaseException, what: str, epoch: int | None = None) -> NoReturn:
         """Raise `exc` translated (the module docstring says how)."""
         if isinstance(exc, DurableSinkError):
@@ -187,14 +247,20 @@ class TransactionalProducer:
             raise TransientError(
                 f"{what} failed: {type(exc).__name__}: {exc}", **self._where(epoch)
             ) from exc
-        if error.code() in FENCED_CODES:
-            self.fenced = FencedError(
-                f"{what}: a newer producer with transactional.id {self.transactional_id!r} "
-                f"took over ({error.name()}); this coordinator must stop",
+        code = error.code()
+        if code in FENCED_CODES:
+            self._fence_or_timeout(error, what, epoch)
+        if code in AUTH_CODES:
+            raise ConfigError(
+                f"{what} failed: {describe(error, exc)}", **self._where(epoch), fix=AUTH_FIX
+            ) from None
+        if code == KafkaError.INVALID_TRANSACTION_TIMEOUT:
+            raise ConfigError(
+                f"{what} failed: the broker refuses transaction_timeout_ms "
+                f"{self.config.transaction_timeout_ms} ({error.str()})",
                 **self._where(epoch),
-                fix="nothing to do here: the newer coordinator owns the job",
-            )
-            raise self.fenced from None
+                fix="set transaction_timeout_ms <= the broker's transaction.max.timeout.ms",
+            ) from None
         if error.fatal():
             self.broken = True
             raise TransientError(
@@ -202,40 +268,57 @@ class TransactionalProducer:
                 "the next attempt starts a new producer",
                 **self._where(epoch),
             ) from None
+        if code in UNREACHABLE_CODES:
+            raise UnreachableError(
+                f"{what} failed: {error.name()}: {error.str()}",
+                **self._where(epoch),
+                fix="check that the brokers run and that bootstrap_servers is right; the job "
+                "retries while the outage lasts",
+            ) from None
         raise TransientError(
             f"{what} failed: {error.name()}: {error.str()}", **self._where(epoch)
         ) from None
 
-    def call(self, what: str, call: Callable[[], Any], epoch: int | None = None) -> Any:
-        """Run a transactional call, retrying what librdkafka marks retriable."""
-        for attempt in range(CALL_ATTEMPTS):
+    def _retriable(self, exc: BaseException) -> KafkaError | None:
+        """The error behind `exc` when the same call may be made again in place."""
+        error = kafka_error_of(exc)
+        if error is None or error.fatal() or error.txn_requires_abort():
+            return None
+        if not error.retriable() or error.code() in _NOT_IN_PLACE:
+            return None
+        return error
+
+    def call(self, what: str, call: Callable[[float], Any], epoch: int | None = None) -> Any:
+        """Run a transactional call (given the seconds it may take), calling it again while
+        librdkafka marks its failure retriable, until request_timeout_s has passed."""
+        deadline = time.monotonic() + self._timeout
+        delay = RETRY_BACKOFF_S[0]
+        while True:
             try:
-                return call()
-            except KafkaException as exc:
-                error = kafka_error_of(exc)
-                if error is not None and error.retriable() and attempt + 1 < CALL_ATTEMPTS:
-                    self._log.bind(epoch=epoch).info(
-                        "%s: retriable %s, retrying", what, error.name()
-                    )
-                    time.sleep(0.1 * 2**attempt)
-                    continue
-                self.fail(exc, what, epoch)
+                return call(max(deadline - time.monotonic(), 0.1))
             except Exception as exc:  # noqa: BLE001 - translated, never swallowed
-                self.fail(exc, what, epoch)
-        raise AssertionError("unreachable")  # pragma: no cover
+                error = self._retriable(exc)
+                if error is None or time.monotonic() + delay >= deadline:
+                    self.fail(exc, what, epoch)
+                self._log.bind(epoch=epoch).info("%s: retriable %s, retrying", what, error.name())
+            time.sleep(delay)
+            delay = min(delay * 2, RETRY_BACKOFF_S[1])
 
     # -- transactions --------------------------------------------------------------------------
     def begin(self, epoch: int | None = None) -> None:
         producer = self.require(epoch)
         self._delivery_errors.clear()
-        self.call("begin_transaction", producer.begin_transaction, epoch)
+        self._first_record = None
+        self.call("begin_transaction", lambda _: producer.begin_transaction(), epoch)
 
     def send_one(
         self, what: str, topic: str, value: bytes, key: bytes, epoch: int | None = None
     ) -> None:
         """Produce one record to partition 0 of `topic` in the open transaction."""
+        producer = self.require(epoch)
+        self._started()
         try:
-            self.require(epoch).produce(topic, value, key, partition=0)
+            producer.produce(topic, value, key, partition=0)
         except Exception as exc:  # noqa: BLE001 - translated
             self.fail(exc, what, epoch)
 
@@ -243,6 +326,7 @@ class TransactionalProducer:
         """Produce every record of a batch into the open transaction, each with the epoch
         header (and its own headers, timestamp and partition when the layout has them)."""
         producer = self.require(epoch)
+        self._started()
         topic = self.config.topic
         produce, poll = producer.produce, producer.poll
         plain = (
@@ -277,6 +361,10 @@ class TransactionalProducer:
         except Exception as exc:  # noqa: BLE001 - translated
             self.fail(exc, "producing records", epoch)
         self.check_delivery(epoch)
+
+    def _started(self) -> None:
+        if self._first_record is None:
+            self._first_record = time.monotonic()
 
     def check_delivery(self, epoch: int) -> None:
         """Raise what a failed delivery report says (a record too large: SchemaMismatchError)."""
@@ -318,45 +406,66 @@ class TransactionalProducer:
         """One record in a transaction of its own, committed (the fence record)."""
         self.begin()
         self.send_one(what, topic, value, key)
-        producer = self.require()
-        self.call("commit_transaction", lambda: producer.commit_transaction(self._timeout))
+        try:
+            self.commit()
+        except InDoubtError as exc:
+            raise TransientError(exc.message, **self._where(None)) from None
+        except TransientError:
+            self.abort_quietly(None)
+            raise
 
     def commit(self, epoch: int | None = None) -> None:
-        """Commit the open transaction. TransientError: it must be aborted (the caller does),
-        nothing is visible; FencedError: a newer producer took over, nothing is visible;
-        InDoubtError: the outcome is unknown."""
+        """Commit the open transaction (librdkafka flushes its records first).
+        TransientError: it must be aborted (the caller does; a broken producer's is aborted
+        by the next producer's init), nothing is visible; FencedError: a newer producer took
+        over, nothing is visible; InDoubtError: the outcome is unknown (still failing with a
+        retriable error after request_timeout_s, or a fatal error other than a fence)."""
         producer = self.require(epoch)
-        for attempt in range(CALL_ATTEMPTS):
+        deadline = time.monotonic() + self._timeout
+        delay = RETRY_BACKOFF_S[0]
+        while True:
             try:
-                producer.commit_transaction(self._timeout)
-            except KafkaException as exc:
-                error = kafka_error_of(exc)
-                if error is not None and error.txn_requires_abort():
-                    raise TransientError(
-                        f"the transaction had to be aborted ({error.name()}: {error.str()}); "
-                        "nothing of the epoch is visible",
-                        **self._where(epoch),
-                    ) from None
-                if error is not None and error.retriable() and attempt + 1 < CALL_ATTEMPTS:
-                    time.sleep(0.1 * 2**attempt)
-                    continue
-                if error is not None and error.code() in FENCED_CODES:
-                    self.fail(exc, "commit_transaction", epoch)
-                raise InDoubtError(
-                    f"commit_transaction failed ({error or exc}); the epoch may or may not be "
-                    "committed",
-                    **self._where(epoch),
-                    fix="restart the job: recovery reads the outcome from the progress topic",
-                ) from None
-            except Exception as exc:  # a fenced producer raises SystemError
-                if self.fenced is not None or isinstance(exc, SystemError):
-                    self.fail(exc, "commit_transaction", epoch)
-                raise InDoubtError(
-                    f"commit_transaction failed ({type(exc).__name__}: {exc})",
-                    **self._where(epoch),
-                ) from exc
+                producer.commit_transaction(max(deadline - time.monotonic(), 0.1))
+            except Exception as exc:  # noqa: BLE001 - every failure is typed below
+                self._commit_failed(exc, epoch, retry=time.monotonic() + delay < deadline)
+                time.sleep(delay)
+                delay = min(delay * 2, RETRY_BACKOFF_S[1])
             else:
+                self._first_record = None
                 return
+
+    def _commit_failed(self, exc: Exception, epoch: int | None, *, retry: bool) -> None:
+        """Return if commit_transaction may be called again; raise what the failure means."""
+        error = kafka_error_of(exc)
+        if error is None and isinstance(exc, SystemError):
+            if self.fenced is not None:
+                raise self.fenced from None
+            # A fenced (or timed-out) producer's records fail with an old epoch.
+            error = next((e for e in self._delivery_errors if e.code() in FENCED_CODES), None)
+        if error is not None and error.txn_requires_abort():
+            raise TransientError(
+                f"the transaction had to be aborted ({error.name()}: {error.str()}); "
+                "nothing of the epoch is visible",
+                **self._where(epoch),
+            ) from None
+        if error is not None and error.code() in FENCED_CODES:
+            # The broker refused the EndTxn (or a record) for an old epoch: not committed.
+            self._fence_or_timeout(error, "commit_transaction", epoch)
+        if error is not None and self._retriable(exc) is not None:
+            if retry:
+                self._log.bind(epoch=epoch).info(
+                    "commit_transaction: retriable %s, retrying", error.name()
+                )
+                return
+        elif error is not None and error.fatal():
+            self.broken = True
+        raise InDoubtError(
+            f"commit_transaction failed ({describe(error, exc)}); the epoch may or may not "
+            "be committed",
+            **self._where(epoch),
+            fix="nothing to do if the job retries or restarts: recovery reads the outcome from "
+            "the progress topic",
+        ) from None
 
     def abort(self, epoch: int | None = None) -> bool:
         """Abort the open transaction; False when there is nothing this producer can abort
@@ -364,7 +473,8 @@ class TransactionalProducer:
         producer = self._producer
         if producer is None or self.fenced is not None or self.broken:
             return False
-        self.call("abort_transaction", lambda: producer.abort_transaction(self._timeout), epoch)
+        self.call("abort_transaction", producer.abort_transaction, epoch)
+        self._first_record = None
         self.aborts += 1
         return True
 

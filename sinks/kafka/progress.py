@@ -9,7 +9,9 @@ One partition, compacted. Two keys per (job, sink):
 
 Readers find a key's latest record by reading `read_committed` backwards in chunks from the
 high watermark (a read_committed reader stops at the last stable offset, so a transaction left
-open by another writer of the topic delays the read until it ends or times out).
+open by another writer of the topic delays the read until it ends or times out). A read that
+fails raises TransientError (UnreachableError when the cluster cannot be reached), never a
+raw client error.
 """
 
 from __future__ import annotations
@@ -23,11 +25,12 @@ from typing import Any
 from confluent_kafka import Consumer, IsolationLevel, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from durable_sinks.core.errors import ManifestCorruptError, TransientError
+from durable_sinks.core.errors import DurableSinkError, ManifestCorruptError, TransientError
 from durable_sinks.core.naming import owner_prefix
 from durable_sinks.core.protocol import JSON
 
 from .admin import list_offsets
+from .errors import RAW, translate
 
 PROGRESS_VERSION = 1
 #: Records read per step of a backwards scan.
@@ -127,7 +130,7 @@ class ProgressReader:
 
     def _reader(self) -> Consumer:
         if self._consumer is None:
-            self._consumer = Consumer(
+            self._consumer = Consumer(  # settings checked at open: only memory can fail here
                 {
                     **self.client_config,
                     "group.id": "durable-sinks-progress-reader",
@@ -141,16 +144,27 @@ class ProgressReader:
         return self._consumer
 
     def close(self) -> None:
+        """Release the consumer (a failure to leave cleanly is of no consequence: it has no
+        group membership nor offsets to commit)."""
         consumer, self._consumer = self._consumer, None
         if consumer is not None:
-            consumer.close()
+            try:
+                consumer.close()
+            except (*RAW, RuntimeError):
+                pass
+
+    def _failed(self, exc: BaseException) -> DurableSinkError:
+        return translate(exc, f"cannot read the progress topic {self.topic!r}", self.describe())
 
     def watermarks(self) -> tuple[int, int]:
         """(low, high) of the partition, read_uncommitted."""
         partition = TopicPartition(self.topic, 0)
         level = IsolationLevel.READ_UNCOMMITTED
-        low = list_offsets(self.admin, [partition], level, self.timeout, earliest=True)
-        high = list_offsets(self.admin, [partition], level, self.timeout)
+        try:
+            low = list_offsets(self.admin, [partition], level, self.timeout, earliest=True)
+            high = list_offsets(self.admin, [partition], level, self.timeout)
+        except KafkaException as exc:
+            raise self._failed(exc) from None
         return low[partition], high[partition]
 
     def latest(
@@ -163,18 +177,21 @@ class ProgressReader:
         deadline = time.monotonic() + self.timeout
         low, end = self.watermarks()
         found: dict[bytes, tuple[int, bytes]] = {}
-        consumer = self._reader()
         try:
-            while end > low and len(found) < len(want):
-                start = max(low, end - SCAN_CHUNK)
-                chunk = self._read(consumer, start, end, deadline)
-                for offset, key, value in reversed(chunk):
-                    check = want.get(key)
-                    if check is not None and key not in found and check(value, offset):
-                        found[key] = (offset, value)
-                end = start
-        finally:
-            consumer.unassign()  # an assigned consumer keeps fetching in the background
+            consumer = self._reader()
+            try:
+                while end > low and len(found) < len(want):
+                    start = max(low, end - SCAN_CHUNK)
+                    chunk = self._read(consumer, start, end, deadline)
+                    for offset, key, value in reversed(chunk):
+                        check = want.get(key)
+                        if check is not None and key not in found and check(value, offset):
+                            found[key] = (offset, value)
+                    end = start
+            finally:
+                consumer.unassign()  # an assigned consumer keeps fetching in the background
+        except RAW as exc:
+            raise self._failed(exc) from None
         return found
 
     def _read(
@@ -200,20 +217,11 @@ class ProgressReader:
                     fix="wait for that transaction to end or time out (transaction.timeout.ms), "
                     "or give this sink a progress topic of its own (progress_topic=...)",
                 )
-            try:
-                messages = consumer.consume(num_messages=500, timeout=0.02)
-            except KafkaException as exc:
-                raise TransientError(
-                    f"cannot read the progress topic {self.topic!r}: {exc.args[0]}",
-                    **self.describe(),
-                ) from None
+            messages = consumer.consume(num_messages=500, timeout=0.02)
             for message in messages:
                 error = message.error()
                 if error is not None:
-                    raise TransientError(
-                        f"cannot read the progress topic {self.topic!r}: {error}",
-                        **self.describe(),
-                    )
+                    raise self._failed(KafkaException(error))
                 offset, key, value = message.offset(), message.key(), message.value()
                 if offset is not None and key is not None and value is not None:
                     records.append((offset, key, value))

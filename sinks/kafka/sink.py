@@ -51,8 +51,10 @@ from durable_sinks.core.protocol import (
 )
 
 from .admin import Cluster, TopicFacts
+from .clientlog import ClientLog
 from .config import KafkaSinkConfig
-from .producer import TransactionalProducer, client_log
+from .errors import typed
+from .producer import TransactionalProducer
 from .progress import (
     ProgressReader,
     ProgressRecord,
@@ -81,10 +83,14 @@ class _Opened:
 
     def __init__(self, sink: KafkaSink, context: OpenContext) -> None:
         self.context = context
-        settings = {**sink.config.connection_settings(), "logger": client_log, "log_level": 3}
+        #: Every client's librdkafka logs and error callbacks, rate-limited (clientlog.py).
+        self.clientlog = ClientLog(context.job_id, sink.name)
+        settings = {**sink.config.connection_settings(), **self.clientlog.settings()}
         log = JobLogger(context.job_id, sink.name, component="sinks.kafka")
         transactional_id = f"ds:{component(context.job_id)}:{component(sink.name)}"
-        self.producer = TransactionalProducer(sink.config, transactional_id, sink._where, log)
+        self.producer = TransactionalProducer(
+            sink.config, transactional_id, sink._where, log, self.clientlog, sink._newer_owner
+        )
         # Every producer setting is checked before any client connects or topic is made.
         self.producer.check_settings()
         self.cluster = Cluster(sink.config, settings, sink._where, log)
@@ -146,6 +152,7 @@ class KafkaSink:
         return self._state().producer.transactional_id
 
     # -- open ----------------------------------------------------------------------------------
+    @typed("opening the sink")
     def open(self, context: OpenContext) -> None:
         self._job = context.job_id
         self._opened = opened = _Opened(self, context)
@@ -183,13 +190,24 @@ class KafkaSink:
             self._last_committed,
         )
 
+    def _newer_owner(self) -> bool:
+        """Whether a newer generation than this sink's holds the fence record (read when
+        the producer must tell a fence from a transaction time-out)."""
+        state = self._state()
+        fence = fence_key(state.context.job_id, self.name)
+        holder = self._holder(state.progress.latest({fence: _any}).get(fence))
+        return holder is not None and holder > state.context.generation
+
+    def _holder(self, found: tuple[int, bytes] | None) -> int | None:
+        """The generation in a fence record (offset, value), if any."""
+        if found is None:
+            return None
+        return decode_fence(found[1], f"{self.config.progress_topic_name}@{found[0]}")
+
     def _check_fence(self, found: tuple[int, bytes] | None, generation: int) -> None:
         """`found` is the latest fence record (offset, value), if any."""
-        if found is None:
-            return
-        offset, value = found
-        holder = decode_fence(value, f"{self.config.progress_topic_name}@{offset}")
-        if holder > generation:
+        holder = self._holder(found)
+        if holder is not None and holder > generation:
             self._state().producer.refuse(
                 FencedError(
                     f"generation {holder} of this job already opened the sink; this "
@@ -237,11 +255,13 @@ class KafkaSink:
         aborts = 0 if self._opened is None else self._opened.producer.aborts
         return {**self._counters, "rollbacks": float(aborts)}
 
+    @typed("checking the Kafka cluster")
     def health_check(self) -> None:
         state = self._state()
         state.producer.require()
         state.cluster.health_check()
 
+    @typed("closing the sink")
     def close(self) -> None:
         """Release the clients. An open transaction is left to the broker (it aborts it at
         transaction.timeout.ms, or the next open aborts it at once). Every client handle is
@@ -253,7 +273,9 @@ class KafkaSink:
             return
         opened.producer.close()
         opened.progress.close()
+        opened.clientlog.flush()
 
+    @typed("beginning the epoch")
     def begin_epoch(self, epoch: int) -> None:
         producer = self._state().producer
         if producer.broken and producer.fenced is None:
@@ -274,6 +296,7 @@ class KafkaSink:
             raise UsageError(f"{what}; call begin_epoch first", **self._where(epoch))
         return current
 
+    @typed("writing a batch")
     def write_batch(self, batch: pa.RecordBatch) -> WriteResult:
         current = self._require_current()
         state = self._state()
@@ -327,6 +350,7 @@ class KafkaSink:
                     "column null to let the partitioner choose",
                 )
 
+    @typed("preparing the epoch")
     def pre_commit(self, epoch: int) -> CommitHandle:
         """Phase 1: every record acknowledged inside the still-open transaction."""
         current = self._require_current(epoch)
@@ -347,6 +371,7 @@ class KafkaSink:
         )
         return current.prepared
 
+    @typed("committing the epoch with its decision", unknown=InDoubtError)
     def commit_with_decision(
         self, epoch: int, handle: CommitHandle, decision: Mapping[str, JSON]
     ) -> None:
@@ -378,7 +403,7 @@ class KafkaSink:
             decision,
         )
         key = progress_key(state.context.job_id, self.name)
-        written = state.cluster.high_watermarks(state.topic.partitions)
+        written = state.cluster.high_watermarks(state.topic.partitions, epoch)
         try:
             producer.send_one(
                 "writing the progress record",
@@ -412,6 +437,7 @@ class KafkaSink:
         if current is not None:
             self._state().producer.abort(current.epoch)
 
+    @typed("committing the epoch", unknown=InDoubtError)
     def commit_epoch(self, epoch: int, handle: CommitHandle) -> CommitOutcome:
         """Commit outside the last-resource path (a job that asks for at-least-once): only
         the producer that prepared the participant can. A participant whose progress record
@@ -432,6 +458,7 @@ class KafkaSink:
             "exactly-once jobs); replay the epoch",
         )
 
+    @typed("rolling the epoch back")
     def rollback_epoch(self, epoch: int, handle: CommitHandle | None) -> None:
         """Abort this sink's open transaction for `epoch`, if any. A transaction opened by
         another (dead or fenced) producer is aborted by `open`'s init_transactions."""
@@ -443,12 +470,14 @@ class KafkaSink:
         self._abort()
         self._log(epoch).info("rolled back participant %s", current.name)
 
+    @typed("recovering prepared participants")
     def recover_prepared(self) -> list[CommitHandle]:
         """Nothing to resolve: `open`'s init_transactions already aborted whatever an older
         producer of this transactional.id left open."""
         self._ctx()
         return []
 
+    @typed("reading the last committed epoch")
     def last_committed_epoch(self) -> int | None:
         if not self._last_known:
             record, _ = self._latest_progress(lambda r: True)
@@ -456,6 +485,7 @@ class KafkaSink:
             self._last_known = True
         return self._last_committed
 
+    @typed("reading the epoch's decision")
     def read_decision(self, epoch: int) -> Mapping[str, JSON] | None:
         record, _ = self._latest_progress(lambda r: r.epoch <= epoch)
         if record is None or record.epoch != epoch:
