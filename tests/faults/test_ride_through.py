@@ -17,13 +17,17 @@ from typing import Any
 import pytest
 
 from durable_sinks.core.errors import OutageError
+from durable_sinks.spark import durable_sink, sink
+from tests.spark.streams import postgres_ids
 from tests.support.fault_bed import FaultBed
 
 from .jobs import (
     HIT_EPOCH,
     RECOVERY_STEPS,
+    ROWS_PER_BATCH,
     STEPS_PG_KAFKA,
     Fault,
+    FaultyWriter,
     Job,
     Trigger,
     check_ridden_through,
@@ -37,9 +41,9 @@ MATRIX = os.environ.get("DS_FAULT_MATRIX") == "1"
 PG_DOWN_S = 30.0
 KAFKA_DOWN_S = 5.0
 PRELUDE_DOWN_S = 8.0
-#: Longer than the transaction time-out (3 s) plus the broker's check for timed-out
-#: transactions (transaction.abort.timed.out.transaction.cleanup.interval.ms, 10 s default).
-STALL_S = 15.0
+#: Longer than the transaction time-out (3 s) plus the faults broker's check for timed-out
+#: transactions (transaction.abort.timed.out.transaction.cleanup.interval.ms: 1 s there).
+STALL_S = 7.0
 
 FAULTS: dict[str, Callable[[FaultBed], Fault]] = {
     "pg-immediate": lambda bed: postgres_restart(bed, "immediate", PG_DOWN_S),
@@ -126,3 +130,44 @@ def test_a_kafka_transaction_the_broker_timed_out_is_written_again_exactly_once(
     job.run(writer)
     assert writer.failed_attempts >= 1
     job.check_exactly_once()
+
+
+def test_the_decision_store_unreachable_at_the_decision_commits_nothing_then_fails_typed(
+    fault_bed: FaultBed, spark: Any, fault_pg_schema: str, job_id: str, tmp_path: Path
+) -> None:
+    """Postgres + files with the decision store reached through the proxy, cut just before
+    the decision: nothing of the batch becomes visible, the batch is retried until the bound,
+    then OutageError; once the store is back a restart lands every batch once."""
+    job = Job(fault_bed, spark, fault_pg_schema, None, job_id, tmp_path)
+    job.write_input()
+    out = tmp_path / "out"
+
+    def writer(triggers: list[Trigger]) -> FaultyWriter:
+        built = durable_sink(
+            [*job.sinks(), sink("files", path=str(out))],
+            job_id=job_id,
+            decision_store=fault_bed.postgres_proxied.conninfo(),
+            outage_tolerance_s=4.0,
+        )
+        built.close()
+        return FaultyWriter(triggers, built.specs, built.options)
+
+    cut = Fault("decision store cut off", fault_bed.postgres_proxy.disable)
+    first = writer([Trigger(HIT_EPOCH, "after-pre-commit:files", cut)])
+    with pytest.raises(Exception, match="OutageError"):
+        job.run(first)
+    assert isinstance(first.last_error, OutageError)
+    assert "the job's decision store" in str(first.last_error)
+    # only the first batch is visible (which rows it holds is the file source's choice)
+    assert len(postgres_ids(fault_bed.postgres_direct.conninfo(), job.table)) == ROWS_PER_BATCH
+    assert published_epochs(out) == [0]
+
+    fault_bed.postgres_proxy.enable()
+    restarted = writer([])
+    job.run(restarted)
+    job.check_exactly_once()  # Postgres, and nothing left prepared
+    assert published_epochs(out) == list(range(job.batches))
+
+
+def published_epochs(out: Path) -> list[int]:
+    return sorted(int(p.name.removeprefix("epoch=")) for p in out.glob("epoch=*"))

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from durable_sinks.core.errors import FencedError
+from durable_sinks.core.naming import PREFIX, component
 from durable_sinks.spark import DurableBatchWriter, durable_sink, sink
 from tests.spark.streams import kafka_ids, kafka_open_transactions, postgres_ids
 from tests.support.fault_bed import FaultBed
@@ -93,7 +94,8 @@ def test_the_older_of_two_drivers_is_fenced_and_nothing_interleaves(
     expected = list(range(4 * ROWS_PER_BATCH))
     assert postgres_ids(fault_bed.postgres_direct.conninfo(), table) == expected
     assert kafka_ids(fault_bed.kafka_direct, fault_kafka_topic) == expected
-    assert fault_bed.prepared_transactions() == []
+    mine = f"{PREFIX}:{component(job_id)}:"
+    assert [t for t in fault_bed.prepared_transactions() if t.gid.startswith(mine)] == []
     assert kafka_open_transactions(fault_bed.kafka_direct, fault_kafka_topic) == []
     old.close()
     new.close()

@@ -45,7 +45,13 @@ _TRANSACTIONS_JAVA = Path(__file__).resolve().parent / "java" / "KafkaTransactio
 #: incarnation's registration and refuses the new one (DUPLICATE_BROKER_REGISTRATION) until the
 #: old session times out, by default 9 s (restart to metadata ~12 s, measured). A shorter session
 #: brings that to ~5 s; heartbeats every 500 ms keep a busy 2-core machine from fencing it.
-FAULTS_SETTINGS = {"broker.session.timeout.ms": "4000", "broker.heartbeat.interval.ms": "500"}
+#: It also looks for transactions open past their time-out every second (default 10 s), so a
+#: test of a transaction the broker timed out stalls seconds, not tens of seconds.
+FAULTS_SETTINGS = {
+    "broker.session.timeout.ms": "4000",
+    "broker.heartbeat.interval.ms": "500",
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
+}
 OPEN_STATES = frozenset({"Ongoing", "PrepareCommit", "PrepareAbort", "PrepareEpochFence"})
 
 
