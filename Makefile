@@ -11,7 +11,7 @@ PY     := $(VENV)/bin/python
 SOURCES := $(shell find src sinks coordinator manifest -name '*.py' 2>/dev/null | sort)
 STAMP  := $(VENV)/.installed-$(shell (cat pyproject.toml; echo $(SOURCES)) | sha256sum | cut -c1-16)
 
-.PHONY: test test-crash demo check lint typecheck pytest install services-up services-down \
+.PHONY: test test-crash test-faults demo check lint typecheck pytest install services-up services-down \
         services-status services-reset bench
 
 test: install
@@ -33,6 +33,14 @@ test-crash: install
 		$(PY) -m pytest -n 2 --timeout=7200 tests/crash \
 		tests/integration/test_postgres_conformance.py tests/integration/test_kafka_conformance.py \
 		tests/spark/test_crash.py tests/spark/test_shared_writer.py $(PYTEST_ARGS)
+
+# The fault matrix (docs/reliability.md): each fault (Postgres -m immediate / -m fast restarts
+# of 30 s, pg_terminate_backend of the job's sessions, a Kafka broker SIGKILL and restart) at
+# every protocol step of a batch and during recovery, in real Spark jobs on the faults bed.
+# About 30 minutes; `make test` runs one instance of each fault.
+test-faults: install
+	$(PY) -m tests.services up postgres kafka spark faults
+	DS_FAULT_MATRIX=1 $(PY) -m pytest --timeout=3600 tests/faults $(PYTEST_ARGS)
 
 # Orders from a Kafka topic through a Spark query into Postgres and Kafka; the driver is
 # SIGKILLed part-way and restarted; prints what landed (0 duplicates, 0 lost) and exits 1
