@@ -201,14 +201,18 @@ class Cluster:
             )
         return len(cluster.nodes)
 
-    def _ensure_topics(self, brokers: int) -> TopicFacts:
-        topic, progress = self.config.topic, self.config.progress_topic_name
+    def _metadata(self) -> Any:
+        """The cluster's topic metadata; UnreachableError when the cluster does not answer."""
         try:
-            metadata = self.admin.list_topics(timeout=self._timeout)
+            return self.admin.list_topics(timeout=self._timeout)
         except KafkaException as exc:
             raise self._unreachable(exc) from None
         finally:
             self.admin.poll(0)
+
+    def _ensure_topics(self, brokers: int) -> TopicFacts:
+        topic, progress = self.config.topic, self.config.progress_topic_name
+        metadata = self._metadata()
         wanted: list[NewTopic] = []
         if topic not in metadata.topics:
             if not self.config.create_topic:
@@ -312,12 +316,7 @@ class Cluster:
     def _wait_for_topics(self, names: list[str]) -> Any:
         deadline = time.monotonic() + self._timeout
         while True:
-            try:
-                metadata = self.admin.list_topics(timeout=self._timeout)
-            except KafkaException as exc:
-                raise self._unreachable(exc) from None
-            finally:
-                self.admin.poll(0)
+            metadata = self._metadata()
             ready = all(
                 n in metadata.topics
                 and metadata.topics[n].error is None

@@ -33,7 +33,13 @@ from durable_sinks.manifest.postgres import PostgresDecisionStore
 from durable_sinks.sinks.kafka import KafkaSink, KafkaSinkConfig
 from durable_sinks.sinks.postgres import PostgresSink, PostgresSinkConfig
 from tests.conftest import UniqueNames
-from tests.integration.test_kafka_sink import events, ids, open_transactions, read_committed
+from tests.integration.test_kafka_sink import (
+    events,
+    ids,
+    open_transactions,
+    pg_ids,
+    read_committed,
+)
 from tests.services import KafkaEndpoint, PostgresEndpoint
 from tests.support.targets import create_topic, prepared_gids
 
@@ -109,11 +115,6 @@ def broker_aborted(admin: AdminClient, topic: str, since: float) -> Callable[[],
         return old_enough and open_transactions(admin, topic, grace=0) == []
 
     return aborted
-
-
-def pg_ids(conn: psycopg.Connection[Any], table: str) -> list[int]:
-    query = sql.SQL("SELECT n FROM {} ORDER BY n").format(sql.Identifier(*table.split(".")))
-    return [row[0] for row in conn.execute(query).fetchall()]
 
 
 # -- the broker times a transaction out ------------------------------------------------------------
