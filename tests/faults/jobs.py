@@ -25,6 +25,7 @@ from tests.spark.streams import (
     write_input,
 )
 from tests.support.fault_bed import FaultBed, Later
+from tests.support.toxiproxy import Proxy
 
 ROWS_PER_BATCH = 20
 BATCHES = 3
@@ -60,8 +61,9 @@ class Fault:
 
     name: str
     inject: Callable[[], Later[Any] | None]
-    #: Whether the batch's attempt must fail (a Kafka broker back within librdkafka's own
-    #: time-outs may be ridden out by the client itself, the transaction intact).
+    #: Whether the batch's attempt must fail: a fault shorter than what the clients absorb
+    #: (commit_retry's ~6.4 s in place, with reconnects; librdkafka's own retries, the
+    #: transaction intact) may be ridden out without a new attempt.
     fails_attempt: bool = True
 
 
@@ -121,7 +123,8 @@ def postgres_terminate(bed: FaultBed) -> Fault:
         assert ended is not None
         assert ended[0] > 0, "no session of the job to terminate"
 
-    return Fault("pg_terminate_backend of the job's sessions", inject)
+    # Sessions ended after PREPARE may be absorbed by commit_retry (the sink reconnects).
+    return Fault("pg_terminate_backend of the job's sessions", inject, fails_attempt=False)
 
 
 def kafka_restart(bed: FaultBed, down_s: float) -> Fault:
@@ -132,6 +135,19 @@ def kafka_restart(bed: FaultBed, down_s: float) -> Fault:
     return Fault(
         f"Kafka broker SIGKILL and restart ({down_s:g} s down)", inject, fails_attempt=False
     )
+
+
+def toxic(proxy: Proxy, name: str, seconds: float, **kind: Any) -> Fault:
+    """A Toxiproxy toxic on `proxy` for `seconds` (`kind`: how `Proxy.<method>` makes it,
+    e.g. {"method": "reset_peer"} or {"method": "latency", "latency_ms": 300})."""
+    method = kind.pop("method")
+
+    def inject() -> Later[Any]:
+        held = getattr(proxy, method)(**kind)
+        held.__enter__()
+        return Later(seconds, lambda: held.__exit__(None, None, None))
+
+    return Fault(f"{name} for {seconds:g} s", inject, fails_attempt=False)
 
 
 # -- the job ---------------------------------------------------------------------------------
@@ -174,7 +190,7 @@ class Job:
         made = [
             sink(
                 "postgres",
-                dsn=self.bed.postgres_direct.conninfo(),
+                dsn=self.bed.postgres_proxied.conninfo(),
                 table=self.table,
                 create_table=True,
             )

@@ -34,6 +34,7 @@ from .jobs import (
     kafka_restart,
     postgres_restart,
     postgres_terminate,
+    toxic,
 )
 
 MATRIX = os.environ.get("DS_FAULT_MATRIX") == "1"
@@ -50,12 +51,37 @@ FAULTS: dict[str, Callable[[FaultBed], Fault]] = {
     "pg-fast": lambda bed: postgres_restart(bed, "fast", PG_DOWN_S),
     "pg-terminate": postgres_terminate,
     "kafka-kill": lambda bed: kafka_restart(bed, KAFKA_DOWN_S),
+    # through Toxiproxy (the job reaches Postgres, its decision store and Kafka through it)
+    "pg-reset": lambda bed: toxic(
+        bed.postgres_proxy, "Postgres connections reset", 3, method="reset_peer"
+    ),
+    "pg-blackhole": lambda bed: toxic(
+        bed.postgres_proxy, "Postgres black-holed", 5, method="black_hole"
+    ),
+    "pg-latency": lambda bed: toxic(
+        bed.postgres_proxy, "Postgres 300 ms latency", 5, method="latency", latency_ms=300
+    ),
+    "pg-slow-close": lambda bed: toxic(
+        bed.postgres_proxy,
+        "Postgres closes delayed 2 s",
+        5,
+        method="slow_close",
+        delay_ms=2000,
+    ),
+    "kafka-reset": lambda bed: toxic(
+        bed.kafka_proxy, "Kafka connections reset", 3, method="reset_peer"
+    ),
+    "kafka-blackhole": lambda bed: toxic(
+        bed.kafka_proxy, "Kafka black-holed", 5, method="black_hole"
+    ),
 }
 #: One instance of each fault in the default suite: the hardest step for each.
 DEFAULT = [
     ("pg-immediate", "after-decision"),  # decided (Kafka committed), Postgres still prepared
     ("pg-terminate", "after-write:0:postgres"),  # mid-transaction
     ("kafka-kill", "after-write:0:kafka"),  # the Kafka transaction open
+    ("pg-reset", "after-pre-commit:postgres"),  # prepared, the decision store's put next
+    ("kafka-blackhole", "after-pre-commit:kafka"),  # the commit point next
 ]
 CASES = (
     [(fault, step) for fault in FAULTS for step in (*STEPS_PG_KAFKA, *RECOVERY_STEPS)]
@@ -108,7 +134,7 @@ def test_an_outage_longer_than_the_bound_fails_typed_and_a_restart_finishes_exac
     assert isinstance(error, OutageError), error
     assert "outage_tolerance_s=4" in str(error)
     assert "restart the query from its checkpoint" in str(error)
-    assert str(fault_bed.postgres_direct.port) in str(error)  # the server is named
+    assert f"port={fault_bed.postgres_proxied.port}" in str(error)  # the server is named
     assert "psycopg" not in str(caught.value).split("OutageError", 1)[0]
 
     fault_bed.postgres_server.start()
