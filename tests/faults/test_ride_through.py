@@ -197,3 +197,18 @@ def test_the_decision_store_unreachable_at_the_decision_commits_nothing_then_fai
 
 def published_epochs(out: Path) -> list[int]:
     return sorted(int(p.name.removeprefix("epoch=")) for p in out.glob("epoch=*"))
+
+
+def test_executor_mode_rides_out_a_postgres_restart_its_tasks_met(
+    fault_bed: FaultBed, spark: Any, fault_pg_schema: str, job_id: str, tmp_path: Path
+) -> None:
+    """Executor mode: Postgres is down when the batch's tasks connect; each task rolls its
+    part back and hands its typed error to the driver, which rides the outage out."""
+    job = Job(fault_bed, spark, fault_pg_schema, None, job_id, tmp_path)
+    job.options = {"execution": "executor"}
+    job.write_input()
+    down = postgres_restart(fault_bed, "immediate", 8.0)
+    writer = job.writer([Trigger(HIT_EPOCH, "epoch-start", down)])
+    job.run(writer)
+    check_ridden_through(writer, writer.triggers)
+    job.check_exactly_once()
