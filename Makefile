@@ -64,7 +64,7 @@ typecheck: install
 	$(PY) -m mypy
 
 pytest: install
-	$(PY) -m pytest -n 2 $(PYTEST_ARGS)
+	$(PY) -m pytest -n 2 --dist loadgroup $(PYTEST_ARGS)
 
 install: $(STAMP)
 

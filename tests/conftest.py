@@ -123,6 +123,15 @@ def s3_prefix(s3: S3Endpoint, unique: UniqueNames) -> str:
 # -- the faults bed: servers fault tests may restart, kill and cut (docs/testbed.md) ----------
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test of the faults bed runs on one xdist worker (`--dist loadgroup`): they hold
+    the bed one at a time anyway, and a second worker would only wait for the lock instead of
+    running other tests."""
+    for item in items:
+        if "fault_bed" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("faults"))
+
+
 @pytest.fixture(scope="session")
 def fault_testbed(testbed: Testbed) -> FaultBed:
     """The faults bed, started once per session. Tests take `fault_bed` instead."""
