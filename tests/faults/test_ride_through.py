@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from durable_sinks.coordinator import RecoveryReport
 from durable_sinks.core.errors import OutageError
 from durable_sinks.spark import durable_sink, sink
 from tests.spark.streams import postgres_ids
@@ -168,6 +169,8 @@ def test_the_decision_store_unreachable_at_the_decision_commits_nothing_then_fai
     job.write_input()
     out = tmp_path / "out"
 
+    recoveries: list[RecoveryReport | None] = []
+
     def writer(triggers: list[Trigger]) -> FaultyWriter:
         built = durable_sink(
             [*job.sinks(), sink("files", path=str(out))],
@@ -175,6 +178,7 @@ def test_the_decision_store_unreachable_at_the_decision_commits_nothing_then_fai
             decision_store=fault_bed.postgres_proxied.conninfo(),
             outage_tolerance_s=4.0,
         )
+        recoveries.append(built.recovery)
         built.close()
         return FaultyWriter(triggers, built.specs, built.options)
 
@@ -189,7 +193,18 @@ def test_the_decision_store_unreachable_at_the_decision_commits_nothing_then_fai
     assert published_epochs(out) == [0]
 
     fault_bed.postgres_proxy.enable()
+    left = job.prepared()
+    assert len(left) == 1  # the batch's Postgres part, prepared, its decision in doubt
     restarted = writer([])
+    # The restart's recovery says what it found and did: both parts of the undecided batch
+    # (Postgres' prepared transaction, the files sink's staged folder) rolled back.
+    report = recoveries[-1]
+    assert report is not None
+    assert sorted(h.sink for h in report.rolled_back) == ["files", "postgres"]
+    assert [h.participant for h in report.rolled_back if h.sink == "postgres"] == left
+    assert report.committed == []
+    assert "2 leftover participants found; committed 0, rolled back 2" in str(report)
+    assert job.prepared() == []
     job.run(restarted)
     job.check_exactly_once()  # Postgres, and nothing left prepared
     assert published_epochs(out) == list(range(job.batches))
