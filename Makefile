@@ -37,7 +37,7 @@ test-crash: install
 # The fault matrix (docs/reliability.md): each fault (Postgres -m immediate / -m fast restarts
 # of 30 s, pg_terminate_backend of the job's sessions, a Kafka broker SIGKILL and restart) at
 # every protocol step of a batch and during recovery, in real Spark jobs on the faults bed.
-# About 30 minutes; `make test` runs one instance of each fault.
+# About 35 minutes (130 cases); `make test` runs one instance of each fault.
 test-faults: install
 	$(PY) -m tests.services up postgres kafka spark faults
 	DS_FAULT_MATRIX=1 $(PY) -m pytest --timeout=3600 tests/faults $(PYTEST_ARGS)
