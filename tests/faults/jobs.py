@@ -4,16 +4,15 @@ sink read as its readers would, nothing left prepared or open)."""
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import psycopg
 
+from durable_sinks.coordinator import RecoveryReport
 from durable_sinks.core.naming import PREFIX, component
 from durable_sinks.spark import DurableBatchWriter, durable_sink, sink
 from tests.spark.streams import (
@@ -163,7 +162,11 @@ class Job:
     folder: Path
     options: dict[str, Any] = field(default_factory=dict)
     kafka_options: dict[str, Any] = field(default_factory=dict)
+    #: Sinks written beside Postgres (and Kafka), e.g. a files sink.
+    extra_sinks: list[Any] = field(default_factory=list)
     batches: int = BATCHES
+    #: What each writer's start-up recovery reported (`writer()` builds one per call).
+    recoveries: list[RecoveryReport | None] = field(default_factory=list)
 
     @property
     def table(self) -> str:
@@ -186,28 +189,25 @@ class Job:
                 self.source, f"part-{n}.json", range(n * ROWS_PER_BATCH, (n + 1) * ROWS_PER_BATCH)
             )
 
-    def sinks(self) -> list[Any]:
-        made = [
-            sink(
-                "postgres",
-                dsn=self.bed.postgres_proxied.conninfo(),
-                table=self.table,
-                create_table=True,
-            )
-        ]
+    def sinks(self, *, proxied: bool = True) -> list[Any]:
+        """The job's sinks, reaching the servers through Toxiproxy (or directly)."""
+        postgres = self.bed.postgres_proxied if proxied else self.bed.postgres_direct
+        kafka = self.bed.kafka_proxied if proxied else self.bed.kafka_direct
+        made = [sink("postgres", dsn=postgres.conninfo(), table=self.table, create_table=True)]
         if self.topic is not None:
             made.append(
                 sink(
                     "kafka",
-                    bootstrap_servers=self.bed.kafka_proxied.bootstrap_servers,
+                    bootstrap_servers=kafka.bootstrap_servers,
                     topic=self.topic,
                     **self.kafka_options,
                 )
             )
-        return made
+        return [*made, *self.extra_sinks]
 
     def writer(self, triggers: Sequence[Trigger] = ()) -> FaultyWriter:
         built = durable_sink(self.sinks(), job_id=self.job_id, **self.options)
+        self.recoveries.append(built.recovery)
         built.close()  # the faulty copy starts its own coordinator (and fences this one)
         return FaultyWriter(triggers, built.specs, built.options)
 
@@ -251,17 +251,3 @@ def check_ridden_through(writer: FaultyWriter, triggers: Sequence[Trigger]) -> N
             f"batch {trigger.epoch} went on {done - answering:.1f} s after the server answered "
             f"again ({trigger.fault.name} at {trigger.step})"
         )
-
-
-def replace(job: Job, **changes: Any) -> Job:
-    return dataclasses.replace(job, **changes)
-
-
-@contextlib.contextmanager
-def server_back(ended: Later[Any] | None) -> Iterator[None]:
-    """Wait for a fault's end (its server answering) after the block, whatever happened."""
-    try:
-        yield
-    finally:
-        if ended is not None:
-            ended.result()

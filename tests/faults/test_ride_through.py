@@ -16,9 +16,8 @@ from typing import Any
 
 import pytest
 
-from durable_sinks.coordinator import RecoveryReport
 from durable_sinks.core.errors import OutageError
-from durable_sinks.spark import durable_sink, sink
+from durable_sinks.spark import sink
 from tests.spark.streams import postgres_ids
 from tests.support.fault_bed import FaultBed
 
@@ -28,7 +27,6 @@ from .jobs import (
     ROWS_PER_BATCH,
     STEPS_PG_KAFKA,
     Fault,
-    FaultyWriter,
     Job,
     Trigger,
     check_ridden_through,
@@ -165,25 +163,17 @@ def test_the_decision_store_unreachable_at_the_decision_commits_nothing_then_fai
     """Postgres + files with the decision store reached through the proxy, cut just before
     the decision: nothing of the batch becomes visible, the batch is retried until the bound,
     then OutageError; once the store is back a restart lands every batch once."""
-    job = Job(fault_bed, spark, fault_pg_schema, None, job_id, tmp_path)
-    job.write_input()
     out = tmp_path / "out"
-
-    recoveries: list[RecoveryReport | None] = []
-
-    def writer(triggers: list[Trigger]) -> FaultyWriter:
-        built = durable_sink(
-            [*job.sinks(), sink("files", path=str(out))],
-            job_id=job_id,
-            decision_store=fault_bed.postgres_proxied.conninfo(),
-            outage_tolerance_s=4.0,
-        )
-        recoveries.append(built.recovery)
-        built.close()
-        return FaultyWriter(triggers, built.specs, built.options)
+    job = Job(fault_bed, spark, fault_pg_schema, None, job_id, tmp_path)
+    job.extra_sinks = [sink("files", path=str(out))]
+    job.options = {
+        "decision_store": fault_bed.postgres_proxied.conninfo(),
+        "outage_tolerance_s": 4.0,
+    }
+    job.write_input()
 
     cut = Fault("decision store cut off", fault_bed.postgres_proxy.disable)
-    first = writer([Trigger(HIT_EPOCH, "after-pre-commit:files", cut)])
+    first = job.writer([Trigger(HIT_EPOCH, "after-pre-commit:files", cut)])
     with pytest.raises(Exception, match="OutageError"):
         job.run(first)
     assert isinstance(first.last_error, OutageError)
@@ -195,10 +185,10 @@ def test_the_decision_store_unreachable_at_the_decision_commits_nothing_then_fai
     fault_bed.postgres_proxy.enable()
     left = job.prepared()
     assert len(left) == 1  # the batch's Postgres part, prepared, its decision in doubt
-    restarted = writer([])
+    restarted = job.writer()
     # The restart's recovery says what it found and did: both parts of the undecided batch
     # (Postgres' prepared transaction, the files sink's staged folder) rolled back.
-    report = recoveries[-1]
+    report = job.recoveries[-1]
     assert report is not None
     assert sorted(h.sink for h in report.rolled_back) == ["files", "postgres"]
     assert [h.participant for h in report.rolled_back if h.sink == "postgres"] == left

@@ -11,12 +11,10 @@ from typing import Any
 import pytest
 
 from durable_sinks.core.errors import FencedError
-from durable_sinks.core.naming import PREFIX, component
-from durable_sinks.spark import DurableBatchWriter, durable_sink, sink
-from tests.spark.streams import kafka_ids, kafka_open_transactions, postgres_ids
+from durable_sinks.spark import DurableBatchWriter, durable_sink
 from tests.support.fault_bed import FaultBed
 
-from .jobs import ROWS_PER_BATCH, Fault, FaultyWriter, Trigger
+from .jobs import ROWS_PER_BATCH, Fault, Job, Trigger
 
 SCHEMA = "id LONG, body STRING"
 
@@ -45,20 +43,8 @@ def test_the_older_of_two_drivers_is_fenced_and_nothing_interleaves(
     tmp_path: Path,
     step: str,
 ) -> None:
-    table = f"{fault_pg_schema}.events"
-
-    def writer_through(pg: str, kafka: str) -> DurableBatchWriter:
-        return durable_sink(
-            [
-                sink("postgres", dsn=pg, table=table, create_table=True),
-                sink("kafka", bootstrap_servers=kafka, topic=fault_kafka_topic),
-            ],
-            job_id=job_id,
-            outage_tolerance_s=60.0,
-        )
-
-    proxied = (fault_bed.postgres_proxied.conninfo(), fault_bed.kafka_proxied.bootstrap_servers)
-    direct = (fault_bed.postgres_direct.conninfo(), fault_bed.kafka_direct.bootstrap_servers)
+    job = Job(fault_bed, spark, fault_pg_schema, fault_kafka_topic, job_id, tmp_path, batches=4)
+    job.options = {"outage_tolerance_s": 60.0}
     new_driver: list[DurableBatchWriter] = []
 
     def partition_and_take_over() -> None:
@@ -66,20 +52,14 @@ def test_the_older_of_two_drivers_is_fenced_and_nothing_interleaves(
         leftovers) and writes batches 1 and 2; then the partition heals."""
         fault_bed.postgres_proxy.disable()
         fault_bed.kafka_proxy.disable()
-        new = writer_through(*direct)
+        new = durable_sink(job.sinks(proxied=False), job_id=job_id, **job.options)
         new_driver.append(new)
         new(batch(spark, 1), 1)
         new(batch(spark, 2), 2)
         fault_bed.postgres_proxy.enable()
         fault_bed.kafka_proxy.enable()
 
-    built = writer_through(*proxied)
-    built.close()
-    old = FaultyWriter(
-        [Trigger(1, step, Fault("partition", partition_and_take_over))],
-        built.specs,
-        built.options,
-    )
+    old = job.writer([Trigger(1, step, Fault("partition", partition_and_take_over))])
     old(batch(spark, 0), 0)
     with pytest.raises(FencedError):
         old(batch(spark, 1), 1)
@@ -91,11 +71,6 @@ def test_the_older_of_two_drivers_is_fenced_and_nothing_interleaves(
     assert new.last_result is not None
     assert new.last_result.epoch == 3
 
-    expected = list(range(4 * ROWS_PER_BATCH))
-    assert postgres_ids(fault_bed.postgres_direct.conninfo(), table) == expected
-    assert kafka_ids(fault_bed.kafka_direct, fault_kafka_topic) == expected
-    mine = f"{PREFIX}:{component(job_id)}:"
-    assert [t for t in fault_bed.prepared_transactions() if t.gid.startswith(mine)] == []
-    assert kafka_open_transactions(fault_bed.kafka_direct, fault_kafka_topic) == []
+    job.check_exactly_once()  # batches 0-3 once in both sinks, nothing prepared or open
     old.close()
     new.close()

@@ -7,8 +7,10 @@ from typing import Any
 
 import psycopg
 import pytest
+from confluent_kafka.admin import AdminClient
+from psycopg import sql
 
-from tests.services import PostgresEndpoint
+from tests.services import KafkaEndpoint, PostgresEndpoint
 
 
 @pytest.fixture
@@ -16,3 +18,22 @@ def conn(postgres: PostgresEndpoint) -> Iterator[psycopg.Connection[Any]]:
     """An autocommit session on the test bed's Postgres, for the test's own checks."""
     with psycopg.connect(postgres.conninfo(), autocommit=True) as connection:
         yield connection
+
+
+@pytest.fixture
+def admin(kafka: KafkaEndpoint) -> AdminClient:
+    """A Kafka admin client on the test bed's broker."""
+    return AdminClient(kafka.config())
+
+
+@pytest.fixture
+def pg_table(postgres: PostgresEndpoint, pg_schema: str) -> str:
+    """`<schema>.events (id text PRIMARY KEY, n bigint, text text)` in the test's own schema:
+    what the Kafka tests' `events(...)` batches fit."""
+    with psycopg.connect(postgres.conninfo(), autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("CREATE TABLE {} (id text PRIMARY KEY, n bigint, text text)").format(
+                sql.Identifier(pg_schema, "events")
+            )
+        )
+    return f"{pg_schema}.events"

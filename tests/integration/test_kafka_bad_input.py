@@ -36,11 +36,6 @@ SECRET = f"sasl-secret-{uuid.uuid4().hex}"
 
 
 @pytest.fixture
-def admin(kafka: KafkaEndpoint) -> AdminClient:
-    return AdminClient(kafka.config())
-
-
-@pytest.fixture
 def ours(admin: AdminClient, unique: UniqueNames) -> Iterator[Callable[[], set[str]]]:
     """The topics on the broker whose names hold this test's token; all deleted afterwards."""
 

@@ -30,11 +30,6 @@ KAFKA_ALONE_ABSENT = frozenset({"after-commit", "recovery:after-resolve"})
 
 
 @pytest.fixture
-def admin(kafka: KafkaEndpoint) -> AdminClient:
-    return AdminClient(kafka.config())
-
-
-@pytest.fixture
 def progress_topic(admin: AdminClient) -> Iterator[str]:
     """One compacted progress topic for the test's examples (they differ by job id)."""
     name = f"kconf-progress-{uuid.uuid4().hex[:10]}"

@@ -23,7 +23,6 @@ from typing import Any
 import psycopg
 import pytest
 from confluent_kafka.admin import AdminClient
-from psycopg import sql
 
 from durable_sinks.coordinator import Coordinator, EpochOutcome
 from durable_sinks.core import OpenContext, SinkConnector
@@ -41,15 +40,10 @@ from tests.integration.test_kafka_sink import (
     read_committed,
 )
 from tests.services import KafkaEndpoint, PostgresEndpoint
-from tests.support.targets import create_topic, prepared_gids
+from tests.support.targets import create_topic, delete_with_progress, prepared_gids
 
 #: The broker aborts a transaction open longer than this (the test's own, short).
 TIMEOUT_MS = 3_000
-
-
-@pytest.fixture
-def admin(kafka: KafkaEndpoint) -> AdminClient:
-    return AdminClient(kafka.config())
 
 
 @pytest.fixture
@@ -57,21 +51,7 @@ def topic(admin: AdminClient, unique: UniqueNames) -> Iterator[str]:
     name = unique.name("topic")
     create_topic(admin, name, 1)
     yield name
-    existing = set(admin.list_topics(timeout=30).topics)
-    names = [n for n in (name, f"{name}-ds-progress") if n in existing]
-    for future in admin.delete_topics(names, request_timeout=30).values():
-        future.result(timeout=30)
-
-
-@pytest.fixture
-def pg_table(postgres: PostgresEndpoint, pg_schema: str) -> str:
-    with psycopg.connect(postgres.conninfo(), autocommit=True) as conn:
-        conn.execute(
-            sql.SQL("CREATE TABLE {} (id text PRIMARY KEY, n bigint, text text)").format(
-                sql.Identifier(pg_schema, "events")
-            )
-        )
-    return f"{pg_schema}.events"
+    delete_with_progress(admin, name)
 
 
 def kafka_sink(kafka: KafkaEndpoint, topic: str, **options: Any) -> KafkaSink:

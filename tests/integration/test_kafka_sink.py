@@ -38,12 +38,7 @@ from tests.conftest import UniqueNames
 from tests.services import KafkaEndpoint, PostgresEndpoint
 from tests.services.kafka import TRANSACTION_MAX_TIMEOUT_MS
 from tests.support import targets
-from tests.support.targets import create_topic, prepared_gids
-
-
-@pytest.fixture
-def admin(kafka: KafkaEndpoint) -> AdminClient:
-    return AdminClient(kafka.config())
+from tests.support.targets import create_topic, delete_with_progress, prepared_gids
 
 
 @pytest.fixture
@@ -52,11 +47,7 @@ def topic(admin: AdminClient, unique: UniqueNames) -> Iterator[str]:
     name = unique.name("topic")
     create_topic(admin, name, 2)
     yield name
-    names = [name, f"{name}-ds-progress"]
-    existing = set(admin.list_topics(timeout=30).topics)
-    futures = admin.delete_topics([n for n in names if n in existing], request_timeout=30)
-    for future in futures.values():
-        future.result(timeout=30)
+    delete_with_progress(admin, name)
 
 
 def events(ids: list[int], *, size: int = 8) -> pa.RecordBatch:
@@ -299,17 +290,6 @@ def test_a_zombie_producer_cannot_make_anything_visible(
 
 
 # -- Kafka as the last resource with Postgres ----------------------------------------------------
-@pytest.fixture
-def pg_table(postgres: PostgresEndpoint, pg_schema: str) -> str:
-    with psycopg.connect(postgres.conninfo(), autocommit=True) as conn:
-        conn.execute(
-            sql.SQL("CREATE TABLE {} (id text PRIMARY KEY, n bigint, text text)").format(
-                sql.Identifier(pg_schema, "events")
-            )
-        )
-    return f"{pg_schema}.events"
-
-
 def two_sink_job(
     kafka: KafkaEndpoint,
     postgres: PostgresEndpoint,

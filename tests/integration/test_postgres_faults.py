@@ -97,6 +97,14 @@ class Job:
         self.job_id = job_id
         self.files = files
 
+    @classmethod
+    def of(
+        cls, kind: str, postgres: PostgresEndpoint, schema: str, job_id: str, tmp_path: Path
+    ) -> Job:
+        """A "two-phase" job (Postgres + a files sink under `tmp_path`) or a "one-phase" one
+        (Postgres alone)."""
+        return cls(postgres, schema, job_id, tmp_path / "files" if kind == "two-phase" else None)
+
     def coordinator(self, on_step: Callable[[str], None] | None = None) -> Coordinator:
         sinks: list[SinkConnector] = [
             PostgresSink(PostgresSinkConfig(self.dsn, f"{self.schema}.events", name="pg"))
@@ -192,8 +200,7 @@ def job(
     short_job: str,
     tmp_path: Path,
 ) -> Job:
-    files = tmp_path / "files" if request.param == "two-phase" else None
-    return Job(postgres, events, short_job, files)
+    return Job.of(request.param, postgres, events, short_job, tmp_path)
 
 
 def _steps() -> Iterator[Any]:
@@ -213,7 +220,7 @@ def test_sessions_ended_at_a_step_give_a_retriable_error_and_the_replay_lands_on
     conn: psycopg.Connection[Any],
     tmp_path: Path,
 ) -> None:
-    job = Job(postgres, events, short_job, tmp_path / "files" if kind == "two-phase" else None)
+    job = Job.of(kind, postgres, events, short_job, tmp_path)
     ended: list[int] = []
 
     def end_sessions(at: str) -> None:
@@ -329,7 +336,7 @@ def test_a_session_lost_during_a_statement_of_unknown_outcome_is_in_doubt(
     conn: psycopg.Connection[Any],
     tmp_path: Path,
 ) -> None:
-    job = Job(postgres, events, short_job, tmp_path / "files" if kind == "two-phase" else None)
+    job = Job.of(kind, postgres, events, short_job, tmp_path)
     old = job.coordinator()
     old.start()
     blocker: psycopg.Connection[Any] | None = None

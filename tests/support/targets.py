@@ -143,6 +143,15 @@ def create_topic(admin: AdminClient, name: str, partitions: int = 1, **config: s
     raise AssertionError(f"topic {name} has no leader after 30 s")
 
 
+def delete_with_progress(admin: AdminClient, topic: str) -> None:
+    """Delete `topic` and the Kafka sink's progress topic beside it (`<topic>-ds-progress`),
+    whichever exist."""
+    existing = set(admin.list_topics(timeout=30).topics)
+    names = [n for n in (topic, f"{topic}-ds-progress") if n in existing]
+    for future in admin.delete_topics(names, request_timeout=30).values():
+        future.result(timeout=30)
+
+
 def open_transactions(
     admin: AdminClient, partitions: list[TopicPartition], grace: float = 5.0
 ) -> list[str]:

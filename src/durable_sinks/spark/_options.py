@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from durable_sinks.coordinator import RetryPolicy
+from durable_sinks.coordinator import OutagePolicy, RetryPolicy
 from durable_sinks.core import DeliveryGuarantee
 from durable_sinks.core.errors import ConfigError
 from durable_sinks.core.settings import check_types, closest, option_names
@@ -24,9 +24,9 @@ StoreTarget = str | os.PathLike[str] | DecisionStore
 
 #: Driver mode holds at most this many rows of a batch in memory at once (see _arrow.py).
 DEFAULT_MAX_ROWS_IN_MEMORY = 1_000_000
-#: How long a batch rides out an outage by default (two minutes: a database fail-over or a
-#: broker restart, not a maintenance window).
-DEFAULT_OUTAGE_TOLERANCE_S = 120.0
+#: How long a batch rides out an outage by default (OutagePolicy's: two minutes, a database
+#: fail-over or a broker restart, not a maintenance window).
+DEFAULT_OUTAGE_TOLERANCE_S = OutagePolicy.tolerance_s
 
 
 @dataclass(frozen=True)

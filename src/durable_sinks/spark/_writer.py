@@ -114,10 +114,10 @@ class DurableBatchWriter:
         try:
             self.recovery = coordinator.start(successor_of=successor_of)
         except BaseException:
-            self._generation = coordinator.claimed_generation or self._generation
             _close_quietly(coordinator)
             raise
-        self._generation = coordinator.claimed_generation
+        finally:  # a start that failed after claiming its generation still claimed it
+            self._generation = coordinator.claimed_generation or self._generation
         self._coordinator = coordinator
         return coordinator
 
