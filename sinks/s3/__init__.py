@@ -1,0 +1,6 @@
+"""S3 (or an S3-compatible server): Parquet objects written as multipart uploads (phase 1),
+completed after the decision, and an epoch manifest per committed epoch (docs/s3.md)."""
+
+from .config import S3SinkConfig
+
+__all__ = ["S3SinkConfig"]
