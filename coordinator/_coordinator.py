@@ -232,14 +232,17 @@ class Coordinator:
         report = RecoveryReport(generation, ran=recover)
         for sink in self.sinks if recover else ():
             log = self.log.bind(sink=sink.name)
+            decided: dict[int, DecisionRecord] = {}
             for handle in sink.recover_prepared():
                 if handle.participant in adopt:
                     report.adopted.append(handle)
                     continue
-                action = resolve(self.decisions.for_epoch(handle.epoch), handle)
-                if action is Resolution.COMMIT:
-                    self.participants.commit(sink, handle)
+                decision = self.decisions.for_epoch(handle.epoch)
+                action = resolve(decision, handle)
+                if action is Resolution.COMMIT and decision is not None:
+                    self.participants.commit(sink, decision.handle_of(handle))
                     report.committed.append(handle)
+                    decided[handle.epoch] = decision
                 else:
                     self.participants.roll_back(sink, handle.epoch, handle)
                     report.rolled_back.append(handle)
@@ -247,6 +250,10 @@ class Coordinator:
                     "recovery: %s leftover participant %s", action.value, handle.participant
                 )
                 yield f"recovery:after-resolve:{sink.name}:{handle.participant}"
+            for epoch, decision in sorted(decided.items()):
+                if self.participants.publish(sink, decision):
+                    log.bind(epoch=epoch).info("recovery: published the epoch")
+                    yield f"recovery:after-resolve:{sink.name}:publish-{epoch}"
         self.totals.recovered_commits += len(report.committed)
         self.totals.recovered_rollbacks += len(report.rolled_back)
         self.log.info("recovery: %s", report)
@@ -442,6 +449,7 @@ class Coordinator:
                     sink.commit_with_decision(epoch, handle, record.to_json())
                 else:
                     self.participants.commit(sink, handle)
+                    self.participants.publish(sink, record)
             yield f"after-commit:{sink.name}"
         self._count_committed(metrics)
         outcome = EpochOutcome.COMMITTED if todo else EpochOutcome.ALREADY_COMMITTED

@@ -4,7 +4,7 @@ the losing attempts of a distributed epoch. Each step yields its crash point's n
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterable, Sequence
+from collections.abc import Callable, Generator, Iterable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -16,7 +16,12 @@ from durable_sinks.core.errors import (
 )
 from durable_sinks.core.joblog import JobLogger
 from durable_sinks.core.naming import ParticipantName
-from durable_sinks.core.protocol import CommitHandle, DistributedSink, SinkConnector
+from durable_sinks.core.protocol import (
+    CommitHandle,
+    DistributedSink,
+    PublishingSink,
+    SinkConnector,
+)
 from durable_sinks.manifest import DecisionRecord
 
 from ._metrics import EpochMetrics
@@ -59,17 +64,40 @@ class Participants:
         """Commit one participant of a decided epoch (idempotent), retrying transient errors;
         CommitIncompleteError when it cannot be done now (replay or restart finishes it);
         FencedError as it is when a newer driver owns the job (its recovery finishes it)."""
+        self._settle(
+            sink,
+            handle.epoch,
+            f"committing participant {handle.participant}",
+            lambda: sink.commit_epoch(handle.epoch, handle),
+        )
+
+    def publish(self, sink: SinkConnector, decision: DecisionRecord) -> bool:
+        """Publish a decided epoch on a PublishingSink (after its participants committed), as
+        `commit` retries and fails; False for other sinks (nothing to do)."""
+        if not isinstance(sink, PublishingSink):
+            return False
+        handles = decision.handles_for(sink.name)
+        self._settle(
+            sink,
+            decision.epoch,
+            "publishing the epoch",
+            lambda: sink.publish_epoch(decision.epoch, handles),
+        )
+        return True
+
+    def _settle(
+        self, sink: SinkConnector, epoch: int, what: str, call: Callable[[], object]
+    ) -> None:
         try:
-            self.retry.call(lambda: sink.commit_epoch(handle.epoch, handle))
+            self.retry.call(call)
         except FencedError:
             raise  # a newer driver owns the job (and its recovery finishes this commit)
         except DurableSinkError as exc:
             raise CommitIncompleteError(
-                f"the epoch is decided but committing participant {handle.participant} failed: "
-                f"{exc}",
+                f"the epoch is decided but {what} failed: {exc}",
                 job=self.job_id,
                 sink=sink.name,
-                epoch=handle.epoch,
+                epoch=epoch,
                 fix="replaying the epoch or restarting the job finishes the commit",
             ) from exc
 
@@ -77,7 +105,9 @@ class Participants:
         self, decision: DecisionRecord, metrics: EpochMetrics, skip: SinkConnector | None
     ) -> Steps:
         """Commit every participant `decision` names, except those of `skip` (the last
-        resource, whose participant committed with the decision itself)."""
+        resource, whose participant committed with the decision itself), then publish the
+        epoch on every PublishingSink (each of them, even one without a participant: an
+        empty epoch is published too)."""
         by_name = {s.name: s for s in self.sinks}
         for handle in decision.handles:
             sink = by_name.get(handle.sink)
@@ -93,6 +123,13 @@ class Participants:
             with metrics.phase("commit"):
                 self.commit(sink, handle)
             yield f"after-commit:{sink.name}"
+        for sink in self.sinks:
+            if sink is skip:
+                continue
+            with metrics.phase("commit"):
+                published = self.publish(sink, decision)
+            if published:
+                yield f"after-commit:{sink.name}"
 
     def roll_back(self, sink: SinkConnector, epoch: int, handle: CommitHandle | None) -> None:
         """Roll back one participant, retrying transient errors."""

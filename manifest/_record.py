@@ -40,6 +40,15 @@ class DecisionRecord:
         """(sink, participant name) of every participant the epoch commits."""
         return frozenset((h.sink, h.participant) for h in self.handles)
 
+    def handle_of(self, handle: CommitHandle) -> CommitHandle:
+        """This record's copy of `handle` (same sink and participant): what recovery commits,
+        as it holds all the commit needs, where a sink may rebuild its leftovers' handles from
+        names alone. KeyError if the record does not commit it."""
+        for mine in self.handles:
+            if (mine.sink, mine.participant) == (handle.sink, handle.participant):
+                return mine
+        raise KeyError(f"epoch {self.epoch} does not commit {handle.sink}/{handle.participant}")
+
     def handles_for(self, sink: str) -> list[CommitHandle]:
         return [h for h in self.handles if h.sink == sink]
 

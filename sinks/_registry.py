@@ -76,6 +76,7 @@ _CONFIG_CLASSES = {
     "files": (".files", "FileSinkConfig"),
     "kafka": (".kafka", "KafkaSinkConfig"),
     "postgres": (".postgres", "PostgresSinkConfig"),
+    "s3": (".s3", "S3SinkConfig"),
 }
 
 
@@ -123,6 +124,15 @@ def _kafka(config: Mapping[str, Any]) -> SinkConnector:
     return KafkaSink(KafkaSinkConfig(**options))
 
 
+def _s3(config: Mapping[str, Any]) -> SinkConnector:
+    from .s3 import S3Sink, S3SinkConfig
+
+    options = dict(config)
+    _checked("s3", S3SinkConfig, options)
+    return S3Sink(S3SinkConfig(**options))
+
+
 register("files", _files)
 register("kafka", _kafka)
 register("postgres", _postgres)
+register("s3", _s3)

@@ -47,6 +47,7 @@ from durable_sinks.core.protocol import (
     SinkCapabilities,
     WriteResult,
 )
+from durable_sinks.core.schemas import schema_difference
 
 from .config import FileSinkConfig
 
@@ -184,7 +185,7 @@ class FileSink:
             self._schema = batch.schema
         elif not batch.schema.equals(self._schema):
             raise SchemaMismatchError(
-                _schema_difference(self._schema, batch.schema),
+                schema_difference(self._schema, batch.schema),
                 job=self._ctx().job_id,
                 sink=self.name,
                 epoch=current.epoch,
@@ -387,17 +388,3 @@ class FileSink:
                 f"{handle.participant!r} is not a participant name", sink=self.name
             )
         return name
-
-
-def _schema_difference(expected: pa.Schema, got: pa.Schema) -> str:
-    wanted = {f.name: f for f in expected}
-    seen = {f.name: f for f in got}
-    problems = [f"column {n!r} is missing" for n in wanted if n not in seen]
-    problems += [f"column {n!r} is not in the sink's schema" for n in seen if n not in wanted]
-    problems += [
-        f"column {n!r} has type {seen[n].type} (nullable={seen[n].nullable}), expected "
-        f"{wanted[n].type} (nullable={wanted[n].nullable})"
-        for n in wanted
-        if n in seen and not seen[n].equals(wanted[n])
-    ]
-    return "batch schema differs from the epoch's: " + ("; ".join(problems) or "field order")

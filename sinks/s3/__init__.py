@@ -2,5 +2,7 @@
 completed after the decision, and an epoch manifest per committed epoch (docs/s3.md)."""
 
 from .config import S3SinkConfig
+from .epochs import EpochManifest
+from .sink import S3Sink
 
-__all__ = ["S3SinkConfig"]
+__all__ = ["EpochManifest", "S3Sink", "S3SinkConfig"]

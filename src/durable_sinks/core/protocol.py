@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import enum
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -261,3 +261,19 @@ class DistributedSink(SinkConnector, Protocol):
     """
 
     def prepared_participants(self, epoch: int) -> list[CommitHandle]: ...
+
+
+@runtime_checkable
+class PublishingSink(SinkConnector, Protocol):
+    """A sink whose readers see an epoch whole only once a marker covering all its
+    participants exists (S3's epoch manifest): `commit_epoch` makes one participant's data
+    durable in its final place, and `publish_epoch` then writes the epoch's marker.
+
+    The coordinator calls `publish_epoch(epoch, handles)` after every participant of the
+    sink that the epoch's decision names (`handles`, possibly none: an empty epoch) is
+    committed: when it finishes an epoch, and in recovery after committing leftovers of a
+    decided epoch. It must be idempotent (a marker already there with the same content is
+    ALREADY_COMMITTED) and it moves `last_committed_epoch`.
+    """
+
+    def publish_epoch(self, epoch: int, handles: Sequence[CommitHandle]) -> CommitOutcome: ...

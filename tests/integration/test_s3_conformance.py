@@ -1,0 +1,81 @@
+"""The conformance suite against the test bed's S3 server (SeaweedFS): the S3 sink alone, with
+Postgres, and with Kafka (as the last resource). Readers read the epoch manifests and the
+objects they list; after every example no multipart upload of the job is left in progress and
+no data object lies outside a committed epoch."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from confluent_kafka.admin import AdminClient
+
+from durable_sinks.manifest import LocalDirectoryStore
+from durable_sinks.testing import EXAMPLES_ENV, Scenario, Target, run_conformance
+from tests.crash.test_file_sink_conformance import check_exercised
+from tests.integration.test_kafka_conformance import progress_topic  # noqa: F401 - fixture
+from tests.services import KafkaEndpoint, PostgresEndpoint, S3Endpoint
+from tests.support.s3_target import S3Target
+from tests.support.targets import KafkaTarget, PostgresTarget
+
+TIME_LIMIT = max(1800, 10 * int(os.environ.get(EXAMPLES_ENV) or 0))
+
+
+def scenario_of(
+    s3: S3Endpoint,
+    *,
+    postgres: tuple[PostgresEndpoint, str] | None = None,
+    kafka: tuple[KafkaEndpoint, AdminClient, str] | None = None,
+    **options: int,
+) -> Callable[[], Scenario]:
+    def make() -> Scenario:
+        folder = Path(tempfile.mkdtemp(prefix="ds-s3-conformance-"))
+        job = f"s3conf-{uuid.uuid4().hex[:10]}"
+        targets: list[Target] = [S3Target(s3, **options)]
+        if postgres is not None:
+            targets.append(PostgresTarget(*postgres, job))
+        if kafka is not None:
+            targets.append(KafkaTarget(*kafka))
+
+        def cleanup() -> None:
+            problems: list[str] = []
+            for target in targets:
+                problems += target.leftovers()
+                if isinstance(target, S3Target | PostgresTarget | KafkaTarget):
+                    target.cleanup()
+            shutil.rmtree(folder, ignore_errors=True)
+            assert not problems, f"left behind: {problems}"
+
+        return Scenario(job, targets, lambda: LocalDirectoryStore(folder / "store"), cleanup)
+
+    return make
+
+
+@pytest.mark.timeout(TIME_LIMIT)
+def test_s3_sink_alone(s3: S3Endpoint) -> None:
+    stats = run_conformance(scenario_of(s3), max_examples=200)
+    check_exercised(stats, 200)
+
+
+@pytest.mark.timeout(TIME_LIMIT)
+def test_s3_and_postgres_in_one_job(
+    s3: S3Endpoint, postgres: PostgresEndpoint, pg_schema: str
+) -> None:
+    stats = run_conformance(scenario_of(s3, postgres=(postgres, pg_schema)), max_examples=100)
+    check_exercised(stats, 100)
+
+
+@pytest.mark.timeout(TIME_LIMIT)
+def test_s3_and_kafka_in_one_job(
+    s3: S3Endpoint,
+    kafka: KafkaEndpoint,
+    admin: AdminClient,
+    progress_topic: str,  # noqa: F811 - the fixture imported above
+) -> None:
+    stats = run_conformance(scenario_of(s3, kafka=(kafka, admin, progress_topic)), max_examples=100)
+    check_exercised(stats, 100)

@@ -1,0 +1,111 @@
+"""The S3 sink's conformance target: a fresh prefix in a test-bed S3 server, read as the
+sink's readers would (the epoch manifests, then the objects they list)."""
+
+from __future__ import annotations
+
+import io
+import uuid
+from typing import TYPE_CHECKING, Any
+
+import pyarrow.parquet as pq
+
+from durable_sinks.core import SinkConnector
+from durable_sinks.sinks.s3 import EpochManifest, S3Sink, S3SinkConfig
+from durable_sinks.testing import COLUMNS, Row
+from tests.services import S3Endpoint
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+
+
+def s3_sink_config(endpoint: S3Endpoint, path: str, **options: Any) -> S3SinkConfig:
+    """An S3 sink's settings for a test-bed server."""
+    return S3SinkConfig(
+        path=path,
+        endpoint_url=endpoint.endpoint_url,
+        region=endpoint.region,
+        access_key_id=endpoint.access_key_id,
+        secret_access_key=endpoint.secret_access_key,
+        addressing_style="path",
+        **options,
+    )
+
+
+def incomplete_uploads(client: S3Client, bucket: str, prefix: str) -> list[str]:
+    """`key (upload id)` of every multipart upload in progress under `prefix`."""
+    found: list[str] = []
+    for page in client.get_paginator("list_multipart_uploads").paginate(
+        Bucket=bucket, Prefix=prefix
+    ):
+        found += [f"{u['Key']} ({u['UploadId']})" for u in page.get("Uploads", [])]
+    return found
+
+
+def object_keys(client: S3Client, bucket: str, prefix: str) -> list[str]:
+    keys: list[str] = []
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        keys += [o["Key"] for o in page.get("Contents", [])]
+    return keys
+
+
+class S3Target:
+    """A fresh prefix; readers see the objects listed by epoch manifests only."""
+
+    def __init__(self, endpoint: S3Endpoint, name: str = "s3", **options: Any) -> None:
+        self.endpoint = endpoint
+        self.name = name
+        self.options = options
+        self.bucket = endpoint.bucket
+        self.prefix = f"s3conf-{uuid.uuid4().hex[:12]}"
+        self.client = endpoint.client()
+        # By manifest key: a published manifest never changes (create-only), so each is read
+        # once (the suite reads the target after every step).
+        self._manifests: dict[str, EpochManifest] = {}
+        self._rows: dict[str, list[Row]] = {}
+
+    def config(self) -> S3SinkConfig:
+        return s3_sink_config(
+            self.endpoint, f"s3://{self.bucket}/{self.prefix}", name=self.name, **self.options
+        )
+
+    def connector(self) -> SinkConnector:
+        return S3Sink(self.config())
+
+    def manifests(self) -> dict[str, EpochManifest]:
+        for key in object_keys(self.client, self.bucket, f"{self.prefix}/_epochs/"):
+            if key not in self._manifests:
+                body = self.client.get_object(Bucket=self.bucket, Key=key)["Body"].read()
+                self._manifests[key] = EpochManifest.from_bytes(body, source=key)
+        return dict(self._manifests)
+
+    def committed_rows(self) -> list[Row]:
+        rows: list[Row] = []
+        for key, manifest in sorted(self.manifests().items()):
+            if key not in self._rows:
+                self._rows[key] = [row for o in manifest.objects for row in self._read(o.key)]
+            rows += self._rows[key]
+        return rows
+
+    def _read(self, key: str) -> list[Row]:
+        body = self.client.get_object(Bucket=self.bucket, Key=key)["Body"].read()
+        table = pq.read_table(io.BytesIO(body)).select(list(COLUMNS))
+        return [tuple(r[c] for c in COLUMNS) for r in table.to_pylist()]
+
+    def leftovers(self) -> list[str]:
+        """Uploads in progress, and data objects no manifest lists."""
+        listed = {o.key for m in self.manifests().values() for o in m.objects}
+        strays = [
+            f"{key} (outside every committed epoch)"
+            for key in object_keys(self.client, self.bucket, f"{self.prefix}/epoch=")
+            if key not in listed
+        ]
+        return incomplete_uploads(self.client, self.bucket, f"{self.prefix}/") + strays
+
+    def cleanup(self) -> None:
+        for key in incomplete_uploads(self.client, self.bucket, f"{self.prefix}/"):
+            name, _, upload = key.rpartition(" (")
+            self.client.abort_multipart_upload(
+                Bucket=self.bucket, Key=name, UploadId=upload.rstrip(")")
+            )
+        for key in object_keys(self.client, self.bucket, f"{self.prefix}/"):
+            self.client.delete_object(Bucket=self.bucket, Key=key)
