@@ -36,7 +36,20 @@ Failure = Callable[[BaseException, str], DurableSinkError]
 def claim_prefix(client: S3Client, layout: Layout, job_id: str, sink: str, fail: Failure) -> None:
     """Make `<prefix>/_job.json` name this job and sink (created at the first start), or
     refuse with ConfigError when another job or sink owns the prefix: two jobs under one
-    prefix would roll back each other's uploads."""
+    prefix would roll back each other's uploads. First the bucket must exist (some servers
+    create a missing bucket on the first PUT: durable-sinks never creates one)."""
+    try:
+        client.list_objects_v2(Bucket=layout.bucket, Prefix=layout.location.folder, MaxKeys=1)
+    except Exception as exc:
+        if error_code(exc) in ("404", "NoSuchBucket", "NotFound"):
+            raise ConfigError(
+                f"bucket {layout.bucket!r} does not exist (NoSuchBucket)",
+                job=job_id,
+                sink=sink,
+                fix="create the bucket first (durable-sinks never creates buckets), or fix the "
+                "bucket in the path",
+            ) from exc
+        raise fail(exc, f"reach bucket {layout.bucket} (s3:ListBucket)") from exc
     owner = {"job_id": job_id, "sink": sink}
     key = layout.owner_key
     where = f"s3://{layout.bucket}/{key}"

@@ -11,6 +11,7 @@ import tempfile
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka.admin import AdminClient
@@ -31,7 +32,7 @@ def scenario_of(
     *,
     postgres: tuple[PostgresEndpoint, str] | None = None,
     kafka: tuple[KafkaEndpoint, AdminClient, str] | None = None,
-    **options: int,
+    **options: Any,
 ) -> Callable[[], Scenario]:
     def make() -> Scenario:
         folder = Path(tempfile.mkdtemp(prefix="ds-s3-conformance-"))

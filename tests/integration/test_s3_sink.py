@@ -1,0 +1,331 @@
+"""The S3 sink against the test bed's S3 server (SeaweedFS): epochs read back through the
+manifests, large epochs in several parts and objects, executor-mode parts, and every bad input
+and setting refused with its fix before anything becomes visible."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from botocore.exceptions import ClientError
+
+from durable_sinks.coordinator import Coordinator, EpochOutcome, prepare_part
+from durable_sinks.core.errors import (
+    ConfigError,
+    ParticipantLostError,
+    SchemaMismatchError,
+    UnreachableError,
+)
+from durable_sinks.manifest import LocalDirectoryStore
+from durable_sinks.sinks.s3 import S3Sink, committed_dataset, committed_manifests
+from tests.services import S3Endpoint
+from tests.support.s3_target import incomplete_uploads, object_keys, s3_sink_config
+
+MiB = 1024 * 1024
+
+
+@pytest.fixture
+def path(s3: S3Endpoint, s3_prefix: str) -> str:
+    return f"s3://{s3.bucket}/{s3_prefix.rstrip('/')}"
+
+
+def sink(s3: S3Endpoint, path: str, **options: Any) -> S3Sink:
+    return S3Sink(s3_sink_config(s3, path, **options))
+
+
+def started(s3: S3Endpoint, path: str, tmp_path: Path, **options: Any) -> Coordinator:
+    coordinator = Coordinator(
+        "job", [sink(s3, path, **options)], LocalDirectoryStore(tmp_path / "store")
+    )
+    coordinator.start()
+    return coordinator
+
+
+def events(start: int, count: int) -> pa.RecordBatch:
+    return pa.record_batch(
+        {
+            "id": pa.array(range(start, start + count), pa.int64()),
+            "text": [f"row {i}" for i in range(start, start + count)],
+        }
+    )
+
+
+def leftovers(s3: S3Endpoint, path: str) -> list[str]:
+    prefix = path.removeprefix(f"s3://{s3.bucket}/") + "/"
+    return incomplete_uploads(s3.client(), s3.bucket, prefix)
+
+
+def data_keys(s3: S3Endpoint, path: str) -> list[str]:
+    prefix = path.removeprefix(f"s3://{s3.bucket}/") + "/epoch="
+    return object_keys(s3.client(), s3.bucket, prefix)
+
+
+def reader_settings(s3: S3Endpoint) -> dict[str, Any]:
+    return {
+        "endpoint_url": s3.endpoint_url,
+        "region": s3.region,
+        "access_key_id": s3.access_key_id,
+        "secret_access_key": s3.secret_access_key,
+        "addressing_style": "path",
+    }
+
+
+def test_committed_epochs_read_back_through_the_manifests(
+    s3: S3Endpoint, path: str, tmp_path: Path
+) -> None:
+    coordinator = started(s3, path, tmp_path)
+    for epoch in range(3):
+        batches = [events(epoch * 100, 60), events(epoch * 100 + 60, 40)]
+        assert coordinator.run_epoch(epoch, batches).outcome is EpochOutcome.COMMITTED
+    assert coordinator.run_epoch(3, []).outcome is EpochOutcome.COMMITTED  # empty epoch
+    assert coordinator.run_epoch(2, [events(0, 5)]).outcome is EpochOutcome.ALREADY_COMMITTED
+    coordinator.close()
+    table = committed_dataset(path, **reader_settings(s3)).to_table()
+    assert sorted(table.column("id").to_pylist()) == [
+        e * 100 + i for e in range(3) for i in range(100)
+    ]
+    assert sorted(set(table.column("epoch").to_pylist())) == [0, 1, 2]
+    manifests = committed_manifests(path, s3_sink_config(s3, path).connection)
+    assert [m.epoch for m in manifests] == [0, 1, 2, 3]
+    assert [m.rows for m in manifests] == [100, 100, 100, 0]
+    assert leftovers(s3, path) == []
+    again = Coordinator("job", [sink(s3, path)], LocalDirectoryStore(tmp_path / "store"))
+    again.start()
+    assert again.sinks[0].last_committed_epoch() == 3
+
+
+def test_a_large_epoch_is_uploaded_in_parts_and_rolls_over_to_new_objects(
+    s3: S3Endpoint, path: str, tmp_path: Path
+) -> None:
+    """Incompressible rows: ~13 MiB of Parquet in 5 MiB parts and objects of at most
+    6 MiB: several objects, the first ones of two parts each."""
+    coordinator = started(s3, path, tmp_path, part_size=5 * MiB, max_object_bytes=6 * MiB)
+    blobs = [os.urandom(64 * 1024) for _ in range(200)]
+    batches = [
+        pa.record_batch({"id": list(range(i, i + 10)), "blob": blobs[i : i + 10]})
+        for i in range(0, 200, 10)
+    ]
+    result = coordinator.run_epoch(0, batches)
+    coordinator.close()
+    [handle] = result.decision.handles
+    objects = handle.details["objects"]
+    assert isinstance(objects, list)
+    assert len(objects) >= 2
+    assert all(len(o["etags"]) >= 2 for o in objects[:-1])  # type: ignore[index, call-overload]
+    assert handle.rows == 200
+    table = committed_dataset(path, **reader_settings(s3)).to_table()
+    assert sorted(table.column("id").to_pylist()) == list(range(200))
+    assert leftovers(s3, path) == []
+
+
+def test_a_batch_of_another_schema_is_refused_and_nothing_is_left(
+    s3: S3Endpoint, path: str, tmp_path: Path
+) -> None:
+    coordinator = started(s3, path, tmp_path)
+    other = pa.record_batch({"id": ["not", "an", "int"], "text": ["a", "b", "c"]})
+    with pytest.raises(SchemaMismatchError, match="column 'id' has type string") as caught:
+        coordinator.run_epoch(0, [events(0, 3), other])
+    assert caught.value.fix
+    assert committed_manifests(path, s3_sink_config(s3, path).connection) == []
+    assert leftovers(s3, path) == []
+    assert data_keys(s3, path) == []
+
+
+def test_a_missing_bucket_is_refused_at_start(s3: S3Endpoint, tmp_path: Path) -> None:
+    missing = f"s3://ds-missing-{uuid.uuid4().hex[:12]}/events"
+    coordinator = Coordinator("job", [sink(s3, missing)], LocalDirectoryStore(tmp_path / "store"))
+    with pytest.raises(ConfigError, match="NoSuchBucket") as caught:
+        coordinator.start()
+    assert "create the bucket" in str(caught.value)
+
+
+def test_a_wrong_secret_is_refused_without_showing_it(
+    s3: S3Endpoint, path: str, tmp_path: Path
+) -> None:
+    secret = "wrong-" + uuid.uuid4().hex
+    config = s3_sink_config(s3, path)
+    bad = S3Sink(type(config)(**{**config.__dict__, "secret_access_key": secret}))
+    coordinator = Coordinator("job", [bad], LocalDirectoryStore(tmp_path / "store"))
+    with pytest.raises(ConfigError, match="SignatureDoesNotMatch") as caught:
+        coordinator.start()
+    assert secret not in str(caught.value)
+    assert secret not in repr(bad) + repr(bad.config)
+
+
+def test_an_unreachable_server_is_retriable_and_named(s3: S3Endpoint, tmp_path: Path) -> None:
+    config = s3_sink_config(s3, f"s3://{s3.bucket}/events")
+    down = S3Sink(
+        type(config)(
+            **{**config.__dict__, "endpoint_url": "http://127.0.0.1:9", "connect_timeout": 1}
+        )
+    )
+    coordinator = Coordinator("job", [down], LocalDirectoryStore(tmp_path / "store"))
+    with pytest.raises(UnreachableError, match="127.0.0.1:9"):
+        coordinator.start()
+
+
+def test_a_server_without_conditional_writes_is_refused(
+    s3: S3Endpoint, path: str, tmp_path: Path
+) -> None:
+    """A server that ignores If-None-Match, simulated by dropping the header from the sink's
+    own (shared) client before it is signed."""
+    config = s3_sink_config(s3, path, recovery_window_days=2)  # its own start-up check
+    client = config.connection.client()
+
+    def drop_conditions(request: Any, **_: Any) -> None:
+        for header in ("If-None-Match", "If-Match"):
+            if header in request.headers:
+                del request.headers[header]
+
+    client.meta.events.register("before-sign.s3.*", drop_conditions)
+    try:
+        coordinator = Coordinator("job", [S3Sink(config)], LocalDirectoryStore(tmp_path / "s"))
+        with pytest.raises(ConfigError, match="ignores If-None-Match") as caught:
+            coordinator.start()
+    finally:
+        client.meta.events.unregister("before-sign.s3.*", drop_conditions)
+    assert "conditional writes" in str(caught.value)
+    probes = path.removeprefix(f"s3://{s3.bucket}/") + "/_durable/"
+    assert object_keys(s3.client(), s3.bucket, probes) == []
+
+
+@pytest.fixture
+def own_bucket(s3: S3Endpoint) -> Iterator[str]:
+    """A bucket of this test's own (lifecycle rules are per bucket)."""
+    name = f"ds-lifecycle-{uuid.uuid4().hex[:12]}"
+    client = s3.client()
+    client.create_bucket(Bucket=name)
+    yield name
+    for key in object_keys(client, name, ""):
+        client.delete_object(Bucket=name, Key=key)
+    client.delete_bucket(Bucket=name)
+
+
+def test_a_lifecycle_rule_shorter_than_the_recovery_window_is_refused(
+    s3: S3Endpoint, own_bucket: str, tmp_path: Path
+) -> None:
+    s3.client().put_bucket_lifecycle_configuration(
+        Bucket=own_bucket,
+        LifecycleConfiguration={
+            "Rules": [
+                {
+                    "ID": "abort-stale-uploads",
+                    "Status": "Enabled",
+                    "Filter": {"Prefix": "data/"},
+                    "AbortIncompleteMultipartUpload": {"DaysAfterInitiation": 2},
+                }
+            ]
+        },
+    )
+    path = f"s3://{own_bucket}/data/events"
+    coordinator = Coordinator("job", [sink(s3, path)], LocalDirectoryStore(tmp_path / "a"))
+    with pytest.raises(ConfigError, match="'abort-stale-uploads' aborts") as caught:
+        coordinator.start()
+    assert "DaysAfterInitiation to >= 7" in str(caught.value)
+    # A window the rule respects, or a prefix it does not cover, is fine.
+    Coordinator(
+        "job", [sink(s3, path, recovery_window_days=2)], LocalDirectoryStore(tmp_path / "b")
+    ).start()
+    elsewhere = f"s3://{own_bucket}/other/events"
+    Coordinator("job2", [sink(s3, elsewhere)], LocalDirectoryStore(tmp_path / "c")).start()
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"part_size": 1 * MiB}, "outside S3's limits for a part"),
+        ({"part_size": 6 * 1024 * MiB}, "outside S3's limits for a part"),
+        ({"part_size": 5 * MiB, "max_object_bytes": 60 * 1024 * MiB}, "10000 parts"),
+        ({"max_object_bytes": 6 * 1024**4}, "5 TiB"),
+        ({"compression": "lzo"}, "compression 'lzo'"),
+        ({"recovery_window_days": 0}, "recovery_window_days"),
+    ],
+)
+def test_settings_beyond_s3s_limits_are_refused_when_built(
+    s3: S3Endpoint, options: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message) as caught:
+        s3_sink_config(s3, f"s3://{s3.bucket}/events", **options)
+    assert caught.value.fix
+
+
+@pytest.mark.parametrize(
+    "bad_path", ["events", "s3://", "s3://Bad_Bucket/x", "s3://bucket", "s3://b/a//c", "gs://b/x"]
+)
+def test_paths_that_are_not_a_bucket_and_prefix_are_refused(s3: S3Endpoint, bad_path: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        s3_sink_config(s3, bad_path)
+    assert caught.value.fix
+
+
+def test_a_prefix_owned_by_another_job_is_refused(
+    s3: S3Endpoint, path: str, tmp_path: Path
+) -> None:
+    started(s3, path, tmp_path).close()
+    other = Coordinator("other-job", [sink(s3, path)], LocalDirectoryStore(tmp_path / "x"))
+    with pytest.raises(ConfigError, match="belongs to") as caught:
+        other.start()
+    assert "its own path" in str(caught.value)
+
+
+def test_a_decided_epoch_whose_upload_was_aborted_is_data_loss(
+    s3: S3Endpoint, path: str, tmp_path: Path
+) -> None:
+    coordinator = started(s3, path, tmp_path)
+    steps = coordinator.epoch_steps(0, [events(0, 10)])
+    while next(steps) != "after-decision":
+        pass  # the driver dies right after the decision
+    [upload] = leftovers(s3, path)
+    key, _, upload_id = upload.rpartition(" (")
+    s3.client().abort_multipart_upload(Bucket=s3.bucket, Key=key, UploadId=upload_id[:-1])
+    successor = Coordinator("job", [sink(s3, path)], LocalDirectoryStore(tmp_path / "store"))
+    # Recovery sees nothing left to do (the upload is gone); the replay of the epoch tries to
+    # finish the decided commit and must say the data is lost.
+    successor.start()
+    with pytest.raises(Exception, match="data loss") as caught:
+        successor.run_epoch(0, [events(0, 10)])
+    assert isinstance(caught.value.__cause__, ParticipantLostError)
+    assert committed_manifests(path, s3_sink_config(s3, path).connection) == []
+
+
+def test_executor_parts_commit_once_and_losing_attempts_are_aborted(
+    s3: S3Endpoint, path: str, tmp_path: Path
+) -> None:
+    coordinator = Coordinator(
+        "job", [sink(s3, path)], LocalDirectoryStore(tmp_path / "store"), executor_mode=True
+    )
+    coordinator.start()
+
+    def prepare(generation: int) -> list[Any]:
+        def build() -> list[Any]:
+            return [sink(s3, path)]
+
+        winners = []
+        for part, start in (("p0-t1", 0), ("p1-t2", 10)):
+            winners += prepare_part("job", generation, 0, part, build, [events(start, 10)])
+        prepare_part("job", generation, 0, "p1-t3", build, [events(10, 10)])  # a speculative twin
+        return winners
+
+    result = coordinator.run_distributed_epoch(0, prepare)
+    assert result.outcome is EpochOutcome.COMMITTED
+    assert leftovers(s3, path) == []
+    table = committed_dataset(path, **reader_settings(s3)).to_table()
+    assert sorted(table.column("id").to_pylist()) == list(range(20))
+    assert len(data_keys(s3, path)) == 2
+
+
+def test_a_completed_object_is_never_overwritten(s3: S3Endpoint, path: str, tmp_path: Path) -> None:
+    coordinator = started(s3, path, tmp_path)
+    result = coordinator.run_epoch(0, [events(0, 5)])
+    [handle] = result.decision.handles
+    objects = handle.details["objects"]
+    assert isinstance(objects, list)
+    key = str(objects[0]["key"])  # type: ignore[index, call-overload]
+    with pytest.raises(ClientError, match="PreconditionFailed"):
+        s3.client().put_object(Bucket=s3.bucket, Key=key, Body=b"x", IfNoneMatch="*")
+    assert coordinator.sinks[0].commit_epoch(0, handle).value == "already-committed"
