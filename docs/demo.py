@@ -1,16 +1,17 @@
 """The demo behind `make demo`: orders from a Kafka topic, through a Spark streaming query,
-into Postgres and Kafka together, exactly once, across a SIGKILL of the driver.
+into Postgres, S3 and Kafka together, exactly once, across a SIGKILL of the driver.
 
-1. Starts the test bed's Postgres, Kafka and Spark (tests/services), and fills a source topic
+1. Starts the test bed's Postgres, Kafka, S3 and Spark (tests/services), and fills a source topic
    with ORDERS orders.
 2. Runs the streaming query in a child process (Kafka source, 500 orders per batch,
-   `foreachBatch(durable_sink([postgres, kafka], job_id=...))`) and SIGKILLs that driver
+   `foreachBatch(durable_sink([postgres, s3, kafka], job_id=...))`) and SIGKILLs that driver
    (Python and its JVM) right after batch KILL_EPOCH's decision: the Kafka transaction is
-   committed, the Postgres participant still prepared.
-3. Restarts the query from the same checkpoint: recovery commits the prepared participant,
+   committed, the Postgres participant still prepared, the S3 upload not yet completed.
+3. Restarts the query from the same checkpoint: recovery commits the prepared participants,
    Spark replays the batch (already committed: skipped), the query goes on to the end.
-4. Prints what landed: orders expected, rows in Postgres, records a read_committed consumer
-   sees in the output topic, duplicates, and each epoch's decision. Exits 1 on any duplicate
+4. Prints what landed: orders expected, rows in Postgres, rows of the committed S3 epochs
+   (read through their manifests), records a read_committed consumer sees in the output
+   topic, duplicates, leftovers, and each epoch's decision. Exits 1 on any duplicate
    or loss.
 
     python docs/demo.py            (from the repository root, after `make install`)
@@ -61,7 +62,7 @@ def child(plan_path: str) -> int:
         def _on_step(self, step: str) -> None:
             if plan["kill"] and self.epoch == KILL_EPOCH and step == "after-decision":
                 print(
-                    f"  batch {KILL_EPOCH}: decided, Kafka committed, Postgres prepared: "
+                    f"  batch {KILL_EPOCH}: decided, Kafka committed, Postgres and S3 prepared: "
                     "SIGKILL the driver now",
                     flush=True,
                 )
@@ -72,6 +73,7 @@ def child(plan_path: str) -> int:
     writer = Writer(
         [
             sink("postgres", dsn=plan["dsn"], table=plan["table"], create_table=True),
+            sink("s3", **plan["s3"]),
             sink("kafka", bootstrap_servers=plan["kafka"], topic=plan["output"]),
         ],
         JobOptions(plan["job_id"]),
@@ -122,11 +124,13 @@ def main() -> int:
     from psycopg import sql
 
     from durable_sinks.manifest import DecisionRecord
+    from durable_sinks.sinks.s3 import committed_dataset
     from tests.services import up
+    from tests.support.s3_target import incomplete_uploads, s3_options, s3_sink_config
 
-    print("starting Postgres, Kafka and Spark (first time: downloads, a few minutes)...")
-    testbed = up(["postgres", "kafka", "spark"])
-    pg, kafka = testbed.postgres.endpoint(), testbed.kafka.endpoint()
+    print("starting Postgres, Kafka, S3 and Spark (first time: downloads, a few minutes)...")
+    testbed = up(["postgres", "kafka", "s3", "spark"])
+    pg, kafka, s3 = testbed.postgres.endpoint(), testbed.kafka.endpoint(), testbed.s3.endpoint()
     run = time.strftime("%Y%m%d_%H%M%S") + "_" + uuid.uuid4().hex[:4]
     WORK.mkdir(exist_ok=True)
     schema, source, output = f"demo_{run}", f"demo-orders-{run}", f"demo-orders-out-{run}"
@@ -153,6 +157,7 @@ def main() -> int:
         "source": source,
         "output": output,
         "job_id": f"demo-{run}",
+        "s3": s3_options(s3, f"s3://{s3.bucket}/demo-{run}/orders"),
         "checkpoint": str(WORK / f"checkpoint-{run}"),
         "kill": True,
     }
@@ -191,16 +196,28 @@ def main() -> int:
                 idle = time.monotonic()
     consumer.close()
 
+    s3_path = plan["s3"]["path"]
+    s3_table = committed_dataset(s3_path, s3_sink_config(s3, s3_path).connection).to_table()
+    s3_ids = s3_table.column("order_id").to_pylist()
+    uploads = incomplete_uploads(s3.client(), s3.bucket, f"demo-{run}/")
+
     expected = set(range(ORDERS))
     print("\nwhat landed")
     print(f"  orders expected:                 {ORDERS}")
     ok = True
-    for name, ids in (("Postgres rows", pg_ids), ("Kafka records (read_committed)", kafka_ids)):
+    landed = (
+        ("Postgres rows", pg_ids),
+        ("S3 rows (committed epochs)", s3_ids),
+        ("Kafka records (read_committed)", kafka_ids),
+    )
+    for name, ids in landed:
         dupes = sum(n - 1 for n in Counter(ids).values() if n > 1)
         lost = len(expected - set(ids))
         ok = ok and dupes == 0 and lost == 0 and set(ids) == expected
         print(f"  {name + ':':33s}{len(ids)}  duplicates {dupes}  lost {lost}")
     print(f"  prepared transactions left:      {prepared[0] if prepared else '?'}")
+    print(f"  incomplete S3 uploads left:      {len(uploads)}")
+    ok = ok and not uploads and bool(prepared) and prepared[0] == 0
     print("\nthe epochs' decisions (decision store: Postgres table durable_sinks_decisions)")
     for epoch, stored in decisions:
         record = DecisionRecord.from_bytes(bytes(stored), source=f"epoch {epoch}")

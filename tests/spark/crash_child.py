@@ -3,7 +3,7 @@
     python -m tests.spark.crash_child PLAN.json
 
 The query reads the JSON files of `source` (one file per batch) and writes them through
-`durable_sink` into Postgres and Kafka (one atomic job) with `checkpoint` as its Spark
+`durable_sink` into Postgres, S3 and Kafka (one atomic job) with `checkpoint` as its Spark
 checkpoint. With a kill in the plan, the process SIGKILLs its whole process group (the Python
 driver and Spark's JVM: the driver machine dies) at that moment of batch `kill_epoch`:
 
@@ -16,7 +16,7 @@ driver and Spark's JVM: the driver machine dies) at that moment of batch `kill_e
 - `task:after-prepare` (executor mode): inside a Spark task, right after its part is
   prepared, before its handle reaches the driver.
 
-Executor mode (`"mode": "executor"`) writes Postgres and the files sink from the tasks, on
+Executor mode (`"mode": "executor"`) writes Postgres, S3 and the files sink from the tasks, on
 `local[2,3]` (tasks are retried), and the first attempt of partition 0 of every even batch
 dies right after preparing (its Python worker exits): a prepared attempt that the driver's
 decision must leave out and roll back.
@@ -143,11 +143,13 @@ def main(plan_path: str) -> int:
         pg = {"dsn": plan["dsn"], "table": plan["table"], "create_table": True}
         sinks = [
             FlakySpec("postgres", pg, plan=text),
+            FlakySpec("s3", plan["s3"], plan=text),
             FlakySpec("files", {"path": plan["files"]}, plan=text, last=True),
         ]
     else:
         sinks = [
             sink("postgres", dsn=plan["dsn"], table=plan["table"], create_table=True),
+            sink("s3", **plan["s3"]),
             sink(
                 "kafka",
                 bootstrap_servers=plan["bootstrap_servers"],

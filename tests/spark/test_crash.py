@@ -1,7 +1,7 @@
 """A real Spark driver killed with SIGKILL, restarted from its checkpoint, again and again:
 every sink of the job must hold every source row exactly once. Driver mode writes Postgres and
-Kafka (Kafka is the commit point); executor mode writes Postgres and the files sink from the
-Spark tasks, with task attempts that die after preparing (tests/spark/crash_child.py).
+S3 and Kafka (Kafka is the commit point); executor mode writes Postgres, S3 and the files sink
+from the Spark tasks, with task attempts that die after preparing (tests/spark/crash_child.py).
 
 Each run is a child process (tests/spark/crash_child.py) running a streaming query; a random
 plan kills its process group (Python driver and JVM) at one moment: inside `fn` after a
@@ -24,7 +24,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from durable_sinks.sinks.files import STAGING
-from tests.services import KafkaEndpoint, PostgresEndpoint
+from durable_sinks.sinks.s3 import committed_dataset
+from tests.services import KafkaEndpoint, PostgresEndpoint, S3Endpoint
+from tests.support.s3_target import incomplete_uploads, s3_options, s3_sink_config
 
 from .streams import (
     kafka_ids,
@@ -46,9 +48,11 @@ IN_BATCH = [
     "step:after-write:0:postgres",
     "step:after-write:0:kafka",
     "step:after-pre-commit:postgres",
+    "step:after-pre-commit:s3",
     "step:after-pre-commit:kafka",
-    "step:after-decision",  # Kafka committed, Postgres still prepared
+    "step:after-decision",  # Kafka committed, Postgres and S3 still prepared
     "step:after-commit:postgres",
+    "step:after-commit:s3",
     "step:after-finish",
     "after-fn",  # fn returned, Spark's commit log not written yet
 ]
@@ -59,23 +63,32 @@ IN_EXECUTOR_BATCH = [
     "step:after-prepare",  # every part prepared, no decision yet
     "step:after-decision",
     "step:after-commit:postgres",
+    "step:after-commit:s3",
     "step:after-commit:files",
     "step:after-finish",
     "step:after-discard:postgres",  # losing attempts of Postgres rolled back, files' not yet
+    "step:after-discard:s3",
     "after-fn",
 ]
 #: Moments of start-up that every restart passes through.
 RECOVERY = {
-    "driver": ["recovery:after-fence", "recovery:after-open:postgres", "recovery:after-open:kafka"],
+    "driver": [
+        "recovery:after-fence",
+        "recovery:after-open:postgres",
+        "recovery:after-open:s3",
+        "recovery:after-open:kafka",
+    ],
     "executor": [
         "recovery:after-fence",
         "recovery:after-open:postgres",
+        "recovery:after-open:s3",
         "recovery:after-open:files",
     ],
 }
 #: In-batch kills that leave a prepared Postgres participant for the next start to resolve.
 LEAVE_PREPARED = {
     "step:after-pre-commit:postgres",
+    "step:after-pre-commit:s3",
     "step:after-pre-commit:kafka",
     "step:after-decision",
     "task:after-prepare",
@@ -139,10 +152,13 @@ def test_spark_driver_killed_at_random_moments_then_restarted(
     kafka: KafkaEndpoint,
     kafka_topic: str,
     pg_schema: str,
+    s3: S3Endpoint,
+    s3_prefix: str,
     job_id: str,
     tmp_path: Path,
 ) -> None:
     rng = random.Random(SEED)
+    s3_path = f"s3://{s3.bucket}/{s3_prefix.rstrip('/')}"
     files = 2 * KILLS + 4
     source, checkpoint = tmp_path / "in", tmp_path / "checkpoint"
     for n in range(files):
@@ -157,6 +173,7 @@ def test_spark_driver_killed_at_random_moments_then_restarted(
         "checkpoint": str(checkpoint),
         "mode": mode,
         "files": str(tmp_path / "out"),
+        "s3": s3_options(s3, s3_path),
         "flags": str(tmp_path),
     }
     kills: list[str] = []
@@ -202,6 +219,14 @@ def test_spark_driver_killed_at_random_moments_then_restarted(
     else:
         found["files"] = published_file_ids(tmp_path / "out")
         assert sorted((tmp_path / "out" / STAGING).iterdir()) == [], context
+    found["S3"] = sorted(
+        committed_dataset(s3_path, s3_sink_config(s3, s3_path).connection)
+        .to_table(columns=["id"])
+        .column("id")
+        .to_pylist()
+    )
+    uploads = incomplete_uploads(s3.client(), s3.bucket, s3_prefix)
+    assert uploads == [], f"incomplete S3 uploads left ({context}): {uploads}"
     for sink, ids in found.items():
         assert len(ids) == len(set(ids)), f"duplicates in {sink} ({context})"
         assert ids == expected, f"{sink} rows lost ({context})"

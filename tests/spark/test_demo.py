@@ -23,10 +23,13 @@ def test_demo_kills_its_driver_and_reports_zero_duplicates_and_losses(
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-4000:]
     assert "driver exit status -9 (SIGKILL)" in done.stdout, done.stdout
-    assert "recovery: generation 2: 1 leftover participant found; committed 1" in done.stdout, (
+    assert "recovery: generation 2: 2 leftover participants found; committed 2" in done.stdout, (
         done.stdout
     )
     assert "Postgres rows:                   5000  duplicates 0  lost 0" in done.stdout
+    assert "S3 rows (committed epochs):      5000  duplicates 0  lost 0" in done.stdout
     assert "Kafka records (read_committed):  5000  duplicates 0  lost 0" in done.stdout
+    assert "prepared transactions left:      0" in done.stdout
+    assert "incomplete S3 uploads left:      0" in done.stdout
     assert "exactly once: yes" in done.stdout
     assert postgres.password not in output
