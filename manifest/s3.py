@@ -66,6 +66,7 @@ from durable_sinks.core.s3 import (
     S3Connection,
     S3Location,
     conditional_write_problem,
+    error_code,
     is_missing,
     is_precondition_failed,
     s3_failure,
@@ -294,10 +295,28 @@ class S3DecisionStore:
         return self._generation
 
     def _check_server(self) -> None:
-        """ConfigError unless the bucket is reachable with these settings and the server
-        honours conditional writes (without them two coordinators could both decide)."""
+        """ConfigError unless the bucket exists and is reachable with these settings, and the
+        server honours conditional writes (without them two coordinators could both
+        decide)."""
+        bucket = self.location.bucket
         try:
-            problem = conditional_write_problem(self._client(), self.location.bucket, self._key(""))
+            # Some servers (SeaweedFS) create a missing bucket on the first PUT. A listing (not
+            # HEAD, whose answers have no body) says why it is refused.
+            self._client().list_objects_v2(Bucket=bucket, Prefix=self._key(""), MaxKeys=1)
+        except ClientError as exc:
+            if error_code(exc) not in ("404", "NoSuchBucket"):
+                raise self._failure(exc, f"reach the bucket {bucket!r}") from None
+            raise ConfigError(
+                f"{self.where}: the bucket {bucket!r} does not exist at "
+                f"{self.connection.server()} (NoSuchBucket)",
+                job=self._job,
+                fix="create the bucket first (durable-sinks never creates buckets), or fix "
+                f"the bucket in {self.location}",
+            ) from None
+        except BotoCoreError as exc:
+            raise self._failure(exc, f"reach the bucket {bucket!r}") from None
+        try:
+            problem = conditional_write_problem(self._client(), bucket, self._key(""))
         except _Errors as exc:
             raise self._failure(exc, f"write a probe object under {self.location}") from None
         if problem is not None:

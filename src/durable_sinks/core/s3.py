@@ -188,6 +188,9 @@ _CLIENTS_LOCK = threading.Lock()
 _REFUSED = {
     "AccessDenied": "grant the job's identity the S3 actions listed in docs/s3.md on this "
     "bucket and prefix",
+    # HEAD requests get no error body: a bare 403 is AccessDenied or a bad signature.
+    "403": "check the credentials, and grant the job's identity the S3 actions listed in "
+    "docs/s3.md on this bucket and prefix",
     "AllAccessDisabled": "the bucket's owner has disabled all access to it",
     "InvalidAccessKeyId": "check the access key id (access_key_id or AWS_ACCESS_KEY_ID)",
     "SignatureDoesNotMatch": "check the secret access key (secret_access_key or "
