@@ -36,7 +36,8 @@ Faults: no botocore error leaves a call. An unreachable server is UnreachableErr
 request or a server error TransientError, refused credentials, permissions or a missing bucket
 a ConfigError with the fix; in `put`, any failure after the record's PUT was sent (a lost
 answer, a 5xx) is InDoubtError: the decision may be recorded. A damaged object is
-ManifestCorruptError naming its key. Secrets never appear in an error or a repr.
+ManifestCorruptError naming its key. Secrets never appear in an error or a repr. The requests
+themselves, and the translation of their failures, are `_s3_folder.S3Folder`'s.
 """
 
 from __future__ import annotations
@@ -45,14 +46,12 @@ import json
 import random
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
 
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import ClientError
 
 from durable_sinks.core.errors import (
-    ConfigError,
     DurableSinkError,
     FencedError,
     InDoubtError,
@@ -62,36 +61,22 @@ from durable_sinks.core.errors import (
     UsageError,
 )
 from durable_sinks.core.naming import component
-from durable_sinks.core.s3 import (
-    S3Connection,
-    S3Location,
-    conditional_write_problem,
-    error_code,
-    is_missing,
-    is_precondition_failed,
-    s3_failure,
-)
+from durable_sinks.core.s3 import S3Connection, S3Location
 
 from ._record import DecisionRecord
+from ._s3_folder import REQUEST_ERRORS, WIDTH, S3Folder
 from ._store import require_open, require_own
 
-if TYPE_CHECKING:
-    from mypy_boto3_s3 import S3Client
-
-_WIDTH = 12  # digits of epoch numbers in keys (sortable)
 GENERATION_FORMAT = "durable-sinks/generation"
 CLAIM_FORMAT = "durable-sinks/claim"
 #: A claim is about 60 bytes, a decision record never under 200 (its envelope alone carries a
 #: 64-digit SHA-256): listings tell them apart by size.
 CLAIM_MAX_BYTES = 128
-#: Hints are rewritten when they are this many epochs behind (a listing page holds 1,000).
-HINT_EVERY = 100
 #: Claims this store remembers the ETag of (saves a read in `put`); older ones are re-read.
 _REMEMBERED_CLAIMS = 1024
 #: Conditional writes lost to other writers before a call gives up (each loss is another
 #: writer's progress; a slot changes at most a few times).
 _ROUNDS = 64
-_Errors = (ClientError, BotoCoreError)
 
 
 @dataclass(frozen=True)
@@ -115,7 +100,7 @@ def _json(value: Mapping[str, object]) -> bytes:
 
 
 def _slot_name(epoch: int) -> str:
-    return f"{epoch:0{_WIDTH}d}.json"
+    return f"{epoch:0{WIDTH}d}.json"
 
 
 class S3DecisionStore:
@@ -144,7 +129,7 @@ class S3DecisionStore:
         #: Whose store this is, for messages (the user named it, or a sink hosts it).
         self.where = where or "the job's decision store"
         self._job: str | None = None
-        self._home = ""
+        self._folder = self._folder_of(None)
         self._generation = -1
         self._claims: dict[int, str] = {}  # epoch -> ETag of this generation's claim
         self._latest: int | None = None  # the highest decided epoch known
@@ -163,179 +148,30 @@ class S3DecisionStore:
     def __repr__(self) -> str:
         return f"S3DecisionStore({str(self.location)!r}, job={self._job!r})"
 
-    # -- requests ------------------------------------------------------------------------------
-    def _client(self) -> S3Client:
-        return self.connection.client()
-
-    def _key(self, *parts: str, job_home: str | None = None) -> str:
-        return "/".join((job_home if job_home is not None else self._home, *parts))
-
-    def _uri(self, key: str) -> str:
-        return f"s3://{self.location.bucket}/{key}"
-
-    def _failure(
-        self, exc: Exception, action: str, epoch: int | None = None, job: str | None = None
-    ) -> DurableSinkError:
-        """The typed error for a failed request (`action`: what was attempted)."""
-        error = s3_failure(
-            exc, f"{action} ({self.where})", self.connection, job=job or self._job, epoch=epoch
-        )
-        if type(error) is DurableSinkError:  # a refusal s3_failure has no class for
-            return ManifestError(
-                error.message,
-                job=error.job,
-                epoch=epoch,
-                fix=error.fix
-                or f"check {self.where} at {self.location} and the job's "
-                "permissions there (docs/s3.md)",
-            )
-        return error
-
-    def _read(self, key: str) -> tuple[bytes, str] | None:
-        """The object's bytes and ETag, None if it does not exist (errors as botocore's)."""
-        try:
-            response = self._client().get_object(Bucket=self.location.bucket, Key=key)
-        except ClientError as exc:
-            if is_missing(exc):
-                return None
-            raise
-        return response["Body"].read(), response["ETag"]
-
-    def _write(self, key: str, body: bytes, *, replacing: str | None) -> str | None:
-        """PUT `body` if the key does not exist (`replacing` None) or still has the ETag
-        `replacing`; the new ETag, or None when that condition failed (another writer came
-        first). Other errors as botocore raised them."""
-        client, bucket = self._client(), self.location.bucket
-        try:
-            if replacing is None:
-                response = client.put_object(
-                    Bucket=bucket,
-                    Key=key,
-                    Body=body,
-                    IfNoneMatch="*",
-                    ContentType="application/json",
-                )
-            else:
-                response = client.put_object(
-                    Bucket=bucket,
-                    Key=key,
-                    Body=body,
-                    IfMatch=replacing,
-                    ContentType="application/json",
-                )
-        except ClientError as exc:
-            # AWS answers If-Match on a key deleted meanwhile with 404 (SeaweedFS with 412).
-            if is_precondition_failed(exc) or (replacing is not None and is_missing(exc)):
-                return None
-            raise
-        return response["ETag"]
-
-    def _refresh_hint(self, name: str, value: int, hinted: int | None) -> int | None:
-        """Rewrite hint `name` with `value` when what it holds (`hinted`, as far as known) is
-        unknown or HINT_EVERY behind; what it holds afterwards. Best effort: a lost hint
-        only costs a longer listing later."""
-        if hinted is not None and value < hinted + HINT_EVERY:
-            return hinted
-        try:
-            self._client().put_object(
-                Bucket=self.location.bucket, Key=self._key(name), Body=str(value).encode()
-            )
-        except _Errors:
-            return hinted
-        return value
-
-    def _read_hint(self, name: str) -> int | None:
-        try:
-            found = self._read(self._key(name))
-        except _Errors as exc:
-            raise self._failure(exc, f"read {self._uri(self._key(name))}") from None
-        if found is None:
-            return None
-        try:
-            return int(found[0])
-        except ValueError:
-            return None  # a damaged hint is only a hint: recomputed
-
-    def _listed(self, folder: str, start: int | None) -> Iterator[tuple[int, int]]:
-        """(epoch, size) of the objects in `folder`, ascending, from epoch `start` (all
-        when None): one request per 1,000 objects, stopped whenever the caller stops."""
-        prefix = self._key(folder) + "/"
-        token: str | None = None
-        while True:
-            request: dict[str, Any] = {"Bucket": self.location.bucket, "Prefix": prefix}
-            if token is not None:
-                request["ContinuationToken"] = token
-            elif start is not None and start > 0:
-                # Just after every key of epoch start-1 ('~' sorts after '.' and digits).
-                request["StartAfter"] = f"{prefix}{start - 1:0{_WIDTH}d}~"
-            try:
-                page = self._client().list_objects_v2(**request)
-            except _Errors as exc:
-                raise self._failure(exc, f"list {self._uri(prefix)}") from None
-            for item in page.get("Contents", []):
-                name = item["Key"][len(prefix) :].removesuffix(".json")
-                if name.isdigit():
-                    yield int(name), int(item.get("Size", 0))
-            if not page.get("IsTruncated"):
-                return
-            token = page.get("NextContinuationToken")
+    def _folder_of(self, job: str | None) -> S3Folder:
+        home = self.location.key(component(job)) if job is not None else self.location.prefix
+        return S3Folder(self.location, self.connection, home, where=self.where, job=job)
 
     # -- generations ---------------------------------------------------------------------------
     def open(self, job_id: str) -> int:
         if self._job is not None:
             raise UsageError(f"{self!r} is already open", job=job_id)
         self._job = job_id
-        self._home = self.location.key(component(job_id))
+        self._folder = self._folder_of(job_id)
         try:
-            self._check_server()
+            self._folder.check_server()
             self._generation = self._claim_generation()
         except BaseException:
             self._job = None
             raise
         return self._generation
 
-    def _check_server(self) -> None:
-        """ConfigError unless the bucket exists and is reachable with these settings, and the
-        server honours conditional writes (without them two coordinators could both
-        decide)."""
-        bucket = self.location.bucket
+    def _read_generation(self, folder: S3Folder) -> _Generation | None:
+        key = folder.key("generation.json")
         try:
-            # Some servers (SeaweedFS) create a missing bucket on the first PUT. A listing (not
-            # HEAD, whose answers have no body) says why it is refused.
-            self._client().list_objects_v2(Bucket=bucket, Prefix=self._key(""), MaxKeys=1)
-        except ClientError as exc:
-            if error_code(exc) not in ("404", "NoSuchBucket"):
-                raise self._failure(exc, f"reach the bucket {bucket!r}") from None
-            raise ConfigError(
-                f"{self.where}: the bucket {bucket!r} does not exist at "
-                f"{self.connection.server()} (NoSuchBucket)",
-                job=self._job,
-                fix="create the bucket first (durable-sinks never creates buckets), or fix "
-                f"the bucket in {self.location}",
-            ) from None
-        except BotoCoreError as exc:
-            raise self._failure(exc, f"reach the bucket {bucket!r}") from None
-        try:
-            problem = conditional_write_problem(self._client(), bucket, self._key(""))
-        except _Errors as exc:
-            raise self._failure(exc, f"write a probe object under {self.location}") from None
-        if problem is not None:
-            raise ConfigError(
-                f"{self.where}: S3 at {self.connection.server()} does not honour conditional "
-                f"writes: {problem}. Without them a zombie coordinator could record a decision "
-                "after a newer one took over, so this store is not safe there",
-                job=self._job,
-                fix="use a server that implements If-None-Match and If-Match on PUT (AWS S3, "
-                "SeaweedFS 4, MinIO from 2025-09; a proxy in between must pass those headers), "
-                "or put the decision store elsewhere (decision_store='postgresql://...' or a "
-                "durable directory)",
-            )
-
-    def _read_generation(self, key: str, job: str | None = None) -> _Generation | None:
-        try:
-            found = self._read(key)
-        except _Errors as exc:
-            raise self._failure(exc, f"read {self._uri(key)}", job=job) from None
+            found = folder.read(key)
+        except REQUEST_ERRORS as exc:
+            raise folder.failure(exc, f"read {folder.uri(key)}") from None
         if found is None:
             return None
         data, etag = found
@@ -346,42 +182,43 @@ class S3DecisionStore:
             return _Generation(int(value["generation"]), str(value.get("claimant", "")), etag)
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             raise ManifestCorruptError(
-                f"{self._uri(key)}: not a durable-sinks generation object ({len(data)} bytes)",
-                job=job or self._job,
+                f"{folder.uri(key)}: not a durable-sinks generation object ({len(data)} bytes)",
+                job=folder.job,
                 fix="it was changed outside durable-sinks; restore it from a backup, or write "
                 '{"format": "durable-sinks/generation", "generation": N} with N above every '
                 "generation the job used",
             ) from exc
 
     def _claim_generation(self) -> int:
-        key = self._key("generation.json")
+        key = self._folder.key("generation.json")
         claimant = uuid.uuid4().hex
         for attempt in range(_ROUNDS):
-            current = self._read_generation(key)
+            current = self._read_generation(self._folder)
             if current is not None and current.claimant == claimant:
                 # Our PUT landed but its answer was lost (a 412 on botocore's retry).
                 return current.generation
             number = 1 if current is None else current.generation + 1
             body = _json({"format": GENERATION_FORMAT, "generation": number, "claimant": claimant})
             try:
-                written = self._write(
+                written = self._folder.write(
                     key, body, replacing=None if current is None else current.etag
                 )
-            except _Errors as exc:
-                raise self._failure(exc, f"claim generation {number} in {self._uri(key)}") from None
+            except REQUEST_ERRORS as exc:
+                raise self._folder.failure(
+                    exc, f"claim generation {number} in {self._folder.uri(key)}"
+                ) from None
             if written is not None:
                 return number
             time.sleep(random.uniform(0, 0.002 * (attempt + 1)))  # noqa: S311 - back-off jitter
         raise TransientError(
-            f"{self.where}: could not claim a generation in {self._uri(key)}: other "
+            f"{self.where}: could not claim a generation in {self._folder.uri(key)}: other "
             f"coordinators of the job claimed {_ROUNDS} in a row",
             job=self._job,
             fix="start one driver per job_id; a retry may succeed",
         )
 
     def peek_generation(self, job_id: str) -> int:
-        key = self._key("generation.json", job_home=self.location.key(component(job_id)))
-        current = self._read_generation(key, job=job_id)
+        current = self._read_generation(self._folder_of(job_id))
         return 0 if current is None else current.generation
 
     def _require_open(self) -> str:
@@ -397,15 +234,15 @@ class S3DecisionStore:
 
     # -- slots ---------------------------------------------------------------------------------
     def _slot(self, epoch: int, data: bytes, etag: str) -> _Slot:
-        key = self._key("decisions", _slot_name(epoch))
+        key = self._folder.key("decisions", _slot_name(epoch))
         if len(data) <= CLAIM_MAX_BYTES:
             claim = self._claim_in(key, data)
             if claim is not None:
                 return _Slot(etag, claim=claim)
-        record = DecisionRecord.from_bytes(data, source=self._uri(key))
+        record = DecisionRecord.from_bytes(data, source=self._folder.uri(key))
         if record.epoch != epoch or record.job_id != self._job:
             raise ManifestCorruptError(
-                f"{self._uri(key)} holds the decision of job {record.job_id!r} epoch "
+                f"{self._folder.uri(key)} holds the decision of job {record.job_id!r} epoch "
                 f"{record.epoch}, not of job {self._job!r} epoch {epoch}",
                 job=self._job,
                 epoch=epoch,
@@ -425,7 +262,7 @@ class S3DecisionStore:
         generation = value.get("generation")
         if not isinstance(generation, int) or generation < 0:
             raise ManifestCorruptError(
-                f"{self._uri(key)}: a claim without a valid generation ({generation!r})",
+                f"{self._folder.uri(key)}: a claim without a valid generation ({generation!r})",
                 job=self._job,
                 fix="it was changed outside durable-sinks; delete it only after checking no "
                 "coordinator of the job runs",
@@ -435,13 +272,13 @@ class S3DecisionStore:
     def _read_slot(self, epoch: int, *, in_doubt: bool = False) -> _Slot:
         """The slot as it is now. A failed read is InDoubtError with `in_doubt` (a put whose
         record may already be there), else the request's typed error."""
-        key = self._key("decisions", _slot_name(epoch))
+        key = self._folder.key("decisions", _slot_name(epoch))
         try:
-            found = self._read(key)
-        except _Errors as exc:
+            found = self._folder.read(key)
+        except REQUEST_ERRORS as exc:
             if in_doubt:
                 raise self._in_doubt(exc, epoch) from None
-            raise self._failure(exc, f"read {self._uri(key)}", epoch) from None
+            raise self._folder.failure(exc, f"read {self._folder.uri(key)}", epoch) from None
         if found is None:
             return _Slot(None)
         return self._slot(epoch, *found)
@@ -456,7 +293,7 @@ class S3DecisionStore:
         """The epoch's decision; with none, the slot is left claimed by this generation, so
         no older one can decide the epoch any more (FencedError if a newer one claimed it)."""
         self._require_open()
-        key = self._key("decisions", _slot_name(epoch))
+        key = self._folder.key("decisions", _slot_name(epoch))
         claim = _json({"format": CLAIM_FORMAT, "generation": self._generation})
         for _ in range(_ROUNDS):
             slot = self._read_slot(epoch)
@@ -469,27 +306,27 @@ class S3DecisionStore:
                 self._remember_claim(epoch, slot.etag)
                 return None
             try:
-                written = self._write(key, claim, replacing=slot.etag)
-            except _Errors as exc:
-                raise self._failure(exc, f"claim {self._uri(key)}", epoch) from None
+                written = self._folder.write(key, claim, replacing=slot.etag)
+            except REQUEST_ERRORS as exc:
+                raise self._folder.failure(exc, f"claim {self._folder.uri(key)}", epoch) from None
             if written is not None:
                 self._remember_claim(epoch, written)
                 return None
         raise TransientError(
-            f"{self.where}: {self._uri(key)} kept changing while it was read", job=self._job
+            f"{self.where}: {self._folder.uri(key)} kept changing while it was read", job=self._job
         )
 
     def put(self, record: DecisionRecord) -> DecisionRecord:
         job = self._require_open()
         require_own(record, job, self._generation)
         epoch = record.epoch
-        key = self._key("decisions", _slot_name(epoch))
-        current = self._read_generation(self._key("generation.json"))
+        key = self._folder.key("decisions", _slot_name(epoch))
+        current = self._read_generation(self._folder)
         if current is None or current.generation < self._generation:
             raise ManifestError(
-                f"{self.where}: {self._uri(self._key('generation.json'))} is missing or went "
-                f"back below generation {self._generation} while this coordinator ran; no "
-                "decision was recorded",
+                f"{self.where}: {self._folder.uri(self._folder.key('generation.json'))} is "
+                f"missing or went back below generation {self._generation} while this "
+                "coordinator ran; no decision was recorded",
                 job=job,
                 epoch=epoch,
                 fix="the job's folder in the store was removed or restored from an old backup; "
@@ -512,15 +349,15 @@ class S3DecisionStore:
                 raise self._fenced(epoch, slot.claim, "this decision was not recorded")
             try:
                 sent = True
-                written = self._write(key, body, replacing=slot.etag)
-            except _Errors as exc:
+                written = self._folder.write(key, body, replacing=slot.etag)
+            except REQUEST_ERRORS as exc:
                 raise self._put_failure(exc, epoch, key) from None
             if written is not None:
                 self._saw_decision(epoch, hint=True)
                 return record
             slot = None
         raise InDoubtError(
-            f"{self.where}: {self._uri(key)} kept changing while the decision was written",
+            f"{self.where}: {self._folder.uri(key)} kept changing while the decision was written",
             job=job,
             epoch=epoch,
         )
@@ -531,11 +368,13 @@ class S3DecisionStore:
         if isinstance(exc, ClientError):
             status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
             if 400 <= status < 500 and status not in (408, 429):
-                return self._failure(exc, f"write the decision {self._uri(key)}", epoch)
+                return self._folder.failure(
+                    exc, f"write the decision {self._folder.uri(key)}", epoch
+                )
         return self._in_doubt(exc, epoch)
 
     def _in_doubt(self, exc: Exception, epoch: int) -> InDoubtError:
-        cause = self._failure(exc, f"write the decision of epoch {epoch}", epoch)
+        cause = self._folder.failure(exc, f"write the decision of epoch {epoch}", epoch)
         return InDoubtError(
             f"{cause.message}; the decision was sent, so whether it is recorded is unknown",
             job=self._job,
@@ -548,24 +387,11 @@ class S3DecisionStore:
     # -- finished epochs and hints -------------------------------------------------------------
     def mark_finished(self, epoch: int) -> None:
         self._require_open()
-        key = self._key("finished", f"{epoch:0{_WIDTH}d}")
-        try:
-            self._client().put_object(Bucket=self.location.bucket, Key=key, Body=b"")
-        except _Errors as exc:
-            raise self._failure(exc, f"write {self._uri(key)}", epoch) from None
+        self._folder.mark(self._folder.key("finished", f"{epoch:0{WIDTH}d}"), epoch)
 
     def is_finished(self, epoch: int) -> bool:
         self._require_open()
-        key = self._key("finished", f"{epoch:0{_WIDTH}d}")
-        try:
-            self._client().head_object(Bucket=self.location.bucket, Key=key)
-        except ClientError as exc:
-            if is_missing(exc):
-                return False
-            raise self._failure(exc, f"read {self._uri(key)}", epoch) from None
-        except BotoCoreError as exc:
-            raise self._failure(exc, f"read {self._uri(key)}", epoch) from None
-        return True
+        return self._folder.exists(self._folder.key("finished", f"{epoch:0{WIDTH}d}"), epoch)
 
     def _saw_decision(self, epoch: int, *, hint: bool = False) -> None:
         """Remember that `epoch` is decided; with `hint`, rewrite the `latest` hint when it is
@@ -573,7 +399,7 @@ class S3DecisionStore:
         if self._latest is None or epoch > self._latest:
             self._latest = epoch
         if hint:
-            self._latest_hint = self._refresh_hint("latest", epoch, self._latest_hint)
+            self._latest_hint = self._folder.refresh_hint("latest", epoch, self._latest_hint)
 
     def latest_epoch(self) -> int | None:
         """The highest decided epoch: the slots from the highest one known (this store's
@@ -583,19 +409,19 @@ class S3DecisionStore:
         self._require_open()
         start = self._latest
         if start is None:
-            start = self._latest_hint = self._read_hint("latest")
+            start = self._latest_hint = self._folder.read_hint("latest")
         found = self._highest_decided(start)
         if found is None and start is not None:
             found = self._highest_decided(None)  # the hint's record is gone: scan once
         if found is None:
             return None
         self._latest = found
-        self._latest_hint = self._refresh_hint("latest", found, self._latest_hint)
+        self._latest_hint = self._folder.refresh_hint("latest", found, self._latest_hint)
         return found
 
     def _highest_decided(self, start: int | None) -> int | None:
         highest = None
-        for epoch, size in self._listed("decisions", start):
+        for epoch, size in self._folder.listed("decisions", start):
             if size > CLAIM_MAX_BYTES:
                 highest = epoch
         return highest
@@ -607,21 +433,21 @@ class S3DecisionStore:
         self._require_open()
         start = self._expired_below
         if start is None:
-            start = self._expired_hint = self._read_hint("expired-below")
+            start = self._expired_hint = self._folder.read_hint("expired-below")
         if start is None:  # the first expiry in this folder: start at the oldest slot, once
-            oldest = [next(self._listed(f, None), None) for f in ("decisions", "finished")]
+            oldest = [next(self._folder.listed(f, None), None) for f in ("decisions", "finished")]
             start = min((o[0] for o in oldest if o is not None), default=max(before_epoch, 0))
         if start >= before_epoch:
             self._expired_below = start
             return 0
         finished: set[int] = set()
-        for epoch, _ in self._listed("finished", start):
+        for epoch, _ in self._folder.listed("finished", start):
             if epoch >= before_epoch:
                 break
             finished.add(epoch)
         doomed: list[str] = []
         stop = before_epoch
-        for epoch, size in self._listed("decisions", start):
+        for epoch, size in self._folder.listed("decisions", start):
             if epoch >= before_epoch:
                 break
             if size <= CLAIM_MAX_BYTES:
@@ -629,32 +455,15 @@ class S3DecisionStore:
             if epoch not in finished:
                 stop = epoch
                 break
-            doomed.append(self._key("decisions", _slot_name(epoch)))
+            doomed.append(self._folder.key("decisions", _slot_name(epoch)))
         removed = len(doomed)
-        doomed += [self._key("finished", f"{e:0{_WIDTH}d}") for e in sorted(finished) if e < stop]
-        self._delete(doomed)
+        doomed += [
+            self._folder.key("finished", f"{e:0{WIDTH}d}") for e in sorted(finished) if e < stop
+        ]
+        self._folder.delete(doomed)
         self._expired_below = stop
-        self._expired_hint = self._refresh_hint("expired-below", stop, self._expired_hint)
+        self._expired_hint = self._folder.refresh_hint("expired-below", stop, self._expired_hint)
         return removed
-
-    def _delete(self, keys: list[str]) -> None:
-        for first in range(0, len(keys), 1000):
-            batch = keys[first : first + 1000]
-            try:
-                response = self._client().delete_objects(
-                    Bucket=self.location.bucket,
-                    Delete={"Objects": [{"Key": k} for k in batch], "Quiet": True},
-                )
-            except _Errors as exc:
-                raise self._failure(exc, f"delete old decisions under {self.location}") from None
-            errors = response.get("Errors", [])
-            if errors:
-                raise ManifestError(
-                    f"{self.where}: S3 refused to delete {len(errors)} old decision objects "
-                    f"(first: {errors[0].get('Key')}: {errors[0].get('Code')})",
-                    job=self._job,
-                    fix="grant s3:DeleteObject on the store's prefix (docs/s3.md)",
-                )
 
     def close(self) -> None:
         """Forget what this store remembers; the client is shared and stays (never raises)."""
