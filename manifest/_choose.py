@@ -1,12 +1,14 @@
 """Choosing a decision store from what a user writes in a job's options.
 
 Accepted: a DecisionStore; a Postgres DSN (`postgresql://...`, `postgres://...`, or a libpq
-`key=value ...` string); an absolute directory path (str or os.PathLike), or the same as a
-`file:///absolute/path` URI. Everything else is a ConfigError naming the mistake, raised before
-anything is created: a relative path in particular (it would be resolved against the current
-directory, and a driver restarted from another one would find no decisions: recovery breaks),
-any other URI scheme (a typo such as `postgresq://` would otherwise become a folder), and a
-`key=value` string libpq cannot parse.
+`key=value ...` string); an S3 location `s3://bucket/prefix` (or `s3a://`; the server and
+credentials from boto3's default chain: AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...); an absolute
+directory path (str or os.PathLike), or the same as a `file:///absolute/path` URI. Everything
+else is a ConfigError naming the mistake, raised before anything is created: a relative path
+in particular (it would be resolved against the current directory, and a driver restarted
+from another one would find no decisions: recovery breaks), any other URI scheme (a typo such
+as `postgresq://` would otherwise become a folder), and a `key=value` string libpq cannot
+parse.
 """
 
 from __future__ import annotations
@@ -28,9 +30,12 @@ _LIBPQ_KEYWORD = re.compile(r"(^|\s)(host|hostaddr|dbname|user|port|service)\s*=
 _KEYWORD_STRING = re.compile(r"^\s*[A-Za-z_][A-Za-z0-9_]*\s*=")
 _URI = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 #: The URI schemes a decision store may be given with.
-SCHEMES = ("postgresql", "postgres", "file")
+SCHEMES = ("postgresql", "postgres", "s3", "s3a", "file")
 _PASSWORD_IN_URI = re.compile(r"(://[^:/@?#]*):[^@/?#]*@")
-_EXAMPLES = "decision_store='/durable/volume/my-job' or decision_store='postgresql://...'"
+_EXAMPLES = (
+    "decision_store='/durable/volume/my-job', decision_store='postgresql://...' or "
+    "decision_store='s3://bucket/prefix'"
+)
 
 
 def is_postgres_dsn(text: str) -> bool:
@@ -42,9 +47,9 @@ def store_from(
     target: str | os.PathLike[str] | DecisionStore, *, job: str | None = None
 ) -> DecisionStore:
     """A decision store from `target` (see the module docs for what is accepted): a store
-    as is, a Postgres DSN (table in `public`), or an absolute path of a local directory (on
-    storage that survives the machine: fsync and link must work there). ConfigError, with
-    nothing created, for anything else."""
+    as is, a Postgres DSN (table in `public`), an S3 location, or an absolute path of a local
+    directory (on storage that survives the machine: fsync and link must work there).
+    ConfigError, with nothing created, for anything else."""
     if isinstance(target, DecisionStore):
         return target
     if isinstance(target, os.PathLike):
@@ -54,7 +59,8 @@ def store_from(
         return _directory(path, job)
     if not isinstance(target, str):
         raise _refused(
-            f"decision_store must be a directory path, a Postgres DSN or a DecisionStore, not "
+            f"decision_store must be a directory path, a Postgres DSN, an s3:// location or a "
+            f"DecisionStore, not "
             f"{type(target).__name__}",
             _EXAMPLES,
             job,
@@ -70,6 +76,8 @@ def store_from(
             return _postgres(target)
         if scheme.lower() == "file":
             return _directory(_file_uri_path(text, job), job)
+        if scheme.lower() in ("s3", "s3a"):
+            return _s3(text, job)
         return _unknown_scheme(text, scheme, job)
     if is_postgres_dsn(text) or _KEYWORD_STRING.match(text):
         _check_dsn(text, job)
@@ -81,6 +89,20 @@ def _postgres(dsn: str) -> DecisionStore:
     from .postgres import PostgresDecisionStore
 
     return PostgresDecisionStore(dsn)
+
+
+def _s3(uri: str, job: str | None) -> DecisionStore:
+    """An S3DecisionStore at `uri` (parsed now: a bad bucket or prefix is a ConfigError before
+    anything connects); the connection from boto3's default chain."""
+    from durable_sinks.core.s3 import S3Location
+
+    from .s3 import S3DecisionStore
+
+    try:
+        location = S3Location.parse(uri, what="decision_store")
+    except ConfigError as exc:
+        raise _refused(exc.message, exc.fix or _EXAMPLES, job) from None
+    return S3DecisionStore(location)
 
 
 def _refused(message: str, fix: str, job: str | None) -> ConfigError:
@@ -166,7 +188,10 @@ def _check_dsn(text: str, job: str | None) -> None:
 
 def default_store_for(kind: str, config: Mapping[str, Any]) -> DecisionStore | None:
     """The store a job may use when it names none: one next to a sink that can host it (a
-    Postgres sink's database, in the sink's meta schema). None when `kind` cannot."""
+    Postgres sink's database, in the sink's meta schema; an S3 sink's prefix, under
+    `_decisions`). None when `kind` cannot."""
+    if kind == "s3":
+        return _s3_beside(config)
     if kind != "postgres" or not isinstance(config.get("dsn"), str):
         return None
     from .postgres import PostgresDecisionStore
@@ -181,4 +206,47 @@ def default_store_for(kind: str, config: Mapping[str, Any]) -> DecisionStore | N
         schema=str(schema),
         connect_timeout=timeout if isinstance(timeout, int) else None,
         where=f"the job's decision store, in the database of postgres sink {name!r}",
+    )
+
+
+#: The S3 sink's settings that say how to reach the server (sinks/s3/config.py; a decision
+#: store never imports a sink, so they are read from the sink's config mapping by name).
+_S3_CONNECTION_KEYS = (
+    "endpoint_url",
+    "region",
+    "access_key_id",
+    "secret_access_key",
+    "session_token",
+    "addressing_style",
+    "connect_timeout",
+    "read_timeout",
+)
+
+
+def _s3_beside(config: Mapping[str, Any]) -> DecisionStore | None:
+    """An S3DecisionStore under `<path>/_decisions` of an S3 sink, reached as the sink is
+    (its settings, else boto3's chain). None without a path."""
+    from durable_sinks.core.s3 import S3Connection, S3Location
+
+    from .s3 import S3DecisionStore
+
+    path = config.get("path")
+    if not isinstance(path, str):
+        return None
+    name = str(config.get("name", "s3"))
+    location = S3Location.parse(path, what=f"s3 sink {name!r}: path").child("_decisions")
+    settings = {k: config[k] for k in _S3_CONNECTION_KEYS if config.get(k) is not None}
+    for timeout in ("connect_timeout", "read_timeout"):
+        if timeout in settings:
+            try:
+                settings[timeout] = float(settings[timeout])
+            except (TypeError, ValueError):
+                raise ConfigError(
+                    f"s3 sink {name!r}: {timeout} {settings[timeout]!r} is not a number of seconds",
+                    fix=f"{timeout}=10",
+                ) from None
+    return S3DecisionStore(
+        location,
+        S3Connection(**settings),
+        where=f"the job's decision store, under {location} of s3 sink {name!r}",
     )

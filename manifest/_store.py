@@ -13,10 +13,18 @@ from ._record import DecisionRecord
 class DecisionStore(Protocol):
     """Where a job's commit decisions are made durable: one record per epoch, create-only.
 
-    Generations fence coordinators: `open` claims a generation higher than any before and
-    fences every older one, atomically with respect to `put`. After `open` of generation g
-    returns, no coordinator of a generation below g can add a record, and every record such a
-    coordinator did add is visible to `get`.
+    Generations fence coordinators: `open` claims a generation higher than any before. The
+    guarantee every store gives: after `open` of generation g returns, no coordinator of a
+    generation below g can add a record for an epoch that generation g has looked up with
+    `get` (or `put`) since, and every record such a coordinator did add is visible to `get`.
+    That is what the coordinator relies on: it looks an epoch up before it rolls back
+    participants of it (presumed abort, at recovery) and before it decides it. The local
+    directory and Postgres stores give more: no record at all from an older generation once
+    `open` of g returned (fenced atomically with respect to `put`). The S3 store fences per
+    epoch (S3 has no multi-object condition): `get` leaves an undecided epoch claimed by its
+    generation, and `put` also refuses when it finds a newer generation claimed, so an older
+    generation's record lands after g's `open` only from a `put` already under way, for an
+    epoch g had not looked up; g's `get` then returns it (and g finishes the epoch).
 
     Contract of each call:
     - `put(record)` is the commit point. When it returns, the record for `record.epoch` is
@@ -24,7 +32,9 @@ class DecisionStore(Protocol):
       wins). FencedError: nothing was added (safe to roll back). Any other error: the outcome
       is unknown (InDoubtError): the caller must not roll back.
     - `get(epoch)` is O(1) whatever the history length; ManifestCorruptError on a damaged
-      record, never a silent None.
+      record, never a silent None. It may write (the S3 store claims the epoch for this
+      generation when it finds no decision) and may raise FencedError (a newer generation
+      claimed the epoch).
     - `mark_finished(epoch)` records that every participant is committed (a hint: losing it in
       a crash only makes recovery re-check idempotent commits).
     - `expire(before_epoch)` deletes finished records of epochs below `before_epoch`.

@@ -12,8 +12,10 @@ from pathlib import Path
 import pytest
 
 from durable_sinks.core.errors import ConfigError
-from durable_sinks.manifest import LocalDirectoryStore, store_from
+from durable_sinks.core.s3 import S3Connection, S3Location
+from durable_sinks.manifest import LocalDirectoryStore, default_store_for, store_from
 from durable_sinks.manifest.postgres import PostgresDecisionStore
+from durable_sinks.manifest.s3 import S3DecisionStore
 from durable_sinks.spark import durable_sink
 
 
@@ -50,8 +52,9 @@ def refused(target: object, cwd: Path) -> ConfigError:
         ),
         ("fil:///data/decisions", "did you mean file://?", "'file:///data/decisions'"),
         (
-            "s3://bucket/decisions",
-            "the schemes a decision store accepts are postgresql://, postgres://, file://",
+            "gs://bucket/decisions",
+            "the schemes a decision store accepts are postgresql://, postgres://, s3://, "
+            "s3a://, file://",
             "decision_store='/durable/volume/my-job'",
         ),
     ],
@@ -143,3 +146,77 @@ def test_durable_sink_refuses_a_relative_decision_store_before_anything_runs(
     assert os.path.abspath("decisions") in (raised.value.fix or "")
     assert list(cwd.iterdir()) == []
     assert not out.exists()
+
+
+# -- S3 (parsing only: nothing here reaches a server) --------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("target", "bucket", "prefix"),
+    [
+        ("s3://my-bucket/jobs/decisions", "my-bucket", "jobs/decisions"),
+        ("s3a://my-bucket/jobs/decisions/", "my-bucket", "jobs/decisions"),
+        ("  s3://my-bucket  ", "my-bucket", ""),
+        ("S3://my.bucket-1/d", "my.bucket-1", "d"),
+    ],
+)
+def test_an_s3_location_becomes_an_s3_store(
+    target: str, bucket: str, prefix: str, cwd: Path
+) -> None:
+    store = store_from(target)
+    assert isinstance(store, S3DecisionStore)
+    assert store.location == S3Location(bucket, prefix)
+    assert store.connection == S3Connection()  # boto3's default chain, read when it connects
+    assert store.durable
+    assert list(cwd.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("target", "message"),
+    [
+        ("s3://", "is not a valid bucket name"),
+        ("s3://My_Bucket/decisions", "'My_Bucket' is not a valid bucket name"),
+        ("s3://bucket/a//b", "the prefix has an empty, '.' or '..' segment"),
+        ("s3a://bucket/../decisions", "the prefix has an empty, '.' or '..' segment"),
+    ],
+)
+def test_a_malformed_s3_location_is_refused(target: str, message: str, cwd: Path) -> None:
+    error = refused(target, cwd)
+    assert message in error.message
+    assert error.message.startswith("decision_store")
+
+
+def test_a_mistyped_s3_scheme_is_not_taken_for_a_folder(cwd: Path) -> None:
+    error = refused("s3n://bucket/decisions", cwd)
+    assert "which no decision store uses" in error.message
+
+
+def test_an_s3_sinks_default_store_lives_under_its_prefix_with_its_settings(cwd: Path) -> None:
+    config = {
+        "path": "s3://lake/events",
+        "name": "lake",
+        "endpoint_url": "https://s3.example.com",
+        "region": "eu-west-1",
+        "access_key_id": "AKIAEXAMPLE",
+        "secret_access_key": "secret-value-123",
+        "addressing_style": "path",
+        "connect_timeout": "5",
+        "part_size": 8 * 1024 * 1024,  # a sink setting the store ignores
+    }
+    store = default_store_for("s3", config)
+    assert isinstance(store, S3DecisionStore)
+    assert store.location == S3Location("lake", "events/_decisions")
+    assert store.connection == S3Connection(
+        endpoint_url="https://s3.example.com",
+        region="eu-west-1",
+        access_key_id="AKIAEXAMPLE",
+        secret_access_key="secret-value-123",
+        addressing_style="path",
+        connect_timeout=5.0,
+    )
+    shown = repr(store) + repr(store.connection) + store.where
+    assert "secret-value-123" not in shown
+    assert "s3 sink 'lake'" in store.where
+    assert default_store_for("s3", {"name": "no-path"}) is None
+    with pytest.raises(ConfigError, match="connect_timeout 'soon' is not a number"):
+        default_store_for("s3", {"path": "s3://lake/events", "connect_timeout": "soon"})

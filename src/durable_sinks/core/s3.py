@@ -17,6 +17,7 @@ import os
 import re
 import threading
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
@@ -187,6 +188,9 @@ _CLIENTS_LOCK = threading.Lock()
 _REFUSED = {
     "AccessDenied": "grant the job's identity the S3 actions listed in docs/s3.md on this "
     "bucket and prefix",
+    # HEAD requests get no error body: a bare 403 is AccessDenied or a bad signature.
+    "403": "check the credentials, and grant the job's identity the S3 actions listed in "
+    "docs/s3.md on this bucket and prefix",
     "AllAccessDisabled": "the bucket's owner has disabled all access to it",
     "InvalidAccessKeyId": "check the access key id (access_key_id or AWS_ACCESS_KEY_ID)",
     "SignatureDoesNotMatch": "check the secret access key (secret_access_key or "
@@ -335,19 +339,46 @@ def multipart_etag(part_etags: list[str]) -> str | None:
     return f'"{digest.hexdigest()}-{len(part_etags)}"'
 
 
-def probe_conditional_writes(client: S3Client, bucket: str, key_prefix: str) -> bool:
-    """Whether the server honours `If-None-Match: *` on PUT (a second create of one key is
-    refused with 412). Writes and deletes one probe object under `key_prefix`."""
+def conditional_write_problem(client: S3Client, bucket: str, key_prefix: str) -> str | None:
+    """None when the server honours the conditional writes durable-sinks relies on, else what
+    it got wrong (for a ConfigError). Checks, on one probe object under `key_prefix` (deleted
+    again): a create with `If-None-Match: *` succeeds, a second one is refused (412), a PUT
+    with `If-Match` on a wrong ETag is refused and one on the right ETag succeeds. A server
+    that ignores the conditions (older S3-compatible servers, some proxies) would let two
+    writers both believe they won. Errors other than the refusals expected are raised as
+    botocore raised them (translate them with `s3_failure`)."""
     from botocore.exceptions import ClientError
 
+    def refused(put: Callable[[], object]) -> bool:
+        try:
+            put()
+        except ClientError as exc:
+            if is_precondition_failed(exc):
+                return True
+            raise
+        return False
+
     key = f"{key_prefix}conditional-probe-{uuid.uuid4().hex}"
-    client.put_object(Bucket=bucket, Key=key, Body=b"1", IfNoneMatch="*")
+    created = client.put_object(Bucket=bucket, Key=key, Body=b"1", IfNoneMatch="*")
     try:
-        client.put_object(Bucket=bucket, Key=key, Body=b"2", IfNoneMatch="*")
-    except ClientError as exc:
-        if is_precondition_failed(exc):
-            return True
-        raise
+        if not refused(
+            lambda: client.put_object(Bucket=bucket, Key=key, Body=b"2", IfNoneMatch="*")
+        ):
+            return "it ignores If-None-Match: * (a second create of one key was accepted)"
+        wrong = '"00000000000000000000000000000000"'
+        if created.get("ETag") == wrong:  # pragma: no cover - an MD5 nobody writes
+            wrong = '"11111111111111111111111111111111"'
+        if not refused(lambda: client.put_object(Bucket=bucket, Key=key, Body=b"2", IfMatch=wrong)):
+            return "it ignores If-Match (a PUT on a wrong ETag was accepted)"
+        current = client.head_object(Bucket=bucket, Key=key)["ETag"]
+        if refused(lambda: client.put_object(Bucket=bucket, Key=key, Body=b"2", IfMatch=current)):
+            return "it refuses If-Match on the object's own ETag"
     finally:
         client.delete_object(Bucket=bucket, Key=key)
-    return False
+    return None
+
+
+def probe_conditional_writes(client: S3Client, bucket: str, key_prefix: str) -> bool:
+    """Whether the server honours `If-None-Match: *` and `If-Match` on PUT (see
+    `conditional_write_problem`, which says what is wrong)."""
+    return conditional_write_problem(client, bucket, key_prefix) is None
