@@ -68,6 +68,14 @@ def s3(testbed: Testbed) -> S3Endpoint:
 
 
 @pytest.fixture(scope="session")
+def moto_s3(testbed: Testbed) -> S3Endpoint:
+    """moto's S3 server: a second S3 implementation, in memory (docs/testbed.md), with the
+    same bucket name as `s3`; these credentials are allowed everything."""
+    up(["moto"], testbed)
+    return testbed.moto.endpoint()
+
+
+@pytest.fixture(scope="session")
 def spark(testbed: Testbed) -> Iterator[SparkSession]:
     up(["spark"], testbed)
     session = testbed.spark.session("durable-sinks-tests")

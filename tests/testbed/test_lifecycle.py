@@ -5,6 +5,7 @@ skips). A second, private test bed on other ports keeps the shared one untouched
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import socket
 import subprocess
@@ -21,13 +22,14 @@ from tests.services._layout import (
     REPO_ROOT,
     FaultsPorts,
     KafkaPorts,
+    MotoPorts,
     PostgresPorts,
     S3Ports,
     ToxiproxyPorts,
 )
 from tests.services._process import group_members, pid_alive, port_is_free
 
-SERVERS = ("postgres", "kafka", "s3")
+SERVERS = ("postgres", "kafka", "s3", "moto")
 FAULTS = ("faults-postgres", "faults-kafka", "toxiproxy")
 
 
@@ -47,6 +49,7 @@ def _private_layout(root: Path) -> Layout:
             filer=shared.s3.filer + 200,
             admin=shared.s3.admin + 200,
         ),
+        moto=MotoPorts(port=shared.moto.port + 200),
         faults=FaultsPorts(
             postgres=shared.faults.postgres + 200,
             kafka=shared.faults.kafka + 200,
@@ -67,6 +70,7 @@ def _ports(layout: Layout) -> list[int]:
         layout.kafka.broker,
         layout.kafka.controller,
         *layout.s3.all().values(),
+        layout.moto.port,
     ]
 
 
@@ -134,6 +138,37 @@ def test_up_twice_is_harmless_and_down_leaves_nothing(private_testbed: Testbed) 
     down(SERVERS, private_testbed)  # down twice is harmless too
 
 
+def test_moto_starts_with_its_bucket_authorization_on_and_nothing_kept(tmp_path: Path) -> None:
+    """moto's `up` leaves a bucket, an admin key in a 0600 file and IAM enforced (a wrongly
+    signed request is refused); it keeps everything in memory, so after down and up the old
+    key and the old objects are gone and a new key works."""
+    from botocore.exceptions import ClientError
+
+    testbed = Testbed.create(_private_layout(tmp_path / "services"))
+    moto = testbed.moto
+    try:
+        up(["moto"], testbed)
+        assert moto.credentials_file.stat().st_mode & 0o777 == 0o600
+        first = moto.endpoint()
+        first.client().put_object(Bucket=first.bucket, Key="k", Body=b"v")
+        forged = dataclasses.replace(first, secret_access_key="wrong")
+        with pytest.raises(ClientError) as refused:
+            forged.client().get_object(Bucket=first.bucket, Key="k")
+        assert refused.value.response["Error"]["Code"] == "SignatureDoesNotMatch"
+
+        down(["moto"], testbed)
+        assert moto.pid() is None
+        up(["moto"], testbed)
+        second = moto.endpoint()
+        assert second.access_key_id != first.access_key_id
+        assert second.client().list_objects_v2(Bucket=second.bucket).get("KeyCount") == 0
+        with pytest.raises(ClientError) as forgotten:
+            first.client().head_bucket(Bucket=first.bucket)
+        assert forgotten.value.response["ResponseMetadata"]["HTTPStatusCode"] == 403
+    finally:
+        moto.reset()
+
+
 def test_faults_bed_up_twice_is_harmless_and_down_leaves_nothing(tmp_path: Path) -> None:
     testbed = Testbed.create(_private_layout(tmp_path / "services"))
     try:
@@ -176,9 +211,12 @@ def _squat(port: int) -> Iterator[None]:
 @pytest.mark.parametrize("server", SERVERS)
 def test_taken_port_is_named_in_the_error(tmp_path: Path, server: str) -> None:
     layout = _private_layout(tmp_path / "services")
-    port = {"postgres": layout.postgres.port, "kafka": layout.kafka.broker, "s3": layout.s3.s3}[
-        server
-    ]
+    port = {
+        "postgres": layout.postgres.port,
+        "kafka": layout.kafka.broker,
+        "s3": layout.s3.s3,
+        "moto": layout.moto.port,
+    }[server]
     with _squat(port), pytest.raises(ServiceError) as raised:
         up([server], Testbed.create(layout))
     message = str(raised.value)
