@@ -37,9 +37,12 @@ REGION = "us-east-1"
 BUCKET = "durable-sinks-test"  # the same name as SeaweedFS's, so tests can swap servers
 ADMIN_USER = "testbed-admin"
 START_TIMEOUT = 60.0
-#: werkzeug logs every request at INFO; the bed's suites make hundreds of thousands.
+#: werkzeug logs every request at INFO, and the bed's suites make hundreds of thousands: only
+#: warnings and errors (tracebacks of 500s included) reach the log, after one line at start.
 _LAUNCH = (
-    "import logging, sys; logging.getLogger('werkzeug').setLevel(logging.WARNING); "
+    "import logging, sys, moto; logging.getLogger('werkzeug').setLevel(logging.WARNING); "
+    "print(f'moto {moto.__version__} on port {sys.argv[-1]}; requests are not logged, "
+    "errors are', flush=True); "
     "from moto.server import main; main(sys.argv[1:])"
 )
 _EVERYTHING = {
