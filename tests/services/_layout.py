@@ -169,6 +169,39 @@ class Layout:
             ),
         )
 
+    def shifted(self, offset: int, root: Path) -> Layout:
+        """A layout of its own: every port + `offset`, data under `root`, the same cache. For
+        tests that start, stop and restart servers of their own while every other test uses
+        the shared ones."""
+        s3, faults, proxies = self.s3, self.faults, self.toxiproxy
+        return Layout(
+            root=root,
+            cache=self.cache,
+            postgres=PostgresPorts(port=self.postgres.port + offset),
+            kafka=KafkaPorts(
+                broker=self.kafka.broker + offset, controller=self.kafka.controller + offset
+            ),
+            s3=S3Ports(
+                s3=s3.s3 + offset,
+                master=s3.master + offset,
+                volume=s3.volume + offset,
+                filer=s3.filer + offset,
+                admin=s3.admin + offset,
+            ),
+            moto=MotoPorts(port=self.moto.port + offset),
+            faults=FaultsPorts(
+                postgres=faults.postgres + offset,
+                kafka=faults.kafka + offset,
+                kafka_controller=faults.kafka_controller + offset,
+                kafka_external=faults.kafka_external + offset,
+            ),
+            toxiproxy=ToxiproxyPorts(
+                api=proxies.api + offset,
+                postgres=proxies.postgres + offset,
+                kafka=proxies.kafka + offset,
+            ),
+        )
+
     def faults_layout(self) -> Layout:
         """The fault-only bed as a layout of its own: the same Postgres and Kafka classes run
         on its ports, with data and logs under `<root>/faults/`."""

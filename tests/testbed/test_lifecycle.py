@@ -18,50 +18,20 @@ from pathlib import Path
 import pytest
 
 from tests.services import Layout, ServiceError, Testbed, down, up
-from tests.services._layout import (
-    REPO_ROOT,
-    FaultsPorts,
-    KafkaPorts,
-    MotoPorts,
-    PostgresPorts,
-    S3Ports,
-    ToxiproxyPorts,
-)
+from tests.services._layout import REPO_ROOT
 from tests.services._process import group_members, pid_alive, port_is_free
+from tests.testbed.test_s3 import RESTART_OFFSET
 
 SERVERS = ("postgres", "kafka", "s3", "moto")
 FAULTS = ("faults-postgres", "faults-kafka", "toxiproxy")
 
 
+#: Private beds of these tests: every port of the shared bed + PRIVATE_OFFSET.
+PRIVATE_OFFSET = 200
+
+
 def _private_layout(root: Path) -> Layout:
-    shared = Layout.from_env()
-    return Layout(
-        root=root,
-        cache=shared.cache,
-        postgres=PostgresPorts(port=shared.postgres.port + 200),
-        kafka=KafkaPorts(
-            broker=shared.kafka.broker + 200, controller=shared.kafka.controller + 200
-        ),
-        s3=S3Ports(
-            s3=shared.s3.s3 + 200,
-            master=shared.s3.master + 200,
-            volume=shared.s3.volume + 200,
-            filer=shared.s3.filer + 200,
-            admin=shared.s3.admin + 200,
-        ),
-        moto=MotoPorts(port=shared.moto.port + 200),
-        faults=FaultsPorts(
-            postgres=shared.faults.postgres + 200,
-            kafka=shared.faults.kafka + 200,
-            kafka_controller=shared.faults.kafka_controller + 200,
-            kafka_external=shared.faults.kafka_external + 200,
-        ),
-        toxiproxy=ToxiproxyPorts(
-            api=shared.toxiproxy.api + 200,
-            postgres=shared.toxiproxy.postgres + 200,
-            kafka=shared.toxiproxy.kafka + 200,
-        ),
-    )
+    return Layout.from_env().shifted(PRIVATE_OFFSET, root)
 
 
 def _ports(layout: Layout) -> list[int]:
@@ -92,10 +62,15 @@ def _all_ports(layout: Layout) -> list[int]:
 
 
 def test_no_two_servers_share_a_port() -> None:
-    """The main bed, the faults bed, Toxiproxy and the private beds these tests start (+200)
-    all run at once: with this environment's ports, no port may be wanted twice."""
+    """The main bed, the faults bed, Toxiproxy, the private beds these tests start (+200) and
+    the SeaweedFS test_s3.py restarts (+400) all run at once: with this environment's ports,
+    no port may be wanted twice."""
     shared = Layout.from_env()
-    ports = _all_ports(shared) + _all_ports(_private_layout(shared.root / "private"))
+    ports = (
+        _all_ports(shared)
+        + _all_ports(_private_layout(shared.root / "private"))
+        + list(shared.shifted(RESTART_OFFSET, shared.root / "restart").s3.all().values())
+    )
     doubled = sorted({p for p in ports if ports.count(p) > 1})
     assert doubled == [], f"ports wanted by two servers: {doubled}"
 
