@@ -22,6 +22,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.services import KafkaEndpoint, PostgresEndpoint, S3Endpoint, Testbed, up
 from tests.support.fault_bed import FaultBed
+from tests.support.s3_access import S3Access
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -65,6 +66,14 @@ def kafka(testbed: Testbed) -> KafkaEndpoint:
 def s3(testbed: Testbed) -> S3Endpoint:
     up(["s3"], testbed)
     return testbed.s3.endpoint()
+
+
+@pytest.fixture(scope="session")
+def moto_s3(testbed: Testbed) -> S3Endpoint:
+    """moto's S3 server: a second S3 implementation, in memory (docs/testbed.md), with the
+    same bucket name as `s3`; these credentials are allowed everything."""
+    up(["moto"], testbed)
+    return testbed.moto.endpoint()
 
 
 @pytest.fixture(scope="session")
@@ -118,6 +127,17 @@ def kafka_topic(kafka: KafkaEndpoint, unique: UniqueNames) -> Iterator[str]:
 def s3_prefix(s3: S3Endpoint, unique: UniqueNames) -> str:
     """A key prefix of this test's own inside the test bed's bucket."""
     return unique.name("p") + "/"
+
+
+@pytest.fixture
+def s3_access(testbed: Testbed) -> Iterator[S3Access]:
+    """Makes credentials limited to some S3 actions on a bucket, on SeaweedFS or moto:
+    `s3_access.endpoint(deny=["s3:AbortMultipartUpload"])`,
+    `s3_access.endpoint("moto", allow=READ_ONLY)` (tests/support/s3_access.py). The users
+    are deleted after the test."""
+    access = S3Access(testbed)
+    yield access
+    access.close()
 
 
 # -- the faults bed: servers fault tests may restart, kill and cut (docs/testbed.md) ----------

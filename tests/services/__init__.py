@@ -1,6 +1,6 @@
-"""The test bed: real Postgres, Kafka, S3 (SeaweedFS) and Spark on 127.0.0.1, started by the
-project itself, plus the faults bed: a second Postgres and Kafka that fault tests may restart
-and kill, behind Toxiproxy.
+"""The test bed: real Postgres, Kafka, S3 (SeaweedFS, and moto's server as a second S3
+implementation) and Spark on 127.0.0.1, started by the project itself, plus the faults bed: a
+second Postgres and Kafka that fault tests may restart and kill, behind Toxiproxy.
 
     python -m tests.services up [NAME ...]     start (idempotent), wait until each answers
     python -m tests.services status            what runs, where, pids, logs
@@ -25,6 +25,7 @@ from ._service import Service, Status
 from .endpoints import KafkaEndpoint, PostgresEndpoint, S3Endpoint
 from .kafka import FAULTS_SETTINGS as KAFKA_FAULTS_SETTINGS
 from .kafka import Kafka, KafkaTransaction
+from .moto import Moto
 from .postgres import Postgres, PreparedTransaction
 from .s3 import S3
 from .spark import Spark
@@ -36,6 +37,7 @@ __all__ = [
     "KafkaEndpoint",
     "KafkaTransaction",
     "Layout",
+    "Moto",
     "Postgres",
     "PostgresEndpoint",
     "PreparedTransaction",
@@ -49,7 +51,16 @@ __all__ = [
     "up",
 ]
 
-NAMES = ("postgres", "kafka", "s3", "spark", "faults-postgres", "faults-kafka", "toxiproxy")
+NAMES = (
+    "postgres",
+    "kafka",
+    "s3",
+    "moto",
+    "spark",
+    "faults-postgres",
+    "faults-kafka",
+    "toxiproxy",
+)
 #: Names that stand for several servers.
 GROUPS = {"faults": ("faults-postgres", "faults-kafka", "toxiproxy")}
 
@@ -69,6 +80,7 @@ class Testbed:
     postgres: Postgres
     kafka: Kafka
     s3: S3
+    moto: Moto
     spark: Spark
     faults_postgres: Postgres
     faults_kafka: Kafka
@@ -83,6 +95,7 @@ class Testbed:
             Postgres(layout),
             Kafka(layout),
             S3(layout),
+            Moto(layout),
             Spark(layout),
             Postgres(faults, name="faults-postgres"),
             Kafka(faults, name="faults-kafka", settings=KAFKA_FAULTS_SETTINGS),

@@ -78,6 +78,17 @@ class S3Ports:
 
 
 @dataclass(frozen=True)
+class MotoPorts:
+    """moto's S3 server: a second, independent S3 implementation (one port, HTTP only).
+
+    The default is the SeaweedFS S3 port + 100, so that a second test bed moved with
+    DS_S3_PORT alone moves it too.
+    """
+
+    port: int = 18433  # DS_MOTO_PORT
+
+
+@dataclass(frozen=True)
 class FaultsPorts:
     """The fault-only test bed's Postgres and Kafka (tests restart and kill these).
 
@@ -120,6 +131,7 @@ class Layout:
     postgres: PostgresPorts = field(default_factory=PostgresPorts)
     kafka: KafkaPorts = field(default_factory=KafkaPorts)
     s3: S3Ports = field(default_factory=S3Ports)
+    moto: MotoPorts = field(default_factory=MotoPorts)
     faults: FaultsPorts = field(default_factory=FaultsPorts)
     toxiproxy: ToxiproxyPorts = field(default_factory=ToxiproxyPorts)
 
@@ -129,6 +141,7 @@ class Layout:
         pg = _env_int("DS_PG_PORT", PostgresPorts.port)
         broker = _env_int("DS_KAFKA_PORT", KafkaPorts.broker)
         controller = _env_int("DS_KAFKA_CONTROLLER_PORT", KafkaPorts.controller)
+        s3 = _env_int("DS_S3_PORT", S3Ports.s3)
         faults = FaultsPorts(
             postgres=_env_int("DS_FAULTS_PG_PORT", pg + 100),
             kafka=_env_int("DS_FAULTS_KAFKA_PORT", broker + 100),
@@ -141,17 +154,51 @@ class Layout:
             postgres=PostgresPorts(port=pg),
             kafka=KafkaPorts(broker=broker, controller=controller),
             s3=S3Ports(
-                s3=_env_int("DS_S3_PORT", S3Ports.s3),
+                s3=s3,
                 master=_env_int("DS_S3_MASTER_PORT", S3Ports.master),
                 volume=_env_int("DS_S3_VOLUME_PORT", S3Ports.volume),
                 filer=_env_int("DS_S3_FILER_PORT", S3Ports.filer),
                 admin=_env_int("DS_S3_ADMIN_PORT", S3Ports.admin),
             ),
+            moto=MotoPorts(port=_env_int("DS_MOTO_PORT", s3 + 100)),
             faults=faults,
             toxiproxy=ToxiproxyPorts(
                 api=_env_int("DS_TOXIPROXY_PORT", broker + 104),
                 postgres=_env_int("DS_TOXIPROXY_PG_PORT", pg + 110),
                 kafka=_env_int("DS_TOXIPROXY_KAFKA_PORT", broker + 103),
+            ),
+        )
+
+    def shifted(self, offset: int, root: Path) -> Layout:
+        """A layout of its own: every port + `offset`, data under `root`, the same cache. For
+        tests that start, stop and restart servers of their own while every other test uses
+        the shared ones."""
+        s3, faults, proxies = self.s3, self.faults, self.toxiproxy
+        return Layout(
+            root=root,
+            cache=self.cache,
+            postgres=PostgresPorts(port=self.postgres.port + offset),
+            kafka=KafkaPorts(
+                broker=self.kafka.broker + offset, controller=self.kafka.controller + offset
+            ),
+            s3=S3Ports(
+                s3=s3.s3 + offset,
+                master=s3.master + offset,
+                volume=s3.volume + offset,
+                filer=s3.filer + offset,
+                admin=s3.admin + offset,
+            ),
+            moto=MotoPorts(port=self.moto.port + offset),
+            faults=FaultsPorts(
+                postgres=faults.postgres + offset,
+                kafka=faults.kafka + offset,
+                kafka_controller=faults.kafka_controller + offset,
+                kafka_external=faults.kafka_external + offset,
+            ),
+            toxiproxy=ToxiproxyPorts(
+                api=proxies.api + offset,
+                postgres=proxies.postgres + offset,
+                kafka=proxies.kafka + offset,
             ),
         )
 

@@ -5,6 +5,7 @@ skips). A second, private test bed on other ports keeps the shared one untouched
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import socket
 import subprocess
@@ -17,48 +18,20 @@ from pathlib import Path
 import pytest
 
 from tests.services import Layout, ServiceError, Testbed, down, up
-from tests.services._layout import (
-    REPO_ROOT,
-    FaultsPorts,
-    KafkaPorts,
-    PostgresPorts,
-    S3Ports,
-    ToxiproxyPorts,
-)
+from tests.services._layout import REPO_ROOT
 from tests.services._process import group_members, pid_alive, port_is_free
+from tests.testbed.test_s3 import RESTART_OFFSET
 
-SERVERS = ("postgres", "kafka", "s3")
+SERVERS = ("postgres", "kafka", "s3", "moto")
 FAULTS = ("faults-postgres", "faults-kafka", "toxiproxy")
 
 
+#: Private beds of these tests: every port of the shared bed + PRIVATE_OFFSET.
+PRIVATE_OFFSET = 200
+
+
 def _private_layout(root: Path) -> Layout:
-    shared = Layout.from_env()
-    return Layout(
-        root=root,
-        cache=shared.cache,
-        postgres=PostgresPorts(port=shared.postgres.port + 200),
-        kafka=KafkaPorts(
-            broker=shared.kafka.broker + 200, controller=shared.kafka.controller + 200
-        ),
-        s3=S3Ports(
-            s3=shared.s3.s3 + 200,
-            master=shared.s3.master + 200,
-            volume=shared.s3.volume + 200,
-            filer=shared.s3.filer + 200,
-            admin=shared.s3.admin + 200,
-        ),
-        faults=FaultsPorts(
-            postgres=shared.faults.postgres + 200,
-            kafka=shared.faults.kafka + 200,
-            kafka_controller=shared.faults.kafka_controller + 200,
-            kafka_external=shared.faults.kafka_external + 200,
-        ),
-        toxiproxy=ToxiproxyPorts(
-            api=shared.toxiproxy.api + 200,
-            postgres=shared.toxiproxy.postgres + 200,
-            kafka=shared.toxiproxy.kafka + 200,
-        ),
-    )
+    return Layout.from_env().shifted(PRIVATE_OFFSET, root)
 
 
 def _ports(layout: Layout) -> list[int]:
@@ -67,6 +40,7 @@ def _ports(layout: Layout) -> list[int]:
         layout.kafka.broker,
         layout.kafka.controller,
         *layout.s3.all().values(),
+        layout.moto.port,
     ]
 
 
@@ -88,10 +62,15 @@ def _all_ports(layout: Layout) -> list[int]:
 
 
 def test_no_two_servers_share_a_port() -> None:
-    """The main bed, the faults bed, Toxiproxy and the private beds these tests start (+200)
-    all run at once: with this environment's ports, no port may be wanted twice."""
+    """The main bed, the faults bed, Toxiproxy, the private beds these tests start (+200) and
+    the SeaweedFS test_s3.py restarts (+400) all run at once: with this environment's ports,
+    no port may be wanted twice."""
     shared = Layout.from_env()
-    ports = _all_ports(shared) + _all_ports(_private_layout(shared.root / "private"))
+    ports = (
+        _all_ports(shared)
+        + _all_ports(_private_layout(shared.root / "private"))
+        + list(shared.shifted(RESTART_OFFSET, shared.root / "restart").s3.all().values())
+    )
     doubled = sorted({p for p in ports if ports.count(p) > 1})
     assert doubled == [], f"ports wanted by two servers: {doubled}"
 
@@ -132,6 +111,37 @@ def test_up_twice_is_harmless_and_down_leaves_nothing(private_testbed: Testbed) 
     assert taken == [], f"ports still held after down: {taken}\n" + "\n".join(held)
 
     down(SERVERS, private_testbed)  # down twice is harmless too
+
+
+def test_moto_starts_with_its_bucket_authorization_on_and_nothing_kept(tmp_path: Path) -> None:
+    """moto's `up` leaves a bucket, an admin key in a 0600 file and IAM enforced (a wrongly
+    signed request is refused); it keeps everything in memory, so after down and up the old
+    key and the old objects are gone and a new key works."""
+    from botocore.exceptions import ClientError
+
+    testbed = Testbed.create(_private_layout(tmp_path / "services"))
+    moto = testbed.moto
+    try:
+        up(["moto"], testbed)
+        assert moto.credentials_file.stat().st_mode & 0o777 == 0o600
+        first = moto.endpoint()
+        first.client().put_object(Bucket=first.bucket, Key="k", Body=b"v")
+        forged = dataclasses.replace(first, secret_access_key="wrong")
+        with pytest.raises(ClientError) as refused:
+            forged.client().get_object(Bucket=first.bucket, Key="k")
+        assert refused.value.response["Error"]["Code"] == "SignatureDoesNotMatch"
+
+        down(["moto"], testbed)
+        assert moto.pid() is None
+        up(["moto"], testbed)
+        second = moto.endpoint()
+        assert second.access_key_id != first.access_key_id
+        assert second.client().list_objects_v2(Bucket=second.bucket).get("KeyCount") == 0
+        with pytest.raises(ClientError) as forgotten:
+            first.client().head_bucket(Bucket=first.bucket)
+        assert forgotten.value.response["ResponseMetadata"]["HTTPStatusCode"] == 403
+    finally:
+        moto.reset()
 
 
 def test_faults_bed_up_twice_is_harmless_and_down_leaves_nothing(tmp_path: Path) -> None:
@@ -176,9 +186,12 @@ def _squat(port: int) -> Iterator[None]:
 @pytest.mark.parametrize("server", SERVERS)
 def test_taken_port_is_named_in_the_error(tmp_path: Path, server: str) -> None:
     layout = _private_layout(tmp_path / "services")
-    port = {"postgres": layout.postgres.port, "kafka": layout.kafka.broker, "s3": layout.s3.s3}[
-        server
-    ]
+    port = {
+        "postgres": layout.postgres.port,
+        "kafka": layout.kafka.broker,
+        "s3": layout.s3.s3,
+        "moto": layout.moto.port,
+    }[server]
     with _squat(port), pytest.raises(ServiceError) as raised:
         up([server], Testbed.create(layout))
     message = str(raised.value)

@@ -6,12 +6,14 @@ from __future__ import annotations
 import os
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 from botocore.exceptions import ClientError
 
-from tests.services import S3Endpoint, Testbed
+from tests.services import S3, S3Endpoint, Testbed
 
 if TYPE_CHECKING:
     from mypy_boto3_s3.type_defs import CompletedPartTypeDef
@@ -127,11 +129,26 @@ def test_requests_must_be_signed_with_the_secret(s3: S3Endpoint, s3_prefix: str)
     assert anonymous.value.code == 403
 
 
-def test_objects_survive_a_restart_of_the_server(
-    testbed: Testbed, s3: S3Endpoint, s3_prefix: str
-) -> None:
+#: The SeaweedFS restarted below runs on the shared bed's ports + this (never the shared one:
+#: the other pytest-xdist worker's S3 tests would lose their server for seconds).
+RESTART_OFFSET = 400
+
+
+@pytest.fixture
+def own_s3(testbed: Testbed, tmp_path: Path) -> Iterator[S3]:
+    """A SeaweedFS of this test's own, which it may stop and start."""
+    server = S3(testbed.layout.shifted(RESTART_OFFSET, tmp_path / "services"))
+    try:
+        server.up()
+        yield server
+    finally:
+        server.reset()
+
+
+def test_objects_survive_a_restart_of_the_server(own_s3: S3) -> None:
+    s3 = own_s3.endpoint()
     client = s3.client()
-    key = s3_prefix + "durable"
+    key = "restart/durable"
     body = os.urandom(100_000)
     client.put_object(Bucket=s3.bucket, Key=key, Body=body)
     upload_id = client.create_multipart_upload(Bucket=s3.bucket, Key=key + ".mpu")["UploadId"]
@@ -139,10 +156,10 @@ def test_objects_survive_a_restart_of_the_server(
         Bucket=s3.bucket, Key=key + ".mpu", UploadId=upload_id, PartNumber=1, Body=b"pending"
     )
 
-    testbed.s3.down()
-    testbed.s3.up()
+    own_s3.down()
+    own_s3.up()
 
     client = s3.client()
     assert client.get_object(Bucket=s3.bucket, Key=key)["Body"].read() == body
-    assert (key + ".mpu", upload_id) in _pending_uploads(s3, s3_prefix)
+    assert (key + ".mpu", upload_id) in _pending_uploads(s3, "restart/")
     client.abort_multipart_upload(Bucket=s3.bucket, Key=key + ".mpu", UploadId=upload_id)
