@@ -18,17 +18,22 @@ if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
 
+def s3_options(endpoint: S3Endpoint, path: str, **options: Any) -> dict[str, Any]:
+    """An S3 sink's options for a test-bed server (what `sink("s3", ...)` takes)."""
+    return {
+        "path": path,
+        "endpoint_url": endpoint.endpoint_url,
+        "region": endpoint.region,
+        "access_key_id": endpoint.access_key_id,
+        "secret_access_key": endpoint.secret_access_key,
+        "addressing_style": "path",
+        **options,
+    }
+
+
 def s3_sink_config(endpoint: S3Endpoint, path: str, **options: Any) -> S3SinkConfig:
     """An S3 sink's settings for a test-bed server."""
-    return S3SinkConfig(
-        path=path,
-        endpoint_url=endpoint.endpoint_url,
-        region=endpoint.region,
-        access_key_id=endpoint.access_key_id,
-        secret_access_key=endpoint.secret_access_key,
-        addressing_style="path",
-        **options,
-    )
+    return S3SinkConfig(**s3_options(endpoint, path, **options))
 
 
 def incomplete_uploads(client: S3Client, bucket: str, prefix: str) -> list[str]:
