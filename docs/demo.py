@@ -196,7 +196,7 @@ def main() -> int:
                 idle = time.monotonic()
     consumer.close()
 
-    s3_path = plan["s3"]["path"]
+    s3_path = f"s3://{s3.bucket}/demo-{run}/orders"
     s3_table = committed_dataset(s3_path, s3_sink_config(s3, s3_path).connection).to_table()
     s3_ids = s3_table.column("order_id").to_pylist()
     uploads = incomplete_uploads(s3.client(), s3.bucket, f"demo-{run}/")
@@ -217,7 +217,7 @@ def main() -> int:
         print(f"  {name + ':':33s}{len(ids)}  duplicates {dupes}  lost {lost}")
     print(f"  prepared transactions left:      {prepared[0] if prepared else '?'}")
     print(f"  incomplete S3 uploads left:      {len(uploads)}")
-    ok = ok and not uploads and bool(prepared) and prepared[0] == 0
+    ok = ok and not uploads and prepared is not None and prepared[0] == 0
     print("\nthe epochs' decisions (decision store: Postgres table durable_sinks_decisions)")
     for epoch, stored in decisions:
         record = DecisionRecord.from_bytes(bytes(stored), source=f"epoch {epoch}")

@@ -204,8 +204,6 @@ _REFUSED = {
     "InvalidBucketName": "fix the bucket name in the path",
     "PermanentRedirect": "the bucket is in another region: set region= to the bucket's region",
     "AuthorizationHeaderMalformed": "set region= to the bucket's region",
-    "403": "the server refused the request (403 Forbidden, no reason given): check the "
-    "credentials and grant the S3 actions listed in docs/s3.md",
     "NotImplemented": "this S3 server does not implement the request durable-sinks needs "
     "(docs/s3.md lists them)",
 }
