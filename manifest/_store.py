@@ -29,8 +29,9 @@ class DecisionStore(Protocol):
     Contract of each call:
     - `put(record)` is the commit point. When it returns, the record for `record.epoch` is
       durable and is either `record` or one that was there first (returned instead: that one
-      wins). FencedError: nothing was added (safe to roll back). Any other error: the outcome
-      is unknown (InDoubtError): the caller must not roll back.
+      wins). InDoubtError: the outcome is unknown (the record may have been sent and
+      stored): the caller must not roll back. FencedError, or any other error: nothing was
+      added (safe to roll back).
     - `get(epoch)` is O(1) whatever the history length; ManifestCorruptError on a damaged
       record, never a silent None. It may write (the S3 store claims the epoch for this
       generation when it finds no decision) and may raise FencedError (a newer generation
