@@ -1,0 +1,772 @@
+"""Issue 17: our files sink vs Spark's own exactly-once file sink; our S3 sink vs raw boto3.
+
+    .venv/bin/python -m benchmarks.s3_sink            # --only files|s3|all, --rounds 5
+
+Section "files" (`--only files`, the default): whole Spark streaming queries in one `local[2]`
+session over the same micro-batches. The input, 1,000,000 events (id bigint, ts timestamp,
+user string, amount double, payload string of ~80 bytes), is written once as 20 Parquet files
+of 50,000 rows; the queries read them with
+`readStream.format("parquet").schema(...).option("maxFilesPerTrigger", 2)` and
+`trigger(availableNow=True)`: 10 micro-batches of 100,000 rows, each read as two input splits,
+one task per core (`--files-per-batch 1`: 10 files of 100,000, which Spark reads as one split,
+so every batch is one task on one core). Variants, each into a fresh folder, checkpoint, job
+id and decision store:
+- spark: `writeStream.format("parquet").option("path", ...)`, Spark's exactly-once file sink
+  (files named per task, committed by the batch's entry in `_spark_metadata`);
+- ours: `foreachBatch(durable_sink("files", path=..., job_id=..., decision_store=<dir>))` in
+  driver mode (the default: the batch streamed to the driver as Arrow, one Parquet file per
+  epoch written, fsynced, published by rename, the decision fsynced in the store);
+- ours-executor: the same with `execution="executor"` (each task writes and prepares its part,
+  the driver decides and publishes);
+- diagnostics, run only when named in `--variants`: ours-nofsync (driver mode with `fsync=False`
+  in the sink: Spark's sink does not fsync its files either; the decision store keeps its
+  fsync, which exactly-once demands); floor (a foreachBatch that only streams the batch to the
+  driver as Arrow: the least any writer in the driver pays); floor-executor (a foreachBatch
+  whose `mapInArrow` only hands each partition to a Python worker: executor mode's Spark job
+  without our sink); spark-noop (`format("noop")`: the batch read, nothing written);
+  spark-zstd1 (Spark's sink at zstd level 1, Arrow's default).
+Both write zstd (`spark.sql.parquet.compression.codec=zstd`; ours' default), each at its
+library's default level (parquet-java 3, Arrow 1). Each variant first runs once on one
+micro-batch (class loading, Python workers), then the variants alternate in the same order for
+`--rounds` rounds, `--settle` seconds of rest before each run. Timed: from building the sink
+(ours starts its coordinator there) through `start()` to `awaitTermination()`, nothing
+subtracted; per micro-batch, Spark's `addBatch` and `triggerExecution` from
+`query.recentProgress`. Every run is checked before its output is deleted: Spark's progress
+shows 10 batches and 1M rows, and the output read back with pyarrow (ours:
+`epoch=*/part=*/*.parquet`, each part folder with its marker and nothing left in `_staging`;
+Spark's: the files its `_spark_metadata` log adds) holds exactly ids 0..999,999 once each, and
+the same sums of amount, timestamps and string bytes as the input; anything else raises.
+
+After the rounds, `--profile` (on by default) splits our driver-mode batch outside Spark: one
+micro-batch as our writer receives it (the record batches `streamed_batches` yields) through
+each step of the files sink alone (Parquet encoding as the sink does it, one row group per
+record batch; the SHA-256 of each batch's IPC serialisation; fsync) and through a coordinator
+with the files sink and a local-directory store (its phases), against alternatives.
+
+Section "s3" (`--only s3`): pending the S3 sink; see `s3_section`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import shutil
+import statistics
+import tempfile
+import time
+import uuid
+import zlib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from durable_sinks.coordinator import Coordinator
+from durable_sinks.core import OpenContext
+from durable_sinks.manifest import LocalDirectoryStore
+from durable_sinks.sinks.files import MARKER, STAGING, FileSink, FileSinkConfig
+from durable_sinks.spark import durable_sink
+from durable_sinks.spark._arrow import streamed_batches
+from tests.services import up
+
+SPARK_SCHEMA = "id BIGINT, ts TIMESTAMP, user STRING, amount DOUBLE, payload STRING"
+START_US = int(datetime(2026, 1, 1, tzinfo=UTC).timestamp() * 1e6)
+CODEC = "zstd"
+SIZE = "bytes of the file: "  # (profile entries that are sizes, not times)
+ZSTD_LEVEL = "parquet.compression.codec.zstd.level"  # parquet-java's; default 3
+
+FILE_VARIANTS = {
+    "spark": "Spark's file sink (format parquet, _spark_metadata)",
+    "ours": "ours, driver mode (default)",
+    "ours-executor": "ours, executor mode",
+    "ours-nofsync": "ours, driver mode, sink fsync off (diagnostic)",
+    "floor": "floor: batch streamed to the driver as Arrow, dropped (diagnostic)",
+    "floor-executor": "executor floor: mapInArrow handing the batch to Python workers, dropped "
+    "(diagnostic)",
+    "spark-zstd1": "Spark's file sink, zstd level 1 as Arrow's (diagnostic)",
+    "spark-noop": "Spark's noop sink: the batch read, nothing written (diagnostic)",
+}
+DEFAULT_VARIANTS = ("spark", "ours", "ours-executor")
+OURS = ("ours", "ours-executor", "ours-nofsync")
+#: Per micro-batch of ours (ms): our foreachBatch call; the call minus the coordinator's
+#: phases (driver mode: starting Spark's job and waiting for its record batches); the sink's
+#: write_batch calls (driver mode: Parquet encoding and the checksum; executor mode: the whole
+#: Spark job that writes and prepares the parts); the protocol (pre_commit + decision +
+#: commit); lookup, begin and finish.
+PARTS = ("call", "read", "write", "protocol", "other")
+
+
+# -- input ----------------------------------------------------------------------------------------
+def make_events(count: int, first_id: int = 0, seed: int = 17) -> pa.Table:
+    """`count` events: id, ts (one per ms with jitter), user (50,000 distinct), amount, and a
+    payload of ~80 bytes (a JSON-like line: repeated keys, some random hex) that compresses
+    about as well as real event payloads do."""
+    rng = np.random.default_rng(seed + first_id)
+    ids = np.arange(first_id, first_id + count, dtype=np.int64)
+    ts = START_US + ids * 1000 + rng.integers(0, 1000, count)
+    users = rng.integers(0, 50_000, count)
+    pages = rng.integers(0, 5_000, count)
+    tokens = rng.integers(0, 2**62, count)
+    amounts = np.round(rng.gamma(2.0, 20.0, count), 2)
+    flags = rng.integers(0, 2, count)
+    payload = [
+        f'{{"page":"/products/{page:04d}","ref":"campaign-{user % 97:02d}","tok":"{token:016x}",'
+        f'"n":{i % 7},"ok":{flag}}}'
+        for i, page, user, token, flag in zip(
+            ids.tolist(),
+            pages.tolist(),
+            users.tolist(),
+            tokens.tolist(),
+            flags.tolist(),
+            strict=True,
+        )
+    ]
+    return pa.table(
+        {
+            "id": pa.array(ids),
+            "ts": pa.array(ts, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+            "user": pa.array([f"user-{u:05d}" for u in users.tolist()]),
+            "amount": pa.array(amounts, pa.float64()),
+            "payload": pa.array(payload),
+        }
+    )
+
+
+def write_source(folder: Path, files: int, rows_per_file: int) -> Fingerprint:
+    """`files` Parquet files of `rows_per_file` events (one row group each), written before
+    any query looks; the fingerprint of all of them."""
+    folder.mkdir(parents=True)
+    fingerprint = Fingerprint()
+    for n in range(files):
+        table = make_events(rows_per_file, first_id=n * rows_per_file)
+        pq.write_table(table, folder / f"events-{n:05d}.parquet")
+        fingerprint.add(table)
+    return fingerprint
+
+
+@dataclass
+class Fingerprint:
+    """What a correct copy of the events must show: every id once, and the same sums."""
+
+    rows: int = 0
+    id_sum: int = 0
+    ts_offset_sum: int = 0  # microseconds after START_US (small enough not to overflow)
+    amount_sum: float = 0.0
+    text_bytes: int = 0
+    ids: list[pa.Array] = field(default_factory=list, repr=False)
+
+    def add(self, table: pa.Table) -> None:
+        ids = table.column("id").combine_chunks()
+        ts = table.column("ts").combine_chunks()
+        micros = ts.cast(pa.int64())  # Spark writes INT96, which pyarrow reads in ns
+        if ts.type.unit == "ns":
+            micros = pc.divide(micros, 1000)
+        offsets = pc.subtract(micros, START_US)
+        self.rows += table.num_rows
+        self.id_sum += int(pc.sum(ids).as_py())
+        self.ts_offset_sum += int(pc.sum(offsets).as_py())
+        self.amount_sum += float(pc.sum(table.column("amount")).as_py())
+        for name in ("user", "payload"):
+            self.text_bytes += int(pc.sum(pc.binary_length(table.column(name))).as_py())
+        self.ids.append(ids)
+
+    def same_as(self, other: Fingerprint) -> str | None:
+        """None when `other` (the input's) matches; else what differs."""
+        ids = pa.chunked_array(self.ids, pa.int64())
+        distinct = int(pc.count_distinct(ids).as_py()) if self.rows else 0
+        if self.rows != other.rows or distinct != other.rows:
+            return f"{self.rows} rows, {distinct} distinct ids; {other.rows} written"
+        for name in ("id_sum", "ts_offset_sum", "text_bytes"):
+            if getattr(self, name) != getattr(other, name):
+                return f"{name} {getattr(self, name)} != {getattr(other, name)}"
+        if not math.isclose(self.amount_sum, other.amount_sum, rel_tol=1e-9):
+            return f"amount sum {self.amount_sum} != {other.amount_sum}"
+        return None
+
+
+def check_files(files: list[Path], expected: Fingerprint, what: str) -> None:
+    found = Fingerprint()
+    for path in files:
+        found.add(pq.read_table(path))
+    problem = found.same_as(expected)
+    if problem is not None:
+        raise RuntimeError(f"{what}: {problem}")
+
+
+def check_ours(root: Path, expected: Fingerprint, batches: int) -> list[Path]:
+    """Our dataset's files, checked: one epoch folder per batch, every part with its marker,
+    nothing left staged, exactly the input's rows."""
+    staged = list((root / STAGING).iterdir())
+    if staged:
+        raise RuntimeError(f"{root}: left in {STAGING}: {[p.name for p in staged]}")
+    files = sorted(root.glob("epoch=*/part=*/*.parquet"))
+    epochs = {f.parent.parent.name for f in files}
+    if len(epochs) != batches:
+        raise RuntimeError(f"{root}: {len(epochs)} epoch folders, {batches} batches")
+    unmarked = [f for f in files if not (f.parent / MARKER).is_file()]
+    if unmarked:
+        raise RuntimeError(f"{root}: parts without {MARKER}: {unmarked}")
+    check_files(files, expected, f"ours at {root}")
+    return files
+
+
+def spark_committed_files(root: Path) -> list[Path]:
+    """The files Spark's file sink committed: every `add` of its `_spark_metadata` log (batch
+    files `<n>` and compacted `<n>.compact`: a header line, then one JSON entry per file)
+    less every `delete`."""
+    added: set[str] = set()
+    deleted: set[str] = set()
+    for entry in sorted((root / "_spark_metadata").iterdir()):
+        if not entry.name.split(".")[0].isdigit():
+            continue  # .crc checksum files, temporary files
+        lines = entry.read_text().splitlines()
+        if not lines or not lines[0].startswith("v"):
+            raise RuntimeError(f"{entry}: not a file sink log entry")
+        for line in lines[1:]:
+            item = json.loads(line)
+            path = unquote(urlparse(item["path"]).path)
+            (added if item["action"] == "add" else deleted).add(path)
+    return sorted(Path(p) for p in added - deleted)
+
+
+def check_spark(root: Path, expected: Fingerprint) -> list[Path]:
+    files = spark_committed_files(root)
+    check_files(files, expected, f"Spark's sink at {root}")
+    return files
+
+
+# -- the streaming queries ------------------------------------------------------------------------
+@dataclass
+class Run:
+    seconds: float
+    add_batch_ms: list[float]
+    trigger_ms: list[float]
+    files: int = 0
+    output_bytes: int = 0
+    parts: dict[str, list[float]] = field(default_factory=dict)
+
+
+class FilesBench:
+    """The session and the input; `run(variant)` runs one checked query."""
+
+    def __init__(self, spark: Any, work: Path, files_per_batch: int, timeout: float) -> None:
+        self.spark = spark
+        self.work = work
+        self.files_per_batch = files_per_batch
+        self.timeout = timeout
+
+    def fresh(self, kind: str) -> Path:
+        return self.work / f"{kind}-{uuid.uuid4().hex[:12]}"
+
+    def run(self, variant: str, source: Path, expected: Fingerprint, batches: int) -> Run:
+        if variant == "spark":
+            return self.spark_sink(source, expected, batches)
+        if variant == "ours":
+            return self.ours(source, expected, batches)
+        if variant == "ours-executor":
+            return self.ours(source, expected, batches, execution="executor")
+        if variant == "ours-nofsync":
+            return self.ours(source, expected, batches, fsync=False)
+        if variant == "floor":
+            return self.floor(source, expected, batches)
+        if variant == "floor-executor":
+            return self.floor_executor(source, expected, batches)
+        if variant == "spark-zstd1":
+            return self.spark_sink(source, expected, batches, {ZSTD_LEVEL: "1"})
+        if variant == "spark-noop":
+            return self.query(source, expected, batches, lambda w: w.format("noop").start())
+        raise ValueError(variant)
+
+    def query(
+        self, source: Path, expected: Fingerprint, batches: int, start: Callable[[Any], Any]
+    ) -> Run:
+        """Stream `source` into `start(DataStreamWriter)`, which builds the sink and returns
+        the started query; time it; check Spark's progress reports."""
+        checkpoint = self.fresh("checkpoint")
+        stream = (
+            self.spark.readStream.format("parquet")
+            .schema(SPARK_SCHEMA)
+            .option("maxFilesPerTrigger", self.files_per_batch)
+            .load(str(source))
+        )
+        writer = stream.writeStream.option("checkpointLocation", str(checkpoint)).trigger(
+            availableNow=True
+        )
+        started = time.perf_counter()
+        query = start(writer)
+        finished = query.awaitTermination(self.timeout)  # raises the query's error, if any
+        elapsed = time.perf_counter() - started
+        if not finished:
+            query.stop()
+            raise RuntimeError(f"the query did not finish within {self.timeout} s")
+        progress = [p for p in query.recentProgress if _progress(p, "numInputRows") > 0]
+        seen = sum(int(_progress(p, "numInputRows")) for p in progress)
+        if len(progress) != batches or seen != expected.rows:
+            raise RuntimeError(
+                f"expected {batches} batches, {expected.rows} rows; Spark reports "
+                f"{len(progress)}, {seen}"
+            )
+        shutil.rmtree(checkpoint, ignore_errors=True)
+        durations = [_progress(p, "durationMs") for p in progress]
+        return Run(
+            elapsed,
+            [float(d["addBatch"]) for d in durations],
+            [float(d["triggerExecution"]) for d in durations],
+        )
+
+    def spark_sink(
+        self,
+        source: Path,
+        expected: Fingerprint,
+        batches: int,
+        options: dict[str, str] | None = None,
+    ) -> Run:
+        out = self.fresh("spark")
+
+        def start(writer: Any) -> Any:
+            # The sink's options also reach the Hadoop configuration its Parquet writer reads.
+            writer = writer.format("parquet").option("path", str(out))
+            return writer.options(**(options or {})).start()
+
+        run = self.query(source, expected, batches, start)
+        files = check_spark(out, expected)
+        run.files, run.output_bytes = len(files), sum(f.stat().st_size for f in files)
+        shutil.rmtree(out)
+        return run
+
+    def ours(
+        self,
+        source: Path,
+        expected: Fingerprint,
+        batches: int,
+        *,
+        execution: str = "driver",
+        fsync: bool = True,
+    ) -> Run:
+        out, store = self.fresh("ours"), self.fresh("store")
+        parts: dict[str, list[float]] = {name: [] for name in PARTS}
+        writers: list[Any] = []
+
+        def start(stream_writer: Any) -> Any:
+            writer = durable_sink(
+                "files",
+                path=str(out),
+                job_id=f"bench-files-{uuid.uuid4().hex[:12]}",
+                decision_store=str(store),
+                execution=execution,
+                fsync=fsync,
+            )
+            writers.append(writer)
+
+            def fn(df: Any, batch_id: int) -> None:
+                started = time.perf_counter()
+                writer(df, batch_id)
+                call = time.perf_counter() - started
+                result = writer.last_result
+                assert result is not None
+                metrics = result.metrics
+                parts["call"].append(call * 1e3)
+                parts["read"].append((call - metrics.total_seconds) * 1e3)
+                parts["write"].append(metrics.seconds["write"] * 1e3)
+                parts["protocol"].append(metrics.protocol_seconds * 1e3)
+                other = metrics.total_seconds - metrics.seconds["write"] - metrics.protocol_seconds
+                parts["other"].append(other * 1e3)
+
+            return stream_writer.foreachBatch(fn).start()
+
+        try:
+            run = self.query(source, expected, batches, start)
+        finally:
+            for writer in writers:
+                writer.close()
+        files = check_ours(out, expected, batches)
+        run.files, run.output_bytes = len(files), sum(f.stat().st_size for f in files)
+        run.parts = parts
+        shutil.rmtree(out)
+        shutil.rmtree(store)
+        return run
+
+    def floor(self, source: Path, expected: Fingerprint, batches: int) -> Run:
+        def fn(df: Any, batch_id: int) -> None:
+            for _ in streamed_batches(df, job="floor", epoch=batch_id):
+                pass
+
+        return self.query(source, expected, batches, lambda w: w.foreachBatch(fn).start())
+
+    def floor_executor(self, source: Path, expected: Fingerprint, batches: int) -> Run:
+        """What executor mode's Spark job costs without our sink: each task hands its
+        partition to a Python worker as Arrow (mapInArrow), which drops it and returns one
+        row, collected by the driver."""
+
+        def fn(df: Any, batch_id: int) -> None:
+            df.mapInArrow(_drop, "rows long").collect()
+
+        return self.query(source, expected, batches, lambda w: w.foreachBatch(fn).start())
+
+
+def _drop(batches: Iterable[pa.RecordBatch]) -> Iterable[pa.RecordBatch]:
+    rows = sum(batch.num_rows for batch in batches)
+    yield pa.record_batch([pa.array([rows], pa.int64())], names=["rows"])
+
+
+def _progress(progress: Any, name: str) -> Any:
+    """A field of a StreamingQueryProgress (an object in PySpark 4, a dict before)."""
+    return progress[name] if isinstance(progress, dict) else getattr(progress, name)
+
+
+# -- where our driver-mode batch goes, outside Spark --------------------------------------------
+def profile(
+    spark: Any, batch: list[Path], work: Path, repeats: int, history: int
+) -> dict[str, list[float]]:
+    """Seconds per repeat of each step, on one micro-batch (the files `batch`) as our driver
+    mode receives it."""
+    df = spark.read.schema(SPARK_SCHEMA).parquet(*map(str, batch))
+    timings: dict[str, list[float]] = {}
+    folder = work / "profile"
+    folder.mkdir()
+
+    def timed(name: str, step: Callable[..., object], *args: Any) -> None:
+        started = time.perf_counter()
+        step(*args)
+        timings.setdefault(name, []).append(time.perf_counter() - started)
+
+    batches: list[pa.RecordBatch] = []
+    for n in range(repeats):
+        batches.clear()
+        timed("read: streamed_batches (Spark job, Arrow to the driver)", _read, df, batches)
+        table = pa.Table.from_batches(batches)
+        sink_file = folder / f"sink-{n}.parquet"
+        timed("encode: write_batch per record batch (as the sink)", _encode, batches, sink_file)
+        timed("fsync of that file", _fsync, sink_file)
+        timed(
+            "encode: as the sink, zstd level 3 (parquet-java's default)",
+            _encode,
+            batches,
+            folder / f"level3-{n}.parquet",
+            3,
+        )
+        timed(
+            "encode: one write_table, one row group",
+            _write_table,
+            table,
+            folder / f"one-{n}.parquet",
+        )
+        timed("checksum: SHA-256 of batch.serialize() (as the sink)", _sha256, batches)
+        timed("checksum: CRC-32 of batch.serialize()", _crc32, batches)
+        timed("checksum: serialize() alone", _serialize, batches)
+        epoch = _sink_epoch(batches, work / f"profile-sink-{n}")
+        for phase, seconds in epoch.items():
+            timings.setdefault(f"coordinator + files sink: {phase}", []).append(seconds)
+        for entry in sorted(folder.iterdir()):
+            kind = entry.name.split("-")[0]  # sink, level3, one
+            timings[f"{SIZE}{kind}"] = [float(entry.stat().st_size)]
+            entry.unlink()
+    timings["record batches per micro-batch"] = [float(len(batches))]
+    shutil.rmtree(folder)
+    if history:
+        name = f"executor mode, each task: FileSink.open() after {history:,} epochs of 2 parts"
+        timings[name] = _open_after(history, work / "history", repeats=3)
+    return timings
+
+
+def _open_after(epochs: int, root: Path, repeats: int) -> list[float]:
+    """Seconds of a worker's FileSink.open() (what every executor-mode task does before it
+    writes) on a dataset that has published `epochs` epochs of two parts each."""
+    job = "profile-history"
+    marker = json.dumps({"participant": "x", "details": {"job_id": job}}).encode()
+    for epoch in range(epochs):
+        for part in ("p0-t0", "p1-t1"):
+            folder = root / f"epoch={epoch}" / f"part={part}"
+            folder.mkdir(parents=True)
+            (folder / MARKER).write_bytes(marker)
+    seconds = []
+    for attempt in range(repeats):
+        sink = FileSink(FileSinkConfig(str(root)))
+        started = time.perf_counter()
+        sink.open(OpenContext(job, "files", 1, worker=True, part=f"p0-t{attempt + 2}"))
+        seconds.append(time.perf_counter() - started)
+        sink.close()
+    shutil.rmtree(root)
+    return seconds
+
+
+def _write_table(table: pa.Table, path: Path) -> None:
+    pq.write_table(table, path, compression=CODEC)
+
+
+def _read(df: Any, into: list[pa.RecordBatch]) -> None:
+    into.extend(streamed_batches(df, job="profile"))
+
+
+def _encode(batches: list[pa.RecordBatch], path: Path, level: int | None = None) -> None:
+    """What FileSink does: one ParquetWriter, write_batch per record batch (a row group
+    each), close."""
+    with pq.ParquetWriter(
+        path, batches[0].schema, compression=CODEC, compression_level=level
+    ) as writer:
+        for batch in batches:
+            writer.write_batch(batch)
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _sha256(batches: Iterable[pa.RecordBatch]) -> str:
+    digest = hashlib.sha256()
+    for batch in batches:
+        digest.update(batch.serialize())
+    return digest.hexdigest()
+
+
+def _serialize(batches: Iterable[pa.RecordBatch]) -> int:
+    return sum(batch.serialize().size for batch in batches)
+
+
+def _crc32(batches: Iterable[pa.RecordBatch]) -> int:
+    crc = 0
+    for batch in batches:
+        crc = zlib.crc32(batch.serialize(), crc)
+    return crc
+
+
+def _sink_epoch(batches: list[pa.RecordBatch], root: Path) -> dict[str, float]:
+    """One epoch through a coordinator with the files sink and a local-directory store, both
+    fsyncing (driver mode without Spark): seconds per phase, and the whole run_epoch."""
+    coordinator = Coordinator(
+        f"profile-{uuid.uuid4().hex[:8]}",
+        [FileSink(FileSinkConfig(str(root / "out")))],
+        LocalDirectoryStore(root / "store"),
+    )
+    coordinator.start()
+    try:
+        started = time.perf_counter()
+        result = coordinator.run_epoch(0, iter(batches))
+        whole = time.perf_counter() - started
+    finally:
+        coordinator.close()
+    shutil.rmtree(root)
+    phases = {k: v for k, v in result.metrics.seconds.items() if v > 0}
+    return {**phases, "run_epoch": whole}
+
+
+# -- the files section --------------------------------------------------------------------------
+def files_section(args: argparse.Namespace) -> None:
+    variants = [v for v in args.variants.split(",") if v]
+    unknown = set(variants) - set(FILE_VARIANTS)
+    if unknown:
+        raise SystemExit(
+            f"unknown variants {sorted(unknown)}; choose from {', '.join(FILE_VARIANTS)}"
+        )
+    testbed = up(["spark"])
+    work = Path(tempfile.mkdtemp(prefix="ds-files-bench-")).resolve()
+    began = time.perf_counter()
+    per_file = args.rows_per_batch // args.files_per_batch
+    expected = write_source(work / "in", args.batches * args.files_per_batch, per_file)
+    warm = write_source(work / "warmup", args.files_per_batch, per_file)
+    input_bytes = sum(f.stat().st_size for f in (work / "in").iterdir())
+    spark = testbed.spark.session("bench-files", **{"spark.sql.parquet.compression.codec": CODEC})
+    spark.sparkContext.setLogLevel("ERROR")
+    bench = FilesBench(spark, work, args.files_per_batch, args.timeout)
+    runs: dict[str, list[Run]] = {v: [] for v in variants}
+    timings: dict[str, list[float]] = {}
+    try:
+        for variant in variants:
+            bench.run(variant, work / "warmup", warm, 1)
+        for round_ in range(args.rounds):
+            for variant in variants:
+                time.sleep(args.settle)
+                run = bench.run(variant, work / "in", expected, args.batches)
+                runs[variant].append(run)
+                print(
+                    f"round {round_ + 1} {variant:14s} {run.seconds:6.2f} s  addBatch median "
+                    f"{statistics.median(run.add_batch_ms):4.0f} ms",
+                    flush=True,
+                )
+        if args.profile:
+            first = sorted((work / "in").iterdir())[: args.files_per_batch]
+            timings = profile(spark, first, work, args.profile, args.history)
+    finally:
+        spark.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    report_files(runs, args, input_bytes)
+    if timings:
+        report_profile(timings, args)
+    print(f"\nwhole section: {time.perf_counter() - began:.0f} s")
+
+
+def report_files(runs: dict[str, list[Run]], args: argparse.Namespace, input_bytes: int) -> None:
+    rows = args.rows_per_batch * args.batches
+    print(
+        f"\n{rows:,} events (id bigint, ts timestamp, user string, amount double, payload "
+        f"~80 B; input {input_bytes / 1e6:.1f} MB of Parquet) in {args.batches} micro-batches "
+        f"of {args.rows_per_batch:,} ({args.files_per_batch} input files each), availableNow, "
+        f"local[2], {CODEC}; {args.rounds} rounds; medians"
+    )
+    print(
+        "\n| variant | end to end | rows/s | addBatch | triggerExecution | files | output | "
+        "runs (s) |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    for variant, done in runs.items():
+        middle = statistics.median(r.seconds for r in done)
+        add = statistics.median(ms for r in done for ms in r.add_batch_ms)
+        trigger = statistics.median(ms for r in done for ms in r.trigger_ms)
+        size = statistics.median(r.output_bytes for r in done)
+        files = statistics.median(r.files for r in done)
+        output = f"{size / 1e6:.1f} MB" if size else "-"
+        print(
+            f"| {FILE_VARIANTS[variant]} | {middle:.2f} s | {rows / middle:,.0f} | {add:.0f} ms "
+            f"| {trigger:.0f} ms | {files:.0f} | {output} "
+            f"| {', '.join(f'{r.seconds:.2f}' for r in done)} |"
+        )
+
+    ours = [v for v in runs if v in OURS]
+    if ours:
+        print(
+            "\nours per micro-batch, medians (ms): Spark's addBatch; our foreachBatch call; in "
+            "it, outside the coordinator's phases (driver: starting Spark's job and waiting for "
+            "its record batches); the sink's writes (driver: Parquet encoding + checksum; "
+            "executor: the whole Spark job writing and preparing the parts); the protocol "
+            "(pre_commit + decision + commit); lookup, begin, finish"
+        )
+        print("\n| variant | addBatch | call | outside phases | sink write | protocol | other |")
+        print("|---|---|---|---|---|---|---|")
+        for variant in ours:
+            done = runs[variant]
+            cells = [statistics.median(ms for r in done for ms in r.add_batch_ms)]
+            cells += [statistics.median(ms for r in done for ms in r.parts[p]) for p in PARTS]
+            print(f"| {FILE_VARIANTS[variant]} | " + " | ".join(f"{c:.0f}" for c in cells) + " |")
+
+    ours = [v for v in runs if v in (*OURS, "floor", "floor-executor")]
+    for baseline in (v for v in ("spark", "spark-zstd1") if v in runs):
+        print(
+            f"\nratio {FILE_VARIANTS[baseline]} / ours (time; > 1: ours faster; goal >= 1x): "
+            "end to end (of the medians; median of the per-round ratios), addBatch medians, "
+            "triggerExecution medians"
+        )
+        for variant in ours:
+            print(f"  / {FILE_VARIANTS[variant]}: {_ratios(runs[baseline], runs[variant])}")
+    if "spark-noop" in runs:
+        noop = statistics.median(ms for r in runs["spark-noop"] for ms in r.add_batch_ms)
+        print(f"\naddBatch over Spark's noop sink (same read, nothing written: {noop:.0f} ms):")
+        for variant in (v for v in runs if v != "spark-noop"):
+            add = statistics.median(ms for r in runs[variant] for ms in r.add_batch_ms)
+            print(f"  {FILE_VARIANTS[variant]}: +{add - noop:.0f} ms")
+
+
+def _ratios(baseline: list[Run], ours: list[Run]) -> str:
+    def median_ms(done: list[Run], name: str) -> float:
+        return float(statistics.median(ms for r in done for ms in getattr(r, name)))
+
+    whole = statistics.median(r.seconds for r in baseline) / statistics.median(
+        r.seconds for r in ours
+    )
+    per_round = statistics.median(
+        b.seconds / o.seconds for b, o in zip(baseline, ours, strict=True)
+    )
+    add = median_ms(baseline, "add_batch_ms") / median_ms(ours, "add_batch_ms")
+    trigger = median_ms(baseline, "trigger_ms") / median_ms(ours, "trigger_ms")
+    return (
+        f"end to end {whole:.2f}x ({per_round:.2f}x), addBatch {add:.2f}x, "
+        f"triggerExecution {trigger:.2f}x"
+    )
+
+
+def report_profile(timings: dict[str, list[float]], args: argparse.Namespace) -> None:
+    count = timings.pop("record batches per micro-batch")[0]
+    print(
+        f"\nour driver-mode batch outside Spark ({args.rows_per_batch:,} rows as "
+        f"{count:.0f} record batches from streamed_batches; median of {args.profile}, ms):"
+    )
+    sizes = {k.removeprefix(SIZE): v[0] for k, v in timings.items() if k.startswith(SIZE)}
+    print("\n| step | median | min |\n|---|---|---|")
+    for name, seconds in timings.items():
+        if not name.startswith(SIZE):
+            median, least = statistics.median(seconds) * 1e3, min(seconds) * 1e3
+            print(f"| {name} | {median:.1f} | {least:.1f} |")
+    print(
+        "\nfile sizes: as the sink "
+        f"{sizes['sink'] / 1e6:.2f} MB, zstd level 3 {sizes['level3'] / 1e6:.2f} MB, one row "
+        f"group {sizes['one'] / 1e6:.2f} MB"
+    )
+
+
+# -- the S3 section -----------------------------------------------------------------------------
+def s3_section(args: argparse.Namespace) -> None:
+    """TODO(issue 17, S3 part): pending the S3 sink (sinks/s3, being written).
+
+    To do: 1M rows as Parquet through our S3 sink in epochs of 100k (coordinator + S3 sink +
+    a decision store, as benchmarks/postgres_sink.py drives its sink) vs a raw boto3 multipart
+    upload of the same Parquet bytes with the same part size (S3SinkConfig.part_size), in the
+    same run, alternating, on the test bed's SeaweedFS (`up(["s3"])`); goal >= 0.9x raw.
+    `make_events` gives the rows."""
+    raise NotImplementedError("S3 sink comparison: pending the S3 sink")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--only",
+        choices=("files", "s3", "all"),
+        default="files",
+        help="which section to run (s3: pending the S3 sink)",
+    )
+    parser.add_argument("--rows-per-batch", type=int, default=100_000)
+    parser.add_argument("--batches", type=int, default=10, help="input files = micro-batches")
+    parser.add_argument(
+        "--files-per-batch",
+        type=int,
+        default=2,
+        help="input files per micro-batch (maxFilesPerTrigger); Spark reads each file of this "
+        "size as one split, one task",
+    )
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--settle", type=float, default=1.0, help="seconds of rest before a run")
+    parser.add_argument("--timeout", type=float, default=600.0, help="per query, seconds")
+    parser.add_argument(
+        "--variants",
+        default=",".join(DEFAULT_VARIANTS),
+        help=f"comma-separated, in the order run each round; of {', '.join(FILE_VARIANTS)}",
+    )
+    parser.add_argument(
+        "--profile",
+        type=int,
+        default=10,
+        metavar="N",
+        help="repeats of the outside-Spark split of our batch (0: skip it)",
+    )
+    parser.add_argument(
+        "--history",
+        type=int,
+        default=10_000,
+        help="with --profile: epochs already published when an executor-mode task opens the "
+        "files sink (0: skip it)",
+    )
+    args = parser.parse_args()
+    if args.rows_per_batch % args.files_per_batch:
+        parser.error("--rows-per-batch must be a multiple of --files-per-batch")
+    if args.only in ("files", "all"):
+        files_section(args)
+    if args.only in ("s3", "all"):
+        s3_section(args)
+
+
+if __name__ == "__main__":
+    main()
