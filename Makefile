@@ -54,6 +54,7 @@ bench: install
 	$(PY) -m benchmarks.postgres_sink
 	$(PY) -m benchmarks.kafka_sink
 	$(PY) -m benchmarks.spark_end_to_end
+	$(PY) -m benchmarks.s3_sink
 
 lint: install
 	$(PY) -m ruff check .

@@ -37,11 +37,14 @@ shows 10 batches and 1M rows, and the output read back with pyarrow (ours:
 Spark's: the files its `_spark_metadata` log adds) holds exactly ids 0..999,999 once each, and
 the same sums of amount, timestamps and string bytes as the input; anything else raises.
 
-After the rounds, `--profile` (on by default) splits our driver-mode batch outside Spark: one
-micro-batch as our writer receives it (the record batches `streamed_batches` yields) through
-each step of the files sink alone (Parquet encoding as the sink does it, one row group per
-record batch; the SHA-256 of each batch's IPC serialisation; fsync) and through a coordinator
-with the files sink and a local-directory store (its phases), against alternatives.
+After the rounds, `--profile N` (10 by default) splits our driver-mode batch outside Spark,
+N times: one micro-batch as our writer receives it (the record batches `streamed_batches`
+yields) through each step of the files sink alone (Parquet encoding as the sink does it, one
+row group per record batch; the SHA-256 of each batch's IPC serialisation; fsync), against
+alternatives (zstd level 3; one row group; two files encoded in two threads; CRC-32), and
+through a coordinator with the files sink and a local-directory store (its phases). Then
+`--history` epochs are published and a worker's `FileSink.open()`, which every executor-mode
+task runs, is timed on them.
 
 Section "s3" (`--only s3`): 1M rows as zstd Parquet through our S3 sink in epochs of
 `--rows-per-batch` against a raw boto3 multipart upload of the same Parquet bytes with the same
@@ -62,6 +65,7 @@ import time
 import uuid
 import zlib
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -111,8 +115,8 @@ PARTS = ("call", "read", "write", "protocol", "other")
 # -- input ----------------------------------------------------------------------------------------
 def make_events(count: int, first_id: int = 0, seed: int = 17) -> pa.Table:
     """`count` events: id, ts (one per ms with jitter), user (50,000 distinct), amount, and a
-    payload of ~80 bytes (a JSON-like line: repeated keys, some random hex) that compresses
-    about as well as real event payloads do."""
+    payload of 83 bytes (a JSON-like line: repeated keys, a few random fields and 16 random hex
+    digits), so that it compresses only partly."""
     rng = np.random.default_rng(seed + first_id)
     ids = np.arange(first_id, first_id + count, dtype=np.int64)
     ts = START_US + ids * 1000 + rng.integers(0, 1000, count)
@@ -463,6 +467,12 @@ def profile(
             table,
             folder / f"one-{n}.parquet",
         )
+        timed(
+            "encode: two threads, each one file and one row group of half the batches",
+            _encode_in_two,
+            batches,
+            folder / f"two-{n}",
+        )
         timed("checksum: SHA-256 of batch.serialize() (as the sink)", _sha256, batches)
         timed("checksum: CRC-32 of batch.serialize()", _crc32, batches)
         timed("checksum: serialize() alone", _serialize, batches)
@@ -504,6 +514,21 @@ def _open_after(epochs: int, root: Path, repeats: int) -> list[float]:
 
 def _write_table(table: pa.Table, path: Path) -> None:
     pq.write_table(table, path, compression=CODEC)
+
+
+def _encode_in_two(batches: list[pa.RecordBatch], stem: Path) -> None:
+    """Two files encoded at once (pyarrow releases the GIL while it encodes)."""
+    half = len(batches) // 2
+    with ThreadPoolExecutor(2) as pool:
+        for done in [
+            pool.submit(
+                _write_table, pa.Table.from_batches(batches[:half]), stem.with_suffix(".a")
+            ),
+            pool.submit(
+                _write_table, pa.Table.from_batches(batches[half:]), stem.with_suffix(".b")
+            ),
+        ]:
+            done.result()
 
 
 def _read(df: Any, into: list[pa.RecordBatch]) -> None:
@@ -803,7 +828,7 @@ def main() -> None:
         help="which section to run",
     )
     parser.add_argument("--rows-per-batch", type=int, default=100_000)
-    parser.add_argument("--batches", type=int, default=10, help="input files = micro-batches")
+    parser.add_argument("--batches", type=int, default=10, help="micro-batches")
     parser.add_argument(
         "--files-per-batch",
         type=int,
