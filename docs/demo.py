@@ -126,7 +126,8 @@ def main() -> int:
     from durable_sinks.manifest import DecisionRecord
     from durable_sinks.sinks.s3 import committed_dataset
     from tests.services import up
-    from tests.support.s3_target import incomplete_uploads, s3_options, s3_sink_config
+    from tests.support.s3_objects import incomplete_uploads
+    from tests.support.s3_target import s3_options, s3_sink_config
 
     print("starting Postgres, Kafka, S3 and Spark (first time: downloads, a few minutes)...")
     testbed = up(["postgres", "kafka", "s3", "spark"])

@@ -51,7 +51,7 @@ from durable_sinks.core.schemas import schema_difference
 from .checks import check_bucket, claim_prefix, highest_manifest
 from .config import S3SinkConfig
 from .epochs import EpochManifest
-from .layout import DataKey, Layout
+from .layout import DataKey, Layout, epoch_text
 from .upload import PARTICIPANT_METADATA, ObjectUpload
 
 if TYPE_CHECKING:
@@ -168,9 +168,9 @@ class S3Sink:
             # A failed attempt whose rollback did not finish: the coordinator has moved on.
             self._abort(self._current.epoch, self._current.uploads())
             self._current = None
+        epoch_text(epoch)  # ConfigError for an epoch beyond the keys' digits, before writing
         attempt = self._attempts.get(epoch, 0)
         self._attempts[epoch] = attempt + 1
-        self.layout.data_key(DataKey.of(ctx.participant(epoch, attempt), 0))  # epoch in range
         self._current = _Participant(epoch, ctx.participant(epoch, attempt))
 
     def write_batch(self, batch: pa.RecordBatch) -> WriteResult:
@@ -432,8 +432,6 @@ class S3Sink:
                         parsed.attempt,
                     )
                     found.setdefault(name, []).append((key, upload_id))
-        except DurableSinkError:
-            raise
         except Exception as exc:
             raise self._fail(
                 exc, f"list the multipart uploads under s3://{self.layout.bucket}/{prefix}"

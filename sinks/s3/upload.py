@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from durable_sinks.core.errors import DurableSinkError
+from durable_sinks.core.s3 import multipart_etag
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -117,8 +118,6 @@ class ObjectUpload:
         (bucket-relative key, upload id, part ETags, size, rows, SHA-256 of its bytes)."""
         if self._buffer or not self.etags:
             self._upload_buffer()
-        from durable_sinks.core.s3 import multipart_etag
-
         return {
             "key": self.key,
             "upload_id": self.upload_id,

@@ -24,7 +24,9 @@ from durable_sinks.core.errors import (
 from durable_sinks.manifest import LocalDirectoryStore
 from durable_sinks.sinks.s3 import S3Sink, committed_dataset, committed_manifests
 from tests.services import S3Endpoint
-from tests.support.s3_target import incomplete_uploads, object_keys, s3_sink_config
+from tests.support.s3_faults import without_conditional_writes
+from tests.support.s3_objects import Upload, incomplete_uploads, object_keys, temporary_bucket
+from tests.support.s3_target import s3_sink_config
 
 MiB = 1024 * 1024
 
@@ -55,7 +57,7 @@ def events(start: int, count: int) -> pa.RecordBatch:
     )
 
 
-def leftovers(s3: S3Endpoint, path: str) -> list[str]:
+def leftovers(s3: S3Endpoint, path: str) -> list[Upload]:
     prefix = path.removeprefix(f"s3://{s3.bucket}/") + "/"
     return incomplete_uploads(s3.client(), s3.bucket, prefix)
 
@@ -179,20 +181,10 @@ def test_a_server_without_conditional_writes_is_refused(
     """A server that ignores If-None-Match, simulated by dropping the header from the sink's
     own (shared) client before it is signed."""
     config = s3_sink_config(s3, path, recovery_window_days=2)  # its own start-up check
-    client = config.connection.client()
-
-    def drop_conditions(request: Any, **_: Any) -> None:
-        for header in ("If-None-Match", "If-Match"):
-            if header in request.headers:
-                del request.headers[header]
-
-    client.meta.events.register("before-sign.s3.*", drop_conditions)
-    try:
+    with without_conditional_writes(config.connection.client()):
         coordinator = Coordinator("job", [S3Sink(config)], LocalDirectoryStore(tmp_path / "s"))
         with pytest.raises(ConfigError, match="ignores If-None-Match") as caught:
             coordinator.start()
-    finally:
-        client.meta.events.unregister("before-sign.s3.*", drop_conditions)
     assert "conditional writes" in str(caught.value)
     probes = path.removeprefix(f"s3://{s3.bucket}/") + "/_durable/"
     assert object_keys(s3.client(), s3.bucket, probes) == []
@@ -201,13 +193,8 @@ def test_a_server_without_conditional_writes_is_refused(
 @pytest.fixture
 def own_bucket(s3: S3Endpoint) -> Iterator[str]:
     """A bucket of this test's own (lifecycle rules are per bucket)."""
-    name = f"ds-lifecycle-{uuid.uuid4().hex[:12]}"
-    client = s3.client()
-    client.create_bucket(Bucket=name)
-    yield name
-    for key in object_keys(client, name, ""):
-        client.delete_object(Bucket=name, Key=key)
-    client.delete_bucket(Bucket=name)
+    with temporary_bucket(s3, "lifecycle") as endpoint:
+        yield endpoint.bucket
 
 
 def test_a_lifecycle_rule_shorter_than_the_recovery_window_is_refused(
@@ -285,8 +272,7 @@ def test_a_decided_epoch_whose_upload_was_aborted_is_data_loss(
     while next(steps) != "after-decision":
         pass  # the driver dies right after the decision
     [upload] = leftovers(s3, path)
-    key, _, upload_id = upload.rpartition(" (")
-    s3.client().abort_multipart_upload(Bucket=s3.bucket, Key=key, UploadId=upload_id[:-1])
+    s3.client().abort_multipart_upload(Bucket=s3.bucket, Key=upload.key, UploadId=upload.upload_id)
     successor = Coordinator("job", [sink(s3, path)], LocalDirectoryStore(tmp_path / "store"))
     # Recovery sees nothing left to do (the upload is gone); the replay of the epoch tries to
     # finish the decided commit and must say the data is lost.

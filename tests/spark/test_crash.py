@@ -26,7 +26,8 @@ import pytest
 from durable_sinks.sinks.files import STAGING
 from durable_sinks.sinks.s3 import committed_dataset
 from tests.services import KafkaEndpoint, PostgresEndpoint, S3Endpoint
-from tests.support.s3_target import incomplete_uploads, s3_options, s3_sink_config
+from tests.support.s3_objects import incomplete_uploads
+from tests.support.s3_target import s3_options, s3_sink_config
 
 from .streams import (
     kafka_ids,

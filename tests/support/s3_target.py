@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import io
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow.parquet as pq
 
@@ -13,9 +13,7 @@ from durable_sinks.core import SinkConnector
 from durable_sinks.sinks.s3 import EpochManifest, S3Sink, S3SinkConfig
 from durable_sinks.testing import COLUMNS, Row
 from tests.services import S3Endpoint
-
-if TYPE_CHECKING:
-    from mypy_boto3_s3 import S3Client
+from tests.support.s3_objects import delete_prefix, incomplete_uploads, object_keys
 
 
 def s3_options(endpoint: S3Endpoint, path: str, **options: Any) -> dict[str, Any]:
@@ -34,23 +32,6 @@ def s3_options(endpoint: S3Endpoint, path: str, **options: Any) -> dict[str, Any
 def s3_sink_config(endpoint: S3Endpoint, path: str, **options: Any) -> S3SinkConfig:
     """An S3 sink's settings for a test-bed server."""
     return S3SinkConfig(**s3_options(endpoint, path, **options))
-
-
-def incomplete_uploads(client: S3Client, bucket: str, prefix: str) -> list[str]:
-    """`key (upload id)` of every multipart upload in progress under `prefix`."""
-    found: list[str] = []
-    for page in client.get_paginator("list_multipart_uploads").paginate(
-        Bucket=bucket, Prefix=prefix
-    ):
-        found += [f"{u['Key']} ({u['UploadId']})" for u in page.get("Uploads", [])]
-    return found
-
-
-def object_keys(client: S3Client, bucket: str, prefix: str) -> list[str]:
-    keys: list[str] = []
-    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
-        keys += [o["Key"] for o in page.get("Contents", [])]
-    return keys
 
 
 class S3Target:
@@ -104,13 +85,8 @@ class S3Target:
             for key in object_keys(self.client, self.bucket, f"{self.prefix}/epoch=")
             if key not in listed
         ]
-        return incomplete_uploads(self.client, self.bucket, f"{self.prefix}/") + strays
+        uploads = incomplete_uploads(self.client, self.bucket, f"{self.prefix}/")
+        return [f"{u.key} ({u.upload_id})" for u in uploads] + strays
 
     def cleanup(self) -> None:
-        for key in incomplete_uploads(self.client, self.bucket, f"{self.prefix}/"):
-            name, _, upload = key.rpartition(" (")
-            self.client.abort_multipart_upload(
-                Bucket=self.bucket, Key=name, UploadId=upload.rstrip(")")
-            )
-        for key in object_keys(self.client, self.bucket, f"{self.prefix}/"):
-            self.client.delete_object(Bucket=self.bucket, Key=key)
+        delete_prefix(self.client, self.bucket, f"{self.prefix}/")
