@@ -25,13 +25,14 @@ test: install
 check: lint typecheck pytest
 
 # The extended crash/replay run (docs/testing.md): 2,000 generated examples per conformance
-# scenario (files, Postgres and Kafka against the test bed), 50 random SIGKILLs and 50 runs of
+# scenario (files, Postgres, Kafka and S3 against the test bed; S3 also against moto), 50 random SIGKILLs and 50 runs of
 # two queries sharing one writer. Several hours; not part of `make test`.
 test-crash: install
-	$(PY) -m tests.services up postgres kafka spark
+	$(PY) -m tests.services up postgres kafka s3 moto spark
 	DS_CONFORMANCE_EXAMPLES=2000 DS_SIGKILL_RUNS=50 DS_SPARK_KILLS=50 DS_SHARED_WRITER_RUNS=50 \
 		$(PY) -m pytest -n 2 --timeout=7200 tests/crash \
 		tests/integration/test_postgres_conformance.py tests/integration/test_kafka_conformance.py \
+		tests/integration/test_s3_conformance.py tests/integration/test_s3_decision_store.py \
 		tests/spark/test_crash.py tests/spark/test_shared_writer.py $(PYTEST_ARGS)
 
 # The fault matrix (docs/reliability.md): each fault (Postgres -m immediate / -m fast restarts

@@ -1,5 +1,5 @@
 """The conformance suite against the test bed's S3 server (SeaweedFS): the S3 sink alone, with
-Postgres, and with Kafka (as the last resource). Readers read the epoch manifests and the
+Postgres, and with Kafka (as the last resource); and the S3 sink alone against moto's server. Readers read the epoch manifests and the
 objects they list; after every example no multipart upload of the job is left in progress and
 no data object lies outside a committed epoch."""
 
@@ -61,6 +61,15 @@ def scenario_of(
 def test_s3_sink_alone(s3: S3Endpoint) -> None:
     stats = run_conformance(scenario_of(s3), max_examples=200)
     check_exercised(stats, 200)
+
+
+@pytest.mark.timeout(TIME_LIMIT)
+def test_s3_sink_alone_on_moto(moto_s3: S3Endpoint) -> None:
+    """The same run against a second, independent S3 implementation (moto's server), so the
+    sink relies on S3's semantics rather than SeaweedFS's: 50 examples by default, the
+    extended run's count (DS_CONFORMANCE_EXAMPLES) with `make test-crash`."""
+    stats = run_conformance(scenario_of(moto_s3), max_examples=50)
+    check_exercised(stats, 50)
 
 
 @pytest.mark.timeout(TIME_LIMIT)

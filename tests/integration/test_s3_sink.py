@@ -24,6 +24,7 @@ from durable_sinks.core.errors import (
 from durable_sinks.manifest import LocalDirectoryStore
 from durable_sinks.sinks.s3 import S3Sink, committed_dataset, committed_manifests
 from tests.services import S3Endpoint
+from tests.support.s3_access import S3Access
 from tests.support.s3_faults import without_conditional_writes
 from tests.support.s3_objects import Upload, incomplete_uploads, object_keys, temporary_bucket
 from tests.support.s3_target import s3_sink_config
@@ -319,3 +320,45 @@ def test_a_completed_object_is_never_overwritten(s3: S3Endpoint, path: str, tmp_
     with pytest.raises(ClientError, match="PreconditionFailed"):
         s3.client().put_object(Bucket=s3.bucket, Key=key, Body=b"x", IfNoneMatch="*")
     assert coordinator.sinks[0].commit_epoch(0, handle).value == "already-committed"
+
+
+@pytest.mark.parametrize(
+    ("denied", "named"),
+    [
+        ("s3:ListBucket", "s3:ListBucket"),
+        ("s3:PutObject", "_job.json"),
+        ("s3:GetObject", "s3:GetObject"),
+        ("s3:DeleteObject", "s3:DeleteObject"),
+        ("s3:ListBucketMultipartUploads", "s3:ListBucketMultipartUploads"),
+        ("s3:AbortMultipartUpload", "s3:AbortMultipartUpload"),
+    ],
+)
+def test_a_missing_permission_is_refused_at_start_naming_it(
+    s3_access: S3Access, denied: str, named: str, tmp_path: Path
+) -> None:
+    """On moto, which evaluates S3's fine-grained actions: credentials without one action the
+    sink uses are refused when the job starts, naming what was refused; no data object, no
+    manifest and no upload of the dataset is left."""
+    limited = s3_access.endpoint("moto", deny=[denied])
+    path = f"s3://{limited.bucket}/perm-{uuid.uuid4().hex[:10]}"
+    coordinator = Coordinator("job", [sink(limited, path)], LocalDirectoryStore(tmp_path / "s"))
+    with pytest.raises(ConfigError, match="AccessDenied") as caught:
+        coordinator.start()
+    assert named in str(caught.value)
+    assert "retrying cannot help" in str(caught.value)
+    admin = s3_access.admin("moto")
+    prefix = path.removeprefix(f"s3://{limited.bucket}/")
+    assert object_keys(admin.client(), limited.bucket, f"{prefix}/epoch=") == []
+    assert object_keys(admin.client(), limited.bucket, f"{prefix}/_epochs/") == []
+    assert incomplete_uploads(admin.client(), limited.bucket, f"{prefix}/epoch=") == []
+
+
+def test_unreadable_lifecycle_rules_only_warn(
+    s3_access: S3Access, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    limited = s3_access.endpoint("moto", deny=["s3:GetLifecycleConfiguration"])
+    path = f"s3://{limited.bucket}/perm-{uuid.uuid4().hex[:10]}"
+    coordinator = Coordinator("job", [sink(limited, path)], LocalDirectoryStore(tmp_path / "s"))
+    coordinator.start()
+    assert coordinator.run_epoch(0, [events(0, 3)]).outcome is EpochOutcome.COMMITTED
+    assert "cannot read the lifecycle rules" in caplog.text
