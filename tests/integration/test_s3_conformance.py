@@ -1,7 +1,7 @@
 """The conformance suite against the test bed's S3 server (SeaweedFS): the S3 sink alone, with
-Postgres, and with Kafka (as the last resource); and the S3 sink alone against moto's server. Readers read the epoch manifests and the
-objects they list; after every example no multipart upload of the job is left in progress and
-no data object lies outside a committed epoch."""
+Postgres, and with Kafka (as the last resource); and the S3 sink alone against moto's server.
+Readers read the epoch manifests and the objects they list; after every example no multipart
+upload of the job is left in progress and no data object lies outside a committed epoch."""
 
 from __future__ import annotations
 
