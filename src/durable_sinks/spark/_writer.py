@@ -16,7 +16,7 @@ from typing import Any
 from durable_sinks import sinks
 from durable_sinks.coordinator import Coordinator, EpochResult, OutagePolicy, RecoveryReport
 from durable_sinks.core import SinkConnector
-from durable_sinks.core.errors import ConfigError, DurableSinkError, UsageError
+from durable_sinks.core.errors import ConfigError, DurableSinkError, UnreachableError, UsageError
 from durable_sinks.core.joblog import JobLogger
 from durable_sinks.core.settings import unknown_option
 
@@ -24,12 +24,10 @@ from ._arrow import ResultTooLargeError, chunked_batches, streamed_batches
 from ._build import build_coordinator
 from ._executor import prepare_on_executors
 from ._options import DriverRead, JobOptions, job_option_names
+from ._session import batch_properties, is_connect
+from ._shipping import shipped
 from ._specs import SinkSpec
 from ._worker_check import check_workers
-
-#: Spark sets these on the thread that runs a streaming query's batch (classic PySpark).
-QUERY_ID_PROPERTY = "sql.streaming.queryId"
-BATCH_ID_PROPERTY = "streaming.sql.batchId"
 
 
 class DurableBatchWriter:
@@ -60,8 +58,15 @@ class DurableBatchWriter:
     An error raised by a batch is logged once at ERROR (class, message, fix, with the job and
     epoch) before Spark wraps it in its own StreamingQueryException, and kept as `last_error`.
 
-    The object pickles as its configuration (for Spark Connect, where foreachBatch runs in
-    another process): the copy starts its own coordinator on its first call.
+    Under Spark Connect (the active session is a remote one) foreachBatch runs on the Connect
+    server, in a Python process of its own, with a pickled copy of this writer. Construction on
+    the client then checks without taking the job: options and sink configurations, and,
+    where the client reaches them, the servers, settings and capabilities (a server the client
+    cannot reach is left to the first batch, with a warning); executor mode's check of Spark's
+    Python workers runs through the session as in classic mode. The copy pickles as its
+    configuration and the client's version (_shipping.py): on the server it refuses at its
+    first batch, before writing, unless the same version of durable-sinks is installed there;
+    its first batch starts its coordinator (fencing, recovery) from the configuration alone.
     """
 
     last_result: EpochResult | None
@@ -92,10 +97,14 @@ class DurableBatchWriter:
                     job=options.job_id,
                     fix="give each sink as sink(kind, **options) (or a kind and its options)",
                 )
-        self._start()
+        session = _active_session()
+        if is_connect(session):
+            self._check_from_client()
+        else:
+            self._start()
         if not self._workers_checked:
             try:
-                self._check_workers(_active_session())
+                self._check_workers(session)
             except BaseException:
                 self.close()
                 raise
@@ -120,6 +129,22 @@ class DurableBatchWriter:
             self._generation = coordinator.claimed_generation or self._generation
         self._coordinator = coordinator
         return coordinator
+
+    def _check_from_client(self) -> None:
+        """Spark Connect: check the job's configuration and servers from the client, without
+        recovering (the server-side copy does, at its first batch). A sink or decision store
+        this client cannot reach may be reachable from the server: warned about, not raised."""
+        coordinator = build_coordinator(self.specs, self.options)
+        try:
+            coordinator.start(recover=False)
+        except UnreachableError as exc:
+            self.log.warning(
+                "Spark Connect: not reachable from this client (%s); the server checks it at "
+                "the query's first batch, before writing",
+                exc,
+            )
+        finally:
+            _close_quietly(coordinator)
 
     def _check_workers(self, spark: Any | None) -> None:
         """Executor mode: refuse (ConfigError with the fix) unless Spark's Python workers
@@ -224,6 +249,15 @@ class DurableBatchWriter:
         return f"after step {self._last_step!r}"
 
     def _driver_epoch(self, coordinator: Coordinator, df: Any, epoch: int) -> EpochResult:
+        if self._read == "stream" and is_connect(df):
+            # Connect has no public way to stream a result as Arrow: toArrow() of a whole
+            # batch is unbounded, so read it in bounded chunks (one when it fits).
+            self.log.bind(epoch=epoch).info(
+                "Spark Connect: reading batches with toArrow() in chunks of at most %s rows "
+                "(driver_read='chunked')",
+                f"{self.options.max_rows_in_memory:,}",
+            )
+            self._read = "chunked"
         if self._read == "stream":
             try:
                 streamed = streamed_batches(df, job=self.options.job_id, epoch=epoch)
@@ -250,14 +284,14 @@ class DurableBatchWriter:
 
     def _check_query(self, df: Any, epoch: int) -> None:
         """What only the running query can tell: its id (kept across restarts from the same
-        checkpoint) becomes the coordinator's source; the batch id must be Spark's."""
-        try:
-            context = df.sparkSession.sparkContext
-        except Exception:  # noqa: BLE001 - Spark Connect has no SparkContext: no query id
-            self.log.bind(epoch=epoch).debug("no SparkContext: the query id is not checked")
-            return
-        query_id = context.getLocalProperty(QUERY_ID_PROPERTY)
-        running = context.getLocalProperty(BATCH_ID_PROPERTY)
+        checkpoint) becomes the coordinator's source; the batch id must be Spark's (classic
+        PySpark tells both; Spark Connect the query id only while one query of the session is
+        active, see _session.py)."""
+        if self._query_id is not None and is_connect(df):
+            return  # Connect unpickles one copy per query: bound at its first batch
+        query_id, running = batch_properties(df)
+        if query_id is None:
+            self.log.bind(epoch=epoch).debug("the query id is unknown: it is not checked")
         if running is not None and int(running) != epoch:
             raise UsageError(
                 f"called with batch id {epoch} while Spark runs batch {running}",
@@ -267,7 +301,7 @@ class DurableBatchWriter:
             )
         if query_id is None:
             return
-        if self._query_id is not None and str(query_id) != self._query_id:
+        if self._query_id is not None and query_id != self._query_id:
             raise UsageError(
                 f"this writer already writes the batches of streaming query {self._query_id}; "
                 f"query {query_id} called it too, and one writer (one coordinator) serves one "
@@ -277,9 +311,15 @@ class DurableBatchWriter:
                 fix="give each query its own durable_sink(...), with its own job_id; nothing of "
                 "this batch was written",
             )
-        self._query_id = str(query_id)
+        self._query_id = query_id
 
     # -- pickling (Spark Connect runs foreachBatch in a server-side process) -------------------
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled (by cloudpickle, as Spark does) as a version-checked copy: _shipping.py."""
+        from durable_sinks import __version__
+
+        return shipped(self, __version__, self.options.job_id)
+
     def __getstate__(self) -> dict[str, Any]:
         return {"specs": self.specs, "options": self.options}
 
