@@ -136,6 +136,9 @@ def test_status_line_names_the_url_and_says_it_answers(
 
 def test_answers_a_remote_query(connect_client: ConnectClient) -> None:
     assert connect_client.run(count_range, 5) == 5
+    # `up` and `status` asked the server in this process without a session: still classic.
+    assert "SPARK_CONNECT_MODE_ENABLED" not in os.environ
+    assert "SPARK_REMOTE" not in os.environ
 
 
 def test_server_side_python_is_this_interpreter_with_durable_sinks(
