@@ -144,6 +144,7 @@ class SparkConnect(Daemon):
 
     def up(self) -> None:
         # Two pytest-xdist workers may call up() at once: only one may start the JVM.
+        _require_client(self.name)
         with self._exclusive():
             if self.pid() is None:
                 self._start()
@@ -186,7 +187,10 @@ class SparkConnect(Daemon):
         return {"grpc": self.port}
 
     def ready(self) -> bool:
-        return port_accepts(self.port) and self._query_answers()
+        try:
+            return port_accepts(self.port) and self._query_answers()
+        except ImportError:  # no gRPC client here (`up` says how to install it)
+            return False
 
     def describe(self) -> str:
         return f"{self.url} local[2], driver {self.conf['spark.driver.memory']}"
@@ -226,7 +230,6 @@ class SparkConnect(Daemon):
 
     def _start(self) -> None:
         require_java(self.name)
-        _require_client(self.name)
         require_free_ports(self.name, self.ports())
         argv = self.argv()
         env = {k: v for k, v in os.environ.items() if k not in _CLIENT_ENV}
