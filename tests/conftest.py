@@ -11,16 +11,26 @@ and job id, so tests never see each other's data and need no clean-up to stay in
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import re
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import psycopg
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.services import KafkaEndpoint, PostgresEndpoint, S3Endpoint, Testbed, up
+from tests.services import (
+    KafkaEndpoint,
+    PostgresEndpoint,
+    S3Endpoint,
+    SparkConnect,
+    Testbed,
+    up,
+)
+from tests.support.connect_client import ConnectClient
 from tests.support.fault_bed import FaultBed
 from tests.support.s3_access import S3Access
 
@@ -82,6 +92,22 @@ def spark(testbed: Testbed) -> Iterator[SparkSession]:
     session = testbed.spark.session("durable-sinks-tests")
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_connect(testbed: Testbed) -> str:
+    """The main bed's Spark Connect server (shared: never stop or kill it); its `sc://` URL.
+    Open sessions on it in a child process: `connect_client` (docs/testbed.md)."""
+    up(["connect"], testbed)
+    return testbed.connect.url
+
+
+@pytest.fixture
+def connect_client(spark_connect: str, tmp_path: Path) -> ConnectClient:
+    """Runs `fn(spark, ...)` with a remote session on the main bed's Connect server, in a
+    child process: `connect_client.run(fn, *args)` (tests/support/connect_client.py). The
+    clients' logs stay in the test's tmp_path when they fail."""
+    return ConnectClient(spark_connect, folder=tmp_path / "connect-clients")
 
 
 @pytest.fixture
@@ -146,10 +172,14 @@ def s3_access(testbed: Testbed) -> Iterator[S3Access]:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Every test of the faults bed runs on one xdist worker (`--dist loadgroup`): they hold
     the bed one at a time anyway, and a second worker would only wait for the lock instead of
-    running other tests."""
+    running other tests. Likewise the tests of the killable Spark Connect server (and only
+    one worker starts it)."""
     for item in items:
-        if "fault_bed" in getattr(item, "fixturenames", ()):
+        fixtures = getattr(item, "fixturenames", ())
+        if "fault_bed" in fixtures:
             item.add_marker(pytest.mark.xdist_group("faults"))
+        if "killable_connect" in fixtures:
+            item.add_marker(pytest.mark.xdist_group("faults-connect"))
 
 
 @pytest.fixture(scope="session")
@@ -198,3 +228,40 @@ def fault_kafka_topic(fault_bed: FaultBed, unique: UniqueNames) -> Iterator[str]
     fault_bed.prepare()  # the test may have left the broker killed
     for future in admin.delete_topics([name], request_timeout=30).values():
         future.result(timeout=30)
+
+
+# -- a Spark Connect server tests may kill (docs/testbed.md) ----------------------------------
+
+
+@contextlib.contextmanager
+def _held(lock_file: Path) -> Iterator[None]:
+    """An exclusive lock on `lock_file` across processes (pytest-xdist workers)."""
+    lock_file.parent.mkdir(parents=True, exist_ok=True)
+    with lock_file.open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+@pytest.fixture(scope="session")
+def killable_connect_server(testbed: Testbed) -> SparkConnect:
+    """The killable Spark Connect server, started once per session. Tests take
+    `killable_connect` instead."""
+    server = testbed.faults_connect
+    up([server.name], testbed)
+    return server
+
+
+@pytest.fixture
+def killable_connect(killable_connect_server: SparkConnect) -> Iterator[SparkConnect]:
+    """A Spark Connect server of its own port and folder (`faults-connect`), held by this test
+    alone (other xdist workers' tests of it wait) and running when the test starts: one a
+    previous test left killed or stopped is started again. The test may `kill()` it (SIGKILL
+    of the JVM and its Python workers: a driver host dying), `down()` it and `up()` it again;
+    `url` is where clients reach it (`ConnectClient(server.url)`)."""
+    server = killable_connect_server
+    with _held(server.home.parent / f"{server.name}.tests.lock"):
+        server.up()
+        yield server

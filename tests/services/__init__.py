@@ -1,6 +1,7 @@
 """The test bed: real Postgres, Kafka, S3 (SeaweedFS, and moto's server as a second S3
-implementation) and Spark on 127.0.0.1, started by the project itself, plus the faults bed: a
-second Postgres and Kafka that fault tests may restart and kill, behind Toxiproxy.
+implementation), Spark and a Spark Connect server on 127.0.0.1, started by the project itself,
+plus the faults bed: a second Postgres and Kafka that fault tests may restart and kill, behind
+Toxiproxy, and a second Spark Connect server that crash tests may kill.
 
     python -m tests.services up [NAME ...]     start (idempotent), wait until each answers
     python -m tests.services status            what runs, where, pids, logs
@@ -9,7 +10,9 @@ second Postgres and Kafka that fault tests may restart and kill, behind Toxiprox
     python -m tests.services logs NAME         where a server logs, and its last lines
 
 NAME is one of NAMES, or `faults` for the faults bed (faults-postgres, faults-kafka and
-toxiproxy). The pytest fixtures in tests/conftest.py call `up()` once per session.
+toxiproxy). Without NAME, `up` starts DEFAULT_UP (everything but `faults-connect`, which only
+its fixture starts); `down`, `status` and `reset` cover every name. The pytest fixtures in
+tests/conftest.py call `up()` once per session for the server they need.
 docs/testbed.md describes ports, folders and versions.
 """
 
@@ -22,6 +25,8 @@ from dataclasses import dataclass
 from ._layout import Layout
 from ._process import ServiceError
 from ._service import Service, Status
+from .connect import FAULTS_NAME as CONNECT_FAULTS_NAME
+from .connect import SparkConnect
 from .endpoints import KafkaEndpoint, PostgresEndpoint, S3Endpoint
 from .kafka import FAULTS_SETTINGS as KAFKA_FAULTS_SETTINGS
 from .kafka import Kafka, KafkaTransaction
@@ -32,6 +37,8 @@ from .spark import Spark
 from .toxiproxy import Toxiproxy
 
 __all__ = [
+    "DEFAULT_UP",
+    "NAMES",
     "S3",
     "Kafka",
     "KafkaEndpoint",
@@ -44,6 +51,7 @@ __all__ = [
     "S3Endpoint",
     "ServiceError",
     "Spark",
+    "SparkConnect",
     "Testbed",
     "Toxiproxy",
     "down",
@@ -57,12 +65,18 @@ NAMES = (
     "s3",
     "moto",
     "spark",
+    "connect",
     "faults-postgres",
     "faults-kafka",
     "toxiproxy",
+    "faults-connect",
 )
 #: Names that stand for several servers.
 GROUPS = {"faults": ("faults-postgres", "faults-kafka", "toxiproxy")}
+#: What `up` without names starts. `faults-connect` (a second Spark JVM of ~1 GB, ~20 s to
+#: start, for the few crash tests that kill it) only starts when its fixture asks for it;
+#: `down`, `status` and `reset` without names still cover it.
+DEFAULT_UP = tuple(name for name in NAMES if name != "faults-connect")
 
 
 @dataclass(frozen=True)
@@ -71,7 +85,9 @@ class Testbed:
 
     The faults bed's Postgres and Kafka are the same classes as the main bed's, on the
     layout's `faults_layout()` (own folders under `<root>/faults/`, own ports); tests may stop,
-    crash and kill those, never the main bed's, which every test shares.
+    crash and kill those, never the main bed's, which every test shares. Likewise
+    `faults_connect`, a second Spark Connect server on its own port and folder, is the one
+    tests may kill; `connect` is shared.
     """
 
     __test__ = False  # not a pytest test class despite its name
@@ -82,9 +98,11 @@ class Testbed:
     s3: S3
     moto: Moto
     spark: Spark
+    connect: SparkConnect
     faults_postgres: Postgres
     faults_kafka: Kafka
     toxiproxy: Toxiproxy
+    faults_connect: SparkConnect
 
     @classmethod
     def create(cls, layout: Layout | None = None) -> Testbed:
@@ -97,14 +115,19 @@ class Testbed:
             S3(layout),
             Moto(layout),
             Spark(layout),
+            SparkConnect(layout),
             Postgres(faults, name="faults-postgres"),
             Kafka(faults, name="faults-kafka", settings=KAFKA_FAULTS_SETTINGS),
             Toxiproxy(layout),
+            SparkConnect(layout, name=CONNECT_FAULTS_NAME, port=layout.connect.killable),
         )
 
-    def select(self, names: Iterable[str] | None = None) -> list[Service]:
+    def select(
+        self, names: Iterable[str] | None = None, default: Iterable[str] = NAMES
+    ) -> list[Service]:
+        """The services `names` stand for, in order; `default` when no name is given."""
         chosen: list[str] = []
-        for name in list(names) if names else list(NAMES):
+        for name in list(names) if names else list(default):
             for member in GROUPS.get(name, (name,)):
                 if member not in chosen:
                     chosen.append(member)
@@ -137,9 +160,9 @@ def _each(services: list[Service], action: str) -> None:
 
 
 def up(names: Iterable[str] | None = None, testbed: Testbed | None = None) -> Testbed:
-    """Start the chosen servers (all by default) and wait until each answers."""
+    """Start the chosen servers (DEFAULT_UP by default) and wait until each answers."""
     testbed = testbed or Testbed.create()
-    _each(testbed.select(names), "up")
+    _each(testbed.select(names, DEFAULT_UP), "up")
     return testbed
 
 

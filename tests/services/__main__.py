@@ -13,17 +13,17 @@ from ._process import tail
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.services", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
-    for command, text in (
-        ("up", "start servers (idempotent) and wait until they answer"),
-        ("down", "stop servers; no process is left behind"),
-        ("reset", "stop servers and delete their data (downloaded jars stay cached)"),
+    for command, text, default in (
+        ("up", "start servers (idempotent) and wait until they answer", "all but faults-connect"),
+        ("down", "stop servers; no process is left behind", "all"),
+        ("reset", "stop servers and delete their data (downloaded jars stay cached)", "all"),
     ):
         sub = commands.add_parser(command, help=text)
         sub.add_argument(
             "names",
             nargs="*",
             metavar="NAME",
-            help=f"any of {', '.join([*NAMES, *GROUPS])} (default: all)",
+            help=f"any of {', '.join([*NAMES, *GROUPS])} (default: {default})",
         )
     commands.add_parser("status", help="what runs where")
     logs = commands.add_parser("logs", help="a server's log files and their last lines")

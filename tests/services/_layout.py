@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import overload
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -27,7 +28,15 @@ def _env_int(name: str, default: int) -> int:
         ) from None
 
 
-def _env_path(name: str, default: Path) -> Path:
+@overload
+def _env_path(name: str, default: Path) -> Path: ...
+
+
+@overload
+def _env_path(name: str, default: None) -> Path | None: ...
+
+
+def _env_path(name: str, default: Path | None) -> Path | None:
     raw = os.environ.get(name)
     return Path(raw).expanduser().resolve() if raw else default
 
@@ -118,12 +127,28 @@ class ToxiproxyPorts:
 
 
 @dataclass(frozen=True)
+class ConnectPorts:
+    """Spark Connect servers (gRPC, one port each).
+
+    `port` is the main bed's, shared by every test; `killable` is a second server that tests
+    may SIGKILL and restart (crash tests: a driver host dying), by default `port` + 1 so that a
+    second test bed moved with DS_CONNECT_PORT alone moves it too.
+    """
+
+    port: int = 15602  # DS_CONNECT_PORT
+    killable: int = 15603  # DS_FAULTS_CONNECT_PORT
+
+
+@dataclass(frozen=True)
 class Layout:
     """Folders and ports of one test bed.
 
     `root` holds each server's data and logs (`.services/` in the checkout, git-ignored);
     `cache` holds what is slow to fetch and safe to share between checkouts (Maven-built
     classpaths), by default under the user's cache folder so a fresh clone reuses it.
+    `connect_root`, when set, holds the Spark Connect servers' folders instead of `root`: a
+    Connect server runs its checkout's durable-sinks server-side, so a checkout that shares
+    another's Postgres and Kafka (DS_SERVICES_DIR) runs Connect servers of its own.
     """
 
     root: Path
@@ -134,6 +159,8 @@ class Layout:
     moto: MotoPorts = field(default_factory=MotoPorts)
     faults: FaultsPorts = field(default_factory=FaultsPorts)
     toxiproxy: ToxiproxyPorts = field(default_factory=ToxiproxyPorts)
+    connect: ConnectPorts = field(default_factory=ConnectPorts)
+    connect_root: Path | None = None  # DS_CONNECT_DIR
 
     @classmethod
     def from_env(cls) -> Layout:
@@ -142,6 +169,7 @@ class Layout:
         broker = _env_int("DS_KAFKA_PORT", KafkaPorts.broker)
         controller = _env_int("DS_KAFKA_CONTROLLER_PORT", KafkaPorts.controller)
         s3 = _env_int("DS_S3_PORT", S3Ports.s3)
+        connect = _env_int("DS_CONNECT_PORT", ConnectPorts.port)
         faults = FaultsPorts(
             postgres=_env_int("DS_FAULTS_PG_PORT", pg + 100),
             kafka=_env_int("DS_FAULTS_KAFKA_PORT", broker + 100),
@@ -167,6 +195,10 @@ class Layout:
                 postgres=_env_int("DS_TOXIPROXY_PG_PORT", pg + 110),
                 kafka=_env_int("DS_TOXIPROXY_KAFKA_PORT", broker + 103),
             ),
+            connect=ConnectPorts(
+                port=connect, killable=_env_int("DS_FAULTS_CONNECT_PORT", connect + 1)
+            ),
+            connect_root=_env_path("DS_CONNECT_DIR", None),
         )
 
     def shifted(self, offset: int, root: Path) -> Layout:
@@ -200,6 +232,9 @@ class Layout:
                 postgres=proxies.postgres + offset,
                 kafka=proxies.kafka + offset,
             ),
+            connect=ConnectPorts(
+                port=self.connect.port + offset, killable=self.connect.killable + offset
+            ),
         )
 
     def faults_layout(self) -> Layout:
@@ -219,6 +254,10 @@ class Layout:
 
     def service_dir(self, name: str) -> Path:
         return self.root / name
+
+    def connect_dir(self, name: str) -> Path:
+        """A Spark Connect server's folder."""
+        return (self.connect_root or self.root) / name
 
     def log_dir(self) -> Path:
         return self.root / "logs"

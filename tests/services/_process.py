@@ -197,6 +197,37 @@ def group_members(pgid: int) -> list[int]:
     return members
 
 
+def descendants(pid: int) -> list[int]:
+    """Pids of the live processes below pid (children, their children, ...), whatever their
+    process group: a server's helpers that made a group of their own (PySpark's worker
+    daemon does) are still its descendants until it dies and they are re-parented."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if len(fields) > 1 and fields[0] != "Z":
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+    found: list[int] = []
+    todo = list(children.get(pid, ()))
+    while todo:
+        child = todo.pop()
+        found.append(child)
+        todo.extend(children.get(child, ()))
+    return found
+
+
+def process_group(pid: int) -> int | None:
+    """The process group of pid, or None when it is gone."""
+    try:
+        return os.getpgid(pid)
+    except ProcessLookupError:
+        return None
+
+
 def wait_until(
     service: str,
     ready: Callable[[], bool],
