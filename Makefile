@@ -47,7 +47,7 @@ test-faults: install
 # SIGKILLed part-way and restarted; prints what landed (0 duplicates, 0 lost) and exits 1
 # otherwise. Sets up everything it needs, like `make test`.
 demo: install
-	$(PY) docs/demo.py
+	$(PY) docs/demo.py $(DEMO_ARGS)
 
 bench: install
 	$(PY) -m benchmarks.protocol_overhead

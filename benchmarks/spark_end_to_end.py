@@ -35,6 +35,11 @@ forward, ...), each run after `--settle` seconds of rest and a Postgres CHECKPOI
 median of each are reported, and each ratio also as the median of its per-round ratios (the
 machine drifts between rounds). For ours, each micro-batch is split into reading it from
 Spark, the sink's writes and the protocol (from the coordinator's epoch metrics).
+With `--connect` every query runs on the test bed's Spark Connect server (`python -m
+tests.services up connect`: `local[2]`, the same conf) from a remote session: foreachBatch
+runs server-side, so our per-phase split is not reported, and the floor reads the batch as
+Connect's driver mode does (`chunked_batches`: persist, count, `toArrow()`), there being no
+public Arrow stream under Connect.
 Every run is checked: Spark's progress reports must show every batch with its rows, and the
 table's row count, or the topic's end offsets (plus at most one commit marker per partition
 per batch for ours), must equal the rows written; anything else raises.
@@ -62,7 +67,9 @@ from psycopg import sql
 from benchmarks.postgres_sink import make_rows
 from durable_sinks.sinks.kafka.admin import list_offsets
 from durable_sinks.spark import durable_sink
-from durable_sinks.spark._arrow import streamed_batches
+from durable_sinks.spark._arrow import chunked_batches, streamed_batches
+from durable_sinks.spark._options import DEFAULT_MAX_ROWS_IN_MEMORY
+from durable_sinks.spark._session import is_connect
 from tests.services import KafkaEndpoint, PostgresEndpoint, up
 from tests.support.targets import create_topic
 
@@ -232,7 +239,8 @@ class Bench:
         finally:
             for writer in writers:
                 writer.close()
-        run.parts = parts
+        # (Under Spark Connect `fn` ran on the server, on a copy of `parts`.)
+        run.parts = {} if is_connect(self.spark) else parts
         return run
 
     # -- Postgres -------------------------------------------------------------------------------
@@ -356,7 +364,11 @@ class Bench:
     # -- floor ----------------------------------------------------------------------------------
     def floor(self, source: Path, rows: int, batches: int) -> Run:
         def fn(df: Any, batch_id: int) -> None:
-            for _ in streamed_batches(df, job="floor", epoch=batch_id):
+            if is_connect(df):
+                read = chunked_batches(df, DEFAULT_MAX_ROWS_IN_MEMORY, job="floor", epoch=batch_id)
+            else:
+                read = streamed_batches(df, job="floor", epoch=batch_id)
+            for _ in read:
                 pass
 
         return self.query(source, rows, batches, lambda w: w.foreachBatch(fn).start())
@@ -385,6 +397,9 @@ def main() -> None:
     parser.add_argument(
         "--variants", default=",".join(VARIANTS), help="comma-separated subset to run"
     )
+    parser.add_argument(
+        "--connect", action="store_true", help="run the queries on the test bed's Connect server"
+    )
     args = parser.parse_args()
     variants = [v for v in args.variants.split(",") if v]
     unknown = set(variants) - set(VARIANTS)
@@ -394,13 +409,18 @@ def main() -> None:
         parser.error(f"--rows-per-batch must be a multiple of {FILES_PER_BATCH}")
     rows = args.rows_per_batch * args.batches
 
-    testbed = up(["postgres", "kafka", "spark"])
+    testbed = up(["postgres", "kafka", "spark", *(["connect"] if args.connect else [])])
     work = Path(tempfile.mkdtemp(prefix="ds-spark-bench-"))
     began = time.perf_counter()
     write_source(work / "in", args.rows_per_batch, args.batches)
     write_source(work / "warmup", args.rows_per_batch, 1)
-    spark = testbed.spark.session("bench")
-    spark.sparkContext.setLogLevel("ERROR")  # not the cached producer on deleted topics
+    if args.connect:
+        from pyspark.sql import SparkSession
+
+        spark = SparkSession.builder.remote(testbed.connect.url).getOrCreate()
+    else:
+        spark = testbed.spark.session("bench")
+        spark.sparkContext.setLogLevel("ERROR")  # not the cached producer on deleted topics
     bench = Bench(
         spark,
         testbed.postgres.endpoint(),
@@ -431,7 +451,8 @@ def main() -> None:
 def report(runs: dict[str, list[Run]], rows: int, args: argparse.Namespace) -> None:
     print(
         f"\n{rows:,} rows (bigint, text, float8, timestamp) in {args.batches} micro-batches of "
-        f"{args.rows_per_batch:,} from Parquet files, availableNow, local[2]; "
+        f"{args.rows_per_batch:,} from Parquet files, availableNow, local[2]"
+        f"{' on a Spark Connect server' if args.connect else ''}; "
         f"{args.rounds} rounds"
     )
     print("\n| variant | best | rows/s (best) | median | addBatch per batch | runs (s) |")

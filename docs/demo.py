@@ -15,6 +15,13 @@ into Postgres, S3 and Kafka together, exactly once, across a SIGKILL of the driv
    or loss.
 
     python docs/demo.py            (from the repository root, after `make install`)
+    python docs/demo.py --connect  (the same through Spark Connect)
+
+With `--connect` the query runs on a Spark Connect server the demo starts from the pyspark
+wheel (tests/services/connect.py, a server of its own, port DS_CONNECT_PORT + 2): the child is
+a Connect client, foreachBatch runs on the server, and the process SIGKILLed at the decision
+is the server (it is the driver); the demo starts it again before run 2. The per-batch lines
+are then the query's progress as the client sees it, and recovery is logged on the server.
 """
 
 from __future__ import annotations
@@ -40,8 +47,9 @@ WORK = ROOT / ".demo"
 
 
 def child(plan_path: str) -> int:
-    """The streaming query (a driver that the demo may kill)."""
-    from pyspark.sql import functions
+    """The streaming query (a driver that the demo may kill; with Spark Connect, a client
+    whose query runs on the Connect server, the driver that the demo may kill)."""
+    from pyspark.sql import SparkSession, functions
 
     from durable_sinks import DurableBatchWriter, sink
     from durable_sinks.spark import JobOptions
@@ -68,8 +76,15 @@ def child(plan_path: str) -> int:
                 )
                 os.killpg(os.getpgid(0), signal.SIGKILL)
 
-    spark = Testbed.create().spark.session("durable-sinks-demo")
-    spark.sparkContext.setLogLevel("ERROR")
+    remote = plan.get("connect")
+    if remote:
+        spark = SparkSession.builder.remote(remote).getOrCreate()
+        # A client retries a server that does not answer for ~10 minutes by default: give up
+        # after ~30 s once the server (the driver) is killed.
+        short_retries(spark)
+    else:
+        spark = Testbed.create().spark.session("durable-sinks-demo")
+        spark.sparkContext.setLogLevel("ERROR")
     writer = Writer(
         [
             sink("postgres", dsn=plan["dsn"], table=plan["table"], create_table=True),
@@ -100,8 +115,18 @@ def child(plan_path: str) -> int:
         .trigger(availableNow=True)
         .start()
     )
-    query.awaitTermination()
-    writer.close()
+    if not remote:
+        query.awaitTermination()
+        writer.close()
+        spark.stop()
+        return 0
+    try:
+        query.awaitTermination()
+    except Exception as exc:  # noqa: BLE001 - the demo reports it and exits 1
+        print(f"  the query stopped: {str(exc).strip().splitlines()[0][:160]}")
+        return 1
+    for progress in query.recentProgress:
+        print(f"  batch {progress.batchId}: {progress.numInputRows} rows (on the Connect server)")
     spark.stop()
     return 0
 
@@ -117,7 +142,18 @@ def run_child(plan: dict[str, Any], name: str) -> int:
     return proc.returncode
 
 
-def main() -> int:
+def connect_server() -> Any:
+    """The demo's own Spark Connect server (the demo kills it: never the test bed's shared
+    one), started."""
+    from tests.services import Layout, SparkConnect
+
+    layout = Layout.from_env()
+    server = SparkConnect(layout, name="demo-connect", port=layout.connect.port + 2)
+    server.up()
+    return server
+
+
+def main(connect: bool = False) -> int:
     import psycopg
     from confluent_kafka import Consumer, Producer, TopicPartition
     from confluent_kafka.admin import AdminClient, NewTopic
@@ -131,6 +167,10 @@ def main() -> int:
 
     print("starting Postgres, Kafka, S3 and Spark (first time: downloads, a few minutes)...")
     testbed = up(["postgres", "kafka", "s3", "spark"])
+    server = None
+    if connect:
+        print("starting the demo's Spark Connect server (the driver; about 20 s)...")
+        server = connect_server()
     pg, kafka, s3 = testbed.postgres.endpoint(), testbed.kafka.endpoint(), testbed.s3.endpoint()
     run = time.strftime("%Y%m%d_%H%M%S") + "_" + uuid.uuid4().hex[:4]
     WORK.mkdir(exist_ok=True)
@@ -161,12 +201,24 @@ def main() -> int:
         "s3": s3_options(s3, f"s3://{s3.bucket}/demo-{run}/orders"),
         "checkpoint": str(WORK / f"checkpoint-{run}"),
         "kill": True,
+        "connect": server.url if server is not None else None,
     }
     print("\nrun 1: the streaming query, killed part-way")
     code = run_child(plan, f"plan-{run}-1")
-    print(f"  driver exit status {code} ({'SIGKILL' if code == -signal.SIGKILL else 'no kill'})")
+    if server is None:
+        print(
+            f"  driver exit status {code} ({'SIGKILL' if code == -signal.SIGKILL else 'no kill'})"
+        )
+    else:
+        what = "was SIGKILLed" if code != 0 else "was not killed"
+        print(f"  client exit status {code}: the Connect server (the driver) {what}")
+        server.kill()  # (what the kill left: the executors' Python worker daemon)
+        print("  starting the Connect server again...")
+        server.up()
     print("\nrun 2: restarted from the same checkpoint")
     code = run_child({**plan, "kill": False}, f"plan-{run}-2")
+    if server is not None:
+        server.down()
     if code != 0:
         print(f"the restarted query failed (exit {code})")
         return 1
@@ -227,7 +279,17 @@ def main() -> int:
     return 0 if ok else 1
 
 
+def short_retries(spark: Any, seconds: float = 30) -> None:
+    """Make the remote session give up on an unanswering server after about `seconds`."""
+    from pyspark.sql.connect.client.retries import DefaultPolicy
+
+    policy = DefaultPolicy(
+        max_retries=int(seconds / 0.5), initial_backoff=500, backoff_multiplier=1.0, max_backoff=500
+    )
+    spark.client.set_retry_policies([policy])
+
+
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--child":
         sys.exit(child(sys.argv[2]))
-    sys.exit(main())
+    sys.exit(main(connect="--connect" in sys.argv[1:]))

@@ -1,0 +1,275 @@
+"""`durable_sink` through Spark Connect: the client is a separate process with a remote session
+(tests/spark/connect_child.py, as a user's script), foreachBatch runs on the test bed's real
+Spark Connect server, the sinks are the test bed's Postgres and Kafka, and what landed is read
+as their readers would (committed rows; a read_committed consumer).
+
+The server-kill tests use a Connect server of their own (the `killable_connect` fixture): it is
+the driver, and it is SIGKILLed in the middle of a batch, then started again.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pyarrow.parquet as pq
+import pytest
+from psycopg import sql
+
+from durable_sinks.manifest import DecisionRecord
+from tests.services import KafkaEndpoint, PostgresEndpoint
+
+from .streams import (
+    kafka_ids,
+    kafka_open_transactions,
+    postgres_ids,
+    prepared_transactions,
+    write_input,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_client(plan: dict[str, Any], folder: Path, name: str, timeout: float = 300) -> Any:
+    """Run the client script with `plan`; its report (the query's error or None, its id)."""
+    plan_file = folder / f"{name}.json"
+    plan_file.write_text(json.dumps(plan))
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.spark.connect_child", str(plan_file)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert lines, f"the client printed no report (exit {proc.returncode}):\n{proc.stderr[-4000:]}"
+    report = json.loads(lines[-1])
+    report["stderr"] = proc.stderr
+    report["exit"] = proc.returncode
+    return report
+
+
+def decisions(dsn: str, schema: str, job_id: str) -> dict[int, DecisionRecord]:
+    """The job's decisions in the decision store the Postgres sink's database hosts."""
+    table = sql.Identifier(schema, "durable_sinks_decisions")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute(
+            sql.SQL("SELECT epoch, record FROM {} WHERE job_id = %s").format(table), (job_id,)
+        ).fetchall()
+    return {int(e): DecisionRecord.from_bytes(bytes(r), source=f"epoch {e}") for e, r in rows}
+
+
+def second_sink(execution: str, kafka: KafkaEndpoint, topic: str, out: Path) -> dict[str, Any]:
+    """Kafka in driver mode; in executor mode, where Kafka cannot prepare (it is refused at
+    validation), the files sink."""
+    if execution == "executor":
+        return {"kind": "files", "path": str(out)}
+    return {"kind": "kafka", "bootstrap_servers": kafka.bootstrap_servers, "topic": topic}
+
+
+def second_ids(execution: str, kafka: KafkaEndpoint, topic: str, out: Path) -> list[int]:
+    """What the second sink's readers see: a read_committed consumer, or the committed files."""
+    if execution == "executor":
+        return sorted(pq.read_table(out, columns=["id"]).column("id").to_pylist())
+    return kafka_ids(kafka, topic)
+
+
+def _plan(url: str, tmp_path: Path, job_id: str, sinks: list[dict[str, Any]], **job: Any) -> Any:
+    return {
+        "url": url,
+        "source": str(tmp_path / "in"),
+        "checkpoint": str(tmp_path / "checkpoint"),
+        "job_id": job_id,
+        "sinks": sinks,
+        "job": job,
+    }
+
+
+def test_postgres_alone_lands_every_row_once_across_a_restart_from_the_checkpoint(
+    spark_connect: str, postgres: PostgresEndpoint, pg_schema: str, job_id: str, tmp_path: Path
+) -> None:
+    dsn, table = postgres.conninfo(), f"{pg_schema}.events"
+    for n in range(3):
+        write_input(tmp_path / "in", f"part-{n}.json", range(n * 10, n * 10 + 10))
+    pg = {"kind": "postgres", "dsn": dsn, "table": table, "create_table": True}
+    plan = _plan(spark_connect, tmp_path, job_id, [pg])
+
+    first = run_client(plan, tmp_path, "first")
+    assert first["error"] is None, first["error"]
+    assert postgres_ids(dsn, table) == list(range(30))
+
+    # The query restarted from the same checkpoint (a new client, a new server-side copy of
+    # the writer) goes on with batch 3.
+    write_input(tmp_path / "in", "part-3.json", range(30, 40))
+    second = run_client(plan, tmp_path, "second")
+    assert second["error"] is None, second["error"]
+    assert postgres_ids(dsn, table) == list(range(40))
+    assert prepared_transactions(dsn, job_id) == []
+    assert first["query_id"] == second["query_id"]
+
+
+@pytest.mark.parametrize(
+    ("execution", "guarantee"),
+    [("driver", "exactly-once"), ("executor", "exactly-once"), ("driver", "at-least-once")],
+)
+def test_postgres_and_a_second_sink_commit_each_batch_once_from_the_server(
+    spark_connect: str,
+    postgres: PostgresEndpoint,
+    kafka: KafkaEndpoint,
+    kafka_topic: str,
+    pg_schema: str,
+    job_id: str,
+    tmp_path: Path,
+    execution: str,
+    guarantee: str,
+) -> None:
+    dsn, table, out = postgres.conninfo(), f"{pg_schema}.events", tmp_path / "out"
+    for n in range(4):
+        write_input(tmp_path / "in", f"part-{n}.json", range(n * 25, n * 25 + 25))
+    second = second_sink(execution, kafka, kafka_topic, out)
+    sinks = [{"kind": "postgres", "dsn": dsn, "table": table, "create_table": True}, second]
+    plan = _plan(spark_connect, tmp_path, job_id, sinks, execution=execution, guarantee=guarantee)
+    plan["files_per_batch"] = 2
+    plan["repartition"] = 3 if execution == "executor" else 0
+
+    report = run_client(plan, tmp_path, "run")
+    assert report["error"] is None, report["error"]
+    assert postgres_ids(dsn, table) == list(range(100))
+    assert second_ids(execution, kafka, kafka_topic, out) == list(range(100))
+    assert prepared_transactions(dsn, job_id) == []
+    if execution == "driver":
+        assert kafka_open_transactions(kafka, kafka_topic, f"{kafka_topic}-ds-progress") == []
+    if guarantee == "exactly-once":
+        decided = decisions(dsn, pg_schema, job_id)
+        assert sorted(decided) == [0, 1]
+        rows = {"postgres": 50, second["kind"]: 50}
+        assert all(d.rows() == rows for d in decided.values())
+        # Found through the batch's session (Connect has no local properties): the query id.
+        assert {d.source for d in decided.values()} == {report["query_id"]}
+        parts = {h.participant for d in decided.values() for h in d.handles_for("postgres")}
+        assert len(parts) == (6 if execution == "executor" else 2)  # per partition and batch
+
+
+def test_the_durable_data_source_writes_through_a_remote_session(
+    spark_connect: str, postgres: PostgresEndpoint, pg_schema: str, job_id: str, tmp_path: Path
+) -> None:
+    dsn, table = postgres.conninfo(), f"{pg_schema}.events"
+    for n in range(2):
+        write_input(tmp_path / "in", f"part-{n}.json", range(n * 10, n * 10 + 10))
+    pg = {"kind": "postgres", "dsn": dsn, "table": table, "create_table": True}
+    plan = {**_plan(spark_connect, tmp_path, job_id, [pg]), "via": "format"}
+    report = run_client(plan, tmp_path, "run")
+    assert report["error"] is None, report["error"]
+    assert postgres_ids(dsn, table) == list(range(20))
+    assert prepared_transactions(dsn, job_id) == []
+
+
+def test_a_server_with_another_version_refuses_at_the_first_batch_before_writing(
+    spark_connect: str, postgres: PostgresEndpoint, pg_schema: str, job_id: str, tmp_path: Path
+) -> None:
+    dsn, table = postgres.conninfo(), f"{pg_schema}.events"
+    write_input(tmp_path / "in", "part-0.json", range(10))
+    pg = {"kind": "postgres", "dsn": dsn, "table": table, "create_table": True}
+    plan = {**_plan(spark_connect, tmp_path, job_id, [pg]), "version": "0.0.0+client"}
+    report = run_client(plan, tmp_path, "run")
+    assert report["exit"] == 1
+    error = report["error"]
+    assert "ConfigError" in error
+    assert "the client that started the query has 0.0.0+client" in error
+    assert "Fix: install durable-sinks==0.0.0+client" in error
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        found = conn.execute("SELECT to_regclass(%s)", (table,)).fetchone()
+    assert found == (None,)  # the table is created with the first batch: none was written
+    assert prepared_transactions(dsn, job_id) == []
+
+
+def test_a_sink_nobody_reaches_is_warned_on_the_client_and_fails_the_first_batch(
+    spark_connect: str, postgres: PostgresEndpoint, pg_schema: str, job_id: str, tmp_path: Path
+) -> None:
+    """A server the client cannot reach may be reachable from the Connect server: the client
+    warns and goes on; the server's first batch checks and fails before writing anything."""
+    write_input(tmp_path / "in", "part-0.json", range(10))
+    closed = postgres.conninfo().replace(f"port='{postgres.port}'", "port='1'")
+    assert closed != postgres.conninfo()
+    pg = {"kind": "postgres", "dsn": closed, "table": f"{pg_schema}.events"}
+    plan = _plan(spark_connect, tmp_path, job_id, [pg], decision_store=str(tmp_path / "decisions"))
+    plan["job"]["outage_tolerance_s"] = 0
+    report = run_client(plan, tmp_path, "run")
+    assert "Spark Connect: not reachable from this client" in report["stderr"]
+    assert report["exit"] == 1
+    assert "UnreachableError" in report["error"]
+    assert "127.0.0.1:1" in report["error"] or "port 1" in report["error"]
+    assert postgres.password not in report["error"] + report["stderr"]
+
+
+@pytest.mark.parametrize(
+    ("execution", "step"),
+    [("driver", "after-decision"), ("driver", "after-write"), ("executor", "after-decision")],
+)
+def test_the_connect_server_killed_mid_batch_then_restarted_lands_every_record_once(
+    killable_connect: Any,
+    postgres: PostgresEndpoint,
+    kafka: KafkaEndpoint,
+    kafka_topic: str,
+    pg_schema: str,
+    job_id: str,
+    tmp_path: Path,
+    execution: str,
+    step: str,
+) -> None:
+    dsn, table, out = postgres.conninfo(), f"{pg_schema}.events", tmp_path / "out"
+    for n in range(4):
+        write_input(tmp_path / "in", f"part-{n}.json", range(n * 20, n * 20 + 20))
+    second = second_sink(execution, kafka, kafka_topic, out)
+    sinks = [{"kind": "postgres", "dsn": dsn, "table": table, "create_table": True}, second]
+    plan = _plan(killable_connect.url, tmp_path, job_id, sinks, execution=execution)
+    plan["repartition"] = 2 if execution == "executor" else 0
+    flag = tmp_path / "paused"
+    plan["pause"] = {"epoch": 2, "step": step, "flag": str(flag)}
+
+    plan_file = tmp_path / "killed.json"
+    plan_file.write_text(json.dumps(plan))
+    log = tmp_path / "killed.log"
+    with log.open("w") as output:
+        client = subprocess.Popen(
+            [sys.executable, "-m", "tests.spark.connect_child", str(plan_file)],
+            cwd=ROOT,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            deadline = time.monotonic() + 240
+            while not flag.exists():
+                assert client.poll() is None, log.read_text()[-4000:]
+                assert time.monotonic() < deadline, "the batch never reached the kill point"
+                time.sleep(0.2)
+            assert flag.read_text().startswith(step)
+            killable_connect.kill()  # the driver dies mid-batch
+            client.wait(timeout=120)
+        finally:
+            if client.poll() is None:
+                client.kill()
+    reports = [line for line in log.read_text().splitlines() if line.startswith('{"error"')]
+    assert reports, log.read_text()[-4000:]
+    assert json.loads(reports[-1])["error"] is not None  # the client saw its driver die
+    assert len(postgres_ids(dsn, table)) == 40  # batches 0 and 1 only (two files)
+
+    killable_connect.up()
+    plan.pop("pause")
+    report = run_client(plan, tmp_path, "restarted")
+    assert report["error"] is None, report["error"]
+    assert postgres_ids(dsn, table) == list(range(80))
+    assert second_ids(execution, kafka, kafka_topic, out) == list(range(80))
+    assert prepared_transactions(dsn, job_id) == []
+    if execution == "driver":
+        assert kafka_open_transactions(kafka, kafka_topic, f"{kafka_topic}-ds-progress") == []
+    decided = decisions(dsn, pg_schema, job_id)
+    assert sorted(decided) == [0, 1, 2, 3]
+    assert sum(d.rows()["postgres"] for d in decided.values()) == 80
+
