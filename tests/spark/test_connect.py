@@ -272,4 +272,3 @@ def test_the_connect_server_killed_mid_batch_then_restarted_lands_every_record_o
     decided = decisions(dsn, pg_schema, job_id)
     assert sorted(decided) == [0, 1, 2, 3]
     assert sum(d.rows()["postgres"] for d in decided.values()) == 80
-
