@@ -11,7 +11,6 @@ and job id, so tests never see each other's data and need no clean-up to stay in
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import re
 import uuid
 from collections.abc import Iterator
@@ -30,6 +29,7 @@ from tests.services import (
     Testbed,
     up,
 )
+from tests.services._process import file_lock
 from tests.support.connect_client import ConnectClient
 from tests.support.fault_bed import FaultBed
 from tests.support.s3_access import S3Access
@@ -233,18 +233,6 @@ def fault_kafka_topic(fault_bed: FaultBed, unique: UniqueNames) -> Iterator[str]
 # -- a Spark Connect server tests may kill (docs/testbed.md) ----------------------------------
 
 
-@contextlib.contextmanager
-def _held(lock_file: Path) -> Iterator[None]:
-    """An exclusive lock on `lock_file` across processes (pytest-xdist workers)."""
-    lock_file.parent.mkdir(parents=True, exist_ok=True)
-    with lock_file.open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
 @pytest.fixture(scope="session")
 def killable_connect_server(testbed: Testbed) -> SparkConnect:
     """The killable Spark Connect server, started once per session. Tests take
@@ -262,6 +250,6 @@ def killable_connect(killable_connect_server: SparkConnect) -> Iterator[SparkCon
     of the JVM and its Python workers: a driver host dying), `down()` it and `up()` it again;
     `url` is where clients reach it (`ConnectClient(server.url)`)."""
     server = killable_connect_server
-    with _held(server.home.parent / f"{server.name}.tests.lock"):
+    with file_lock(server.home.parent / f"{server.name}.tests.lock"):
         server.up()
         yield server

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 
@@ -43,6 +44,19 @@ def tail(path: Path, lines: int = 25) -> str:
     except FileNotFoundError:
         return "  (log file does not exist yet)"
     return "\n".join("  | " + line for line in text.splitlines()[-lines:])
+
+
+@contextlib.contextmanager
+def file_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on `path` (created with its folder if missing) across processes:
+    pytest-xdist workers, the command line and fixtures serialise on it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def port_is_free(port: int, host: str = "127.0.0.1") -> bool:

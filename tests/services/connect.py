@@ -22,13 +22,12 @@ of the test that happened to start the server.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import signal
 import sys
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 
 from ._layout import Layout
@@ -36,6 +35,7 @@ from ._maven import require_java
 from ._process import (
     ServiceError,
     descendants,
+    file_lock,
     port_accepts,
     process_group,
     require_free_ports,
@@ -45,6 +45,7 @@ from ._process import (
     wait_until,
 )
 from ._service import Daemon, remove_tree
+from .spark import DEFAULT_CONF as SPARK_DEFAULT_CONF
 from .spark import Spark
 
 NAME = "connect"
@@ -56,18 +57,9 @@ START_TIMEOUT = 180.0
 #: The first query of a fresh JVM compiles a lot; later ones answer in well under a second.
 PROBE_TIMEOUT = 60.0
 
-#: Like spark.py's DEFAULT_CONF: small, predictable and kind to a 2-core, shared machine.
-DEFAULT_CONF = {
-    "spark.driver.memory": "1g",
-    "spark.sql.shuffle.partitions": "2",
-    "spark.default.parallelism": "2",
-    "spark.ui.enabled": "false",
-    "spark.ui.showConsoleProgress": "false",
-    "spark.sql.session.timeZone": "UTC",
-    "spark.sql.execution.arrow.pyspark.enabled": "true",
-    "spark.driver.bindAddress": "127.0.0.1",
-    "spark.driver.host": "127.0.0.1",
-}
+#: spark.py's DEFAULT_CONF (small, predictable and kind to a 2-core, shared machine), but the
+#: master, which spark-submit takes as `--master`.
+DEFAULT_CONF = {k: v for k, v in SPARK_DEFAULT_CONF.items() if k != "spark.master"}
 #: Spark logs every job at INFO (~100 lines for one `range(1)`): only warnings and errors, and
 #: the server's start, reach the log. DS_CONNECT_LOG_LEVEL=info brings everything back.
 _LOG4J2 = """\
@@ -200,15 +192,8 @@ class SparkConnect(Daemon):
 
     # -- the rest ---------------------------------------------------------------------------
 
-    @contextlib.contextmanager
-    def _exclusive(self) -> Iterator[None]:
-        self.home.mkdir(parents=True, exist_ok=True)
-        with (self.home / "up.lock").open("w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
+    def _exclusive(self) -> contextlib.AbstractContextManager[None]:
+        return file_lock(self.home / "up.lock")
 
     def argv(self) -> list[str]:
         """The command that starts the server (its conf in `--conf` flags)."""
@@ -219,7 +204,7 @@ class SparkConnect(Daemon):
             "--class",
             SERVER_CLASS,
             "--master",
-            "local[2]",
+            SPARK_DEFAULT_CONF["spark.master"],
             "--name",
             f"durable-sinks-{self.name}",
             "--jars",

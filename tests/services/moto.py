@@ -17,18 +17,23 @@ build on. moto generates access keys itself, so the admin's are written to
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import importlib.util
 import json
 import os
 import sys
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 from ._layout import Layout
-from ._process import ServiceError, port_accepts, require_free_ports, start_daemon, wait_until
+from ._process import (
+    ServiceError,
+    file_lock,
+    port_accepts,
+    require_free_ports,
+    start_daemon,
+    wait_until,
+)
 from ._service import Daemon
 from .endpoints import S3Endpoint
 
@@ -102,15 +107,8 @@ class Moto(Daemon):
                 alive=lambda: self.pid() is not None,
             )
 
-    @contextlib.contextmanager
-    def _exclusive(self) -> Iterator[None]:
-        self.home.mkdir(parents=True, exist_ok=True)
-        with (self.home / "up.lock").open("w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
+    def _exclusive(self) -> contextlib.AbstractContextManager[None]:
+        return file_lock(self.home / "up.lock")
 
     def _start(self) -> None:
         if importlib.util.find_spec("moto") is None or importlib.util.find_spec("flask") is None:

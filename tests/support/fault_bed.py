@@ -16,7 +16,6 @@ and hands the bed over running, with every proxy enabled and no toxic.
 
 from __future__ import annotations
 
-import fcntl
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -35,6 +34,7 @@ from tests.services import (
     Testbed,
     up,
 )
+from tests.services._process import file_lock
 from tests.services.toxiproxy import KAFKA_PROXY, POSTGRES_PROXY
 from tests.support.toxiproxy import Proxy, Toxiproxy
 
@@ -128,13 +128,8 @@ class FaultBed:
     def exclusive(self) -> Iterator[None]:
         """Hold the faults bed for this process (a lock file shared by pytest-xdist workers):
         another worker's fault test waits until this one is done."""
-        self.lock_file.parent.mkdir(parents=True, exist_ok=True)
-        with self.lock_file.open("a") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+        with file_lock(self.lock_file):
+            yield
 
     def prepare(self) -> None:
         """Start whatever an earlier test left stopped or killed (Kafka: until transactions
