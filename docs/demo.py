@@ -78,10 +78,12 @@ def child(plan_path: str) -> int:
 
     remote = plan.get("connect")
     if remote:
+        from tests.support.connect_client import short_retries
+
         spark = SparkSession.builder.remote(remote).getOrCreate()
         # A client retries a server that does not answer for ~10 minutes by default: give up
         # after ~30 s once the server (the driver) is killed.
-        short_retries(spark)
+        short_retries(spark, 30)
     else:
         spark = Testbed.create().spark.session("durable-sinks-demo")
         spark.sparkContext.setLogLevel("ERROR")
@@ -277,16 +279,6 @@ def main(connect: bool = False) -> int:
         print(f"  epoch {epoch:2d}: generation {record.generation}, rows {record.rows()}")
     print("\nexactly once: " + ("yes" if ok else "NO"))
     return 0 if ok else 1
-
-
-def short_retries(spark: Any, seconds: float = 30) -> None:
-    """Make the remote session give up on an unanswering server after about `seconds`."""
-    from pyspark.sql.connect.client.retries import DefaultPolicy
-
-    policy = DefaultPolicy(
-        max_retries=int(seconds / 0.5), initial_backoff=500, backoff_multiplier=1.0, max_backoff=500
-    )
-    spark.client.set_retry_policies([policy])
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ from typing import Any
 from durable_sinks.spark import DurableBatchWriter, JobOptions, SinkSpec, register_data_source
 from durable_sinks.spark._shipping import shipped
 from tests.spark.streams import source_stream
+from tests.support.connect_client import short_retries
 
 
 class PausingWriter(DurableBatchWriter):
@@ -71,7 +72,7 @@ def main(plan_path: str) -> int:
     spark = SparkSession.builder.remote(plan["url"]).getOrCreate()
     # A client retries a server that does not answer for ~10 minutes by default: give up
     # after ~30 s once the server (the driver) is killed.
-    short_retries(spark)
+    short_retries(spark, 30)
     stream = source_stream(spark, Path(plan["source"]), plan.get("files_per_batch", 1))
     if plan.get("repartition"):
         stream = stream.repartition(int(plan["repartition"]))
@@ -98,16 +99,6 @@ def main(plan_path: str) -> int:
         error = "timeout: the query did not finish"
     print(json.dumps({"error": error, "query_id": str(query.id)}), flush=True)
     return 0 if error is None else 1
-
-
-def short_retries(spark: Any, seconds: float = 30) -> None:
-    """Make the remote session give up on an unanswering server after about `seconds`."""
-    from pyspark.sql.connect.client.retries import DefaultPolicy
-
-    policy = DefaultPolicy(
-        max_retries=int(seconds / 0.5), initial_backoff=500, backoff_multiplier=1.0, max_backoff=500
-    )
-    spark.client.set_retry_policies([policy])
 
 
 if __name__ == "__main__":

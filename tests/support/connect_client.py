@@ -232,6 +232,18 @@ class ConnectClient:
         return RunningClient(proc, folder, self.timeout)
 
 
+def short_retries(spark: Any, seconds: float) -> None:
+    """Make remote session `spark` give up on a server that does not answer after about
+    `seconds` (pyspark's default policy retries for ~10 minutes), retrying every 0.5 s."""
+    from pyspark.sql.connect.client.retries import DefaultPolicy
+
+    attempts = max(1, math.ceil(seconds / 0.5))
+    policy = DefaultPolicy(
+        max_retries=attempts, initial_backoff=500, backoff_multiplier=1.0, max_backoff=500
+    )
+    spark.client.set_retry_policies([policy])
+
+
 def _child(folder: Path) -> int:
     from pyspark import cloudpickle
 
@@ -245,13 +257,7 @@ def _child(folder: Path) -> int:
         target = getattr(target, part)
     spark = remote_session(call.url)
     if call.retry_seconds is not None:
-        from pyspark.sql.connect.client.retries import DefaultPolicy
-
-        attempts = max(1, math.ceil(call.retry_seconds / 0.5))
-        policy = DefaultPolicy(
-            max_retries=attempts, initial_backoff=500, backoff_multiplier=1.0, max_backoff=500
-        )
-        spark.client.set_retry_policies([policy])
+        short_retries(spark, call.retry_seconds)
     try:
         result = target(spark, *call.args, **call.kwargs)
     except BaseException as exc:
