@@ -32,6 +32,27 @@ def decision_store(specs: Sequence[SinkSpec | SinkConnector], options: JobOption
     )
 
 
+def check_job(specs: Sequence[SinkSpec | SinkConnector], options: JobOptions) -> None:
+    """Check a job's configuration and servers as a coordinator's start does (validation,
+    capabilities, the sinks' tables and fences), then close: a new generation is claimed
+    (older coordinators are fenced) but leftovers stay for the coordinator that writes, which
+    recovers them. Raises what the start raises."""
+    coordinator = build_coordinator(specs, options)
+    try:
+        coordinator.start(recover=False)
+    finally:
+        close_quietly(coordinator)
+
+
+def close_quietly(coordinator: Coordinator) -> None:
+    """Close `coordinator`; a failure to close is logged, never raised (closing after an
+    error must not hide it)."""
+    try:
+        coordinator.close()
+    except Exception as exc:  # noqa: BLE001 - closing after an error must not hide it
+        coordinator.log.debug("closing the coordinator failed: %s", exc)
+
+
 def build_coordinator(
     specs: Sequence[SinkSpec | SinkConnector],
     options: JobOptions,

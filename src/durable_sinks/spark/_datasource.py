@@ -34,7 +34,7 @@ from durable_sinks.core.errors import ConfigError, InDoubtError, UsageError
 from durable_sinks.core.joblog import JobLogger
 from durable_sinks.core.settings import from_strings
 
-from ._build import build_coordinator, decision_store
+from ._build import build_coordinator, check_job, decision_store
 from ._options import JobOptions, job_option_names
 from ._specs import SinkSpec
 
@@ -202,9 +202,5 @@ class DurableDataSource(DataSource):
         # the query starts; the first batch's tasks then prepare for this generation. Spark
         # also calls this in the process that commits each batch, while the batch's parts are
         # prepared: recovery is left to that commit's own coordinator (which adopts them).
-        coordinator = build_coordinator(specs, options)
-        try:
-            coordinator.start(recover=False)
-        finally:
-            coordinator.close()
+        check_job(specs, options)
         return DurableStreamWriter(specs, options)

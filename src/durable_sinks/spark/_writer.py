@@ -21,7 +21,7 @@ from durable_sinks.core.joblog import JobLogger
 from durable_sinks.core.settings import unknown_option
 
 from ._arrow import ResultTooLargeError, chunked_batches, streamed_batches
-from ._build import build_coordinator
+from ._build import build_coordinator, check_job, close_quietly
 from ._executor import prepare_on_executors
 from ._options import DriverRead, JobOptions, job_option_names
 from ._session import batch_properties, is_connect
@@ -123,7 +123,7 @@ class DurableBatchWriter:
         try:
             self.recovery = coordinator.start(successor_of=successor_of)
         except BaseException:
-            _close_quietly(coordinator)
+            close_quietly(coordinator)
             raise
         finally:  # a start that failed after claiming its generation still claimed it
             self._generation = coordinator.claimed_generation or self._generation
@@ -134,17 +134,14 @@ class DurableBatchWriter:
         """Spark Connect: check the job's configuration and servers from the client, without
         recovering (the server-side copy does, at its first batch). A sink or decision store
         this client cannot reach may be reachable from the server: warned about, not raised."""
-        coordinator = build_coordinator(self.specs, self.options)
         try:
-            coordinator.start(recover=False)
+            check_job(self.specs, self.options)
         except UnreachableError as exc:
             self.log.warning(
                 "Spark Connect: not reachable from this client (%s); the server checks it at "
                 "the query's first batch, before writing",
                 exc,
             )
-        finally:
-            _close_quietly(coordinator)
 
     def _check_workers(self, spark: Any | None) -> None:
         """Executor mode: refuse (ConfigError with the fix) unless Spark's Python workers
@@ -166,7 +163,7 @@ class DurableBatchWriter:
         with self._lock:
             coordinator, self._coordinator = self._coordinator, None
             if coordinator is not None:
-                _close_quietly(coordinator)
+                close_quietly(coordinator)
 
     # -- foreachBatch --------------------------------------------------------------------------
     def __call__(self, df: Any, batch_id: int) -> None:
@@ -417,10 +414,3 @@ def _active_session() -> Any | None:
 
 def _name(spec: SinkSpec | SinkConnector) -> str:
     return spec.name
-
-
-def _close_quietly(coordinator: Coordinator) -> None:
-    try:
-        coordinator.close()
-    except Exception as exc:  # noqa: BLE001 - closing after an error must not hide it
-        coordinator.log.debug("closing the coordinator failed: %s", exc)
