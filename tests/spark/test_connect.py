@@ -65,6 +65,17 @@ def decisions(dsn: str, schema: str, job_id: str) -> dict[int, DecisionRecord]:
     return {int(e): DecisionRecord.from_bytes(bytes(r), source=f"epoch {e}") for e, r in rows}
 
 
+def postgres_sink(dsn: str, table: str) -> dict[str, Any]:
+    """The Postgres sink's options in a plan (the table created with the first batch)."""
+    return {"kind": "postgres", "dsn": dsn, "table": table, "create_table": True}
+
+
+def write_inputs(folder: Path, files: int, rows_per_file: int) -> None:
+    """`files` source files of consecutive ids, `rows_per_file` each (one per batch)."""
+    for n in range(files):
+        write_input(folder, f"part-{n}.json", range(n * rows_per_file, (n + 1) * rows_per_file))
+
+
 def second_sink(execution: str, kafka: KafkaEndpoint, topic: str, out: Path) -> dict[str, Any]:
     """Kafka in driver mode; in executor mode, where Kafka cannot prepare (it is refused at
     validation), the files sink."""
@@ -95,9 +106,8 @@ def test_postgres_alone_lands_every_row_once_across_a_restart_from_the_checkpoin
     spark_connect: str, postgres: PostgresEndpoint, pg_schema: str, job_id: str, tmp_path: Path
 ) -> None:
     dsn, table = postgres.conninfo(), f"{pg_schema}.events"
-    for n in range(3):
-        write_input(tmp_path / "in", f"part-{n}.json", range(n * 10, n * 10 + 10))
-    pg = {"kind": "postgres", "dsn": dsn, "table": table, "create_table": True}
+    write_inputs(tmp_path / "in", files=3, rows_per_file=10)
+    pg = postgres_sink(dsn, table)
     plan = _plan(spark_connect, tmp_path, job_id, [pg])
 
     first = run_client(plan, tmp_path, "first")
@@ -130,10 +140,9 @@ def test_postgres_and_a_second_sink_commit_each_batch_once_from_the_server(
     guarantee: str,
 ) -> None:
     dsn, table, out = postgres.conninfo(), f"{pg_schema}.events", tmp_path / "out"
-    for n in range(4):
-        write_input(tmp_path / "in", f"part-{n}.json", range(n * 25, n * 25 + 25))
+    write_inputs(tmp_path / "in", files=4, rows_per_file=25)
     second = second_sink(execution, kafka, kafka_topic, out)
-    sinks = [{"kind": "postgres", "dsn": dsn, "table": table, "create_table": True}, second]
+    sinks = [postgres_sink(dsn, table), second]
     plan = _plan(spark_connect, tmp_path, job_id, sinks, execution=execution, guarantee=guarantee)
     plan["files_per_batch"] = 2
     plan["repartition"] = 3 if execution == "executor" else 0
@@ -160,9 +169,8 @@ def test_the_durable_data_source_writes_through_a_remote_session(
     spark_connect: str, postgres: PostgresEndpoint, pg_schema: str, job_id: str, tmp_path: Path
 ) -> None:
     dsn, table = postgres.conninfo(), f"{pg_schema}.events"
-    for n in range(2):
-        write_input(tmp_path / "in", f"part-{n}.json", range(n * 10, n * 10 + 10))
-    pg = {"kind": "postgres", "dsn": dsn, "table": table, "create_table": True}
+    write_inputs(tmp_path / "in", files=2, rows_per_file=10)
+    pg = postgres_sink(dsn, table)
     plan = {**_plan(spark_connect, tmp_path, job_id, [pg]), "via": "format"}
     report = run_client(plan, tmp_path, "run")
     assert report["error"] is None, report["error"]
@@ -175,7 +183,7 @@ def test_a_server_with_another_version_refuses_at_the_first_batch_before_writing
 ) -> None:
     dsn, table = postgres.conninfo(), f"{pg_schema}.events"
     write_input(tmp_path / "in", "part-0.json", range(10))
-    pg = {"kind": "postgres", "dsn": dsn, "table": table, "create_table": True}
+    pg = postgres_sink(dsn, table)
     plan = {**_plan(spark_connect, tmp_path, job_id, [pg]), "version": "0.0.0+client"}
     report = run_client(plan, tmp_path, "run")
     assert report["exit"] == 1
@@ -224,10 +232,9 @@ def test_the_connect_server_killed_mid_batch_then_restarted_lands_every_record_o
     step: str,
 ) -> None:
     dsn, table, out = postgres.conninfo(), f"{pg_schema}.events", tmp_path / "out"
-    for n in range(4):
-        write_input(tmp_path / "in", f"part-{n}.json", range(n * 20, n * 20 + 20))
+    write_inputs(tmp_path / "in", files=4, rows_per_file=20)
     second = second_sink(execution, kafka, kafka_topic, out)
-    sinks = [{"kind": "postgres", "dsn": dsn, "table": table, "create_table": True}, second]
+    sinks = [postgres_sink(dsn, table), second]
     plan = _plan(killable_connect.url, tmp_path, job_id, sinks, execution=execution)
     plan["repartition"] = 2 if execution == "executor" else 0
     flag = tmp_path / "paused"
