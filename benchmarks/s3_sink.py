@@ -77,6 +77,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from benchmarks.spark_end_to_end import timed_call
 from durable_sinks.coordinator import Coordinator
 from durable_sinks.core import OpenContext
 from durable_sinks.manifest import LocalDirectoryStore
@@ -375,16 +376,7 @@ class FilesBench:
             writers.append(writer)
 
             def fn(df: Any, batch_id: int) -> None:
-                started = time.perf_counter()
-                writer(df, batch_id)
-                call = time.perf_counter() - started
-                result = writer.last_result
-                assert result is not None
-                metrics = result.metrics
-                parts["call"].append(call * 1e3)
-                parts["read"].append((call - metrics.total_seconds) * 1e3)
-                parts["write"].append(metrics.seconds["write"] * 1e3)
-                parts["protocol"].append(metrics.protocol_seconds * 1e3)
+                metrics = timed_call(writer, df, batch_id, parts)
                 other = metrics.total_seconds - metrics.seconds["write"] - metrics.protocol_seconds
                 parts["other"].append(other * 1e3)
 

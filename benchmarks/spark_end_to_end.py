@@ -221,16 +221,7 @@ class Bench:
             writers.append(writer)
 
             def fn(df: Any, batch_id: int) -> None:
-                started = time.perf_counter()
-                writer(df, batch_id)
-                call = time.perf_counter() - started
-                result = writer.last_result
-                assert result is not None
-                metrics = result.metrics
-                parts["call"].append(call * 1e3)
-                parts["read"].append((call - metrics.total_seconds) * 1e3)
-                parts["write"].append(metrics.seconds["write"] * 1e3)
-                parts["protocol"].append(metrics.protocol_seconds * 1e3)
+                timed_call(writer, df, batch_id, parts)
 
             return stream_writer.foreachBatch(fn).start()
 
@@ -372,6 +363,23 @@ class Bench:
                 pass
 
         return self.query(source, rows, batches, lambda w: w.foreachBatch(fn).start())
+
+
+def timed_call(writer: Any, df: Any, batch_id: int, parts: dict[str, list[float]]) -> Any:
+    """Call `writer` with the batch; append to `parts` (ms) the whole call, what it spent
+    outside the coordinator's phases ("read"), the sink's writes and the protocol. Returns the
+    epoch's metrics."""
+    started = time.perf_counter()
+    writer(df, batch_id)
+    call = time.perf_counter() - started
+    result = writer.last_result
+    assert result is not None
+    metrics = result.metrics
+    parts["call"].append(call * 1e3)
+    parts["read"].append((call - metrics.total_seconds) * 1e3)
+    parts["write"].append(metrics.seconds["write"] * 1e3)
+    parts["protocol"].append(metrics.protocol_seconds * 1e3)
+    return metrics
 
 
 def _to_json(stream: Any) -> Any:
