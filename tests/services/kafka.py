@@ -55,6 +55,19 @@ FAULTS_SETTINGS = {
 OPEN_STATES = frozenset({"Ongoing", "PrepareCommit", "PrepareAbort", "PrepareEpochFence"})
 
 
+def new_cluster_id() -> str:
+    """A random KRaft cluster id (base64url of a UUID) that never starts with '-'.
+
+    One id in 64 would otherwise begin with '-', and kafka-storage's argument parser takes it
+    for an option ("argument --cluster-id/-t: expected one argument"); Kafka's own
+    Uuid.randomUuid() draws again for the same reason.
+    """
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
+
+
 @dataclass(frozen=True)
 class KafkaTransaction:
     """One transactional id as the broker's transaction coordinator describes it."""
@@ -144,7 +157,7 @@ class Kafka(Daemon):
         self._write_config()
         if not (self.data / "meta.properties").exists():
             remove_tree(self.data)
-            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+            cluster_id = new_cluster_id()
             run(
                 self.name,
                 [
@@ -155,8 +168,7 @@ class Kafka(Daemon):
                     f"{lib}/*",
                     "kafka.tools.StorageTool",
                     "format",
-                    "-t",
-                    cluster_id,
+                    f"--cluster-id={cluster_id}",
                     "-c",
                     str(self.config),
                 ],

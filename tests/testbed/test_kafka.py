@@ -3,13 +3,16 @@ records, and a second producer with the same transactional.id fences the first."
 
 from __future__ import annotations
 
+import base64
 import time
+import uuid
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from tests.conftest import UniqueNames
 from tests.services import KafkaEndpoint
+from tests.services import kafka as kafka_service
 
 
 def _producer(kafka: KafkaEndpoint, transactional_id: str) -> Producer:
@@ -106,3 +109,13 @@ def test_same_transactional_id_fences_the_older_producer(
         KafkaError.INVALID_PRODUCER_EPOCH,
     ), error
     assert _read_all(kafka, kafka_topic, "read_committed") == [b"from-successor"]
+
+
+def test_cluster_id_never_starts_with_a_dash(monkeypatch: pytest.MonkeyPatch) -> None:
+    """kafka-storage took a cluster id starting with '-' for an option (one start in 64 failed)."""
+    leading_dash = uuid.UUID(bytes=bytes([0xF8]) + bytes(15))
+    plain = uuid.UUID(bytes=bytes(16))
+    draws = iter([leading_dash, leading_dash, plain])
+    monkeypatch.setattr(uuid, "uuid4", lambda: next(draws))
+    assert base64.urlsafe_b64encode(leading_dash.bytes).decode().startswith("-")
+    assert kafka_service.new_cluster_id() == "AAAAAAAAAAAAAAAAAAAAAA"
