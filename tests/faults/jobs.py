@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 
 from durable_sinks.coordinator import RecoveryReport
-from durable_sinks.core.naming import PREFIX, component
+from durable_sinks.core.naming import job_prefix
 from durable_sinks.spark import DurableBatchWriter, durable_sink, sink
 from tests.spark.streams import (
     kafka_ids,
@@ -218,7 +218,7 @@ class Job:
     def prepared(self) -> list[str]:
         """The job's prepared transactions in the faults Postgres (another test's leftovers
         are that test's failure, not this one's)."""
-        mine = f"{PREFIX}:{component(self.job_id)}:"
+        mine = job_prefix(self.job_id)
         return [t.gid for t in self.bed.prepared_transactions() if t.gid.startswith(mine)]
 
     def check_exactly_once(self) -> None:

@@ -13,6 +13,7 @@ from confluent_kafka import Consumer, IsolationLevel, TopicPartition
 from confluent_kafka.admin import AdminClient
 from psycopg import sql
 
+from durable_sinks.core.naming import job_prefix
 from durable_sinks.sinks.kafka.admin import list_offsets
 from tests.services import KafkaEndpoint
 from tests.support.targets import open_transactions
@@ -62,9 +63,12 @@ def postgres_ids(dsn: str, table: str) -> list[int]:
 
 
 def prepared_transactions(dsn: str, job_id: str) -> list[str]:
+    """The job's prepared Postgres transactions (by its participant-name prefix: a long job
+    id appears in them only as its hash)."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         rows = conn.execute(
-            "SELECT gid FROM pg_prepared_xacts WHERE gid LIKE %s", (f"%{job_id}%",)
+            "SELECT gid FROM pg_prepared_xacts WHERE starts_with(gid, %s) ORDER BY gid",
+            (job_prefix(job_id),),
         ).fetchall()
     return [str(r[0]) for r in rows]
 

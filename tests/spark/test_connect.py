@@ -266,6 +266,10 @@ def test_the_connect_server_killed_mid_batch_then_restarted_lands_every_record_o
     assert reports, log.read_text()[-4000:]
     assert json.loads(reports[-1])["error"] is not None  # the client saw its driver die
     assert len(postgres_ids(dsn, table)) == 40  # batches 0 and 1 only (two files)
+    # Decided before the kill: Postgres's part is prepared, for the restart to commit. Killed
+    # while writing: nothing prepared (the open transaction died with its connection).
+    in_doubt = prepared_transactions(dsn, job_id)
+    assert bool(in_doubt) == (step == "after-decision"), in_doubt
 
     killable_connect.up()
     plan.pop("pause")

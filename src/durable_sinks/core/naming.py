@@ -78,6 +78,11 @@ class ParticipantName:
         return self.job == component(job_id) and self.sink == component(sink)
 
 
+def job_prefix(job_id: str) -> str:
+    """Every participant name of the job, of any sink, starts with this."""
+    return f"{PREFIX}:{component(job_id)}:"
+
+
 def owner_prefix(job_id: str, sink: str) -> str:
     """Every participant name of (job, sink) starts with this, e.g. for `LIKE 'prefix%'`."""
-    return f"{PREFIX}:{component(job_id)}:{component(sink)}:"
+    return f"{job_prefix(job_id)}{component(sink)}:"
