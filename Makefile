@@ -11,7 +11,7 @@ PY     := $(VENV)/bin/python
 SOURCES := $(shell find src sinks coordinator manifest -name '*.py' 2>/dev/null | sort)
 STAMP  := $(VENV)/.installed-$(shell (cat pyproject.toml; echo $(SOURCES)) | sha256sum | cut -c1-16)
 
-.PHONY: test test-crash test-faults demo check lint typecheck pytest install services-up services-down \
+.PHONY: test test-crash test-faults soak demo check lint typecheck pytest install services-up services-down \
         services-status services-reset bench
 
 test: install
@@ -42,6 +42,15 @@ test-crash: install
 test-faults: install
 	$(PY) -m tests.services up postgres kafka spark faults
 	DS_FAULT_MATRIX=1 $(PY) -m pytest --timeout=3600 tests/faults $(PYTEST_ARGS)
+
+# The soak (docs/reliability.md, "Soak"): a streaming job on the test bed's Spark cluster
+# into Postgres + Kafka + S3, a random fault every ~20 s (driver or executor killed, the faults
+# Postgres or Kafka restarted, a link cut), restarted whenever it stops, then drained and
+# audited; a verdict table, non-zero exit on any duplicate, loss or leftover. 30 minutes by
+# default: `make soak SOAK_ARGS="--minutes 5"` for a short one, `--mode executor` for executor
+# mode (Postgres + S3 + files).
+soak: install
+	$(PY) -m tests.soak $(SOAK_ARGS)
 
 # Orders from a Kafka topic through a Spark query into Postgres and Kafka; the driver is
 # SIGKILLed part-way and restarted; prints what landed (0 duplicates, 0 lost) and exits 1

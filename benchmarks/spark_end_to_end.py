@@ -35,6 +35,9 @@ forward, ...), each run after `--settle` seconds of rest and a Postgres CHECKPOI
 median of each are reported, and each ratio also as the median of its per-round ratios (the
 machine drifts between rounds). For ours, each micro-batch is split into reading it from
 Spark, the sink's writes and the protocol (from the coordinator's epoch metrics).
+With `--master cluster` the session's executors run on the test bed's Spark standalone
+cluster (`python -m tests.services up spark-cluster`: two workers of one core each), on
+`--cluster-workers` 1 or 2 of them (`spark.cores.max`): executor mode's scaling.
 With `--connect` every query runs on the test bed's Spark Connect server (`python -m
 tests.services up connect`: `local[2]`, the same conf) from a remote session: foreachBatch
 runs server-side, so our per-phase split is not reported, and the floor reads the batch as
@@ -48,6 +51,7 @@ per batch for ours), must equal the rows written; anything else raises.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import statistics
 import tempfile
@@ -408,6 +412,18 @@ def main() -> None:
     parser.add_argument(
         "--connect", action="store_true", help="run the queries on the test bed's Connect server"
     )
+    parser.add_argument(
+        "--master",
+        default="local[2]",
+        help="local[2] (default), or `cluster`: the test bed's Spark standalone cluster",
+    )
+    parser.add_argument(
+        "--cluster-workers",
+        type=int,
+        default=2,
+        choices=[1, 2],
+        help="with --master cluster: executors on this many of its workers (1 core each)",
+    )
     args = parser.parse_args()
     variants = [v for v in args.variants.split(",") if v]
     unknown = set(variants) - set(VARIANTS)
@@ -417,7 +433,14 @@ def main() -> None:
         parser.error(f"--rows-per-batch must be a multiple of {FILES_PER_BATCH}")
     rows = args.rows_per_batch * args.batches
 
-    testbed = up(["postgres", "kafka", "spark", *(["connect"] if args.connect else [])])
+    if args.master not in ("local[2]", "cluster"):
+        parser.error("--master is local[2] or cluster")
+    if args.connect and args.master == "cluster":
+        parser.error("--connect runs on the Connect server's own local[2]: no --master cluster")
+    servers = ["postgres", "kafka", "spark"]
+    servers += ["connect"] if args.connect else []
+    servers += ["spark-cluster"] if args.master == "cluster" else []
+    testbed = up(servers)
     work = Path(tempfile.mkdtemp(prefix="ds-spark-bench-"))
     began = time.perf_counter()
     write_source(work / "in", args.rows_per_batch, args.batches)
@@ -427,7 +450,12 @@ def main() -> None:
 
         spark = SparkSession.builder.remote(testbed.connect.url).getOrCreate()
     else:
-        spark = testbed.spark.session("bench")
+        conf: dict[str, str] = {}
+        if args.master == "cluster":
+            conf = testbed.spark_cluster.driver_conf()
+            os.environ.update(testbed.spark_cluster.driver_env())
+            conf["spark.cores.max"] = str(args.cluster_workers)
+        spark = testbed.spark.session("bench", **conf)
         spark.sparkContext.setLogLevel("ERROR")  # not the cached producer on deleted topics
     bench = Bench(
         spark,
@@ -456,10 +484,16 @@ def main() -> None:
     print(f"whole script: {time.perf_counter() - began:.0f} s")
 
 
+def where(args: argparse.Namespace) -> str:
+    if args.master == "cluster":
+        return f"Spark standalone cluster, executors on {args.cluster_workers} worker(s) of 1 core"
+    return "local[2]"
+
+
 def report(runs: dict[str, list[Run]], rows: int, args: argparse.Namespace) -> None:
     print(
         f"\n{rows:,} rows (bigint, text, float8, timestamp) in {args.batches} micro-batches of "
-        f"{args.rows_per_batch:,} from Parquet files, availableNow, local[2]"
+        f"{args.rows_per_batch:,} from Parquet files, availableNow, {where(args)}"
         f"{' on a Spark Connect server' if args.connect else ''}; "
         f"{args.rounds} rounds"
     )

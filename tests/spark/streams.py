@@ -9,13 +9,16 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import pyarrow.parquet as pq
 from confluent_kafka import Consumer, IsolationLevel, TopicPartition
 from confluent_kafka.admin import AdminClient
 from psycopg import sql
 
 from durable_sinks.core.naming import job_prefix
 from durable_sinks.sinks.kafka.admin import list_offsets
-from tests.services import KafkaEndpoint
+from durable_sinks.sinks.s3 import committed_dataset
+from tests.services import KafkaEndpoint, S3Endpoint
+from tests.support.s3_target import s3_sink_config
 from tests.support.targets import open_transactions
 
 SCHEMA = "id LONG, body STRING"
@@ -110,3 +113,20 @@ def kafka_ids(endpoint: KafkaEndpoint, topic: str, partitions: int = 1) -> list[
 def kafka_open_transactions(endpoint: KafkaEndpoint, *topics: str) -> list[str]:
     admin = AdminClient(endpoint.config())
     return open_transactions(admin, [TopicPartition(t, 0) for t in topics])
+
+
+def published_file_ids(folder: Path) -> list[int]:
+    """The `id` of every row the files sink published under `folder` (its committed epochs'
+    Parquet files; staging is not read)."""
+    ids: list[int] = []
+    for file in folder.glob("epoch=*/part=*/*.parquet"):
+        ids.extend(pq.read_table(file, columns=["id"]).column("id").to_pylist())
+    return sorted(ids)
+
+
+def s3_committed_ids(s3: S3Endpoint, s3_path: str) -> list[int]:
+    """The `id` of every row of the S3 sink's committed epochs under `s3_path`, sorted."""
+    table = committed_dataset(s3_path, s3_sink_config(s3, s3_path).connection).to_table(
+        columns=["id"]
+    )
+    return sorted(table.column("id").to_pylist())

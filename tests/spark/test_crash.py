@@ -20,20 +20,20 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
 
 from durable_sinks.sinks.files import STAGING
-from durable_sinks.sinks.s3 import committed_dataset
 from tests.services import KafkaEndpoint, PostgresEndpoint, S3Endpoint
 from tests.support.s3_objects import incomplete_uploads
-from tests.support.s3_target import s3_options, s3_sink_config
+from tests.support.s3_target import s3_options
 
 from .streams import (
     kafka_ids,
     kafka_open_transactions,
     postgres_ids,
     prepared_transactions,
+    published_file_ids,
+    s3_committed_ids,
     write_input,
 )
 
@@ -138,13 +138,6 @@ def run_child(plan: dict[str, object], folder: Path, run: int) -> tuple[int, str
     return code, log.read_text(errors="replace")
 
 
-def published_file_ids(folder: Path) -> list[int]:
-    ids: list[int] = []
-    for file in folder.glob("epoch=*/part=*/*.parquet"):
-        ids.extend(pq.read_table(file, columns=["id"]).column("id").to_pylist())
-    return sorted(ids)
-
-
 @pytest.mark.timeout(max(900, 60 * KILLS))
 @pytest.mark.parametrize("mode", ["driver", "executor"])
 def test_spark_driver_killed_at_random_moments_then_restarted(
@@ -220,12 +213,7 @@ def test_spark_driver_killed_at_random_moments_then_restarted(
     else:
         found["files"] = published_file_ids(tmp_path / "out")
         assert sorted((tmp_path / "out" / STAGING).iterdir()) == [], context
-    found["S3"] = sorted(
-        committed_dataset(s3_path, s3_sink_config(s3, s3_path).connection)
-        .to_table(columns=["id"])
-        .column("id")
-        .to_pylist()
-    )
+    found["S3"] = s3_committed_ids(s3, s3_path)
     uploads = incomplete_uploads(s3.client(), s3.bucket, s3_prefix)
     assert uploads == [], f"incomplete S3 uploads left ({context}): {uploads}"
     for sink, ids in found.items():

@@ -1,0 +1,121 @@
+"""A streaming query whose driver runs in this process and whose executors run on the test
+bed's Spark standalone cluster, for the executor-loss tests.
+
+    python -m tests.spark.cluster_child PLAN.json
+
+Executor mode: the tasks write Postgres, S3 and the files sink and prepare their parts; the
+driver decides and commits. The plan holds `conf` (the cluster's `driver_conf()`), `dsn`,
+`table`, `s3`, `files`, `job_id`, `source`, `checkpoint`, `partitions`, and optionally
+`pause`: {"epoch": n, "flags": folder}. With a pause, the first task attempt of partition 0
+of that epoch, once every sink has prepared its part, writes `paused-<n>.json` (its part
+name and its Python worker's pid) into `flags` and sleeps, for the test to kill the executor
+(or the whole worker) it runs on. Later attempts of that partition go through.
+
+Prints one JSON line at the end: {"error": ..., "batches": [...]}; exit 0 when the query
+processed every file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from durable_sinks.core import CommitHandle, OpenContext, SinkConnector
+from durable_sinks.spark import DurableBatchWriter, JobOptions, SinkSpec
+from tests.services import Testbed
+from tests.spark.streams import run_available_now, source_stream
+
+
+class PausingSink:
+    """The wrapped sink, unchanged, except that the plan's task attempt stops after it
+    prepared (see the module docstring)."""
+
+    def __init__(self, inner: SinkConnector, plan: dict[str, Any]) -> None:
+        self._inner = inner
+        self._plan = plan
+        self._part = "p0-t0"
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def open(self, context: OpenContext) -> None:
+        self._part = context.part
+        self._inner.open(context)
+
+    def pre_commit(self, epoch: int) -> CommitHandle:
+        handle = self._inner.pre_commit(epoch)
+        pause = self._plan.get("pause")
+        if pause and epoch == pause["epoch"] and self._part.startswith("p0-"):
+            flag = Path(pause["flags"]) / f"paused-{epoch}.json"
+            try:
+                with flag.open("x") as out:  # only the first attempt stops
+                    json.dump({"part": self._part, "pid": os.getpid()}, out)
+            except FileExistsError:
+                return handle
+            time.sleep(3600)  # until the test kills this executor
+        return handle
+
+
+@dataclass(frozen=True)
+class PausingSpec(SinkSpec):
+    """A sink spec whose sinks are PausingSinks (the last sink of the job only)."""
+
+    plan: str = "{}"
+
+    def build(self) -> SinkConnector:
+        return PausingSink(super().build(), json.loads(self.plan))
+
+
+class RecordingWriter(DurableBatchWriter):
+    """The product's writer; remembers each batch's outcome for the report."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.batches: list[dict[str, Any]] = []
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        super().__call__(df, batch_id)
+        result = self.last_result
+        if result is not None:
+            self.batches.append(
+                {
+                    "epoch": int(batch_id),
+                    "outcome": result.outcome.value,
+                    "participants": sorted(p.participant for p in result.decision.handles),
+                }
+            )
+        print(f"batch {batch_id} done", flush=True)
+
+
+def main(plan_path: str) -> int:
+    plan = json.loads(Path(plan_path).read_text())
+    os.environ.update(plan["env"])  # PYSPARK_PYTHON for the executors' Python workers
+    spark = Testbed.create().spark.session("durable-sinks-cluster-child", **plan["conf"])
+    spark.sparkContext.setLogLevel("ERROR")
+    pg = {"dsn": plan["dsn"], "table": plan["table"], "create_table": True}
+    text = json.dumps(plan)
+    sinks = [
+        SinkSpec("postgres", pg),
+        SinkSpec("s3", plan["s3"]),
+        PausingSpec("files", {"path": plan["files"]}, plan=text),
+    ]
+    writer = RecordingWriter(sinks, JobOptions(plan["job_id"], execution="executor"))
+    stream = source_stream(spark, Path(plan["source"])).repartition(plan["partitions"])
+    error: str | None = None
+    try:
+        run_available_now(stream, writer, Path(plan["checkpoint"]), plan.get("timeout", 400))
+    except Exception as exc:  # noqa: BLE001 - reported to the test, which asserts on it
+        error = f"{type(exc).__name__}: {exc}"
+    writer.close()
+    spark.stop()
+    print(json.dumps({"error": error, "batches": writer.batches}), flush=True)
+    return 0 if error is None else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

@@ -1,0 +1,197 @@
+"""Executor mode on a real Spark standalone cluster (a master and two workers, each executor a
+JVM of its own): an executor or a whole worker lost mid-batch, after its task prepared its
+part in every sink. Spark reruns the task elsewhere; the driver's decision names the rerun's
+parts only, and the dead attempt's prepared work (a Postgres transaction, an S3 multipart
+upload, a staged folder) is rolled back, never committed.
+
+The driver runs in a child process (tests/spark/cluster_child.py); the first attempt of
+partition 0 of the paused batch stops after preparing and says so in a flag file, and the test
+then kills the executor it runs on, or its worker (lost for good, or back a little later).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from durable_sinks.sinks.files import STAGING
+from tests.services import PostgresEndpoint, S3Endpoint
+from tests.services._process import descendants
+from tests.support.s3_objects import incomplete_uploads
+from tests.support.s3_target import s3_options
+
+from .streams import (
+    postgres_ids,
+    prepared_transactions,
+    published_file_ids,
+    s3_committed_ids,
+    write_input,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+FILES, ROWS_PER_FILE, PARTITIONS, PAUSED_EPOCH = 3, 30, 4, 1
+SINKS = ("postgres", "s3", "files")
+
+
+def executor_of(cluster: Any, python_pid: int) -> tuple[int, int]:
+    """(worker index, executor pid) of the executor JVM whose Python worker is `python_pid`."""
+    for worker, pid in cluster.executors():
+        if python_pid in descendants(pid):
+            return worker, pid
+    raise AssertionError(f"no executor of the cluster runs Python worker {python_pid}")
+
+
+def run_losing_an_executor(
+    cluster: Any,
+    postgres: PostgresEndpoint,
+    s3: S3Endpoint,
+    s3_prefix: str,
+    pg_schema: str,
+    job_id: str,
+    tmp_path: Path,
+    lose: Callable[[int, int], None],
+) -> None:
+    """Run the job on the cluster, call `lose(worker, executor_pid)` while the paused task
+    holds its prepared parts, let the query finish, and check every sink holds every row
+    once and nothing is left in doubt."""
+    dsn, table = postgres.conninfo(), f"{pg_schema}.events"
+    s3_path = f"s3://{s3.bucket}/{s3_prefix.rstrip('/')}"
+    source, flags = tmp_path / "in", tmp_path / "flags"
+    flags.mkdir()
+    for n in range(FILES):
+        write_input(source, f"part-{n:04d}.json", range(n * ROWS_PER_FILE, (n + 1) * ROWS_PER_FILE))
+    plan = {
+        "conf": cluster.driver_conf(),
+        "env": cluster.driver_env(),
+        "dsn": dsn,
+        "table": table,
+        "s3": s3_options(s3, s3_path),
+        "files": str(tmp_path / "out"),
+        "job_id": job_id,
+        "source": str(source),
+        "checkpoint": str(tmp_path / "checkpoint"),
+        "partitions": PARTITIONS,
+        "pause": {"epoch": PAUSED_EPOCH, "flags": str(flags)},
+    }
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(json.dumps(plan))
+    log = tmp_path / "driver.log"
+    flag = flags / f"paused-{PAUSED_EPOCH}.json"
+    with log.open("w") as out:
+        driver = subprocess.Popen(
+            [sys.executable, "-m", "tests.spark.cluster_child", str(plan_file)],
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            deadline = time.monotonic() + 240
+            while not flag.exists() or not flag.read_text():
+                assert driver.poll() is None, log.read_text()[-4000:]
+                assert time.monotonic() < deadline, "no task reached the pause"
+                time.sleep(0.2)
+            paused = json.loads(flag.read_text())
+            # The paused attempt's parts are prepared: a Postgres transaction named after it.
+            in_doubt = prepared_transactions(dsn, job_id)
+            assert any(f":{paused['part']}:" in gid for gid in in_doubt), (paused, in_doubt)
+            worker, executor = executor_of(cluster, paused["pid"])
+            lose(worker, executor)
+            code = driver.wait(timeout=400)
+        finally:
+            if driver.poll() is None:
+                os.killpg(driver.pid, 9)
+                driver.wait()
+    output = log.read_text(errors="replace")
+    assert code == 0, output[-4000:]
+    report = json.loads([line for line in output.splitlines() if line.startswith('{"error"')][-1])
+    assert report["error"] is None, report["error"]
+
+    expected = list(range(FILES * ROWS_PER_FILE))
+    assert postgres_ids(dsn, table) == expected
+    assert s3_committed_ids(s3, s3_path) == expected
+    assert published_file_ids(tmp_path / "out") == expected
+    assert prepared_transactions(dsn, job_id) == []
+    assert incomplete_uploads(s3.client(), s3.bucket, s3_prefix) == []
+    assert sorted((tmp_path / "out" / STAGING).iterdir()) == []
+    # The paused batch was decided on the rerun's parts: one per partition and sink, none of
+    # them the lost attempt's.
+    decided = {b["epoch"]: b for b in report["batches"]}[PAUSED_EPOCH]
+    assert decided["outcome"] == "committed"
+    assert len(decided["participants"]) == PARTITIONS * len(SINKS)
+    assert not any(f":{paused['part']}:" in p for p in decided["participants"])
+
+
+@pytest.mark.timeout(900)
+def test_an_executor_lost_mid_batch_leaves_nothing_but_the_rerun(
+    spark_cluster: Any,
+    postgres: PostgresEndpoint,
+    s3: S3Endpoint,
+    s3_prefix: str,
+    pg_schema: str,
+    job_id: str,
+    tmp_path: Path,
+) -> None:
+    def lose(worker: int, executor: int) -> None:
+        spark_cluster.kill_executor(executor)
+
+    run_losing_an_executor(
+        spark_cluster, postgres, s3, s3_prefix, pg_schema, job_id, tmp_path, lose
+    )
+
+
+@pytest.mark.timeout(900)
+def test_a_worker_lost_for_good_mid_batch_the_job_finishes_on_the_other(
+    spark_cluster: Any,
+    postgres: PostgresEndpoint,
+    s3: S3Endpoint,
+    s3_prefix: str,
+    pg_schema: str,
+    job_id: str,
+    tmp_path: Path,
+) -> None:
+    def lose(worker: int, executor: int) -> None:
+        spark_cluster.kill_worker(worker)
+        assert len(spark_cluster.workers_alive()) == 1
+
+    run_losing_an_executor(
+        spark_cluster, postgres, s3, s3_prefix, pg_schema, job_id, tmp_path, lose
+    )
+    assert len(spark_cluster.workers_alive()) == 1  # no worker came back: one did all the rest
+
+
+@pytest.mark.timeout(900)
+def test_a_worker_lost_mid_batch_then_back_runs_executors_again(
+    spark_cluster: Any,
+    postgres: PostgresEndpoint,
+    s3: S3Endpoint,
+    s3_prefix: str,
+    pg_schema: str,
+    job_id: str,
+    tmp_path: Path,
+) -> None:
+    back: list[int] = []
+
+    def lose(worker: int, executor: int) -> None:
+        spark_cluster.kill_worker(worker)
+        spark_cluster.start_worker(worker)
+        # The master gives the running application an executor on the returned worker.
+        deadline = time.monotonic() + 120
+        while worker not in {w for w, _ in spark_cluster.executors()}:
+            assert time.monotonic() < deadline, "the returned worker got no executor"
+            time.sleep(0.5)
+        back.append(worker)
+
+    run_losing_an_executor(
+        spark_cluster, postgres, s3, s3_prefix, pg_schema, job_id, tmp_path, lose
+    )
+    assert len(back) == 1
+    assert spark_cluster.workers_alive() == [0, 1]
