@@ -25,6 +25,7 @@ from tests.services import (
     KafkaEndpoint,
     PostgresEndpoint,
     S3Endpoint,
+    SparkCluster,
     SparkConnect,
     Testbed,
     up,
@@ -173,13 +174,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Every test of the faults bed runs on one xdist worker (`--dist loadgroup`): they hold
     the bed one at a time anyway, and a second worker would only wait for the lock instead of
     running other tests. Likewise the tests of the killable Spark Connect server (and only
-    one worker starts it)."""
+    one worker starts it), and those of the Spark standalone cluster."""
     for item in items:
         fixtures = getattr(item, "fixturenames", ())
         if "fault_bed" in fixtures:
             item.add_marker(pytest.mark.xdist_group("faults"))
         if "killable_connect" in fixtures:
             item.add_marker(pytest.mark.xdist_group("faults-connect"))
+        if "spark_cluster" in fixtures:
+            item.add_marker(pytest.mark.xdist_group("spark-cluster"))
 
 
 @pytest.fixture(scope="session")
@@ -253,3 +256,31 @@ def killable_connect(killable_connect_server: SparkConnect) -> Iterator[SparkCon
     with file_lock(server.home.parent / f"{server.name}.tests.lock"):
         server.up()
         yield server
+
+
+# -- a Spark standalone cluster whose executors and workers tests may kill (docs/testbed.md) --
+
+
+@pytest.fixture(scope="session")
+def spark_cluster_server(testbed: Testbed) -> SparkCluster:
+    """The Spark standalone cluster (a master and two workers), started once per session
+    (`up` is serialized by a lock file: two xdist workers never both start it). Tests take
+    `spark_cluster` instead."""
+    cluster = testbed.spark_cluster
+    up([cluster.name], testbed)
+    return cluster
+
+
+@pytest.fixture
+def spark_cluster(spark_cluster_server: SparkCluster) -> Iterator[SparkCluster]:
+    """The Spark standalone cluster for this test alone (other xdist workers' tests of it
+    wait), with both workers ALIVE when the test starts: a worker a previous test killed is
+    started again. Drivers run in child processes with `driver_conf()` and `driver_env()`;
+    the test may kill executors (`kill_executor`) and workers (`kill_worker`,
+    `start_worker`). A test must stop its drivers: an application still running holds the
+    cluster's cores, so it fails the next test's start here, named."""
+    cluster = spark_cluster_server
+    with file_lock(cluster.home.parent / f"{cluster.name}.tests.lock"):
+        cluster.up()
+        cluster.wait_idle()
+        yield cluster
