@@ -109,6 +109,8 @@ class SparkCluster:
         self.master_pid_file = self.home / "master.pid"
         self.log_config = self.home / "log4j2.properties"
         self.daemon_conf = self.home / "daemon.conf"
+        #: Who started the running cluster, from which SPARK_HOME (`_require_same_spark`).
+        self.state_file = self.home / "cluster.json"
 
     @property
     def workers(self) -> int:
@@ -148,6 +150,8 @@ class SparkCluster:
                 for i in range(self.workers):
                     self._stop_worker(i, kill=False)
                 self._start_master()
+            else:
+                self._require_same_spark()
             wait_until(
                 self.name,
                 lambda: self.master_state() is not None,
@@ -356,6 +360,36 @@ class SparkCluster:
         self.log_config.write_text(_LOG4J2.format(level=level))
         self.daemon_conf.write_text("".join(f"{k} {v}\n" for k, v in _DAEMON_CONF.items()))
 
+    def _require_same_spark(self) -> None:
+        """Executors run the jars, and their Python workers the `pyspark.zip`, of the
+        SPARK_HOME the cluster was started from (another checkout's, when checkouts share
+        DS_SERVICES_DIR): a driver of another pyspark version would fail in odd ways, and a
+        SPARK_HOME deleted since (a removed worktree) fails every new executor. Refuse both,
+        saying what to do. The Python interpreter is the driver's business (PYSPARK_PYTHON),
+        not the cluster's."""
+        try:
+            started: dict[str, str] = json.loads(self.state_file.read_text())
+        except (FileNotFoundError, ValueError):
+            return
+        import pyspark
+
+        home = Path(started.get("spark_home", ""))
+        problem = None
+        if not (home / "bin" / "spark-class").exists():
+            problem = f"its SPARK_HOME, {home}, no longer exists"
+        elif started.get("pyspark") != pyspark.__version__:
+            problem = (
+                f"it runs Spark {started.get('pyspark')} (from {home}), this interpreter has "
+                f"pyspark {pyspark.__version__}"
+            )
+        if problem:
+            raise ServiceError(
+                self.name,
+                f"the cluster at {self.master_url} (master pid {self.master_pid()}) was "
+                f"started by {started.get('python')} and {problem}. Restart it: "
+                f"`python -m tests.services down {self.name}`, then `up {self.name}`.",
+            )
+
     def _spark_class(self, cls: str, *args: str) -> list[str]:
         return [str(spark_home() / "bin" / "spark-class"), cls, *args]
 
@@ -383,6 +417,18 @@ class SparkCluster:
             env=self._environment(),
             cwd=self.home,
         )
+        import pyspark
+
+        self.state_file.write_text(
+            json.dumps(
+                {
+                    "python": sys.executable,
+                    "spark_home": str(spark_home()),
+                    "pyspark": pyspark.__version__,
+                },
+                indent=2,
+            )
+        )
 
     def _start_worker(self, i: int) -> None:
         ports = self.ports
@@ -394,7 +440,10 @@ class SparkCluster:
         work = self.work_dir(i)
         local = self.home / "tmp" / f"worker-{i}"
         work.mkdir(parents=True, exist_ok=True)
-        local.mkdir(parents=True, exist_ok=True)
+        # What a killed worker's executors left there (~11 MB each: fetched jars, blocks) has
+        # no owner any more: a worker cleans its applications' folders only while it lives.
+        remove_tree(local)
+        local.mkdir(parents=True)
         argv = self._spark_class(
             WORKER_CLASS,
             self.master_url,

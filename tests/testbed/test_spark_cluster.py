@@ -22,8 +22,9 @@ from typing import Any
 
 import pytest
 
-from tests.services import DEFAULT_UP, NAMES, Layout, SparkCluster, Testbed
+from tests.services import DEFAULT_UP, NAMES, Layout, ServiceError, SparkCluster, Testbed
 from tests.services._process import descendants, group_members, pid_alive, port_is_free, tail
+from tests.services.spark_cluster import spark_home
 from tests.testbed.test_lifecycle import PRIVATE_OFFSET, _all_ports, _private_layout
 from tests.testbed.test_s3 import RESTART_OFFSET
 
@@ -273,6 +274,29 @@ def test_ports_follow_the_master_port(monkeypatch: pytest.MonkeyPatch) -> None:
         (27190, 27191),
         (27290, 27291),
     )
+
+
+def test_up_refuses_a_cluster_started_from_another_spark(tmp_path: Path) -> None:
+    """A running cluster whose SPARK_HOME is gone (a removed worktree that shared
+    DS_SERVICES_DIR) or of another pyspark version is named, with the way out, never used.
+    No JVM here: the "master" is this process."""
+    cluster = SparkCluster(_private_layout(tmp_path / "services"))
+    cluster.home.mkdir(parents=True)
+    cluster.master_pid_file.write_text(f"{os.getpid()}\n")
+    try:
+        for state, expected in (
+            ({"spark_home": str(tmp_path / "gone"), "pyspark": "4.2.0"}, "no longer exists"),
+            ({"spark_home": str(spark_home()), "pyspark": "3.5.0"}, "runs Spark 3.5.0"),
+        ):
+            cluster.state_file.write_text(json.dumps({"python": "/elsewhere/python", **state}))
+            with pytest.raises(ServiceError) as refused:
+                cluster.up()
+            message = str(refused.value)
+            assert expected in message
+            assert "/elsewhere/python" in message
+            assert "down spark-cluster" in message
+    finally:
+        cluster.master_pid_file.unlink()  # nothing may ever stop "the master", this process
 
 
 @pytest.mark.slow
