@@ -170,11 +170,19 @@ def s3_access(testbed: Testbed) -> Iterator[S3Access]:
 # -- the faults bed: servers fault tests may restart, kill and cut (docs/testbed.md) ----------
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Every test of the faults bed runs on one xdist worker (`--dist loadgroup`): they hold
     the bed one at a time anyway, and a second worker would only wait for the lock instead of
     running other tests. Likewise the tests of the killable Spark Connect server (and only
-    one worker starts it), and those of the Spark standalone cluster."""
+    one worker starts it), and those of the Spark standalone cluster.
+
+    `tryfirst`: xdist's worker reads the `xdist_group` marks in its own hook of this name (it
+    appends `@<group>` to each node id, which the scheduler groups by) and, registered after
+    this conftest, ran before it and saw no mark. Seen 2026-11-24 with pytest 9.2.0 and
+    pytest-xdist 3.8.0, grouping still does not happen: xdist sets `item._nodeid`, which
+    pytest 9.2 no longer reads (pytest-xdist issue #1386, fix proposed in PR #1388). Until
+    then the groups' tests may run on both workers; their locks keep them one at a time."""
     for item in items:
         fixtures = getattr(item, "fixturenames", ())
         if "fault_bed" in fixtures:
