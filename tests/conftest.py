@@ -269,13 +269,20 @@ def killable_connect(killable_connect_server: SparkConnect) -> Iterator[SparkCon
 # -- a Spark standalone cluster whose executors and workers tests may kill (docs/testbed.md) --
 
 
+def _spark_cluster_lock(cluster: SparkCluster) -> contextlib.AbstractContextManager[None]:
+    """Held by the test that uses the cluster, and while a session starts it: a session
+    starting it on one xdist worker must not start again a worker that a test on the other
+    has just killed."""
+    return file_lock(cluster.home.parent / f"{cluster.name}.tests.lock")
+
+
 @pytest.fixture(scope="session")
 def spark_cluster_server(testbed: Testbed) -> SparkCluster:
-    """The Spark standalone cluster (a master and two workers), started once per session
-    (`up` is serialized by a lock file: two xdist workers never both start it). Tests take
-    `spark_cluster` instead."""
+    """The Spark standalone cluster (a master and two workers), started once per session,
+    under the tests' lock. Tests take `spark_cluster` instead."""
     cluster = testbed.spark_cluster
-    up([cluster.name], testbed)
+    with _spark_cluster_lock(cluster):
+        up([cluster.name], testbed)
     return cluster
 
 
@@ -288,7 +295,7 @@ def spark_cluster(spark_cluster_server: SparkCluster) -> Iterator[SparkCluster]:
     `start_worker`). A test must stop its drivers: an application still running holds the
     cluster's cores, so it fails the next test's start here, named."""
     cluster = spark_cluster_server
-    with file_lock(cluster.home.parent / f"{cluster.name}.tests.lock"):
+    with _spark_cluster_lock(cluster):
         cluster.up()
         cluster.wait_idle()
         yield cluster
