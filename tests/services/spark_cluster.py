@@ -246,14 +246,16 @@ class SparkCluster:
         state = state if state is not None else self.master_state()
         if state is None:
             return []
+        return [i for i in self._listed_alive(state) if self.worker_pid(i) is not None]
+
+    def _listed_alive(self, state: dict[str, Any] | None) -> list[int]:
+        """Indexes of the workers the master lists ALIVE, whether their JVM runs or not."""
         alive_ports = {
-            int(w.get("port", -1)) for w in state.get("workers") or [] if w.get("state") == "ALIVE"
+            int(w.get("port", -1))
+            for w in (state or {}).get("workers") or []
+            if w.get("state") == "ALIVE"
         }
-        return [
-            i
-            for i, port in enumerate(self.ports.workers)
-            if port in alive_ports and self.worker_pid(i) is not None
-        ]
+        return [i for i, port in enumerate(self.ports.workers) if port in alive_ports]
 
     def active_apps(self) -> list[dict[str, Any]]:
         """The applications (drivers) the master runs now, as its JSON lists them."""
@@ -309,9 +311,12 @@ class SparkCluster:
         good); returns once they are gone and the master no longer lists it ALIVE. A stopped
         worker is left alone."""
         self._stop_worker(i, kill=True)
+        # The master's own view: a worker started again at the same address while the master
+        # still lists the old one ALIVE is refused ("Attempted to re-register worker at same
+        # address") and exits.
         wait_until(
             self.name,
-            lambda: i not in self.workers_alive(),
+            lambda: i not in self._listed_alive(self.master_state()),
             timeout=START_TIMEOUT,
             what=f"the master to see worker {i} lost",
             log=self.master_log,
@@ -437,6 +442,16 @@ class SparkCluster:
             {f"worker-{i}": ports.workers[i], f"worker-{i}.webui": ports.worker_webuis[i]},
         )
         self._write_config()
+        # A worker killed by other means than kill_worker may still be listed ALIVE for a
+        # moment (until the master sees its connection drop, or for up to a minute without
+        # heartbeats): a new one at its address would be refused.
+        wait_until(
+            self.name,
+            lambda: i not in self._listed_alive(self.master_state()),
+            timeout=START_TIMEOUT,
+            what=f"the master to drop the old worker {i} before it starts again",
+            log=self.master_log,
+        )
         work = self.work_dir(i)
         local = self.home / "tmp" / f"worker-{i}"
         work.mkdir(parents=True, exist_ok=True)
