@@ -167,14 +167,19 @@ class SparkCluster:
                 self._wait_alive(i)
 
     def down(self) -> None:
-        """Stop the workers (and their executors, Python workers included), then the master;
-        returns once none of their processes runs and their ports are free."""
-        for i in range(self.workers):
-            self._stop_worker(i, kill=False)
+        """Stop the master, then the workers (and their executors, Python workers included);
+        returns once none of their processes runs and their ports are free.
+
+        The master first: while it lives, a worker shutting down with an application running
+        sees its executor end and is asked by the master, again and again, to launch a
+        replacement, which fails ("Shutdown hooks cannot be modified during shutdown"), and
+        its SIGTERM then took the whole 30 s before the SIGKILL (seen)."""
         pid = self.master_pid()
         if pid is not None:
             stop_group(self.name, pid, timeout=30.0)
         self.master_pid_file.unlink(missing_ok=True)
+        for i in range(self.workers):
+            self._stop_worker(i, kill=False)
         wait_ports_released(self.name, self.ports.all())
 
     def reset(self) -> None:
