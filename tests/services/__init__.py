@@ -1,7 +1,8 @@
 """The test bed: real Postgres, Kafka, S3 (SeaweedFS, and moto's server as a second S3
 implementation), Spark and a Spark Connect server on 127.0.0.1, started by the project itself,
 plus the faults bed: a second Postgres and Kafka that fault tests may restart and kill, behind
-Toxiproxy, and a second Spark Connect server that crash tests may kill.
+Toxiproxy, a second Spark Connect server that crash tests may kill, and a Spark standalone
+cluster (a master and two workers) whose executors and workers tests may kill.
 
     python -m tests.services up [NAME ...]     start (idempotent), wait until each answers
     python -m tests.services status            what runs, where, pids, logs
@@ -10,9 +11,10 @@ Toxiproxy, and a second Spark Connect server that crash tests may kill.
     python -m tests.services logs NAME         where a server logs, and its last lines
 
 NAME is one of NAMES, or `faults` for the faults bed (faults-postgres, faults-kafka and
-toxiproxy). Without NAME, `up` starts DEFAULT_UP (everything but `faults-connect`, which only
-its fixture starts); `down`, `status` and `reset` cover every name. The pytest fixtures in
-tests/conftest.py call `up()` once per session for the server they need.
+toxiproxy). Without NAME, `up` starts DEFAULT_UP (everything but `faults-connect` and
+`spark-cluster`, which only their fixtures start); `down`, `status` and `reset` cover every
+name. The pytest fixtures in tests/conftest.py call `up()` once per session for the server
+they need.
 docs/testbed.md describes ports, folders and versions.
 """
 
@@ -34,6 +36,7 @@ from .moto import Moto
 from .postgres import Postgres, PreparedTransaction
 from .s3 import S3
 from .spark import Spark
+from .spark_cluster import SparkCluster
 from .toxiproxy import Toxiproxy
 
 __all__ = [
@@ -51,6 +54,7 @@ __all__ = [
     "S3Endpoint",
     "ServiceError",
     "Spark",
+    "SparkCluster",
     "SparkConnect",
     "Testbed",
     "Toxiproxy",
@@ -70,13 +74,17 @@ NAMES = (
     "faults-kafka",
     "toxiproxy",
     "faults-connect",
+    "spark-cluster",
 )
 #: Names that stand for several servers.
 GROUPS = {"faults": ("faults-postgres", "faults-kafka", "toxiproxy")}
-#: What `up` without names starts. `faults-connect` (a second Spark JVM of ~1 GB, ~20 s to
-#: start, for the few crash tests that kill it) only starts when its fixture asks for it;
-#: `down`, `status` and `reset` without names still cover it.
-DEFAULT_UP = tuple(name for name in NAMES if name != "faults-connect")
+#: Started only when their fixtures (or `up NAME`) ask for them: `faults-connect` (a second
+#: Spark JVM of ~1 GB, ~20 s to start, for the few crash tests that kill it) and
+#: `spark-cluster` (three JVMs of ~230 MB, ~11 s, for executor-loss tests). `down`, `status`
+#: and `reset` without names still cover them.
+ON_DEMAND = ("faults-connect", "spark-cluster")
+#: What `up` without names starts.
+DEFAULT_UP = tuple(name for name in NAMES if name not in ON_DEMAND)
 
 
 @dataclass(frozen=True)
@@ -87,7 +95,9 @@ class Testbed:
     layout's `faults_layout()` (own folders under `<root>/faults/`, own ports); tests may stop,
     crash and kill those, never the main bed's, which every test shares. Likewise
     `faults_connect`, a second Spark Connect server on its own port and folder, is the one
-    tests may kill; `connect` is shared.
+    tests may kill; `connect` is shared. `spark_cluster` is a Spark standalone master and two
+    workers; tests may kill its executors and workers (through its fixture, one test at a
+    time).
     """
 
     __test__ = False  # not a pytest test class despite its name
@@ -103,6 +113,7 @@ class Testbed:
     faults_kafka: Kafka
     toxiproxy: Toxiproxy
     faults_connect: SparkConnect
+    spark_cluster: SparkCluster
 
     @classmethod
     def create(cls, layout: Layout | None = None) -> Testbed:
@@ -120,6 +131,7 @@ class Testbed:
             Kafka(faults, name="faults-kafka", settings=KAFKA_FAULTS_SETTINGS),
             Toxiproxy(layout),
             SparkConnect(layout, name=CONNECT_FAULTS_NAME, port=layout.connect.killable),
+            SparkCluster(layout),
         )
 
     def select(

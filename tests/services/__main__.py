@@ -14,7 +14,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.services", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     for command, text, default in (
-        ("up", "start servers (idempotent) and wait until they answer", "all but faults-connect"),
+        (
+            "up",
+            "start servers (idempotent) and wait until they answer",
+            "all but faults-connect and spark-cluster",
+        ),
         ("down", "stop servers; no process is left behind", "all"),
         ("reset", "stop servers and delete their data (downloaded jars stay cached)", "all"),
     ):

@@ -28,6 +28,13 @@ def _env_int(name: str, default: int) -> int:
         ) from None
 
 
+def _env_int_or_none(name: str) -> int | None:
+    """An overriding port when the variable is set, else None (the default is derived)."""
+    if not os.environ.get(name):
+        return None
+    return _env_int(name, 0)
+
+
 @overload
 def _env_path(name: str, default: Path) -> Path: ...
 
@@ -140,6 +147,58 @@ class ConnectPorts:
 
 
 @dataclass(frozen=True)
+class SparkClusterPorts:
+    """The Spark standalone cluster: a master and two workers, each with an RPC port and a
+    web UI port (the master's serves the JSON that `up` and `status` read).
+
+    Defaults follow Spark's own (7077 for the master) + 10000, and are derived from `master`
+    so that a second test bed moved with DS_SPARK_MASTER_PORT alone moves them all: the
+    workers' RPC ports at `master` + 1 and + 2, the master's web UI at + 3, the workers' web
+    UIs at + 4 and + 5. Executors and drivers listen on ports the kernel picks.
+    """
+
+    master: int = 17077  # DS_SPARK_MASTER_PORT
+    workers: tuple[int, ...] = (17078, 17079)  # DS_SPARK_WORKER_PORT (first; then + 1)
+    master_webui: int = 17080  # DS_SPARK_MASTER_WEBUI_PORT
+    worker_webuis: tuple[int, ...] = (17081, 17082)  # DS_SPARK_WORKER_WEBUI_PORT (first; + 1)
+
+    @classmethod
+    def from_master(
+        cls,
+        master: int,
+        *,
+        worker: int | None = None,
+        master_webui: int | None = None,
+        worker_webui: int | None = None,
+        count: int = 2,
+    ) -> SparkClusterPorts:
+        first_worker = master + 1 if worker is None else worker
+        first_webui = master + 4 if worker_webui is None else worker_webui
+        return cls(
+            master=master,
+            workers=tuple(first_worker + i for i in range(count)),
+            master_webui=master + 3 if master_webui is None else master_webui,
+            worker_webuis=tuple(first_webui + i for i in range(count)),
+        )
+
+    def shifted(self, offset: int) -> SparkClusterPorts:
+        return SparkClusterPorts(
+            master=self.master + offset,
+            workers=tuple(p + offset for p in self.workers),
+            master_webui=self.master_webui + offset,
+            worker_webuis=tuple(p + offset for p in self.worker_webuis),
+        )
+
+    def all(self) -> dict[str, int]:
+        """Every port the cluster listens on, by role."""
+        ports = {"master": self.master, "master.webui": self.master_webui}
+        for i, (port, webui) in enumerate(zip(self.workers, self.worker_webuis, strict=True)):
+            ports[f"worker-{i}"] = port
+            ports[f"worker-{i}.webui"] = webui
+        return ports
+
+
+@dataclass(frozen=True)
 class Layout:
     """Folders and ports of one test bed.
 
@@ -161,6 +220,7 @@ class Layout:
     toxiproxy: ToxiproxyPorts = field(default_factory=ToxiproxyPorts)
     connect: ConnectPorts = field(default_factory=ConnectPorts)
     connect_root: Path | None = None  # DS_CONNECT_DIR
+    spark_cluster: SparkClusterPorts = field(default_factory=SparkClusterPorts)
 
     @classmethod
     def from_env(cls) -> Layout:
@@ -199,6 +259,12 @@ class Layout:
                 port=connect, killable=_env_int("DS_FAULTS_CONNECT_PORT", connect + 1)
             ),
             connect_root=_env_path("DS_CONNECT_DIR", None),
+            spark_cluster=SparkClusterPorts.from_master(
+                _env_int("DS_SPARK_MASTER_PORT", SparkClusterPorts.master),
+                worker=_env_int_or_none("DS_SPARK_WORKER_PORT"),
+                master_webui=_env_int_or_none("DS_SPARK_MASTER_WEBUI_PORT"),
+                worker_webui=_env_int_or_none("DS_SPARK_WORKER_WEBUI_PORT"),
+            ),
         )
 
     def shifted(self, offset: int, root: Path) -> Layout:
@@ -235,6 +301,7 @@ class Layout:
             connect=ConnectPorts(
                 port=self.connect.port + offset, killable=self.connect.killable + offset
             ),
+            spark_cluster=self.spark_cluster.shifted(offset),
         )
 
     def faults_layout(self) -> Layout:

@@ -181,7 +181,7 @@ def test_kafka_connector_is_on_the_server(
 def test_up_without_names_starts_the_shared_server_but_not_the_killable_one() -> None:
     testbed = Testbed.create()
     assert [s.name for s in testbed.select(None, DEFAULT_UP)] == [
-        n for n in NAMES if n != "faults-connect"
+        n for n in NAMES if n not in ("faults-connect", "spark-cluster")
     ]
     assert "connect" in DEFAULT_UP
     assert [s.name for s in testbed.select()] == list(NAMES)  # down, status and reset: all
