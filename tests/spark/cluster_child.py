@@ -9,7 +9,10 @@ driver decides and commits. The plan holds `conf` (the cluster's `driver_conf()`
 `pause`: {"epoch": n, "flags": folder}. With a pause, the first task attempt of partition 0
 of that epoch, once every sink has prepared its part, writes `paused-<n>.json` (its part
 name and its Python worker's pid) into `flags` and sleeps, for the test to kill the executor
-(or the whole worker) it runs on. Later attempts of that partition go through.
+(or the whole worker) it runs on. Later attempts of that partition go through. With `hold`:
+{"epoch": m, "flags": folder}, the driver touches `held-<m>` before batch m and waits (at
+most 300 s) for the test to create `release-<m>`: the application stays up, no task of batch m
+scheduled, e.g. while a lost worker comes back.
 
 Prints one JSON line at the end: {"error": ..., "batches": [...]}; exit 0 when the query
 processed every file.
@@ -72,13 +75,22 @@ class PausingSpec(SinkSpec):
 
 
 class RecordingWriter(DurableBatchWriter):
-    """The product's writer; remembers each batch's outcome for the report."""
+    """The product's writer; remembers each batch's outcome for the report, and with a
+    `hold` in the plan waits before that batch until the test releases it."""
 
-    def __init__(self, *args: Any) -> None:
+    def __init__(self, plan: dict[str, Any], *args: Any) -> None:
         super().__init__(*args)
+        self.plan = plan
         self.batches: list[dict[str, Any]] = []
 
     def __call__(self, df: Any, batch_id: int) -> None:
+        hold = self.plan.get("hold")
+        if hold and int(batch_id) == hold["epoch"]:
+            (Path(hold["flags"]) / f"held-{batch_id}").touch()
+            release = Path(hold["flags"]) / f"release-{batch_id}"
+            deadline = time.monotonic() + 300
+            while not release.exists() and time.monotonic() < deadline:
+                time.sleep(0.2)
         super().__call__(df, batch_id)
         result = self.last_result
         if result is not None:
@@ -104,7 +116,7 @@ def main(plan_path: str) -> int:
         SinkSpec("s3", plan["s3"]),
         PausingSpec("files", {"path": plan["files"]}, plan=text),
     ]
-    writer = RecordingWriter(sinks, JobOptions(plan["job_id"], execution="executor"))
+    writer = RecordingWriter(plan, sinks, JobOptions(plan["job_id"], execution="executor"))
     stream = source_stream(spark, Path(plan["source"])).repartition(plan["partitions"])
     error: str | None = None
     try:

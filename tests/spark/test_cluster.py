@@ -58,6 +58,7 @@ def run_losing_an_executor(
     job_id: str,
     tmp_path: Path,
     lose: Callable[[int, int], None],
+    after: Callable[[Path], None] | None = None,
 ) -> None:
     """Run the job on the cluster, call `lose(worker, executor_pid)` while the paused task
     holds its prepared parts, let the query finish, and check every sink holds every row
@@ -81,6 +82,8 @@ def run_losing_an_executor(
         "partitions": PARTITIONS,
         "pause": {"epoch": PAUSED_EPOCH, "flags": str(flags)},
     }
+    if after is not None:
+        plan["hold"] = {"epoch": PAUSED_EPOCH + 1, "flags": str(flags)}
     plan_file = tmp_path / "plan.json"
     plan_file.write_text(json.dumps(plan))
     log = tmp_path / "driver.log"
@@ -105,6 +108,8 @@ def run_losing_an_executor(
             assert any(f":{paused['part']}:" in gid for gid in in_doubt), (paused, in_doubt)
             worker, executor = executor_of(cluster, paused["pid"])
             lose(worker, executor)
+            if after is not None:
+                after(flags)
             code = driver.wait(timeout=400)
         finally:
             if driver.poll() is None:
@@ -178,20 +183,30 @@ def test_a_worker_lost_mid_batch_then_back_runs_executors_again(
     job_id: str,
     tmp_path: Path,
 ) -> None:
-    back: list[int] = []
+    lost: list[int] = []
+    back: list[tuple[int, int]] = []
 
     def lose(worker: int, executor: int) -> None:
         spark_cluster.kill_worker(worker)
+        lost.append(worker)
         spark_cluster.start_worker(worker)
-        # The master gives the running application an executor on the returned worker.
-        deadline = time.monotonic() + 120
-        while worker not in {w for w, _ in spark_cluster.executors()}:
+
+    def after(flags: Path) -> None:
+        # The next batch is held (the application up, none of its tasks scheduled) until the
+        # master has given the application an executor on the returned worker.
+        held = flags / f"held-{PAUSED_EPOCH + 1}"
+        deadline = time.monotonic() + 240
+        while not held.exists():
+            assert time.monotonic() < deadline, "the batch after the loss never started"
+            time.sleep(0.2)
+        while not (on := [e for e in spark_cluster.executors() if e[0] == lost[0]]):
             assert time.monotonic() < deadline, "the returned worker got no executor"
             time.sleep(0.5)
-        back.append(worker)
+        back.extend(on)
+        (flags / f"release-{PAUSED_EPOCH + 1}").touch()
 
     run_losing_an_executor(
-        spark_cluster, postgres, s3, s3_prefix, pg_schema, job_id, tmp_path, lose
+        spark_cluster, postgres, s3, s3_prefix, pg_schema, job_id, tmp_path, lose, after
     )
-    assert len(back) == 1
+    assert len(back) == 1  # one executor of the application on the returned worker
     assert spark_cluster.workers_alive() == [0, 1]
