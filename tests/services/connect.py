@@ -31,6 +31,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ._layout import Layout
+from ._log4j import spark_log4j2
 from ._maven import require_java
 from ._process import (
     ServiceError,
@@ -62,21 +63,7 @@ PROBE_TIMEOUT = 60.0
 DEFAULT_CONF = {k: v for k, v in SPARK_DEFAULT_CONF.items() if k != "spark.master"}
 #: Spark logs every job at INFO (~100 lines for one `range(1)`): only warnings and errors, and
 #: the server's start, reach the log. DS_CONNECT_LOG_LEVEL=info brings everything back.
-_LOG4J2 = """\
-rootLogger.level = {level}
-rootLogger.appenderRef.stdout.ref = console
-appender.console.type = Console
-appender.console.name = console
-appender.console.target = SYSTEM_ERR
-appender.console.layout.type = PatternLayout
-appender.console.layout.pattern = %d{{yy/MM/dd HH:mm:ss}} %p %c{{1}}: %m%n%ex
-logger.server.name = org.apache.spark.sql.connect.service.SparkConnectServer
-logger.server.level = info
-logger.jetty.name = org.sparkproject.jetty
-logger.jetty.level = warn
-logger.hadoop.name = org.apache.hadoop.util.NativeCodeLoader
-logger.hadoop.level = error
-"""
+_OWN_LOGGER = "org.apache.spark.sql.connect.service.SparkConnectServer"
 #: Client-side switches a test process may carry (a remote session sets some of them): none
 #: of them is meant for the server.
 _CLIENT_ENV = (
@@ -233,7 +220,7 @@ class SparkConnect(Daemon):
         env.update(self.env)
         (self.home / "tmp").mkdir(parents=True, exist_ok=True)
         level = os.environ.get("DS_CONNECT_LOG_LEVEL") or "warn"
-        self.log_config.write_text(_LOG4J2.format(level=level))
+        self.log_config.write_text(spark_log4j2(level, _OWN_LOGGER))
         pid = start_daemon(argv, log=self.log, pid_file=self.pid_file, env=env, cwd=self.home)
         self.state_file.write_text(
             json.dumps(

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ._layout import Layout
+from ._log4j import spark_log4j2
 from ._maven import require_java
 from ._process import (
     ServiceError,
@@ -79,21 +80,7 @@ _DAEMON_CONF = {
 #: Master and workers log their own events (workers registering, applications, executors
 #: launched and lost) at INFO, everything else at WARN. DS_SPARK_CLUSTER_LOG_LEVEL=info
 #: brings everything back.
-_LOG4J2 = """\
-rootLogger.level = {level}
-rootLogger.appenderRef.stdout.ref = console
-appender.console.type = Console
-appender.console.name = console
-appender.console.target = SYSTEM_ERR
-appender.console.layout.type = PatternLayout
-appender.console.layout.pattern = %d{{yy/MM/dd HH:mm:ss}} %p %c{{1}}: %m%n%ex
-logger.deploy.name = org.apache.spark.deploy
-logger.deploy.level = info
-logger.jetty.name = org.sparkproject.jetty
-logger.jetty.level = warn
-logger.hadoop.name = org.apache.hadoop.util.NativeCodeLoader
-logger.hadoop.level = error
-"""
+_OWN_LOGGER = "org.apache.spark.deploy"
 
 
 class SparkCluster:
@@ -367,7 +354,7 @@ class SparkCluster:
     def _write_config(self) -> None:
         (self.home / "conf").mkdir(parents=True, exist_ok=True)
         level = os.environ.get("DS_SPARK_CLUSTER_LOG_LEVEL") or "warn"
-        self.log_config.write_text(_LOG4J2.format(level=level))
+        self.log_config.write_text(spark_log4j2(level, _OWN_LOGGER))
         self.daemon_conf.write_text("".join(f"{k} {v}\n" for k, v in _DAEMON_CONF.items()))
 
     def _require_same_spark(self) -> None:

@@ -28,27 +28,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from durable_sinks.core import CommitHandle, OpenContext, SinkConnector
+from durable_sinks.core import CommitHandle, SinkConnector
 from durable_sinks.spark import DurableBatchWriter, JobOptions, SinkSpec
 from tests.services import Testbed
 from tests.spark.streams import run_available_now, source_stream
+from tests.spark.wrapped import WrappedSink
 
 
-class PausingSink:
+class PausingSink(WrappedSink):
     """The wrapped sink, unchanged, except that the plan's task attempt stops after it
     prepared (see the module docstring)."""
-
-    def __init__(self, inner: SinkConnector, plan: dict[str, Any]) -> None:
-        self._inner = inner
-        self._plan = plan
-        self._part = "p0-t0"
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-    def open(self, context: OpenContext) -> None:
-        self._part = context.part
-        self._inner.open(context)
 
     def pre_commit(self, epoch: int) -> CommitHandle:
         handle = self._inner.pre_commit(epoch)

@@ -34,11 +34,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from durable_sinks.core import CommitHandle, OpenContext, SinkConnector
+from durable_sinks.core import CommitHandle, SinkConnector
 from durable_sinks.spark import DurableBatchWriter, JobOptions, SinkSpec, sink
 from durable_sinks.spark._options import Execution
 from tests.services import Testbed
 from tests.spark.streams import run_available_now, source_stream
+from tests.spark.wrapped import WrappedSink
 
 
 def die() -> None:
@@ -53,22 +54,13 @@ def _is_crash_child(pid: int) -> bool:
         return False
 
 
-class FlakySink:
+class FlakySink(WrappedSink):
     """A sink whose task dies after preparing (see the module docstring); otherwise the
     wrapped sink, unchanged."""
 
     def __init__(self, inner: SinkConnector, plan: dict[str, Any], last: bool) -> None:
-        self._inner = inner
-        self._plan = plan
+        super().__init__(inner, plan)
         self._last = last
-        self._part = "0"
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-    def open(self, context: OpenContext) -> None:
-        self._part = context.part
-        self._inner.open(context)
 
     def pre_commit(self, epoch: int) -> CommitHandle:
         handle = self._inner.pre_commit(epoch)

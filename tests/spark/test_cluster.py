@@ -17,14 +17,15 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from durable_sinks.sinks.files import STAGING
 from tests.services import PostgresEndpoint, S3Endpoint
 from tests.services._process import descendants
+from tests.services.spark_cluster import SparkCluster
 from tests.support.s3_objects import incomplete_uploads
 from tests.support.s3_target import s3_options
 
@@ -41,7 +42,25 @@ FILES, ROWS_PER_FILE, PARTITIONS, PAUSED_EPOCH = 3, 30, 4, 1
 SINKS = ("postgres", "s3", "files")
 
 
-def executor_of(cluster: Any, python_pid: int) -> tuple[int, int]:
+@dataclass
+class ClusterJob:
+    """One test's job on the cluster: `run(lose, after)` (see run_losing_an_executor)."""
+
+    cluster: SparkCluster
+    postgres: PostgresEndpoint
+    s3: S3Endpoint
+    s3_prefix: str
+    pg_schema: str
+    job_id: str
+    folder: Path
+
+    def run(
+        self, lose: Callable[[int, int], None], after: Callable[[Path], None] | None = None
+    ) -> None:
+        run_losing_an_executor(self, lose, after)
+
+
+def executor_of(cluster: SparkCluster, python_pid: int) -> tuple[int, int]:
     """(worker index, executor pid) of the executor JVM whose Python worker is `python_pid`."""
     for worker, pid in cluster.executors():
         if python_pid in descendants(pid):
@@ -50,19 +69,16 @@ def executor_of(cluster: Any, python_pid: int) -> tuple[int, int]:
 
 
 def run_losing_an_executor(
-    cluster: Any,
-    postgres: PostgresEndpoint,
-    s3: S3Endpoint,
-    s3_prefix: str,
-    pg_schema: str,
-    job_id: str,
-    tmp_path: Path,
+    job: ClusterJob,
     lose: Callable[[int, int], None],
     after: Callable[[Path], None] | None = None,
 ) -> None:
     """Run the job on the cluster, call `lose(worker, executor_pid)` while the paused task
     holds its prepared parts, let the query finish, and check every sink holds every row
-    once and nothing is left in doubt."""
+    once and nothing is left in doubt. `after(flags)`, if given, runs once `lose` returned,
+    with the next batch held until it creates `release-<n>` (cluster_child.py)."""
+    cluster, postgres, s3, s3_prefix = job.cluster, job.postgres, job.s3, job.s3_prefix
+    pg_schema, job_id, tmp_path = job.pg_schema, job.job_id, job.folder
     dsn, table = postgres.conninfo(), f"{pg_schema}.events"
     s3_path = f"s3://{s3.bucket}/{s3_prefix.rstrip('/')}"
     source, flags = tmp_path / "in", tmp_path / "flags"
@@ -135,61 +151,51 @@ def run_losing_an_executor(
     assert not any(f":{paused['part']}:" in p for p in decided["participants"])
 
 
-@pytest.mark.timeout(900)
-def test_an_executor_lost_mid_batch_leaves_nothing_but_the_rerun(
-    spark_cluster: Any,
+@pytest.fixture
+def cluster_job(
+    spark_cluster: SparkCluster,
     postgres: PostgresEndpoint,
     s3: S3Endpoint,
     s3_prefix: str,
     pg_schema: str,
     job_id: str,
     tmp_path: Path,
-) -> None:
-    def lose(worker: int, executor: int) -> None:
-        spark_cluster.kill_executor(executor)
+) -> ClusterJob:
+    return ClusterJob(spark_cluster, postgres, s3, s3_prefix, pg_schema, job_id, tmp_path)
 
-    run_losing_an_executor(
-        spark_cluster, postgres, s3, s3_prefix, pg_schema, job_id, tmp_path, lose
-    )
+
+@pytest.mark.timeout(900)
+def test_an_executor_lost_mid_batch_leaves_nothing_but_the_rerun(cluster_job: ClusterJob) -> None:
+    def lose(worker: int, executor: int) -> None:
+        cluster_job.cluster.kill_executor(executor)
+
+    cluster_job.run(lose)
 
 
 @pytest.mark.timeout(900)
 def test_a_worker_lost_for_good_mid_batch_the_job_finishes_on_the_other(
-    spark_cluster: Any,
-    postgres: PostgresEndpoint,
-    s3: S3Endpoint,
-    s3_prefix: str,
-    pg_schema: str,
-    job_id: str,
-    tmp_path: Path,
+    cluster_job: ClusterJob,
 ) -> None:
-    def lose(worker: int, executor: int) -> None:
-        spark_cluster.kill_worker(worker)
-        assert len(spark_cluster.workers_alive()) == 1
+    cluster = cluster_job.cluster
 
-    run_losing_an_executor(
-        spark_cluster, postgres, s3, s3_prefix, pg_schema, job_id, tmp_path, lose
-    )
-    assert len(spark_cluster.workers_alive()) == 1  # no worker came back: one did all the rest
+    def lose(worker: int, executor: int) -> None:
+        cluster.kill_worker(worker)
+        assert len(cluster.workers_alive()) == 1
+
+    cluster_job.run(lose)
+    assert len(cluster.workers_alive()) == 1  # no worker came back: one did all the rest
 
 
 @pytest.mark.timeout(900)
-def test_a_worker_lost_mid_batch_then_back_runs_executors_again(
-    spark_cluster: Any,
-    postgres: PostgresEndpoint,
-    s3: S3Endpoint,
-    s3_prefix: str,
-    pg_schema: str,
-    job_id: str,
-    tmp_path: Path,
-) -> None:
+def test_a_worker_lost_mid_batch_then_back_runs_executors_again(cluster_job: ClusterJob) -> None:
+    cluster = cluster_job.cluster
     lost: list[int] = []
     back: list[tuple[int, int]] = []
 
     def lose(worker: int, executor: int) -> None:
-        spark_cluster.kill_worker(worker)
+        cluster.kill_worker(worker)
         lost.append(worker)
-        spark_cluster.start_worker(worker)
+        cluster.start_worker(worker)
 
     def after(flags: Path) -> None:
         # The next batch is held (the application up, none of its tasks scheduled) until the
@@ -199,14 +205,12 @@ def test_a_worker_lost_mid_batch_then_back_runs_executors_again(
         while not held.exists():
             assert time.monotonic() < deadline, "the batch after the loss never started"
             time.sleep(0.2)
-        while not (on := [e for e in spark_cluster.executors() if e[0] == lost[0]]):
+        while not (on := [e for e in cluster.executors() if e[0] == lost[0]]):
             assert time.monotonic() < deadline, "the returned worker got no executor"
             time.sleep(0.5)
         back.extend(on)
         (flags / f"release-{PAUSED_EPOCH + 1}").touch()
 
-    run_losing_an_executor(
-        spark_cluster, postgres, s3, s3_prefix, pg_schema, job_id, tmp_path, lose, after
-    )
+    cluster_job.run(lose, after)
     assert len(back) == 1  # one executor of the application on the returned worker
-    assert spark_cluster.workers_alive() == [0, 1]
+    assert cluster.workers_alive() == [0, 1]

@@ -1,0 +1,25 @@
+"""A sink wrapped for a Spark test: the real sink, unchanged, with the part it writes known,
+for subclasses that act at a moment of the plan's choosing (crash_child, cluster_child)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from durable_sinks.core import OpenContext, SinkConnector
+
+
+class WrappedSink:
+    """Delegates everything to `inner`; remembers the task's part name (`p<partition>-t<task
+    attempt id>`) from `open`."""
+
+    def __init__(self, inner: SinkConnector, plan: dict[str, Any]) -> None:
+        self._inner = inner
+        self._plan = plan
+        self._part = ""  # until open()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def open(self, context: OpenContext) -> None:
+        self._part = context.part
+        self._inner.open(context)
