@@ -75,7 +75,7 @@ typecheck: install
 	$(PY) -m mypy
 
 pytest: install
-	$(PY) -m pytest -n 2 --dist loadgroup $(PYTEST_ARGS)
+	$(PY) -m pytest -n 2 --dist loadgroup --durations=25 $(PYTEST_ARGS)
 
 install: $(STAMP)
 

@@ -22,6 +22,8 @@ dies right after preparing (its Python worker exits): a prepared attempt that th
 decision must leave out and roll back.
 
 Without a kill the query runs until every file is processed (availableNow) and exits 0.
+With `"target": "cluster"` the executors run on the test bed's Spark standalone cluster
+instead of `local[2]` / `local[2,3]` (Spark retries failed tasks there by default).
 """
 
 from __future__ import annotations
@@ -126,8 +128,12 @@ class CrashingWriter(DurableBatchWriter):
 def main(plan_path: str) -> int:
     plan = json.loads(Path(plan_path).read_text())
     executor = plan.get("mode") == "executor"
-    conf = {"spark.master": "local[2,3]"} if executor else {}
-    spark = Testbed.create().spark.session("durable-sinks-crash-child", **conf)
+    testbed = Testbed.create()
+    conf: dict[str, str] = {"spark.master": "local[2,3]"} if executor else {}
+    if plan.get("target") == "cluster":  # executors on the test bed's standalone cluster
+        conf = testbed.spark_cluster.driver_conf()
+        os.environ.update(testbed.spark_cluster.driver_env())
+    spark = testbed.spark.session("durable-sinks-crash-child", **conf)
     spark.sparkContext.setLogLevel("ERROR")
     sinks: list[SinkSpec]
     if executor:

@@ -41,6 +41,8 @@ KILLS = int(os.environ.get("DS_SPARK_KILLS", "5"))
 ROWS_PER_FILE = 20
 ONLY = [p for p in os.environ.get("DS_SPARK_POINTS", "").split(",") if p]
 SEED = int(os.environ.get("DS_SPARK_SEED", random.SystemRandom().randrange(10**6)))
+#: `cluster`: the drivers' executors run on the test bed's Spark standalone cluster.
+TARGET = os.environ.get("DS_SPARK_TARGET", "local")
 
 #: Moments inside one batch (the kill epoch's); PG + Kafka order: postgres first, Kafka last
 #: (its commit carries the decision).
@@ -150,7 +152,10 @@ def test_spark_driver_killed_at_random_moments_then_restarted(
     s3_prefix: str,
     job_id: str,
     tmp_path: Path,
+    request: pytest.FixtureRequest,
 ) -> None:
+    if TARGET == "cluster":
+        request.getfixturevalue("spark_cluster")  # up, both workers alive, held by this test
     rng = random.Random(SEED)
     s3_path = f"s3://{s3.bucket}/{s3_prefix.rstrip('/')}"
     files = 2 * KILLS + 4
@@ -169,6 +174,7 @@ def test_spark_driver_killed_at_random_moments_then_restarted(
         "files": str(tmp_path / "out"),
         "s3": s3_options(s3, s3_path),
         "flags": str(tmp_path),
+        "target": TARGET,
     }
     kills: list[str] = []
     previous = ""
