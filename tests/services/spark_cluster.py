@@ -29,7 +29,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from ._layout import Layout
+from ._layout import REPO_ROOT, Layout
 from ._log4j import spark_log4j2
 from ._maven import require_java
 from ._process import (
@@ -199,13 +199,17 @@ class SparkCluster:
         the extra jars of `spark.py` (shipped to the executors by the driver) and the rest of
         spark.py's DEFAULT_CONF. The driver's process must have PYSPARK_PYTHON set to the
         interpreter its executors' Python workers should run (`driver_env()`): pyspark
-        takes it from the driver's environment, not from the conf or the worker."""
+        takes it from the driver's environment, not from the conf or the worker.
+        The executors' Python workers also get this checkout on their PYTHONPATH: they start
+        in the executor's work folder, where the tests' own modules (a test's sink wrapper
+        pickled by reference) would not import; under local[2] they inherit the driver's."""
         jars = ",".join(str(j) for j in Spark(self.layout).extra_jars())
         return {
             **DEFAULT_CONF,
             "spark.master": self.master_url,
             **EXECUTOR_CONF,
             "spark.jars": jars,
+            "spark.executorEnv.PYTHONPATH": str(REPO_ROOT),
         }
 
     def driver_env(self) -> dict[str, str]:
