@@ -246,11 +246,18 @@ def fault_kafka_topic(fault_bed: FaultBed, unique: UniqueNames) -> Iterator[str]
 
 @pytest.fixture(scope="session")
 def killable_connect_server(testbed: Testbed) -> SparkConnect:
-    """The killable Spark Connect server, started once per session. Tests take
-    `killable_connect` instead."""
+    """The killable Spark Connect server, started once per session, under the tests' lock
+    (xdist groups do not form under pytest 9.2: without the lock, a session starting on one
+    worker could start the server again while another worker's test has it killed). Tests
+    take `killable_connect` instead."""
     server = testbed.faults_connect
-    up([server.name], testbed)
+    with _killable_connect_lock(server):
+        up([server.name], testbed)
     return server
+
+
+def _killable_connect_lock(server: SparkConnect) -> contextlib.AbstractContextManager[None]:
+    return file_lock(server.home.parent / f"{server.name}.tests.lock")
 
 
 @pytest.fixture
@@ -261,7 +268,7 @@ def killable_connect(killable_connect_server: SparkConnect) -> Iterator[SparkCon
     of the JVM and its Python workers: a driver host dying), `down()` it and `up()` it again;
     `url` is where clients reach it (`ConnectClient(server.url)`)."""
     server = killable_connect_server
-    with file_lock(server.home.parent / f"{server.name}.tests.lock"):
+    with _killable_connect_lock(server):
         server.up()
         yield server
 
