@@ -244,6 +244,15 @@ def fault_kafka_topic(fault_bed: FaultBed, unique: UniqueNames) -> Iterator[str]
 # -- a Spark Connect server tests may kill (docs/testbed.md) ----------------------------------
 
 
+@pytest.fixture
+def private_ports(testbed: Testbed) -> Iterator[None]:
+    """Held by every test that starts servers on the private beds' ports (the shared bed's +
+    200, tests/testbed/test_lifecycle.py): one such test at a time across xdist workers, or
+    one test's private Postgres is another's "taken port" or "unreachable server"."""
+    with file_lock(testbed.layout.root / "private-ports.lock"):
+        yield
+
+
 @pytest.fixture(scope="session")
 def killable_connect_server(testbed: Testbed) -> SparkConnect:
     """The killable Spark Connect server, started once per session, under the tests' lock

@@ -189,6 +189,7 @@ def test_up_without_names_starts_the_shared_server_but_not_the_killable_one() ->
     assert testbed.faults_connect.home != testbed.connect.home
 
 
+@pytest.mark.usefixtures("private_ports")
 def test_taken_port_is_named_in_the_error(tmp_path: Path) -> None:
     layout = Layout.from_env().shifted(PRIVATE_OFFSET, tmp_path / "services")
     server = SparkConnect(layout)

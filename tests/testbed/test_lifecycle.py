@@ -26,6 +26,9 @@ SERVERS = ("postgres", "kafka", "s3", "moto")
 FAULTS = ("faults-postgres", "faults-kafka", "toxiproxy")
 
 
+#: Every test here holds the private beds' ports (one such test at a time across workers).
+pytestmark = pytest.mark.usefixtures("private_ports")
+
 #: Private beds of these tests: every port of the shared bed + PRIVATE_OFFSET.
 PRIVATE_OFFSET = 200
 

@@ -276,6 +276,7 @@ def test_ports_follow_the_master_port(monkeypatch: pytest.MonkeyPatch) -> None:
     )
 
 
+@pytest.mark.usefixtures("private_ports")
 def test_up_refuses_a_cluster_started_from_another_spark(tmp_path: Path) -> None:
     """A running cluster whose SPARK_HOME is gone (a removed worktree that shared
     DS_SERVICES_DIR) or of another pyspark version is named, with the way out, never used.
@@ -299,6 +300,7 @@ def test_up_refuses_a_cluster_started_from_another_spark(tmp_path: Path) -> None
         cluster.master_pid_file.unlink()  # nothing may ever stop "the master", this process
 
 
+@pytest.mark.usefixtures("private_ports")
 @pytest.mark.slow
 def test_up_twice_is_harmless_and_down_leaves_nothing(
     tmp_path: Path, drivers: list[Driver]
