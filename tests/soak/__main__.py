@@ -19,7 +19,6 @@ loss, leftover, or a kind injected fewer than `--min-per-kind` times.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import signal
@@ -36,6 +35,7 @@ from tests.services._layout import REPO_ROOT
 from tests.soak.faults import KINDS, Schedule, Target
 from tests.soak.verdict import Audit, Tally
 from tests.spark.streams import write_input
+from tests.support.child_process import start_child
 from tests.support.fault_bed import FaultBed
 from tests.support.s3_target import s3_options
 from tests.support.targets import create_topic
@@ -82,16 +82,7 @@ class Supervisor(threading.Thread):
         self._lock = threading.Lock()
 
     def launch(self, plan: dict[str, Any], name: str) -> subprocess.Popen[bytes]:
-        plan_file = self.folder / f"{name}.json"
-        plan_file.write_text(json.dumps(plan))
-        with (self.folder / f"{name}.log").open("wb") as out:
-            return subprocess.Popen(
-                [sys.executable, "-m", "tests.soak.driver", str(plan_file)],
-                cwd=REPO_ROOT,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # a process group: the kill takes its JVM too
-            )
+        return start_child("tests.soak.driver", plan, self.folder, name)[0]
 
     def run(self) -> None:
         while not self.stop.is_set():

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,6 +24,7 @@ from durable_sinks.sinks.files import STAGING
 from tests.services import PostgresEndpoint, S3Endpoint
 from tests.services._process import descendants
 from tests.services.spark_cluster import SparkCluster
+from tests.support.child_process import start_child
 from tests.support.s3_objects import incomplete_uploads
 from tests.support.s3_target import s3_options
 
@@ -100,37 +99,27 @@ def run_losing_an_executor(
     }
     if after is not None:
         plan["hold"] = {"epoch": PAUSED_EPOCH + 1, "flags": str(flags)}
-    plan_file = tmp_path / "plan.json"
-    plan_file.write_text(json.dumps(plan))
-    log = tmp_path / "driver.log"
     flag = flags / f"paused-{PAUSED_EPOCH}.json"
-    with log.open("w") as out:
-        driver = subprocess.Popen(
-            [sys.executable, "-m", "tests.spark.cluster_child", str(plan_file)],
-            cwd=ROOT,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        try:
-            deadline = time.monotonic() + 240
-            while not flag.exists() or not flag.read_text():
-                assert driver.poll() is None, log.read_text()[-4000:]
-                assert time.monotonic() < deadline, "no task reached the pause"
-                time.sleep(0.2)
-            paused = json.loads(flag.read_text())
-            # The paused attempt's parts are prepared: a Postgres transaction named after it.
-            in_doubt = prepared_transactions(dsn, job_id)
-            assert any(f":{paused['part']}:" in gid for gid in in_doubt), (paused, in_doubt)
-            worker, executor = executor_of(cluster, paused["pid"])
-            lose(worker, executor)
-            if after is not None:
-                after(flags)
-            code = driver.wait(timeout=400)
-        finally:
-            if driver.poll() is None:
-                os.killpg(driver.pid, 9)
-                driver.wait()
+    driver, log = start_child("tests.spark.cluster_child", plan, tmp_path, "driver")
+    try:
+        deadline = time.monotonic() + 240
+        while not flag.exists() or not flag.read_text():
+            assert driver.poll() is None, log.read_text()[-4000:]
+            assert time.monotonic() < deadline, "no task reached the pause"
+            time.sleep(0.2)
+        paused = json.loads(flag.read_text())
+        # The paused attempt's parts are prepared: a Postgres transaction named after it.
+        in_doubt = prepared_transactions(dsn, job_id)
+        assert any(f":{paused['part']}:" in gid for gid in in_doubt), (paused, in_doubt)
+        worker, executor = executor_of(cluster, paused["pid"])
+        lose(worker, executor)
+        if after is not None:
+            after(flags)
+        code = driver.wait(timeout=400)
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, 9)
+            driver.wait()
     output = log.read_text(errors="replace")
     assert code == 0, output[-4000:]
     report = json.loads([line for line in output.splitlines() if line.startswith('{"error"')][-1])

@@ -23,6 +23,7 @@ from psycopg import sql
 
 from durable_sinks.manifest import DecisionRecord
 from tests.services import KafkaEndpoint, PostgresEndpoint
+from tests.support.child_process import start_child
 
 from .streams import (
     kafka_ids,
@@ -240,28 +241,19 @@ def test_the_connect_server_killed_mid_batch_then_restarted_lands_every_record_o
     flag = tmp_path / "paused"
     plan["pause"] = {"epoch": 2, "step": step, "flag": str(flag)}
 
-    plan_file = tmp_path / "killed.json"
-    plan_file.write_text(json.dumps(plan))
-    log = tmp_path / "killed.log"
-    with log.open("w") as output:
-        client = subprocess.Popen(
-            [sys.executable, "-m", "tests.spark.connect_child", str(plan_file)],
-            cwd=ROOT,
-            stdout=output,
-            stderr=subprocess.STDOUT,
-        )
-        try:
-            deadline = time.monotonic() + 240
-            while not flag.exists():
-                assert client.poll() is None, log.read_text()[-4000:]
-                assert time.monotonic() < deadline, "the batch never reached the kill point"
-                time.sleep(0.2)
-            assert flag.read_text().startswith(step)
-            killable_connect.kill()  # the driver dies mid-batch
-            client.wait(timeout=120)
-        finally:
-            if client.poll() is None:
-                client.kill()
+    client, log = start_child("tests.spark.connect_child", plan, tmp_path, "killed")
+    try:
+        deadline = time.monotonic() + 240
+        while not flag.exists():
+            assert client.poll() is None, log.read_text()[-4000:]
+            assert time.monotonic() < deadline, "the batch never reached the kill point"
+            time.sleep(0.2)
+        assert flag.read_text().startswith(step)
+        killable_connect.kill()  # the driver dies mid-batch
+        client.wait(timeout=120)
+    finally:
+        if client.poll() is None:
+            client.kill()
     reports = [line for line in log.read_text().splitlines() if line.startswith('{"error"')]
     assert reports, log.read_text()[-4000:]
     assert json.loads(reports[-1])["error"] is not None  # the client saw its driver die

@@ -13,17 +13,16 @@ extended run, `make test-crash`, uses 50).
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from durable_sinks.sinks.files import STAGING
 from tests.services import KafkaEndpoint, PostgresEndpoint, S3Endpoint
+from tests.support.child_process import start_child
 from tests.support.s3_objects import incomplete_uploads
 from tests.support.s3_target import s3_options
 
@@ -121,22 +120,13 @@ def next_epoch(checkpoint: Path) -> int:
 
 
 def run_child(plan: dict[str, object], folder: Path, run: int) -> tuple[int, str]:
-    plan_file = folder / f"plan-{run}.json"
-    plan_file.write_text(json.dumps(plan))
-    log = folder / f"run-{run}.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.spark.crash_child", str(plan_file)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # its own process group: the kill takes the JVM too
-        )
-        try:
-            code = proc.wait(timeout=300)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, 9)
-            proc.wait()
-            raise AssertionError(f"run {run} hung; see {log}") from None
+    proc, log = start_child("tests.spark.crash_child", plan, folder, f"run-{run}")
+    try:
+        code = proc.wait(timeout=300)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, 9)
+        proc.wait()
+        raise AssertionError(f"run {run} hung; see {log}") from None
     return code, log.read_text(errors="replace")
 
 
