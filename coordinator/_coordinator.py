@@ -22,11 +22,7 @@ from collections.abc import Callable, Collection, Generator, Iterable, Iterator,
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
-from durable_sinks.core.errors import (
-    ConfigError,
-    InDoubtError,
-    UsageError,
-)
+from durable_sinks.core.errors import ConfigError, InDoubtError, UsageError
 from durable_sinks.core.joblog import JobLogger
 from durable_sinks.core.protocol import (
     CommitHandle,
@@ -78,6 +74,7 @@ class Coordinator:
     With `one_phase` (the default), a job whose only sink can carry the decision in its own
     commit (a `LastResource`, e.g. Postgres) commits each epoch in one transaction of that
     sink: no prepare, no decision-store record (docs/protocol.md).
+    `concurrent_writes`: sinks write at once, while the next batch is read (`_fanout`).
     `source` names the stream the epochs come from (e.g. a Spark query id); it is kept in each
     decision, and replaying a decided epoch from another source raises EpochOrderError
     instead of silently keeping the other source's data.
@@ -101,6 +98,7 @@ class Coordinator:
         commit_retry: RetryPolicy = DEFAULT_RETRY,
         retain_epochs: int = 10_000,
         one_phase: bool = True,
+        concurrent_writes: bool = True,
         source: str | None = None,
         on_step: Callable[[str], None] | None = None,
     ) -> None:
@@ -126,7 +124,7 @@ class Coordinator:
         #: before start() has finished; None until then).
         self.claimed_generation: int | None = None
         self.decisions = DecisionBook(job_id, store, self.sinks, None)
-        self.participants = Participants(job_id, self.sinks, commit_retry)
+        self.participants = Participants(job_id, self.sinks, commit_retry, concurrent_writes)
         self._in_use = threading.Lock()
 
     def __repr__(self) -> str:

@@ -18,6 +18,9 @@ class EpochMetrics:
     seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
     rows: dict[str, int] = field(default_factory=dict)
     bytes: dict[str, int] = field(default_factory=dict)
+    #: Seconds each sink spent in write_batch (sinks write concurrently, so these may add up
+    #: to more than the "write" phase, which is the time the coordinator waited for them).
+    sink_seconds: dict[str, float] = field(default_factory=dict)
     batches: int = 0
 
     @contextmanager

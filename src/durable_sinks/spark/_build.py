@@ -70,6 +70,7 @@ def build_coordinator(
         commit_retry=options.commit_retry,
         retain_epochs=options.retain_epochs,
         one_phase=options.one_phase,
+        concurrent_writes=options.concurrent_writes,
         source=source,
         on_step=on_step,
     )

@@ -51,6 +51,10 @@ class JobOptions:
     - one_phase: a job with one sink that can carry the decision commits each epoch in one
       transaction (default True).
     - retain_epochs: how many recent decisions the store keeps.
+    - concurrent_writes: driver mode writes each record batch into the sinks from one thread
+      per sink, all sinks at once and while the next batch is read (default True); False
+      writes them one after the other in the thread that reads (for a plugin sink whose client
+      must stay on the thread that opened it).
     - outage_tolerance_s: how long a batch rides out retriable failures (a server restarting,
       connections cut, a leader election) by attempting it again with new connections, before
       the query fails with OutageError (default 120 s; 0: fail at the first error).
@@ -66,6 +70,7 @@ class JobOptions:
     max_rows_in_memory: int = DEFAULT_MAX_ROWS_IN_MEMORY
     one_phase: bool = True
     retain_epochs: int = 10_000
+    concurrent_writes: bool = True
     outage_tolerance_s: float = DEFAULT_OUTAGE_TOLERANCE_S
     commit_retry: RetryPolicy = field(default_factory=RetryPolicy)
 
