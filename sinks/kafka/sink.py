@@ -63,7 +63,7 @@ from .progress import (
     fence_key,
     progress_key,
 )
-from .records import EPOCH_HEADER, RECORD_OVERHEAD, Records, build_records
+from .records import RECORD_OVERHEAD, Records, build_records
 
 
 class _Epoch:
@@ -304,8 +304,7 @@ class KafkaSink:
         self._check_schema(batch, current.epoch)
         records = build_records(batch, self.config.layout, current.checksum)
         self._check_records(records, current, state.topic)
-        epoch_header = (EPOCH_HEADER, str(current.epoch).encode())
-        state.producer.send(records, epoch_header, current.epoch)
+        state.producer.send(records, current.epoch)
         written = records.total_bytes()
         current.rows += len(records)
         current.bytes += written

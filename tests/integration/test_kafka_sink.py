@@ -190,6 +190,32 @@ def test_value_key_headers_timestamp_and_partition_columns(
     coordinator.close()
 
 
+def test_without_the_epoch_header_records_carry_only_their_own_headers(
+    kafka: KafkaEndpoint, admin: AdminClient, topic: str, unique: UniqueNames, tmp_path: Any
+) -> None:
+    """epoch_header=False: the plain path (no header columns) sends no headers at all, the
+    other path only the row's own; each epoch still lands once for read_committed readers,
+    and a replay of a committed epoch adds nothing."""
+    plain = job(kafka, topic, unique, tmp_path / "plain", epoch_header=False)
+    plain.run_epoch(0, [events([1, 2]), events([3])])
+    assert plain.run_epoch(0, [events([1, 2, 3])]).outcome is EpochOutcome.ALREADY_COMMITTED
+    plain.close()
+    with_trace = pa.record_batch({"id": ["9"], "trace": ["t9"], "n": [9]})
+    traced = Coordinator(
+        f"{unique.job_id}-traced",
+        [KafkaSink(config(kafka, topic, epoch_header=False, header_columns=("trace",)))],
+        LocalDirectoryStore(tmp_path / "traced"),
+    )
+    traced.start()
+    traced.run_epoch(0, [with_trace])
+    traced.close()
+    messages = {(m.key() or b"").decode(): m for m in read_committed(kafka, admin, topic)}
+    assert sorted(messages) == ["1", "2", "3", "9"]
+    assert [messages[k].headers() for k in ("1", "2", "3")] == [None, None, None]
+    assert json.loads(messages["3"].value() or b"") == {"n": 3, "text": "x" * 8}
+    assert messages["9"].headers() == [("trace", b"t9")]
+
+
 def test_a_rolled_back_epoch_stays_invisible(
     kafka: KafkaEndpoint, admin: AdminClient, topic: str, unique: UniqueNames
 ) -> None:

@@ -125,7 +125,7 @@ def producer(
 
 def send(made: TransactionalProducer) -> None:
     records = build_records(pa.record_batch({"n": [1]}), config().layout, 0)
-    made.send(records, ("ds-epoch", b"0"), 0)
+    made.send(records, 0)
 
 
 # (path, script, age of the transaction, a newer generation holds the fence, expected)
