@@ -70,7 +70,7 @@ from psycopg import sql
 
 from benchmarks.postgres_sink import make_rows
 from durable_sinks.sinks.kafka.admin import list_offsets
-from durable_sinks.spark import durable_sink
+from durable_sinks.spark import durable_sink, sink
 from durable_sinks.spark._arrow import chunked_batches, streamed_batches
 from durable_sinks.spark._options import DEFAULT_MAX_ROWS_IN_MEMORY
 from durable_sinks.spark._session import is_connect
@@ -85,6 +85,7 @@ JDBC_BATCH_SIZE = "10000"
 VARIANTS = {
     "pg-ours-eo": "postgres, ours exactly-once",
     "pg-ours-alo": "postgres, ours at-least-once",
+    "pg-ours-eo-serial": "postgres, ours exactly-once, concurrent_writes=False",
     "pg-ours-chunked": "postgres, ours exactly-once, driver_read='chunked'",
     "pg-ours-executor": "postgres, ours exactly-once, executor mode",
     "pg-jdbc": "postgres, df.write.jdbc",
@@ -92,6 +93,9 @@ VARIANTS = {
     "kafka-ours-eo": "kafka, ours exactly-once",
     "kafka-ours-alo": "kafka, ours at-least-once",
     "kafka-ours-eo-tojson": "kafka, ours exactly-once, value by Spark's to_json",
+    "kafka-ours-eo-noheader": "kafka, ours exactly-once, epoch_header=False",
+    "pg-kafka-ours-eo": "postgres + kafka in one job, ours exactly-once",
+    "pg-kafka-ours-eo-serial": "postgres + kafka in one job, ours, concurrent_writes=False",
     "kafka-spark": "kafka, Spark's Kafka sink",
     "floor": "floor: foreachBatch streaming the batch as Arrow only",
 }
@@ -153,12 +157,19 @@ class Bench:
         self.conn.execute("CHECKPOINT")  # no other run's dirty pages flushed during this one
         if variant == "pg-ours-executor":
             return self.pg_ours(source, rows, batches, "exactly-once", execution="executor")
+        if variant.startswith("pg-kafka-ours-eo"):
+            serial = variant.endswith("-serial")
+            return self.pg_kafka_ours(source, rows, batches, concurrent_writes=not serial)
+        if variant == "pg-ours-eo-serial":
+            return self.pg_ours(source, rows, batches, "exactly-once", concurrent_writes=False)
         if variant == "pg-ours-chunked":
             return self.pg_ours(source, rows, batches, "exactly-once", driver_read="chunked")
         if variant.startswith("pg-ours-"):
             return self.pg_ours(source, rows, batches, _guarantee(variant))
         if variant.startswith("pg-jdbc"):
             return self.pg_jdbc(source, rows, batches, rewrite=variant.endswith("-rewrite"))
+        if variant == "kafka-ours-eo-noheader":
+            return self.kafka_ours(source, rows, batches, "exactly-once", epoch_header=False)
         if variant == "kafka-ours-eo-tojson":
             return self.kafka_ours(source, rows, batches, "exactly-once", spark_json=True)
         if variant.startswith("kafka-ours-"):
@@ -212,7 +223,7 @@ class Bench:
         source: Path,
         rows: int,
         batches: int,
-        kind: str,
+        kind: str | list[Any],
         select: Callable[[Any], Any] = lambda stream: stream,
         **options: Any,
     ) -> Run:
@@ -258,6 +269,7 @@ class Bench:
         guarantee: str,
         execution: str = "driver",
         driver_read: str = "stream",
+        concurrent_writes: bool = True,
     ) -> Run:
         table = self.table("ours")
         run = self.ours(
@@ -271,8 +283,24 @@ class Bench:
             guarantee=guarantee,
             execution=execution,
             driver_read=driver_read,
+            concurrent_writes=concurrent_writes,
         )
         self.check_table(table, rows)
+        return run
+
+    def pg_kafka_ours(
+        self, source: Path, rows: int, batches: int, *, concurrent_writes: bool
+    ) -> Run:
+        """Postgres and Kafka in one job (two-phase: Kafka the last resource, the decision in
+        the Postgres database)."""
+        table, topic = self.table("both"), self.topic()
+        sinks = [
+            sink("postgres", dsn=self.dsn, table=table, create_table=True),
+            sink("kafka", bootstrap_servers=self.kafka.bootstrap_servers, topic=topic),
+        ]
+        run = self.ours(source, rows, batches, sinks, concurrent_writes=concurrent_writes)
+        self.check_table(table, rows)
+        self.check_topic(topic, rows, markers=PARTITIONS * batches)
         return run
 
     def pg_jdbc(self, source: Path, rows: int, batches: int, *, rewrite: bool) -> Run:
@@ -312,7 +340,14 @@ class Bench:
             future.result(timeout=30)
 
     def kafka_ours(
-        self, source: Path, rows: int, batches: int, guarantee: str, *, spark_json: bool = False
+        self,
+        source: Path,
+        rows: int,
+        batches: int,
+        guarantee: str,
+        *,
+        spark_json: bool = False,
+        epoch_header: bool = True,
     ) -> Run:
         topic = self.topic()
         store = self.work / f"store-{uuid.uuid4().hex[:12]}"
@@ -329,6 +364,7 @@ class Bench:
             topic=topic,
             decision_store=str(store),
             guarantee=guarantee,
+            epoch_header=epoch_header,
         )
         # At-least-once may or may not use transactions: allow the markers either way.
         self.check_topic(topic, rows, markers=PARTITIONS * batches)
@@ -544,6 +580,12 @@ def report(runs: dict[str, list[Run]], rows: int, args: argparse.Namespace) -> N
         ("pg-ours-eo", "pg-ours-alo", "postgres: ours exactly-once / at-least-once", 0.95),
         ("kafka-ours-eo", "kafka-ours-alo", "kafka: ours exactly-once / at-least-once", 0.95),
     ]
+    ratios += [
+        ("kafka-ours-eo-noheader", "kafka-spark", "kafka: ours, epoch_header=False / Spark's", 1.2),
+        ("pg-ours-eo", "pg-ours-eo-serial", "postgres: concurrent writes / in turn (A/B)", 1.0),
+        ("pg-kafka-ours-eo", "pg-kafka-ours-eo-serial", "pg + kafka: concurrent / in turn", 1.0),
+        ("pg-ours-executor", "pg-ours-eo", "postgres: executor mode / driver mode", 1.0),
+    ]
     if best_jdbc is not None and "floor" in runs:
         # No foreachBatch writer that brings the batch to the driver can beat the floor.
         ratios.append(("floor", best_jdbc, "ceiling: floor / best JDBC", 5.0))
@@ -558,6 +600,39 @@ def report(runs: dict[str, list[Run]], rows: int, args: argparse.Namespace) -> N
         print(
             f"  {label}{suffix}: {min(b) / min(a):.2f}x / {middle:.2f}x / {per_round:.2f}x "
             f"(goal >= {goal}x)"
+        )
+    report_batch_ratios(runs)
+
+
+def report_batch_ratios(runs: dict[str, list[Run]]) -> None:
+    """Per-batch time (Spark's addBatch; median over every batch of every round, and the
+    median of the per-round ratios) against a yardstick, lower is better."""
+
+    def median_ms(variant: str) -> float:
+        return statistics.median(ms for r in runs[variant] for ms in r.batch_ms)
+
+    def per_round(variant: str, yardstick: Callable[[int], float]) -> float:
+        return statistics.median(
+            statistics.median(r.batch_ms) / yardstick(i) for i, r in enumerate(runs[variant])
+        )
+
+    def round_ms(variant: str) -> Callable[[int], float]:
+        return lambda i: statistics.median(runs[variant][i].batch_ms)
+
+    print("\nper-batch time ratios (median addBatch / yardstick; median of per-round; goal):")
+    if "pg-ours-eo" in runs and "floor" in runs:
+        ratio = median_ms("pg-ours-eo") / median_ms("floor")
+        rounds = per_round("pg-ours-eo", round_ms("floor"))
+        print(f"  postgres exactly-once / floor: {ratio:.2f}x / {rounds:.2f}x (goal <= 1.3x)")
+    alone = [v for v in ("pg-ours-eo", "kafka-ours-eo") if v in runs]
+    for both in ("pg-kafka-ours-eo", "pg-kafka-ours-eo-serial"):
+        if both not in runs or len(alone) < 2:
+            continue
+        ratio = median_ms(both) / max(median_ms(v) for v in alone)
+        rounds = per_round(both, lambda i: max(round_ms(v)(i) for v in alone))
+        print(
+            f"  {VARIANTS[both]} / the slower sink alone: {ratio:.2f}x / {rounds:.2f}x "
+            "(goal <= 1.15x)"
         )
 
 
