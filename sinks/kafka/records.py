@@ -19,9 +19,10 @@ from dataclasses import dataclass
 from itertools import repeat
 from typing import Any
 
-import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from .json_columns import json_objects
 
 #: Header every record carries: the epoch that wrote it (decimal ASCII).
 EPOCH_HEADER = "ds-epoch"
@@ -140,13 +141,11 @@ def build_records(batch: pa.RecordBatch, layout: RecordLayout, checksum: int) ->
     the returned Records carry it updated with this batch."""
     if layout.value_column is not None:
         value_array = batch.column(layout.value_column)
-        values = value_array.to_pylist()
-        sizes = _byte_lengths(value_array)
-        checksum = _crc(value_array, checksum)
     else:
-        values = _json_values(batch, layout.json_columns(batch.schema))
-        sizes = pa.array([len(v) for v in values], pa.int64())
-        checksum = zlib.crc32(b"".join(values), checksum)
+        value_array = _json_values(batch, layout.json_columns(batch.schema))
+    values = value_array.to_pylist()
+    sizes = _byte_lengths(value_array)
+    checksum = _crc(value_array, checksum)
     keys = None
     if layout.key_column is not None:
         key_array = batch.column(layout.key_column)
@@ -206,20 +205,20 @@ def _millis(array: pa.Array) -> list[int]:
     return result
 
 
-def _json_values(batch: pa.RecordBatch, columns: Sequence[str]) -> list[bytes]:
-    """One compact JSON object per row. Timestamps and dates become ISO 8601 strings in Arrow
-    (UTC timestamps with `+00:00`, naive ones without an offset, every digit of the column's
-    unit). Encoded by orjson; a batch holding a non-finite float (which orjson would turn
+def _json_values(batch: pa.RecordBatch, columns: Sequence[str]) -> pa.Array:
+    """One compact JSON object per row, as a binary array. Timestamps and dates become ISO
+    8601 strings in Arrow (UTC timestamps with `+00:00`, naive ones without an offset, every
+    digit of the column's unit). The bytes are orjson's for the row as a dict, built column
+    by column (json_columns.py); a batch holding a non-finite float (which orjson would turn
     into null) goes through the standard library's encoder, which writes NaN, Infinity and
     -Infinity as JavaScript and Python's json module read them: no value is lost."""
     selected = batch.select(columns)
     arrays = [_iso_strings(column) for column in selected.columns]
-    rows = pa.RecordBatch.from_arrays(arrays, names=list(columns)).to_pylist()
     if any(_has_non_finite(column) for column in arrays):
+        rows = pa.RecordBatch.from_arrays(arrays, names=list(columns)).to_pylist()
         encode = json.JSONEncoder(default=_json_default, separators=(",", ":")).encode
-        return [encode(row).encode() for row in rows]
-    dumps = orjson.dumps
-    return [dumps(row, default=_json_default) for row in rows]
+        return pa.array([encode(row).encode() for row in rows], pa.binary())
+    return json_objects(arrays, columns, _json_default).cast(pa.binary())
 
 
 def _has_non_finite(array: pa.Array) -> bool:
