@@ -105,3 +105,25 @@ class FanOut:
         for _, _, future in self._pending:
             if future.done() and not future.cancelled() and future.exception() is not None:
                 future.result()
+
+
+class InTurn:
+    """FanOut's interface without threads (`concurrent_writes=False`): `submit` writes the
+    batch into each sink in turn, in the calling thread."""
+
+    def __init__(self, sinks: list[SinkConnector]) -> None:
+        self.sinks = sinks
+
+    def __enter__(self) -> InTurn:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """Nothing runs in the background."""
+
+    def submit(self, index: int, batch: pa.RecordBatch) -> Iterator[Written]:
+        for sink in self.sinks:
+            result, seconds = timed_write(sink, batch)
+            yield Written(index, sink, result, seconds)
+
+    def drain(self) -> Iterator[Written]:
+        return iter(())

@@ -24,7 +24,7 @@ from durable_sinks.core.protocol import (
 )
 from durable_sinks.manifest import DecisionRecord
 
-from ._fanout import FanOut, Written, timed_write
+from ._fanout import FanOut, InTurn, Written
 from ._metrics import EpochMetrics
 from ._retry import RetryPolicy
 
@@ -63,30 +63,17 @@ class Participants:
         per batch, of `sinks`. The "write" phase counts the time this thread waited for the
         writers (what reading did not hide); `metrics.sink_seconds` each sink's own. Without
         `concurrent_writes`: in this thread, one sink after the other."""
-        if not self.concurrent_writes:
-            yield from self._write_in_turn(epoch, sinks, batches, metrics)
-            return
-        with FanOut(list(sinks), f"ds-{self.job_id}-{epoch}") as fan:
+        writers = (
+            FanOut(list(sinks), f"ds-{self.job_id}-{epoch}")
+            if self.concurrent_writes
+            else InTurn(list(sinks))
+        )
+        with writers:
             for index, batch in enumerate(batches):
                 _require_record_batch(batch, self.job_id, epoch)
                 metrics.batches += 1
-                yield from self._written(fan.submit(index, batch), metrics)
-            yield from self._written(fan.drain(), metrics)
-
-    def _write_in_turn(
-        self,
-        epoch: int,
-        sinks: Sequence[SinkConnector],
-        batches: Iterable[pa.RecordBatch],
-        metrics: EpochMetrics,
-    ) -> Steps:
-        for index, batch in enumerate(batches):
-            _require_record_batch(batch, self.job_id, epoch)
-            metrics.batches += 1
-            for sink in sinks:
-                with metrics.phase("write"):
-                    result, seconds = timed_write(sink, batch)
-                yield _counted(Written(index, sink, result, seconds), metrics)
+                yield from self._written(writers.submit(index, batch), metrics)
+            yield from self._written(writers.drain(), metrics)
 
     @staticmethod
     def _written(done: Iterator[Written], metrics: EpochMetrics) -> Steps:
