@@ -255,6 +255,12 @@ def main() -> None:
     pg_pids = pids_of(lambda c: c.startswith("postgres:") or "/postgres " in c)
     kafka_pids = pids_of(lambda c: "kafka.Kafka" in c or "KafkaRaftServer" in c)
     me = [os.getpid()]
+    processes = {
+        "cpu: Spark JVM": jvm,
+        "cpu: driver Python": me,
+        "cpu: Postgres": pg_pids,
+        "cpu: Kafka broker": kafka_pids,
+    }
     profiler = cProfile.Profile() if args.cprofile else None
 
     def floor(epoch: int) -> None:
@@ -284,12 +290,7 @@ def main() -> None:
             admin.execute("CHECKPOINT")
             time.sleep(0.3)
             before_stages = rest.stage_ids()
-            cpu = {
-                "cpu: Spark JVM": cpu_seconds(jvm),
-                "cpu: driver Python": cpu_seconds(me),
-                "cpu: Postgres": cpu_seconds(pg_pids),
-                "cpu: Kafka broker": cpu_seconds(kafka_pids),
-            }
+            cpu = {key: cpu_seconds(pids) for key, pids in processes.items()}
             clock.parts = defaultdict(float)
             clock.active = batch > 0
             started = time.perf_counter()
@@ -304,14 +305,8 @@ def main() -> None:
                 continue
             parts = dict(clock.parts)
             parts["wall"] = wall
-            for key, value in cpu.items():
-                now = {
-                    "cpu: Spark JVM": jvm,
-                    "cpu: driver Python": me,
-                    "cpu: Postgres": pg_pids,
-                    "cpu: Kafka broker": kafka_pids,
-                }[key]
-                parts[key] = (cpu_seconds(now) - value) * 1e3
+            for key, pids in processes.items():
+                parts[key] = (cpu_seconds(pids) - cpu[key]) * 1e3
             parts["cpu: all / 2 cores"] = sum(parts[k] for k in cpu) / 2
             parts.update(rest.task_parts(rest.stage_ids() - before_stages))
             if name == "ours":

@@ -96,7 +96,6 @@ class FanOut:
             # the pass without waiting for the other sinks' queued batches.
             wait([f for _, _, f in self._pending], return_when="FIRST_EXCEPTION")
             self._raise_failure()
-            future.result()
         self._pending.popleft()
         result, seconds = future.result()
         return Written(index, self.sinks[n], result, seconds)

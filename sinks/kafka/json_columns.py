@@ -1,8 +1,8 @@
 """The default record value (a JSON object of the row's columns) built column by column.
 
-Byte for byte what `orjson.dumps({column: value, ...})` writes for each row (the reference
-path in records.py, which tests compare against), at a fraction of its cost: no dict and no
-orjson call per row. Each column becomes the JSON text of its values as one Arrow string
+Byte for byte what `orjson.dumps({column: value, ...})` writes for each row (the path it
+replaced; tests/unit/test_kafka_records.py compares the two), at a fraction of its cost: no
+dict and no orjson call per row. Each column becomes the JSON text of its values as one Arrow string
 array, and Arrow joins the columns into objects:
 - integers and booleans: Arrow's cast to text (the digits, `true`/`false`);
 - floats: one `orjson.dumps` of the whole column as a list, split at the commas (a float's

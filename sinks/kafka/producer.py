@@ -345,7 +345,7 @@ class TransactionalProducer:
                     except BufferError:
                         poll(0.05)
                         produce(topic, value, key, headers=headers)
-            elif plain:
+            elif plain:  # its own loop: even `headers=None` costs ~0.27 us per record
                 for value, key in zip(records.values, keys, strict=True):
                     try:
                         produce(topic, value, key)
