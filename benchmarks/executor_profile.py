@@ -1,0 +1,256 @@
+"""Where an executor-mode micro-batch spends its time, against driver mode and two floors.
+
+    .venv/bin/python -m benchmarks.executor_profile [--rows-per-batch 100000] [--batches 10]
+
+Needs the test bed's Postgres and Spark. The same rows as benchmarks/spark_end_to_end.py
+(bigint, text, float8, timestamp; two Parquet files, so two partitions and two tasks on
+`local[2]`) are read as a static DataFrame and written as batches 0, 1, ... after one warm-up
+batch; per batch, in an order that alternates, it times:
+- driver floor: the batch streamed to the driver as Arrow and dropped (what driver mode reads
+  with, `durable_sinks.spark._arrow.streamed_batches`);
+- executor floor: a `mapInArrow` whose tasks only read their partition's record batches and
+  return one row: the least any writer running in Spark's Python workers pays (Spark hands
+  each partition from the JVM to a Python worker, and one row back);
+- ours, driver mode: `durable_sink("postgres", ...)`'s call;
+- ours, executor mode: `durable_sink("postgres", ..., execution="executor")`'s call;
+- ours, executor mode split: the same epoch driven through the executor-mode writer's own
+  coordinator (`run_distributed_epoch`), with tasks that run `prepare_part` as the writer's do
+  but time each sink call (open = connecting, begin_epoch, write_batch, pre_commit, close) and
+  each wait for a record batch; on the driver, the Spark job, the gap from its start to the
+  first task's function and from the last task's end to the job's end, and the protocol
+  after the job (decision, COMMIT PREPARED of each part, roll-back of other attempts).
+Tasks report their medians over both partitions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from benchmarks.spark_end_to_end import FILES_PER_BATCH, write_source
+from durable_sinks.core import CommitHandle, SinkConnector
+from durable_sinks.spark import durable_sink, sink
+from durable_sinks.spark._arrow import streamed_batches
+from tests.services import up
+
+#: Milliseconds per named part of one batch.
+Parts = dict[str, float]
+TIMED_CALLS = ("open", "begin_epoch", "write_batch", "pre_commit", "close")
+
+
+def executor_floor(batches: Iterator[Any]) -> Iterator[Any]:
+    """A task that only reads its partition: one row back, with when it ran."""
+    import pyarrow as pa
+
+    started = time.time()
+    for _ in batches:
+        pass
+    ended = time.time()
+    times = {
+        "task: function started": started,
+        "task: function ended": ended,
+        "task: function": (ended - started) * 1e3,
+    }
+    yield pa.record_batch([pa.array([json.dumps(times)])], names=["times"])
+
+
+def timed_prepare(
+    job: str, generation: int, epoch: int, build: Callable[[], SinkConnector]
+) -> Callable[[Iterator[Any]], Iterator[Any]]:
+    """The task function of executor mode (spark/_executor.py), timing each sink call."""
+
+    def task(batches: Iterator[Any]) -> Iterator[Any]:
+        import pyarrow as pa
+        from pyspark import TaskContext
+
+        from durable_sinks.coordinator import prepare_part
+
+        started = time.time()
+        ms: dict[str, float] = {}
+
+        def timed(name: str, call: Callable[..., Any]) -> Callable[..., Any]:
+            def timed_call(*args: Any, **kwargs: Any) -> Any:
+                begun = time.perf_counter()
+                try:
+                    return call(*args, **kwargs)
+                finally:
+                    ms[name] = ms.get(name, 0.0) + (time.perf_counter() - begun) * 1e3
+
+            return timed_call
+
+        def build_timed() -> list[SinkConnector]:
+            built = build()
+            for name in TIMED_CALLS:
+                setattr(built, name, timed(f"task: {name}", getattr(built, name)))
+            return [built]
+
+        def waited(source: Iterator[Any]) -> Iterator[Any]:
+            while True:
+                begun = time.perf_counter()
+                batch = next(source, None)
+                ms["task: waiting for record batches"] = (
+                    ms.get("task: waiting for record batches", 0.0)
+                    + (time.perf_counter() - begun) * 1e3
+                )
+                if batch is None:
+                    return
+                yield batch
+
+        context = TaskContext.get()
+        part = f"p{context.partitionId()}-t{context.taskAttemptId()}" if context else "p0-t0"
+        handles = prepare_part(job, generation, epoch, part, build_timed, waited(iter(batches)))
+        ended = time.time()
+        ms["task: function"] = (ended - started) * 1e3
+        times = {**ms, "task: function started": started, "task: function ended": ended}
+        handle = handles[0].dumps() if handles else None
+        yield pa.record_batch(
+            [pa.array([json.dumps(times)]), pa.array([handle], pa.string())],
+            names=["times", "handle"],
+        )
+
+    return task
+
+
+def job_parts(started: float, ended: float, tasks: list[dict[str, float]]) -> Parts:
+    """The Spark job's wall time and its gaps around the tasks' functions, plus the tasks'
+    own parts (median over tasks)."""
+    first = min(t["task: function started"] for t in tasks)
+    last = max(t["task: function ended"] for t in tasks)
+    parts = {
+        "spark job": (ended - started) * 1e3,
+        "job start -> first task function": (first - started) * 1e3,
+        "last task function -> job end": (ended - last) * 1e3,
+    }
+    names = {k for t in tasks for k in t} - {"task: function started", "task: function ended"}
+    for name in names:
+        parts[name] = statistics.median(t.get(name, 0.0) for t in tasks)
+    return parts
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--rows-per-batch", type=int, default=100_000)
+    parser.add_argument("--batches", type=int, default=10)
+    args = parser.parse_args()
+    testbed = up(["postgres", "spark"])
+    work = Path(tempfile.mkdtemp(prefix="ds-executor-profile-"))
+    write_source(work / "in", args.rows_per_batch, 1)
+    spark = testbed.spark.session("executor-profile")
+    spark.sparkContext.setLogLevel("ERROR")
+    df = spark.read.parquet(str(work / "in"))
+    if df.rdd.getNumPartitions() != FILES_PER_BATCH:
+        raise RuntimeError(f"expected {FILES_PER_BATCH} partitions")
+
+    pg = testbed.postgres.endpoint()
+    schema = f"profile_{uuid.uuid4().hex[:8]}"
+    admin = psycopg.connect(pg.conninfo(), autocommit=True)
+    admin.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+
+    def writer(table: str, execution: str) -> Any:
+        spec = sink("postgres", dsn=pg.conninfo(), table=f"{schema}.{table}", create_table=True)
+        job = f"profile-{execution}-{uuid.uuid4().hex[:6]}"
+        return durable_sink([spec], job_id=job, execution=execution), spec
+
+    driver, _ = writer("driver", "driver")
+    executor, _ = writer("executor", "executor")
+    # The split drives its own executor-mode job's coordinator, started by one call.
+    split_job, spec = writer("split", "executor")
+    split_job(df, 0)
+    coordinator = split_job._coordinator  # what the writer's calls drive
+    assert coordinator is not None
+
+    def split(epoch: int) -> Parts:
+        measured: Parts = {}
+
+        def prepare(generation: int) -> list[CommitHandle]:
+            task = timed_prepare(coordinator.job_id, generation, epoch, spec.build)
+            started = time.time()
+            rows = df.mapInArrow(task, "times string, handle string").collect()
+            measured.update(job_parts(started, time.time(), [json.loads(r[0]) for r in rows]))
+            return [CommitHandle.from_json(json.loads(r[1])) for r in rows if r[1]]
+
+        began = time.perf_counter()
+        coordinator.run_distributed_epoch(epoch, prepare)
+        measured["wall"] = (time.perf_counter() - began) * 1e3
+        measured["protocol after the job"] = measured["wall"] - measured["spark job"]
+        return measured
+
+    def floor_of_executors(_: int) -> Parts:
+        started = time.time()
+        rows = df.mapInArrow(executor_floor, "times string").collect()
+        return job_parts(started, time.time(), [json.loads(r[0]) for r in rows])
+
+    def floor_of_driver(epoch: int) -> Parts:
+        for _ in streamed_batches(df, job="floor", epoch=epoch):
+            pass
+        return {}
+
+    def called(job: Any) -> Callable[[int], Parts]:
+        def run(epoch: int) -> Parts:
+            job(df, epoch)
+            return {}
+
+        return run
+
+    variants: dict[str, Callable[[int], Parts]] = {
+        "driver floor": floor_of_driver,
+        "executor floor": floor_of_executors,
+        "ours, driver mode": called(driver),
+        "ours, executor mode": called(executor),
+        "ours, executor mode split": lambda epoch: split(epoch + 1),
+    }
+    rows: dict[str, list[Parts]] = {name: [] for name in variants}
+    for batch in range(args.batches + 1):
+        order = list(variants) if batch % 2 else list(reversed(variants))
+        for name in order:
+            admin.execute("CHECKPOINT")
+            time.sleep(0.3)
+            began = time.perf_counter()
+            parts = variants[name](batch)
+            parts.setdefault("wall", (time.perf_counter() - began) * 1e3)
+            if batch > 0:
+                rows[name].append(parts)
+    for job in (driver, executor, split_job):
+        job.close()
+    admin.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
+    report(rows, args)
+
+
+def report(rows: dict[str, list[Parts]], args: argparse.Namespace) -> None:
+    print(f"\n{args.batches} batches of {args.rows_per_batch:,} rows; medians in ms\n")
+    print("| variant | wall per batch |")
+    print("|---|---|")
+    wall = {name: statistics.median(r["wall"] for r in runs) for name, runs in rows.items()}
+    for name, ms in wall.items():
+        print(f"| {name} | {ms:.1f} |")
+    print("\n| part | executor floor | ours, executor mode split |")
+    print("|---|---|---|")
+    floor, ours = rows["executor floor"], rows["ours, executor mode split"]
+    for name in sorted({k for r in ours for k in r} | {k for r in floor for k in r}):
+        cells = [
+            f"{statistics.median(r[name] for r in runs):.1f}" if name in runs[0] else "-"
+            for runs in (floor, ours)
+        ]
+        print(f"| {name} | {cells[0]} | {cells[1]} |")
+    print(
+        f"\nexecutor mode / driver mode (throughput): "
+        f"{wall['ours, driver mode'] / wall['ours, executor mode']:.2f}x; "
+        f"executor floor / driver floor (time): "
+        f"{wall['executor floor'] / wall['driver floor']:.2f}x; "
+        f"executor floor / ours, driver mode (time): "
+        f"{wall['executor floor'] / wall['ours, driver mode']:.2f}x"
+    )
+
+
+if __name__ == "__main__":
+    main()
