@@ -141,6 +141,9 @@ class ProgressReader:
                     "fetch.wait.max.ms": 10,
                 }
             )
+            # The topic's metadata now: an assignment to a topic librdkafka knows nothing of
+            # starts fetching only at its once-a-second scan for unknown topics.
+            self._consumer.list_topics(self.topic, timeout=self.timeout)
         return self._consumer
 
     def close(self) -> None:
