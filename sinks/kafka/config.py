@@ -25,6 +25,9 @@ THROUGHPUT_DEFAULTS: Mapping[str, ConfigValue] = {
     "queue.buffering.max.messages": 1_000_000,
     "queue.buffering.max.kbytes": 1_048_576,
     "sticky.partitioning.linger.ms": 20,
+    # Connect to the brokers as soon as they are known: sparse, init_transactions often
+    # waits 50-500 ms for a broker connection (benchmarks/kafka_startup.py).
+    "enable.sparse.connections": False,
 }
 #: Settings the sink owns: giving them in `producer_config` is a ConfigError.
 RESERVED = frozenset(
