@@ -63,7 +63,9 @@ bench: install
 	$(PY) -m tests.services up postgres kafka
 	$(PY) -m benchmarks.postgres_sink
 	$(PY) -m benchmarks.kafka_sink
-	$(PY) -m benchmarks.spark_end_to_end
+	$(PY) -m benchmarks.kafka_startup
+	$(PY) -m benchmarks.spark_end_to_end --chart docs/img/spark_end_to_end.png
+	$(PY) -m benchmarks.executor_profile
 	$(PY) -m benchmarks.s3_sink
 
 lint: install

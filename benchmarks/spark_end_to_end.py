@@ -444,6 +444,7 @@ def main() -> None:
     parser.add_argument("--rows-per-batch", type=int, default=100_000)
     parser.add_argument("--batches", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--chart", type=Path, help="also draw the per-batch times into this PNG")
     parser.add_argument("--settle", type=float, default=1.0, help="seconds of rest before a run")
     parser.add_argument("--timeout", type=float, default=600.0, help="per query, seconds")
     parser.add_argument(
@@ -521,7 +522,29 @@ def main() -> None:
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)
     report(runs, rows, args)
+    if args.chart is not None:
+        chart(runs, rows, args)
     print(f"whole script: {time.perf_counter() - began:.0f} s")
+
+
+def chart(runs: dict[str, list[Run]], rows: int, args: argparse.Namespace) -> None:
+    """Median per-batch time (Spark's addBatch) of each variant, the floor as a line."""
+    from benchmarks.charts import bar_chart
+
+    median = {
+        v: statistics.median(ms for r in done for ms in r.batch_ms) for v, done in runs.items()
+    }
+    floor = ("floor", median["floor"]) if "floor" in median else None
+    written = bar_chart(
+        args.chart,
+        f"Per micro-batch of {args.rows_per_batch:,} rows ({rows:,} in all), {where(args)}\n"
+        f"median of Spark's addBatch over {args.rounds} rounds",
+        [(VARIANTS[v], ms) for v, ms in median.items()],
+        "ms per micro-batch (lower is better)",
+        highlight=[VARIANTS[v] for v in median if "-ours-" in v],
+        reference=floor,
+    )
+    print(f"chart: {written}")
 
 
 def where(args: argparse.Namespace) -> str:
