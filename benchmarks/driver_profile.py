@@ -206,6 +206,26 @@ class SparkRest:
         return parts
 
 
+def source_frame(spark: Any, work: Path, rows_per_batch: int) -> Any:
+    """One batch of benchmarks/spark_end_to_end.py's rows, as a static DataFrame of
+    FILES_PER_BATCH Parquet files (a partition each) written under `work`."""
+    spark.sparkContext.setLogLevel("ERROR")
+    write_source(work / "in", rows_per_batch, 1)
+    df = spark.read.parquet(str(work / "in"))
+    if df.rdd.getNumPartitions() != FILES_PER_BATCH:
+        raise RuntimeError(f"expected {FILES_PER_BATCH} partitions")
+    return df
+
+
+def scratch_schema(conninfo: str) -> tuple[psycopg.Connection[Any], str]:
+    """An autocommit connection and a fresh schema for the profile's tables (dropped by the
+    caller)."""
+    schema = f"profile_{uuid.uuid4().hex[:8]}"
+    admin = psycopg.connect(conninfo, autocommit=True)
+    admin.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+    return admin, schema
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rows-per-batch", type=int, default=100_000)
@@ -216,22 +236,15 @@ def main() -> None:
     kinds = [k for k in args.sinks.split(",") if k]
     servers = ["postgres", "spark"] + (["kafka"] if "kafka" in kinds else [])
     testbed = up(servers)
-    work = Path(tempfile.mkdtemp(prefix="ds-profile-"))
-    write_source(work / "in", args.rows_per_batch, 1)
     spark = testbed.spark.session(
         "profile",
         **{"spark.ui.enabled": "true", "spark.ui.port": "4099", "spark.ui.host": "127.0.0.1"},
     )
-    spark.sparkContext.setLogLevel("ERROR")
     rest = SparkRest(spark)
-    df = spark.read.parquet(str(work / "in"))
-    if df.rdd.getNumPartitions() != FILES_PER_BATCH:
-        raise RuntimeError(f"expected {FILES_PER_BATCH} partitions")
-
+    work = Path(tempfile.mkdtemp(prefix="ds-profile-"))
+    df = source_frame(spark, work, args.rows_per_batch)
     pg = testbed.postgres.endpoint()
-    schema = f"profile_{uuid.uuid4().hex[:8]}"
-    admin = psycopg.connect(pg.conninfo(), autocommit=True)
-    admin.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+    admin, schema = scratch_schema(pg.conninfo())
     specs = []
     if "postgres" in kinds:
         specs.append(sink("postgres", dsn=pg.conninfo(), table=f"{schema}.t", create_table=True))

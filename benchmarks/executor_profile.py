@@ -34,10 +34,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import psycopg
 from psycopg import sql
 
-from benchmarks.spark_end_to_end import FILES_PER_BATCH, write_source
+from benchmarks.driver_profile import scratch_schema, source_frame
 from durable_sinks.core import CommitHandle, SinkConnector
 from durable_sinks.spark import durable_sink, sink
 from durable_sinks.spark._arrow import streamed_batches
@@ -143,18 +142,11 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=10)
     args = parser.parse_args()
     testbed = up(["postgres", "spark"])
-    work = Path(tempfile.mkdtemp(prefix="ds-executor-profile-"))
-    write_source(work / "in", args.rows_per_batch, 1)
     spark = testbed.spark.session("executor-profile")
-    spark.sparkContext.setLogLevel("ERROR")
-    df = spark.read.parquet(str(work / "in"))
-    if df.rdd.getNumPartitions() != FILES_PER_BATCH:
-        raise RuntimeError(f"expected {FILES_PER_BATCH} partitions")
-
+    work = Path(tempfile.mkdtemp(prefix="ds-executor-profile-"))
+    df = source_frame(spark, work, args.rows_per_batch)
     pg = testbed.postgres.endpoint()
-    schema = f"profile_{uuid.uuid4().hex[:8]}"
-    admin = psycopg.connect(pg.conninfo(), autocommit=True)
-    admin.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+    admin, schema = scratch_schema(pg.conninfo())
 
     def writer(table: str, execution: str) -> Any:
         spec = sink("postgres", dsn=pg.conninfo(), table=f"{schema}.{table}", create_table=True)
