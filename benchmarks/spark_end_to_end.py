@@ -116,6 +116,11 @@ class Run:
 PARTS = ("call", "read", "write", "protocol")
 
 
+def median_batch_ms(done: list[Run]) -> float:
+    """The median of Spark's addBatch over every micro-batch of every run of a variant."""
+    return statistics.median(ms for r in done for ms in r.batch_ms)
+
+
 def write_source(folder: Path, rows_per_batch: int, batches: int) -> None:
     """`batches` x FILES_PER_BATCH Parquet files, written before any query looks."""
     folder.mkdir(parents=True)
@@ -531,9 +536,7 @@ def chart(runs: dict[str, list[Run]], rows: int, args: argparse.Namespace) -> No
     """Median per-batch time (Spark's addBatch) of each variant, the floor as a line."""
     from benchmarks.charts import bar_chart
 
-    median = {
-        v: statistics.median(ms for r in done for ms in r.batch_ms) for v, done in runs.items()
-    }
+    median = {v: median_batch_ms(done) for v, done in runs.items()}
     floor = ("floor", median["floor"]) if "floor" in median else None
     written = bar_chart(
         args.chart,
@@ -565,7 +568,7 @@ def report(runs: dict[str, list[Run]], rows: int, args: argparse.Namespace) -> N
     for variant, done in runs.items():
         best = min(r.seconds for r in done)
         middle = statistics.median(r.seconds for r in done)
-        batch = statistics.median(ms for r in done for ms in r.batch_ms)
+        batch = median_batch_ms(done)
         print(
             f"| {VARIANTS[variant]} | {best:.2f} s | {rows / best:,.0f} | {middle:.2f} s "
             f"| {batch:.0f} ms | {', '.join(f'{r.seconds:.2f}' for r in done)} |"
@@ -583,7 +586,7 @@ def report(runs: dict[str, list[Run]], rows: int, args: argparse.Namespace) -> N
         print("|---|---|---|---|---|---|")
         for variant in ours:
             done = runs[variant]
-            cells = [statistics.median(ms for r in done for ms in r.batch_ms)]
+            cells = [median_batch_ms(done)]
             cells += [statistics.median(ms for r in done for ms in r.parts[p]) for p in PARTS]
             print(f"| {VARIANTS[variant]} | " + " | ".join(f"{c:.0f}" for c in cells) + " |")
 
@@ -636,7 +639,7 @@ def report_batch_ratios(runs: dict[str, list[Run]]) -> None:
     median of the per-round ratios) against a yardstick, lower is better."""
 
     def median_ms(variant: str) -> float:
-        return statistics.median(ms for r in runs[variant] for ms in r.batch_ms)
+        return median_batch_ms(runs[variant])
 
     def per_round(variant: str, yardstick: Callable[[int], float]) -> float:
         return statistics.median(
@@ -664,10 +667,10 @@ def report_batch_ratios(runs: dict[str, list[Run]]) -> None:
     kafka = [v for v in runs if v.startswith("kafka-ours-eo")]
     if kafka and "kafka-spark" in runs:
         print("  kafka, Spark's sink per batch / ours (higher is better; goal >= 1.2x):")
-    for variant in kafka if "kafka-spark" in runs else []:
-        ratio = median_ms("kafka-spark") / median_ms(variant)
-        rounds = 1 / per_round(variant, round_ms("kafka-spark"))
-        print(f"    {VARIANTS[variant]}: {ratio:.2f}x / {rounds:.2f}x")
+        for variant in kafka:
+            ratio = median_ms("kafka-spark") / median_ms(variant)
+            rounds = 1 / per_round(variant, round_ms("kafka-spark"))
+            print(f"    {VARIANTS[variant]}: {ratio:.2f}x / {rounds:.2f}x")
 
 
 if __name__ == "__main__":
