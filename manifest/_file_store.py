@@ -292,6 +292,27 @@ class LocalDirectoryStore:
             replace_atomically(self._home / "expired-below", str(epoch).encode())
         return removed
 
+    def peek(self, job_id: str, epoch: int) -> DecisionRecord | None:
+        home = self.path / component(job_id)
+        name = _epoch_file(epoch)
+        # decisions/ first; a record linked into its generation's folder but not yet into
+        # decisions/ (a put under way, or cut short by a crash) counts too.
+        for path in (
+            home / "decisions" / name,
+            *sorted(home.glob(f"generations/*/decisions/{name}")),
+        ):
+            try:
+                data = path.read_bytes()
+            except FileNotFoundError:
+                continue
+            return DecisionRecord.from_bytes(data, source=str(path))
+        return None
+
+    def peek_latest(self, job_id: str) -> int | None:
+        home = self.path / component(job_id)
+        names = (p.name.removesuffix(".json") for p in (home / "decisions").glob("*.json"))
+        return max((int(n) for n in names if n.isdigit()), default=None)
+
     def _decided_epochs(self) -> list[int]:
         """Every epoch with a record (a directory scan: only when hints are missing)."""
         names = (p.name.removesuffix(".json") for p in (self._home / "decisions").glob("*.json"))

@@ -40,6 +40,12 @@ class MemoryDecisionStore:
     def peek_generation(self, job_id: str) -> int:
         return self.backend.generation.get(job_id, 0)
 
+    def peek(self, job_id: str, epoch: int) -> DecisionRecord | None:
+        return self.backend.records.get((job_id, epoch))
+
+    def peek_latest(self, job_id: str) -> int | None:
+        return max((e for j, e in self.backend.records if j == job_id), default=None)
+
     def _job_id(self) -> str:
         return require_open(self._job)
 

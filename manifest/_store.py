@@ -69,6 +69,16 @@ class DecisionStore(Protocol):
         """Delete finished records of epochs below `before_epoch`; return how many."""
         ...
 
+    def peek(self, job_id: str, epoch: int) -> DecisionRecord | None:
+        """The decision of `epoch` of `job_id`, read only: it claims, fences and writes
+        nothing, needs no `open`, and is what an operator's tool (`durable-sinks`) reads while
+        a coordinator runs. None when the epoch has no record (undecided, or expired)."""
+        ...
+
+    def peek_latest(self, job_id: str) -> int | None:
+        """The highest epoch of `job_id` with a record, read only (as `peek`); None if none."""
+        ...
+
     def close(self) -> None: ...
 
 

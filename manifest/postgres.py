@@ -284,6 +284,36 @@ class PostgresDecisionStore:
             bytes(row[0]), source=f"{self.schema} job {job} epoch {epoch}"
         )
 
+    def peek(self, job_id: str, epoch: int) -> DecisionRecord | None:
+        conn = self._connection(job_id)
+        with self._errors("peek (the decision)", epoch):
+            try:
+                row = conn.execute(
+                    sql.SQL("SELECT record FROM {} WHERE job_id = %s AND epoch = %s").format(
+                        self._decisions
+                    ),
+                    (job_id, epoch),
+                ).fetchone()
+            except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName):
+                return None  # no job ever opened a store here
+        if row is None:
+            return None
+        return DecisionRecord.from_bytes(
+            bytes(row[0]), source=f"{self.schema} job {job_id} epoch {epoch}"
+        )
+
+    def peek_latest(self, job_id: str) -> int | None:
+        conn = self._connection(job_id)
+        with self._errors("peek_latest"):
+            try:
+                row = conn.execute(
+                    sql.SQL("SELECT max(epoch) FROM {} WHERE job_id = %s").format(self._decisions),
+                    (job_id,),
+                ).fetchone()
+            except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName):
+                return None
+        return None if row is None or row[0] is None else int(row[0])
+
     def mark_finished(self, epoch: int) -> None:
         job = self._require_open()
         self._run(

@@ -316,6 +316,24 @@ class S3DecisionStore:
             f"{self.where}: {self._folder.uri(key)} kept changing while it was read", job=self._job
         )
 
+    def peek(self, job_id: str, epoch: int) -> DecisionRecord | None:
+        folder = self._folder_of(job_id)
+        key = folder.key("decisions", _slot_name(epoch))
+        try:
+            found = folder.read(key)
+        except REQUEST_ERRORS as exc:
+            raise folder.failure(exc, f"read {folder.uri(key)}", epoch) from None
+        if found is None or len(found[0]) <= CLAIM_MAX_BYTES:
+            return None  # no slot, or a claim: undecided
+        return DecisionRecord.from_bytes(found[0], source=folder.uri(key))
+
+    def peek_latest(self, job_id: str) -> int | None:
+        highest = None
+        for epoch, size in self._folder_of(job_id).listed("decisions", None):
+            if size > CLAIM_MAX_BYTES:
+                highest = epoch
+        return highest
+
     def put(self, record: DecisionRecord) -> DecisionRecord:
         job = self._require_open()
         require_own(record, job, self._generation)

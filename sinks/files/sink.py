@@ -40,6 +40,7 @@ from durable_sinks.core.errors import (
     UsageError,
 )
 from durable_sinks.core.naming import ParticipantName
+from durable_sinks.core.operations import Holding, Prepared
 from durable_sinks.core.protocol import (
     CommitHandle,
     CommitOutcome,
@@ -49,12 +50,13 @@ from durable_sinks.core.protocol import (
 )
 from durable_sinks.core.schemas import schema_difference
 
+from . import operations
 from .config import FileSinkConfig
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-MARKER = "_EPOCH.json"
+MARKER = operations.MARKER
 STAGING = "_staging"
 
 
@@ -94,6 +96,9 @@ class FileSink:
     # -- lifecycle -----------------------------------------------------------------------------
     def open(self, context: OpenContext) -> None:
         self._context = context
+        if context.inspect:  # an operator's tool: read only
+            self._last_committed = self._scan_last_committed()
+            return
         try:
             (self.root / STAGING).mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -345,6 +350,17 @@ class FileSink:
 
     def last_committed_epoch(self) -> int | None:
         return self._last_committed
+
+    # -- operations (durable-sinks status/inspect/verify; operations.py) -----------------------
+    def in_doubt(self) -> list[Prepared]:
+        return operations.in_doubt(self.root / STAGING, self._ctx())
+
+    def holdings(self, first: int, last: int) -> dict[int, Holding]:
+        self._ctx()
+        return operations.holdings(self.root, first, last)
+
+    def live_generations(self) -> list[int]:
+        return []  # a folder keeps no sessions
 
     def _scan_last_committed(self) -> int | None:
         ctx = self._ctx()

@@ -1,7 +1,6 @@
-"""Exactly-once into a Kafka topic through Kafka transactions (confluent-kafka / librdkafka).
-This module holds the protocol's methods; the pieces they use are the configuration (config),
-the cluster checks and offsets (admin), the transactional producer and its errors (producer,
-errors), the record layout (records) and the progress topic (progress).
+"""Exactly-once into a Kafka topic through Kafka transactions (confluent-kafka / librdkafka):
+the protocol's methods; the pieces they use are in config, admin, producer, errors, records,
+progress, and operations (what `durable-sinks` reads).
 
 A Kafka transaction cannot be prepared and resumed by another process, so this sink is the
 job's *last resource* (docs/protocol.md): the coordinator prepares every other sink first,
@@ -41,6 +40,7 @@ from durable_sinks.core.errors import (
 )
 from durable_sinks.core.joblog import JobLogger
 from durable_sinks.core.naming import ParticipantName, component
+from durable_sinks.core.operations import Holding, Prepared
 from durable_sinks.core.protocol import (
     JSON,
     CommitHandle,
@@ -50,6 +50,7 @@ from durable_sinks.core.protocol import (
     WriteResult,
 )
 
+from . import operations
 from .admin import Cluster, TopicFacts
 from .clientlog import ClientLog
 from .config import KafkaSinkConfig
@@ -110,19 +111,13 @@ class KafkaSink:
     def __init__(self, config: KafkaSinkConfig) -> None:
         self.config = config
         self._opened: _Opened | None = None
-        #: The job that opens (or opened) the sink, for errors raised while opening.
-        self._job: str | None = None
+        self._job: str | None = None  # the job that opens it, for errors while opening
         self._current: _Epoch | None = None
         self._attempts: dict[int, int] = {}
         self._last_committed: int | None = None
         self._last_known = False
         self._checked_schema: pa.Schema | None = None
-        self._counters = {
-            "rows": 0.0,
-            "bytes": 0.0,
-            "epochs_committed": 0.0,
-            "commit_seconds": 0.0,
-        }
+        self._counters = dict.fromkeys(("rows", "bytes", "epochs_committed", "commit_seconds"), 0.0)
 
     @property
     def name(self) -> str:
@@ -156,6 +151,8 @@ class KafkaSink:
     def open(self, context: OpenContext) -> None:
         self._job = context.job_id
         self._opened = opened = _Opened(self, context)
+        if context.inspect:  # an operator's tool: read only (no topic made, no producer)
+            return
         try:
             opened.topic = opened.cluster.check()
             self._start_producer(context.generation)
@@ -240,13 +237,7 @@ class KafkaSink:
 
     # -- protocol ------------------------------------------------------------------------------
     def capabilities(self) -> SinkCapabilities:
-        return SinkCapabilities(
-            exactly_once=True,
-            two_phase_commit=True,
-            resumable_prepare=False,
-            distributed_prepare=False,
-            partitioned=False,
-        )
+        return SinkCapabilities(exactly_once=True, two_phase_commit=True)
 
     def schema(self) -> pa.Schema | None:
         return self._checked_schema
@@ -267,13 +258,11 @@ class KafkaSink:
         transaction.timeout.ms, or the next open aborts it at once). Every client handle is
         dropped, so a closed sink that something still references holds none (each
         librdkafka client takes one of the process's 1,024 thread-local keys until freed)."""
-        opened, self._opened = self._opened, None
-        self._current = None
-        if opened is None:
-            return
-        opened.producer.close()
-        opened.progress.close()
-        opened.clientlog.flush()
+        opened, self._opened, self._current = self._opened, None, None
+        if opened is not None:
+            opened.producer.close()
+            opened.progress.close()
+            opened.clientlog.flush()
 
     @typed("beginning the epoch")
     def begin_epoch(self, epoch: int) -> None:
@@ -483,6 +472,18 @@ class KafkaSink:
             self._last_committed = record.epoch if record is not None else None
             self._last_known = True
         return self._last_committed
+
+    # -- operations (durable-sinks status/inspect/verify; operations.py) -----------------------
+    @typed("looking for open transactions")
+    def in_doubt(self) -> list[Prepared]:
+        return operations.sink_in_doubt(self, self._state(), self.last_committed_epoch())
+
+    @typed("reading the topic and the progress records")
+    def holdings(self, first: int, last: int) -> dict[int, Holding]:
+        return operations.sink_holdings(self.config, self._state(), first, last)
+
+    def live_generations(self) -> list[int]:
+        return []  # a transactional id's producer cannot be seen from outside
 
     @typed("reading the epoch's decision")
     def read_decision(self, epoch: int) -> Mapping[str, JSON] | None:

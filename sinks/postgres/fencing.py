@@ -42,7 +42,7 @@ FENCE_ATTEMPTS = 3
 
 
 #: The generation at the end of a sink session's application_name.
-_GENERATION = re.compile(r":g([0-9]+)$")
+GENERATION_IN_NAME = re.compile(r":g([0-9]+)$")
 
 
 def owner_token(context: OpenContext) -> str:
@@ -61,7 +61,10 @@ def application_name(context: OpenContext, generation: int, dsn: str | None = No
     30 characters are kept whole; application_name is visible to every user of the server,
     so a job id must not hold a secret)."""
     head = (dsn and dsn_application_name(dsn)) or f"ds:{context.job_id}:{context.sink}"
-    return session_name(head, f":{owner_token(context)}:g{generation}")
+    # An operator's tool (`durable-sinks`) names its sessions `...:cli`: never taken for a
+    # coordinator's by `live_generations`, and never ended by a newer generation's open.
+    tail = "cli" if context.inspect else f"g{generation}"
+    return session_name(head, f":{owner_token(context)}:{tail}")
 
 
 def _legacy_prefix(context: OpenContext) -> str:
@@ -200,7 +203,7 @@ class MetaTables:
             (f":{owner_token(self.context)}:g[0-9]+$", _legacy_prefix(self.context)),
         ).fetchall()
         for pid, application in rows:
-            found = _GENERATION.search(application)
+            found = GENERATION_IN_NAME.search(application)
             if found and int(found.group(1)) < self.context.generation:
                 conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
 

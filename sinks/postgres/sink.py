@@ -49,6 +49,7 @@ from psycopg import sql
 from durable_sinks.core.connecting import connection_failure, server_of
 from durable_sinks.core.errors import ParticipantLostError, UsageError
 from durable_sinks.core.naming import ParticipantName, owner_prefix
+from durable_sinks.core.operations import Holding, Prepared
 from durable_sinks.core.protocol import (
     JSON,
     CommitHandle,
@@ -58,6 +59,7 @@ from durable_sinks.core.protocol import (
     WriteResult,
 )
 
+from . import operations
 from .catalog import TargetTable
 from .columns import null_violations
 from .config import PostgresSinkConfig
@@ -175,6 +177,10 @@ class PostgresSink:
             # connects (begin_epoch checks the fence still names this generation).
             with self._errors("open"):
                 self._tx_conn()
+            return
+        if context.inspect:  # an operator's tool: read only (operations.py)
+            with self._errors("open (reading the marker rows)"):
+                self._last_committed = operations.last_committed(self._admin_conn(), opened.meta)
             return
         with self._errors("open (tables, fence, last committed epoch)"):
             conn = self._admin_conn()
@@ -436,3 +442,20 @@ class PostgresSink:
     def last_committed_epoch(self) -> int | None:
         self._ctx()
         return self._last_committed
+
+    # -- operations (durable-sinks status/inspect/verify/expire; operations.py) ----------------
+    def in_doubt(self) -> list[Prepared]:
+        with self._errors("in_doubt (pg_prepared_xacts)"):
+            return operations.in_doubt(self._admin_conn(), self._ctx())
+
+    def holdings(self, first: int, last: int) -> dict[int, Holding]:
+        with self._errors("holdings (the marker rows)"):
+            return operations.holdings(self._admin_conn(), self._state().meta, first, last)
+
+    def live_generations(self) -> list[int]:
+        with self._errors("live_generations (pg_stat_activity)"):
+            return operations.live_generations(self._admin_conn(), self._ctx())
+
+    def expire_markers(self, before_epoch: int) -> int:
+        with self._errors("expire_markers (the marker rows)"):
+            return operations.expire_markers(self._admin_conn(), self._state().meta, before_epoch)

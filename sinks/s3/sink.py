@@ -37,6 +37,7 @@ from durable_sinks.core.errors import (
     UsageError,
 )
 from durable_sinks.core.naming import ParticipantName
+from durable_sinks.core.operations import Holding, Prepared
 from durable_sinks.core.protocol import (
     JSON,
     CommitHandle,
@@ -48,6 +49,7 @@ from durable_sinks.core.protocol import (
 from durable_sinks.core.s3 import is_missing, is_precondition_failed, s3_failure
 from durable_sinks.core.schemas import schema_difference
 
+from . import operations
 from .checks import check_bucket, claim_prefix, highest_manifest
 from .config import S3SinkConfig
 from .epochs import EpochManifest
@@ -111,7 +113,9 @@ class S3Sink:
     def open(self, context: OpenContext) -> None:
         self._context = context
         self._client = self.config.connection.client()
-        if context.worker:
+        if context.inspect:  # an operator's tool: read only
+            self._last_committed = highest_manifest(self._s3(), self.layout, self._fail)
+        if context.worker or context.inspect:
             return  # a worker only writes its part: the driver's instance did the rest
         claim_prefix(self._s3(), self.layout, context.job_id, self.name, self._fail)
         self._last_committed = highest_manifest(self._s3(), self.layout, self._fail)
@@ -413,30 +417,8 @@ class S3Sink:
     # -- recovery ------------------------------------------------------------------------------
     def _uploads(self, prefix: str) -> dict[ParticipantName, list[tuple[str, str]]]:
         """Every upload under `prefix` whose key is one of ours, by participant."""
-        ctx = self._ctx()
-        found: dict[ParticipantName, list[tuple[str, str]]] = {}
-        paginator = self._s3().get_paginator("list_multipart_uploads")
-        try:
-            for page in paginator.paginate(Bucket=self.layout.bucket, Prefix=prefix):
-                for upload in page.get("Uploads", []):
-                    key, upload_id = upload.get("Key", ""), upload.get("UploadId", "")
-                    parsed = self.layout.parse_data(key)
-                    if parsed is None or not upload_id:
-                        continue
-                    name = ParticipantName.build(
-                        ctx.job_id,
-                        self.name,
-                        parsed.epoch,
-                        parsed.part,
-                        parsed.generation,
-                        parsed.attempt,
-                    )
-                    found.setdefault(name, []).append((key, upload_id))
-        except Exception as exc:
-            raise self._fail(
-                exc, f"list the multipart uploads under s3://{self.layout.bucket}/{prefix}"
-            ) from exc
-        return found
+        found = operations.uploads(self._s3(), self.layout, self._ctx(), prefix, self._fail)
+        return {name: [(u.key, u.upload_id) for u in ups] for name, ups in found.items()}
 
     def _leftover(self, name: ParticipantName, uploads: list[tuple[str, str]]) -> CommitHandle:
         """A handle that can roll the participant back (the decision's own handle, with
@@ -470,6 +452,18 @@ class S3Sink:
 
     def last_committed_epoch(self) -> int | None:
         return self._last_committed
+
+    # -- operations (durable-sinks status/inspect/verify; operations.py) -----------------------
+    def in_doubt(self) -> list[Prepared]:
+        return operations.in_doubt(self._s3(), self.layout, self._ctx(), self._fail, self._leftover)
+
+    def holdings(self, first: int, last: int) -> dict[int, Holding]:
+        return operations.holdings(
+            self._s3(), self.layout, first, last, self._fail, self._read_manifest
+        )
+
+    def live_generations(self) -> list[int]:
+        return []  # S3 keeps no sessions
 
 
 def _handle_objects(handle: CommitHandle, sink: str) -> list[Mapping[str, Any]]:

@@ -94,7 +94,12 @@ class OpenContext:
     coordinator (executor mode): the sink must then only connect. The driver's instance of
     the same generation already created what the sink needs and fenced older generations;
     the worker still refuses to prepare if the fence has moved past its generation. `part`
-    names the worker's participants (unique per task attempt)."""
+    names the worker's participants (unique per task attempt).
+
+    `inspect` is True when an operator's tool opens the sink (`durable-sinks status`,
+    `inspect`, `verify`, `doctor`; core/operations.py): the sink must only connect and read.
+    It creates nothing, fences nothing and names its sessions so that they are not taken for
+    a coordinator's; `generation` is then the newest one claimed, not one of its own."""
 
     job_id: str
     sink: str
@@ -102,6 +107,7 @@ class OpenContext:
     commit_point: bool = False
     worker: bool = False
     part: str = "0"
+    inspect: bool = False
 
     def participant(self, epoch: int, attempt: int, part: str | None = None) -> ParticipantName:
         return ParticipantName.build(

@@ -1,0 +1,3 @@
+from durable_sinks.cli import main
+
+main()

@@ -1,0 +1,254 @@
+"""`durable-sinks`: status, inspect, resolve, verify, doctor and expire for a job
+(docs/guide.md, "Operations"). Every command takes the job's settings as `durable_sink(...)`
+does (`-f job.toml`, or `--kind` and `-o key=value`, `--store`), secrets from the environment.
+
+Exit codes: 0 fine; 1 a check failed (verify found a mismatch, doctor a failing check,
+resolve left something); 2 refused or misused (bad settings, a running job without --force).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from durable_sinks.core.errors import DurableSinkError
+
+from ._jobfile import job_settings
+from ._operator import DEFAULT_LIVE_WINDOW_S, Operator
+
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def _job_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """The options every command takes to know the job."""
+    for option in reversed(
+        [
+            click.argument("job_id"),
+            click.option(
+                "-f", "--job-file", type=click.Path(path_type=Path), help="TOML or JSON job file"
+            ),
+            click.option("--kind", help="the sink's kind (one-sink jobs, without a job file)"),
+            click.option(
+                "-o", "--option", "options", multiple=True, help="a sink or job option key=value"
+            ),
+            click.option("--store", help="the decision store (as decision_store=)"),
+        ]
+    ):
+        command = option(command)
+    return command
+
+
+@contextmanager
+def _operator(params: dict[str, Any]) -> Iterator[Operator]:
+    try:
+        specs, options = job_settings(
+            params["job_id"],
+            params["job_file"],
+            params["kind"],
+            params["options"],
+            params["store"],
+        )
+        with Operator(specs, options) as operator:
+            yield operator
+    except DurableSinkError as exc:
+        _fail(exc)
+
+
+def _fail(exc: DurableSinkError, code: int = 2) -> None:
+    err.print(f"[bold red]error:[/] {type(exc).__name__}: {exc}", markup=True)
+    raise SystemExit(code)
+
+
+def _when(at: float | None) -> str:
+    if at is None:
+        return "-"
+    age = time.time() - at
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
+    return f"{stamp} ({_age(age)} ago)"
+
+
+def _age(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def _size(size: int | None) -> str:
+    return "-" if size is None else f"{size:,} B"
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="durable-sinks")
+def main() -> None:
+    """Operate durable-sinks jobs: what they hold, what is in doubt, and proof that every
+    batch landed once."""
+
+
+@main.command()
+@_job_options
+def status(**params: Any) -> None:
+    """Per sink: the last committed epoch and when; the generation, decision store, epochs in
+    flight."""
+    with _operator(params) as op:
+        state = op.status()
+    out.print(f"job {state.job}")
+    out.print(f"decision store   {state.store}")
+    out.print(
+        f"generation       {state.generation} ({state.live or 'no coordinator seen running'})"
+    )
+    out.print(f"latest decision  epoch {state.latest_decision} at {_when(state.decided_at)}")
+    out.print(f"epochs in flight {', '.join(map(str, state.in_flight)) or 'none'}")
+    table = Table("sink", "kind", "last committed epoch", "committed at", "in doubt")
+    for s in state.sinks:
+        table.add_row(
+            s.name,
+            s.kind,
+            "-" if s.last_committed is None else str(s.last_committed),
+            _when(s.at),
+            "?" if s.in_doubt is None else str(s.in_doubt),
+        )
+    out.print(table)
+
+
+def _doubt_table(op: Operator, verb: str | None = None) -> int:
+    doubts = op.inspect()
+    table = Table("sink", "epoch", "participant", "what", "age", "size", "decision")
+    if verb:
+        table.add_column(verb)
+    for d in doubts:
+        row = [
+            d.sink,
+            str(d.prepared.handle.epoch),
+            d.prepared.handle.participant,
+            d.prepared.what,
+            _age(d.prepared.age_s),
+            _size(d.prepared.size_bytes),
+            d.governed_by,
+        ]
+        table.add_row(*row, *([d.action] if verb else []))
+    if doubts:
+        out.print(table)
+    else:
+        out.print("nothing in doubt")
+    for name in op.not_inspectable():
+        out.print(f"sink {name}: not inspectable (its kind does not implement OperableSink)")
+    return len(doubts)
+
+
+@main.command()
+@_job_options
+def inspect(**params: Any) -> None:
+    """What is in doubt: prepared participants of the job, each with the decision that
+    governs it (or "none: presumed abort")."""
+    with _operator(params) as op:
+        _doubt_table(op)
+
+
+@main.command()
+@_job_options
+@click.option("--apply", "apply_", is_flag=True, help="act (default: a dry run)")
+@click.option("--force", is_flag=True, help="even while a coordinator of the job seems to run")
+@click.option(
+    "--live-window",
+    type=float,
+    default=DEFAULT_LIVE_WINDOW_S,
+    show_default=True,
+    help="seconds since the newest generation's last decision within which it counts as running",
+)
+def resolve(apply_: bool, force: bool, live_window: float, **params: Any) -> None:
+    """Apply the decisions: commit what was decided, roll back the rest. A dry run unless
+    --apply; refuses while a coordinator of the job's current generation runs, unless
+    --force (which fences it: its batch fails and Spark retries it)."""
+    with _operator(params) as op:
+        found = _doubt_table(op, "would" if not apply_ else "action")
+        if not apply_:
+            out.print(f"dry run: {found} participant(s) would be resolved; nothing was changed")
+            return
+        live = op.live(live_window)
+        if live and not force:
+            err.print(
+                f"refused: a coordinator of job {op.job} seems to run ({live}); resolving would "
+                "fence it. Stop the query first, or give --force"
+            )
+            raise SystemExit(2)
+        try:
+            report = op.resolve()
+        except DurableSinkError as exc:
+            _fail(exc, 1)
+    for handle in report.committed:
+        out.print(f"committed   {handle.sink} {handle.participant}")
+    for handle in report.rolled_back:
+        out.print(f"rolled back {handle.sink} {handle.participant}")
+    out.print(f"resolved: {report}")
+
+
+@main.command()
+@_job_options
+@click.option("--from", "first", type=int, help="first epoch (default: the oldest held)")
+@click.option("--to", "last", type=int, help="last epoch (default: the latest decided)")
+def verify(first: int | None, last: int | None, **params: Any) -> None:
+    """The exactly-once audit: per epoch and sink, the decision against the sink's markers and
+    data. Exits 1 on any mismatch."""
+    with _operator(params) as op:
+        verdict = op.verify(first, last)
+    table = Table("epoch", "sink", "decision", "sink holds", "verdict")
+    for check in verdict.checks:
+        result = "ok" if check.ok else "MISMATCH: " + "; ".join(check.problems)
+        table.add_row(str(check.epoch), check.sink, check.decided, check.held, result)
+    out.print(table)
+    failed = verdict.failed
+    epochs = sorted({c.epoch for c in failed})
+    span = f"epochs {verdict.first}..{verdict.last}" if verdict.first is not None else "no epochs"
+    if failed:
+        out.print(f"verify FAILED: {len(failed)} mismatch(es) in epoch(s) {epochs} ({span})")
+        raise SystemExit(1)
+    out.print(f"verify passed: {span}, {len(verdict.checks)} checks")
+
+
+@main.command()
+@_job_options
+@click.option("--read-only", is_flag=True, help="skip the checks that claim a generation")
+def doctor(read_only: bool, **params: Any) -> None:
+    """Every check `durable_sink(...)` runs at start, without starting a query."""
+    from ._doctor import run_checks
+
+    failures = 0
+    for name, problem in run_checks(params, read_only=read_only):
+        if problem is None:
+            out.print(f"ok      {name}")
+        else:
+            failures += 1
+            out.print(f"FAILED  {name}: {problem}")
+    if failures:
+        out.print(f"doctor: {failures} check(s) failed")
+        raise SystemExit(1)
+    out.print("doctor: every check passed")
+
+
+@main.command()
+@_job_options
+@click.option("--keep", type=int, default=None, help="epochs of markers to keep (retain_epochs)")
+def expire(keep: int | None, **params: Any) -> None:
+    """Delete markers of epochs more than --keep behind the last committed one (never the
+    newest). Decision records expire as the job runs (retain_epochs)."""
+    with _operator(params) as op:
+        kept = keep if keep is not None else op.options.retain_epochs
+        if kept < 1:
+            err.print("--keep must be at least 1")
+            raise SystemExit(2)
+        deleted = op.expire(kept)
+    for sink, count in deleted.items():
+        shown = "keeps no markers to expire" if count < 0 else f"deleted {count} marker row(s)"
+        out.print(f"{sink}: {shown} (kept the newest {kept} epochs)")

@@ -1,0 +1,324 @@
+"""The logic behind `durable-sinks status|inspect|resolve|verify|expire`: a job's decision
+store and sinks opened read only (`OpenContext(inspect=True)`, `DecisionStore.peek`), and what
+they say put side by side. Nothing here claims a generation or writes, except `resolve`
+(which starts a coordinator: the same recovery a restarted job runs) and `expire`."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from durable_sinks.coordinator import RecoveryReport, validate
+from durable_sinks.core import LastResource, OpenContext, SinkConnector
+from durable_sinks.core.naming import ParticipantName
+from durable_sinks.core.operations import ExpiringSink, Holding, OperableSink, Prepared
+from durable_sinks.manifest import DecisionRecord, DecisionStore
+from durable_sinks.spark._build import build_coordinator, close_quietly, decision_store
+from durable_sinks.spark._options import JobOptions
+from durable_sinks.spark._specs import SinkSpec
+
+#: A coordinator counts as running when its generation decided an epoch this recently.
+DEFAULT_LIVE_WINDOW_S = 120.0
+#: Above every epoch a sink can hold (the S3 sink's 12-digit epoch folders).
+MAX_EPOCH = 10**12 - 1
+#: How far above an epoch `verify` looks for a kept decision, to tell an expired one.
+EXPIRY_LOOKAHEAD = 1_000
+
+
+@dataclass(frozen=True)
+class SinkStatus:
+    name: str
+    kind: str
+    last_committed: int | None
+    at: float | None
+    in_doubt: int | None
+
+
+@dataclass(frozen=True)
+class Status:
+    job: str
+    store: str
+    generation: int
+    live: str | None
+    latest_decision: int | None
+    decided_at: float | None
+    sinks: list[SinkStatus]
+    in_flight: list[int]
+
+
+@dataclass(frozen=True)
+class Doubt:
+    """One prepared participant and what governs it."""
+
+    sink: str
+    prepared: Prepared
+    generation: int | None
+    decision: DecisionRecord | None
+    commits: bool
+
+    @property
+    def action(self) -> str:
+        return "commit" if self.commits else "roll back"
+
+    @property
+    def governed_by(self) -> str:
+        if self.decision is None:
+            return "none: presumed abort"
+        g = self.decision.generation
+        if self.commits:
+            return f"decided by generation {g}: commit"
+        return f"epoch decided by generation {g} without it: roll back"
+
+
+@dataclass(frozen=True)
+class Check:
+    """One epoch of one sink in `verify`."""
+
+    epoch: int
+    sink: str
+    decided: str
+    held: str
+    problems: tuple[str, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+@dataclass
+class Verdict:
+    first: int | None
+    last: int | None
+    checks: list[Check] = field(default_factory=list)
+
+    @property
+    def failed(self) -> list[Check]:
+        return [c for c in self.checks if not c.ok]
+
+
+class Operator:
+    """A job's store and sinks, opened read only. Use as a context manager."""
+
+    def __init__(self, specs: Sequence[SinkSpec], options: JobOptions) -> None:
+        self.specs = list(specs)
+        self.options = options
+        self.job = options.job_id
+        self.store: DecisionStore = decision_store(self.specs, options)
+        self.sinks: list[SinkConnector] = []
+        self.kinds = {s.name: s.kind for s in self.specs}
+        try:
+            self.generation = self.store.peek_generation(self.job)
+            built = [s.build() for s in self.specs]
+            self.commit_point = validate(
+                self.job,
+                built,
+                self.store,
+                options.guarantee,
+                executor_mode=options.execution == "executor",
+                one_phase=options.one_phase,
+            )
+            for sink in built:
+                sink.open(OpenContext(self.job, sink.name, self.generation, inspect=True))
+                self.sinks.append(sink)
+        except BaseException:
+            self.close()
+            raise
+
+    def __enter__(self) -> Operator:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for sink in self.sinks:
+            sink.close()
+        self.store.close()
+
+    # -- decisions -----------------------------------------------------------------------------
+    def decision(self, epoch: int) -> DecisionRecord | None:
+        """The epoch's decision: the store's record, or the one the commit point's commit
+        carried (one-phase Postgres, Kafka as last resource)."""
+        found = self.store.peek(self.job, epoch)
+        if found is not None or not isinstance(self.commit_point, LastResource):
+            return found
+        carried = self.commit_point.read_decision(epoch)
+        if carried is None:
+            return None
+        return DecisionRecord.from_json(carried, source=f"{self.commit_point.name} commit")
+
+    def latest_decision(self) -> int | None:
+        latest = self.store.peek_latest(self.job)
+        if self.commit_point is not None:
+            landed = self.commit_point.last_committed_epoch()
+            if landed is not None and (latest is None or landed > latest):
+                latest = landed
+        return latest
+
+    def live(self, window_s: float = DEFAULT_LIVE_WINDOW_S) -> str | None:
+        """Why a coordinator of the job's newest generation looks alive, or None: a sink holds
+        a session of that generation, or that generation decided an epoch within `window_s`."""
+        for sink in self.sinks:
+            if isinstance(sink, OperableSink) and self.generation in sink.live_generations():
+                return f"{sink.name} has sessions of generation {self.generation}"
+        latest = self.latest_decision()
+        decision = self.decision(latest) if latest is not None else None
+        if decision is not None and decision.generation == self.generation:
+            age = time.time() - decision.created_at
+            if age < window_s:
+                return f"generation {self.generation} decided epoch {latest} {age:.0f} s ago"
+        return None
+
+    # -- status and inspect --------------------------------------------------------------------
+    def status(self) -> Status:
+        sinks, in_flight = [], set()
+        for sink in self.sinks:
+            last = sink.last_committed_epoch()
+            at, doubts = None, None
+            if isinstance(sink, OperableSink):
+                if last is not None:
+                    held = sink.holdings(last, last).get(last)
+                    at = held.at if held is not None else None
+                prepared = sink.in_doubt()
+                doubts = len(prepared)
+                in_flight |= {p.handle.epoch for p in prepared}
+            sinks.append(SinkStatus(sink.name, self.kinds[sink.name], last, at, doubts))
+        latest = self.latest_decision()
+        decision = self.decision(latest) if latest is not None else None
+        return Status(
+            self.job,
+            repr(self.store),
+            self.generation,
+            self.live(),
+            latest,
+            decision.created_at if decision is not None else None,
+            sinks,
+            sorted(in_flight),
+        )
+
+    def inspect(self) -> list[Doubt]:
+        doubts = []
+        decisions: dict[int, DecisionRecord | None] = {}
+        for sink in self.sinks:
+            if not isinstance(sink, OperableSink):
+                continue
+            for prepared in sink.in_doubt():
+                epoch = prepared.handle.epoch
+                if epoch not in decisions:
+                    decisions[epoch] = self.decision(epoch)
+                decision = decisions[epoch]
+                name = ParticipantName.parse(prepared.handle.participant)
+                doubts.append(
+                    Doubt(
+                        sink.name,
+                        prepared,
+                        name.generation if name is not None else None,
+                        decision,
+                        decision is not None and decision.commits(prepared.handle),
+                    )
+                )
+        return doubts
+
+    def not_inspectable(self) -> list[str]:
+        return [s.name for s in self.sinks if not isinstance(s, OperableSink)]
+
+    # -- verify --------------------------------------------------------------------------------
+    def verify(self, first: int | None, last: int | None) -> Verdict:
+        """Per epoch in `first..last` (default: every epoch a sink holds or the store
+        decided), the decision against each sink's markers and data."""
+        top = last if last is not None else self.latest_decision()
+        high = top if top is not None else MAX_EPOCH
+        held: dict[str, dict[int, Holding]] = {}
+        for sink in self.sinks:
+            if isinstance(sink, OperableSink):
+                held[sink.name] = sink.holdings(first or 0, high)
+        epochs = {e for h in held.values() for e in h}
+        if top is not None:
+            epochs |= set(range(first if first is not None else min(epochs | {top}), top + 1))
+        verdict = Verdict(min(epochs, default=None), max(epochs, default=None))
+        for epoch in sorted(epochs):
+            decision = self.decision(epoch)
+            if decision is None and not any(epoch in h for h in held.values()):
+                continue  # undecided and nowhere: nothing to check
+            for sink in self.sinks:
+                verdict.checks.append(self._check(epoch, sink, decision, held.get(sink.name)))
+        return verdict
+
+    def _check(
+        self,
+        epoch: int,
+        sink: SinkConnector,
+        decision: DecisionRecord | None,
+        held: dict[int, Holding] | None,
+    ) -> Check:
+        if held is None:
+            return Check(epoch, sink.name, "-", "not inspectable", ())
+        holding = held.get(epoch)
+        shown = _held(holding)
+        if decision is None:
+            if holding is None:
+                return Check(epoch, sink.name, "none", shown, ())
+            problems: tuple[str, ...] = ("the sink holds data of the epoch but no decision exists",)
+            if self.latest_decision() is not None and self._expired(epoch):
+                problems = ()
+                shown += " (decision expired)"
+            return Check(epoch, sink.name, "none", shown, problems + holding.problems)
+        handles = decision.handles_for(sink.name)
+        rows = sum(h.rows for h in handles)
+        decided = f"{rows} rows, {len(handles)} part{'s' if len(handles) != 1 else ''}"
+        if holding is None or not holding.marker:
+            problem = "decided, but the sink shows no marker (not committed: run resolve)"
+            extra = holding.problems if holding is not None else ()
+            return Check(epoch, sink.name, decided, shown, (problem, *extra))
+        found = list(holding.problems)
+        expected = {h.participant for h in handles}
+        if holding.participants != expected:
+            found.append(
+                f"the markers name {sorted(holding.participants)}, the decision {sorted(expected)}"
+            )
+        if holding.rows is not None and holding.rows != rows:
+            what = "holds" if holding.counted else "markers record"
+            found.append(f"the sink {what} {holding.rows} rows, the decision {rows}")
+        return Check(epoch, sink.name, decided, shown, tuple(found))
+
+    def _expired(self, epoch: int) -> bool:
+        """Whether `epoch` is older than every decision the store still keeps."""
+        oldest = next(
+            (e for e in range(epoch + 1, epoch + EXPIRY_LOOKAHEAD) if self.store.peek(self.job, e)),
+            None,
+        )
+        return oldest is not None
+
+    # -- resolve and expire --------------------------------------------------------------------
+    def resolve(self) -> RecoveryReport:
+        """Claim a new generation (fencing every older coordinator) and resolve every
+        leftover by the recovery table: exactly what a restarted job's start does."""
+        coordinator = build_coordinator(self.specs, self.options)
+        try:
+            return coordinator.start()
+        finally:
+            close_quietly(coordinator)
+
+    def expire(self, keep: int) -> dict[str, int]:
+        """Delete the markers of epochs more than `keep` behind each sink's last committed
+        one (never the newest); the number deleted per sink (-1: the sink keeps none)."""
+        deleted = {}
+        for sink in self.sinks:
+            last = sink.last_committed_epoch()
+            if not isinstance(sink, ExpiringSink):
+                deleted[sink.name] = -1
+            elif last is None:
+                deleted[sink.name] = 0
+            else:
+                deleted[sink.name] = sink.expire_markers(last - keep + 1)
+        return deleted
+
+
+def _held(holding: Holding | None) -> str:
+    if holding is None:
+        return "nothing"
+    rows = "" if holding.rows is None else f"{holding.rows} rows"
+    how = "counted" if holding.counted else "in markers"
+    marker = "marker" if holding.marker else "no marker"
+    return f"{marker}, {rows} {how}".strip(", ") if rows else marker

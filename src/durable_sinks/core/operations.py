@@ -1,0 +1,82 @@
+"""What an operator's tool asks of a sink: what is in doubt, what the target holds per epoch.
+
+The `durable-sinks` command (status, inspect, resolve, verify, expire; docs/guide.md,
+"Operations") opens each sink of a job with `OpenContext(inspect=True)` and asks these
+questions without writing anything, fencing anything or claiming a generation. A sink that
+does not implement `OperableSink` is shown as "not inspectable" rather than guessed at.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+from .protocol import CommitHandle, SinkConnector
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """One participant of the job and sink that is prepared now (phase 1 done, neither
+    committed nor rolled back), whatever generation made it.
+
+    `handle` names it (`participant`, `epoch`; enough to roll it back, while committing uses
+    the decision's own copy); `what` says what it is on the target (a prepared transaction, a
+    multipart upload, a staging folder); `age_s` and `size_bytes` when the target tells."""
+
+    handle: CommitHandle
+    what: str
+    age_s: float | None = None
+    size_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class Holding:
+    """What a sink holds of one epoch, read from the target.
+
+    - `marker`: the sink's epoch marker is visible (what `last_committed_epoch` reads);
+    - `participants`: the participants the visible markers name;
+    - `rows`: rows the target holds for the epoch where it can count them independently of
+      the markers (records with the epoch's header, rows of the epoch's objects), else the
+      rows the markers record, else None;
+    - `counted`: True when `rows` was counted on the data itself, not read from markers;
+    - `at`: when the epoch became visible (seconds since the epoch), if known;
+    - `problems`: what is wrong with the epoch's data (an object missing or changed, a file
+      that no marker lists), each naming the object.
+    """
+
+    epoch: int
+    marker: bool
+    participants: frozenset[str] = frozenset()
+    rows: int | None = None
+    counted: bool = False
+    at: float | None = None
+    problems: tuple[str, ...] = field(default_factory=tuple)
+
+
+@runtime_checkable
+class OperableSink(SinkConnector, Protocol):
+    """A sink the `durable-sinks` command can look into. Every method only reads, and works
+    on a sink opened with `OpenContext(inspect=True)`.
+
+    - `in_doubt()`: every prepared participant of this job and sink, of any generation;
+    - `holdings(first, last)`: what the target holds of each epoch in `first..last` that it
+      holds anything of (epochs it holds nothing of are absent);
+    - `live_generations()`: generations of the job that hold a session on the target now
+      (a coordinator is running), where the target can tell; else empty.
+    """
+
+    def in_doubt(self) -> list[Prepared]: ...
+
+    def holdings(self, first: int, last: int) -> dict[int, Holding]: ...
+
+    def live_generations(self) -> Sequence[int]: ...
+
+
+@runtime_checkable
+class ExpiringSink(SinkConnector, Protocol):
+    """A sink whose markers grow by one per epoch and can be expired: `expire_markers(before)`
+    deletes the markers of epochs below `before`, always keeping the newest one (which
+    `last_committed_epoch` reads), and returns how many it deleted."""
+
+    def expire_markers(self, before_epoch: int) -> int: ...
