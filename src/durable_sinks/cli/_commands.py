@@ -8,6 +8,7 @@ resolve left something); 2 refused or misused (bad settings, a running job witho
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -23,8 +24,27 @@ from durable_sinks.core.errors import DurableSinkError
 from ._jobfile import job_settings
 from ._operator import DEFAULT_LIVE_WINDOW_S, Operator
 
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+#: Width of output that is not a terminal (a pipe, a file, a log): wide enough that tables
+#: of participant names and object keys are not cut.
+PIPE_WIDTH = 250
+
+
+class _Console:
+    """rich's Console, made at each use: the command's output may be redirected after import
+    (tests, wrappers); a terminal gets its own width, anything else PIPE_WIDTH."""
+
+    def __init__(self, stderr: bool = False) -> None:
+        self.stderr = stderr
+
+    def print(self, *objects: Any, markup: bool = False) -> None:
+        stream = sys.stderr if self.stderr else sys.stdout
+        width = None if stream.isatty() else PIPE_WIDTH
+        console = Console(file=stream, highlight=False, width=width, markup=markup)
+        console.print(*objects)
+
+
+out = _Console()
+err = _Console(stderr=True)
 
 
 def _job_options(command: Callable[..., Any]) -> Callable[..., Any]:

@@ -267,6 +267,8 @@ class Operator:
         handles = decision.handles_for(sink.name)
         rows = sum(h.rows for h in handles)
         decided = f"{rows} rows, {len(handles)} part{'s' if len(handles) != 1 else ''}"
+        if holding is None and isinstance(sink, ExpiringSink) and epoch < min(held, default=0):
+            return Check(epoch, sink.name, decided, "marker expired", ())
         if holding is None or not holding.marker:
             problem = "decided, but the sink shows no marker (not committed: run resolve)"
             extra = holding.problems if holding is not None else ()
