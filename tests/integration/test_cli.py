@@ -6,6 +6,7 @@ makes `verify` fail naming the epoch. Secrets come from the environment and neve
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -17,13 +18,14 @@ import psycopg
 import pyarrow as pa
 import pytest
 from click.testing import CliRunner, Result
+from confluent_kafka import Producer
 from psycopg import sql
 
 from durable_sinks.cli import main
 from durable_sinks.coordinator import Coordinator
 from durable_sinks.manifest import LocalDirectoryStore
 from durable_sinks.spark import sink
-from tests.services import PostgresEndpoint, S3Endpoint
+from tests.services import KafkaEndpoint, PostgresEndpoint, S3Endpoint
 from tests.support.s3_target import s3_options
 from tests.support.targets import prepared_gids
 
@@ -235,3 +237,54 @@ def test_the_console_script_is_installed() -> None:
     done = subprocess.run([str(script), "--help"], capture_output=True, text=True, check=True)
     for command in ("status", "inspect", "resolve", "verify", "doctor", "expire"):
         assert command in done.stdout
+
+
+def test_verify_counts_kafka_records_by_their_epoch_header(
+    tmp_path: Path,
+    postgres: PostgresEndpoint,
+    kafka: KafkaEndpoint,
+    pg_schema: str,
+    job_id: str,
+    kafka_topic: str,
+) -> None:
+    table = f"{pg_schema}.events"
+    store = tmp_path / "decisions"
+    kafka_options = {"bootstrap_servers": kafka.bootstrap_servers, "topic": kafka_topic}
+    specs = [
+        sink("postgres", dsn=postgres.conninfo(), table=table, create_table=True),
+        sink("kafka", **kafka_options),
+    ]
+    coordinator = Coordinator(job_id, [s.build() for s in specs], LocalDirectoryStore(store))
+    coordinator.start()
+    for epoch in range(2):
+        coordinator.run_epoch(epoch, [rows(epoch * 10, 10)])
+    coordinator.close()
+    job_file = tmp_path / "job.json"
+    job_file.write_text(
+        json.dumps(
+            {
+                "job_id": job_id,
+                "decision_store": str(store),
+                "sinks": [
+                    {"kind": "postgres", "dsn": "${PG}", "table": table},
+                    {"kind": "kafka", **kafka_options},
+                ],
+            }
+        )
+    )
+    env = {"PG": postgres.conninfo()}
+    args = ["verify", job_id, "-f", str(job_file)]
+    passed = CliRunner().invoke(main, args, env=env)
+    assert passed.exit_code == 0, passed.output
+    assert "10 rows counted" in passed.output
+    inspect = CliRunner().invoke(main, ["inspect", job_id, "-f", str(job_file)], env=env)
+    assert inspect.exit_code == 0, inspect.output
+    assert "nothing in doubt" in inspect.output
+
+    duplicate = Producer({"bootstrap.servers": kafka.bootstrap_servers})
+    duplicate.produce(kafka_topic, b"{}", headers=[("ds-epoch", b"1")])
+    duplicate.flush(10)
+    failed = CliRunner().invoke(main, args, env=env)
+    assert failed.exit_code == 1, failed.output
+    assert "in epoch(s) [1]" in failed.output
+    assert "the sink holds 11 rows, the decision 10" in failed.output
