@@ -10,7 +10,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -100,8 +99,8 @@ def _toml(value: Any) -> str:
 @pytest.fixture
 def job(
     tmp_path: Path, postgres: PostgresEndpoint, s3: S3Endpoint, pg_schema: str, job_id: str
-) -> Iterator[Job]:
-    yield Job(tmp_path, postgres, s3, pg_schema, job_id)
+) -> Job:
+    return Job(tmp_path, postgres, s3, pg_schema, job_id)
 
 
 def crash_after_decision(job: Job) -> None:
