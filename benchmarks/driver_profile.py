@@ -1,7 +1,7 @@
 """Where a driver-mode micro-batch spends its time: Spark's read, our sinks, the protocol, CPU.
 
     .venv/bin/python -m benchmarks.driver_profile [--rows-per-batch 100000] [--batches 10]
-        [--sinks postgres|kafka|postgres,kafka] [--cprofile FILE]
+        [--sinks postgres|kafka|postgres,kafka] [--cprofile FILE] [--chart PNG]
 
 Needs the test bed's Postgres and Spark (and Kafka for `--sinks kafka`). The same rows as
 benchmarks/spark_end_to_end.py (bigint, text, float8, timestamp; two Parquet files per batch,
@@ -232,6 +232,7 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=10)
     parser.add_argument("--sinks", default="postgres", help="postgres, kafka or postgres,kafka")
     parser.add_argument("--cprofile", type=Path, help="also run ours under cProfile, stats here")
+    parser.add_argument("--chart", type=Path, help="also draw floor vs ours into this PNG")
     args = parser.parse_args()
     kinds = [k for k in args.sinks.split(",") if k]
     servers = ["postgres", "spark"] + (["kafka"] if "kafka" in kinds else [])
@@ -336,20 +337,54 @@ def main() -> None:
         print(f"cProfile statistics: {args.cprofile}")
 
 
+#: Parts that are counts, not milliseconds.
+COUNTS = ("record batches", "tasks")
+
+
+def medians(rows: dict[str, list[Parts]]) -> dict[str, dict[str, float | None]]:
+    """Per part (wall first, then by name), the median of each variant; None where the
+    variant never had that part."""
+    names = sorted({k for parts in rows.values() for run in parts for k in run} - {"wall"})
+    table: dict[str, dict[str, float | None]] = {}
+    for name in ["wall", *names]:
+        table[name] = {}
+        for variant, runs in rows.items():
+            values = [run.get(name, 0.0) for run in runs]
+            table[name][variant] = statistics.median(values) if any(values) else None
+    return table
+
+
 def report(rows: dict[str, list[Parts]], args: argparse.Namespace) -> None:
-    names = sorted({k for parts in rows.values() for run in parts for k in run})
     print(
         f"\n{args.batches} batches of {args.rows_per_batch:,} rows, sinks {args.sinks}; "
-        "medians in ms (counts for 'record batches' and 'tasks')\n"
+        f"medians in ms (counts for {' and '.join(repr(c) for c in COUNTS)})\n"
     )
     print("| part | floor | ours |")
     print("|---|---|---|")
-    for name in ["wall", *[n for n in names if n != "wall"]]:
-        cells = []
-        for variant in ("floor", "ours"):
-            values = [run.get(name, 0.0) for run in rows[variant]]
-            cells.append(f"{statistics.median(values):.1f}" if any(values) else "-")
-        print(f"| {name} | {cells[0]} | {cells[1]} |")
+    table = medians(rows)
+    for name, cells in table.items():
+        shown = [f"{cells[v]:.1f}" if cells[v] is not None else "-" for v in ("floor", "ours")]
+        print(f"| {name} | {shown[0]} | {shown[1]} |")
+    floor, ours = table["wall"]["floor"], table["wall"]["ours"]
+    assert floor is not None
+    assert ours is not None
+    print(f"\nours / floor (wall per batch): {ours / floor:.2f}x")
+    if args.chart is not None:
+        from benchmarks.charts import grouped_bar_chart
+
+        timed = {name: cells for name, cells in table.items() if name not in COUNTS}
+        written = grouped_bar_chart(
+            args.chart,
+            f"Where a driver-mode batch goes: {args.rows_per_batch:,} rows, sinks {args.sinks}, "
+            f"local[2]; medians of {args.batches} batches\n"
+            f"ours / floor (wall per batch) = {ours / floor:.2f}x",
+            list(timed),
+            [(variant, [cells[variant] for cells in timed.values()]) for variant in rows],
+            "ms per batch (CPU: ms of CPU time in the batch)",
+            highlight=["wall"],
+            value_format="{:.1f}",
+        )
+        print(f"chart: {written}")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Where an executor-mode micro-batch spends its time, against driver mode and two floors.
 
     .venv/bin/python -m benchmarks.executor_profile [--rows-per-batch 100000] [--batches 10]
+        [--chart PNG]
 
 Needs the test bed's Postgres and Spark. The same rows as benchmarks/spark_end_to_end.py
 (bigint, text, float8, timestamp; two Parquet files, so two partitions and two tasks on
@@ -140,6 +141,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rows-per-batch", type=int, default=100_000)
     parser.add_argument("--batches", type=int, default=10)
+    parser.add_argument("--chart", type=Path, help="also draw the wall per batch into this PNG")
     args = parser.parse_args()
     testbed = up(["postgres", "spark"])
     spark = testbed.spark.session("executor-profile")
@@ -234,14 +236,29 @@ def report(rows: dict[str, list[Parts]], args: argparse.Namespace) -> None:
             for runs in (floor, ours)
         ]
         print(f"| {name} | {cells[0]} | {cells[1]} |")
-    print(
-        f"\nexecutor mode / driver mode (throughput): "
+    ratios = (
+        f"executor mode / driver mode (throughput): "
         f"{wall['ours, driver mode'] / wall['ours, executor mode']:.2f}x; "
         f"executor floor / driver floor (time): "
         f"{wall['executor floor'] / wall['driver floor']:.2f}x; "
         f"executor floor / ours, driver mode (time): "
         f"{wall['executor floor'] / wall['ours, driver mode']:.2f}x"
     )
+    print(f"\n{ratios}")
+    if args.chart is not None:
+        from benchmarks.charts import bar_chart
+
+        written = bar_chart(
+            args.chart,
+            f"Executor vs driver mode: {args.rows_per_batch:,} rows per batch, local[2], "
+            f"median of {args.batches} batches\n"
+            + ratios.replace("; executor floor / ours", ";\nexecutor floor / ours"),
+            list(wall.items()),
+            "ms per batch (lower is better)",
+            highlight=[name for name in wall if name.startswith("ours")],
+            references=[("driver floor", wall["driver floor"])],
+        )
+        print(f"chart: {written}")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """The Kafka sink in exactly-once mode vs a plain idempotent, non-transactional producer.
 
     .venv/bin/python -m benchmarks.kafka_sink [--records 1000000] [--epoch-records 100000]
+        [--rounds 6] [--small-epochs 300] [--chart PNG]
 
 Needs the test bed's Kafka (`python -m tests.services up kafka`). The same records (a 16-byte
 key and a 200-byte value each, plus the `ds-epoch` header) go to a fresh two-partition topic:
@@ -134,6 +135,7 @@ def main() -> None:
     parser.add_argument("--small-epochs", type=int, default=300)
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--settle", type=float, default=2.0, help="seconds of rest before a run")
+    parser.add_argument("--chart", type=Path, help="also draw the ratios into this PNG")
     args = parser.parse_args()
     bootstrap = Testbed.create().kafka.endpoint().bootstrap_servers
     admin = AdminClient({"bootstrap.servers": bootstrap})
@@ -209,6 +211,8 @@ def main() -> None:
             f"ratio ours / {labels[name]} (throughput): best {best[name] / best['ours']:.2f}x, "
             f"median {middle[name] / middle['ours']:.2f}x"
         )
+    if args.chart is not None:
+        chart(args, times, labels)
     spent = phases[times["ours"].index(best["ours"])]
     print(
         "ours, best round by phase: "
@@ -225,6 +229,35 @@ def main() -> None:
         f"p50 {statistics.median(small_protocol) * 1e3:.1f} ms, "
         f"p99 {percentile(small_protocol, 0.99) * 1e3:.1f} ms"
     )
+
+
+def chart(args: argparse.Namespace, times: dict[str, list[float]], labels: dict[str, str]) -> None:
+    """Ours' throughput as a multiple of each plain producer's: best to best, median to
+    median."""
+    from benchmarks.charts import RATIO, grouped_bar_chart
+
+    others = ("baseline", "produce-only")
+    written = grouped_bar_chart(
+        args.chart,
+        f"Kafka sink, exactly-once, vs a plain idempotent producer: {args.records:,} records, "
+        f"epochs of {args.epoch_records:,}, {args.rounds} rounds\n"
+        "ours' throughput / the producer's (higher is better)",
+        [f"ours / {labels[name]}" for name in others],
+        [
+            ("best / best", [min(times[name]) / min(times["ours"]) for name in others]),
+            (
+                "median / median",
+                [
+                    statistics.median(times[name]) / statistics.median(times["ours"])
+                    for name in others
+                ],
+            ),
+        ],
+        "x the plain producer's throughput",
+        references=[("producer = 1x", 1.0), ("goal 0.9x", 0.9)],
+        value_format=RATIO,
+    )
+    print(f"chart: {written}")
 
 
 if __name__ == "__main__":

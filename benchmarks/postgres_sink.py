@@ -1,6 +1,7 @@
 """The Postgres sink in exactly-once mode vs raw `psql \\copy ... (FORMAT binary)` of the same rows.
 
     .venv/bin/python -m benchmarks.postgres_sink [--rows 1000000] [--epoch-rows 100000]
+        [--rounds 3] [--small-epochs 300] [--chart PNG]
 
 Needs the test bed's Postgres (`python -m tests.services up postgres`). The same rows
 (bigint, text, float8, timestamptz) are encoded once to a binary COPY file for psql; our sink
@@ -140,6 +141,7 @@ def main() -> None:
     parser.add_argument("--epoch-rows", type=int, default=100_000)
     parser.add_argument("--small-epochs", type=int, default=300)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--chart", type=Path, help="also draw the ratios to raw into this PNG")
     args = parser.parse_args()
     dsn = Testbed.create().postgres.endpoint().conninfo()
     work = Path(tempfile.mkdtemp(prefix="ds-pg-bench-"))
@@ -200,7 +202,8 @@ def main() -> None:
         fixed = sum(v for k, v in spent.items() if k != "write")
         print(
             f"ours, exactly-once {mode}: best {best:.2f} s  ({args.rows / best:,.0f} rows/s)"
-            f"  runs {', '.join(f'{t:.2f}' for t in runs)}  ->  {raw_best / best:.2f}x raw"
+            f"  runs {', '.join(f'{t:.2f}' for t in runs)}  ->  {raw_best / best:.2f}x raw "
+            f"(medians: {statistics.median(raw_times) / statistics.median(runs):.2f}x)"
         )
         print(
             f"    COPY (write phase) {spent['write']:.2f} s; per-epoch fixed cost "
@@ -217,9 +220,38 @@ def main() -> None:
     print(
         f"upsert (half the keys exist): {upsert_time:.2f} s ({args.rows / upsert_time:,.0f} rows/s)"
     )
+    if args.chart is not None:
+        chart(args, raw_times, times)
     for name in ("raw", "ours", "small", "upsert"):
         conn.execute(f"DROP TABLE IF EXISTS {SCHEMA}.{name}")
     shutil.rmtree(work, ignore_errors=True)
+
+
+def chart(args: argparse.Namespace, raw: list[float], times: dict[str, list[float]]) -> None:
+    """Each mode's throughput as a multiple of raw psql's: best to best, median to median."""
+    from benchmarks.charts import RATIO, grouped_bar_chart
+
+    labels = {
+        "one-phase": "ours, one-phase (Postgres alone, default)",
+        "two-phase": "ours, two-phase (any multi-sink job)",
+    }
+    written = grouped_bar_chart(
+        args.chart,
+        f"Postgres sink vs psql \\copy binary: {args.rows:,} rows, epochs of "
+        f"{args.epoch_rows:,}, {args.rounds} rounds\nthroughput / raw's (higher is better)",
+        [labels[mode] for mode in times],
+        [
+            ("best / best", [min(raw) / min(runs) for runs in times.values()]),
+            (
+                "median / median",
+                [statistics.median(raw) / statistics.median(runs) for runs in times.values()],
+            ),
+        ],
+        "x raw psql \\copy (FORMAT binary) of the same rows",
+        references=[("raw = 1x", 1.0), ("goal 0.95x", 0.95)],
+        value_format=RATIO,
+    )
+    print(f"chart: {written}")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Per-epoch cost of the exactly-once protocol itself, with a sink that does no I/O.
 
     .venv/bin/python -m benchmarks.protocol_overhead [--epochs 1000] [--history 10000] [--dir D]
+        [--chart PNG]
 
 A no-op sink and the local-directory decision store (fsync on) isolate what the coordinator
 and the store add to every epoch: pre_commit + decision persist + commit ("protocol"), and the
@@ -119,6 +120,7 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=1000)
     parser.add_argument("--history", type=int, default=10_000)
     parser.add_argument("--dir", type=Path, default=None, help="where the stores live")
+    parser.add_argument("--chart", type=Path, help="also draw the p50/p99 table into this PNG")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="ds-bench-", dir=args.dir))
 
@@ -159,6 +161,40 @@ def main() -> None:
     print(f"history cost (protocol p50): {growth * 100:+.1f} %")
     print(f"protocol p50 / baseline p50: {ratio:.2f}x")
     print(f"(filling {args.history} epochs of history took {filling:.1f} s)")
+    if args.chart is not None:
+        chart(args, fresh, aged, fsync_once, ratio)
+
+
+def chart(
+    args: argparse.Namespace, fresh: Timed, aged: Timed, baseline: list[float], ratio: float
+) -> None:
+    """The p50/p99 table as grouped bars: the fresh store, the aged one, the baseline."""
+    from benchmarks.charts import grouped_bar_chart
+
+    def row(timed: Timed) -> list[float | None]:
+        return [
+            percentile(values, q) * 1e3
+            for values in (timed.protocol, timed.whole)
+            for q in (0.5, 0.99)
+        ]
+
+    written = grouped_bar_chart(
+        args.chart,
+        f"Exactly-once protocol per epoch, no-op sink, local-directory store with fsync\n"
+        f"{args.epochs:,} epochs each, interleaved; protocol p50 = {ratio:.2f}x the baseline's",
+        ["protocol p50", "protocol p99", "epoch p50", "epoch p99"],
+        [
+            ("fresh store", row(fresh)),
+            (f"after {args.history:,} epochs", row(aged)),
+            (
+                "baseline: one fsynced create",
+                [percentile(baseline, 0.5) * 1e3, percentile(baseline, 0.99) * 1e3, None, None],
+            ),
+        ],
+        "ms (lower is better)",
+        value_format="{:.2f}",
+    )
+    print(f"chart: {written}")
 
 
 if __name__ == "__main__":

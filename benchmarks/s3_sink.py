@@ -1,6 +1,6 @@
 """Issue 17: our files sink vs Spark's own exactly-once file sink; our S3 sink vs raw boto3.
 
-    .venv/bin/python -m benchmarks.s3_sink            # --only files|s3|all, --rounds 5
+    .venv/bin/python -m benchmarks.s3_sink            # --only files|s3|all, --rounds 5, --chart PNG
 
 Section "files" (`--only files`, the default): whole Spark streaming queries in one `local[2]`
 session over the same micro-batches. The input, 1,000,000 events (id bigint, ts timestamp,
@@ -623,6 +623,9 @@ def files_section(args: argparse.Namespace) -> None:
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)
     report_files(runs, args, input_bytes)
+    chart = chart_path(args, "files")
+    if chart is not None and "spark" in runs:
+        chart_files(runs, args, chart)
     if timings:
         report_profile(timings, args)
     print(f"\nwhole section: {time.perf_counter() - began:.0f} s")
@@ -679,7 +682,12 @@ def report_files(runs: dict[str, list[Run]], args: argparse.Namespace, input_byt
             "triggerExecution medians"
         )
         for variant in ours:
-            print(f"  / {FILE_VARIANTS[variant]}: {_ratios(runs[baseline], runs[variant])}")
+            ratios = _ratios(runs[baseline], runs[variant])
+            print(
+                f"  / {FILE_VARIANTS[variant]}: end to end {ratios[END_TO_END]:.2f}x "
+                f"({ratios[PER_ROUND]:.2f}x), addBatch {ratios['addBatch']:.2f}x, "
+                f"triggerExecution {ratios['triggerExecution']:.2f}x"
+            )
     if "spark-noop" in runs:
         noop = statistics.median(ms for r in runs["spark-noop"] for ms in r.add_batch_ms)
         print(f"\naddBatch over Spark's noop sink (same read, nothing written: {noop:.0f} ms):")
@@ -688,22 +696,56 @@ def report_files(runs: dict[str, list[Run]], args: argparse.Namespace, input_byt
             print(f"  {FILE_VARIANTS[variant]}: +{add - noop:.0f} ms")
 
 
-def _ratios(baseline: list[Run], ours: list[Run]) -> str:
+END_TO_END = "end to end (medians)"
+PER_ROUND = "end to end (median of the rounds' ratios)"
+
+
+def _ratios(baseline: list[Run], ours: list[Run]) -> dict[str, float]:
+    """Baseline's time / ours: end to end (of the medians, and the median of the per-round
+    ratios), and per batch (Spark's addBatch and triggerExecution medians)."""
+
     def median_ms(done: list[Run], name: str) -> float:
         return float(statistics.median(ms for r in done for ms in getattr(r, name)))
 
-    whole = statistics.median(r.seconds for r in baseline) / statistics.median(
-        r.seconds for r in ours
+    return {
+        END_TO_END: statistics.median(r.seconds for r in baseline)
+        / statistics.median(r.seconds for r in ours),
+        PER_ROUND: statistics.median(
+            b.seconds / o.seconds for b, o in zip(baseline, ours, strict=True)
+        ),
+        "addBatch": median_ms(baseline, "add_batch_ms") / median_ms(ours, "add_batch_ms"),
+        "triggerExecution": median_ms(baseline, "trigger_ms") / median_ms(ours, "trigger_ms"),
+    }
+
+
+def chart_files(runs: dict[str, list[Run]], args: argparse.Namespace, path: Path) -> None:
+    """Spark's file sink's time / each of ours (and the floors, if run): > 1, ours faster."""
+    from benchmarks.charts import RATIO, grouped_bar_chart
+
+    ours = [v for v in runs if v in (*OURS, "floor", "floor-executor")]
+    ratios = [_ratios(runs["spark"], runs[variant]) for variant in ours]
+    written = grouped_bar_chart(
+        path,
+        f"Files sink vs Spark's exactly-once file sink: {args.batches} micro-batches of "
+        f"{args.rows_per_batch:,} rows, local[2], {args.rounds} rounds\n"
+        "Spark's time / ours (higher is better: ours faster)",
+        [FILE_VARIANTS[variant] for variant in ours],
+        [(name, [r[name] for r in ratios]) for name in ratios[0]],
+        "x (Spark's file sink's time / ours)",
+        highlight=[FILE_VARIANTS[v] for v in ours if v in OURS],
+        references=[("Spark = 1x = goal", 1.0)],
+        value_format=RATIO,
     )
-    per_round = statistics.median(
-        b.seconds / o.seconds for b, o in zip(baseline, ours, strict=True)
-    )
-    add = median_ms(baseline, "add_batch_ms") / median_ms(ours, "add_batch_ms")
-    trigger = median_ms(baseline, "trigger_ms") / median_ms(ours, "trigger_ms")
-    return (
-        f"end to end {whole:.2f}x ({per_round:.2f}x), addBatch {add:.2f}x, "
-        f"triggerExecution {trigger:.2f}x"
-    )
+    print(f"chart: {written}")
+
+
+def chart_path(args: argparse.Namespace, section: str) -> Path | None:
+    """Where `section`'s chart goes: `--chart` itself when one section runs, else with
+    `-<section>` before its suffix."""
+    path: Path | None = args.chart
+    if path is None or args.only != "all":
+        return path
+    return path.with_name(f"{path.stem}-{section}{path.suffix}")
 
 
 def report_profile(timings: dict[str, list[float]], args: argparse.Namespace) -> None:
@@ -775,6 +817,28 @@ def s3_section(args: argparse.Namespace) -> None:
         f"overlap (encode + raw upload) {encode + median_raw:.3f} s = "
         f"{median_raw / (encode + median_raw):.2f}x"
     )
+    chart = chart_path(args, "s3")
+    if chart is not None:
+        from benchmarks.charts import RATIO, bar_chart
+
+        written = bar_chart(
+            chart,
+            f"S3 sink vs a raw boto3 multipart upload of Parquet encoded beforehand: {rows:,} rows"
+            f", {len(epochs)} epochs, {args.rounds} rounds\nraw's time / ours (medians; higher "
+            "is better)",
+            [
+                ("our S3 sink, exactly-once", median_raw / median_ours),
+                (
+                    "floor: Parquet encoding + raw upload, no overlap",
+                    median_raw / (encode + median_raw),
+                ),
+            ],
+            "x the raw upload's throughput",
+            highlight=["our S3 sink, exactly-once"],
+            references=[("raw = 1x", 1.0), ("goal 0.9x", 0.9)],
+            value_format=RATIO,
+        )
+        print(f"chart: {written}")
 
 
 def _parquet_bytes(table: pa.Table) -> bytes:
@@ -849,6 +913,12 @@ def main() -> None:
         default=10_000,
         help="with --profile: epochs already published when an executor-mode task opens the "
         "files sink (0: skip it)",
+    )
+    parser.add_argument(
+        "--chart",
+        type=Path,
+        help="also draw the ratio table into this PNG (with --only all: one per section, "
+        "named <stem>-files and <stem>-s3)",
     )
     args = parser.parse_args()
     if args.rows_per_batch % args.files_per_batch:

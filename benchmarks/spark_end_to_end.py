@@ -537,7 +537,7 @@ def chart(runs: dict[str, list[Run]], rows: int, args: argparse.Namespace) -> No
     from benchmarks.charts import bar_chart
 
     median = {v: median_batch_ms(done) for v, done in runs.items()}
-    floor = ("floor", median["floor"]) if "floor" in median else None
+    floor = [("floor", median["floor"])] if "floor" in median else []
     written = bar_chart(
         args.chart,
         f"Per micro-batch of {args.rows_per_batch:,} rows ({rows:,} in all), {where(args)}\n"
@@ -545,7 +545,7 @@ def chart(runs: dict[str, list[Run]], rows: int, args: argparse.Namespace) -> No
         [(VARIANTS[v], ms) for v, ms in median.items()],
         "ms per micro-batch (lower is better)",
         highlight=[VARIANTS[v] for v in median if "-ours-" in v],
-        reference=floor,
+        references=floor,
     )
     print(f"chart: {written}")
 
