@@ -287,3 +287,38 @@ def test_verify_counts_kafka_records_by_their_epoch_header(
     assert failed.exit_code == 1, failed.output
     assert "in epoch(s) [1]" in failed.output
     assert "the sink holds 11 rows, the decision 10" in failed.output
+
+
+def test_files_sink_staging_and_counted_rows(tmp_path: Path, job_id: str) -> None:
+    store, folder = tmp_path / "decisions", tmp_path / "out"
+    coordinator = Coordinator(
+        job_id, [sink("files", path=str(folder)).build()], LocalDirectoryStore(store)
+    )
+    coordinator.start()
+    coordinator.run_epoch(0, [rows(0, 7)])
+    steps = coordinator.epoch_steps(1, [rows(7, 3)])
+    for step in steps:
+        if step == "after-decision":
+            break
+    steps.close()
+    coordinator.close()
+    args = [job_id, "--kind", "files", "-o", f"path={folder}", "--store", str(store)]
+
+    inspect = CliRunner().invoke(main, ["inspect", *args])
+    assert inspect.exit_code == 0, inspect.output
+    assert "staging folder" in inspect.output
+    assert "decided by generation 1: commit" in inspect.output
+    applied = CliRunner().invoke(main, ["resolve", *args, "--apply", "--force"])
+    assert applied.exit_code == 0, applied.output
+    assert "committed 1, rolled back 0" in applied.output
+    verify = CliRunner().invoke(main, ["verify", *args])
+    assert verify.exit_code == 0, verify.output
+    assert "3 rows counted" in verify.output
+
+    (part,) = (folder / "epoch=0").glob("part=*")
+    (original,) = part.glob("*.parquet")
+    (part / "copy.parquet").write_bytes(original.read_bytes())
+    failed = CliRunner().invoke(main, ["verify", *args])
+    assert failed.exit_code == 1, failed.output
+    assert "in epoch(s) [0]" in failed.output
+    assert "hold 14 rows, its marker 7" in failed.output
