@@ -81,7 +81,7 @@ class Families:
         )
         self.bytes = Counter(
             PREFIX + "bytes",
-            "Bytes each sink reported writing in committed epochs (its encoded size)",
+            "Bytes written into each sink in committed epochs, as the sink counts them",
             ["job", "sink"],
             registry=registry,
         )
