@@ -117,20 +117,34 @@ def test_the_metrics_endpoint_shows_the_counters_moving_during_a_running_query(
     assert postgres_ids(dsn, table) == list(range(25))
     assert writer.totals.epochs_committed == 2
 
+    # Spark replays batch 1 (it had landed): counted as already committed, nothing written.
+    writer(spark.read.schema("id LONG, body STRING").json(str(source / "part-1.json")), 1)
+    third = scrape(port)
+    assert value(third, "durable_sinks_epochs_already_committed_total", **job) == 1
+    assert value(third, "durable_sinks_epochs_committed_total", **job) == 2
+    assert value(third, "durable_sinks_rows_total", **rows) == 25
+    assert value(third, "durable_sinks_last_committed_epoch", **job) == 1
+    assert value(third, "durable_sinks_epoch_phase_seconds_count", **job, phase="total") == 3
+
     # No secret in what is served or logged: not the DSN, not its password.
     assert postgres.password not in second
     assert dsn not in second
     records = [r for r in caplog.records if r.name == "durable_sinks.epochs"]
-    assert [r.ds_epoch_record["epoch"] for r in records] == [0, 1]  # type: ignore[attr-defined]
+    facts = [json.loads(r.ds_epoch_json) for r in records]  # type: ignore[attr-defined]
+    assert [(f["epoch"], f["outcome"]) for f in facts] == [
+        (0, "committed"),
+        (1, "committed"),
+        (1, "already-committed"),
+    ]
     for record in records:
         facts = json.loads(record.ds_epoch_json)  # type: ignore[attr-defined]
-        assert facts["outcome"] == "committed"
         assert facts["job"] == job_id
         assert postgres.password not in record.ds_epoch_json  # type: ignore[attr-defined]
         assert postgres.password not in record.getMessage()
     assert [json.loads(r.ds_epoch_json)["rows"] for r in records] == [  # type: ignore[attr-defined]
         {"postgres": 10},
         {"postgres": 15},
+        {},
     ]
 
 

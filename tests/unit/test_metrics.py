@@ -145,6 +145,16 @@ def test_totals_add_field_by_field_and_counters_read_replay_mismatches_when_pres
     assert set(COUNTERS) == set(counters(summed, failed_batches=0, failed_attempts=0))
 
 
+def test_the_observer_keeps_the_counters_of_the_coordinators_it_saw_closed() -> None:
+    observer = BatchObserver("orders", "driver")
+    assert observer.totals(None) == JobTotals()
+    observer.closed(JobTotals(epochs_committed=3, epochs_failed=1, recovered_rollbacks=2))
+    observer.closed(JobTotals(epochs_committed=1))
+    now = observer.totals(JobTotals(epochs_committed=2, recovered_commits=1))
+    assert (now.epochs_committed, now.epochs_failed) == (6, 1)
+    assert (now.recovered_commits, now.recovered_rollbacks) == (1, 2)
+
+
 def test_increments_are_what_each_counter_grew_by() -> None:
     assert increments({}, {"a": 2, "b": 0}) == {"a": 2}
     assert increments({"a": 2, "b": 1}, {"a": 5, "b": 1}) == {"a": 3}

@@ -146,7 +146,10 @@ class DurableBatchWriter:
     def totals(self) -> JobTotals:
         """JobTotals summed over every coordinator this writer started (a ride-out or a failed
         call replaces the coordinator, whose own counters start at 0)."""
-        return self._observer.totals(self._coordinator.totals if self._coordinator else None)
+        return self._observer.totals(self._current_totals())
+
+    def _current_totals(self) -> JobTotals | None:
+        return None if self._coordinator is None else self._coordinator.totals
 
     @property
     def metrics_port(self) -> int | None:
@@ -222,7 +225,7 @@ class DurableBatchWriter:
                 attempts=self.failed_attempts - attempts_before + 1,
                 failed_attempts=self.failed_attempts,
                 generation=self._generation,
-                current=self._coordinator.totals if self._coordinator else None,
+                current=self._current_totals(),
                 recovery=self.recovery,
                 error=error,
             )
