@@ -35,8 +35,6 @@ PHASE_BUCKETS = (
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
     120.0, 300.0,
 )  # fmt: skip
-#: The histogram's phases: the coordinator's, then the whole call.
-HISTOGRAM_PHASES = (*PHASES, TOTAL)
 
 #: The counters labelled by job (name without the prefix and `_total`: the help text).
 COUNTERS = {
