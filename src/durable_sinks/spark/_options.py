@@ -60,6 +60,9 @@ class JobOptions:
       the query fails with OutageError (default 120 s; 0: fail at the first error).
     - commit_retry: how the coordinator retries one commit or rollback call in place (a few
       seconds, same connection) before the attempt counts as failed and riding out takes over.
+    - metrics_port: serve Prometheus metrics on this port of the driver (needs the `metrics`
+      extra; 0: any free port, logged; writers of one process given one port share one
+      endpoint, labelled by job). None (default): no endpoint. See _prometheus.py.
     """
 
     job_id: str
@@ -73,6 +76,7 @@ class JobOptions:
     concurrent_writes: bool = True
     outage_tolerance_s: float = DEFAULT_OUTAGE_TOLERANCE_S
     commit_retry: RetryPolicy = field(default_factory=RetryPolicy)
+    metrics_port: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.job_id, str):
@@ -126,6 +130,16 @@ class JobOptions:
                 job=self.job_id,
                 fix=f"leave the default ({DEFAULT_OUTAGE_TOLERANCE_S:g}), give e.g. 300 to ride "
                 "out longer outages, or 0 to fail at the first error",
+            )
+        port = self.metrics_port
+        if port is not None and (
+            isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535
+        ):
+            raise ConfigError(
+                f"metrics_port must be a TCP port (0 to 65535) or None, not {port!r}",
+                job=self.job_id,
+                fix="metrics_port=9464 (any free port of the driver; 0: one chosen for you, "
+                "logged at start), or leave it out for no metrics endpoint",
             )
         if not isinstance(self.retain_epochs, int) or self.retain_epochs < 1:
             raise ConfigError(

@@ -14,7 +14,13 @@ from contextlib import closing
 from typing import Any
 
 from durable_sinks import sinks
-from durable_sinks.coordinator import Coordinator, EpochResult, OutagePolicy, RecoveryReport
+from durable_sinks.coordinator import (
+    Coordinator,
+    EpochResult,
+    JobTotals,
+    OutagePolicy,
+    RecoveryReport,
+)
 from durable_sinks.core import SinkConnector
 from durable_sinks.core.errors import ConfigError, DurableSinkError, UnreachableError, UsageError
 from durable_sinks.core.joblog import JobLogger
@@ -23,6 +29,7 @@ from durable_sinks.core.settings import unknown_option
 from ._arrow import ResultTooLargeError, chunked_batches, streamed_batches
 from ._build import build_coordinator, check_job, close_quietly
 from ._executor import prepare_on_executors
+from ._observe import BatchObserver
 from ._options import DriverRead, JobOptions, job_option_names
 from ._session import batch_properties, is_connect
 from ._shipping import shipped
@@ -57,6 +64,9 @@ class DurableBatchWriter:
 
     An error raised by a batch is logged once at ERROR (class, message, fix, with the job and
     epoch) before Spark wraps it in its own StreamingQueryException, and kept as `last_error`.
+    Every call logs one INFO record on `durable_sinks.epochs`, the batch's facts in its extras;
+    with `metrics_port` a Prometheus endpoint (started here, or by a Spark Connect copy's first
+    batch) is updated after each call (_observe.py, _prometheus.py). Neither fails a batch.
 
     Under Spark Connect (the active session is a remote one) foreachBatch runs on the Connect
     server, in a Python process of its own, with a pickled copy of this writer. Construction on
@@ -101,6 +111,7 @@ class DurableBatchWriter:
         if is_connect(session):
             self._check_from_client()
         else:
+            self._observer.serve(options.metrics_port)
             self._start()
         if not self._workers_checked:
             try:
@@ -128,7 +139,23 @@ class DurableBatchWriter:
         finally:  # a start that failed after claiming its generation still claimed it
             self._generation = coordinator.claimed_generation or self._generation
         self._coordinator = coordinator
+        self._observer.started(self.recovery)
         return coordinator
+
+    @property
+    def totals(self) -> JobTotals:
+        """JobTotals summed over every coordinator this writer started (a ride-out or a failed
+        call replaces the coordinator, whose own counters start at 0)."""
+        return self._observer.totals(self._current_totals())
+
+    def _current_totals(self) -> JobTotals | None:
+        return None if self._coordinator is None else self._coordinator.totals
+
+    @property
+    def metrics_port(self) -> int | None:
+        """The port of the Prometheus endpoint (the chosen one for metrics_port=0); None
+        without one, or before a Spark Connect copy's first batch."""
+        return None if self._observer.metrics is None else self._observer.metrics.port
 
     def _check_from_client(self) -> None:
         """Spark Connect: check the job's configuration and servers from the client, without
@@ -163,19 +190,47 @@ class DurableBatchWriter:
         with self._lock:
             coordinator, self._coordinator = self._coordinator, None
             if coordinator is not None:
+                self._observer.closed(coordinator.totals)
                 close_quietly(coordinator)
 
     # -- foreachBatch --------------------------------------------------------------------------
     def __call__(self, df: Any, batch_id: int) -> None:
         epoch = int(batch_id)
         with self._lock:
+            started, attempts = time.perf_counter(), self.failed_attempts
             try:
-                self._write(df, epoch)
+                result = self._write(df, epoch)
             except BaseException as exc:
                 self.last_error = exc
                 self._report(exc, epoch)
+                self._observe(epoch, None, time.perf_counter() - started, attempts, exc)
                 raise
             self.last_error = None
+            self._observe(epoch, result, time.perf_counter() - started, attempts)
+
+    def _observe(
+        self,
+        epoch: int,
+        result: EpochResult | None,
+        seconds: float,
+        attempts_before: int,
+        error: BaseException | None = None,
+    ) -> None:
+        """The call's record and metrics (_observe.py); a failure there is only logged."""
+        try:
+            self._observer.batch(
+                epoch,
+                result,
+                seconds=seconds,
+                attempts=self.failed_attempts - attempts_before + 1,
+                failed_attempts=self.failed_attempts,
+                generation=self._generation,
+                current=self._current_totals(),
+                recovery=self.recovery,
+                error=error,
+            )
+        except Exception as exc:  # noqa: BLE001 - the batch is done: never fail it for this
+            self.log.bind(epoch=epoch).warning("could not record the batch: %r", exc)
 
     def _report(self, exc: BaseException, epoch: int) -> None:
         """Log a batch's failure once, our error's class, message and fix first: Spark shows
@@ -186,12 +241,12 @@ class DurableBatchWriter:
         elif isinstance(exc, Exception):
             log.error("batch failed: unexpected %s: %s", type(exc).__name__, exc, exc_info=exc)
 
-    def _write(self, df: Any, epoch: int) -> None:
+    def _write(self, df: Any, epoch: int) -> EpochResult:
         log = self.log.bind(epoch=epoch)
         self._check_query(df, epoch)
         if not self._workers_checked:
             self._check_workers(df.sparkSession)
-        started = time.perf_counter()
+        self._observer.serve(self.options.metrics_port)  # a Connect copy's: before writing
         self._riding_from = None
         result = self._outage.ride(
             lambda: self._attempt(df, epoch),
@@ -200,13 +255,7 @@ class DurableBatchWriter:
             where=self._where,
         )
         self.last_result = result
-        log.info(
-            "%s: %s rows in %.1f ms (protocol %.1f ms)",
-            result.outcome.value,
-            sum(result.metrics.rows.values()),
-            (time.perf_counter() - started) * 1e3,
-            result.metrics.protocol_seconds * 1e3,
-        )
+        return result
 
     def _attempt(self, df: Any, epoch: int) -> EpochResult:
         """One attempt at the batch, with the current coordinator or a new one (which fences
@@ -329,6 +378,8 @@ class DurableBatchWriter:
         """The state a writer starts with (after construction, or unpickled elsewhere): no
         coordinator, no query bound, no results."""
         self.log = JobLogger(self.options.job_id, component="spark")
+        #: The record per batch, the counters across coordinators, the metrics endpoint.
+        self._observer = BatchObserver(self.options.job_id, self.options.execution)
         self.last_result = None
         self.last_error = None
         self.recovery = None
