@@ -66,9 +66,10 @@ demo: install
 	$(PY) docs/demo.py $(DEMO_ARGS)
 
 # Every benchmark in turn (benchmarks/run_all.py; docs/benchmarks.md), each drawing its ratio
-# chart into docs/img/; a progress line before and after each ("[3/9] kafka_sink: ... (12m05s
-# since the start)") and a summary. About 45 minutes; BENCH_ARGS="--quick" for the modest
-# sizes the docs' charts come from, "--only kafka_sink,postgres_sink" for some, "--list".
+# chart into docs/img/; a progress line before and after each ("[3/8] kafka_sink: done in
+# 1m34s (2m47s since the start)") and a summary. An estimated 15 minutes; BENCH_ARGS="--quick"
+# for the modest sizes the docs' charts come from (6 minutes without spark_end_to_end),
+# "--only kafka_sink,postgres_sink" for some, "--list" for the commands.
 bench: install
 	$(PY) -m benchmarks.run_all $(BENCH_ARGS)
 

@@ -10,7 +10,8 @@ its time and result, and the exit status is non-zero if any failed.
 
 `--quick` runs each with the modest sizes and rounds that docs/benchmarks.md's charts were
 drawn from (2 shared cores: the ratios are measured within one process and stay meaningful,
-absolute times do not); without it, each benchmark's defaults (about 45 minutes in all).
+absolute times do not; spark_end_to_end gets one round, its chart in the docs is from three);
+without it, each benchmark's defaults (an estimated 15 minutes, 6-7 of them spark_end_to_end).
 """
 
 from __future__ import annotations
