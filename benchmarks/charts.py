@@ -7,6 +7,7 @@ ratios alike: `value_format` says how a bar's value is written ("{:.2f}x" for a 
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -24,6 +25,8 @@ Series = tuple[str, Sequence[float | None]]
 ACCENT = "#d9822b"
 PALETTE = ("#4c72b0", ACCENT, "#55a868", "#8172b2", "#937860", "#c44e52")
 RATIO = "{:.2f}x"  # value_format of a ratio chart
+TITLE_WIDTH = 100  # characters per title line (longer lines are wrapped)
+LABEL_WIDTH = 55  # characters per line of a bar's label
 
 
 def bar_chart(
@@ -73,8 +76,9 @@ def grouped_bar_chart(
             raise ValueError(f"series {name!r} has {len(values)} values for {len(labels)} labels")
     count = len(series)
     thickness = 0.8 / count
-    legend = 0.35 if count > 1 else 0.0  # inches under the axes for the legend
-    height = 1.0 + legend + len(labels) * (0.22 + 0.2 * count)
+    legend = 0.3 if count > 1 else 0.0  # inches under the axes for the legend
+    lines = sum(len(textwrap.wrap(line, TITLE_WIDTH)) or 1 for line in title.split("\n"))
+    height = 0.75 + 0.17 * lines + legend + len(labels) * (0.22 + 0.2 * count)
     figure, axes = plt.subplots(figsize=(9.5, height), dpi=110)
     drawn: list[float] = []
     for index, (name, values) in enumerate(series):
@@ -90,10 +94,11 @@ def grouped_bar_chart(
         for y, value in zip(ys, widths, strict=True):
             axes.text(value, y, " " + value_format.format(value), va="center", fontsize=7.5)
         drawn += widths
-    axes.set_yticks(list(range(len(labels))), labels, fontsize=8.5)
+    shown = [textwrap.fill(label, LABEL_WIDTH) for label in labels]
+    axes.set_yticks(list(range(len(labels))), shown, fontsize=8.5)
     if count > 1:
-        for tick in axes.get_yticklabels():
-            if tick.get_text() in highlight:
+        for label, tick in zip(labels, axes.get_yticklabels(), strict=True):
+            if label in highlight:
                 tick.set_fontweight("bold")
         figure.legend(fontsize=8, loc="lower center", ncol=count, frameon=False)
     # First label on top; room above (and below) the bars for the reference lines' labels.
@@ -101,7 +106,8 @@ def grouped_bar_chart(
     below = 0.6 if len(references) > 1 else 0.0
     axes.set_ylim(len(labels) - 0.5 + below, -0.5 - above)
     axes.set_xlabel(unit)
-    axes.set_title(title, fontsize=10)
+    wrapped = "\n".join(textwrap.fill(line, TITLE_WIDTH) for line in title.split("\n"))
+    axes.set_title(wrapped, fontsize=10)
     for number, (name, value) in enumerate(references):
         axes.axvline(value, color="#555555", linestyle="--", linewidth=1)
         # Alternate the labels above the first and below the last row, so near lines stay legible.

@@ -2,6 +2,7 @@
 restarted whenever it stops, then drained and audited.
 
     python -m tests.soak [--minutes 30] [--interval 20] [--mode driver|executor] [--seed N]
+                         [--progress 60]
     make soak                       (30 minutes; SOAK_ARGS="--minutes 5" for a shorter one)
 
 The job (tests/soak/driver.py) writes Postgres and Kafka (the faults bed's, through Toxiproxy)
@@ -13,7 +14,9 @@ Postgres or Kafka, cut a link. Whenever the driver process ends, the soak starts
 from its checkpoint. At the end: feeding stops, the last driver is killed, a drain run
 (availableNow) processes what is left, and the audit (tests/soak/verdict.py) prints a table
 (also `verdict.md` in the run's folder, `.soak/<run>/`) and exits non-zero on any duplicate,
-loss, leftover, or a kind injected fewer than `--min-per-kind` times.
+loss, leftover, or a kind injected fewer than `--min-per-kind` times. Every `--progress` s
+while the faults go on, a progress line (tests/soak/progress.py): minutes done and left, rows
+fed and landed in Postgres, faults injected, driver starts.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from typing import Any, TextIO
 from tests.services import Testbed, up
 from tests.services._layout import REPO_ROOT
 from tests.soak.faults import KINDS, Schedule, Target
+from tests.soak.progress import Reporter, Snapshot
 from tests.soak.verdict import Audit, Tally
 from tests.spark.streams import write_input
 from tests.support.child_process import start_child
@@ -119,6 +123,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mode", choices=["driver", "executor"], default="driver")
     parser.add_argument("--seed", type=int, default=random.SystemRandom().randrange(10**6))
     parser.add_argument(
+        "--progress", type=float, default=60.0, help="seconds between progress lines"
+    )
+    parser.add_argument(
         "--min-per-kind",
         type=int,
         default=None,
@@ -168,11 +175,25 @@ def main(argv: list[str] | None = None) -> int:
     tally = Tally(kinds=list(KINDS))
     target = Target(bed, cluster, supervisor, rng)
     schedule = Schedule(rng)
+    audit = Audit(bed, s3, plan, folder)
     feeder.start()
     supervisor.start()
     started = time.monotonic()
     deadline = started + args.minutes * 60
-    audit = Audit(bed, s3, plan, folder)
+
+    def snapshot() -> Snapshot:
+        return Snapshot(
+            elapsed=time.monotonic() - started,
+            total=args.minutes * 60,
+            fed=feeder.rows,
+            landed=audit.postgres_rows(),
+            faults=sum(tally.counts.values()),
+            missed=sum(tally.skipped.values()),
+            starts=supervisor.starts,
+        )
+
+    reporter = Reporter(args.progress, snapshot, log)
+    reporter.start()
     try:
         while True:
             wait = args.interval * rng.uniform(0.75, 1.25)
@@ -189,6 +210,8 @@ def main(argv: list[str] | None = None) -> int:
             landed = audit.postgres_rows()
             log(f"fault {sum(tally.counts.values())}: {done}; rows in Postgres so far: {landed}")
     finally:
+        reporter.stop.set()
+        reporter.join()
         feeder.stop.set()
         feeder.join()
         supervisor.finish()

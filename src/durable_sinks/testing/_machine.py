@@ -58,6 +58,7 @@ from durable_sinks.coordinator import Coordinator, EpochOutcome
 from durable_sinks.core.errors import DurableSinkError
 from durable_sinks.manifest import DecisionRecord
 
+from ._progress import ExampleProgress
 from ._scenario import (
     EXAMPLES_ENV,
     Crash,
@@ -118,6 +119,8 @@ class SinkContractMachine(RuleBasedStateMachine):
     make_scenario: Callable[[], Scenario]
     #: Where the run's statistics are counted (shared by every example of a run).
     stats: ConformanceStats = ConformanceStats()
+    #: Progress lines of a long run (`DS_CONFORMANCE_PROGRESS`), shared like `stats`.
+    progress: ExampleProgress | None = None
 
     def __init__(self) -> None:
         super().__init__()
@@ -381,6 +384,8 @@ class SinkContractMachine(RuleBasedStateMachine):
                 with contextlib.suppress(Exception):
                     coordinator.close()
         finally:
+            if self.progress is not None:
+                self.progress.example_done(counted=_counts_as_an_example())
             self.scenario.cleanup()
             # What the example's coordinators held may still sit in reference cycles (e.g. an
             # error's traceback and the sink that raised it): free it now, not at the
@@ -388,6 +393,19 @@ class SinkContractMachine(RuleBasedStateMachine):
             # hold client handles for long (each librdkafka client takes one of the process's
             # 1,024 thread-local keys; the next client then fails to start).
             gc.collect()
+
+
+def _counts_as_an_example() -> bool:
+    """Whether hypothesis counts the example ending now towards `max_examples`: not when a
+    draw overran its data or was rejected (it stopped the example early, with that status);
+    a finished example's status is set only after its teardown."""
+    try:
+        from hypothesis.control import current_build_context
+
+        status = current_build_context().data.status
+    except Exception:  # noqa: BLE001 - progress only: count it
+        return True
+    return getattr(status, "name", "VALID") in ("VALID", "INTERESTING")
 
 
 def conformance_settings(
@@ -428,13 +446,19 @@ def run_conformance(
     """Run the state machine against fresh scenarios; raise (with the shrunk failing steps)
     if any invariant breaks. Returns what the run exercised."""
     stats = ConformanceStats()
+    chosen = conformance_settings(max_examples, steps=steps, expect_failure=expect_failure)
+    label = getattr(make_scenario, "__qualname__", "conformance")
+    progress = ExampleProgress.from_environment(chosen.max_examples, label)
     machine = type(
         "SinkContractMachineFor",
         (SinkContractMachine,),
-        {"make_scenario": staticmethod(make_scenario), "stats": stats},
+        {"make_scenario": staticmethod(make_scenario), "stats": stats, "progress": progress},
     )
-    run_state_machine_as_test(
-        machine,
-        settings=conformance_settings(max_examples, steps=steps, expect_failure=expect_failure),
-    )
+    outcome = "failed"
+    try:
+        run_state_machine_as_test(machine, settings=chosen)
+        outcome = "passed"
+    finally:
+        if progress is not None:
+            progress.finished(outcome)
     return stats
