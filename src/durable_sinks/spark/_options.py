@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from durable_sinks.coordinator import OutagePolicy, RetryPolicy
+from durable_sinks.coordinator import REPLAY_CHECKS, OutagePolicy, ReplayCheckMode, RetryPolicy
 from durable_sinks.core import DeliveryGuarantee
 from durable_sinks.core.errors import ConfigError
 from durable_sinks.core.settings import check_types, closest, option_names
@@ -60,6 +60,11 @@ class JobOptions:
       the query fails with OutageError (default 120 s; 0: fail at the first error).
     - commit_retry: how the coordinator retries one commit or rollback call in place (a few
       seconds, same connection) before the attempt counts as failed and riding out takes over.
+    - replay_check: when Spark replays a batch whose epoch already committed, compare the
+      replayed rows (count and digest) with the committed ones: "warn" (default: a difference
+      is logged and counted in the coordinator's totals.replay_mismatches), "fail" (raise
+      ReplayMismatchError once the epoch is finished) or "off" (no digest, no check). Driver
+      mode only (docs/guide.md, "Replay check").
     """
 
     job_id: str
@@ -73,6 +78,7 @@ class JobOptions:
     concurrent_writes: bool = True
     outage_tolerance_s: float = DEFAULT_OUTAGE_TOLERANCE_S
     commit_retry: RetryPolicy = field(default_factory=RetryPolicy)
+    replay_check: ReplayCheckMode = "warn"
 
     def __post_init__(self) -> None:
         if not isinstance(self.job_id, str):
@@ -126,6 +132,13 @@ class JobOptions:
                 job=self.job_id,
                 fix=f"leave the default ({DEFAULT_OUTAGE_TOLERANCE_S:g}), give e.g. 300 to ride "
                 "out longer outages, or 0 to fail at the first error",
+            )
+        if self.replay_check not in REPLAY_CHECKS:
+            raise ConfigError(
+                f"replay_check {self.replay_check!r} is not one of {list(REPLAY_CHECKS)}",
+                job=self.job_id,
+                fix="replay_check='warn' (the default: log and count a replayed batch whose rows "
+                "differ from the committed ones), 'fail' (stop the query) or 'off'",
             )
         if not isinstance(self.retain_epochs, int) or self.retain_epochs < 1:
             raise ConfigError(
