@@ -215,8 +215,19 @@ def _validity(column: pa.Array) -> np.ndarray[Any, np.dtype[np.uint8]] | None:
     bitmap = column.buffers()[0]
     if bitmap is None:  # (unions, run-end encoded: no validity buffer of their own)
         return np.asarray(column.is_valid().to_numpy(zero_copy_only=False), dtype=np.uint8)
-    bits = np.unpackbits(np.frombuffer(bitmap, dtype=np.uint8), bitorder="little")
-    return bits[column.offset : column.offset + len(column)]
+    return _bits(bitmap, column.offset, len(column))
+
+
+def _bits(buffer: pa.Buffer, offset: int, count: int) -> np.ndarray[Any, np.dtype[np.uint8]]:
+    """Bits `offset` to `offset + count` of a bitmap, one byte (0 or 1) each."""
+    import numpy as np
+
+    first = offset // 8
+    packed = np.frombuffer(buffer, dtype=np.uint8)[first : (offset + count + 7) // 8]
+    start = offset - 8 * first
+    result: np.ndarray[Any, np.dtype[np.uint8]]
+    result = np.unpackbits(packed, bitorder="little")[start : start + count]
+    return result
 
 
 def _words(column: pa.Array, key: int) -> list[U64]:
@@ -231,9 +242,7 @@ def _words(column: pa.Array, key: int) -> list[U64]:
     if pa.types.is_dictionary(t):
         return _words(column.dictionary_decode(), key)
     if pa.types.is_boolean(t):
-        bits = np.frombuffer(column.buffers()[1], dtype=np.uint8)
-        unpacked = np.unpackbits(bits, bitorder="little")[column.offset : column.offset + n]
-        return [unpacked.astype(np.uint64)]
+        return [_bits(column.buffers()[1], column.offset, n).astype(np.uint64)]
     if pa.types.is_floating(t):
         values = _fixed(column, t.byte_width).view(f"<f{t.byte_width}").astype(np.float64)
         values += 0.0  # -0.0 becomes 0.0
