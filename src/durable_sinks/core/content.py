@@ -339,9 +339,11 @@ def _binary_words(column: pa.Array) -> U64:
     first, size = int(offsets[0]), int(offsets[-1] - offsets[0])
     offsets -= first
     lengths = np.diff(offsets)
+    valid = _validity(column)
+    if valid is not None:
+        lengths *= valid  # (the bytes a null may hide are not read)
     result = lengths.astype(np.uint64)
     result *= np.uint64(_LENGTH)
-    valid = _validity(column)
     known = lengths if valid is None else lengths[valid.view(bool)]
     if not size or not known.size:
         return result
