@@ -10,11 +10,13 @@ from ._coordinator import Coordinator, EpochOutcome, EpochResult
 from ._metrics import EpochMetrics, JobTotals
 from ._outage import OutagePolicy
 from ._recovery import RecoveryReport, Resolution, resolve
+from ._replay import REPLAY_CHECKS, ReplayCheckMode
 from ._retry import RetryPolicy
 from ._worker import prepare_part
 from .validation import validate
 
 __all__ = [
+    "REPLAY_CHECKS",
     "Coordinator",
     "EpochMetrics",
     "EpochOutcome",
@@ -22,6 +24,7 @@ __all__ = [
     "JobTotals",
     "OutagePolicy",
     "RecoveryReport",
+    "ReplayCheckMode",
     "Resolution",
     "RetryPolicy",
     "prepare_part",

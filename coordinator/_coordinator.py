@@ -35,8 +35,9 @@ from durable_sinks.manifest import DecisionRecord, DecisionStore
 
 from ._decisions import DecisionBook
 from ._metrics import EpochMetrics, JobTotals
-from ._participants import Participants, brief
+from ._participants import Participants, brief, require_part_of
 from ._recovery import RecoveryReport, Resolution, require_no_newer, resolve
+from ._replay import ReplayCheck
 from ._retry import RetryPolicy
 from .validation import validate
 
@@ -52,7 +53,7 @@ class EpochOutcome(enum.StrEnum):
     COMMITTED = "committed"
     #: The epoch was already decided (Spark replayed a batch that had landed, or a crash
     #: happened after the decision): its decided participants were committed, the data given
-    #: this time was ignored.
+    #: this time was not written (only compared: the replay check).
     ALREADY_COMMITTED = "already-committed"
 
     def __repr__(self) -> str:
@@ -78,6 +79,8 @@ class Coordinator:
     `source` names the stream the epochs come from (e.g. a Spark query id); it is kept in each
     decision, and replaying a decided epoch from another source raises EpochOrderError
     instead of silently keeping the other source's data.
+    `replay_check` ("warn", "fail", "off"): compare a replay of a decided epoch with the rows
+    it committed (driver mode; `_replay`).
     After `run_epoch` returns, every sink holds the epoch's rows exactly once. If it raises:
     - before the decision (any error, incl. FencedError): every participant was rolled back;
       replaying the epoch writes it afresh;
@@ -101,6 +104,7 @@ class Coordinator:
         concurrent_writes: bool = True,
         source: str | None = None,
         on_step: Callable[[str], None] | None = None,
+        replay_check: str = "warn",
     ) -> None:
         if retain_epochs < 1:
             raise ConfigError(
@@ -126,6 +130,7 @@ class Coordinator:
         self.decisions = DecisionBook(job_id, store, self.sinks, None)
         self.participants = Participants(job_id, self.sinks, commit_retry, concurrent_writes)
         self._in_use = threading.Lock()
+        self.replay = ReplayCheck(job_id, replay_check)
 
     def __repr__(self) -> str:
         names = ", ".join(s.name for s in self.sinks)
@@ -304,8 +309,10 @@ class Coordinator:
             log.info("already decided by generation %d: finishing it", decided.generation)
             yield from self._finish(decided, metrics)
             self.totals.epochs_skipped += 1
+            self.replay.check(decided, batches, self.totals, log)
             return self._result(EpochOutcome.ALREADY_COMMITTED, decided, metrics)
 
+        tally = self.replay.tally()
         last = self.decisions.last
         ordered = [s for s in self.sinks if s is not last] + ([last] if last is not None else [])
         begun: list[SinkConnector] = []
@@ -319,12 +326,13 @@ class Coordinator:
                     begun.append(sink)
             for sink in ordered:
                 yield f"after-begin:{sink.name}"
-            yield from self.participants.write(epoch, ordered, batches, metrics)
+            yield from self.participants.write(epoch, ordered, tally.through(batches), metrics)
             for sink in ordered:
                 with metrics.phase("pre_commit"):
                     handles[sink.name] = sink.pre_commit(epoch)
                 yield f"after-pre-commit:{sink.name}"
             record = self._record(epoch, generation, [handles[s.name] for s in ordered])
+            record = tally.recorded(record)
             with metrics.phase("decision"):
                 if last is None:
                     winner = self.store.put(record)
@@ -340,6 +348,7 @@ class Coordinator:
             self.participants.undo(epoch, begun, handles, log)
             self.decisions.check_source(winner, self.source)
             yield from self._finish(winner, metrics)
+            self.replay.compare(winner, record.content, self.totals, log)
             return self._result(EpochOutcome.ALREADY_COMMITTED, winner, metrics)
         yield from self._finish(record, metrics)
         self.decisions.expire(epoch, self.retain_epochs, metrics, log)
@@ -375,7 +384,7 @@ class Coordinator:
             with metrics.phase("write"):
                 handles = list(prepare(generation))
             for handle in handles:
-                self._require_part_of(epoch, handle, order)
+                require_part_of(self.job_id, epoch, handle, order)
                 metrics.rows[handle.sink] = metrics.rows.get(handle.sink, 0) + handle.rows
                 metrics.bytes[handle.sink] = metrics.bytes.get(handle.sink, 0) + handle.bytes
             metrics.batches = len(handles)
@@ -398,15 +407,6 @@ class Coordinator:
             else EpochOutcome.ALREADY_COMMITTED
         )
         return self._committed(outcome, record, metrics, log)
-
-    def _require_part_of(self, epoch: int, handle: CommitHandle, order: dict[str, int]) -> None:
-        if handle.sink not in order or handle.epoch != epoch:
-            raise UsageError(
-                f"a worker returned participant {handle.participant} of sink {handle.sink!r}, "
-                f"epoch {handle.epoch}: not a part of this epoch",
-                job=self.job_id,
-                epoch=epoch,
-            )
 
     def _at_least_once_steps(
         self, epoch: int, batches: Iterable[pa.RecordBatch]

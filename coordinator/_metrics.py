@@ -52,3 +52,6 @@ class JobTotals:
     bytes: int = 0
     recovered_commits: int = 0
     recovered_rollbacks: int = 0
+    #: Replays of decided epochs whose rows differed from the committed ones (the replay
+    #: check, coordinator/_replay.py): a non-deterministic query.
+    replay_mismatches: int = 0

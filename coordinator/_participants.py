@@ -13,6 +13,7 @@ from durable_sinks.core.errors import (
     DurableSinkError,
     FencedError,
     SchemaMismatchError,
+    UsageError,
 )
 from durable_sinks.core.joblog import JobLogger
 from durable_sinks.core.naming import ParticipantName
@@ -217,6 +218,18 @@ def _counted(written: Written, metrics: EpochMetrics) -> str:
 
 def brief(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
+
+
+def require_part_of(job: str, epoch: int, handle: CommitHandle, order: dict[str, int]) -> None:
+    """UsageError unless `handle` (returned by a worker) is a part of epoch `epoch` of one of
+    the sinks in `order`."""
+    if handle.sink not in order or handle.epoch != epoch:
+        raise UsageError(
+            f"a worker returned participant {handle.participant} of sink {handle.sink!r}, "
+            f"epoch {handle.epoch}: not a part of this epoch",
+            job=job,
+            epoch=epoch,
+        )
 
 
 def _require_record_batch(batch: object, job: str, epoch: int) -> None:

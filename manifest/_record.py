@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from durable_sinks.core.content import ContentSummary
 from durable_sinks.core.errors import ManifestCorruptError
 from durable_sinks.core.protocol import JSON, CommitHandle
 
@@ -27,6 +28,12 @@ class DecisionRecord:
     `source` identifies the stream whose data the epoch holds (e.g. a Spark query's id, which
     its checkpoint keeps across restarts); None when the caller does not say. A replay of a
     decided epoch by a different source is another query writing under the same job id.
+
+    `content` summarises the rows the epoch was given (count and order-independent digest,
+    durable_sinks.core.content): a replay of the epoch is compared with it (the replay check).
+    None when not computed (executor mode, at least once, replay_check="off", or a record
+    written before it existed): such an epoch's replays are not checked. It does not take
+    part in comparing records.
     """
 
     job_id: str
@@ -35,6 +42,7 @@ class DecisionRecord:
     handles: tuple[CommitHandle, ...]
     created_at: float = field(default_factory=time.time, compare=False)
     source: str | None = None
+    content: ContentSummary | None = field(default=None, compare=False)
 
     def participants(self) -> frozenset[tuple[str, str]]:
         """(sink, participant name) of every participant the epoch commits."""
@@ -72,6 +80,8 @@ class DecisionRecord:
         }
         if self.source is not None:
             data["source"] = self.source
+        if self.content is not None:
+            data["content"] = self.content.to_json()
         return data
 
     @classmethod
@@ -84,6 +94,11 @@ class DecisionRecord:
                 created_at=float(data["created_at"]),
                 handles=tuple(CommitHandle.from_json(h) for h in data["handles"]),
                 source=None if data.get("source") is None else str(data["source"]),
+                content=(
+                    None
+                    if data.get("content") is None
+                    else ContentSummary.from_json(data["content"])
+                ),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ManifestCorruptError(f"{source}: malformed decision record ({exc!r})") from exc

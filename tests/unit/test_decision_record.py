@@ -66,3 +66,25 @@ def test_handle_json_round_trip_and_version_check() -> None:
         CommitHandle.from_json({**handle.to_json(), "version": 2})
     with pytest.raises(ManifestCorruptError, match="malformed"):
         CommitHandle.from_json({"version": 1, "sink": "x"})
+
+
+def test_the_content_summary_round_trips_and_is_optional() -> None:
+    from durable_sinks.core.content import ContentSummary
+
+    plain = record()
+    assert "content" not in plain.to_json()  # records written before it parse as before
+    summarised = DecisionRecord(
+        "j", 3, 1, plain.handles, created_at=1.5, content=ContentSummary(20, "00ff00ff00ff00ff")
+    )
+    assert summarised.to_json()["content"] == {
+        "rows": 20,
+        "digest": "00ff00ff00ff00ff",
+        "algorithm": "rowsum64-1",
+    }
+    copy = DecisionRecord.from_bytes(summarised.to_bytes(), source="test")
+    assert copy.content == summarised.content
+    assert DecisionRecord.from_json(plain.to_json()).content is None
+    assert summarised == plain  # the summary does not take part in comparing decisions
+    damaged = {**summarised.to_json(), "content": {"digest": "x"}}
+    with pytest.raises(ManifestCorruptError, match="malformed"):
+        DecisionRecord.from_json(damaged, source="test")

@@ -13,6 +13,8 @@ executors back to the driver).
     ├── SchemaMismatchError          the data does not fit the sink (not retriable)
     ├── BatchChangedError            a batch's rows changed while it was being read (a
     │                                non-deterministic recomputation); nothing was committed
+    ├── ReplayMismatchError          a replayed batch's rows differ from those its epoch
+    │                                committed (replay_check="fail"); the committed rows stay
     ├── TransientError               a call may succeed if retried (timeouts, lost connections)
     │   ├── UnreachableError         a server could not be reached (refused, timed out, name
     │   │                            not resolved); credentials it refuses are a ConfigError
@@ -117,6 +119,14 @@ class BatchChangedError(DurableSinkError):
     """The batch gave different rows on two reads (e.g. a cached partition was lost and
     recomputed by a non-deterministic query). Raised before the decision: nothing commits,
     and the epoch's replay writes it afresh."""
+
+
+class ReplayMismatchError(DurableSinkError):
+    """Spark replayed a batch whose epoch was already committed, and the replayed rows differ
+    from the committed ones (row count or digest, see durable_sinks.core.content): the query
+    is not deterministic. Raised only with replay_check="fail", after the epoch was finished:
+    the committed rows stay exactly as they were, the replay's were not written. Not
+    retriable: the same replay gives the same difference."""
 
 
 class TransientError(DurableSinkError):

@@ -73,4 +73,5 @@ def build_coordinator(
         concurrent_writes=options.concurrent_writes,
         source=source,
         on_step=on_step,
+        replay_check=options.replay_check,
     )

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from durable_sinks.coordinator import OutagePolicy, RetryPolicy
+from durable_sinks.coordinator import REPLAY_CHECKS, OutagePolicy, ReplayCheckMode, RetryPolicy
 from durable_sinks.core import DeliveryGuarantee
 from durable_sinks.core.errors import ConfigError
 from durable_sinks.core.settings import check_types, closest, option_names
@@ -63,6 +63,11 @@ class JobOptions:
     - metrics_port: serve Prometheus metrics on this port of the driver (needs the `metrics`
       extra; 0: any free port, logged; writers of one process given one port share one
       endpoint, labelled by job). None (default): no endpoint. See _prometheus.py.
+    - replay_check: when Spark replays a batch whose epoch already committed, compare the
+      replayed rows (count and digest) with the committed ones: "warn" (default: a difference
+      is logged and counted in the coordinator's totals.replay_mismatches), "fail" (raise
+      ReplayMismatchError once the epoch is finished) or "off" (no digest, no check). Driver
+      mode only (docs/guide.md, "Replay check").
     """
 
     job_id: str
@@ -77,6 +82,7 @@ class JobOptions:
     outage_tolerance_s: float = DEFAULT_OUTAGE_TOLERANCE_S
     commit_retry: RetryPolicy = field(default_factory=RetryPolicy)
     metrics_port: int | None = None
+    replay_check: ReplayCheckMode = "warn"
 
     def __post_init__(self) -> None:
         if not isinstance(self.job_id, str):
@@ -140,6 +146,13 @@ class JobOptions:
                 job=self.job_id,
                 fix="metrics_port=9464 (any free port of the driver; 0: one chosen for you, "
                 "logged at start), or leave it out for no metrics endpoint",
+            )
+        if self.replay_check not in REPLAY_CHECKS:
+            raise ConfigError(
+                f"replay_check {self.replay_check!r} is not one of {list(REPLAY_CHECKS)}",
+                job=self.job_id,
+                fix="replay_check='warn' (the default: log and count a replayed batch whose rows "
+                "differ from the committed ones), 'fail' (stop the query) or 'off'",
             )
         if not isinstance(self.retain_epochs, int) or self.retain_epochs < 1:
             raise ConfigError(
