@@ -159,11 +159,20 @@ class Operator:
     def live(self, window_s: float = DEFAULT_LIVE_WINDOW_S) -> str | None:
         """Why a coordinator of the job's newest generation looks alive, or None: a sink holds
         a session of that generation, or that generation decided an epoch within `window_s`."""
+        return self._live(window_s, *self._newest())
+
+    def _newest(self) -> tuple[int | None, DecisionRecord | None]:
+        """The latest decided epoch and its decision (read once per command: with Kafka as the
+        commit point, both scan the progress topic)."""
+        latest = self.latest_decision()
+        return latest, self.decision(latest) if latest is not None else None
+
+    def _live(
+        self, window_s: float, latest: int | None, decision: DecisionRecord | None
+    ) -> str | None:
         for sink in self.sinks:
             if isinstance(sink, OperableSink) and self.generation in sink.live_generations():
                 return f"{sink.name} has sessions of generation {self.generation}"
-        latest = self.latest_decision()
-        decision = self.decision(latest) if latest is not None else None
         if decision is not None and decision.generation == self.generation:
             age = time.time() - decision.created_at
             if age < window_s:
@@ -184,13 +193,12 @@ class Operator:
                 doubts = len(prepared)
                 in_flight |= {p.handle.epoch for p in prepared}
             sinks.append(SinkStatus(sink.name, self.kinds[sink.name], last, at, doubts))
-        latest = self.latest_decision()
-        decision = self.decision(latest) if latest is not None else None
+        latest, decision = self._newest()
         return Status(
             self.job,
             repr(self.store),
             self.generation,
-            self.live(),
+            self._live(DEFAULT_LIVE_WINDOW_S, latest, decision),
             latest,
             decision.created_at if decision is not None else None,
             sinks,
@@ -237,12 +245,19 @@ class Operator:
         if top is not None:
             epochs |= set(range(first if first is not None else min(epochs | {top}), top + 1))
         verdict = Verdict(min(epochs, default=None), max(epochs, default=None))
+        kept = None  # an epoch with a kept decision above the epochs checked so far
         for epoch in sorted(epochs):
             decision = self.decision(epoch)
-            if decision is None and not any(epoch in h for h in held.values()):
-                continue  # undecided and nowhere: nothing to check
+            expired = False
+            if decision is None:
+                if not any(epoch in h for h in held.values()):
+                    continue  # undecided and nowhere: nothing to check
+                if kept is None or epoch >= kept:
+                    kept = self._kept_above(epoch)
+                expired = kept is not None
             for sink in self.sinks:
-                verdict.checks.append(self._check(epoch, sink, decision, held.get(sink.name)))
+                check = self._check(epoch, sink, decision, held.get(sink.name), expired)
+                verdict.checks.append(check)
         return verdict
 
     def _check(
@@ -251,7 +266,9 @@ class Operator:
         sink: SinkConnector,
         decision: DecisionRecord | None,
         held: dict[int, Holding] | None,
+        expired: bool,
     ) -> Check:
+        """`expired`: the epoch has no decision because it expired (a later one is kept)."""
         if held is None:
             return Check(epoch, sink.name, "-", "not inspectable", ())
         holding = held.get(epoch)
@@ -260,7 +277,7 @@ class Operator:
             if holding is None:
                 return Check(epoch, sink.name, "none", shown, ())
             problems: tuple[str, ...] = ("the sink holds data of the epoch but no decision exists",)
-            if self.latest_decision() is not None and self._expired(epoch):
+            if expired:
                 problems = ()
                 shown += " (decision expired)"
             return Check(epoch, sink.name, "none", shown, problems + holding.problems)
@@ -284,13 +301,13 @@ class Operator:
             found.append(f"the sink {what} {holding.rows} rows, the decision {rows}")
         return Check(epoch, sink.name, decided, shown, tuple(found))
 
-    def _expired(self, epoch: int) -> bool:
-        """Whether `epoch` is older than every decision the store still keeps."""
-        oldest = next(
+    def _kept_above(self, epoch: int) -> int | None:
+        """The first epoch above `epoch` (within EXPIRY_LOOKAHEAD) whose decision the store
+        still keeps: `epoch`'s decision expired if there is one. None if there is none."""
+        return next(
             (e for e in range(epoch + 1, epoch + EXPIRY_LOOKAHEAD) if self.store.peek(self.job, e)),
             None,
         )
-        return oldest is not None
 
     # -- resolve and expire --------------------------------------------------------------------
     def resolve(self) -> RecoveryReport:
@@ -320,7 +337,7 @@ class Operator:
 def _held(holding: Holding | None) -> str:
     if holding is None:
         return "nothing"
-    rows = "" if holding.rows is None else f"{holding.rows} rows"
-    how = "counted" if holding.counted else "in markers"
     marker = "marker" if holding.marker else "no marker"
-    return f"{marker}, {rows} {how}".strip(", ") if rows else marker
+    if holding.rows is None:
+        return marker
+    return f"{marker}, {holding.rows} rows {'counted' if holding.counted else 'in markers'}"
