@@ -70,6 +70,16 @@ def test_file_sink_alone() -> None:
     assert open_descriptors() - before < 20
 
 
+def test_the_scripted_sweep_crashes_at_every_step_kind() -> None:
+    """Coverage of the crash points does not depend on the generated sample: the sweep alone
+    (one generated example beside it) crashes at every kind of step."""
+    stats = run_conformance(scenario_of(lambda f: FileTarget(f / "files")), max_examples=1)
+    assert stats.scripted == 13
+    assert set(stats.crashes) >= EVERY_STEP_KIND | {"recovery:after-resolve"}, stats.crashes
+    assert stats.zombies["FencedError"] > 0, stats.zombies
+    assert stats.replays_recognised >= stats.scripted
+
+
 def test_two_file_sinks_in_one_job() -> None:
     stats = run_conformance(
         scenario_of(lambda f: FileTarget(f / "a", "a"), lambda f: FileTarget(f / "b", "b")),

@@ -191,7 +191,10 @@ def test_binary_words_are_the_documented_weighted_sum(values: list[bytes | None]
 @settings(max_examples=40, deadline=None)
 @given(
     st.lists(
-        st.tuples(st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1)), st.text(max_size=20)),
+        st.tuples(
+            st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1)),
+            st.text(st.characters(codec="utf-8"), max_size=20),
+        ),
         max_size=60,
     ),
     st.randoms(use_true_random=False),

@@ -196,6 +196,8 @@ def _reference_values(batch: pa.RecordBatch) -> list[bytes]:
 
 
 _FINITE = st.floats(allow_nan=False, allow_infinity=False)
+# Arrow strings are UTF-8: no lone surrogates.
+_UTF8 = st.characters(codec="utf-8")
 _COLUMNS = {
     "i64": (st.integers(-(2**63), 2**63 - 1), pa.int64()),
     "i8": (st.integers(-128, 127), pa.int8()),
@@ -203,9 +205,12 @@ _COLUMNS = {
     "f64": (_FINITE, pa.float64()),
     "f32": (st.floats(width=32, allow_nan=False, allow_infinity=False), pa.float32()),
     "flag": (st.booleans(), pa.bool_()),
-    "text": (st.text(), pa.string()),
-    "plain": (st.text(st.characters(blacklist_characters='"\\', min_codepoint=32)), pa.string()),
-    "big": (st.text(max_size=5), pa.large_string()),
+    "text": (st.text(_UTF8), pa.string()),
+    "plain": (
+        st.text(st.characters(codec="utf-8", blacklist_characters='"\\', min_codepoint=32)),
+        pa.string(),
+    ),
+    "big": (st.text(_UTF8, max_size=5), pa.large_string()),
     "raw": (st.binary(max_size=5), pa.binary()),
     "utc": (
         st.datetimes(timezones=st.just(dt.UTC), min_value=dt.datetime(1, 1, 2)),
@@ -217,7 +222,7 @@ _COLUMNS = {
     ),
     "day": (st.dates(), pa.date32()),
     "amount": (st.decimals(places=2, min_value=-999, max_value=999), pa.decimal128(5, 2)),
-    "tags": (st.lists(st.text(max_size=3), max_size=3), pa.list_(pa.string())),
+    "tags": (st.lists(st.text(_UTF8, max_size=3), max_size=3), pa.list_(pa.string())),
 }
 
 

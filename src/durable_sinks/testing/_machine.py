@@ -46,6 +46,7 @@ from typing import Any
 
 from hypothesis import HealthCheck, Phase, note, settings
 from hypothesis import strategies as st
+from hypothesis.control import currently_in_test_context
 from hypothesis.stateful import (
     RuleBasedStateMachine,
     invariant,
@@ -72,6 +73,7 @@ from ._scenario import (
     step_kind,
     to_batches,
 )
+from ._sweep import sweep
 
 
 # -- the state machine --------------------------------------------------------------------------
@@ -102,6 +104,8 @@ class ConformanceStats:
     epochs_committed: int = 0
     replays_recognised: int = 0
     examples: int = 0
+    #: Examples of the scripted sweep (`_sweep.py`), run before the generated ones.
+    scripted: int = 0
 
 
 @dataclass
@@ -122,10 +126,14 @@ class SinkContractMachine(RuleBasedStateMachine):
     #: Progress lines of a long run (`DS_CONFORMANCE_PROGRESS`), shared like `stats`.
     progress: ExampleProgress | None = None
 
-    def __init__(self) -> None:
+    def __init__(self, *, scripted: bool = False) -> None:
         super().__init__()
         self.scenario = self.make_scenario()
-        self.stats.examples += 1
+        self.scripted = scripted
+        if scripted:
+            self.stats.scripted += 1
+        else:
+            self.stats.examples += 1
         self.model = _Model()
         self.live: Coordinator | None = None
         self.pending: _Pending | None = None
@@ -137,7 +145,8 @@ class SinkContractMachine(RuleBasedStateMachine):
 
     # -- helpers -----------------------------------------------------------------------------
     def _note(self, text: str) -> None:
-        note(text)
+        if currently_in_test_context():  # not in the scripted sweep
+            note(text)
         self.history.append(text)
 
     @contextlib.contextmanager
@@ -384,7 +393,7 @@ class SinkContractMachine(RuleBasedStateMachine):
                 with contextlib.suppress(Exception):
                     coordinator.close()
         finally:
-            if self.progress is not None:
+            if self.progress is not None and not self.scripted:
                 self.progress.example_done(counted=_counts_as_an_example())
             self.scenario.cleanup()
             # What the example's coordinators held may still sit in reference cycles (e.g. an
@@ -443,19 +452,21 @@ def run_conformance(
     steps: int = 25,
     expect_failure: bool = False,
 ) -> ConformanceStats:
-    """Run the state machine against fresh scenarios; raise (with the shrunk failing steps)
-    if any invariant breaks. Returns what the run exercised."""
+    """Run the scripted sweep (one example per crash point, `_sweep.py`), then the state
+    machine against fresh scenarios; raise (with the shrunk failing steps, or the sweep's
+    history) if any invariant breaks. Returns what the run exercised."""
     stats = ConformanceStats()
     chosen = conformance_settings(max_examples, steps=steps, expect_failure=expect_failure)
     label = getattr(make_scenario, "__qualname__", "conformance")
     progress = ExampleProgress.from_environment(chosen.max_examples, label)
-    machine = type(
+    machine: type[SinkContractMachine] = type(
         "SinkContractMachineFor",
         (SinkContractMachine,),
         {"make_scenario": staticmethod(make_scenario), "stats": stats, "progress": progress},
     )
     outcome = "failed"
     try:
+        sweep(machine)
         run_state_machine_as_test(machine, settings=chosen)
         outcome = "passed"
     finally:
