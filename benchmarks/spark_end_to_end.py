@@ -314,7 +314,7 @@ class Bench:
 
     def pg_jdbc(self, source: Path, rows: int, batches: int, *, rewrite: bool) -> Run:
         table = self.table("jdbc")
-        url = self.pg.jdbc_url() + ("?reWriteBatchedInserts=true" if rewrite else "")
+        url = self.pg.jdbc_url() + ("&reWriteBatchedInserts=true" if rewrite else "")
         properties = {
             "user": self.pg.user,
             "password": self.pg.password,

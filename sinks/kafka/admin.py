@@ -8,6 +8,7 @@ from __future__ import annotations
 import socket
 import time
 from collections.abc import Sequence
+from concurrent.futures import Future, wait
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +25,7 @@ from durable_sinks.core.joblog import JobLogger
 
 from .config import KafkaSinkConfig, bootstrap_hosts
 from .errors import Where, kafka_error_of, translate
+from .refusals import Refusals, explain
 
 #: Errors a just-created partition (or a moving leader, or a broker that just restarted)
 #: gives until the metadata settles. `_NOENT` is list_offsets' "Failed to query partition
@@ -104,9 +106,16 @@ class Cluster:
     epoch every error names."""
 
     def __init__(
-        self, config: KafkaSinkConfig, settings: dict[str, Any], where: Where, log: JobLogger
+        self,
+        config: KafkaSinkConfig,
+        settings: dict[str, Any],
+        where: Where,
+        log: JobLogger,
+        refusals: Refusals | None = None,
     ) -> None:
         self.config = config
+        self._settings = settings
+        self._refusals = refusals
         try:
             self.admin = AdminClient(settings)
         except KafkaException as exc:
@@ -183,12 +192,25 @@ class Cluster:
         """transaction.timeout.ms must not exceed the broker's transaction.max.timeout.ms.
         Returns how many brokers the cluster has."""
         try:
-            cluster = self.admin.describe_cluster(request_timeout=self._timeout).result()
-            broker = ConfigResource(ConfigResource.Type.BROKER, str(cluster.nodes[0].id))
-            configs = self.admin.describe_configs([broker], request_timeout=self._timeout)
-            entries = configs[broker].result()
+            cluster = self._awaited(self.admin.describe_cluster(request_timeout=self._timeout))
         except KafkaException as exc:
             raise self._unreachable(exc) from None
+        broker = ConfigResource(ConfigResource.Type.BROKER, str(cluster.nodes[0].id))
+        try:
+            configs = self.admin.describe_configs([broker], request_timeout=self._timeout)
+            entries = self._awaited(configs[broker])
+        except KafkaException as exc:
+            error = kafka_error_of(exc)
+            if error is None or error.code() != KafkaError.CLUSTER_AUTHORIZATION_FAILED:
+                raise self._unreachable(exc) from None
+            # Not allowed to read the broker's settings (DESCRIBE_CONFIGS on the cluster is
+            # not among the least privileges): init_transactions refuses a time-out above
+            # the broker's limit with its own clear error.
+            self._log.info(
+                "cannot read the broker's transaction.max.timeout.ms (no DESCRIBE_CONFIGS on "
+                "the cluster): init_transactions checks transaction_timeout_ms instead"
+            )
+            return len(cluster.nodes)
         entry = entries.get("transaction.max.timeout.ms")
         limit = int(entry.value) if entry is not None and entry.value else 900_000
         if self.config.transaction_timeout_ms > limit:
@@ -200,6 +222,21 @@ class Cluster:
                 "in the brokers' server.properties",
             )
         return len(cluster.nodes)
+
+    def _awaited(self, future: Future[Any]) -> Any:
+        """The admin request's result; while it waits, a refused login or certificate that
+        the client reported (refusals.py) ends the wait at once with a ConfigError instead
+        of a time-out that reads like an outage."""
+        deadline = time.monotonic() + self._timeout + 5
+        while not future.done() and time.monotonic() < deadline:
+            wait([future], timeout=0.1)
+            self.admin.poll(0)
+            refused = self._refusals.first() if self._refusals is not None else None
+            if refused is not None:
+                future.cancel()
+                found = explain(refused, self._settings, self.config.bootstrap_servers)
+                raise ConfigError(found.message, **self._where(None), fix=found.fix)
+        return future.result(timeout=0)
 
     def _metadata(self) -> Any:
         """The cluster's topic metadata; UnreachableError when the cluster does not answer."""
@@ -217,9 +254,10 @@ class Cluster:
         if topic not in metadata.topics:
             if not self.config.create_topic:
                 raise ConfigError(
-                    f"topic {topic!r} does not exist",
+                    f"topic {topic!r} does not exist, or this principal may not see it",
                     **self._where(None),
-                    fix="create it, or set create_topic=True (with topic_partitions=)",
+                    fix="create it, or set create_topic=True (with topic_partitions=); on a "
+                    "cluster with ACLs, grant this principal DESCRIBE on it (docs/security.md)",
                 )
             wanted.append(
                 NewTopic(topic, self.config.topic_partitions, self.config.replication_factor)
@@ -294,7 +332,12 @@ class Cluster:
         return ConfigError(
             message,
             **self._where(None),
-            fix=fixes.get(code, "create it yourself, or grant this client the CREATE permission"),
+            fix=fixes.get(
+                code,
+                "create it yourself, or grant this principal CREATE on it; if it exists, "
+                "grant this principal DESCRIBE on it (a topic it may not describe looks "
+                "missing; docs/security.md lists every ACL)",
+            ),
         )
 
     def _delete_quietly(self, names: list[str]) -> None:

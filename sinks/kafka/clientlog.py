@@ -27,6 +27,8 @@ from confluent_kafka import KafkaError
 
 from durable_sinks.core.joblog import JobLogger
 
+from .refusals import Refusals
+
 #: Seconds during which repeats of one kind are counted instead of logged.
 WINDOW_S = 10.0
 
@@ -101,6 +103,8 @@ class ClientLog:
         self.limiter = LogLimiter(
             JobLogger(job, sink, component="sinks.kafka.client"), window_s=window_s
         )
+        #: Refused credentials or certificates the clients reported (refusals.py).
+        self.refusals = Refusals()
 
     def log(self, level: int, fmt: str, *args: Any) -> None:
         """librdkafka's log callback (it calls `logger.log(level, "%s [%s] %s", facility,
@@ -113,6 +117,7 @@ class ClientLog:
     def error(self, error: KafkaError) -> None:
         """librdkafka's error callback: errors of the client as a whole (brokers down, a
         fatal error), not of one call."""
+        self.refusals.seen(error)
         kind = "fatal " if error.fatal() else ""
         self.limiter.emit(
             f"error:{error.name()}",

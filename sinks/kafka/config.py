@@ -184,6 +184,9 @@ class KafkaSinkConfig:
 #: Kafka's limit on a topic name's length.
 MAX_TOPIC_LENGTH = 249
 PROGRESS_SUFFIX = "-ds-progress"
+#: The progress reader's consumer group: never joined and no offset is committed, but
+#: librdkafka looks up its coordinator, which needs DESCRIBE on the group (docs/security.md).
+PROGRESS_READER_GROUP = "durable-sinks-progress-reader"
 #: librdkafka's port when a bootstrap entry names none.
 DEFAULT_PORT = 9092
 #: The `proto://` prefixes librdkafka accepts on a bootstrap entry (it must match

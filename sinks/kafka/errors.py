@@ -23,6 +23,9 @@ from durable_sinks.core.errors import (
     TransientError,
     UnreachableError,
 )
+from durable_sinks.core.naming import component
+
+from .config import PROGRESS_READER_GROUP
 
 #: What every error of the sink names: the job, the sink and (when known) the epoch, as the
 #: keyword arguments of a DurableSinkError.
@@ -60,12 +63,35 @@ UNREACHABLE_FIX = (
     "check that the brokers run and that bootstrap_servers and the security settings are "
     "right; the job retries while the outage lasts"
 )
-AUTH_FIX = (
-    "check the SASL/SSL settings in producer_config and grant this principal WRITE and "
-    "DESCRIBE on the topics, WRITE and DESCRIBE on the transactional.id 'ds:<job>:<sink>', "
-    "READ on the consumer group 'durable-sinks-progress-reader' and DESCRIBE_CONFIGS on the "
-    "cluster"
-)
+_ACLS = "docs/security.md lists every ACL a job needs"
+
+
+def auth_fix(error: KafkaError | None, where: dict[str, Any]) -> str:
+    """The fix for a refused login or a missing ACL, naming the ACL the code stands for."""
+    code = error.code() if error is not None else None
+    prefix = f"ds:{component(str(where.get('job') or '<job>'))}:"
+    if code == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+        return (
+            "grant this principal WRITE, DESCRIBE and DESCRIBE_CONFIGS on the sink's topic, "
+            "and READ, WRITE, DESCRIBE and DESCRIBE_CONFIGS on its progress topic (CREATE "
+            f"too where the sink creates them); {_ACLS}"
+        )
+    if code == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
+        return (
+            "grant this principal WRITE and DESCRIBE on the transactional ids with the "
+            f"prefix {prefix!r} (a PREFIXED ACL: kafka-acls.sh --resource-pattern-type "
+            f"prefixed --transactional-id '{prefix}'); {_ACLS}"
+        )
+    if code == KafkaError.GROUP_AUTHORIZATION_FAILED:
+        return (
+            "grant this principal DESCRIBE on the consumer group "
+            f"{PROGRESS_READER_GROUP!r} (the progress reader never joins it, but its "
+            f"client looks up the group's coordinator); {_ACLS}"
+        )
+    return (
+        "check the SASL/SSL settings in producer_config and this principal's ACLs; "
+        f"{_ACLS}; retrying cannot help"
+    )
 
 
 def kafka_error_of(exc: BaseException) -> KafkaError | None:
@@ -111,7 +137,7 @@ def translate(
         # Around a commit point, whatever failed may have happened after the commit.
         return unknown(message, **where, fix=fix)
     if error is not None and error.code() in AUTH_CODES:
-        return ConfigError(message, **where, fix=AUTH_FIX)
+        return ConfigError(message, **where, fix=auth_fix(error, where))
     if error is not None and error.code() in UNREACHABLE_CODES:
         return UnreachableError(
             message,

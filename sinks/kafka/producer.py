@@ -53,10 +53,10 @@ from .clientlog import ClientLog
 from .config import THROUGHPUT_DEFAULTS, KafkaSinkConfig
 from .errors import (
     AUTH_CODES,
-    AUTH_FIX,
     FENCED_CODES,
     UNREACHABLE_CODES,
     Where,
+    auth_fix,
     describe,
     kafka_error_of,
 )
@@ -252,7 +252,9 @@ class TransactionalProducer:
             self._fence_or_timeout(error, what, epoch)
         if code in AUTH_CODES:
             raise ConfigError(
-                f"{what} failed: {describe(error, exc)}", **self._where(epoch), fix=AUTH_FIX
+                f"{what} failed: {describe(error, exc)}",
+                **self._where(epoch),
+                fix=auth_fix(error, self._where(epoch)),
             ) from None
         if code == KafkaError.INVALID_TRANSACTION_TIMEOUT:
             raise ConfigError(

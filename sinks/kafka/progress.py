@@ -30,6 +30,7 @@ from durable_sinks.core.naming import owner_prefix
 from durable_sinks.core.protocol import JSON
 
 from .admin import list_offsets
+from .config import PROGRESS_READER_GROUP
 from .errors import RAW, translate
 
 PROGRESS_VERSION = 1
@@ -133,7 +134,7 @@ class ProgressReader:
             self._consumer = Consumer(  # settings checked at open: only memory can fail here
                 {
                     **self.client_config,
-                    "group.id": "durable-sinks-progress-reader",
+                    "group.id": PROGRESS_READER_GROUP,
                     "enable.auto.commit": False,
                     "enable.auto.offset.store": False,
                     "isolation.level": "read_committed",

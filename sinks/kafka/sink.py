@@ -94,7 +94,7 @@ class _Opened:
         )
         # Every producer setting is checked before any client connects or topic is made.
         self.producer.check_settings()
-        self.cluster = Cluster(sink.config, settings, sink._where, log)
+        self.cluster = Cluster(sink.config, settings, sink._where, log, self.clientlog.refusals)
         self.progress = ProgressReader(
             self.cluster.admin,
             settings,

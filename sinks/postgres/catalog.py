@@ -226,3 +226,29 @@ class TargetTable:
             epoch=epoch,
             fix="create it, or set create_table=True to create it from the first batch's schema",
         )
+
+
+def refuse_foreign_prepared(
+    conn: psycopg.Connection[Any], context: OpenContext, prefix: str
+) -> None:
+    """Refuse to start when a transaction this sink prepared (gid starting with `prefix`)
+    belongs to another role and the job's user is no superuser: Postgres lets only the role
+    that prepared a transaction, or a superuser, commit or roll it back, so recovery could
+    not finish it (checked before anything is written)."""
+    rows = conn.execute(
+        "SELECT gid, owner::text FROM pg_prepared_xacts WHERE database = current_database() "
+        "AND starts_with(gid, %s) AND owner <> current_user "
+        "AND NOT (SELECT rolsuper FROM pg_roles WHERE rolname = current_user) ORDER BY gid",
+        (prefix,),
+    ).fetchall()
+    if rows:
+        owners = sorted({owner for _, owner in rows})
+        raise config_error(
+            context,
+            f"{len(rows)} prepared transaction(s) of this sink (e.g. {rows[0][0]!r}) belong to "
+            f"role(s) {', '.join(owners)}, not to the job's user: Postgres lets only the role "
+            "that prepared a transaction, or a superuser, commit or roll it back",
+            fix=f"run the job (or `durable-sinks resolve`) as {owners[0]} (or a superuser) "
+            "until they are resolved; a job keeps one Postgres role for its whole life "
+            "(docs/security.md, rotating credentials: change the password, not the role)",
+        )

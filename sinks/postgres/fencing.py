@@ -197,15 +197,24 @@ class MetaTables:
         """Terminate the sessions of older generations of this job and sink (this version's
         names and the ones older versions gave)."""
         rows = conn.execute(
-            "SELECT pid, application_name FROM pg_stat_activity "
+            "SELECT pid, application_name, usename::text FROM pg_stat_activity "
             "WHERE (application_name ~ %s OR starts_with(application_name, %s)) "
             "AND pid <> pg_backend_pid()",
             (f":{owner_token(self.context)}:g[0-9]+$", _legacy_prefix(self.context)),
         ).fetchall()
-        for pid, application in rows:
+        for pid, application, role in rows:
             found = GENERATION_IN_NAME.search(application)
             if found and int(found.group(1)) < self.context.generation:
-                conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
+                try:
+                    conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
+                except psycopg.errors.InsufficientPrivilege:
+                    raise config_error(
+                        self.context,
+                        f"a session of an older generation of this job (pid {pid}, role "
+                        f"{role}) is still connected, and the job's user may not end it",
+                        fix=f"run the job as {role} (a job keeps one role), grant the job's "
+                        f"user pg_signal_backend, or end it: SELECT pg_terminate_backend({pid})",
+                    ) from None
 
     # -- fence checks --------------------------------------------------------------------------
     def fence_generation(self, conn: psycopg.Connection[Any]) -> int | None:

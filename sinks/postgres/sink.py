@@ -60,7 +60,7 @@ from durable_sinks.core.protocol import (
 )
 
 from . import operations
-from .catalog import TargetTable
+from .catalog import TargetTable, refuse_foreign_prepared
 from .columns import null_violations
 from .config import PostgresSinkConfig
 from .errors import Step, first_line, refuse_data, translated
@@ -185,6 +185,8 @@ class PostgresSink:
         with self._errors("open (tables, fence, last committed epoch)"):
             conn = self._admin_conn()
             opened.table.check_schemas(conn)  # before anything is created in them
+            refuse_foreign_prepared(conn, context, owner_prefix(context.job_id, self.name))
+            opened.table.check()  # settings and privileges, before the marker tables exist
             opened.meta.create(conn)
             opened.meta.take_over(conn)
             self._last_committed = opened.meta.last_committed(conn)

@@ -67,6 +67,9 @@ class KafkaPorts:
     controller: int = 19093  # DS_KAFKA_CONTROLLER_PORT
     external: int | None = None
     external_advertised: int | None = None
+    #: The main bed's SASL_SSL listener (SCRAM-SHA-512, ACLs), advertised as `localhost`;
+    #: DS_KAFKA_SECURE_PORT, by default the broker's port + 3.
+    secure: int | None = None
 
 
 @dataclass(frozen=True)
@@ -82,14 +85,18 @@ class S3Ports:
     volume: int = 18080  # DS_S3_VOLUME_PORT
     filer: int = 18888  # DS_S3_FILER_PORT
     admin: int = 13646  # DS_S3_ADMIN_PORT
+    #: The S3 gateway's HTTPS port (the test bed's certificate); DS_S3_HTTPS_PORT, by default
+    #: the S3 port + 1.
+    https: int = 18334
 
     def all(self) -> dict[str, int]:
-        """Every port the server listens on, by role."""
+        """Every port the server listens on, by role (`https` is the S3 gateway's second)."""
         ports: dict[str, int] = {}
         for role in ("s3", "master", "volume", "filer", "admin"):
             http = getattr(self, role)
             ports[role] = http
             ports[f"{role}.grpc"] = http + 10000
+        ports["https"] = self.https
         return ports
 
 
@@ -240,9 +247,14 @@ class Layout:
             root=_env_path("DS_SERVICES_DIR", REPO_ROOT / ".services"),
             cache=_env_path("DS_CACHE_DIR", Path(xdg) / "durable-sinks"),
             postgres=PostgresPorts(port=pg),
-            kafka=KafkaPorts(broker=broker, controller=controller),
+            kafka=KafkaPorts(
+                broker=broker,
+                controller=controller,
+                secure=_env_int("DS_KAFKA_SECURE_PORT", broker + 3),
+            ),
             s3=S3Ports(
                 s3=s3,
+                https=_env_int("DS_S3_HTTPS_PORT", s3 + 1),
                 master=_env_int("DS_S3_MASTER_PORT", S3Ports.master),
                 volume=_env_int("DS_S3_VOLUME_PORT", S3Ports.volume),
                 filer=_env_int("DS_S3_FILER_PORT", S3Ports.filer),
@@ -277,10 +289,13 @@ class Layout:
             cache=self.cache,
             postgres=PostgresPorts(port=self.postgres.port + offset),
             kafka=KafkaPorts(
-                broker=self.kafka.broker + offset, controller=self.kafka.controller + offset
+                broker=self.kafka.broker + offset,
+                controller=self.kafka.controller + offset,
+                secure=None if self.kafka.secure is None else self.kafka.secure + offset,
             ),
             s3=S3Ports(
                 s3=s3.s3 + offset,
+                https=s3.https + offset,
                 master=s3.master + offset,
                 volume=s3.volume + offset,
                 filer=s3.filer + offset,

@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from .tls import SERVER_NAME, TestbedTls
+
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
@@ -17,9 +19,11 @@ class PostgresEndpoint:
     user: str
     password: str = field(repr=False)
     dbname: str = "postgres"
+    #: The test bed's TLS files (the server also speaks TLS: `tls_conninfo`).
+    tls: TestbedTls | None = None
 
     def conninfo(self, **extra: str) -> str:
-        """A libpq connection string (holds the password: never log it)."""
+        """A libpq connection string without TLS (holds the password: never log it)."""
         params = {
             "host": self.host,
             "port": str(self.port),
@@ -27,12 +31,21 @@ class PostgresEndpoint:
             "password": self.password,
             "dbname": self.dbname,
             "connect_timeout": "10",
+            "sslmode": "disable",
             **extra,
         }
         return " ".join(f"{key}={_quote(value)}" for key, value in params.items())
 
+    def tls_conninfo(self, **extra: str) -> str:
+        """A connection string over TLS that verifies the server's certificate and host name
+        (`sslmode=verify-full` against the test bed's CA, host `localhost`)."""
+        if self.tls is None:
+            raise ValueError(f"{self!r} has no TLS files")
+        settings = {"host": SERVER_NAME, "sslmode": "verify-full", "sslrootcert": str(self.tls.ca)}
+        return self.conninfo(**{**settings, **extra})
+
     def jdbc_url(self) -> str:
-        return f"jdbc:postgresql://{self.host}:{self.port}/{self.dbname}"
+        return f"jdbc:postgresql://{self.host}:{self.port}/{self.dbname}?sslmode=disable"
 
 
 def _quote(value: str) -> str:
@@ -46,10 +59,13 @@ ConfigValue = str | int | float | bool
 @dataclass(frozen=True)
 class KafkaEndpoint:
     bootstrap_servers: str
+    #: How to reach a secured listener (security.protocol, SASL, ssl.ca.location): may hold a
+    #: password, so never shown.
+    security: Mapping[str, ConfigValue] = field(default_factory=dict, repr=False)
 
     def config(self, settings: Mapping[str, ConfigValue] | None = None) -> dict[str, ConfigValue]:
         """A confluent-kafka client configuration for this broker, plus `settings`."""
-        return {"bootstrap.servers": self.bootstrap_servers, **(settings or {})}
+        return {"bootstrap.servers": self.bootstrap_servers, **self.security, **(settings or {})}
 
 
 @dataclass(frozen=True)
@@ -59,6 +75,8 @@ class S3Endpoint:
     access_key_id: str
     secret_access_key: str = field(repr=False)
     bucket: str = "durable-sinks-test"
+    #: The CA bundle that verifies an `https://` endpoint (None: the system's).
+    ca_bundle: str | None = None
 
     def client(self) -> S3Client:
         """A boto3 S3 client that signs every request with the test bed's credentials."""
@@ -71,6 +89,7 @@ class S3Endpoint:
             region_name=self.region,
             aws_access_key_id=self.access_key_id,
             aws_secret_access_key=self.secret_access_key,
+            verify=self.ca_bundle,
             config=Config(
                 s3={"addressing_style": "path"},
                 retries={"max_attempts": 3, "mode": "standard"},

@@ -31,6 +31,7 @@ from ._process import (
 )
 from ._service import Daemon, remove_tree
 from .endpoints import KafkaEndpoint
+from .tls import SERVER_NAME, TestbedTls
 
 NAME = "kafka"
 HEAP = "512m"
@@ -133,6 +134,8 @@ class Kafka(Daemon):
         ports = {"broker": self.layout.kafka.broker, "controller": self.layout.kafka.controller}
         if self.layout.kafka.external is not None:
             ports["external"] = self.layout.kafka.external
+        if self.layout.kafka.secure is not None:
+            ports["secure"] = self.layout.kafka.secure
         return ports
 
     def endpoint(self) -> KafkaEndpoint:
@@ -226,6 +229,8 @@ class Kafka(Daemon):
     def describe(self) -> str:
         ports = self.layout.kafka
         text = f"bootstrap {self.endpoint().bootstrap_servers}"
+        if ports.secure is not None:
+            text += f", SASL_SSL {SERVER_NAME}:{ports.secure}"
         if ports.external is not None:
             text += (
                 f", external 127.0.0.1:{ports.external} "
@@ -341,6 +346,43 @@ class Kafka(Daemon):
     def log_files(self) -> tuple[Path, ...]:
         return (self.logs / "server.log", self.out)
 
+    def secure_endpoint(
+        self, user: str, password: str, *, host: str = SERVER_NAME
+    ) -> KafkaEndpoint:
+        """Client settings for the SASL_SSL listener as SCRAM user `user` (see `SECURE`)."""
+        if self.layout.kafka.secure is None:
+            raise ServiceError(self.name, "this broker has no SASL_SSL listener")
+        tls = TestbedTls(self.layout.service_dir("tls"))
+        return KafkaEndpoint(
+            f"{host}:{self.layout.kafka.secure}",
+            security={
+                "security.protocol": "SASL_SSL",
+                "sasl.mechanism": "SCRAM-SHA-512",
+                "sasl.username": user,
+                "sasl.password": password,
+                "ssl.ca.location": str(tls.ca),
+            },
+        )
+
+    def _secure_settings(self) -> dict[str, str]:
+        """The SASL_SSL listener: TLS with the test bed's certificate, SCRAM-SHA-512 users
+        (made by tests through the admin API), and the StandardAuthorizer, so every SCRAM
+        user may do only what ACLs allow. The PLAINTEXT and controller listeners' principal,
+        ANONYMOUS, is a super user: every other test (and the broker itself) is unaffected."""
+        tls = TestbedTls(self.layout.service_dir("tls")).ensure()
+        prefix = "listener.name.sasl_ssl."
+        return {
+            "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+            f"{prefix}scram-sha-512.sasl.jaas.config": (
+                "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+            ),
+            f"{prefix}ssl.keystore.type": "PEM",
+            f"{prefix}ssl.keystore.location": str(tls.server_keystore),
+            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "super.users": "User:ANONYMOUS",
+            "allow.everyone.if.no.acl.found": "false",
+        }
+
     def _write_config(self) -> None:
         ports = self.layout.kafka
         broker, controller = ports.broker, ports.controller
@@ -352,6 +394,12 @@ class Kafka(Daemon):
             listeners.append(f"EXTERNAL://127.0.0.1:{ports.external}")
             advertised.append(f"EXTERNAL://127.0.0.1:{ports.external_advertised or ports.external}")
             protocols.append("EXTERNAL:PLAINTEXT")
+        secure: dict[str, str] = {}
+        if ports.secure is not None:
+            listeners.append(f"SASL_SSL://127.0.0.1:{ports.secure}")
+            advertised.append(f"SASL_SSL://{SERVER_NAME}:{ports.secure}")
+            protocols.append("SASL_SSL:SASL_SSL")
+            secure = self._secure_settings()
         settings = {
             "process.roles": "broker,controller",
             "node.id": "1",
@@ -378,6 +426,7 @@ class Kafka(Daemon):
             "num.network.threads": "2",
             "num.io.threads": "4",
             "log.retention.hours": "24",
+            **secure,
             **self.settings,
         }
         self.config.write_text(

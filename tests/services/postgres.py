@@ -35,6 +35,7 @@ from ._process import (
 from ._service import Status, remove_tree
 from ._system import apt_install
 from .endpoints import PostgresEndpoint
+from .tls import TestbedTls
 
 NAME = "postgres"
 MAX_PREPARED_TRANSACTIONS = 128
@@ -125,7 +126,13 @@ class Postgres:
                 f"no cluster has been made yet ({self.password_file} is "
                 "missing): run `python -m tests.services up`",
             ) from None
-        return PostgresEndpoint("127.0.0.1", self.port, SUPERUSER, password)
+        return PostgresEndpoint(
+            "127.0.0.1",
+            self.port,
+            SUPERUSER,
+            password,
+            tls=TestbedTls(self.layout.service_dir("tls")),
+        )
 
     # -- lifecycle -------------------------------------------------------------------------
     def postmaster_pid(self) -> int | None:
@@ -315,9 +322,27 @@ class Postgres:
     def _apply_settings(self) -> None:
         conf = self.data / "postgresql.auto.conf"
         lines = ["# Written by tests/services/postgres.py on every start."]
-        lines += [f"{key} = {value}" for key, value in {**SETTINGS, "port": str(self.port)}.items()]
+        settings = {**SETTINGS, **self._tls_settings(), "port": str(self.port)}
+        lines += [f"{key} = {value}" for key, value in settings.items()]
         conf.write_text("\n".join(lines) + "\n")
         _chown_postgres(conf)
+
+    def _tls_settings(self) -> dict[str, str]:
+        """TLS with the test bed's certificate (tests/services/tls.py): clients may connect
+        with or without it (the endpoint's `conninfo` without, `tls_conninfo` with
+        `sslmode=verify-full`). Postgres wants its key owned by its user and mode 0600: it
+        gets copies in the cluster's folder."""
+        tls = TestbedTls(self.layout.service_dir("tls")).ensure()
+        copies = {
+            "ssl_cert_file": self.home / "server.pem",
+            "ssl_key_file": self.home / "server.key",
+        }
+        shutil.copyfile(tls.server_cert, copies["ssl_cert_file"])
+        shutil.copyfile(tls.server_key, copies["ssl_key_file"])
+        for path in copies.values():
+            os.chmod(path, 0o600)
+            _chown_postgres(path)
+        return {"ssl": "on", **{key: f"'{path}'" for key, path in copies.items()}}
 
     def _wait_gone(self, *pids: int) -> None:
         deadline = time.monotonic() + 60

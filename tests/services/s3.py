@@ -12,6 +12,7 @@ import os
 import secrets
 import shutil
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from ._layout import Layout
@@ -23,6 +24,7 @@ from ._process import (
 )
 from ._service import Daemon
 from .endpoints import S3Endpoint
+from .tls import SERVER_NAME, TestbedTls
 
 NAME = "s3"
 REGION = "us-east-1"
@@ -106,7 +108,15 @@ class S3(Daemon):
             "-s3.port.iceberg=0",
             "-s3.port.lance=0",
         ]
+        tls = TestbedTls(self.layout.service_dir("tls")).ensure()
+        flags += [
+            f"-s3.port.https={ports.https}",
+            f"-s3.cert.file={tls.server_cert}",
+            f"-s3.key.file={tls.server_key}",
+        ]
         for role, port in ports.all().items():
+            if role == "https":
+                continue
             flags.append(
                 f"-{role.replace('.grpc', '.port.grpc')}={port}"
                 if role.endswith(".grpc")
@@ -123,6 +133,16 @@ class S3(Daemon):
             pid_file=self.pid_file,
             env=env,
             cwd=self.home,
+        )
+
+    def https_endpoint(self, *, host: str = SERVER_NAME) -> S3Endpoint:
+        """The same gateway over HTTPS (`https://localhost:<https port>`), verified against
+        the test bed's CA (`ca_bundle`)."""
+        plain = self.endpoint()
+        return replace(
+            plain,
+            endpoint_url=f"https://{host}:{self.layout.s3.https}",
+            ca_bundle=str(TestbedTls(self.layout.service_dir("tls")).ca),
         )
 
     def ready(self) -> bool:
@@ -166,7 +186,10 @@ class S3(Daemon):
         return self.layout.s3.all()
 
     def describe(self) -> str:
-        return f"http://127.0.0.1:{self.layout.s3.s3} bucket {BUCKET}"
+        return (
+            f"http://127.0.0.1:{self.layout.s3.s3}, https://{SERVER_NAME}:{self.layout.s3.https} "
+            f"bucket {BUCKET}"
+        )
 
     def log_files(self) -> tuple[Path, ...]:
         return (self.log,)

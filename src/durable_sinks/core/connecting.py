@@ -13,7 +13,32 @@ from .redaction import redact
 #: Phrases of libpq's (and the server's FATAL) messages when the server answered and refused
 #: the connection's settings: retrying cannot help.
 _REFUSED_SETTINGS = (
-    ("authentication failed", "check the user and password (DSN, PGPASSWORD or ~/.pgpass)"),
+    # TLS first: libpq's "root certificate file ... does not exist" is no missing database.
+    (
+        "root certificate file",
+        "give sslrootcert the path of the CA file that signed the server's certificate (or "
+        "sslrootcert=system for the system's CAs)",
+    ),
+    (
+        "certificate verify failed",
+        "set sslrootcert to the CA that signed the server's certificate (sslmode=verify-ca "
+        "and verify-full check it)",
+    ),
+    (
+        "does not match host name",
+        "connect with a host name the server's certificate names (host=...; sslmode="
+        "verify-full checks it), or give the server a certificate for this name",
+    ),
+    ("certificate has expired", "renew the server's certificate"),
+    (
+        "server does not support ssl",
+        "turn ssl on in the server's postgresql.conf, or choose a lower sslmode",
+    ),
+    (
+        "authentication failed",
+        "check the user and password (DSN, PGPASSWORD, PGPASSFILE or ~/.pgpass); the "
+        "role's password may have expired (VALID UNTIL) or been changed",
+    ),
     ("no password supplied", "give the password (DSN, PGPASSWORD or ~/.pgpass)"),
     ("pg_hba.conf", "allow this host and user in the server's pg_hba.conf"),
     ("does not exist", "create the database or role, or fix dbname/user in the DSN"),

@@ -1,0 +1,482 @@
+"""TLS, authentication and least privilege against the test bed's secured servers: Postgres
+with `sslmode=verify-full`, Kafka's SASL_SSL listener (SCRAM-SHA-512, ACLs enforced).
+
+A whole job runs with exactly the privileges docs/security.md lists, crashes after its
+decision and recovers; every refusal (a wrong CA, a wrong host name, a bad, expired or revoked
+credential, each missing ACL or GRANT) stops the job at start with a ConfigError that names
+the problem and the fix, fast, and with nothing written.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pyarrow as pa
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+from psycopg import sql
+
+from durable_sinks.coordinator import Coordinator, EpochOutcome
+from durable_sinks.core.errors import ConfigError
+from durable_sinks.manifest import LocalDirectoryStore
+from durable_sinks.manifest.postgres import PostgresDecisionStore
+from durable_sinks.sinks.kafka import KafkaSink, KafkaSinkConfig
+from durable_sinks.sinks.postgres import PostgresSink, PostgresSinkConfig
+from tests.conftest import UniqueNames
+from tests.services import PostgresEndpoint, Testbed
+from tests.services.tls import WRONG_NAME
+from tests.support.kafka_access import KafkaAccess, ScramUser, job_acls
+from tests.support.targets import create_topic, prepared_gids
+
+#: A refusal must come at once, not after a connection time-out (20 s here).
+FAST_S = 8.0
+REQUEST_TIMEOUT_S = 20
+
+
+@pytest.fixture
+def kafka_access(testbed: Testbed) -> Iterator[KafkaAccess]:
+    testbed.kafka.up()
+    access = KafkaAccess(testbed)
+    yield access
+    access.close()
+
+
+@pytest.fixture
+def secure_topic(kafka_access: KafkaAccess, unique: UniqueNames) -> Iterator[str]:
+    """A topic and its progress topic (compacted), made by the admin: the job's user may
+    not create topics."""
+    topic = unique.name("sec")
+    admin = kafka_access.admin
+    create_topic(admin, topic)
+    create_topic(admin, f"{topic}-ds-progress", **{"cleanup.policy": "compact"})
+    yield topic
+    for future in admin.delete_topics([topic, f"{topic}-ds-progress"]).values():
+        future.result(timeout=30)
+
+
+def rows(first: int, count: int) -> pa.RecordBatch:
+    ids = list(range(first, first + count))
+    return pa.record_batch({"id": pa.array(ids, pa.int64()), "note": [f"n{i}" for i in ids]})
+
+
+def end_offsets(admin_config: dict[str, Any], topics: list[str]) -> dict[str, int]:
+    consumer = Consumer({**admin_config, "group.id": "security-test-reader"})
+    try:
+        return {
+            t: consumer.get_watermark_offsets(TopicPartition(t, 0), timeout=10)[1] for t in topics
+        }
+    finally:
+        consumer.close()
+
+
+def committed_records(admin_config: dict[str, Any], topic: str) -> int:
+    """Records a read_committed reader sees in the topic's only partition."""
+    consumer = Consumer(
+        {
+            **admin_config,
+            "group.id": "security-test-reader",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        seen, deadline = 0, time.monotonic() + 15
+        while time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is None:
+                if (
+                    seen
+                    and consumer.position([TopicPartition(topic, 0)])[0].offset
+                    >= end_offsets(admin_config, [topic])[topic]
+                ):
+                    break
+                continue
+            if message.error() is None:
+                seen += 1
+        return seen
+    finally:
+        consumer.close()
+
+
+def kafka_sink(
+    kafka_access: KafkaAccess, user: ScramUser, topic: str, **security: Any
+) -> KafkaSink:
+    host = security.pop("host", None)
+    endpoint = kafka_access.endpoint(user, host=host)
+    settings = {**endpoint.security, **security}
+    return KafkaSink(
+        KafkaSinkConfig(
+            endpoint.bootstrap_servers,
+            topic,
+            request_timeout_s=REQUEST_TIMEOUT_S,
+            producer_config=settings,
+        )
+    )
+
+
+# -- Kafka ----------------------------------------------------------------------------------------
+
+
+def test_kafka_job_with_exactly_the_documented_acls_crashes_and_recovers(
+    kafka_access: KafkaAccess, secure_topic: str, unique: UniqueNames, tmp_path: Path
+) -> None:
+    """SASL_SSL, SCRAM, ACLs: the topic, the progress topic, the progress reader's group and
+    the `ds:<job>:` transactional ids; nothing on the cluster. An epoch decided and then
+    abandoned (the driver died) is finished by the next start."""
+    user = kafka_access.user()
+    kafka_access.allow(*job_acls(user.name, unique.job_id, secure_topic).values())
+    store = tmp_path / "store"
+
+    first = Coordinator(
+        unique.job_id, [kafka_sink(kafka_access, user, secure_topic)], LocalDirectoryStore(store)
+    )
+    first.start()
+    assert first.run_epoch(0, [rows(0, 5)]).outcome is EpochOutcome.COMMITTED
+    steps = first.epoch_steps(1, [rows(5, 7)])
+    while next(steps) != "after-decision":
+        pass  # the driver dies right after the decision: epoch 1 is decided, not finished
+
+    second = Coordinator(
+        unique.job_id, [kafka_sink(kafka_access, user, secure_topic)], LocalDirectoryStore(store)
+    )
+    try:
+        second.start()
+        assert second.run_epoch(1, [rows(5, 7)]).outcome is EpochOutcome.ALREADY_COMMITTED
+        assert second.run_epoch(2, [rows(12, 3)]).outcome is EpochOutcome.COMMITTED
+    finally:
+        second.close()
+        first.close()
+    admin = kafka_access.testbed.kafka.endpoint().config()
+    assert committed_records(admin, secure_topic) == 5 + 7 + 3
+
+
+KAFKA_REFUSALS = {
+    # what is wrong: (how to set it up, the words the error must hold, the fix's words)
+    "bad password": (
+        {"sasl.password": "not-the-password"},
+        "refused the SASL login",
+        "sasl.password",
+    ),
+    "wrong CA": ({"ca": "other"}, "unable to get local issuer certificate", "ssl.ca.location"),
+    "wrong host name": ({"host": WRONG_NAME}, "not valid for '127.0.0.1'", "host name"),
+    "revoked user": ({"revoke": True}, "refused the SASL login", "deleted"),
+    "no ACL on the topic": ({"leave": "topic"}, "may not see it", "DESCRIBE on it"),
+    "no ACL on the progress topic": (
+        {"leave": "progress topic"},
+        "refuses to create progress topic",
+        "DESCRIBE",
+    ),
+    "no ACL on the transactional ids": (
+        {"leave": "transactional id"},
+        "TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
+        "prefixed",
+    ),
+    "no ACL on the progress reader's group": (
+        {"leave": "progress reader group"},
+        "GROUP_AUTHORIZATION_FAILED",
+        "durable-sinks-progress-reader",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(KAFKA_REFUSALS))
+def test_kafka_refusals_stop_the_job_at_start_with_the_fix(
+    case: str,
+    kafka_access: KafkaAccess,
+    secure_topic: str,
+    unique: UniqueNames,
+    testbed: Testbed,
+    tmp_path: Path,
+) -> None:
+    setup, words, fix_words = KAFKA_REFUSALS[case]
+    user = kafka_access.user()
+    acls = job_acls(user.name, unique.job_id, secure_topic)
+    kafka_access.allow(*(group for purpose, group in acls.items() if purpose != setup.get("leave")))
+    security: dict[str, Any] = {k: v for k, v in setup.items() if k.startswith("sasl.")}
+    if setup.get("ca") == "other":
+        tls = testbed.kafka.layout.service_dir("tls")
+        security["ssl.ca.location"] = str(tls / "other-ca.pem")
+    if "host" in setup:
+        security["host"] = setup["host"]
+    if setup.get("revoke"):
+        kafka_access.revoke(user)
+    sink = kafka_sink(kafka_access, user, secure_topic, **security)
+    coordinator = Coordinator(unique.job_id, [sink], LocalDirectoryStore(tmp_path / "store"))
+    started = time.monotonic()
+    try:
+        with pytest.raises(ConfigError) as refused:
+            coordinator.start()
+    finally:
+        coordinator.close()
+    took = time.monotonic() - started
+    error = refused.value
+    assert words in str(error), str(error)
+    assert fix_words in (error.fix or ""), error.fix
+    assert "retry" not in type(error).__name__.lower()
+    assert took < FAST_S, f"refused after {took:.1f} s"
+    assert user.password not in str(error)
+    assert user.password not in repr(error)
+    admin = testbed.kafka.endpoint().config()
+    written = end_offsets(admin, [secure_topic, f"{secure_topic}-ds-progress"])
+    assert written[secure_topic] == 0, "records were written"
+    # Known gap: without the group's ACL, the first read of a record fails, which comes
+    # after the fence record (and its commit marker) are in the progress topic.
+    fence_only = 2 if setup.get("leave") == "progress reader group" else 0
+    assert written[f"{secure_topic}-ds-progress"] == fence_only, "progress records were written"
+
+
+# -- Postgres -------------------------------------------------------------------------------------
+
+
+class Role:
+    """A login role with a random password and exactly the GRANTs docs/security.md lists for
+    a sink (and the decision store) in `schema`; dropped with everything it owns."""
+
+    def __init__(
+        self, postgres: PostgresEndpoint, schema: str, name: str, *, create: bool = True
+    ) -> None:
+        self.postgres, self.schema, self.name = postgres, schema, name
+        self.password = f"pw-{time.monotonic_ns()}"
+        with psycopg.connect(postgres.conninfo(), autocommit=True) as conn:
+            conn.execute(
+                sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(
+                    sql.Identifier(name), sql.Literal(self.password)
+                )
+            )
+            grants = "USAGE, CREATE" if create else "USAGE"
+            conn.execute(
+                sql.SQL(f"GRANT {grants} ON SCHEMA {{}} TO {{}}").format(
+                    sql.Identifier(schema), sql.Identifier(name)
+                )
+            )
+
+    def grant_table(self, table: str, privileges: str = "SELECT, INSERT") -> None:
+        with psycopg.connect(self.postgres.conninfo(), autocommit=True) as conn:
+            conn.execute(
+                sql.SQL(f"GRANT {privileges} ON {{}} TO {{}}").format(
+                    sql.Identifier(self.schema, table), sql.Identifier(self.name)
+                )
+            )
+
+    def expire(self) -> None:
+        with psycopg.connect(self.postgres.conninfo(), autocommit=True) as conn:
+            conn.execute(
+                sql.SQL("ALTER ROLE {} VALID UNTIL '2001-01-01'").format(sql.Identifier(self.name))
+            )
+
+    def dsn(self, **extra: str) -> str:
+        endpoint = PostgresEndpoint(
+            self.postgres.host, self.postgres.port, self.name, self.password, tls=self.postgres.tls
+        )
+        return endpoint.tls_conninfo(**extra)
+
+    def drop(self) -> None:
+        with psycopg.connect(self.postgres.conninfo(), autocommit=True) as conn:
+            for gid in prepared_of(conn, self.name):
+                conn.execute(sql.SQL("ROLLBACK PREPARED {}").format(sql.Literal(gid)))
+            conn.execute(sql.SQL("DROP OWNED BY {} CASCADE").format(sql.Identifier(self.name)))
+            conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(self.name)))
+
+
+def prepared_of(conn: psycopg.Connection[Any], role: str) -> list[str]:
+    found = conn.execute("SELECT gid FROM pg_prepared_xacts WHERE owner::text = %s", (role,))
+    return [row[0] for row in found.fetchall()]
+
+
+@pytest.fixture
+def events_table(postgres: PostgresEndpoint, pg_schema: str) -> str:
+    with psycopg.connect(postgres.conninfo(), autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("CREATE TABLE {} (id bigint PRIMARY KEY, note text NOT NULL)").format(
+                sql.Identifier(pg_schema, "events")
+            )
+        )
+    return f"{pg_schema}.events"
+
+
+@pytest.fixture
+def roles(postgres: PostgresEndpoint, pg_schema: str, unique: UniqueNames) -> Iterator[Any]:
+    made: list[Role] = []
+
+    def make(*, create: bool = True) -> Role:
+        role = Role(postgres, pg_schema, unique.name(f"r{len(made)}"), create=create)
+        made.append(role)
+        return role
+
+    yield make
+    for role in made:
+        role.drop()
+
+
+def table_rows(postgres: PostgresEndpoint, table: str) -> int:
+    with psycopg.connect(postgres.conninfo()) as conn:
+        return int(
+            conn.execute(
+                sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(*table.split(".")))
+            ).fetchone()[0]
+        )  # type: ignore[index]
+
+
+def schema_tables(postgres: PostgresEndpoint, schema: str) -> set[str]:
+    with psycopg.connect(postgres.conninfo()) as conn:
+        found = conn.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = %s", (schema,)
+        ).fetchall()
+    return {row[0] for row in found}
+
+
+def test_postgres_job_over_verify_full_with_exactly_the_documented_grants(
+    postgres: PostgresEndpoint, pg_schema: str, events_table: str, roles: Any, unique: UniqueNames
+) -> None:
+    """The sink and the Postgres decision store over `sslmode=verify-full` as a role with
+    USAGE and CREATE on the schema and SELECT, INSERT on the table; two-phase (a second
+    sink would force it; here one_phase=False): crash after the decision, recover."""
+    role = roles()
+    role.grant_table("events")
+
+    def coordinator() -> Coordinator:
+        sink = PostgresSink(PostgresSinkConfig(role.dsn(), events_table))
+        store = PostgresDecisionStore(role.dsn(), schema=pg_schema)
+        return Coordinator(unique.job_id, [sink], store, one_phase=False)
+
+    first = coordinator()
+    first.start()
+    assert first.run_epoch(0, [rows(0, 4)]).outcome is EpochOutcome.COMMITTED
+    with psycopg.connect(postgres.conninfo()) as conn:
+        ssl = conn.execute(
+            "SELECT bool_and(s.ssl), count(*) FROM pg_stat_ssl s JOIN pg_stat_activity a "
+            "USING (pid) WHERE a.usename = %s",
+            (role.name,),
+        ).fetchone()
+    assert ssl == (True, 2) or (ssl is not None and ssl[0] is True and ssl[1] >= 2), ssl
+    steps = first.epoch_steps(1, [rows(4, 6)])
+    while next(steps) != "after-decision":
+        pass
+    second = coordinator()
+    try:
+        second.start()
+        assert second.run_epoch(1, [rows(4, 6)]).outcome is EpochOutcome.ALREADY_COMMITTED
+    finally:
+        second.close()
+        first.close()
+    assert table_rows(postgres, events_table) == 10
+    with psycopg.connect(postgres.conninfo()) as conn:
+        assert prepared_gids(conn, unique.job_id, "postgres") == []
+
+
+PG_REFUSALS = {
+    "wrong CA": ({"sslrootcert": "other"}, "certificate verify failed", "sslrootcert"),
+    "wrong host name": ({"host": WRONG_NAME}, "does not match host name", "host name"),
+    "bad password": (
+        {"password": "not-the-password"},
+        "password authentication failed",
+        "password",
+    ),
+    "expired password": ({"expire": True}, "password authentication failed", "VALID UNTIL"),
+    "no CREATE on the schema": (
+        {"create": False},
+        "cannot create the marker/fence tables",
+        "GRANT CREATE ON SCHEMA",
+    ),
+    "no INSERT on the table": ({"grant": "SELECT"}, "lacks INSERT", "GRANT INSERT"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(PG_REFUSALS))
+def test_postgres_refusals_stop_the_job_at_start_with_the_fix(
+    case: str,
+    postgres: PostgresEndpoint,
+    pg_schema: str,
+    events_table: str,
+    roles: Any,
+    unique: UniqueNames,
+    tmp_path: Path,
+) -> None:
+    setup, words, fix_words = PG_REFUSALS[case]
+    role = roles(create=setup.get("create", True))
+    role.grant_table("events", setup.get("grant", "SELECT, INSERT"))
+    if setup.get("expire"):
+        role.expire()
+    extra = {k: v for k, v in setup.items() if k in ("host", "password")}
+    if setup.get("sslrootcert") == "other":
+        assert postgres.tls is not None
+        extra["sslrootcert"] = str(postgres.tls.other_ca)
+    before = schema_tables(postgres, pg_schema)
+    sink = PostgresSink(PostgresSinkConfig(role.dsn(**extra), events_table))
+    coordinator = Coordinator(unique.job_id, [sink], LocalDirectoryStore(tmp_path / "store"))
+    started = time.monotonic()
+    try:
+        with pytest.raises(ConfigError) as refused:
+            coordinator.start()
+    finally:
+        coordinator.close()
+    took = time.monotonic() - started
+    error = refused.value
+    assert words in str(error), str(error)
+    assert fix_words in (error.fix or ""), error.fix
+    assert took < FAST_S, f"refused after {took:.1f} s"
+    assert role.password not in str(error)
+    assert role.password not in repr(error)
+    assert schema_tables(postgres, pg_schema) == before, "something was created"
+    assert table_rows(postgres, events_table) == 0
+
+
+def test_postgres_prepared_transactions_of_another_role_are_refused_at_start(
+    postgres: PostgresEndpoint, pg_schema: str, events_table: str, roles: Any, unique: UniqueNames
+) -> None:
+    """Only the role that prepared a transaction (or a superuser) may finish it: a job
+    restarted under another role is refused before it writes, naming the owner."""
+    owner, other = roles(), roles()
+    owner.grant_table("events")
+    other.grant_table("events")
+    first = Coordinator(
+        unique.job_id,
+        [PostgresSink(PostgresSinkConfig(owner.dsn(), events_table))],
+        PostgresDecisionStore(owner.dsn(), schema=pg_schema),
+        one_phase=False,
+    )
+    first.start()
+    steps = first.epoch_steps(0, [rows(0, 3)])
+    while next(steps) != "after-decision":
+        pass
+    with psycopg.connect(postgres.conninfo(), autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("GRANT ALL ON ALL TABLES IN SCHEMA {} TO {}").format(
+                sql.Identifier(pg_schema), sql.Identifier(other.name)
+            )
+        )
+        held = prepared_of(conn, owner.name)
+    assert held, "the decided epoch left no prepared transaction to refuse"
+    first.close()  # the first driver is gone: its sessions end, its prepared transaction stays
+    second = Coordinator(
+        unique.job_id,
+        [PostgresSink(PostgresSinkConfig(other.dsn(), events_table))],
+        PostgresDecisionStore(other.dsn(), schema=pg_schema),
+        one_phase=False,
+    )
+    try:
+        with pytest.raises(ConfigError, match="belong to role") as refused:
+            second.start()
+        assert owner.name in (refused.value.fix or "")
+        with psycopg.connect(postgres.conninfo(), autocommit=True) as conn:
+            assert prepared_of(conn, owner.name) == held
+        second.close()
+        third = Coordinator(
+            unique.job_id,
+            [PostgresSink(PostgresSinkConfig(owner.dsn(), events_table))],
+            PostgresDecisionStore(owner.dsn(), schema=pg_schema),
+            one_phase=False,
+        )
+        try:
+            third.start()  # its own role finishes the decided epoch
+        finally:
+            third.close()
+    finally:
+        second.close()
+        first.close()
+    assert table_rows(postgres, events_table) == 3
