@@ -52,7 +52,7 @@ def secure_topic(kafka_access: KafkaAccess, unique: UniqueNames) -> Iterator[str
     topic = unique.name("sec")
     admin = kafka_access.admin
     create_topic(admin, topic)
-    create_topic(admin, f"{topic}-ds-progress", **{"cleanup.policy": "compact"})
+    create_topic(admin, f"{topic}-ds-progress", 1, **{"cleanup.policy": "compact"})
     yield topic
     for future in admin.delete_topics([topic, f"{topic}-ds-progress"]).values():
         future.result(timeout=30)
@@ -155,7 +155,9 @@ def test_kafka_job_with_exactly_the_documented_acls_crashes_and_recovers(
     assert committed_records(admin, secure_topic) == 5 + 7 + 3
 
 
-KAFKA_REFUSALS = {
+#: What is wrong: (how to set it up, words the error must hold, words of its fix).
+Refusals = dict[str, tuple[dict[str, Any], str, str]]
+KAFKA_REFUSALS: Refusals = {
     # what is wrong: (how to set it up, the words the error must hold, the fix's words)
     "bad password": (
         {"sasl.password": "not-the-password"},
@@ -315,11 +317,11 @@ def roles(postgres: PostgresEndpoint, pg_schema: str, unique: UniqueNames) -> It
 
 def table_rows(postgres: PostgresEndpoint, table: str) -> int:
     with psycopg.connect(postgres.conninfo()) as conn:
-        return int(
-            conn.execute(
-                sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(*table.split(".")))
-            ).fetchone()[0]
-        )  # type: ignore[index]
+        found = conn.execute(
+            sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(*table.split(".")))
+        ).fetchone()
+    assert found is not None
+    return int(found[0])
 
 
 def schema_tables(postgres: PostgresEndpoint, schema: str) -> set[str]:
@@ -369,7 +371,7 @@ def test_postgres_job_over_verify_full_with_exactly_the_documented_grants(
         assert prepared_gids(conn, unique.job_id, "postgres") == []
 
 
-PG_REFUSALS = {
+PG_REFUSALS: Refusals = {
     "wrong CA": ({"sslrootcert": "other"}, "certificate verify failed", "sslrootcert"),
     "wrong host name": ({"host": WRONG_NAME}, "does not match host name", "host name"),
     "bad password": (

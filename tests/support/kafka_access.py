@@ -147,10 +147,10 @@ class KafkaAccess:
         for user in self.users:
             everything = AclBindingFilter(
                 ResourceType.ANY,
-                None,
+                None,  # type: ignore[arg-type]  # None matches any name (librdkafka)
                 ResourcePatternType.ANY,
                 f"User:{user.name}",
-                None,
+                None,  # type: ignore[arg-type]  # any host
                 AclOperation.ANY,
                 AclPermissionType.ANY,
             )
