@@ -213,6 +213,7 @@ def default_store_for(kind: str, config: Mapping[str, Any]) -> DecisionStore | N
 #: store never imports a sink, so they are read from the sink's config mapping by name).
 _S3_CONNECTION_KEYS = (
     "endpoint_url",
+    "ca_bundle",
     "region",
     "access_key_id",
     "secret_access_key",

@@ -28,7 +28,8 @@ class S3SinkConfig:
       prefix).
     - name: the sink's name within the job.
     - endpoint_url, region, access_key_id, secret_access_key, session_token,
-      addressing_style, connect_timeout, read_timeout: how to reach the server (unset: boto3's
+      addressing_style, connect_timeout, read_timeout, ca_bundle (a PEM file of CAs for an
+      https endpoint): how to reach the server (unset: boto3's
       default chain and AWS; see `durable_sinks.core.s3.S3Connection`). Secrets are never
       shown.
     - part_size: bytes per multipart-upload part (5 MiB to 5 GiB; default 8 MiB). The sink
@@ -51,6 +52,7 @@ class S3SinkConfig:
     addressing_style: AddressingStyle = "auto"
     connect_timeout: float = 10.0
     read_timeout: float = 60.0
+    ca_bundle: str | None = None
     part_size: int = 8 * MiB
     max_object_bytes: int = 1024 * MiB
     compression: str = "zstd"
@@ -107,6 +109,7 @@ class S3SinkConfig:
             addressing_style=self.addressing_style,
             connect_timeout=self.connect_timeout,
             read_timeout=self.read_timeout,
+            ca_bundle=self.ca_bundle,
         )
 
     def __repr__(self) -> str:

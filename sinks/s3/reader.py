@@ -101,6 +101,10 @@ def _arrow_settings(connection: S3Connection) -> dict[str, Any]:
         scheme, _, rest = connection.endpoint_url.partition("://")
         settings["scheme"] = scheme
         settings["endpoint_override"] = rest.rstrip("/")
+    if connection.ca_bundle is not None:
+        # pyarrow applies it when its S3 layer initialises: the first S3 filesystem of
+        # the process decides (docs/security.md).
+        settings["tls_ca_file_path"] = connection.ca_bundle
     if connection.addressing_style == "path":
         settings["force_virtual_addressing"] = False
     elif connection.addressing_style == "virtual":

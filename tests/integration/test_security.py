@@ -22,14 +22,19 @@ from psycopg import sql
 
 from durable_sinks.coordinator import Coordinator, EpochOutcome
 from durable_sinks.core.errors import ConfigError
+from durable_sinks.core.s3 import S3Connection, S3Location
 from durable_sinks.manifest import LocalDirectoryStore
 from durable_sinks.manifest.postgres import PostgresDecisionStore
+from durable_sinks.manifest.s3 import S3DecisionStore
 from durable_sinks.sinks.kafka import KafkaSink, KafkaSinkConfig
 from durable_sinks.sinks.postgres import PostgresSink, PostgresSinkConfig
+from durable_sinks.sinks.s3 import S3Sink
+from durable_sinks.sinks.s3.reader import committed_dataset
 from tests.conftest import UniqueNames
-from tests.services import PostgresEndpoint, Testbed
+from tests.services import PostgresEndpoint, S3Endpoint, Testbed
 from tests.services.tls import WRONG_NAME
 from tests.support.kafka_access import KafkaAccess, ScramUser, job_acls
+from tests.support.s3_target import s3_options, s3_sink_config
 from tests.support.targets import create_topic, prepared_gids
 
 #: A refusal must come at once, not after a connection time-out (20 s here).
@@ -483,3 +488,79 @@ def test_postgres_prepared_transactions_of_another_role_are_refused_at_start(
         second.close()
         first.close()
     assert table_rows(postgres, events_table) == 3
+
+
+# -- S3 over HTTPS ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def s3_https(testbed: Testbed) -> S3Endpoint:
+    testbed.s3.up()
+    return testbed.s3.https_endpoint()
+
+
+def s3_connection(endpoint: S3Endpoint) -> S3Connection:
+    options = s3_options(endpoint, "s3://unused/x")
+    del options["path"]
+    return S3Connection(**options)
+
+
+def test_s3_job_over_https_with_the_s3_decision_store_crashes_and_recovers(
+    s3_https: S3Endpoint, unique: UniqueNames
+) -> None:
+    """The sink and its decision store over HTTPS, verified against the test bed's CA."""
+    path = f"s3://{s3_https.bucket}/{unique.name('tls')}"
+    connection = s3_connection(s3_https)
+
+    def coordinator() -> Coordinator:
+        store = S3DecisionStore(S3Location.parse(path).child("_decisions"), connection)
+        return Coordinator(unique.job_id, [S3Sink(s3_sink_config(s3_https, path))], store)
+
+    first = coordinator()
+    first.start()
+    assert first.run_epoch(0, [rows(0, 5)]).outcome is EpochOutcome.COMMITTED
+    steps = first.epoch_steps(1, [rows(5, 7)])
+    while next(steps) != "after-decision":
+        pass
+    second = coordinator()
+    try:
+        second.start()
+        assert second.run_epoch(1, [rows(5, 7)]).outcome is EpochOutcome.ALREADY_COMMITTED
+    finally:
+        second.close()
+        first.close()
+    table = committed_dataset(path, connection).to_table()
+    assert sorted(table.column("id").to_pylist()) == list(range(12))
+
+
+S3_REFUSALS: Refusals = {
+    "wrong CA": ({"ca_bundle": "other"}, "unable to get local issuer certificate", "ca_bundle"),
+    "no CA given (the system's)": ({"ca_bundle": None}, "certificate verify failed", "ca_bundle"),
+    "wrong host name": ({"host": WRONG_NAME}, "doesn't match", "host name"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(S3_REFUSALS))
+def test_s3_refusals_stop_the_job_at_start_with_the_fix(
+    case: str, s3_https: S3Endpoint, testbed: Testbed, unique: UniqueNames, tmp_path: Path
+) -> None:
+    setup, words, fix_words = S3_REFUSALS[case]
+    endpoint = testbed.s3.https_endpoint(host=setup.get("host", "localhost"))
+    options: dict[str, Any] = {}
+    if "ca_bundle" in setup:
+        other = testbed.s3.layout.service_dir("tls") / "other-ca.pem"
+        options["ca_bundle"] = str(other) if setup["ca_bundle"] == "other" else None
+    path = f"s3://{s3_https.bucket}/{unique.name('tls')}"
+    sink = S3Sink(s3_sink_config(endpoint, path, **options))
+    refused_at_start(
+        Coordinator(unique.job_id, [sink], LocalDirectoryStore(tmp_path / "store")),
+        words,
+        fix_words,
+        s3_https.secret_access_key,
+    )
+    listed = (
+        testbed.s3.endpoint()
+        .client()
+        .list_objects_v2(Bucket=s3_https.bucket, Prefix=path.split("/", 3)[3])
+    )
+    assert listed.get("KeyCount", 0) == 0, "something was written"

@@ -25,6 +25,7 @@ def s3_options(endpoint: S3Endpoint, path: str, **options: Any) -> dict[str, Any
         "access_key_id": endpoint.access_key_id,
         "secret_access_key": endpoint.secret_access_key,
         "addressing_style": "path",
+        **({"ca_bundle": endpoint.ca_bundle} if endpoint.ca_bundle else {}),
         **options,
     }
 

@@ -111,6 +111,9 @@ class S3Connection:
     addressing_style: AddressingStyle = "auto"
     connect_timeout: float = 10.0
     read_timeout: float = 60.0
+    #: A PEM file of the CAs that verify an https endpoint (None: boto3's default, i.e.
+    #: AWS_CA_BUNDLE or the system's CAs).
+    ca_bundle: str | None = None
 
     def __post_init__(self) -> None:
         if (self.access_key_id is None) != (self.secret_access_key is None):
@@ -154,6 +157,13 @@ class S3Connection:
         import boto3
         from botocore.config import Config
 
+        if self.ca_bundle is not None and not os.path.isfile(self.ca_bundle):
+            raise ConfigError(
+                f"S3: ca_bundle {self.ca_bundle!r} is not a file here",
+                fix="give the path of a PEM file of the CAs that signed the server's "
+                "certificate, present wherever the job runs (driver and executors)",
+            )
+
         session = boto3.session.Session()
         client: S3Client = session.client(
             "s3",
@@ -162,6 +172,7 @@ class S3Connection:
             aws_access_key_id=self.access_key_id,
             aws_secret_access_key=self.secret_access_key,
             aws_session_token=self.session_token,
+            verify=self.ca_bundle,
             config=Config(
                 s3={"addressing_style": self.addressing_style},
                 retries={"max_attempts": 3, "mode": "standard"},
@@ -249,6 +260,16 @@ def is_precondition_failed(exc: BaseException) -> bool:
     return error_code(exc) in ("PreconditionFailed", "412", "ConditionalRequestConflict")
 
 
+def _ssl_reason(exc: BaseException) -> str:
+    """The innermost words of a certificate failure ("hostname '127.0.0.1' doesn't match
+    'localhost'", "unable to get local issuer certificate")."""
+    text = str(exc)
+    found = re.search(
+        r"(hostname .*? doesn't match [^\s,)]+|certificate verify failed: [^(]+)", text
+    )
+    return found.group(1).strip() if found else text
+
+
 def s3_failure(
     exc: BaseException,
     action: str,
@@ -269,6 +290,7 @@ def s3_failure(
         NoCredentialsError,
         PartialCredentialsError,
         ReadTimeoutError,
+        SSLError,
     )
 
     def made(cls: type[DurableSinkError], text: str, fix: str | None = None) -> DurableSinkError:
@@ -281,6 +303,15 @@ def s3_failure(
             f"cannot {action}: no S3 credentials found ({type(exc).__name__})",
             fix="give access_key_id and secret_access_key, or set AWS_ACCESS_KEY_ID and "
             "AWS_SECRET_ACCESS_KEY (or a profile or role) where the job runs",
+        )
+    if isinstance(exc, SSLError):
+        return made(
+            ConfigError,
+            f"cannot {action}: cannot verify the TLS certificate of S3 at {server}: "
+            f"{_ssl_reason(exc)}",
+            fix="set ca_bundle (or AWS_CA_BUNDLE) to the CA file that signed the server's "
+            "certificate, and use a host name the certificate names in endpoint_url; "
+            "retrying cannot help",
         )
     if isinstance(exc, EndpointConnectionError | ConnectTimeoutError):
         return made(
