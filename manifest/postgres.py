@@ -48,6 +48,7 @@ from durable_sinks.core.errors import (
     TransientError,
 )
 from durable_sinks.core.redaction import redact
+from durable_sinks.core.secrets import check, resolve
 
 from ._record import DecisionRecord
 from ._store import require_open, require_own
@@ -70,6 +71,7 @@ class PostgresDecisionStore:
     ) -> None:
         self._dsn = dsn
         self.schema = schema
+        check(dsn, where or "the job's decision store")
         #: Whose store this is, for messages: the user named it, or the job uses the default
         #: store in a sink's database ("the job's decision store, in the database of ...").
         self.where = where or "the job's decision store"
@@ -98,7 +100,7 @@ class PostgresDecisionStore:
             job = job or self._job
             try:
                 self._conn = psycopg.connect(
-                    self._dsn,
+                    resolve(self._dsn, self.where),
                     autocommit=True,
                     connect_timeout=self.connect_timeout,
                     # libpq's fallback: the DSN's (or PGAPPNAME's) application_name wins.

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from durable_sinks.core.errors import ConfigError
 from durable_sinks.core.redaction import is_secret, redact
+from durable_sinks.core.secrets import check, resolve
 
 from .records import RecordLayout
 
@@ -96,6 +97,9 @@ class KafkaSinkConfig:
     def __post_init__(self) -> None:
         where = f"kafka sink {self.name!r}"
         _check_producer_config(self.producer_config, where)
+        for key, value in self.producer_config.items():
+            if isinstance(value, str):
+                check(value, f"{where}: producer_config[{key!r}]")
         protocol = str(self.producer_config.get("security.protocol", "plaintext"))
         bootstrap_hosts(self.bootstrap_servers, protocol, where)
         _check_topics(self.topic, self.progress_topic, where)
@@ -168,9 +172,12 @@ class KafkaSinkConfig:
     def connection_settings(self) -> dict[str, ConfigValue]:
         """What every client of the sink needs to reach the cluster (may hold secrets)."""
         settings: dict[str, ConfigValue] = {"bootstrap.servers": self.bootstrap_servers}
+        where = f"kafka sink {self.name!r}: producer_config"
         for key, value in self.producer_config.items():
             if key.startswith(CONNECTION_PREFIXES):
-                settings[key] = value
+                settings[key] = (
+                    resolve(value, f"{where}[{key!r}]") if isinstance(value, str) else value
+                )
         return settings
 
     def __repr__(self) -> str:

@@ -48,6 +48,7 @@ from durable_sinks.core.errors import (
     UsageError,
 )
 from durable_sinks.core.joblog import JobLogger
+from durable_sinks.core.secrets import resolve_settings
 
 from .clientlog import ClientLog
 from .config import THROUGHPUT_DEFAULTS, KafkaSinkConfig
@@ -119,7 +120,9 @@ class TransactionalProducer:
         """Every librdkafka setting of the producer (may hold secrets)."""
         return {
             **THROUGHPUT_DEFAULTS,
-            **self.config.producer_config,
+            **resolve_settings(
+                self.config.producer_config, f"kafka sink {self.config.name!r}: producer_config"
+            ),
             "bootstrap.servers": self.config.bootstrap_servers,
             "transactional.id": self.transactional_id,
             "enable.idempotence": True,

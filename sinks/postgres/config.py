@@ -13,6 +13,7 @@ from psycopg.conninfo import conninfo_to_dict
 from durable_sinks.core.connecting import connect_timeout
 from durable_sinks.core.errors import ConfigError
 from durable_sinks.core.redaction import redact
+from durable_sinks.core.secrets import check
 
 #: What the sink accepts as a schema, table, column or meta-schema name (unquoted).
 IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]{0,62}$")
@@ -47,6 +48,7 @@ class PostgresSinkConfig:
         where = f"postgres sink {self.name!r}"
         if not self.dsn:
             raise ConfigError(f"{where}: `dsn` is empty", fix="give a libpq connection string")
+        check(self.dsn, f"{where}: dsn")
         try:
             conninfo_to_dict(self.dsn)
         except psycopg.ProgrammingError:

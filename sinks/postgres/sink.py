@@ -58,6 +58,7 @@ from durable_sinks.core.protocol import (
     SinkCapabilities,
     WriteResult,
 )
+from durable_sinks.core.secrets import resolve
 
 from . import operations
 from .catalog import TargetTable, refuse_foreign_prepared
@@ -115,7 +116,7 @@ class PostgresSink:
         ctx = self._ctx()
         try:
             return psycopg.connect(
-                self.config.dsn,
+                resolve(self.config.dsn, f"postgres sink {self.name!r}: dsn"),
                 autocommit=autocommit,
                 connect_timeout=self.config.connect_timeout_s,
                 application_name=application_name(ctx, ctx.generation, self.config.dsn),
@@ -155,7 +156,7 @@ class PostgresSink:
         ctx = self._ctx()
         try:
             with psycopg.connect(
-                self.config.dsn,
+                resolve(self.config.dsn, f"postgres sink {self.name!r}: dsn"),
                 autocommit=True,
                 connect_timeout=self.config.connect_timeout_s,
                 application_name=application_name(ctx, ctx.generation, self.config.dsn),

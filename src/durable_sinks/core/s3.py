@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from .errors import ConfigError, DurableSinkError, TransientError, UnreachableError
+from .secrets import check, resolve
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -131,6 +132,8 @@ class S3Connection:
                 f"S3: endpoint_url {self.endpoint_url!r} is not an http(s)://host[:port] URL",
                 fix="write endpoint_url='https://s3.example.com' (or leave it unset for AWS)",
             )
+        for secret in ("access_key_id", "secret_access_key", "session_token"):
+            check(getattr(self, secret), f"S3: {secret}")
         for name in ("connect_timeout", "read_timeout"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"S3: {name} must be > 0 seconds", fix=f"{name}=10")
@@ -153,6 +156,10 @@ class S3Connection:
                 client = _CLIENTS[key] = self._build()
         return client
 
+    @staticmethod
+    def _secret(value: str | None, name: str) -> str | None:
+        return None if value is None else resolve(value, f"S3: {name}")
+
     def _build(self) -> S3Client:
         import boto3
         from botocore.config import Config
@@ -169,9 +176,9 @@ class S3Connection:
             "s3",
             endpoint_url=self.endpoint_url,
             region_name=self.region,
-            aws_access_key_id=self.access_key_id,
-            aws_secret_access_key=self.secret_access_key,
-            aws_session_token=self.session_token,
+            aws_access_key_id=self._secret(self.access_key_id, "access_key_id"),
+            aws_secret_access_key=self._secret(self.secret_access_key, "secret_access_key"),
+            aws_session_token=self._secret(self.session_token, "session_token"),
             verify=self.ca_bundle,
             config=Config(
                 s3={"addressing_style": self.addressing_style},
