@@ -13,13 +13,14 @@ from __future__ import annotations
 import contextlib
 import re
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import psycopg
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
+from psycopg import sql
 
 from tests.services import (
     KafkaEndpoint,
@@ -33,7 +34,10 @@ from tests.services import (
 from tests.services._process import file_lock
 from tests.support.connect_client import ConnectClient
 from tests.support.fault_bed import FaultBed
+from tests.support.kafka_access import KafkaAccess
+from tests.support.pg_access import Role
 from tests.support.s3_access import S3Access
+from tests.support.targets import create_topic
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -165,6 +169,63 @@ def s3_access(testbed: Testbed) -> Iterator[S3Access]:
     access = S3Access(testbed)
     yield access
     access.close()
+
+
+# -- the secured servers (docs/security.md, tests/integration/test_security*.py) ----------------
+
+
+@pytest.fixture
+def kafka_access(testbed: Testbed) -> Iterator[KafkaAccess]:
+    testbed.kafka.up()
+    access = KafkaAccess(testbed)
+    yield access
+    access.close()
+
+
+@pytest.fixture
+def secure_topic(kafka_access: KafkaAccess, unique: UniqueNames) -> Iterator[str]:
+    """A topic and its progress topic (compacted), made by the admin: the job's user may
+    not create topics."""
+    topic = unique.name("sec")
+    admin = kafka_access.admin
+    create_topic(admin, topic)
+    create_topic(admin, f"{topic}-ds-progress", 1, **{"cleanup.policy": "compact"})
+    yield topic
+    for future in admin.delete_topics([topic, f"{topic}-ds-progress"]).values():
+        future.result(timeout=30)
+
+
+@pytest.fixture
+def s3_https(testbed: Testbed) -> S3Endpoint:
+    testbed.s3.up()
+    return testbed.s3.https_endpoint()
+
+
+@pytest.fixture
+def events_table(postgres: PostgresEndpoint, pg_schema: str) -> str:
+    with psycopg.connect(postgres.conninfo(), autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("CREATE TABLE {} (id bigint PRIMARY KEY, note text NOT NULL)").format(
+                sql.Identifier(pg_schema, "events")
+            )
+        )
+    return f"{pg_schema}.events"
+
+
+@pytest.fixture
+def roles(
+    postgres: PostgresEndpoint, pg_schema: str, unique: UniqueNames
+) -> Iterator[Callable[..., Role]]:
+    made: list[Role] = []
+
+    def make(*, create: bool = True) -> Role:
+        role = Role(postgres, pg_schema, unique.name(f"r{len(made)}"), create=create)
+        made.append(role)
+        return role
+
+    yield make
+    for role in made:
+        role.drop()
 
 
 # -- the faults bed: servers fault tests may restart, kill and cut (docs/testbed.md) ----------

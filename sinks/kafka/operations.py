@@ -23,6 +23,7 @@ from durable_sinks.core.operations import Holding, Prepared
 from durable_sinks.core.protocol import CommitHandle
 
 from .admin import list_offsets
+from .config import PROGRESS_READER_GROUP
 from .progress import ProgressRecord
 from .records import EPOCH_HEADER
 
@@ -68,7 +69,7 @@ def committed(
     consumer = Consumer(
         {
             **settings,
-            "group.id": "durable-sinks-cli",
+            "group.id": PROGRESS_READER_GROUP,  # one group to grant (docs/security.md)
             "enable.auto.commit": False,
             "isolation.level": "read_committed",
             "auto.offset.reset": "earliest",

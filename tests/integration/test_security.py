@@ -10,7 +10,6 @@ the problem and the fix, fast, and with nothing written.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,33 +33,13 @@ from tests.conftest import UniqueNames
 from tests.services import PostgresEndpoint, S3Endpoint, Testbed
 from tests.services.tls import WRONG_NAME
 from tests.support.kafka_access import KafkaAccess, ScramUser, job_acls
+from tests.support.pg_access import prepared_of
 from tests.support.s3_target import s3_options, s3_sink_config
-from tests.support.targets import create_topic, prepared_gids
+from tests.support.targets import prepared_gids
 
 #: A refusal must come at once, not after a connection time-out (20 s here).
 FAST_S = 8.0
 REQUEST_TIMEOUT_S = 20
-
-
-@pytest.fixture
-def kafka_access(testbed: Testbed) -> Iterator[KafkaAccess]:
-    testbed.kafka.up()
-    access = KafkaAccess(testbed)
-    yield access
-    access.close()
-
-
-@pytest.fixture
-def secure_topic(kafka_access: KafkaAccess, unique: UniqueNames) -> Iterator[str]:
-    """A topic and its progress topic (compacted), made by the admin: the job's user may
-    not create topics."""
-    topic = unique.name("sec")
-    admin = kafka_access.admin
-    create_topic(admin, topic)
-    create_topic(admin, f"{topic}-ds-progress", 1, **{"cleanup.policy": "compact"})
-    yield topic
-    for future in admin.delete_topics([topic, f"{topic}-ds-progress"]).values():
-        future.result(timeout=30)
 
 
 def rows(first: int, count: int) -> pa.RecordBatch:
@@ -249,86 +228,6 @@ def test_kafka_refusals_stop_the_job_at_start_with_the_fix(
 # -- Postgres -------------------------------------------------------------------------------------
 
 
-class Role:
-    """A login role with a random password and exactly the GRANTs docs/security.md lists for
-    a sink (and the decision store) in `schema`; dropped with everything it owns."""
-
-    def __init__(
-        self, postgres: PostgresEndpoint, schema: str, name: str, *, create: bool = True
-    ) -> None:
-        self.postgres, self.schema, self.name = postgres, schema, name
-        self.password = f"pw-{time.monotonic_ns()}"
-        with psycopg.connect(postgres.conninfo(), autocommit=True) as conn:
-            conn.execute(
-                sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(
-                    sql.Identifier(name), sql.Literal(self.password)
-                )
-            )
-            grants = "USAGE, CREATE" if create else "USAGE"
-            conn.execute(
-                sql.SQL(f"GRANT {grants} ON SCHEMA {{}} TO {{}}").format(
-                    sql.Identifier(schema), sql.Identifier(name)
-                )
-            )
-
-    def grant_table(self, table: str, privileges: str = "SELECT, INSERT") -> None:
-        with psycopg.connect(self.postgres.conninfo(), autocommit=True) as conn:
-            conn.execute(
-                sql.SQL(f"GRANT {privileges} ON {{}} TO {{}}").format(
-                    sql.Identifier(self.schema, table), sql.Identifier(self.name)
-                )
-            )
-
-    def expire(self) -> None:
-        with psycopg.connect(self.postgres.conninfo(), autocommit=True) as conn:
-            conn.execute(
-                sql.SQL("ALTER ROLE {} VALID UNTIL '2001-01-01'").format(sql.Identifier(self.name))
-            )
-
-    def dsn(self, **extra: str) -> str:
-        endpoint = PostgresEndpoint(
-            self.postgres.host, self.postgres.port, self.name, self.password, tls=self.postgres.tls
-        )
-        return endpoint.tls_conninfo(**extra)
-
-    def drop(self) -> None:
-        with psycopg.connect(self.postgres.conninfo(), autocommit=True) as conn:
-            for gid in prepared_of(conn, self.name):
-                conn.execute(sql.SQL("ROLLBACK PREPARED {}").format(sql.Literal(gid)))
-            conn.execute(sql.SQL("DROP OWNED BY {} CASCADE").format(sql.Identifier(self.name)))
-            conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(self.name)))
-
-
-def prepared_of(conn: psycopg.Connection[Any], role: str) -> list[str]:
-    found = conn.execute("SELECT gid FROM pg_prepared_xacts WHERE owner::text = %s", (role,))
-    return [row[0] for row in found.fetchall()]
-
-
-@pytest.fixture
-def events_table(postgres: PostgresEndpoint, pg_schema: str) -> str:
-    with psycopg.connect(postgres.conninfo(), autocommit=True) as conn:
-        conn.execute(
-            sql.SQL("CREATE TABLE {} (id bigint PRIMARY KEY, note text NOT NULL)").format(
-                sql.Identifier(pg_schema, "events")
-            )
-        )
-    return f"{pg_schema}.events"
-
-
-@pytest.fixture
-def roles(postgres: PostgresEndpoint, pg_schema: str, unique: UniqueNames) -> Iterator[Any]:
-    made: list[Role] = []
-
-    def make(*, create: bool = True) -> Role:
-        role = Role(postgres, pg_schema, unique.name(f"r{len(made)}"), create=create)
-        made.append(role)
-        return role
-
-    yield make
-    for role in made:
-        role.drop()
-
-
 def table_rows(postgres: PostgresEndpoint, table: str) -> int:
     with psycopg.connect(postgres.conninfo()) as conn:
         found = conn.execute(
@@ -491,12 +390,6 @@ def test_postgres_prepared_transactions_of_another_role_are_refused_at_start(
 
 
 # -- S3 over HTTPS ---------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def s3_https(testbed: Testbed) -> S3Endpoint:
-    testbed.s3.up()
-    return testbed.s3.https_endpoint()
 
 
 def s3_connection(endpoint: S3Endpoint) -> S3Connection:

@@ -105,6 +105,12 @@ def job_acls(
     }
 
 
+def operator_acls(user: str, topic: str) -> list[AclBinding]:
+    """What the `durable-sinks` command needs beyond the job's ACLs: `status` and `verify`
+    count the topic's records per epoch (docs/security.md)."""
+    return [acl(user, ResourceType.TOPIC, topic, AclOperation.READ)]
+
+
 class KafkaAccess:
     """Makes SCRAM users and ACLs for one test; `close` deletes both."""
 
