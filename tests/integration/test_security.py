@@ -29,7 +29,10 @@ from durable_sinks.sinks.kafka import KafkaSink, KafkaSinkConfig
 from durable_sinks.sinks.postgres import PostgresSink, PostgresSinkConfig
 from durable_sinks.sinks.s3 import S3Sink
 from durable_sinks.sinks.s3.reader import committed_dataset
+from durable_sinks.testing import run_conformance
 from tests.conftest import UniqueNames
+from tests.crash.test_file_sink_conformance import check_exercised
+from tests.integration.test_postgres_conformance import scenario_of
 from tests.services import PostgresEndpoint, S3Endpoint, Testbed
 from tests.services.tls import WRONG_NAME
 from tests.support.kafka_access import KafkaAccess, ScramUser, job_acls
@@ -457,3 +460,16 @@ def test_s3_refusals_stop_the_job_at_start_with_the_fix(
         .list_objects_v2(Bucket=s3_https.bucket, Prefix=path.split("/", 3)[3])
     )
     assert listed.get("KeyCount", 0) == 0, "something was written"
+
+
+def test_the_postgres_conformance_suite_over_tls_short_form(
+    postgres: PostgresEndpoint, pg_schema: str
+) -> None:
+    """The crash/replay suite (its scripted sweep and 20 generated examples) with the sink
+    and the Postgres decision store over `sslmode=verify-full`, two-phase."""
+    secured = postgres.over_tls()
+    assert "sslmode='verify-full'" in secured.conninfo()
+    stats = run_conformance(
+        scenario_of(secured, pg_schema, store="postgres", one_phase=False), max_examples=20
+    )
+    check_exercised(stats, 20)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from .tls import SERVER_NAME, TestbedTls
@@ -21,6 +21,13 @@ class PostgresEndpoint:
     dbname: str = "postgres"
     #: The test bed's TLS files (the server also speaks TLS: `tls_conninfo`).
     tls: TestbedTls | None = None
+    #: Whether `conninfo()` itself connects over TLS (`over_tls()`), for code that takes an
+    #: endpoint and calls `conninfo()` (conformance targets, helpers).
+    verified_tls: bool = False
+
+    def over_tls(self) -> PostgresEndpoint:
+        """This endpoint, every `conninfo()` of which is `tls_conninfo()`."""
+        return replace(self, verified_tls=True)
 
     def conninfo(self, **extra: str) -> str:
         """A libpq connection string without TLS (holds the password: never log it)."""
@@ -32,6 +39,7 @@ class PostgresEndpoint:
             "dbname": self.dbname,
             "connect_timeout": "10",
             "sslmode": "disable",
+            **(self._tls_settings() if self.verified_tls else {}),
             **extra,
         }
         return " ".join(f"{key}={_quote(value)}" for key, value in params.items())
@@ -39,10 +47,12 @@ class PostgresEndpoint:
     def tls_conninfo(self, **extra: str) -> str:
         """A connection string over TLS that verifies the server's certificate and host name
         (`sslmode=verify-full` against the test bed's CA, host `localhost`)."""
+        return self.conninfo(**{**self._tls_settings(), **extra})
+
+    def _tls_settings(self) -> dict[str, str]:
         if self.tls is None:
             raise ValueError(f"{self!r} has no TLS files")
-        settings = {"host": SERVER_NAME, "sslmode": "verify-full", "sslrootcert": str(self.tls.ca)}
-        return self.conninfo(**{**settings, **extra})
+        return {"host": SERVER_NAME, "sslmode": "verify-full", "sslrootcert": str(self.tls.ca)}
 
     def jdbc_url(self) -> str:
         return f"jdbc:postgresql://{self.host}:{self.port}/{self.dbname}?sslmode=disable"
