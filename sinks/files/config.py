@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from durable_sinks.core.errors import ConfigError
+from durable_sinks.core.naming import check_sink_name
 
 COMPRESSIONS = ("none", "snappy", "gzip", "zstd", "lz4", "brotli")
 
@@ -34,5 +35,4 @@ class FileSinkConfig:
                 sink=self.name,
                 fix="leave the default or choose one of those",
             )
-        if not self.name or "/" in self.name:
-            raise ConfigError(f"files sink: invalid name {self.name!r}", fix="use a plain word")
+        check_sink_name(self.name, "files sink")

@@ -22,6 +22,8 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 Connect = Callable[[], "psycopg.Connection[Any]"]
+#: Postgres keeps at most NAMEDATALEN - 1 = 63 bytes of an identifier.
+MAX_IDENTIFIER_BYTES = 63
 
 
 class TargetTable:
@@ -144,6 +146,8 @@ class TargetTable:
     def columns_for(self, batch: pa.RecordBatch, epoch: int) -> dict[str, TableColumn]:
         """The table's columns, checked against the batch's schema (once per schema); the
         table is created from it first when it is missing and create_table is set."""
+        if self.checked_schema is None or not batch.schema.equals(self.checked_schema):
+            self._refuse_bad_names(batch.schema, epoch)  # before a table is made from them
         if self._columns is None:
             self._columns = self._read_columns(self._connect())
             if self._columns is None:
@@ -166,6 +170,24 @@ class TargetTable:
                 )
             self.checked_schema = batch.schema
         return self._columns
+
+    def _refuse_bad_names(self, schema: pa.Schema, epoch: int) -> None:
+        """Column names Postgres cannot hold as given: with a NUL, or longer than 63 bytes
+        (it would silently cut them, so two could become one or a batch miss its column)."""
+        bad = [
+            f"{name!r} ({'a NUL character' if chr(0) in name else f'{len(name.encode())} bytes'})"
+            for name in schema.names
+            if chr(0) in name or len(name.encode()) > MAX_IDENTIFIER_BYTES
+        ]
+        if bad:
+            raise SchemaMismatchError(
+                f"the batch's column names cannot be Postgres column names: {', '.join(bad)}",
+                job=self.context.job_id,
+                sink=self.context.sink,
+                epoch=epoch,
+                fix=f"rename them in the query (at most {MAX_IDENTIFIER_BYTES} bytes of UTF-8, "
+                "no NUL): df.withColumnRenamed(...); nothing of the epoch was written",
+            )
 
     def _create(self, schema: pa.Schema, epoch: int) -> None:
         try:

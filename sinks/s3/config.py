@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from durable_sinks.core.errors import ConfigError
+from durable_sinks.core.naming import check_sink_name
 from durable_sinks.core.s3 import (
     MAX_OBJECT_SIZE,
     MAX_PART_SIZE,
@@ -60,8 +61,7 @@ class S3SinkConfig:
 
     def __post_init__(self) -> None:
         where = f"s3 sink {self.name!r}"
-        if not self.name or "/" in self.name:
-            raise ConfigError(f"{where}: invalid name {self.name!r}", fix="use a plain word")
+        check_sink_name(self.name, where)
         location = S3Location.parse(self.path, what=f"{where}: path")
         if not location.prefix:
             raise ConfigError(

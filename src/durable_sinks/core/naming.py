@@ -16,10 +16,29 @@ import hashlib
 import re
 from dataclasses import dataclass
 
+from .errors import ConfigError
+
 PREFIX = "ds"
 MAX_BYTES = 199
 _SAFE = re.compile(r"^[A-Za-z0-9._-]{1,40}$")
 _ATTEMPT = re.compile(r"^(\d+)-(\d+)$")
+
+
+def check_sink_name(name: object, where: str) -> None:
+    """Refuse a sink name that is empty, `.` or `..`, or holds a path separator or a control
+    character (ConfigError): names may reach folders and keys (as participant names, through
+    `component`), and must read plainly in messages."""
+    if (
+        not isinstance(name, str)
+        or name in ("", ".", "..")
+        or "/" in name
+        or "\\" in name
+        or any(ord(c) < 32 or ord(c) == 127 for c in name)
+    ):
+        raise ConfigError(
+            f"{where}: invalid name {name!r}",
+            fix="name the sink with a plain word (letters, digits, '-', '_', '.')",
+        )
 
 
 def component(name: str) -> str:

@@ -66,6 +66,11 @@ class S3Location:
                 fix="S3 bucket names are 3 to 63 lower-case letters, digits, dots and hyphens",
             )
         prefix = (match.group("prefix") or "").strip("/")
+        if any(ord(c) < 32 or ord(c) == 127 for c in prefix):
+            raise ConfigError(
+                f"{what} {uri!r}: the prefix has control characters",
+                fix="write the prefix as plain folder names (letters, digits, '-', '_', '.')",
+            )
         if "//" in prefix or any(p in (".", "..") for p in prefix.split("/")):
             raise ConfigError(
                 f"{what} {uri!r}: the prefix has an empty, '.' or '..' segment",
