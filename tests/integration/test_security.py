@@ -9,6 +9,7 @@ the problem and the fix, fast, and with nothing written.
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -16,9 +17,11 @@ from typing import Any
 import psycopg
 import pyarrow as pa
 import pytest
+from click.testing import CliRunner
 from confluent_kafka import Consumer, TopicPartition
 from psycopg import sql
 
+from durable_sinks.cli import main
 from durable_sinks.coordinator import Coordinator, EpochOutcome
 from durable_sinks.core.errors import ConfigError
 from durable_sinks.core.s3 import S3Connection, S3Location
@@ -473,3 +476,49 @@ def test_the_postgres_conformance_suite_over_tls_short_form(
         scenario_of(secured, pg_schema, store="postgres", one_phase=False), max_examples=20
     )
     check_exercised(stats, 20)
+
+
+def test_doctor_names_the_missing_grant_and_acl(
+    postgres: PostgresEndpoint,
+    events_table: str,
+    roles: Any,
+    kafka_access: KafkaAccess,
+    secure_topic: str,
+    unique: UniqueNames,
+    tmp_path: Path,
+) -> None:
+    """`durable-sinks doctor` runs the start's checks: a role without INSERT and a Kafka user
+    without the transactional-id ACL each fail it with the GRANT or ACL to add."""
+    role = roles()
+    role.grant_table("events", "SELECT")
+    user = kafka_access.user()
+    acls = job_acls(user.name, unique.job_id, secure_topic)
+    kafka_access.allow(*(group for purpose, group in acls.items() if purpose != "transactional id"))
+    endpoint = kafka_access.endpoint(user)
+    for sink_settings, words in (
+        ({"kind": "postgres", "dsn": role.dsn(), "table": events_table}, "GRANT INSERT"),
+        (
+            {
+                "kind": "kafka",
+                "bootstrap_servers": endpoint.bootstrap_servers,
+                "topic": secure_topic,
+                "producer_config": dict(endpoint.security),
+            },
+            "--resource-pattern-type prefixed",
+        ),
+    ):
+        job_file = tmp_path / f"{sink_settings['kind']}.json"
+        job_file.write_text(
+            json.dumps(
+                {
+                    "job_id": unique.job_id,
+                    "decision_store": str(tmp_path / "store"),
+                    "sinks": [sink_settings],
+                }
+            )
+        )
+        result = CliRunner().invoke(main, ["doctor", unique.job_id, "-f", str(job_file)])
+        assert result.exit_code != 0, result.output
+        assert words in " ".join(result.output.split()), result.output
+        assert role.password not in result.output
+        assert user.password not in result.output
