@@ -12,7 +12,13 @@ from concurrent.futures import Future, wait
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import (
+    IsolationLevel,
+    KafkaError,
+    KafkaException,
+    TopicCollection,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, OffsetSpec
 
 from durable_sinks.core.errors import (
@@ -276,7 +282,36 @@ class Cluster:
         if wanted:
             self._create(wanted, brokers)
             metadata = self._wait_for_topics([t.topic for t in wanted])
+        self._check_allowed({topic: ("WRITE",), progress: ("READ", "WRITE")})
         return TopicFacts(len(metadata.topics[topic].partitions), self._record_limit(topic))
+
+    def _check_allowed(self, wanted: dict[str, tuple[str, ...]]) -> None:
+        """Refuse at open (ConfigError naming the ACL) a topic this principal may see but not
+        write (or read): otherwise the first epoch's records fail. Clusters that do not say
+        (no authorizer) pass."""
+        futures = self.admin.describe_topics(
+            TopicCollection(list(wanted)),
+            include_authorized_operations=True,
+            request_timeout=self._timeout,
+        )
+        for name, future in futures.items():
+            try:
+                allowed = future.result(timeout=self._timeout + 5).authorized_operations
+            except KafkaException as exc:
+                raise self._unreachable(exc) from None
+            if not allowed:
+                continue  # not reported: nothing to check
+            names = {operation.name for operation in allowed}
+            missing = [op for op in wanted[name] if op not in names and "ALL" not in names]
+            if missing:
+                role = "progress topic" if name != self.config.topic else "topic"
+                raise ConfigError(
+                    f"this principal may not {' or '.join(missing)} {role} {name!r} "
+                    f"(its ACLs allow {', '.join(sorted(names))})",
+                    **self._where(None),
+                    fix=f"grant this principal {' and '.join(missing)} on {role} {name!r} "
+                    "(docs/security.md lists every ACL a job needs); nothing was written",
+                )
 
     def _create(self, wanted: list[NewTopic], brokers: int) -> None:
         """Create `wanted` all or none: the broker first validates every one (validate_only

@@ -72,8 +72,8 @@ def job_acls(
     progress = progress_topic or f"{topic}-ds-progress"
     ids = f"ds:{component(job_id)}:"  # a long or odd job id is hashed (core/naming.py)
     return {
+        "topic write": [acl(user, ResourceType.TOPIC, topic, AclOperation.WRITE)],
         "topic": [
-            acl(user, ResourceType.TOPIC, topic, AclOperation.WRITE),
             acl(user, ResourceType.TOPIC, topic, AclOperation.DESCRIBE),
             acl(user, ResourceType.TOPIC, topic, AclOperation.DESCRIBE_CONFIGS),
         ],
