@@ -29,7 +29,7 @@ from durable_sinks.core.errors import (
 )
 from durable_sinks.core.joblog import JobLogger
 
-from .config import KafkaSinkConfig, bootstrap_hosts
+from .config import PROGRESS_READER_GROUP, KafkaSinkConfig, bootstrap_hosts
 from .errors import Where, kafka_error_of, translate
 from .refusals import Refusals, explain
 
@@ -283,7 +283,20 @@ class Cluster:
             self._create(wanted, brokers)
             metadata = self._wait_for_topics([t.topic for t in wanted])
         self._check_allowed({topic: ("WRITE",), progress: ("READ", "WRITE")})
+        self._check_reader_group()
         return TopicFacts(len(metadata.topics[topic].partitions), self._record_limit(topic))
+
+    def _check_reader_group(self) -> None:
+        """The progress reader's group must be describable (its client looks up the group's
+        coordinator): checked now, before the fence record is written, since the reader's own
+        lookup would only time out."""
+        future = self.admin.describe_consumer_groups(
+            [PROGRESS_READER_GROUP], request_timeout=self._timeout
+        )[PROGRESS_READER_GROUP]
+        try:
+            future.result(timeout=self._timeout + 5)
+        except KafkaException as exc:
+            raise self._unreachable(exc) from None
 
     def _check_allowed(self, wanted: dict[str, tuple[str, ...]]) -> None:
         """Refuse at open (ConfigError naming the ACL) a topic this principal may see but not
