@@ -41,6 +41,7 @@ from tests.services import PostgresEndpoint, S3Endpoint, Testbed
 from tests.services.tls import WRONG_NAME
 from tests.support.kafka_access import KafkaAccess, ScramUser, job_acls
 from tests.support.pg_access import prepared_of
+from tests.support.s3_access import S3Access
 from tests.support.s3_target import s3_options, s3_sink_config
 from tests.support.targets import prepared_gids
 
@@ -504,3 +505,33 @@ def test_doctor_names_the_missing_grant_and_acl(
         assert words in " ".join(result.output.split()), result.output
         assert role.password not in result.output
         assert user.password not in result.output
+
+
+#: docs/security.md's S3 actions for the job (GetLifecycleConfiguration is optional: left out).
+S3_JOB_ACTIONS = (
+    "s3:ListBucket",
+    "s3:ListBucketMultipartUploads",
+    "s3:GetObject",
+    "s3:PutObject",
+    "s3:DeleteObject",
+    "s3:AbortMultipartUpload",
+)
+
+
+def test_s3_job_with_exactly_the_documented_actions_crashes_and_recovers(
+    s3_access: S3Access, unique: UniqueNames
+) -> None:
+    """On moto, which evaluates S3's fine-grained actions: credentials allowed only the
+    documented actions on the bucket run a job with the S3 decision store through a crash
+    after its decision."""
+    limited = s3_access.endpoint("moto", allow=S3_JOB_ACTIONS)
+    path = f"s3://{limited.bucket}/{unique.name('least')}"
+    connection = s3_connection(limited)
+
+    def coordinator() -> Coordinator:
+        store = S3DecisionStore(S3Location.parse(path).child("_decisions"), connection)
+        return Coordinator(unique.job_id, [S3Sink(s3_sink_config(limited, path))], store)
+
+    crash_after_decision_then_recover(coordinator)
+    table = committed_dataset(path, connection).to_table()
+    assert sorted(table.column("id").to_pylist()) == list(range(15))
