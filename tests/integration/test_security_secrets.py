@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from durable_sinks.manifest.postgres import PostgresDecisionStore
 from durable_sinks.sinks.kafka import KafkaSink, KafkaSinkConfig
 from durable_sinks.sinks.postgres import PostgresSink, PostgresSinkConfig
 from durable_sinks.sinks.s3 import S3Sink
+from durable_sinks.spark._observe import BatchObserver
 from tests.conftest import UniqueNames
 from tests.integration.test_security import rows
 from tests.services import PostgresEndpoint, S3Endpoint, Testbed
@@ -51,6 +53,33 @@ def progress_records(testbed: Testbed, topic: str) -> list[str]:
             seen.append(repr((message.key(), message.value(), message.headers())))
     finally:
         consumer.close()
+
+
+def scraped_metrics(
+    job: str, results: list[Any], error: BaseException, coordinator: Coordinator
+) -> str:
+    """What the job's Prometheus endpoint serves after these epochs (and a failed one), as
+    the Spark writer feeds it (spark/_observe.py), plus the per-epoch log records."""
+    observer = BatchObserver(job, "driver")
+    observer.serve(0)
+    observer.started(None)
+    for result in [*results, None]:
+        observer.batch(
+            result.epoch if result is not None else 3,
+            result,
+            seconds=0.1,
+            attempts=1,
+            failed_attempts=0 if result is not None else 1,
+            generation=2,
+            current=coordinator.totals,
+            recovery=None,
+            error=None if result is not None else error,
+        )
+    assert observer.metrics is not None
+    with urllib.request.urlopen(f"http://127.0.0.1:{observer.metrics.port}/metrics") as page:
+        text = str(page.read().decode())
+    assert "durable_sinks_" in text, text[:300]
+    return text
 
 
 def test_no_secret_in_anything_a_crash_and_recover_run_over_tls_produces(
@@ -131,6 +160,7 @@ def test_no_secret_in_anything_a_crash_and_recover_run_over_tls_produces(
         texts += [str(r.metrics) for r in results]
         texts += [str(sink.metrics()) for sink in sinks]
         texts += [str(second.totals)]
+        texts.append(scraped_metrics(unique.job_id, results, bad_batch.value, second))
         texts += [str(second.decision(epoch)) for epoch in range(3)]
     finally:
         second.close()
