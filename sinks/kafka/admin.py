@@ -12,13 +12,7 @@ from concurrent.futures import Future, wait
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import (
-    IsolationLevel,
-    KafkaError,
-    KafkaException,
-    TopicCollection,
-    TopicPartition,
-)
+from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, OffsetSpec
 
 from durable_sinks.core.errors import (
@@ -29,7 +23,8 @@ from durable_sinks.core.errors import (
 )
 from durable_sinks.core.joblog import JobLogger
 
-from .config import PROGRESS_READER_GROUP, KafkaSinkConfig, bootstrap_hosts
+from .access import check_access
+from .config import KafkaSinkConfig, bootstrap_hosts
 from .errors import Where, kafka_error_of, translate
 from .refusals import Refusals, explain
 
@@ -282,49 +277,9 @@ class Cluster:
         if wanted:
             self._create(wanted, brokers)
             metadata = self._wait_for_topics([t.topic for t in wanted])
-        self._check_allowed({topic: ("WRITE",), progress: ("READ", "WRITE")})
-        self._check_reader_group()
+        allowed = {topic: ("WRITE",), progress: ("READ", "WRITE")}
+        check_access(self.admin, allowed, topic, self._timeout, self._where(None))
         return TopicFacts(len(metadata.topics[topic].partitions), self._record_limit(topic))
-
-    def _check_reader_group(self) -> None:
-        """The progress reader's group must be describable (its client looks up the group's
-        coordinator): checked now, before the fence record is written, since the reader's own
-        lookup would only time out."""
-        future = self.admin.describe_consumer_groups(
-            [PROGRESS_READER_GROUP], request_timeout=self._timeout
-        )[PROGRESS_READER_GROUP]
-        try:
-            future.result(timeout=self._timeout + 5)
-        except KafkaException as exc:
-            raise self._unreachable(exc) from None
-
-    def _check_allowed(self, wanted: dict[str, tuple[str, ...]]) -> None:
-        """Refuse at open (ConfigError naming the ACL) a topic this principal may see but not
-        write (or read): otherwise the first epoch's records fail. Clusters that do not say
-        (no authorizer) pass."""
-        futures = self.admin.describe_topics(
-            TopicCollection(list(wanted)),
-            include_authorized_operations=True,
-            request_timeout=self._timeout,
-        )
-        for name, future in futures.items():
-            try:
-                allowed = future.result(timeout=self._timeout + 5).authorized_operations
-            except KafkaException as exc:
-                raise self._unreachable(exc) from None
-            if not allowed:
-                continue  # not reported: nothing to check
-            names = {operation.name for operation in allowed}
-            missing = [op for op in wanted[name] if op not in names and "ALL" not in names]
-            if missing:
-                role = "progress topic" if name != self.config.topic else "topic"
-                raise ConfigError(
-                    f"this principal may not {' or '.join(missing)} {role} {name!r} "
-                    f"(its ACLs allow {', '.join(sorted(names))})",
-                    **self._where(None),
-                    fix=f"grant this principal {' and '.join(missing)} on {role} {name!r} "
-                    "(docs/security.md lists every ACL a job needs); nothing was written",
-                )
 
     def _create(self, wanted: list[NewTopic], brokers: int) -> None:
         """Create `wanted` all or none: the broker first validates every one (validate_only
