@@ -20,6 +20,7 @@ docs/testbed.md describes ports, folders and versions.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -154,6 +155,7 @@ class Testbed:
 
 def _each(services: list[Service], action: str) -> None:
     """Run `action` on every service concurrently; raise one error naming every failure."""
+    _import_pyspark_once()
     with ThreadPoolExecutor(max_workers=len(services) or 1) as pool:
         futures = {s.name: pool.submit(getattr(s, action)) for s in services}
     failures = []
@@ -169,6 +171,15 @@ def _each(services: list[Service], action: str) -> None:
             f"{len(failures)} servers failed to {action}:\n\n"
             + "\n\n".join(str(f) for f in failures),
         )
+
+
+def _import_pyspark_once() -> None:
+    """Import pyspark.sql here, in one thread, before the services' threads do: two threads
+    importing its circular package at once (the Spark and Spark Connect services) can see it
+    partially initialised ("cannot import name 'SQLContext' from partially initialized
+    module 'pyspark.sql'"), seen once on a fresh clone."""
+    with contextlib.suppress(ImportError):
+        import pyspark.sql  # noqa: F401
 
 
 def up(names: Iterable[str] | None = None, testbed: Testbed | None = None) -> Testbed:
