@@ -403,12 +403,17 @@ def test_s3_job_over_https_with_the_s3_decision_store_crashes_and_recovers(
     s3_https: S3Endpoint, unique: UniqueNames
 ) -> None:
     """The sink and its decision store over HTTPS, verified against the test bed's CA."""
-    path = f"s3://{s3_https.bucket}/{unique.name('tls')}"
-    connection = s3_connection(s3_https)
+    s3_job_crashes_and_recovers(s3_https, f"s3://{s3_https.bucket}/{unique.name('tls')}", unique)
+
+
+def s3_job_crashes_and_recovers(endpoint: S3Endpoint, path: str, unique: UniqueNames) -> None:
+    """An S3 sink at `path` with the S3 decision store beside it, both through `endpoint`,
+    through `crash_after_decision_then_recover`; its readers see the 15 rows once each."""
+    connection = s3_connection(endpoint)
 
     def coordinator() -> Coordinator:
         store = S3DecisionStore(S3Location.parse(path).child("_decisions"), connection)
-        return Coordinator(unique.job_id, [S3Sink(s3_sink_config(s3_https, path))], store)
+        return Coordinator(unique.job_id, [S3Sink(s3_sink_config(endpoint, path))], store)
 
     crash_after_decision_then_recover(coordinator)
     table = committed_dataset(path, connection).to_table()
@@ -525,13 +530,4 @@ def test_s3_job_with_exactly_the_documented_actions_crashes_and_recovers(
     documented actions on the bucket run a job with the S3 decision store through a crash
     after its decision."""
     limited = s3_access.endpoint("moto", allow=S3_JOB_ACTIONS)
-    path = f"s3://{limited.bucket}/{unique.name('least')}"
-    connection = s3_connection(limited)
-
-    def coordinator() -> Coordinator:
-        store = S3DecisionStore(S3Location.parse(path).child("_decisions"), connection)
-        return Coordinator(unique.job_id, [S3Sink(s3_sink_config(limited, path))], store)
-
-    crash_after_decision_then_recover(coordinator)
-    table = committed_dataset(path, connection).to_table()
-    assert sorted(table.column("id").to_pylist()) == list(range(15))
+    s3_job_crashes_and_recovers(limited, f"s3://{limited.bucket}/{unique.name('least')}", unique)
