@@ -221,8 +221,13 @@ class PostgresSink:
         return dict(self._counters)
 
     def health_check(self) -> None:
-        with self._errors("health_check (the server's settings, the table, privileges)"):
-            self._state().table.check()
+        """A coordinator's `open` has just checked the server's settings, the table and the
+        privileges, before creating anything (not again here); a worker's or an operator's
+        open did not, so they are checked now."""
+        ctx = self._ctx()
+        if ctx.worker or ctx.inspect:
+            with self._errors("health_check (the server's settings, the table, privileges)"):
+                self._state().table.check()
 
     # -- phase 1 -------------------------------------------------------------------------------
     def begin_epoch(self, epoch: int) -> None:
