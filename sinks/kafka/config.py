@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from durable_sinks.core.errors import ConfigError
 from durable_sinks.core.redaction import is_secret, redact
-from durable_sinks.core.secrets import check, resolve
+from durable_sinks.core.secrets import resolve_settings
 
 from .records import RecordLayout
 
@@ -97,9 +97,7 @@ class KafkaSinkConfig:
     def __post_init__(self) -> None:
         where = f"kafka sink {self.name!r}"
         _check_producer_config(self.producer_config, where)
-        for key, value in self.producer_config.items():
-            if isinstance(value, str):
-                check(value, f"{where}: producer_config[{key!r}]")
+        resolve_settings(self.producer_config, f"{where}: producer_config")  # refs resolve here
         protocol = str(self.producer_config.get("security.protocol", "plaintext"))
         bootstrap_hosts(self.bootstrap_servers, protocol, where)
         _check_topics(self.topic, self.progress_topic, where)
@@ -171,14 +169,11 @@ class KafkaSinkConfig:
 
     def connection_settings(self) -> dict[str, ConfigValue]:
         """What every client of the sink needs to reach the cluster (may hold secrets)."""
-        settings: dict[str, ConfigValue] = {"bootstrap.servers": self.bootstrap_servers}
+        wanted = {
+            k: v for k, v in self.producer_config.items() if k.startswith(CONNECTION_PREFIXES)
+        }
         where = f"kafka sink {self.name!r}: producer_config"
-        for key, value in self.producer_config.items():
-            if key.startswith(CONNECTION_PREFIXES):
-                settings[key] = (
-                    resolve(value, f"{where}[{key!r}]") if isinstance(value, str) else value
-                )
-        return settings
+        return {"bootstrap.servers": self.bootstrap_servers, **resolve_settings(wanted, where)}
 
     def __repr__(self) -> str:
         return (

@@ -24,6 +24,10 @@ from typing import Any
 
 from confluent_kafka import KafkaError
 
+from durable_sinks.core.errors import ConfigError
+
+from .config import bootstrap_hosts
+
 #: Error codes of a refused login (wrong or revoked credentials, a disabled mechanism).
 AUTHENTICATION_CODES = frozenset(
     {KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED}
@@ -106,13 +110,11 @@ def tls_diagnosis(bootstrap: str, settings: Mapping[str, Any], timeout: float = 
     """What Python's TLS client says about the first bootstrap broker's certificate with the
     same CA settings (None when it cannot tell: a client certificate is required, the broker
     did not answer, or the handshake succeeds)."""
-    first = bootstrap.split(",")[0].strip()
-    first = first.split("://", 1)[-1]
-    host, _, port = first.rpartition(":")
-    host = host.strip("[]") or first
     context = ssl.create_default_context()
     location = settings.get("ssl.ca.location")
     try:
+        protocol = str(settings.get("security.protocol", "plaintext"))
+        host, port = bootstrap_hosts(bootstrap, protocol, "kafka")[0]
         if location and Path(str(location)).is_dir():
             context.load_verify_locations(capath=str(location))
         elif location:
@@ -120,11 +122,11 @@ def tls_diagnosis(bootstrap: str, settings: Mapping[str, Any], timeout: float = 
         if settings.get("ssl.endpoint.identification.algorithm", "https") == "none":
             context.check_hostname = False
         with (
-            socket.create_connection((host, int(port or 9092)), timeout=timeout) as raw,
+            socket.create_connection((host, port), timeout=timeout) as raw,
             context.wrap_socket(raw, server_hostname=host),
         ):
             return None
     except ssl.SSLCertVerificationError as exc:
         return str(exc.verify_message or exc)
-    except (OSError, ValueError):
+    except (OSError, ValueError, ConfigError):
         return None
