@@ -73,6 +73,7 @@ def options_of(kind: str) -> list[str] | None:
 
 #: Each built-in kind's configuration class (module relative to this package, class name).
 _CONFIG_CLASSES = {
+    "delta": (".delta", "DeltaSinkConfig"),
     "files": (".files", "FileSinkConfig"),
     "kafka": (".kafka", "KafkaSinkConfig"),
     "postgres": (".postgres", "PostgresSinkConfig"),
@@ -124,6 +125,25 @@ def _kafka(config: Mapping[str, Any]) -> SinkConnector:
     return KafkaSink(KafkaSinkConfig(**options))
 
 
+def _delta(config: Mapping[str, Any]) -> SinkConnector:
+    try:
+        import deltalake  # noqa: F401 - the optional dependency, checked before anything
+    except ImportError as exc:
+        raise ConfigError(
+            f"the delta sink needs the deltalake package ({exc})",
+            fix="pip install 'durable-sinks[delta]' (on the driver and the executors)",
+        ) from exc
+    from .delta import DeltaSink, DeltaSinkConfig
+
+    options = dict(config)
+    if isinstance(options.get("path"), os.PathLike):
+        options["path"] = os.fspath(options["path"])
+    _as_tuple(options, "key")
+    _as_tuple(options, "partition_by")
+    _checked("delta", DeltaSinkConfig, options)
+    return DeltaSink(DeltaSinkConfig(**options))
+
+
 def _s3(config: Mapping[str, Any]) -> SinkConnector:
     from .s3 import S3Sink, S3SinkConfig
 
@@ -132,6 +152,7 @@ def _s3(config: Mapping[str, Any]) -> SinkConnector:
     return S3Sink(S3SinkConfig(**options))
 
 
+register("delta", _delta)
 register("files", _files)
 register("kafka", _kafka)
 register("postgres", _postgres)

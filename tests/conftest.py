@@ -94,7 +94,17 @@ def moto_s3(testbed: Testbed) -> S3Endpoint:
 @pytest.fixture(scope="session")
 def spark(testbed: Testbed) -> Iterator[SparkSession]:
     up(["spark"], testbed)
-    session = testbed.spark.session("durable-sinks-tests")
+    # Delta's reader (tests/spark/test_delta.py) needs its extension and catalog, which are
+    # static settings: the shared session has them (other tables are left to Spark's own
+    # catalog by DeltaCatalog).
+    session = testbed.spark.session(
+        "durable-sinks-tests",
+        **{
+            "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+            "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+            "spark.databricks.delta.snapshotPartitions": "2",
+        },
+    )
     yield session
     session.stop()
 

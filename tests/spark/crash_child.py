@@ -142,12 +142,14 @@ def main(plan_path: str) -> int:
         sinks = [
             FlakySpec("postgres", pg, plan=text),
             FlakySpec("s3", plan["s3"], plan=text),
+            FlakySpec("delta", {"path": plan["delta"], "create_table": True}, plan=text),
             FlakySpec("files", {"path": plan["files"]}, plan=text, last=True),
         ]
     else:
         sinks = [
             sink("postgres", dsn=plan["dsn"], table=plan["table"], create_table=True),
             sink("s3", **plan["s3"]),
+            sink("delta", path=plan["delta"], create_table=True),
             sink(
                 "kafka",
                 bootstrap_servers=plan["bootstrap_servers"],

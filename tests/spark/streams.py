@@ -130,3 +130,25 @@ def s3_committed_ids(s3: S3Endpoint, s3_path: str) -> list[int]:
         columns=["id"]
     )
     return sorted(table.column("id").to_pylist())
+
+
+def delta_ids(path: Path) -> list[int]:
+    """The ids in the Delta table at `path`, sorted, as delta-rs reads its newest version."""
+    import pyarrow as pa
+    from deltalake import DeltaTable
+
+    return sorted(pa.table(DeltaTable(str(path)).to_pyarrow_table()).column("id").to_pylist())
+
+
+def delta_epochs(path: Path) -> list[int]:
+    """The epochs of the durable-sinks commits in the table's log, one per commit."""
+    from tests.support.delta_target import log_epochs
+
+    return log_epochs(path)
+
+
+def delta_leftovers(path: Path) -> list[str]:
+    """Journals, staged rows and data files of no committed version under the table."""
+    from tests.support.delta_target import folder_leftovers
+
+    return folder_leftovers(path)

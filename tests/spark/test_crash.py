@@ -1,7 +1,8 @@
 """A real Spark driver killed with SIGKILL, restarted from its checkpoint, again and again:
-every sink of the job must hold every source row exactly once. Driver mode writes Postgres and
-S3 and Kafka (Kafka is the commit point); executor mode writes Postgres, S3 and the files sink
-from the Spark tasks, with task attempts that die after preparing (tests/spark/crash_child.py).
+every sink of the job must hold every source row exactly once. Driver mode writes Postgres,
+S3, a Delta table and Kafka (Kafka is the commit point); executor mode writes Postgres, S3, a
+Delta table and the files sink from the Spark tasks, with task attempts that die after
+preparing (tests/spark/crash_child.py).
 
 Each run is a child process (tests/spark/crash_child.py) running a streaming query; a random
 plan kills its process group (Python driver and JVM) at one moment: inside `fn` after a
@@ -27,6 +28,9 @@ from tests.support.s3_objects import incomplete_uploads
 from tests.support.s3_target import s3_options
 
 from .streams import (
+    delta_epochs,
+    delta_ids,
+    delta_leftovers,
     kafka_ids,
     kafka_open_transactions,
     postgres_ids,
@@ -51,10 +55,12 @@ IN_BATCH = [
     "step:after-write:0:kafka",
     "step:after-pre-commit:postgres",
     "step:after-pre-commit:s3",
+    "step:after-pre-commit:delta",
     "step:after-pre-commit:kafka",
-    "step:after-decision",  # Kafka committed, Postgres and S3 still prepared
+    "step:after-decision",  # Kafka committed, Postgres, S3 and Delta still prepared
     "step:after-commit:postgres",
     "step:after-commit:s3",
+    "step:after-commit:delta",  # the epoch's Delta commit made, its journals maybe not gone
     "step:after-finish",
     "after-fn",  # fn returned, Spark's commit log not written yet
 ]
@@ -66,10 +72,12 @@ IN_EXECUTOR_BATCH = [
     "step:after-decision",
     "step:after-commit:postgres",
     "step:after-commit:s3",
+    "step:after-commit:delta",
     "step:after-commit:files",
     "step:after-finish",
     "step:after-discard:postgres",  # losing attempts of Postgres rolled back, files' not yet
     "step:after-discard:s3",
+    "step:after-discard:delta",
     "after-fn",
 ]
 #: Moments of start-up that every restart passes through.
@@ -78,12 +86,14 @@ RECOVERY = {
         "recovery:after-fence",
         "recovery:after-open:postgres",
         "recovery:after-open:s3",
+        "recovery:after-open:delta",
         "recovery:after-open:kafka",
     ],
     "executor": [
         "recovery:after-fence",
         "recovery:after-open:postgres",
         "recovery:after-open:s3",
+        "recovery:after-open:delta",
         "recovery:after-open:files",
     ],
 }
@@ -91,6 +101,7 @@ RECOVERY = {
 LEAVE_PREPARED = {
     "step:after-pre-commit:postgres",
     "step:after-pre-commit:s3",
+    "step:after-pre-commit:delta",
     "step:after-pre-commit:kafka",
     "step:after-decision",
     "task:after-prepare",
@@ -163,6 +174,7 @@ def test_spark_driver_killed_at_random_moments_then_restarted(
         "mode": mode,
         "files": str(tmp_path / "out"),
         "s3": s3_options(s3, s3_path),
+        "delta": str(tmp_path / "delta"),
         "flags": str(tmp_path),
         "target": TARGET,
     }
@@ -210,9 +222,13 @@ def test_spark_driver_killed_at_random_moments_then_restarted(
         found["files"] = published_file_ids(tmp_path / "out")
         assert sorted((tmp_path / "out" / STAGING).iterdir()) == [], context
     found["S3"] = s3_committed_ids(s3, s3_path)
+    found["Delta"] = delta_ids(tmp_path / "delta")
+    assert delta_leftovers(tmp_path / "delta") == [], context
     uploads = incomplete_uploads(s3.client(), s3.bucket, s3_prefix)
     assert uploads == [], f"incomplete S3 uploads left ({context}): {uploads}"
     for sink, ids in found.items():
         assert len(ids) == len(set(ids)), f"duplicates in {sink} ({context})"
         assert ids == expected, f"{sink} rows lost ({context})"
     assert prepared_transactions(dsn, job_id) == [], context
+    epochs = delta_epochs(tmp_path / "delta")
+    assert epochs == sorted(set(epochs)), f"not one Delta commit per epoch ({context}): {epochs}"

@@ -41,7 +41,7 @@ def test_job_options_are_split_from_sink_options() -> None:
         ({"job_id": "  "}, "job_id"),
         ({"job_id": "j", "guarantee": "exactly-twice"}, "guarantee"),
         ({"job_id": "j", "execution": "cluster"}, "execution"),
-        ({"job_id": "j", "mode": "cluster"}, "neither a Postgres sink mode"),
+        ({"job_id": "j", "mode": "cluster"}, "neither a sink's mode"),
         ({"job_id": "j", "mode": "driver", "execution": "executor"}, "contradicts"),
         ({"job_id": "j", "max_rows_in_memory": 0}, "max_rows_in_memory"),
         ({"job_id": "j", "driver_read": "collect"}, "driver_read"),

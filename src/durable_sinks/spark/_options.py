@@ -19,7 +19,9 @@ Execution = Literal["driver", "executor"]
 EXECUTIONS = ("driver", "executor")
 DriverRead = Literal["stream", "chunked"]
 #: Values of the Postgres sink's own `mode` option, passed to the sink in the one-sink form.
-SINK_MODES = ("append", "upsert")
+#: The sinks' own `mode`s (Postgres: append, upsert; Delta: append, merge); each sink checks
+#: that its mode is one of its own.
+SINK_MODES = ("append", "upsert", "merge")
 StoreTarget = str | os.PathLike[str] | DecisionStore
 
 #: Driver mode holds at most this many rows of a batch in memory at once (see _arrow.py).
@@ -165,17 +167,17 @@ class JobOptions:
     def split(cls, options: Mapping[str, Any]) -> tuple[JobOptions, dict[str, Any]]:
         """Job options from `options`, and what is left (the sink's configuration). The old
         spelling `mode="driver"|"executor"` becomes `execution` with a DeprecationWarning;
-        any other `mode` is the sink's (the Postgres sink's append/upsert)."""
+        any other `mode` is the sink's (Postgres's append/upsert, Delta's append/merge)."""
         names = set(cls.__dataclass_fields__)
         job = {k: v for k, v in options.items() if k in names}
         rest = {k: v for k, v in options.items() if k not in names}
         if "mode" in rest and rest["mode"] not in (*SINK_MODES, *EXECUTIONS):
             raise ConfigError(
-                f"mode {rest['mode']!r} is neither a Postgres sink mode {SINK_MODES} nor the old "
+                f"mode {rest['mode']!r} is neither a sink's mode {SINK_MODES} nor the old "
                 f"spelling of execution {EXECUTIONS}",
                 job=str(job.get("job_id", "")),
                 fix="execution='driver' (the default) or 'executor' says where batches are "
-                "written; mode='append' or 'upsert' is the Postgres sink's",
+                "written; mode='append', 'upsert' (Postgres) or 'merge' (Delta) is the sink's",
             )
         if rest.get("mode") in EXECUTIONS:
             mode = rest.pop("mode")

@@ -1,0 +1,171 @@
+"""The Delta sink's configuration: a picklable dataclass checked when it is built (on the
+driver, before anything connects)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from durable_sinks.core.errors import ConfigError
+from durable_sinks.core.naming import check_sink_name
+from durable_sinks.core.s3 import AddressingStyle, S3Connection, S3Location
+from durable_sinks.core.secrets import check
+
+COMPRESSIONS = ("none", "snappy", "gzip", "zstd", "lz4", "brotli")
+MODES = ("append", "merge")
+MiB = 1024 * 1024
+_LOCAL = re.compile(r"^(file://)?/")
+
+Mode = Literal["append", "merge"]
+
+
+@dataclass(frozen=True)
+class DeltaSinkConfig:
+    """Configuration of a DeltaSink (picklable; validated when built).
+
+    - path: the table's folder: an absolute local path (`/data/events`, `file:///data/events`)
+      or `s3://bucket/prefix` (the bucket must exist).
+    - name: the sink's name within the job.
+    - mode: `append` (each epoch's rows are added) or `merge` (upsert by `key`: a row whose key
+      is in the table replaces it, others are inserted).
+    - key: the merge key's columns (merge mode only; unique within an epoch, never null).
+    - create_table: create the table from the first epoch's schema if it does not exist
+      (default False: a missing table is a ConfigError at start).
+    - partition_by: partition columns of a table this sink creates (an existing table keeps
+      its own; giving different ones is refused).
+    - endpoint_url, region, access_key_id, secret_access_key, session_token,
+      addressing_style, connect_timeout, read_timeout: how to reach an S3 server (as the S3
+      sink's; unset: the default chain and AWS). Secrets are never shown. A private CA comes
+      from SSL_CERT_FILE (delta-rs's client reads no other setting); ca_bundle is refused.
+    - storage_options: further delta-rs storage options (e.g. a DynamoDB locking provider for
+      a server without conditional writes). Values may be `${env:NAME}` references.
+    - compression: Parquet codec of the data files.
+    - max_file_bytes: a participant's file larger than this rolls over to a new one (default
+      128 MiB).
+    - max_commit_retries: how often a Delta commit that lost a race with another writer is
+      retried (Delta's conflict rules decide whether it may be).
+    """
+
+    path: str
+    name: str = "delta"
+    mode: Mode = "append"
+    key: tuple[str, ...] = ()
+    create_table: bool = False
+    partition_by: tuple[str, ...] = ()
+    endpoint_url: str | None = None
+    region: str | None = None
+    access_key_id: str | None = field(default=None, repr=False)
+    secret_access_key: str | None = field(default=None, repr=False)
+    session_token: str | None = field(default=None, repr=False)
+    addressing_style: AddressingStyle = "auto"
+    connect_timeout: float = 10.0
+    read_timeout: float = 60.0
+    ca_bundle: str | None = None
+    storage_options: Mapping[str, str] | None = field(default=None, repr=False)
+    compression: str = "zstd"
+    max_file_bytes: int = 128 * MiB
+    max_commit_retries: int = 15
+
+    def __post_init__(self) -> None:
+        where = f"delta sink {self.name!r}"
+        check_sink_name(self.name, where)
+        if not isinstance(self.path, str) or not self.path:
+            raise ConfigError(f"{where}: path must be a folder", fix="path='/data/events'")
+        if self.path.startswith("s3://") or self.path.startswith("s3a://"):
+            location = S3Location.parse(self.path.replace("s3a://", "s3://", 1), what=where)
+            if not location.prefix:
+                raise ConfigError(
+                    f"{where}: path {self.path!r} names a bucket without a prefix",
+                    fix=f"give the table its own folder: path='s3://{location.bucket}/events'",
+                )
+            self.connection  # noqa: B018 - validates the connection settings now
+            if self.ca_bundle is not None:
+                raise ConfigError(
+                    f"{where}: ca_bundle is not supported by the Delta sink (delta-rs's HTTP "
+                    "client reads its CAs from the system or SSL_CERT_FILE, for the whole "
+                    "process)",
+                    fix="leave ca_bundle unset and set SSL_CERT_FILE=<the PEM file> in the "
+                    "environment of the driver and the executors",
+                )
+        elif not _LOCAL.match(self.path):
+            raise ConfigError(
+                f"{where}: path {self.path!r} is neither an absolute local path nor s3://",
+                fix="give an absolute path ('/data/events') or 's3://bucket/events'",
+            )
+        if self.mode not in MODES:
+            raise ConfigError(
+                f"{where}: mode {self.mode!r} is not one of {MODES}",
+                fix="mode='append', or mode='merge' with key=[...] for upserts",
+            )
+        if self.mode == "merge" and not self.key:
+            raise ConfigError(
+                f"{where}: mode 'merge' needs the key columns",
+                fix="give key='id' (or key=['a', 'b']): rows with the same key replace each other",
+            )
+        if self.mode == "append" and self.key:
+            raise ConfigError(
+                f"{where}: key is given but mode is 'append' (a key only matters to merge)",
+                fix="set mode='merge' for upserts by key, or drop key",
+            )
+        for name, columns in (("key", self.key), ("partition_by", self.partition_by)):
+            if not all(isinstance(c, str) and c for c in columns) or len(set(columns)) != len(
+                columns
+            ):
+                raise ConfigError(
+                    f"{where}: {name} {list(columns)!r} must be distinct column names",
+                    fix=f"{name}=['a', 'b']",
+                )
+        if self.compression not in COMPRESSIONS:
+            raise ConfigError(
+                f"{where}: compression {self.compression!r} is not one of {COMPRESSIONS}",
+                fix="leave the default (zstd) or choose one of those",
+            )
+        if self.max_file_bytes < MiB:
+            raise ConfigError(
+                f"{where}: max_file_bytes {self.max_file_bytes} is below 1 MiB",
+                fix="leave the default (128 MiB)",
+            )
+        if not 0 <= self.max_commit_retries <= 1000:
+            raise ConfigError(
+                f"{where}: max_commit_retries must be between 0 and 1000",
+                fix="leave the default (15)",
+            )
+        for option, value in (self.storage_options or {}).items():
+            if not isinstance(option, str) or not isinstance(value, str):
+                raise ConfigError(
+                    f"{where}: storage_options must map option names to strings",
+                    fix="storage_options={'AWS_S3_LOCKING_PROVIDER': 'dynamodb'}",
+                )
+            check(value, f"{where}: storage_options[{option!r}]")
+
+    @property
+    def on_s3(self) -> bool:
+        return self.path.startswith(("s3://", "s3a://"))
+
+    @property
+    def location(self) -> S3Location:
+        return S3Location.parse(self.path.replace("s3a://", "s3://", 1))
+
+    @property
+    def local_path(self) -> str:
+        """The table's folder on this machine (local paths only)."""
+        return self.path.removeprefix("file://").rstrip("/") or "/"
+
+    @property
+    def connection(self) -> S3Connection:
+        return S3Connection(
+            endpoint_url=self.endpoint_url,
+            region=self.region,
+            access_key_id=self.access_key_id,
+            secret_access_key=self.secret_access_key,
+            session_token=self.session_token,
+            addressing_style=self.addressing_style,
+            connect_timeout=self.connect_timeout,
+            read_timeout=self.read_timeout,
+            ca_bundle=self.ca_bundle,
+        )
+
+    def __repr__(self) -> str:
+        return f"DeltaSinkConfig(path={self.path!r}, name={self.name!r}, mode={self.mode!r})"

@@ -1,0 +1,95 @@
+"""What a Delta participant's handle and journal hold: its files (`add` actions), the
+journal's state, the table's shape a participant recorded before the table existed, and one
+row per key for a MERGE."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from durable_sinks.core.errors import ConfigError
+from durable_sinks.core.naming import ParticipantName
+from durable_sinks.core.protocol import CommitHandle
+
+from .shape import Shape
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+WRITING = "writing"
+PREPARED = "prepared"
+
+
+def files_of(handle: CommitHandle) -> list[dict[str, Any]]:
+    files = handle.details.get("files")
+    if not isinstance(files, list) or not all(isinstance(f, Mapping) for f in files):
+        raise ConfigError(
+            f"commit handle of participant {handle.participant} has no file list",
+            sink=handle.sink,
+            epoch=handle.epoch,
+            fix="this handle was not made by the Delta sink",
+        )
+    return [dict(f) for f in files if isinstance(f, Mapping)]
+
+
+def paths_of(handle: CommitHandle | None) -> list[str]:
+    return [] if handle is None else [str(f["path"]) for f in files_of(handle)]
+
+
+def journal_paths(journal: Mapping[str, Any] | None) -> list[str]:
+    if journal is None:
+        return []
+    handle = journal_handle(journal)
+    if handle is not None:
+        return paths_of(handle)
+    paths = journal.get("paths")
+    return [str(p) for p in paths] if isinstance(paths, list) else []
+
+
+def journal_handle(journal: Mapping[str, Any]) -> CommitHandle | None:
+    if journal.get("state") != PREPARED or not isinstance(journal.get("handle"), Mapping):
+        return None
+    return CommitHandle.from_json(journal["handle"])
+
+
+def leftover(name: ParticipantName, journal: Mapping[str, Any], sink: str) -> CommitHandle:
+    """A handle naming a half-written participant (enough to roll it back)."""
+    paths = journal_paths(journal)
+    return CommitHandle(
+        sink=sink,
+        epoch=name.epoch,
+        participant=str(name),
+        rows=0,
+        bytes=0,
+        checksum="",
+        details={"files": [{"path": p} for p in paths]},
+    )
+
+
+def handle_shape(handles: Sequence[CommitHandle]) -> Shape | None:
+    """The shape a participant recorded (the table did not exist when it wrote)."""
+    import pyarrow as pa
+    from deltalake import Schema
+
+    for handle in handles:
+        described = handle.details.get("schema")
+        if isinstance(described, str):
+            partition_by = handle.details.get("partition_by") or []
+            columns = tuple(str(c) for c in partition_by) if isinstance(partition_by, list) else ()
+            return Shape(pa.schema(Schema.from_json(described).to_arrow()), columns)
+    return None
+
+
+def last_per_key(rows: pa.Table, key: Sequence[str]) -> pa.Table:
+    """One row per key, the last one."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if rows.num_rows == 0:
+        return rows
+    numbered = rows.append_column("__ds_row", pa.array(range(rows.num_rows), pa.int64()))
+    last = numbered.group_by(list(key), use_threads=False).aggregate([("__ds_row", "max")])
+    if last.num_rows == rows.num_rows:
+        return rows
+    keep = pc.sort_indices(last["__ds_row_max"])
+    return rows.take(pc.take(last["__ds_row_max"], keep))

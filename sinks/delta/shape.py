@@ -1,0 +1,157 @@
+"""What the table's rows look like, and each batch made to fit it before anything is written.
+
+A batch fits when it has every column of the table (no more), each of the same Delta type or
+one that widens losslessly to it (int32 -> long, float -> double, a column of only nulls), and
+no null in a NOT NULL column. Types Delta has no form for are normalised first: timestamps to
+microseconds (time zones to UTC, the same instants), large and view strings/binaries to their
+plain forms, unsigned integers to the next wider signed one. A value that does not survive
+(a nanosecond fraction, an unsigned 64-bit value above 2^63) refuses the batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+
+@dataclass(frozen=True)
+class Shape:
+    """The table's Arrow schema (Delta's types) and its partition columns."""
+
+    schema: pa.Schema
+    partition_by: tuple[str, ...]
+
+    @property
+    def file_schema(self) -> pa.Schema:
+        """What a data file holds: partition columns live in the log, not in the files."""
+        import pyarrow as pa
+
+        return pa.schema([f for f in self.schema if f.name not in self.partition_by])
+
+
+def normalised_type(kind: pa.DataType) -> pa.DataType:
+    import pyarrow as pa
+
+    if pa.types.is_timestamp(kind):
+        return pa.timestamp("us", "UTC" if kind.tz is not None else None)
+    if pa.types.is_large_string(kind) or pa.types.is_string_view(kind):
+        return pa.string()
+    if pa.types.is_large_binary(kind) or pa.types.is_binary_view(kind):
+        return pa.binary()
+    widened = {pa.uint8(): pa.int16(), pa.uint16(): pa.int32(), pa.uint32(): pa.int64()}
+    if kind in widened:
+        return widened[kind]
+    if pa.types.is_uint64(kind):
+        return pa.int64()
+    return kind
+
+
+def normalised_schema(schema: pa.Schema) -> pa.Schema:
+    import pyarrow as pa
+
+    return pa.schema([f.with_type(normalised_type(f.type)) for f in schema])
+
+
+def delta_type(kind: pa.DataType) -> str | None:
+    """Delta's name for an Arrow type (JSON), or None when Delta has none."""
+    import json
+
+    import pyarrow as pa
+    from deltalake import Schema
+
+    try:
+        described = Schema.from_arrow(pa.schema([pa.field("x", kind)])).to_json()
+    except Exception:  # noqa: BLE001 - delta-rs raises a plain Exception for foreign types
+        return None
+    return json.dumps(json.loads(described)["fields"][0]["type"], sort_keys=True)
+
+
+def creatable(schema: pa.Schema, partition_by: Sequence[str]) -> list[str]:
+    """Why a table cannot be created with this (normalised) schema: empty when it can."""
+    import pyarrow as pa
+
+    problems = []
+    names = [f.name for f in schema]
+    for field in schema:
+        if pa.types.is_null(field.type):
+            problems.append(
+                f"column {field.name!r} holds only nulls and has no type (cast it in the query)"
+            )
+        elif delta_type(field.type) is None or "nanos" in (delta_type(field.type) or ""):
+            problems.append(f"column {field.name!r} has type {field.type}, which Delta lacks")
+    for column in partition_by:
+        if column not in names:
+            problems.append(f"partition column {column!r} is not a column of the rows")
+        else:
+            kind = schema.field(column).type
+            if not (
+                pa.types.is_string(kind)
+                or pa.types.is_integer(kind)
+                or pa.types.is_boolean(kind)
+                or pa.types.is_date32(kind)
+            ):
+                problems.append(
+                    f"partition column {column!r} has type {kind}: the Delta sink partitions "
+                    "by strings, integers, booleans and dates"
+                )
+    if partition_by and len(partition_by) == len(names):
+        problems.append("every column is a partition column: the data files would be empty")
+    return problems
+
+
+def conform(batch: pa.RecordBatch, shape: Shape) -> tuple[pa.RecordBatch | None, list[str]]:
+    """The batch as the table's schema (columns in its order, its types), or the problems."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    problems = []
+    given = {f.name: i for i, f in enumerate(batch.schema)}
+    for name in given:
+        if name not in shape.schema.names:
+            problems.append(f"column {name!r} is not in the table")
+    columns = []
+    for field in shape.schema:
+        index = given.get(field.name)
+        if index is None:
+            problems.append(f"column {field.name!r} of the table is missing from the rows")
+            continue
+        column = batch.column(index)
+        if not field.nullable and column.null_count:
+            problems.append(
+                f"column {field.name!r} is NOT NULL in the table but {column.null_count} rows "
+                "hold null"
+            )
+        if column.type != field.type:
+            if not _fits(column.type, field.type):
+                problems.append(
+                    f"column {field.name!r} has type {column.type}, the table {field.type}"
+                )
+                continue
+            try:
+                column = pc.cast(column, normalised_type(column.type), safe=True)
+                column = pc.cast(column, field.type, safe=True)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                problems.append(f"column {field.name!r} does not fit {field.type}: {exc}")
+                continue
+        columns.append(column)
+    if problems:
+        return None, problems
+    return pa.RecordBatch.from_arrays(columns, schema=shape.schema), []
+
+
+def _fits(given: pa.DataType, wanted: pa.DataType) -> bool:
+    import pyarrow as pa
+
+    given = normalised_type(given)
+    if given == wanted or pa.types.is_null(given):
+        return True
+    if pa.types.is_integer(given) and pa.types.is_integer(wanted):
+        return bool(given.bit_width <= wanted.bit_width)
+    if pa.types.is_floating(given) and pa.types.is_floating(wanted):
+        return bool(given.bit_width <= wanted.bit_width)
+    known = delta_type(given)
+    return known is not None and known == delta_type(wanted)

@@ -1,0 +1,494 @@
+"""Exactly-once rows in a Delta Lake table, one Delta commit per epoch (docs/delta.md).
+
+- Phase 1 (`write_batch`, `pre_commit`): each participant writes Parquet files under the
+  table's folder (append; Hive-style partition folders) or its staging folder (merge). They
+  are in no log version, so no reader sees them. Before each file is created the
+  participant's journal lists it; `pre_commit` rewrites the journal with the whole handle
+  (the files' `add` actions: path, size, partition values, stats).
+- Phase 2: `commit_epoch` has nothing to move (the files are in place). `publish_epoch` makes
+  the epoch's one log commit from every decided participant: their files as `add` actions
+  (append) or a MERGE of their rows by key (merge), with the application transaction
+  `txn(appId=<job and sink>, version=<epoch>)` in the same commit. An epoch whose version the
+  table already records is not committed again. Then the journals (and staged rows) go.
+- Rollback: the participant's files and journal are deleted; never a file the table
+  references.
+- Recovery reads the journals only: a prepared participant of an older generation is handed
+  to the coordinator; a half-written one (no handle yet) is deleted here; leftovers of an
+  epoch the table records are cleaned up.
+- `last_committed_epoch` is the table's transaction version for the job's sink.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from durable_sinks.core.errors import (
+    ConfigError,
+    DurableSinkError,
+    FencedError,
+    ParticipantLostError,
+    SchemaMismatchError,
+    UsageError,
+)
+from durable_sinks.core.naming import ParticipantName
+from durable_sinks.core.operations import Holding, Prepared
+from durable_sinks.core.protocol import (
+    JSON,
+    CommitHandle,
+    CommitOutcome,
+    OpenContext,
+    SinkCapabilities,
+    WriteResult,
+)
+
+from . import checks, operations
+from .config import DeltaSinkConfig
+from .files import ParticipantFiles, checksum
+from .handles import (
+    PREPARED,
+    WRITING,
+    files_of,
+    handle_shape,
+    journal_handle,
+    journal_paths,
+    last_per_key,
+    paths_of,
+)
+from .layout import Layout, app_id
+from .shape import Shape, conform, creatable, normalised_schema
+from .storage import TableStorage
+from .table import DeltaLog
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+log = logging.getLogger(__name__)
+
+#: Actions during which a vanished file means another process took the attempt away.
+_WRITING_ACTIONS = ("write a data file", "finish the data files")
+
+
+class DeltaSink:
+    """Exactly-once appends or upserts into one Delta table (see the module docs)."""
+
+    def __init__(self, config: DeltaSinkConfig) -> None:
+        self.config = config
+        self.storage = TableStorage(config)
+        self._context: OpenContext | None = None
+        self._layout: Layout | None = None
+        self._log: DeltaLog | None = None
+        self._shape: Shape | None = None
+        self._current: ParticipantFiles | None = None
+        self._attempts: dict[int, int] = {}
+        self._pending: ParticipantName | None = None
+        self._last_committed: int | None = None
+        self._counters = {
+            "rows": 0.0,
+            "bytes": 0.0,
+            "files": 0.0,
+            "epochs_committed": 0.0,
+            "rollbacks": 0.0,
+        }
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    def __repr__(self) -> str:
+        return f"DeltaSink(name={self.name!r}, path={self.storage.where!r})"
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    def open(self, context: OpenContext) -> None:
+        self._context = context
+        self._layout = Layout(context.job_id, self.name)
+        self._log = DeltaLog(
+            self.storage, app_id(context.job_id, self.name), self.config.max_commit_retries
+        )
+        table = self._call(self._delta().load, "read the table's log")
+        if table is None and not self.config.create_table and not context.inspect:
+            raise ConfigError(
+                f"no Delta table at {self.storage.where}",
+                job=context.job_id,
+                sink=self.name,
+                fix="create the table first, or set create_table=True to create it from the "
+                "first epoch's rows",
+            )
+        if table is not None:
+            self._shape = self._delta().shape(table)
+            self._last_committed = self._delta().committed_epoch(table)
+            problems = checks.table_problems(self.config, self._shape, table)
+            if problems:
+                raise ConfigError(
+                    f"the Delta table at {self.storage.where} cannot take this sink's rows: "
+                    + "; ".join(problems),
+                    job=context.job_id,
+                    sink=self.name,
+                    fix="point the sink at a table that fits, or change the sink's settings",
+                )
+        if context.worker or context.inspect:
+            return
+        self._call(lambda: checks.check_store(self.config, self.storage), "check the store")
+
+    def close(self) -> None:
+        current, self._current = self._current, None
+        if current is not None:
+            current.abandon()
+
+    def _ctx(self) -> OpenContext:
+        if self._context is None:
+            raise UsageError(f"{self!r} is not open; the coordinator opens sinks")
+        return self._context
+
+    def _delta(self) -> DeltaLog:
+        if self._log is None:
+            raise UsageError(f"{self!r} is not open; the coordinator opens sinks")
+        return self._log
+
+    def _where(self) -> Layout:
+        if self._layout is None:
+            raise UsageError(f"{self!r} is not open; the coordinator opens sinks")
+        return self._layout
+
+    def _call(self, call: Any, action: str, epoch: int | None = None) -> Any:
+        """`call()`, its storage or delta-rs failure made a typed error."""
+        try:
+            return call()
+        except DurableSinkError:
+            raise
+        except Exception as exc:
+            raise self._failure(exc, action, epoch) from exc
+
+    def _failure(self, exc: BaseException, action: str, epoch: int | None) -> DurableSinkError:
+        ctx = self._context
+        if isinstance(exc, FileNotFoundError) and action in _WRITING_ACTIONS:
+            return FencedError(
+                f"could not {action}: a file of this attempt was deleted by someone else (a "
+                "newer coordinator's recovery, or the driver discarding this attempt)",
+                job=ctx.job_id if ctx else None,
+                sink=self.name,
+                epoch=epoch,
+                fix="if another driver of this job started, stop this one; otherwise restart "
+                "the query: the epoch is written again",
+            )
+
+        def made(cls: type[DurableSinkError], text: str, fix: str | None) -> DurableSinkError:
+            return cls(text, job=ctx.job_id if ctx else None, sink=self.name, epoch=epoch, fix=fix)
+
+        return self.storage.failure(exc, action, made)
+
+    def capabilities(self) -> SinkCapabilities:
+        merging = self.config.mode == "merge"
+        return SinkCapabilities(
+            exactly_once=True,
+            idempotent=merging,
+            upsert=merging,
+            two_phase_commit=True,
+            resumable_prepare=True,
+            distributed_prepare=True,
+            partitioned=True,
+        )
+
+    def schema(self) -> pa.Schema | None:
+        return self._shape.schema if self._shape is not None else None
+
+    def health_check(self) -> None:
+        self._call(self._delta().load, "read the table's log")
+
+    def metrics(self) -> Mapping[str, float]:
+        return dict(self._counters)
+
+    # -- phase 1 -------------------------------------------------------------------------------
+    def begin_epoch(self, epoch: int) -> None:
+        ctx = self._ctx()
+        if self._current is not None:  # a failed attempt whose rollback did not run
+            self._delete_participant(self._current.name, self._current.abandon())
+            self._current = None
+        attempt = self._attempts.get(epoch, 0)
+        self._attempts[epoch] = attempt + 1
+        self._pending = ctx.participant(epoch, attempt)
+
+    def write_batch(self, batch: pa.RecordBatch) -> WriteResult:
+        name = self._require_epoch()
+        shape = self._shape_for(batch, name.epoch)
+        fitted, problems = conform(batch, shape)
+        if fitted is None:
+            raise self._mismatch(problems, name.epoch)
+        if self.config.mode == "merge":
+            nulls = [k for k in self.config.key if fitted.column(k).null_count]
+            if nulls:
+                raise self._mismatch([f"key column {k!r} holds null" for k in nulls], name.epoch)
+        if fitted.num_rows == 0:
+            return WriteResult(0, 0)
+        current = self._current or self._start(name, shape)
+        written = self._call(lambda: current.write(fitted), "write a data file", name.epoch)
+        self._counters["rows"] += fitted.num_rows
+        self._counters["bytes"] += written
+        return WriteResult(fitted.num_rows, int(written))
+
+    def _require_epoch(self) -> ParticipantName:
+        if self._pending is None:
+            raise UsageError(
+                "no epoch is open; call begin_epoch first", job=self._ctx().job_id, sink=self.name
+            )
+        return self._pending
+
+    def _shape_for(self, batch: pa.RecordBatch, epoch: int) -> Shape:
+        """The table's shape; before the table exists, the first batch's (normalised)."""
+        if self._shape is None:
+            schema = normalised_schema(batch.schema)
+            problems = creatable(schema, self.config.partition_by)
+            problems += [
+                f"key column {k!r} is not in the rows"
+                for k in self.config.key
+                if k not in schema.names
+            ]
+            if problems:
+                raise self._mismatch(problems, epoch)
+            self._shape = Shape(schema, self.config.partition_by)
+        return self._shape
+
+    def _mismatch(self, problems: Sequence[str], epoch: int) -> SchemaMismatchError:
+        return SchemaMismatchError(
+            f"the rows do not fit the Delta table at {self.storage.where}: " + "; ".join(problems),
+            job=self._ctx().job_id,
+            sink=self.name,
+            epoch=epoch,
+            fix="select and cast the columns to the table's schema in the query (Delta types: "
+            "docs/delta.md); nothing of the epoch was committed",
+        )
+
+    def _start(self, name: ParticipantName, shape: Shape) -> ParticipantFiles:
+        self._current = ParticipantFiles(
+            self.storage,
+            self._where(),
+            name,
+            shape,
+            staged=self.config.mode == "merge",
+            compression=self.config.compression,
+            max_file_bytes=self.config.max_file_bytes,
+            announce=lambda paths: self._journal(name, {"state": WRITING, "paths": paths}),
+        )
+        return self._current
+
+    def _journal(self, name: ParticipantName, content: Mapping[str, Any]) -> None:
+        data = json.dumps({"participant": str(name), **content}, sort_keys=True).encode()
+        self.storage.write_bytes(self._where().journal(name), data)
+
+    def pre_commit(self, epoch: int) -> CommitHandle:
+        ctx = self._ctx()
+        name = self._require_epoch()
+        current, self._current = self._current, None
+        files = self._call(current.finish, "finish the data files", epoch) if current else []
+        details: dict[str, JSON] = {
+            "job_id": ctx.job_id,
+            "mode": self.config.mode,
+            "files": files,
+            "partition_by": list(self._shape.partition_by) if self._shape else [],
+        }
+        if self._shape is not None:
+            from deltalake import Schema
+
+            details["schema"] = Schema.from_arrow(self._shape.schema).to_json()
+        handle = CommitHandle(
+            sink=self.name,
+            epoch=epoch,
+            participant=str(name),
+            rows=sum(int(f["rows"]) for f in files),
+            bytes=sum(int(f["size"]) for f in files),
+            checksum=checksum(files),
+            details=details,
+        )
+        if files:
+            self._call(
+                lambda: self._journal(name, {"state": PREPARED, "handle": handle.to_json()}),
+                "write the participant's journal",
+                epoch,
+            )
+        self._counters["files"] += len(files)
+        self._pending = None
+        return handle
+
+    # -- phase 2 -------------------------------------------------------------------------------
+    def commit_epoch(self, epoch: int, handle: CommitHandle) -> CommitOutcome:
+        """The participant's files are in place already: COMMITTED until the epoch's log
+        commit exists, then ALREADY_COMMITTED. A decided participant whose files are gone
+        before the epoch's commit is data loss (ParticipantLostError)."""
+        if self._recorded(epoch):
+            return CommitOutcome.ALREADY_COMMITTED
+        for path in paths_of(handle):
+            if not self._call(lambda p=path: self.storage.exists(p), "find a data file", epoch):
+                raise ParticipantLostError(
+                    f"data loss: participant {handle.participant} is decided to commit, but "
+                    f"its file {self.storage.where}/{path} is gone",
+                    job=self._ctx().job_id,
+                    sink=self.name,
+                    epoch=epoch,
+                    fix="someone deleted it (VACUUM with a zero retention while the job was "
+                    "down?): restore the epoch's rows from the source; keep the decision record",
+                )
+        return CommitOutcome.COMMITTED
+
+    def _recorded(self, epoch: int) -> bool:
+        committed = self._call(self._delta().committed_epoch, "read the table's log", epoch)
+        if committed is not None:
+            self._last_committed = max(self._last_committed or committed, committed)
+        return committed is not None and committed >= epoch
+
+    def publish_epoch(self, epoch: int, handles: Sequence[CommitHandle]) -> CommitOutcome:
+        """The epoch's one Delta commit (see the module docs); idempotent by the table's
+        transaction version. Then the participants' journals and staged rows are deleted."""
+        made = self._call(lambda: self._commit(epoch, handles), "commit the epoch", epoch)
+        if made:
+            self._counters["epochs_committed"] += 1
+            log.info(
+                "committed %d participant(s) to %s",
+                len(handles),
+                self.storage.where,
+                extra={"job": self._ctx().job_id, "sink": self.name, "epoch": epoch},
+            )
+        self._last_committed = max(self._last_committed or epoch, epoch)
+        done = []  # the journals, and a merge's staged rows (an append's files are the table's)
+        for handle in handles:
+            name = ParticipantName.parse(handle.participant)
+            if name is not None:
+                done += paths_of(handle) if self.config.mode == "merge" else []
+                done.append(self._where().journal(name))
+        self._call(lambda: self.storage.delete(done), "delete the journals", epoch)
+        return CommitOutcome.COMMITTED if made else CommitOutcome.ALREADY_COMMITTED
+
+    def _commit(self, epoch: int, handles: Sequence[CommitHandle]) -> bool:
+        if self._recorded(epoch):  # committed before (its staged rows may be gone)
+            return False
+        shape = self._shape or handle_shape(handles)
+        participants = [h.participant for h in handles]
+        if shape is None:  # nothing was ever written and there is no table: nothing to record
+            return True
+        if self.config.mode == "merge":
+            rows = self._epoch_rows(handles, shape)
+            return self._delta().merge(
+                epoch, rows, self.config.key, shape, participants, self.config.create_table
+            )
+        files = [f for h in handles for f in files_of(h)]
+        return self._delta().append(epoch, files, shape, participants, self.config.create_table)
+
+    def _epoch_rows(self, handles: Sequence[CommitHandle], shape: Shape) -> pa.Table:
+        """The epoch's staged rows, one row per key: a later row replaces an earlier one (in
+        participant order, then the order the rows were written)."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        tables = []
+        for handle in sorted(handles, key=lambda h: h.participant):
+            for path in paths_of(handle):
+                full = self.storage.full_path(path)
+                with self.storage.filesystem().open_input_file(full) as f:
+                    tables.append(pq.read_table(f, schema=shape.schema))
+        rows = pa.concat_tables(tables) if tables else shape.schema.empty_table()
+        return last_per_key(rows, self.config.key)
+
+    def rollback_epoch(self, epoch: int, handle: CommitHandle | None) -> None:
+        """Delete the participant's files and journal (a participant never prepared: what
+        this instance wrote of it). Never deletes a file the table references."""
+        if handle is None:
+            pending = self._pending
+            current, self._current = self._current, None
+            if current is not None and current.name.epoch == epoch:
+                self._delete_participant(current.name, current.abandon())
+            elif pending is not None and pending.epoch == epoch:
+                self._delete_participant(pending, [])
+            self._pending = None
+            return
+        name = ParticipantName.parse(handle.participant)
+        if name is None:
+            raise ConfigError(
+                f"participant {handle.participant!r} is not a durable-sinks name",
+                sink=self.name,
+                epoch=epoch,
+                fix="this handle was not made by the Delta sink",
+            )
+        self._delete_participant(name, paths_of(handle))
+        self._counters["rollbacks"] += 1
+
+    def _delete_participant(self, name: ParticipantName, paths: Sequence[str]) -> None:
+        """Delete `paths` and whatever else the journal lists, then the journal."""
+        journal_path = self._where().journal(name)
+        journal = self._read_journal(journal_path)
+        listed = set(paths) | set(journal_paths(journal))
+        if listed and self.config.mode == "append" and self._recorded(name.epoch):
+            table = self._call(self._delta().load, "read the table's log", name.epoch)
+            kept = listed & self._delta().referenced(table) if table is not None else set()
+            if kept:
+                log.warning(
+                    "participant %s's files are in the table: only its journal is deleted",
+                    name,
+                    extra={"job": self._ctx().job_id, "sink": self.name, "epoch": name.epoch},
+                )
+            listed -= kept
+        self._call(lambda: self.storage.delete(sorted(listed)), "delete files", name.epoch)
+        self._call(lambda: self.storage.delete([journal_path]), "delete a journal", name.epoch)
+
+    def _read_journal(self, path: str) -> Mapping[str, Any] | None:
+        data = self._call(lambda: self.storage.read_bytes(path), "read a journal")
+        if data is None:
+            return None
+        try:
+            found = json.loads(data)
+        except ValueError:
+            return {"state": WRITING, "paths": []}  # cut short by a crash while written
+        return found if isinstance(found, dict) else None
+
+    # -- recovery ------------------------------------------------------------------------------
+    def _journals(self, folder: str) -> list[tuple[ParticipantName, Mapping[str, Any]]]:
+        layout = self._where()
+        listed = self._call(lambda: self.storage.list(folder), "list the journals")
+        found = []
+        for item in listed:
+            name = layout.parse_journal(item.path)
+            if name is None:
+                continue
+            journal = self._read_journal(item.path)
+            if journal is not None:
+                found.append((name, journal))
+        return found
+
+    def recover_prepared(self) -> list[CommitHandle]:
+        ctx = self._ctx()
+        committed = self._call(self._delta().committed_epoch, "read the table's log")
+        leftovers = []
+        for name, journal in self._journals(self._where().folder):
+            if name.generation >= ctx.generation:
+                continue
+            handle = journal_handle(journal)
+            recorded = committed is not None and name.epoch <= committed
+            if handle is None or recorded:
+                # Half-written (nothing can commit it), or of an epoch the table records
+                # (committed, or a losing attempt of it): clean up.
+                self._delete_participant(name, paths_of(handle) if handle else [])
+                continue
+            leftovers.append(handle)
+        return leftovers
+
+    def prepared_participants(self, epoch: int) -> list[CommitHandle]:
+        found = []
+        for _, journal in self._journals(self._where().epoch_folder(epoch)):
+            handle = journal_handle(journal)
+            if handle is not None:
+                found.append(handle)
+        return found
+
+    def last_committed_epoch(self) -> int | None:
+        return self._last_committed
+
+    # -- operations (durable-sinks status/inspect/verify; operations.py) -----------------------
+    def in_doubt(self) -> list[Prepared]:
+        return operations.in_doubt(self._journals(self._where().folder), self.name)
+
+    def holdings(self, first: int, last: int) -> dict[int, Holding]:
+        table = self._call(self._delta().load, "read the table's log")
+        return {} if table is None else operations.holdings(table, first, last)
+
+    def live_generations(self) -> list[int]:
+        return []  # a table keeps no sessions

@@ -1,0 +1,203 @@
+"""The table's folder as the Delta sink reads and writes it: a local folder or an S3 prefix,
+behind pyarrow's filesystems, and the same place as delta-rs's storage options.
+
+Durability: a file is durable once `write` returns (local files are fsynced with their
+folder; an S3 object exists only once its upload completed). `delete` of a missing file is a
+no-op, so every cleanup may be repeated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, BinaryIO
+
+from durable_sinks.core.durable_fs import fsync_dir, fsync_file
+from durable_sinks.core.errors import ConfigError, DurableSinkError, TransientError
+from durable_sinks.core.secrets import resolve, resolve_settings
+
+from .config import DeltaSinkConfig
+
+if TYPE_CHECKING:
+    from pyarrow import fs
+
+#: Words of pyarrow's S3 errors that no retry can fix, with the fix.
+_REFUSED = {
+    "ACCESS_DENIED": "grant the job's identity the S3 actions listed in docs/delta.md",
+    "AccessDenied": "grant the job's identity the S3 actions listed in docs/delta.md",
+    "InvalidAccessKeyId": "check the access key id",
+    "SignatureDoesNotMatch": "check the secret access key and the region",
+    "NoSuchBucket": "create the bucket first (durable-sinks never creates buckets)",
+    "NO_SUCH_BUCKET": "create the bucket first (durable-sinks never creates buckets)",
+    "certificate": "set SSL_CERT_FILE to a PEM file of the CAs that signed the server's "
+    "certificate (driver and executors)",
+}
+
+
+@dataclass(frozen=True)
+class Listed:
+    """A file under the table's folder: its path relative to the folder, and its size."""
+
+    path: str
+    size: int
+
+
+class TableStorage:
+    """Files under one table's folder, by paths relative to it (`/`-separated)."""
+
+    def __init__(self, config: DeltaSinkConfig) -> None:
+        self.config = config
+        self._filesystem: fs.FileSystem | None = None
+
+    @property
+    def where(self) -> str:
+        return self.config.path.rstrip("/")
+
+    @property
+    def table_uri(self) -> str:
+        """The table's URI for delta-rs."""
+        if self.config.on_s3:
+            return str(self.config.location)
+        return self.config.local_path
+
+    def storage_options(self) -> dict[str, str]:
+        """delta-rs's storage options: the S3 connection's settings (secrets resolved here,
+        never stored) and the user's own `storage_options`."""
+        options: dict[str, str] = {}
+        if self.config.on_s3:
+            connection = self.config.connection
+            settings = {
+                "AWS_ENDPOINT_URL": connection.endpoint_url,
+                "AWS_REGION": connection.region,
+                "AWS_ACCESS_KEY_ID": connection.access_key_id,
+                "AWS_SECRET_ACCESS_KEY": connection.secret_access_key,
+                "AWS_SESSION_TOKEN": connection.session_token,
+            }
+            options = {k: v for k, v in settings.items() if v is not None}
+            if (connection.endpoint_url or "").startswith("http://"):
+                options["AWS_ALLOW_HTTP"] = "true"
+            if connection.addressing_style == "virtual":
+                options["AWS_VIRTUAL_HOSTED_STYLE_REQUEST"] = "true"
+            options["timeout"] = f"{int(connection.read_timeout)}s"
+            options["connect_timeout"] = f"{int(connection.connect_timeout)}s"
+        options.update(self.config.storage_options or {})
+        return resolve_settings(options, f"delta sink {self.config.name!r}")
+
+    def filesystem(self) -> fs.FileSystem:
+        if self._filesystem is None:
+            self._filesystem = self._build()
+        return self._filesystem
+
+    def _build(self) -> fs.FileSystem:
+        from pyarrow import fs
+
+        if not self.config.on_s3:
+            return fs.LocalFileSystem()
+        connection = self.config.connection
+        settings: dict[str, Any] = {
+            "connect_timeout": connection.connect_timeout,
+            "request_timeout": connection.read_timeout,
+        }
+        if connection.access_key_id is not None:
+            settings["access_key"] = resolve(connection.access_key_id, "S3: access_key_id")
+            settings["secret_key"] = resolve(
+                connection.secret_access_key or "", "S3: secret_access_key"
+            )
+            if connection.session_token is not None:
+                settings["session_token"] = resolve(connection.session_token, "S3: session_token")
+        if connection.region is not None:
+            settings["region"] = connection.region
+        if connection.endpoint_url is not None:
+            scheme, _, rest = connection.endpoint_url.partition("://")
+            settings["scheme"] = scheme
+            settings["endpoint_override"] = rest.rstrip("/")
+        if connection.addressing_style != "auto":
+            settings["force_virtual_addressing"] = connection.addressing_style == "virtual"
+        return fs.S3FileSystem(**settings)
+
+    def full_path(self, relative: str) -> str:
+        if self.config.on_s3:
+            location = self.config.location
+            return f"{location.bucket}/{location.key(relative)}"
+        return f"{self.config.local_path}/{relative}"
+
+    # -- files ---------------------------------------------------------------------------------
+    @contextmanager
+    def writing(self, relative: str) -> Iterator[BinaryIO]:
+        """A stream that becomes the file `relative` once the block ends without error (and
+        durable: see the module docs). On an error the partial file is removed."""
+        full = self.full_path(relative)
+        filesystem = self.filesystem()
+        if not self.config.on_s3:
+            Path(full).parent.mkdir(parents=True, exist_ok=True)
+        try:
+            with filesystem.open_output_stream(full) as stream:
+                yield stream
+        except BaseException:
+            self.delete([relative])
+            raise
+        if not self.config.on_s3:
+            fsync_file(Path(full))
+            fsync_dir(Path(full).parent)
+
+    def write_bytes(self, relative: str, data: bytes) -> None:
+        with self.writing(relative) as stream:
+            stream.write(data)
+
+    def read_bytes(self, relative: str) -> bytes | None:
+        """The file's bytes, or None when it does not exist."""
+        try:
+            with self.filesystem().open_input_stream(self.full_path(relative)) as stream:
+                data: bytes = stream.read()
+        except FileNotFoundError:
+            return None
+        return data
+
+    def delete(self, relatives: list[str]) -> None:
+        """Delete the files (missing ones are skipped); empty local folders stay."""
+        filesystem = self.filesystem()
+        for relative in relatives:
+            try:
+                filesystem.delete_file(self.full_path(relative))
+            except FileNotFoundError:
+                continue
+
+    def list(self, folder: str) -> list[Listed]:
+        """Every file under `folder` (relative; recursively), missing folder = none."""
+        from pyarrow import fs
+
+        base = self.full_path(folder).rstrip("/")
+        selector = fs.FileSelector(base, recursive=True, allow_not_found=True)
+        root = self.full_path("").rstrip("/") + "/"
+        return sorted(
+            (
+                Listed(info.path[len(root) :], int(info.size or 0))
+                for info in self.filesystem().get_file_info(selector)
+                if info.type == fs.FileType.File
+            ),
+            key=lambda listed: listed.path,
+        )
+
+    def exists(self, relative: str) -> bool:
+        from pyarrow import fs
+
+        info = self.filesystem().get_file_info(self.full_path(relative))
+        return bool(info.type == fs.FileType.File)
+
+    # -- errors --------------------------------------------------------------------------------
+    def failure(
+        self, exc: BaseException, action: str, made: Callable[..., DurableSinkError]
+    ) -> DurableSinkError:
+        """What a storage error means: a ConfigError with its fix for a refusal no retry can
+        change, a TransientError otherwise. `made(cls, text, fix)` adds job/sink/epoch."""
+        if isinstance(exc, DurableSinkError):
+            return exc
+        text = f"could not {action} under {self.where}: {type(exc).__name__}: {exc}"
+        for word, fix in _REFUSED.items():
+            if word in str(exc):
+                return made(ConfigError, text, fix)
+        if isinstance(exc, PermissionError):
+            return made(ConfigError, text, "let the job's user write to the table's folder")
+        return made(TransientError, text, None)
