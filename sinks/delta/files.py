@@ -27,6 +27,16 @@ if TYPE_CHECKING:
 
     from durable_sinks.core.naming import ParticipantName
 
+#: A column's dictionary falls back to plain encoding past this size (Arrow's default, 1 MiB,
+#: spends most of an epoch's encoding time on columns of unique strings before it gives up;
+#: docs/delta.md, "Speed").
+DICTIONARY_PAGE_BYTES = 256 * 1024
+
+
+class Abandoned(Exception):  # noqa: N818 - a signal to the file's context, never raised
+    """Ends an open file's writing context without keeping the file."""
+
+
 PartitionKey = tuple[tuple[str, str | None], ...]
 
 
@@ -114,7 +124,12 @@ class ParticipantFiles:
         self.paths.append(path)
         exits = ExitStack()
         stream = exits.enter_context(self.storage.writing(path))
-        writer = pq.ParquetWriter(stream, schema, compression=self.compression)
+        writer = pq.ParquetWriter(
+            stream,
+            schema,
+            compression=self.compression,
+            dictionary_pagesize_limit=DICTIONARY_PAGE_BYTES,
+        )
         opened = _OpenFile(path, key, exits, stream, writer)
         self._open[key] = opened
         return opened
@@ -149,7 +164,8 @@ class ParticipantFiles:
                 try:
                     current.writer.close()
                 finally:
-                    current.exits.close()
+                    # Ended as by an error: the file is dropped (on S3 never uploaded).
+                    current.exits.__exit__(Abandoned, Abandoned(), None)
         self._open.clear()
         return list(self.paths)
 

@@ -313,22 +313,26 @@ class DeltaSink:
 
     # -- phase 2 -------------------------------------------------------------------------------
     def commit_epoch(self, epoch: int, handle: CommitHandle) -> CommitOutcome:
-        """The participant's files are in place already: COMMITTED until the epoch's log
-        commit exists, then ALREADY_COMMITTED. A decided participant whose files are gone
-        before the epoch's commit is data loss (ParticipantLostError)."""
-        if self._recorded(epoch):
+        """The participant's files are in place already: COMMITTED while they are there (the
+        epoch's log commit is `publish_epoch`'s), ALREADY_COMMITTED once the table records the
+        epoch. A decided participant whose files are gone before the epoch's commit is data
+        loss (ParticipantLostError)."""
+        if self._last_committed is not None and self._last_committed >= epoch:
             return CommitOutcome.ALREADY_COMMITTED
         for path in paths_of(handle):
-            if not self._call(lambda p=path: self.storage.exists(p), "find a data file", epoch):
-                raise ParticipantLostError(
-                    f"data loss: participant {handle.participant} is decided to commit, but "
-                    f"its file {self.storage.where}/{path} is gone",
-                    job=self._ctx().job_id,
-                    sink=self.name,
-                    epoch=epoch,
-                    fix="someone deleted it (VACUUM with a zero retention while the job was "
-                    "down?): restore the epoch's rows from the source; keep the decision record",
-                )
+            if self._call(lambda p=path: self.storage.exists(p), "find a data file", epoch):
+                continue
+            if self._recorded(epoch):  # committed (and its staged rows deleted) already
+                return CommitOutcome.ALREADY_COMMITTED
+            raise ParticipantLostError(
+                f"data loss: participant {handle.participant} is decided to commit, but "
+                f"its file {self.storage.where}/{path} is gone",
+                job=self._ctx().job_id,
+                sink=self.name,
+                epoch=epoch,
+                fix="someone deleted it (VACUUM with a zero retention while the job was "
+                "down?): restore the epoch's rows from the source; keep the decision record",
+            )
         return CommitOutcome.COMMITTED
 
     def _recorded(self, epoch: int) -> bool:
@@ -360,13 +364,14 @@ class DeltaSink:
         return CommitOutcome.COMMITTED if made else CommitOutcome.ALREADY_COMMITTED
 
     def _commit(self, epoch: int, handles: Sequence[CommitHandle]) -> bool:
-        if self._recorded(epoch):  # committed before (its staged rows may be gone)
+        merging = self.config.mode == "merge"
+        if merging and self._recorded(epoch):  # committed before: its staged rows may be gone
             return False
         shape = self._shape or handle_shape(handles)
         participants = [h.participant for h in handles]
         if shape is None:  # nothing was ever written and there is no table: nothing to record
-            return True
-        if self.config.mode == "merge":
+            return not self._recorded(epoch)
+        if merging:
             rows = self._epoch_rows(handles, shape)
             return self._delta().merge(
                 epoch, rows, self.config.key, shape, participants, self.config.create_table

@@ -8,6 +8,7 @@ no-op, so every cleanup may be repeated.
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -34,6 +35,10 @@ _REFUSED = {
     "certificate": "set SSL_CERT_FILE to a PEM file of the CAs that signed the server's "
     "certificate (driver and executors)",
 }
+
+
+#: Bytes of a file being written for S3 kept in memory before the spool moves to disk.
+SPOOL_IN_MEMORY = 16 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -127,20 +132,34 @@ class TableStorage:
     @contextmanager
     def writing(self, relative: str) -> Iterator[BinaryIO]:
         """A stream that becomes the file `relative` once the block ends without error (and
-        durable: see the module docs). On an error the partial file is removed."""
-        full = self.full_path(relative)
-        filesystem = self.filesystem()
-        if not self.config.on_s3:
-            Path(full).parent.mkdir(parents=True, exist_ok=True)
+        durable: see the module docs). On an error the partial file is removed.
+
+        On S3 the bytes are spooled here (memory, then a temporary file) and uploaded when
+        the block ends: a writer that is abandoned or dies never makes an object, where a
+        streaming upload would complete whenever its stream is closed, even by a zombie
+        long after recovery cleaned up."""
+        if self.config.on_s3:
+            yield from self._spooled(relative)
+            return
+        full = Path(self.full_path(relative))
+        full.parent.mkdir(parents=True, exist_ok=True)
         try:
-            with filesystem.open_output_stream(full) as stream:
+            with self.filesystem().open_output_stream(str(full)) as stream:
                 yield stream
         except BaseException:
             self.delete([relative])
             raise
-        if not self.config.on_s3:
-            fsync_file(Path(full))
-            fsync_dir(Path(full).parent)
+        fsync_file(full)
+        fsync_dir(full.parent)
+
+    def _spooled(self, relative: str) -> Iterator[BinaryIO]:
+        location = self.config.location
+        with tempfile.SpooledTemporaryFile(max_size=SPOOL_IN_MEMORY) as spool:
+            yield spool  # type: ignore[misc]
+            spool.seek(0)
+            self.config.connection.client().upload_fileobj(
+                spool, location.bucket, location.key(relative)
+            )
 
     def write_bytes(self, relative: str, data: bytes) -> None:
         with self.writing(relative) as stream:

@@ -168,5 +168,5 @@ def _log_lines(table: Path) -> list[str]:
     return [
         line
         for p in sorted((table / "_delta_log").glob("*.json"))
-        for line in p.read_text().splitlines()
+        for line in p.read_text().split("\n")
     ]

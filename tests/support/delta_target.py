@@ -144,7 +144,9 @@ def _log_entries(files: list[str], read: Callable[[str], str]) -> list[dict[str,
     """Every action of every JSON log version, in version order."""
     entries = []
     for path in sorted(p for p in files if p.startswith("_delta_log/") and p.endswith(".json")):
-        entries += [json.loads(line) for line in read(path).splitlines() if line.strip()]
+        # Lines end with "\n" only: str.splitlines would also cut at U+2028, U+0085, ...,
+        # which a commit's JSON holds unescaped (e.g. in a MERGE's statistics).
+        entries += [json.loads(line) for line in read(path).split("\n") if line.strip()]
     return entries
 
 
