@@ -10,7 +10,7 @@ from typing import Literal
 
 from durable_sinks.core.errors import ConfigError
 from durable_sinks.core.naming import check_sink_name
-from durable_sinks.core.s3 import AddressingStyle, S3Connection, S3Location
+from durable_sinks.core.s3 import AddressingStyle, S3Connection, S3Location, connection_of
 from durable_sinks.core.secrets import check
 
 COMPRESSIONS = ("none", "snappy", "gzip", "zstd", "lz4", "brotli")
@@ -155,17 +155,7 @@ class DeltaSinkConfig:
 
     @property
     def connection(self) -> S3Connection:
-        return S3Connection(
-            endpoint_url=self.endpoint_url,
-            region=self.region,
-            access_key_id=self.access_key_id,
-            secret_access_key=self.secret_access_key,
-            session_token=self.session_token,
-            addressing_style=self.addressing_style,
-            connect_timeout=self.connect_timeout,
-            read_timeout=self.read_timeout,
-            ca_bundle=self.ca_bundle,
-        )
+        return connection_of(self)
 
     def __repr__(self) -> str:
         return f"DeltaSinkConfig(path={self.path!r}, name={self.name!r}, mode={self.mode!r})"

@@ -15,6 +15,7 @@ from durable_sinks.core.s3 import (
     AddressingStyle,
     S3Connection,
     S3Location,
+    connection_of,
 )
 
 COMPRESSIONS = ("none", "snappy", "gzip", "zstd", "lz4", "brotli")
@@ -100,17 +101,7 @@ class S3SinkConfig:
 
     @property
     def connection(self) -> S3Connection:
-        return S3Connection(
-            endpoint_url=self.endpoint_url,
-            region=self.region,
-            access_key_id=self.access_key_id,
-            secret_access_key=self.secret_access_key,
-            session_token=self.session_token,
-            addressing_style=self.addressing_style,
-            connect_timeout=self.connect_timeout,
-            read_timeout=self.read_timeout,
-            ca_bundle=self.ca_bundle,
-        )
+        return connection_of(self)
 
     def __repr__(self) -> str:
         return f"S3SinkConfig(path={self.path!r}, name={self.name!r})"

@@ -22,19 +22,15 @@ from durable_sinks.sinks.delta import DeltaSink, DeltaSinkConfig
 from durable_sinks.testing import COLUMNS, SCHEMA, Row
 from tests.services import S3Endpoint
 from tests.support.s3_objects import delete_prefix, object_keys
+from tests.support.s3_target import s3_options
 
 
 def delta_s3_options(endpoint: S3Endpoint, path: str, **options: Any) -> dict[str, Any]:
-    """A Delta sink's options for a table in a test-bed S3 server."""
-    return {
-        "path": path,
-        "endpoint_url": endpoint.endpoint_url,
-        "region": endpoint.region,
-        "access_key_id": endpoint.access_key_id,
-        "secret_access_key": endpoint.secret_access_key,
-        "addressing_style": "path",
-        **options,
-    }
+    """A Delta sink's options for a table in a test-bed S3 server (the S3 sink's, but a CA
+    bundle: delta-rs takes its CAs from SSL_CERT_FILE)."""
+    settings = s3_options(endpoint, path, **options)
+    settings.pop("ca_bundle", None)
+    return settings
 
 
 def storage_options(endpoint: S3Endpoint) -> dict[str, str]:

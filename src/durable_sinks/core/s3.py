@@ -200,6 +200,13 @@ class S3Connection:
         return client
 
 
+def connection_of(settings: object) -> S3Connection:
+    """The S3Connection of a sink's settings object that has the same-named fields (the S3
+    and Delta sinks' configurations)."""
+    names = S3Connection.__dataclass_fields__
+    return S3Connection(**{name: getattr(settings, name) for name in names})
+
+
 _CLIENTS: dict[tuple[int, S3Connection], S3Client] = {}
 _CLIENTS_LOCK = threading.Lock()
 
