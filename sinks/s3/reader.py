@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from durable_sinks.core.s3 import S3Connection, S3Location, is_missing, s3_failure
+from durable_sinks.core.secrets import resolve
 
 from .epochs import EpochManifest, EpochObject
 from .layout import Layout
@@ -91,10 +92,13 @@ def _arrow_settings(connection: S3Connection) -> dict[str, Any]:
         "connect_timeout": connection.connect_timeout,
         "request_timeout": connection.read_timeout,
     }
-    if connection.access_key_id is not None:
-        settings["access_key"] = connection.access_key_id
-        settings["secret_key"] = connection.secret_access_key
-        settings["session_token"] = connection.session_token
+    if connection.access_key_id is not None:  # `${env:}` / `${file:}` references resolved here
+        settings["access_key"] = resolve(connection.access_key_id, "S3: access_key_id")
+        settings["secret_key"] = resolve(
+            connection.secret_access_key or "", "S3: secret_access_key"
+        )
+        if connection.session_token is not None:
+            settings["session_token"] = resolve(connection.session_token, "S3: session_token")
     if connection.region is not None:
         settings["region"] = connection.region
     if connection.endpoint_url is not None:
