@@ -40,7 +40,7 @@ test-crash: install
 		$(PY) -m pytest -n 2 -v --durations=0 --timeout=7200 tests/crash \
 		tests/integration/test_postgres_conformance.py tests/integration/test_kafka_conformance.py \
 		tests/integration/test_s3_conformance.py tests/integration/test_s3_decision_store.py \
-		tests/spark/test_crash.py tests/spark/test_shared_writer.py $(PYTEST_ARGS)
+		tests/integration/test_delta_conformance.py tests/spark/test_crash.py tests/spark/test_shared_writer.py $(PYTEST_ARGS)
 
 # The fault matrix (docs/reliability.md): each fault (Postgres -m immediate / -m fast restarts
 # of 30 s, pg_terminate_backend of the job's sessions, a Kafka broker SIGKILL and restart) at
