@@ -13,11 +13,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 from durable_sinks.core.durable_fs import fsync_dir, fsync_file
 from durable_sinks.core.errors import ConfigError, DurableSinkError, TransientError
-from durable_sinks.core.secrets import resolve, resolve_settings
+from durable_sinks.core.secrets import resolve_settings
 
 from .config import DeltaSinkConfig
 
@@ -100,27 +100,8 @@ class TableStorage:
 
         if not self.config.on_s3:
             return fs.LocalFileSystem()
-        connection = self.config.connection
-        settings: dict[str, Any] = {
-            "connect_timeout": connection.connect_timeout,
-            "request_timeout": connection.read_timeout,
-        }
-        if connection.access_key_id is not None:
-            settings["access_key"] = resolve(connection.access_key_id, "S3: access_key_id")
-            settings["secret_key"] = resolve(
-                connection.secret_access_key or "", "S3: secret_access_key"
-            )
-            if connection.session_token is not None:
-                settings["session_token"] = resolve(connection.session_token, "S3: session_token")
-        if connection.region is not None:
-            settings["region"] = connection.region
-        if connection.endpoint_url is not None:
-            scheme, _, rest = connection.endpoint_url.partition("://")
-            settings["scheme"] = scheme
-            settings["endpoint_override"] = rest.rstrip("/")
-        if connection.addressing_style != "auto":
-            settings["force_virtual_addressing"] = connection.addressing_style == "virtual"
-        return fs.S3FileSystem(**settings)
+        # No tls_ca_file_path: a Delta sink refuses ca_bundle (its config says why).
+        return fs.S3FileSystem(**self.config.connection.arrow_settings())
 
     def full_path(self, relative: str) -> str:
         if self.config.on_s3:

@@ -15,7 +15,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from durable_sinks.core.s3 import S3Connection, S3Location, is_missing, s3_failure
-from durable_sinks.core.secrets import resolve
 
 from .epochs import EpochManifest, EpochObject
 from .layout import Layout
@@ -76,7 +75,7 @@ def committed_dataset(
     connection = connection or S3Connection(**settings)
     location = S3Location.parse(path)
     objects = committed_objects(path, connection, epochs=epochs)
-    filesystem = fs.S3FileSystem(**_arrow_settings(connection))
+    filesystem = fs.S3FileSystem(**connection.arrow_settings())
     return ds.dataset(
         [f"{location.bucket}/{o.key}" for o in objects],
         format="parquet",
@@ -84,33 +83,3 @@ def committed_dataset(
         partitioning=ds.partitioning(flavor="hive"),
         partition_base_dir=f"{location.bucket}/{location.prefix}",
     )
-
-
-def _arrow_settings(connection: S3Connection) -> dict[str, Any]:
-    """S3Connection's settings as pyarrow.fs.S3FileSystem's."""
-    settings: dict[str, Any] = {
-        "connect_timeout": connection.connect_timeout,
-        "request_timeout": connection.read_timeout,
-    }
-    if connection.access_key_id is not None:  # `${env:}` / `${file:}` references resolved here
-        settings["access_key"] = resolve(connection.access_key_id, "S3: access_key_id")
-        settings["secret_key"] = resolve(
-            connection.secret_access_key or "", "S3: secret_access_key"
-        )
-        if connection.session_token is not None:
-            settings["session_token"] = resolve(connection.session_token, "S3: session_token")
-    if connection.region is not None:
-        settings["region"] = connection.region
-    if connection.endpoint_url is not None:
-        scheme, _, rest = connection.endpoint_url.partition("://")
-        settings["scheme"] = scheme
-        settings["endpoint_override"] = rest.rstrip("/")
-    if connection.ca_bundle is not None:
-        # pyarrow applies it when its S3 layer initialises: the first S3 filesystem of
-        # the process decides (docs/security.md).
-        settings["tls_ca_file_path"] = connection.ca_bundle
-    if connection.addressing_style == "path":
-        settings["force_virtual_addressing"] = False
-    elif connection.addressing_style == "virtual":
-        settings["force_virtual_addressing"] = True
-    return settings

@@ -73,16 +73,16 @@ def test_settings_keep_the_reference_and_are_refused_when_built(
         S3Connection(access_key_id="a", secret_access_key="${env:DS_TEST_SECRET}")
 
 
-def test_the_s3_reader_resolves_secret_references(monkeypatch: pytest.MonkeyPatch) -> None:
-    """`committed_dataset` hands pyarrow the resolved keys, not the `${env:}` text (it did)."""
+def test_the_arrow_s3_settings_resolve_secret_references(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`committed_dataset` and the Delta sink hand pyarrow the resolved keys, not the `${env:}`
+    text (the reader did)."""
     from durable_sinks.core.s3 import S3Connection
-    from durable_sinks.sinks.s3.reader import _arrow_settings
 
     monkeypatch.setenv("DS_TEST_KEY_ID", "key-id")
     monkeypatch.setenv("DS_TEST_SECRET", "the-secret")
     connection = S3Connection(
         access_key_id="${env:DS_TEST_KEY_ID}", secret_access_key="${env:DS_TEST_SECRET}"
     )
-    settings = _arrow_settings(connection)
+    settings = connection.arrow_settings()
     assert (settings["access_key"], settings["secret_key"]) == ("key-id", "the-secret")
     assert "session_token" not in settings

@@ -19,7 +19,7 @@ import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from .errors import ConfigError, DurableSinkError, TransientError, UnreachableError
 from .secrets import check, resolve
@@ -160,6 +160,33 @@ class S3Connection:
             if client is None:
                 client = _CLIENTS[key] = self._build()
         return client
+
+    def arrow_settings(self) -> dict[str, Any]:
+        """These settings as pyarrow.fs.S3FileSystem's (secret references resolved here)."""
+        settings: dict[str, Any] = {
+            "connect_timeout": self.connect_timeout,
+            "request_timeout": self.read_timeout,
+        }
+        if self.access_key_id is not None:
+            settings["access_key"] = self._secret(self.access_key_id, "access_key_id")
+            settings["secret_key"] = self._secret(self.secret_access_key, "secret_access_key")
+            if self.session_token is not None:
+                settings["session_token"] = self._secret(self.session_token, "session_token")
+        if self.region is not None:
+            settings["region"] = self.region
+        if self.endpoint_url is not None:
+            scheme, _, rest = self.endpoint_url.partition("://")
+            settings["scheme"] = scheme
+            settings["endpoint_override"] = rest.rstrip("/")
+        if self.ca_bundle is not None:
+            # pyarrow applies it when its S3 layer initialises: the first S3 filesystem of
+            # the process decides (docs/security.md).
+            settings["tls_ca_file_path"] = self.ca_bundle
+        if self.addressing_style == "path":
+            settings["force_virtual_addressing"] = False
+        elif self.addressing_style == "virtual":
+            settings["force_virtual_addressing"] = True
+        return settings
 
     @staticmethod
     def _secret(value: str | None, name: str) -> str | None:
