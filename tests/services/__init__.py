@@ -21,13 +21,15 @@ docs/testbed.md describes ports, folders and versions.
 from __future__ import annotations
 
 import contextlib
+import traceback
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from ._layout import Layout
-from ._process import ServiceError
+from ._process import ServiceError, file_lock
 from ._service import Service, Status
+from ._steps import SetupStepError, describe
 from .connect import FAULTS_NAME as CONNECT_FAULTS_NAME
 from .connect import SparkConnect
 from .endpoints import KafkaEndpoint, PostgresEndpoint, S3Endpoint
@@ -54,6 +56,7 @@ __all__ = [
     "PreparedTransaction",
     "S3Endpoint",
     "ServiceError",
+    "SetupStepError",
     "Spark",
     "SparkCluster",
     "SparkConnect",
@@ -153,16 +156,23 @@ class Testbed:
         return services
 
 
-def _each(services: list[Service], action: str) -> None:
-    """Run `action` on every service concurrently; raise one error naming every failure."""
+def _each(services: list[Service], action: str, layout: Layout) -> None:
+    """Run `action` on every service concurrently, each under its service's lock (two
+    processes, say two pytest-xdist workers on a fresh machine, must not both start one
+    server); raise one error naming every failure and its cause."""
     _import_pyspark_once()
+
+    def act(service: Service) -> None:
+        with file_lock(layout.root / ".locks" / f"{service.name}.lock"):
+            getattr(service, action)()
+
     with ThreadPoolExecutor(max_workers=len(services) or 1) as pool:
-        futures = {s.name: pool.submit(getattr(s, action)) for s in services}
+        futures = {s.name: pool.submit(act, s) for s in services}
     failures = []
     for name, future in futures.items():
         exc = future.exception()
         if exc is not None:
-            failures.append(exc if isinstance(exc, ServiceError) else ServiceError(name, repr(exc)))
+            failures.append(exc if isinstance(exc, ServiceError) else _unexpected(name, exc))
     if len(failures) == 1:
         raise failures[0]
     if failures:
@@ -171,6 +181,14 @@ def _each(services: list[Service], action: str) -> None:
             f"{len(failures)} servers failed to {action}:\n\n"
             + "\n\n".join(str(f) for f in failures),
         )
+
+
+def _unexpected(name: str, exc: BaseException) -> ServiceError:
+    """An error no set-up code turned into a ServiceError: its type, message (an OSError's
+    names its file) and where it was raised."""
+    where = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []
+    place = f" (at {where[0].filename}:{where[0].lineno}, in {where[0].name})" if where else ""
+    return ServiceError(name, describe(exc) + place)
 
 
 def _import_pyspark_once() -> None:
@@ -185,14 +203,14 @@ def _import_pyspark_once() -> None:
 def up(names: Iterable[str] | None = None, testbed: Testbed | None = None) -> Testbed:
     """Start the chosen servers (DEFAULT_UP by default) and wait until each answers."""
     testbed = testbed or Testbed.create()
-    _each(testbed.select(names, DEFAULT_UP), "up")
+    _each(testbed.select(names, DEFAULT_UP), "up", testbed.layout)
     return testbed
 
 
 def down(names: Iterable[str] | None = None, testbed: Testbed | None = None) -> None:
     """Stop the chosen servers; no process of theirs is left running."""
     testbed = testbed or Testbed.create()
-    _each(testbed.select(names), "down")
+    _each(testbed.select(names), "down", testbed.layout)
 
 
 def status(testbed: Testbed | None = None) -> list[Status]:

@@ -3,57 +3,70 @@
 from __future__ import annotations
 
 import hashlib
-import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
 from ._process import ServiceError, run
+from ._steps import ensure_folder, is_complete, step_lock
 from ._system import require_command
 
 POM_DIR = Path(__file__).resolve().parent / "maven"
-_COMPLETE = ".complete"
+
+
+def repository(cache: Path) -> Path:
+    """The test bed's own Maven repository (`-Dmaven.repo.local`), under the cache folder.
+
+    Its own, not the user's `~/.m2`: Maven 3.8 does not guard a local repository against two
+    builds writing the same artifact at once ("Failed to copy full contents from ..." seen on
+    a fresh machine when the broker's and Spark's jars were resolved together), and other
+    builds on the machine would not take our lock. Emptying the cache folder also empties
+    this, so a fresh machine is one empty folder (Java's `user.home`, where `~/.m2` lives,
+    ignores `$HOME`).
+    """
+    return cache / "maven" / "repository"
 
 
 def classpath(service: str, pom_name: str, cache: Path) -> Path:
     """A folder holding the runtime jars of `maven/<pom_name>`, built once per pom content.
 
-    The folder is published by rename only after Maven succeeded, so an interrupted download
-    never passes for a complete one. Maven's own repository (~/.m2) caches the downloads too.
+    A set-up step (tests/services/_steps.py): one build at a time, published by rename with
+    its marker only after Maven succeeded. Every Maven run of the test bed also holds the
+    repository's lock, so two poms sharing artifacts (zstd-jni, kafka-clients, ...) never
+    download into the repository at once.
     """
     pom = POM_DIR / pom_name
     digest = hashlib.sha256(pom.read_bytes()).hexdigest()[:16]
     target = cache / "maven" / f"{pom.stem}-{digest}"
-    if (target / _COMPLETE).exists():
+    if is_complete(target):
         return target
-    require_java(service)
-    require_command(service, "mvn", "maven")
-    staging = target.with_name(f"{target.name}.tmp{os.getpid()}")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.parent.mkdir(parents=True, exist_ok=True)
-    run(
-        service,
-        [
-            "mvn",
-            "-B",
-            "-q",
-            "-f",
-            str(pom),
-            "dependency:copy-dependencies",
-            f"-DoutputDirectory={staging}",
-            "-DincludeScope=runtime",
-        ],
-        timeout=900,
-        fix="Maven must reach Maven Central; the output above names what failed.",
-    )
-    (staging / _COMPLETE).write_text(pom.read_text())
-    try:
-        staging.rename(target)
-    except OSError:
-        # Another process published the same folder first; theirs is as good as ours.
-        shutil.rmtree(staging, ignore_errors=True)
-    return target
+
+    def build(staging: Path) -> None:
+        require_java(service)
+        require_command(service, "mvn", "maven")
+        repo = repository(cache)
+        with step_lock(service, "the Maven repository", repo.parent / ".repository.lock"):
+            run(
+                service,
+                [
+                    "mvn",
+                    "-B",
+                    "-q",
+                    f"-Dmaven.repo.local={repo}",
+                    "-f",
+                    str(pom),
+                    "dependency:copy-dependencies",
+                    f"-DoutputDirectory={staging}",
+                    "-DincludeScope=runtime",
+                ],
+                timeout=900,
+                fix="Maven must reach Maven Central; the output below names what failed.",
+            )
+        if not any(staging.glob("*.jar")):
+            raise ServiceError(service, f"Maven copied no jar for {pom_name}")
+        (staging / pom.name).write_text(pom.read_text())
+
+    return ensure_folder(service, f"Maven classpath {pom_name}", target, build)
 
 
 def java_major_version() -> int | None:

@@ -5,12 +5,18 @@ from __future__ import annotations
 
 import os
 import shutil
-import threading
+import tempfile
+from pathlib import Path
 
 from ._process import ServiceError, run
+from ._steps import step_lock
 
-_apt_lock = threading.Lock()  # services start in parallel; dpkg takes one install at a time
+#: Services start in parallel threads and processes; dpkg takes one install at a time (and
+#: refuses, rather than waits, when another holds its lock).
+_APT_LOCK = Path(tempfile.gettempdir()) / "durable-sinks-apt.lock"
 _apt_updated = False
+#: ... and apt run by anything else on the machine (unattended upgrades): wait for it.
+_WAIT_FOR_DPKG = ("-o", "DPkg::Lock::Timeout=600")
 
 
 def apt_install(service: str, packages: list[str], why: str) -> None:
@@ -23,13 +29,13 @@ def apt_install(service: str, packages: list[str], why: str) -> None:
             "and try again.",
         )
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    with _apt_lock:
+    with step_lock(service, f"apt-get install {' '.join(packages)}", _APT_LOCK):
         if not _apt_updated:
-            run(service, ["apt-get", "update"], timeout=600, env=env)
+            run(service, ["apt-get", *_WAIT_FOR_DPKG, "update"], timeout=600, env=env)
             _apt_updated = True
         run(
             service,
-            ["apt-get", "install", "-y", "--no-install-recommends", *packages],
+            ["apt-get", *_WAIT_FOR_DPKG, "install", "-y", "--no-install-recommends", *packages],
             timeout=900,
             env=env,
         )

@@ -17,6 +17,7 @@ import secrets
 import shutil
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -33,6 +34,7 @@ from ._process import (
     wait_until,
 )
 from ._service import Status, remove_tree
+from ._steps import COMPLETE, ensure_folder, is_complete
 from ._system import apt_install
 from .endpoints import PostgresEndpoint
 from .tls import TestbedTls
@@ -154,8 +156,7 @@ class Postgres:
             return
         require_free_ports(self.name, {"port": self.port})
         binaries = ensure_installed()
-        if not (self.data / "PG_VERSION").exists():
-            self._initdb(binaries)
+        self._ensure_cluster(binaries)
         # After a crash the lock file names a dead postmaster. Postgres checks it with kill(0),
         # which a zombie (an unreaped child of an init that does not reap) still passes.
         (self.data / "postmaster.pid").unlink(missing_ok=True)
@@ -286,38 +287,53 @@ class Postgres:
         return True
 
     # -- cluster creation ------------------------------------------------------------------
-    def _initdb(self, binaries: Path) -> None:
-        remove_tree(self.data)
+    def _ensure_cluster(self, binaries: Path) -> None:
+        """Make the cluster once (a set-up step, tests/services/_steps.py): initdb runs into a
+        staging folder, which becomes `data` by rename only when it succeeded, so a cluster
+        whose initdb was killed half-way is never started; the next `up` makes it again."""
+        made = (self.data / "global" / "pg_control").exists()
+        if made and not is_complete(self.data):  # a cluster of an older test bed, whole
+            (self.data / COMPLETE).write_text("Postgres cluster\n")
+            _chown_postgres(self.data / COMPLETE)
         self.home.mkdir(parents=True, exist_ok=True)
-        self.password_file.parent.mkdir(parents=True, exist_ok=True)
-        password = secrets.token_urlsafe(18)
-        fd = os.open(self.password_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(password + "\n")
-        pwfile = self.home / "initdb.pw"
-        pwfile.write_text(password + "\n")
         _chown_postgres(self.home)
-        _chown_postgres(pwfile)
-        try:
-            run(
-                self.name,
-                [
-                    *_as_postgres(),
-                    str(binaries / "initdb"),
-                    "-D",
-                    str(self.data),
-                    "-U",
-                    SUPERUSER,
-                    f"--pwfile={pwfile}",
-                    "--auth-host=scram-sha-256",
-                    "--auth-local=peer",
-                    "--encoding=UTF8",
-                    "--locale=C.UTF-8",
-                ],
-                timeout=180,
-            )
-        finally:
-            pwfile.unlink(missing_ok=True)
+        ensure_folder(self.name, "Postgres cluster (initdb)", self.data, self._initdb(binaries))
+        _chown_postgres(self.data / COMPLETE)
+
+    def _initdb(self, binaries: Path) -> Callable[[Path], None]:
+        def build(staging: Path) -> None:
+            self.password_file.parent.mkdir(parents=True, exist_ok=True)
+            password = secrets.token_urlsafe(18)
+            fd = os.open(self.password_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(password + "\n")
+            pwfile = self.home / "initdb.pw"
+            pwfile.write_text(password + "\n")
+            _chown_postgres(staging)
+            _chown_postgres(pwfile)
+            try:
+                run(
+                    self.name,
+                    [
+                        *_as_postgres(),
+                        str(binaries / "initdb"),
+                        "-D",
+                        str(staging),
+                        "-U",
+                        SUPERUSER,
+                        f"--pwfile={pwfile}",
+                        "--auth-host=scram-sha-256",
+                        "--auth-local=peer",
+                        "--encoding=UTF8",
+                        "--locale=C.UTF-8",
+                        "--no-sync",  # the set-up step syncs the folder before publishing it
+                    ],
+                    timeout=180,
+                )
+            finally:
+                pwfile.unlink(missing_ok=True)
+
+        return build
 
     def _apply_settings(self) -> None:
         conf = self.data / "postgresql.auto.conf"

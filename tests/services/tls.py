@@ -15,14 +15,13 @@ Made once per test bed with trustme (a CA and certificates for tests) and kept i
 from __future__ import annotations
 
 import datetime as dt
-import fcntl
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from cryptography.hazmat.primitives import serialization
+
+from ._steps import COMPLETE, ensure_folder, is_complete
 
 #: The only name the servers' certificate is valid for (see the module docs).
 SERVER_NAME = "localhost"
@@ -67,20 +66,19 @@ class TestbedTls:
         return self.folder / "expired.key"
 
     def ensure(self) -> TestbedTls:
-        """Make the files if the folder has none (under a lock: servers start in parallel
-        threads and processes, and each must get the same CA); return self."""
-        if self.ca.exists():
-            return self
-        self.folder.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.folder.parent / ".tls.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            if not self.ca.exists():
-                staging = Path(tempfile.mkdtemp(prefix=".tls-", dir=self.folder.parent))
-                staging.chmod(0o755)
-                _make(replace(self, folder=staging))
-                shutil.rmtree(self.folder, ignore_errors=True)
-                staging.rename(self.folder)
+        """Make the files once per test bed (a set-up step, tests/services/_steps.py: servers
+        start in parallel threads and processes, and each must get the same CA); return
+        self."""
+        if self.ca.exists() and not is_complete(self.folder):
+            # A folder of an older test bed, without the marker: its CA was written last, so
+            # it is whole (and running servers serve its certificate: keep it).
+            (self.folder / COMPLETE).write_text("TLS material\n")
+        ensure_folder("tls", "TLS material", self.folder, self._build)
         return self
+
+    def _build(self, staging: Path) -> None:
+        staging.chmod(0o755)  # servers running as other users read the certificates
+        _make(replace(self, folder=staging))
 
 
 def _make(tls: TestbedTls) -> None:
@@ -101,7 +99,7 @@ def _make(tls: TestbedTls) -> None:
     _write(tls.server_keystore, key + chain, private=True)
     _write(tls.expired_cert, b"".join(blob.bytes() for blob in expired.cert_chain_pems))
     _write(tls.expired_key, _pkcs8(expired.private_key_pem.bytes()), private=True)
-    _write(tls.ca, ca.cert_pem.bytes())  # last: its presence says the set is complete
+    _write(tls.ca, ca.cert_pem.bytes())
 
 
 def _pkcs8(pem: bytes) -> bytes:

@@ -18,6 +18,7 @@ from tests.support.toxiproxy import Toxiproxy as ToxiproxyApi
 from ._layout import Layout
 from ._process import ServiceError, require_free_ports, run, start_daemon, wait_until
 from ._service import Daemon
+from ._steps import ensure_folder
 
 NAME = "toxiproxy"
 VERSION = "v2.12.0"
@@ -71,29 +72,25 @@ class Toxiproxy(Daemon):
         return ports
 
     def binary(self) -> Path:
-        """The server binary, built once per VERSION into the cache folder. Published by
-        rename only after `go install` succeeded, so a half-built one never passes."""
-        target = self.layout.cache / "toxiproxy" / VERSION / "toxiproxy-server"
-        if target.exists():
-            return target
-        staging = target.parent.with_name(f"{VERSION}.tmp{os.getpid()}")
-        shutil.rmtree(staging, ignore_errors=True)
-        staging.mkdir(parents=True)
-        run(
-            NAME,
-            [_go(), "install", f"{MODULE}@{VERSION}"],
-            timeout=600,
-            env={**os.environ, "GOBIN": str(staging), "CGO_ENABLED": "0"},
-            cwd=staging,
-            fix="`go install` must reach the Go module proxy; the output above names what failed.",
-        )
-        (staging / "server").rename(staging / "toxiproxy-server")
-        try:
-            staging.rename(target.parent)
-        except OSError:
-            # Another process published the same version first; theirs is as good as ours.
-            shutil.rmtree(staging, ignore_errors=True)
-        return target
+        """The server binary, built once per VERSION into the cache folder (a set-up step,
+        tests/services/_steps.py: one build at a time, published only once `go install`
+        succeeded)."""
+        folder = self.layout.cache / "toxiproxy" / VERSION
+
+        def build(staging: Path) -> None:
+            run(
+                NAME,
+                [_go(), "install", f"{MODULE}@{VERSION}"],
+                timeout=600,
+                env={**os.environ, "GOBIN": str(staging), "CGO_ENABLED": "0"},
+                cwd=staging,
+                fix="`go install` must reach the Go module proxy; the output below names "
+                "what failed.",
+            )
+            (staging / "server").rename(staging / "toxiproxy-server")
+
+        ensure_folder(NAME, f"Toxiproxy {VERSION} build", folder, build)
+        return folder / "toxiproxy-server"
 
     def up(self) -> None:
         if self.pid() is None:
