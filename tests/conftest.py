@@ -38,9 +38,11 @@ from tests.support.kafka_access import KafkaAccess
 from tests.support.pg_access import Role
 from tests.support.s3_access import S3Access
 from tests.support.targets import create_topic
+from tests.support.xdist_groups import add_group_marks, mark_groups
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
 
 
 class UniqueNames:
@@ -241,27 +243,18 @@ def roles(
 # -- the faults bed: servers fault tests may restart, kill and cut (docs/testbed.md) ----------
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Every test of the faults bed runs on one xdist worker (`--dist loadgroup`): they hold
-    the bed one at a time anyway, and a second worker would only wait for the lock instead of
-    running other tests. Likewise the tests of the killable Spark Connect server (and only
-    one worker starts it), and those of the Spark standalone cluster.
-
-    `tryfirst`: xdist's worker reads the `xdist_group` marks in its own hook of this name (it
-    appends `@<group>` to each node id, which the scheduler groups by) and, registered after
-    this conftest, ran before it and saw no mark. Seen 2026-11-24 with pytest 9.2.0 and
-    pytest-xdist 3.8.0, grouping still does not happen: xdist sets `item._nodeid`, which
-    pytest 9.2 no longer reads (pytest-xdist issue #1386, fix proposed in PR #1388). Until
-    then the groups' tests may run on both workers; their locks keep them one at a time."""
-    for item in items:
-        fixtures = getattr(item, "fixturenames", ())
-        if "fault_bed" in fixtures:
-            item.add_marker(pytest.mark.xdist_group("faults"))
-        if "killable_connect" in fixtures:
-            item.add_marker(pytest.mark.xdist_group("faults-connect"))
-        if "spark_cluster" in fixtures:
-            item.add_marker(pytest.mark.xdist_group("spark-cluster"))
+@pytest.hookimpl(wrapper=True)
+def pytest_collection_modifyitems(
+    config: pytest.Config, items: list[pytest.Item]
+) -> Iterator[None]:
+    """Every test that holds a serial resource (the faults bed, the killable Connect server,
+    the Spark cluster, the private beds' ports) joins that resource's `xdist_group`, so that
+    `--dist loadgroup` runs them on one worker while the other runs the rest
+    (tests/support/xdist_groups.py): marked before any other hook (xdist's worker reads the
+    marks in its own), and the groups written into the node ids after all of them."""
+    add_group_marks(items)
+    yield
+    mark_groups(config, items)
 
 
 @pytest.fixture(scope="session")
