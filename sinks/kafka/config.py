@@ -30,6 +30,13 @@ THROUGHPUT_DEFAULTS: Mapping[str, ConfigValue] = {
     # waits 50-500 ms for a broker connection (benchmarks/kafka_startup.py).
     "enable.sparse.connections": False,
 }
+#: How soon every client of the sink tries a broker again after losing it. librdkafka doubles
+#: its pause after each failed attempt up to `reconnect.backoff.max.ms` (10 s by default), so
+#: a broker that answered again after a restart was used only up to ~10 s later (seen: a
+#: batch went on 2.7-10 s after the broker answered, 5 s down). 1 s caps that wait at about
+#: a second, for at most one connection attempt a second per broker while it is down.
+#: `producer_config` overrides it.
+RECONNECT_DEFAULTS: Mapping[str, ConfigValue] = {"reconnect.backoff.max.ms": 1000}
 #: Settings the sink owns: giving them in `producer_config` is a ConfigError.
 RESERVED = frozenset(
     {
@@ -46,7 +53,15 @@ RESERVED = frozenset(
 )
 #: Settings copied from `producer_config` to the sink's admin and consumer clients (how to
 #: reach and authenticate to the cluster).
-CONNECTION_PREFIXES = ("security.", "sasl.", "ssl.", "client.", "socket.", "broker.")
+CONNECTION_PREFIXES = (
+    "security.",
+    "sasl.",
+    "ssl.",
+    "client.",
+    "socket.",
+    "broker.",
+    "reconnect.",
+)
 
 
 @dataclass(frozen=True)
@@ -173,7 +188,11 @@ class KafkaSinkConfig:
             k: v for k, v in self.producer_config.items() if k.startswith(CONNECTION_PREFIXES)
         }
         where = f"kafka sink {self.name!r}: producer_config"
-        return {"bootstrap.servers": self.bootstrap_servers, **resolve_settings(wanted, where)}
+        return {
+            "bootstrap.servers": self.bootstrap_servers,
+            **RECONNECT_DEFAULTS,
+            **resolve_settings(wanted, where),
+        }
 
     def __repr__(self) -> str:
         return (

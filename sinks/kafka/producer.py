@@ -51,7 +51,7 @@ from durable_sinks.core.joblog import JobLogger
 from durable_sinks.core.secrets import resolve_settings
 
 from .clientlog import ClientLog
-from .config import THROUGHPUT_DEFAULTS, KafkaSinkConfig
+from .config import RECONNECT_DEFAULTS, THROUGHPUT_DEFAULTS, KafkaSinkConfig
 from .errors import (
     AUTH_CODES,
     FENCED_CODES,
@@ -120,6 +120,7 @@ class TransactionalProducer:
         """Every librdkafka setting of the producer (may hold secrets)."""
         return {
             **THROUGHPUT_DEFAULTS,
+            **RECONNECT_DEFAULTS,
             **resolve_settings(
                 self.config.producer_config, f"kafka sink {self.config.name!r}: producer_config"
             ),

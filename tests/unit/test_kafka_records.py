@@ -7,6 +7,7 @@ import datetime as dt
 import decimal
 import json
 import zlib
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -14,8 +15,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from durable_sinks.core.errors import ConfigError, ManifestCorruptError
+from durable_sinks.core.joblog import JobLogger
 from durable_sinks.core.redaction import redact
 from durable_sinks.sinks.kafka import KafkaSinkConfig
+from durable_sinks.sinks.kafka.producer import TransactionalProducer
 from durable_sinks.sinks.kafka.progress import (
     ProgressRecord,
     decode_fence,
@@ -139,9 +142,26 @@ def test_secrets_are_redacted_in_the_config_repr() -> None:
     # Connection settings reach the admin and consumer clients; tuning does not.
     assert config.connection_settings() == {
         "bootstrap.servers": "b:9092",
+        "reconnect.backoff.max.ms": 1000,
         "sasl.password": "hunter2",
         "ssl.key.password": "k",
     }
+
+
+def test_every_client_tries_a_lost_broker_again_within_a_second_unless_told_otherwise() -> None:
+    """librdkafka's own cap (10 s) left a broker back from a restart unused for seconds."""
+
+    def producer_settings(config: KafkaSinkConfig) -> dict[str, Any]:
+        log = JobLogger("job", "kafka", component="sinks.kafka")
+        where: dict[str, Any] = {"job": "job", "sink": "kafka"}
+        return TransactionalProducer(config, "t", lambda _: where, log).settings()
+
+    config = KafkaSinkConfig("b:9092", "events")
+    assert producer_settings(config)["reconnect.backoff.max.ms"] == 1000
+    assert config.connection_settings()["reconnect.backoff.max.ms"] == 1000
+    told = KafkaSinkConfig("b:9092", "events", producer_config={"reconnect.backoff.max.ms": 50})
+    assert producer_settings(told)["reconnect.backoff.max.ms"] == 50
+    assert told.connection_settings()["reconnect.backoff.max.ms"] == 50
 
 
 def test_the_progress_topic_defaults_beside_the_topic_and_must_differ() -> None:
