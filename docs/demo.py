@@ -79,14 +79,14 @@ def child(plan_path: str) -> int:
 
     remote = plan.get("connect")
     if remote:
-        from tests.support.connect_client import short_retries
+        from tests.support.connect_client import exit_without_release, short_retries
 
         # The client warns once its retries are spent on the killed server; the demo says so.
         warnings.filterwarnings("ignore", message=r"\[RETRIES_EXCEEDED\]")
         spark = SparkSession.builder.remote(remote).getOrCreate()
         # A client retries a server that does not answer for ~10 minutes by default: give up
-        # after ~30 s once the server (the driver) is killed.
-        short_retries(spark, 30)
+        # soon once the server (the driver) is killed.
+        short_retries(spark)
     else:
         spark = Testbed.create().spark.session("durable-sinks-demo")
         spark.sparkContext.setLogLevel("ERROR")
@@ -129,7 +129,7 @@ def child(plan_path: str) -> int:
         query.awaitTermination()
     except Exception as exc:  # noqa: BLE001 - the demo reports it and exits 1
         print(f"  the query stopped: the client lost the Connect server ({type(exc).__name__})")
-        return 1
+        exit_without_release(1)
     for progress in query.recentProgress:
         if progress.batchId == KILL_EPOCH:
             # Spark's progress counts no input rows for a batch rerun from its offset log.

@@ -42,10 +42,11 @@ import signal
 import subprocess
 import sys
 import tempfile
+import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, NoReturn, ParamSpec, TypeVar
 
 from tests.services._layout import REPO_ROOT
 from tests.services._process import tail
@@ -232,7 +233,22 @@ class ConnectClient:
         return RunningClient(proc, folder, self.timeout)
 
 
-def short_retries(spark: Any, seconds: float) -> None:
+#: How long a test's client retries a Connect server that does not answer: a killed server
+#: never comes back on its own, and a live one on loopback answers at once.
+GIVE_UP_AFTER_S = 10.0
+
+
+def exit_without_release(code: int) -> NoReturn:
+    """End a client whose Connect server is gone, now. A normal exit releases the session on
+    the server, and pyspark retries that (and a second call at exit) for the whole retry
+    window each against a dead server (seen: 30 s twice after the report). Output is flushed
+    first; a server that is alive drops the session after its idle time-out."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def short_retries(spark: Any, seconds: float = GIVE_UP_AFTER_S) -> None:
     """Make remote session `spark` give up on a server that does not answer after about
     `seconds` (pyspark's default policy retries for ~10 minutes), retrying every 0.5 s."""
     from pyspark.sql.connect.client.retries import DefaultPolicy
@@ -260,13 +276,13 @@ def _child(folder: Path) -> int:
         short_retries(spark, call.retry_seconds)
     try:
         result = target(spark, *call.args, **call.kwargs)
-    except BaseException as exc:
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent, exit 1
         # The log's end is often the server's JVM stack trace: the error itself goes first.
         summary = "\n".join(str(exc).splitlines()[:5])
         (folder / _ERROR).write_text(f"{type(exc).__name__}: {summary}")
-        raise  # its traceback in the log, exit 1
-    finally:
-        spark.stop()
+        traceback.print_exc()  # into the log
+        exit_without_release(1)  # the server may be the reason: do not wait on it
+    spark.stop()
     staging = folder / f"{_RESULT}.tmp"
     staging.write_bytes(pickle.dumps(result))
     staging.replace(folder / _RESULT)
