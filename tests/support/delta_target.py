@@ -73,6 +73,12 @@ class DeltaTarget:
 
             DeltaTable.create(self.path, schema=SCHEMA, storage_options=self.reader_options)
         self._rows: tuple[int, list[Row]] | None = None
+        # The suite reads the target after every step: one reader, brought up to date with
+        # the log's new versions only; log versions never change once written, so each is
+        # read once; one S3 client.
+        self._reader: Any = None
+        self._log: dict[str, list[dict[str, Any]]] = {}
+        self._client: Any = None
 
     def config(self) -> DeltaSinkConfig:
         if self.s3 is not None:
@@ -92,9 +98,13 @@ class DeltaTarget:
     def committed_rows(self) -> list[Row]:
         from deltalake import DeltaTable
 
-        if not DeltaTable.is_deltatable(self.path, storage_options=self.reader_options):
-            return []
-        table = self.table()
+        if self._reader is None:
+            if not DeltaTable.is_deltatable(self.path, storage_options=self.reader_options):
+                return []
+            self._reader = self.table()
+        else:
+            self._reader.update_incremental()
+        table = self._reader
         version = table.version()
         if self._rows is None or self._rows[0] != version:
             data = pa.table(table.to_pyarrow_table()).select(list(COLUMNS))
@@ -105,28 +115,44 @@ class DeltaTarget:
     def files(self) -> list[str]:
         """Every file under the table's folder, relative to it."""
         if self.s3 is not None:
-            client = self.s3.client()
-            keys = object_keys(client, self.s3.bucket, f"{self.prefix}/")
+            keys = object_keys(self._s3_client(), self.s3.bucket, f"{self.prefix}/")
             return [k[len(self.prefix) + 1 :] for k in keys if not k.endswith("/")]
         return _local_files(Path(self.path))
+
+    def _s3_client(self) -> Any:
+        assert self.s3 is not None
+        if self._client is None:
+            self._client = self.s3.client()
+        return self._client
 
     def _read(self, relative: str) -> str:
         if self.s3 is not None:
             key = f"{self.prefix}/{relative}"
-            body = self.s3.client().get_object(Bucket=self.s3.bucket, Key=key)
+            body = self._s3_client().get_object(Bucket=self.s3.bucket, Key=key)
             return str(body["Body"].read().decode())
         return (Path(self.path) / relative).read_text()
 
+    def _entries(self, files: list[str]) -> list[dict[str, Any]]:
+        """`_log_entries`, each version read once."""
+
+        def read(relative: str) -> list[dict[str, Any]]:
+            if relative not in self._log:
+                self._log[relative] = _parse_log(self._read(relative))
+            return self._log[relative]
+
+        return _log_entries(files, read)
+
     def committed_epochs(self) -> list[int]:
         """The epochs of the job's commits, one entry per commit, in version order."""
-        return _epochs(self.files(), self._read)
+        return _epochs(self._entries(self.files()))
 
     def leftovers(self) -> list[str]:
-        return _leftovers(self.files(), self._read)
+        files = self.files()
+        return _leftovers(files, self._entries(files))
 
     def cleanup(self) -> None:
         if self.s3 is not None:
-            delete_prefix(self.s3.client(), self.s3.bucket, f"{self.prefix}/")
+            delete_prefix(self._s3_client(), self.s3.bucket, f"{self.prefix}/")
         if self._folder is not None:
             shutil.rmtree(self._folder, ignore_errors=True)
 
@@ -136,27 +162,34 @@ def _local_files(root: Path) -> list[str]:
     return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
 
 
-def _log_entries(files: list[str], read: Callable[[str], str]) -> list[dict[str, Any]]:
+def _log_entries(
+    files: list[str], read: Callable[[str], list[dict[str, Any]]]
+) -> list[dict[str, Any]]:
     """Every action of every JSON log version, in version order."""
     entries = []
     for path in sorted(p for p in files if p.startswith("_delta_log/") and p.endswith(".json")):
-        # Lines end with "\n" only: str.splitlines would also cut at U+2028, U+0085, ...,
-        # which a commit's JSON holds unescaped (e.g. in a MERGE's statistics).
-        entries += [json.loads(line) for line in read(path).split("\n") if line.strip()]
+        entries += read(path)
     return entries
 
 
-def _epochs(files: list[str], read: Callable[[str], str]) -> list[int]:
+def _parse_log(text: str) -> list[dict[str, Any]]:
+    """The actions of one log version. Lines end with "\n" only: str.splitlines would also
+    cut at U+2028, U+0085, ..., which a commit's JSON holds unescaped (e.g. in a MERGE's
+    statistics)."""
+    return [json.loads(line) for line in text.split("\n") if line.strip()]
+
+
+def _epochs(entries: list[dict[str, Any]]) -> list[int]:
     return [
         int(e["commitInfo"]["durable_sinks.epoch"])
-        for e in _log_entries(files, read)
+        for e in entries
         if "commitInfo" in e and "durable_sinks.epoch" in e["commitInfo"]
     ]
 
 
-def _leftovers(files: list[str], read: Callable[[str], str]) -> list[str]:
+def _leftovers(files: list[str], entries: list[dict[str, Any]]) -> list[str]:
     """Journals and staged rows, data files no version adds, epochs committed twice."""
-    added = {e["add"]["path"] for e in _log_entries(files, read) if "add" in e}
+    added = {e["add"]["path"] for e in entries if "add" in e}
     problems = []
     for path in files:
         if path.startswith("_delta_log/"):
@@ -165,18 +198,23 @@ def _leftovers(files: list[str], read: Callable[[str], str]) -> list[str]:
             problems.append(f"{path} (a participant's journal or staged rows)")
         elif path not in added:
             problems.append(f"{path} (in no committed version)")
-    epochs = _epochs(files, read)
+    epochs = _epochs(entries)
     twice = sorted({e for e in epochs if epochs.count(e) > 1})
     if twice:
         problems.append(f"epochs committed more than once: {twice}")
     return problems
 
 
+def _local_entries(path: Path) -> tuple[list[str], list[dict[str, Any]]]:
+    files = _local_files(path)
+    return files, _log_entries(files, lambda r: _parse_log((path / r).read_text()))
+
+
 def log_epochs(path: Path) -> list[int]:
     """The epochs of the durable-sinks commits of the local table at `path`."""
-    return _epochs(_local_files(path), lambda r: (path / r).read_text())
+    return _epochs(_local_entries(path)[1])
 
 
 def folder_leftovers(path: Path) -> list[str]:
     """What no committed version of the local table at `path` explains (see the module)."""
-    return _leftovers(_local_files(path), lambda r: (path / r).read_text())
+    return _leftovers(*_local_entries(path))
