@@ -11,6 +11,7 @@ and job id, so tests never see each other's data and need no clean-up to stay in
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import uuid
 from collections.abc import Callable, Iterator
@@ -32,6 +33,7 @@ from tests.services import (
     up,
 )
 from tests.services._process import file_lock
+from tests.services.spark import JAVA_OPTIONS_ENV, SHORT_LIVED_JVM
 from tests.support.connect_client import ConnectClient
 from tests.support.fault_bed import FaultBed
 from tests.support.kafka_access import KafkaAccess
@@ -43,6 +45,8 @@ from tests.support.xdist_groups import add_group_marks, mark_groups
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+# Spark drivers of this session and of the processes its tests start (tests/services/spark.py).
+os.environ.setdefault(JAVA_OPTIONS_ENV, SHORT_LIVED_JVM)
 
 
 class UniqueNames:

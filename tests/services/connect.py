@@ -47,7 +47,7 @@ from ._process import (
 )
 from ._service import Daemon, remove_tree
 from .spark import DEFAULT_CONF as SPARK_DEFAULT_CONF
-from .spark import Spark
+from .spark import Spark, java_options
 
 NAME = "connect"
 #: The second instance, which tests may kill (`Testbed.faults_connect`).
@@ -112,6 +112,7 @@ class SparkConnect(Daemon):
             "spark.connect.grpc.binding.address": "127.0.0.1",
             "spark.connect.grpc.binding.port": str(self.port),
         }
+        self.conf.update(java_options(self.conf))
         self.env = dict(env or {})
 
     @property

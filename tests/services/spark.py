@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +39,26 @@ DEFAULT_CONF = {
     "spark.driver.bindAddress": "127.0.0.1",
     "spark.driver.host": "127.0.0.1",
 }
+
+
+#: JVM options the test session gives every Spark driver (and executor) that `session()`
+#: starts, from this variable; tests/conftest.py sets it for the pytest session and the
+#: processes it starts, benchmarks and the soak leave it unset.
+JAVA_OPTIONS_ENV = "DS_SPARK_JAVA_OPTIONS"
+#: What tests/conftest.py sets: the client compiler only. A test's JVM lives seconds to a
+#: minute on little data, where the optimizing compiler's work never pays back: a session's
+#: start and a small job took 12 CPU-seconds instead of 20 (measured, 2 cores), and the
+#: suite is bound by CPU.
+SHORT_LIVED_JVM = "-XX:TieredStopAtLevel=1"
+
+
+def java_options(conf: Mapping[str, str]) -> dict[str, str]:
+    """`conf`'s driver and executor JVM options with JAVA_OPTIONS_ENV's added, if it is set."""
+    extra = os.environ.get(JAVA_OPTIONS_ENV, "").strip()
+    if not extra:
+        return {}
+    keys = ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions")
+    return {key: f"{conf[key]} {extra}" if conf.get(key) else extra for key in keys}
 
 
 def _artifact(jar: Path) -> str:
@@ -101,6 +122,7 @@ class Spark:
             "spark.jars": ",".join(map(str, self.extra_jars())),
             **conf,
         }
+        settings.update(java_options(settings))
         for key, value in settings.items():
             builder = builder.config(key, value)
         session: SparkSession = builder.getOrCreate()
