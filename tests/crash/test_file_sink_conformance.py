@@ -20,6 +20,7 @@ from durable_sinks.testing import (
     run_conformance,
 )
 from tests.support.targets import FileTarget, JournalTarget
+from tests.support.tiers import CONFORMANCE_EXAMPLES, CONFORMANCE_SAMPLE
 
 
 def scenario_of(*make_targets: Callable[[Path], Target]) -> Callable[[], Scenario]:
@@ -41,13 +42,13 @@ def scenario_of(*make_targets: Callable[[Path], Target]) -> Callable[[], Scenari
 EVERY_STEP_KIND = set(EPOCH_STEP_KINDS) | set(RECOVERY_STEP_KINDS) - {"recovery:after-resolve"}
 
 
-def check_exercised(
-    stats: ConformanceStats, examples: int, without: frozenset[str] = frozenset()
-) -> None:
-    """The run really explored: crashes at every kind of step (but the kinds in `without`,
+def check_exercised(stats: ConformanceStats, without: frozenset[str] = frozenset()) -> None:
+    """The run really explored: its generated examples (CONFORMANCE_EXAMPLES of this tier)
+    besides the scripted sweep, crashes at every kind of step (but the kinds in `without`,
     which the scenario has none of), zombies stopped by fencing, epochs committed and replays
     recognised (a suite that never crashes proves nothing)."""
     print(stats)
+    examples = CONFORMANCE_EXAMPLES
     assert stats.examples >= examples
     assert set(stats.crashes) >= EVERY_STEP_KIND - without, stats.crashes
     assert not set(stats.crashes) & without, stats.crashes
@@ -62,8 +63,10 @@ def open_descriptors() -> int:
 
 def test_file_sink_alone() -> None:
     before = open_descriptors()
-    stats = run_conformance(scenario_of(lambda f: FileTarget(f / "files")), max_examples=200)
-    check_exercised(stats, 200)
+    stats = run_conformance(
+        scenario_of(lambda f: FileTarget(f / "files")), max_examples=CONFORMANCE_SAMPLE
+    )
+    check_exercised(stats)
     gc.collect()
     # Abandoned coordinators must not leak descriptors (they once pushed later tests' sockets
     # past select()'s limit of 1024).
@@ -83,14 +86,14 @@ def test_the_scripted_sweep_crashes_at_every_step_kind() -> None:
 def test_two_file_sinks_in_one_job() -> None:
     stats = run_conformance(
         scenario_of(lambda f: FileTarget(f / "a", "a"), lambda f: FileTarget(f / "b", "b")),
-        max_examples=100,
+        max_examples=CONFORMANCE_SAMPLE,
     )
-    check_exercised(stats, 100)
+    check_exercised(stats)
 
 
 def test_file_sink_with_a_last_resource() -> None:
     stats = run_conformance(
         scenario_of(lambda f: FileTarget(f / "files"), lambda f: JournalTarget(f / "journal")),
-        max_examples=100,
+        max_examples=CONFORMANCE_SAMPLE,
     )
-    check_exercised(stats, 100)
+    check_exercised(stats)

@@ -19,10 +19,11 @@ from durable_sinks.sinks.files import STAGING
 from tests.crash.sigkill_child import SINKS, expected_rows
 from tests.services._layout import REPO_ROOT
 from tests.support.targets import FileTarget
+from tests.support.tiers import SIGKILL_RUNS
 
 EPOCHS = 5
 CRASH_EPOCH = 2
-RANDOM_KILLS = int(os.environ.get("DS_SIGKILL_RUNS") or 5)
+RANDOM_KILLS = SIGKILL_RUNS
 
 
 def child(root: Path, epochs: int, *extra: str) -> subprocess.Popen[bytes]:

@@ -18,7 +18,7 @@ from durable_sinks.testing import Scenario, run_conformance
 from tests.crash import broken
 from tests.support.targets import FileTarget
 
-EXAMPLES = 300
+EXAMPLES = 30
 
 
 def scenario(

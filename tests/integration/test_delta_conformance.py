@@ -24,6 +24,7 @@ from tests.integration.test_kafka_conformance import progress_topic  # noqa: F40
 from tests.services import KafkaEndpoint, PostgresEndpoint, S3Endpoint
 from tests.support.delta_target import DeltaTarget
 from tests.support.targets import KafkaTarget, PostgresTarget
+from tests.support.tiers import CONFORMANCE_SAMPLE
 
 TIME_LIMIT = max(1800, 10 * int(os.environ.get(EXAMPLES_ENV) or 0))
 
@@ -64,14 +65,16 @@ def scenario_of(
 
 @pytest.mark.timeout(TIME_LIMIT)
 def test_delta_sink_alone() -> None:
-    stats = run_conformance(scenario_of(), max_examples=200)
-    check_exercised(stats, 200)
+    stats = run_conformance(scenario_of(), max_examples=CONFORMANCE_SAMPLE)
+    check_exercised(stats)
 
 
 @pytest.mark.timeout(TIME_LIMIT)
 def test_delta_sink_merge_by_key() -> None:
-    stats = run_conformance(scenario_of(mode="merge", key=("key",)), max_examples=30)
-    check_exercised(stats, 30)
+    stats = run_conformance(
+        scenario_of(mode="merge", key=("key",)), max_examples=CONFORMANCE_SAMPLE
+    )
+    check_exercised(stats)
 
 
 @pytest.mark.timeout(TIME_LIMIT)
@@ -84,15 +87,14 @@ def test_delta_postgres_and_kafka_in_one_job(
 ) -> None:
     stats = run_conformance(
         scenario_of(postgres=(postgres, pg_schema), kafka=(kafka, admin, progress_topic)),
-        max_examples=100,
+        max_examples=CONFORMANCE_SAMPLE,
     )
-    check_exercised(stats, 100)
+    check_exercised(stats)
 
 
 @pytest.mark.timeout(TIME_LIMIT)
 def test_delta_sink_on_s3(s3: S3Endpoint) -> None:
     """The same on S3 (SeaweedFS): its storage paths and delta-rs's conditional-write
-    commits. 15 examples by default (each S3 request costs what a local file does not), the
-    extended run's count with `make test-crash`."""
-    stats = run_conformance(scenario_of(s3=s3), max_examples=15)
-    check_exercised(stats, 15)
+    commits."""
+    stats = run_conformance(scenario_of(s3=s3), max_examples=CONFORMANCE_SAMPLE)
+    check_exercised(stats)

@@ -20,6 +20,7 @@ from durable_sinks.testing import EXAMPLES_ENV, Scenario, Target, run_conformanc
 from tests.crash.test_file_sink_conformance import check_exercised
 from tests.services import KafkaEndpoint, PostgresEndpoint
 from tests.support.targets import KafkaTarget, PostgresTarget, create_topic
+from tests.support.tiers import CONFORMANCE_SAMPLE
 
 #: A Kafka example costs ~3 s (each restart after a crash waits ~0.55 s in
 #: init_transactions): a time limit that grows with the example count of the run.
@@ -69,8 +70,10 @@ def scenario_of(
 
 @pytest.mark.timeout(TIME_LIMIT)
 def test_kafka_sink_alone(kafka: KafkaEndpoint, admin: AdminClient, progress_topic: str) -> None:
-    stats = run_conformance(scenario_of(kafka, admin, progress_topic), max_examples=200)
-    check_exercised(stats, 200, without=KAFKA_ALONE_ABSENT)
+    stats = run_conformance(
+        scenario_of(kafka, admin, progress_topic), max_examples=CONFORMANCE_SAMPLE
+    )
+    check_exercised(stats, without=KAFKA_ALONE_ABSENT)
 
 
 @pytest.mark.timeout(TIME_LIMIT)
@@ -84,5 +87,5 @@ def test_postgres_and_kafka_in_one_job(
     """Postgres is prepared, Kafka's commit carries the decision, then Postgres commits;
     recovery reads the decision back from the progress topic."""
     scenario = scenario_of(kafka, admin, progress_topic, (postgres, pg_schema))
-    stats = run_conformance(scenario, max_examples=100)
-    check_exercised(stats, 100)
+    stats = run_conformance(scenario, max_examples=CONFORMANCE_SAMPLE)
+    check_exercised(stats)

@@ -21,6 +21,7 @@ from durable_sinks.testing import Scenario, Target, run_conformance
 from tests.crash.test_file_sink_conformance import check_exercised
 from tests.services import PostgresEndpoint
 from tests.support.targets import FileTarget, PostgresTarget
+from tests.support.tiers import CONFORMANCE_SAMPLE
 
 #: A one-phase epoch commits the data with its decision: no commit step follows the decision.
 ONE_PHASE_ABSENT = frozenset({"after-commit"})
@@ -70,28 +71,34 @@ def prepared_count(postgres: PostgresEndpoint) -> int:
 def test_postgres_sink_alone(postgres: PostgresEndpoint, pg_schema: str) -> None:
     """The job's only sink: one-phase commit, the decision in the marker row (so there is no
     separate commit step to crash after)."""
-    stats = run_conformance(scenario_of(postgres, pg_schema), max_examples=200)
-    check_exercised(stats, 200, without=ONE_PHASE_ABSENT)
+    stats = run_conformance(scenario_of(postgres, pg_schema), max_examples=CONFORMANCE_SAMPLE)
+    check_exercised(stats, without=ONE_PHASE_ABSENT)
     assert prepared_count(postgres) == 0
 
 
 def test_postgres_sink_alone_two_phase(postgres: PostgresEndpoint, pg_schema: str) -> None:
     """The same sink with one-phase commit turned off: PREPARE, decision store, COMMIT
     PREPARED (what it does in every multi-sink job)."""
-    stats = run_conformance(scenario_of(postgres, pg_schema, one_phase=False), max_examples=100)
-    check_exercised(stats, 100)
+    stats = run_conformance(
+        scenario_of(postgres, pg_schema, one_phase=False), max_examples=CONFORMANCE_SAMPLE
+    )
+    check_exercised(stats)
     assert prepared_count(postgres) == 0
 
 
 def test_postgres_sink_with_postgres_decision_store(
     postgres: PostgresEndpoint, pg_schema: str
 ) -> None:
-    stats = run_conformance(scenario_of(postgres, pg_schema, store="postgres"), max_examples=100)
-    check_exercised(stats, 100, without=ONE_PHASE_ABSENT)
+    stats = run_conformance(
+        scenario_of(postgres, pg_schema, store="postgres"), max_examples=CONFORMANCE_SAMPLE
+    )
+    check_exercised(stats, without=ONE_PHASE_ABSENT)
     assert prepared_count(postgres) == 0
 
 
 def test_postgres_and_files_in_one_job(postgres: PostgresEndpoint, pg_schema: str) -> None:
-    stats = run_conformance(scenario_of(postgres, pg_schema, with_files=True), max_examples=100)
-    check_exercised(stats, 100)
+    stats = run_conformance(
+        scenario_of(postgres, pg_schema, with_files=True), max_examples=CONFORMANCE_SAMPLE
+    )
+    check_exercised(stats)
     assert prepared_count(postgres) == 0

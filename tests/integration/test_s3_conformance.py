@@ -23,6 +23,7 @@ from tests.integration.test_kafka_conformance import progress_topic  # noqa: F40
 from tests.services import KafkaEndpoint, PostgresEndpoint, S3Endpoint
 from tests.support.s3_target import S3Target
 from tests.support.targets import KafkaTarget, PostgresTarget
+from tests.support.tiers import CONFORMANCE_SAMPLE
 
 TIME_LIMIT = max(1800, 10 * int(os.environ.get(EXAMPLES_ENV) or 0))
 
@@ -59,25 +60,26 @@ def scenario_of(
 
 @pytest.mark.timeout(TIME_LIMIT)
 def test_s3_sink_alone(s3: S3Endpoint) -> None:
-    stats = run_conformance(scenario_of(s3), max_examples=200)
-    check_exercised(stats, 200)
+    stats = run_conformance(scenario_of(s3), max_examples=CONFORMANCE_SAMPLE)
+    check_exercised(stats)
 
 
 @pytest.mark.timeout(TIME_LIMIT)
 def test_s3_sink_alone_on_moto(moto_s3: S3Endpoint) -> None:
     """The same run against a second, independent S3 implementation (moto's server), so the
-    sink relies on S3's semantics rather than SeaweedFS's: 50 examples by default, the
-    extended run's count (DS_CONFORMANCE_EXAMPLES) with `make test-crash`."""
-    stats = run_conformance(scenario_of(moto_s3), max_examples=50)
-    check_exercised(stats, 50)
+    sink relies on S3's semantics rather than SeaweedFS's."""
+    stats = run_conformance(scenario_of(moto_s3), max_examples=CONFORMANCE_SAMPLE)
+    check_exercised(stats)
 
 
 @pytest.mark.timeout(TIME_LIMIT)
 def test_s3_and_postgres_in_one_job(
     s3: S3Endpoint, postgres: PostgresEndpoint, pg_schema: str
 ) -> None:
-    stats = run_conformance(scenario_of(s3, postgres=(postgres, pg_schema)), max_examples=100)
-    check_exercised(stats, 100)
+    stats = run_conformance(
+        scenario_of(s3, postgres=(postgres, pg_schema)), max_examples=CONFORMANCE_SAMPLE
+    )
+    check_exercised(stats)
 
 
 @pytest.mark.timeout(TIME_LIMIT)
@@ -87,5 +89,7 @@ def test_s3_and_kafka_in_one_job(
     admin: AdminClient,
     progress_topic: str,  # noqa: F811 - the fixture imported above
 ) -> None:
-    stats = run_conformance(scenario_of(s3, kafka=(kafka, admin, progress_topic)), max_examples=100)
-    check_exercised(stats, 100)
+    stats = run_conformance(
+        scenario_of(s3, kafka=(kafka, admin, progress_topic)), max_examples=CONFORMANCE_SAMPLE
+    )
+    check_exercised(stats)

@@ -37,6 +37,7 @@ from durable_sinks.testing import Scenario, run_conformance
 from tests.crash.test_file_sink_conformance import check_exercised
 from tests.services import S3Endpoint
 from tests.support.targets import FileTarget
+from tests.support.tiers import CONFORMANCE_SAMPLE
 
 
 def connection_of(s3: S3Endpoint, **changes: Any) -> S3Connection:
@@ -543,5 +544,5 @@ def test_file_sink_with_the_s3_decision_store(s3: S3Endpoint, s3_prefix: str) ->
             cleanup=lambda: shutil.rmtree(folder, ignore_errors=True),
         )
 
-    stats = run_conformance(make, max_examples=100)
-    check_exercised(stats, 100)
+    stats = run_conformance(make, max_examples=CONFORMANCE_SAMPLE)
+    check_exercised(stats)

@@ -44,6 +44,7 @@ from tests.support.pg_access import prepared_of
 from tests.support.s3_access import S3Access
 from tests.support.s3_target import s3_options, s3_sink_config
 from tests.support.targets import prepared_gids
+from tests.support.tiers import CONFORMANCE_SAMPLE
 
 #: A refusal must come at once, not after a connection time-out (20 s here).
 FAST_S = 8.0
@@ -461,9 +462,10 @@ def test_the_postgres_conformance_suite_over_tls_short_form(
     secured = postgres.over_tls()
     assert "sslmode='verify-full'" in secured.conninfo()
     stats = run_conformance(
-        scenario_of(secured, pg_schema, store="postgres", one_phase=False), max_examples=20
+        scenario_of(secured, pg_schema, store="postgres", one_phase=False),
+        max_examples=CONFORMANCE_SAMPLE,
     )
-    check_exercised(stats, 20)
+    check_exercised(stats)
 
 
 def test_doctor_names_the_missing_grant_and_acl(

@@ -8,8 +8,8 @@ Each run is a child process (tests/spark/crash_child.py) running a streaming que
 plan kills its process group (Python driver and JVM) at one moment: inside `fn` after a
 protocol step, after the decision but before Postgres's commit, after `fn` returned but
 before Spark's commit log, or during the coordinator's start-up recovery. Then the query is
-restarted from the same checkpoint. `DS_SPARK_KILLS` sets how many kills (default 5; the
-extended run, `make test-crash`, uses 50).
+restarted from the same checkpoint. `DS_SPARK_KILLS` sets how many kills (tests/support/tiers.py:
+one per mode by default; the extended run, `make test-crash`, uses 50).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from tests.services import KafkaEndpoint, PostgresEndpoint, S3Endpoint
 from tests.support.child_process import start_child
 from tests.support.s3_objects import incomplete_uploads
 from tests.support.s3_target import s3_options
+from tests.support.tiers import SPARK_KILLS
 
 from .streams import (
     delta_epochs,
@@ -40,7 +41,7 @@ from .streams import (
     write_input,
 )
 
-KILLS = int(os.environ.get("DS_SPARK_KILLS", "5"))
+KILLS = SPARK_KILLS
 ROWS_PER_FILE = 20
 ONLY = [p for p in os.environ.get("DS_SPARK_POINTS", "").split(",") if p]
 SEED = int(os.environ.get("DS_SPARK_SEED", random.SystemRandom().randrange(10**6)))

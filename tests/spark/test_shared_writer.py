@@ -13,7 +13,6 @@ to chance.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from durable_sinks.core.errors import SchemaMismatchError
 from durable_sinks.spark import durable_sink, sink
 from tests.conftest import UniqueNames
 from tests.services import PostgresEndpoint
+from tests.support.tiers import SHARED_WRITER_RUNS
 
 from .streams import (
     postgres_ids,
@@ -37,7 +37,7 @@ from .streams import (
     write_input,
 )
 
-RUNS = int(os.environ.get("DS_SHARED_WRITER_RUNS", "1"))
+RUNS = SHARED_WRITER_RUNS
 BATCHES = 4
 ROWS = 10
 REFUSAL = "one writer (one coordinator) serves one query"

@@ -1,0 +1,32 @@
+"""How much of each repeated test one run does (docs/testing.md, "Tiers").
+
+The default suite (`make test`, CI) runs every test once with counts that still reach every
+crash point and every fault: the conformance scenarios run their scripted sweep (one example
+per crash point) and a small generated sample, the kill loops a kill or two. The extended
+crash run (`make test-crash`) runs the same tests with the counts raised through the
+environment variables named here.
+"""
+
+from __future__ import annotations
+
+import os
+
+from durable_sinks.testing import EXAMPLES_ENV
+
+
+def _count(variable: str, default: int) -> int:
+    raw = os.environ.get(variable)
+    return int(raw) if raw else default
+
+
+#: Generated conformance examples per scenario after the scripted sweep. The conformance
+#: suite itself reads EXAMPLES_ENV (DS_CONFORMANCE_EXAMPLES), which replaces this count.
+CONFORMANCE_SAMPLE = 10
+#: What the examples count is in this run (for assertions on what a run exercised).
+CONFORMANCE_EXAMPLES = _count(EXAMPLES_ENV, CONFORMANCE_SAMPLE)
+#: Random SIGKILLs of a running files job before it is let finish (tests/crash/test_sigkill.py).
+SIGKILL_RUNS = _count("DS_SIGKILL_RUNS", 2)
+#: SIGKILLs of a real Spark driver per mode (tests/spark/test_crash.py).
+SPARK_KILLS = _count("DS_SPARK_KILLS", 1)
+#: Runs of two queries started at once on one writer (tests/spark/test_shared_writer.py).
+SHARED_WRITER_RUNS = _count("DS_SHARED_WRITER_RUNS", 1)
