@@ -11,8 +11,8 @@ PY     := $(VENV)/bin/python
 SOURCES := $(shell find src sinks coordinator manifest -name '*.py' 2>/dev/null | sort)
 STAMP  := $(VENV)/.installed-$(shell (cat pyproject.toml; echo $(SOURCES)) | sha256sum | cut -c1-16)
 
-.PHONY: test test-crash test-faults soak demo check lint typecheck pytest install services-up services-down \
-        services-status services-reset bench
+.PHONY: test test-unit test-fresh test-crash test-faults soak demo check lint typecheck pytest install \
+        services-up services-down services-status services-reset bench
 
 test: install
 	@# In CI the servers are stopped afterwards, pass or fail; on a workstation they stay up
@@ -24,7 +24,18 @@ test: install
 
 check: lint typecheck pytest
 
-# The extended crash/replay run (docs/testing.md): 2,000 generated examples per conformance
+# The inner loop: the tests that need no server (tests/unit), without the set-up of servers.
+test-unit: install
+	$(PY) -m pytest -n 2 tests/unit $(PYTEST_ARGS)
+
+# A fresh machine's set-up reproduced here (tests/fresh_machine.py): a clone with no .venv, a
+# temporary HOME (empty caches, empty Maven repository), the test bed on ports of its own, then
+# the README's test command with a smoke subset of tests (FRESH_ARGS="--full --runs 3": the whole
+# suite, three times from empty caches). Run it after any change to the test bed.
+test-fresh: install
+	$(PY) -m tests.fresh_machine $(FRESH_ARGS)
+
+# The extended crash/replay run (docs/testing.md, Tiers): 2,000 generated examples per conformance
 # scenario (files, Postgres, Kafka and S3 against the test bed; S3 also against moto), 50 random
 # SIGKILLs and 50 runs of two queries sharing one writer. Several hours; not part of `make test`.
 # Progress: pytest -v prints each test as it ends ("[gw1] [ 40%] PASSED ...") and the slowest
@@ -37,7 +48,7 @@ test-crash: install
 	@tail -n0 -F $(CRASH_PROGRESS) 2>/dev/null & tail=$$!; trap 'kill $$tail' EXIT; \
 	set -x; DS_CONFORMANCE_PROGRESS=$(CRASH_PROGRESS) \
 	DS_CONFORMANCE_EXAMPLES=2000 DS_SIGKILL_RUNS=50 DS_SPARK_KILLS=50 DS_SHARED_WRITER_RUNS=50 \
-		$(PY) -m pytest -n 2 -v --durations=0 --timeout=7200 tests/crash \
+		$(PY) -m pytest -n 2 --dist loadgroup -v --durations=0 --timeout=7200 tests/crash \
 		tests/integration/test_postgres_conformance.py tests/integration/test_kafka_conformance.py \
 		tests/integration/test_s3_conformance.py tests/integration/test_s3_decision_store.py \
 		tests/integration/test_delta_conformance.py tests/spark/test_crash.py tests/spark/test_shared_writer.py $(PYTEST_ARGS)
@@ -81,6 +92,8 @@ lint: install
 typecheck: install
 	$(PY) -m mypy
 
+# Two workers; the tests of one serial resource (the faults bed, the killable Connect server,
+# the Spark cluster) run on one of them (tests/support/xdist_groups.py).
 pytest: install
 	$(PY) -m pytest -n 2 --dist loadgroup --durations=25 $(PYTEST_ARGS)
 

@@ -319,6 +319,30 @@ class Layout:
             spark_cluster=self.spark_cluster.shifted(offset),
         )
 
+    def ports(self) -> dict[str, int]:
+        """Every port a server of this layout may listen on, by server and role."""
+        kafka, faults, proxies = self.kafka, self.faults, self.toxiproxy
+        ports = {
+            "postgres": self.postgres.port,
+            "kafka.broker": kafka.broker,
+            "kafka.controller": kafka.controller,
+            **{f"s3.{role}": port for role, port in self.s3.all().items()},
+            "moto": self.moto.port,
+            "faults-postgres": faults.postgres,
+            "faults-kafka.broker": faults.kafka,
+            "faults-kafka.controller": faults.kafka_controller,
+            "faults-kafka.external": faults.kafka_external,
+            "toxiproxy.api": proxies.api,
+            "toxiproxy.postgres": proxies.postgres,
+            "toxiproxy.kafka": proxies.kafka,
+            "connect": self.connect.port,
+            "faults-connect": self.connect.killable,
+            **{f"spark-cluster.{role}": p for role, p in self.spark_cluster.all().items()},
+        }
+        if kafka.secure is not None:
+            ports["kafka.secure"] = kafka.secure
+        return ports
+
     def faults_layout(self) -> Layout:
         """The fault-only bed as a layout of its own: the same Postgres and Kafka classes run
         on its ports, with data and logs under `<root>/faults/`."""
