@@ -24,8 +24,6 @@ FOLDERS = {
 }
 #: Modules whose loading `from durable_sinks import durable_sink, sink` must not cause.
 HEAVY = ("pyspark", "py4j", "psycopg", "confluent_kafka", "pgpq", "boto3", "orjson", "hypothesis")
-#: What the issue of one role per module allows a source module.
-MAX_LINES = 500
 
 
 def _source_files() -> list[Path]:
@@ -128,14 +126,3 @@ def test_the_conformance_suite_without_hypothesis_names_the_extra() -> None:
     )
     done = subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True, text=True)
     assert "pip install 'durable-sinks[testing]'" in done.stdout, done.stdout + done.stderr
-
-
-def test_no_source_module_is_over_500_lines() -> None:
-    long = {
-        path.relative_to(REPO).as_posix(): lines
-        for path in _source_files()
-        if path.suffix == ".py"
-        and any(path.relative_to(REPO).as_posix().startswith(f + "/") for f in FOLDERS)
-        and (lines := len(path.read_text().splitlines())) > MAX_LINES
-    }
-    assert not long, f"split these by role (at most {MAX_LINES} lines each): {long}"
