@@ -33,6 +33,8 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from durable_sinks.core.durable_fs import fsync_dir, fsync_file
+
 from ._process import ServiceError
 
 #: The file inside a published folder that says it is complete (written last, before rename).
@@ -132,7 +134,7 @@ def ensure_folder(
             (staging / COMPLETE).write_text(f"{step}\n")
             _fsync_tree(staging)
             staging.rename(target)
-            _fsync_dir(target.parent)
+            fsync_dir(target.parent)
         except ServiceError as exc:
             shutil.rmtree(staging, ignore_errors=True)
             raise SetupStepError(service, step, exc.problem) from exc
@@ -158,16 +160,7 @@ def _fsync_tree(folder: Path) -> None:
     power right after must not find a marked folder with empty files."""
     for path in sorted(folder.rglob("*"), reverse=True):
         if path.is_file() and not path.is_symlink():
-            with path.open("rb") as f:
-                os.fsync(f.fileno())
+            fsync_file(path)
         elif path.is_dir():
-            _fsync_dir(path)
-    _fsync_dir(folder)
-
-
-def _fsync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+            fsync_dir(path)
+    fsync_dir(folder)
