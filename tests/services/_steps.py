@@ -144,6 +144,27 @@ def ensure_folder(
     return target
 
 
+def publish_file(target: Path, text: str, *, mode: int = 0o644) -> str:
+    """Create the small file `target` with `text`, whole or not at all, unless it exists; return
+    what `target` holds. Written to a temporary file, synced, then linked to its name
+    (`link` fails when the name exists: the first file published wins, and a process killed
+    half-way leaves only a temporary file, never a half-written `target`)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, temporary = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    try:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        with contextlib.suppress(FileExistsError):
+            os.link(temporary, target)
+            fsync_dir(target.parent)
+    finally:
+        os.unlink(temporary)
+    return target.read_text()
+
+
 def _remove_leftovers(target: Path) -> None:
     """Under the step's lock: delete an incomplete `target` and staging folders of builds
     that died (no other build of this target can be running)."""

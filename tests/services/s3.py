@@ -23,6 +23,7 @@ from ._process import (
     wait_until,
 )
 from ._service import Daemon
+from ._steps import publish_file
 from .endpoints import S3Endpoint
 from .tls import SERVER_NAME, TestbedTls
 
@@ -208,8 +209,7 @@ class S3(Daemon):
             "access_key_id": "ds" + secrets.token_hex(8).upper(),
             "secret_access_key": secrets.token_urlsafe(30),
         }
-        self.home.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.credentials_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as f:
-            json.dump(creds, f)
-        return creds
+        published: dict[str, str] = json.loads(
+            publish_file(self.credentials_file, json.dumps(creds), mode=0o600)
+        )
+        return published

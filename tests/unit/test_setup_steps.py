@@ -21,6 +21,7 @@ from tests.services._steps import (
     SetupStepError,
     ensure_folder,
     is_complete,
+    publish_file,
     step_lock,
 )
 
@@ -269,3 +270,27 @@ def test_a_failing_maven_run_names_its_pom(tmp_path: Path, monkeypatch: pytest.M
     assert message.startswith("kafka: set-up step 'Maven classpath kafka.xml' failed")
     assert "Could not transfer artifact x:y:1" in message
     assert not any((tmp_path / "cache" / "maven").glob("kafka-*"))
+
+
+def test_a_small_file_is_published_whole_once(tmp_path: Path) -> None:
+    """Credentials and the like: the first writer wins, everyone reads what it wrote, and a
+    name is never half-written (a writer killed half-way left an empty credentials file that
+    every later start failed to parse)."""
+    target = tmp_path / "credentials.json"
+    read: list[str] = []
+    start = threading.Barrier(6)
+
+    def publish(n: int) -> None:
+        start.wait()
+        read.append(publish_file(target, f"writer {n}\n" * 1000, mode=0o600))
+
+    threads = [threading.Thread(target=publish, args=(n,)) for n in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(set(read)) == 1
+    assert target.read_text() == read[0]
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["credentials.json"]
+    assert publish_file(target, "later") == read[0]  # an existing file is kept
