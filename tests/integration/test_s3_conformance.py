@@ -16,8 +16,16 @@ from typing import Any
 import pytest
 from confluent_kafka.admin import AdminClient
 
+from durable_sinks.coordinator import Coordinator, EpochOutcome
 from durable_sinks.manifest import LocalDirectoryStore
-from durable_sinks.testing import EXAMPLES_ENV, Scenario, Target, run_conformance
+from durable_sinks.testing import (
+    EXAMPLES_ENV,
+    Scenario,
+    Target,
+    epoch_rows,
+    run_conformance,
+    to_batches,
+)
 from tests.crash.test_file_sink_conformance import check_exercised
 from tests.integration.test_kafka_conformance import progress_topic  # noqa: F401 - fixture
 from tests.services import KafkaEndpoint, PostgresEndpoint, S3Endpoint
@@ -56,6 +64,35 @@ def scenario_of(
         return Scenario(job, targets, lambda: LocalDirectoryStore(folder / "store"), cleanup)
 
     return make
+
+
+def test_the_target_sees_what_readers_see_and_what_is_left_behind(
+    s3: S3Endpoint, tmp_path: Path
+) -> None:
+    """The suite's view of the sink can fail: rows of a manifest no longer listed disappear,
+    a data object outside every epoch and an upload in progress are named as left behind."""
+    target = S3Target(s3)
+    coordinator = Coordinator("job", [target.connector()], LocalDirectoryStore(tmp_path))
+    coordinator.start()
+    rows = epoch_rows(0, [[(1, "a", 0.5, True), (2, "b", None, False)]])
+    assert coordinator.run_epoch(0, to_batches(rows)).outcome is EpochOutcome.COMMITTED
+    coordinator.close()
+    try:
+        assert sorted(target.committed_rows()) == sorted(rows[0])
+        assert target.leftovers() == []
+        client, bucket = target.client, target.bucket
+        stray = f"{target.prefix}/epoch=7/stray.parquet"
+        client.put_object(Bucket=bucket, Key=stray, Body=b"x")
+        upload = client.create_multipart_upload(Bucket=bucket, Key=f"{target.prefix}/epoch=8/u")
+        assert target.leftovers() == [
+            f"{target.prefix}/epoch=8/u ({upload['UploadId']})",
+            f"{stray} (outside every committed epoch)",
+        ]
+        [manifest] = target.manifests()
+        client.delete_object(Bucket=bucket, Key=manifest)
+        assert target.committed_rows() == []
+    finally:
+        target.cleanup()
 
 
 @pytest.mark.timeout(TIME_LIMIT)

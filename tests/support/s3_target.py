@@ -44,6 +44,7 @@ class S3Target:
         self.options = options
         self.bucket = endpoint.bucket
         self.prefix = f"s3conf-{uuid.uuid4().hex[:12]}"
+        self._epochs = f"{self.prefix}/_epochs/"
         self.client = endpoint.client()
         # By manifest key: a published manifest never changes (create-only), so each is read
         # once (the suite reads the target after every step).
@@ -59,11 +60,15 @@ class S3Target:
         return S3Sink(self.config())
 
     def manifests(self) -> dict[str, EpochManifest]:
-        for key in object_keys(self.client, self.bucket, f"{self.prefix}/_epochs/"):
-            if key not in self._manifests:
+        return self._manifests_among(object_keys(self.client, self.bucket, self._epochs))
+
+    def _manifests_among(self, keys: list[str]) -> dict[str, EpochManifest]:
+        """The manifests among `keys` (a listing of the prefix), each read once."""
+        for key in keys:
+            if key.startswith(self._epochs) and key not in self._manifests:
                 body = self.client.get_object(Bucket=self.bucket, Key=key)["Body"].read()
                 self._manifests[key] = EpochManifest.from_bytes(body, source=key)
-        return dict(self._manifests)
+        return {key: self._manifests[key] for key in keys if key.startswith(self._epochs)}
 
     def committed_rows(self) -> list[Row]:
         rows: list[Row] = []
@@ -79,12 +84,14 @@ class S3Target:
         return [tuple(r[c] for c in COLUMNS) for r in table.to_pylist()]
 
     def leftovers(self) -> list[str]:
-        """Uploads in progress, and data objects no manifest lists."""
-        listed = {o.key for m in self.manifests().values() for o in m.objects}
+        """Uploads in progress, and data objects no manifest lists (one listing of the prefix
+        serves both the manifests and the data objects)."""
+        keys = object_keys(self.client, self.bucket, f"{self.prefix}/")
+        listed = {o.key for m in self._manifests_among(keys).values() for o in m.objects}
         strays = [
             f"{key} (outside every committed epoch)"
-            for key in object_keys(self.client, self.bucket, f"{self.prefix}/epoch=")
-            if key not in listed
+            for key in keys
+            if key.startswith(f"{self.prefix}/epoch=") and key not in listed
         ]
         uploads = incomplete_uploads(self.client, self.bucket, f"{self.prefix}/")
         return [f"{u.key} ({u.upload_id})" for u in uploads] + strays
