@@ -61,7 +61,11 @@ class PausingWriter(DurableBatchWriter):
     def _on_step(self, step: str) -> None:
         pause = self.plan.get("pause")
         if pause and self.epoch == pause["epoch"] and step.startswith(pause["step"]):
-            Path(pause["flag"]).write_text(step)
+            # Renamed into place: the test reads the flag as soon as its name appears.
+            flag = Path(pause["flag"])
+            partial = flag.with_name(f".{flag.name}.partial")
+            partial.write_text(step)
+            partial.replace(flag)
             time.sleep(3600)  # until the test kills the server
 
 

@@ -47,6 +47,12 @@ spark = builder.getOrCreate()
 sc = spark.sparkContext
 
 
+def publish(path, text):  # renamed into place: the test reads a file once its name appears
+    partial = path.with_name("." + path.name + ".partial")
+    partial.write_text(text)
+    partial.rename(path)
+
+
 def executor_count():
     return sc._jsc.sc().getExecutorMemoryStatus().size() - 1  # minus the driver
 
@@ -59,7 +65,7 @@ def wait_executors(n, timeout=120.0):
 
 
 wait_executors(2)
-(out / "ready").write_text(sc.applicationId)
+publish(out / "ready", sc.applicationId)
 sleep = args["sleep"]
 
 
@@ -83,7 +89,7 @@ def task(batches):
         "python": sys.executable,
     }
     marker = out / f"started-{row['partition']}-{row['attempt']}.json"
-    marker.write_text(json.dumps(row))
+    publish(marker, json.dumps(row))
     time.sleep(sleep)
     yield pa.RecordBatch.from_pylist([row])
 
@@ -97,8 +103,7 @@ rows = [r.asDict() for r in df.collect()]
 result = {"rows": rows, "application": sc.applicationId}
 if args["hold"]:
     result["executors_after"] = wait_executors(2)
-(out / "result.tmp").write_text(json.dumps(result))
-(out / "result.tmp").rename(out / "result.json")
+publish(out / "result.json", json.dumps(result))
 if args["hold"]:
     sys.stdin.read()
 spark.stop()
