@@ -41,6 +41,7 @@ from typing import TextIO
 
 from tests.services._layout import REPO_ROOT, Layout
 from tests.services._process import port_is_free
+from tests.support.checkout import checkout_files
 
 #: Tests that, after the README's set-up, start and use every server (the on-demand Spark
 #: Connect server and Spark cluster too) and the set-up steps' own tests.
@@ -139,14 +140,7 @@ def clone(target: Path, *, with_working_tree: bool) -> None:
     )
     if not with_working_tree:
         return
-    listed = subprocess.run(
-        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
-        cwd=REPO_ROOT,
-        check=True,
-        capture_output=True,
-    ).stdout.decode()
-    names = {name for name in listed.split("\0") if name}
-    for name in sorted(names):
+    for name in checkout_files(REPO_ROOT):
         source, copy = REPO_ROOT / name, target / name
         if source.is_file():
             copy.parent.mkdir(parents=True, exist_ok=True)

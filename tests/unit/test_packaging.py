@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.checkout import checkout_files
 from tests.support.venvs import purelib, venv_with_our_dependencies
 
 REPO = Path(__file__).resolve().parents[2]
@@ -28,13 +29,7 @@ HEAVY = ("pyspark", "py4j", "psycopg", "confluent_kafka", "pgpq", "boto3", "orjs
 
 def _source_files() -> list[Path]:
     """The repository's files as a fresh clone has them (tracked, and new ones not ignored)."""
-    listed = subprocess.run(
-        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
-        cwd=REPO,
-        check=True,
-        capture_output=True,
-    ).stdout.decode()
-    return [REPO / name for name in listed.split("\0") if name and (REPO / name).is_file()]
+    return [REPO / name for name in checkout_files(REPO) if (REPO / name).is_file()]
 
 
 def _modules_in_repository() -> set[str]:
