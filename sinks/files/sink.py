@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,6 +28,7 @@ from durable_sinks.core.durable_fs import (
     create_exclusive,
     fsync_dir,
     fsync_file,
+    probe_folder,
     remove_tree,
     rename_noreplace,
 )
@@ -39,7 +39,7 @@ from durable_sinks.core.errors import (
     SchemaMismatchError,
     UsageError,
 )
-from durable_sinks.core.naming import ParticipantName
+from durable_sinks.core.naming import ParticipantName, component
 from durable_sinks.core.operations import Holding, Prepared
 from durable_sinks.core.protocol import (
     CommitHandle,
@@ -58,6 +58,8 @@ if TYPE_CHECKING:
 
 MARKER = operations.MARKER
 STAGING = "_staging"
+#: Names of the start-up probe's files in `_staging`: `.probe:<job>:<sink>:<generation>`.
+PROBE = ".probe"
 
 
 class _Participant:
@@ -133,11 +135,18 @@ class FileSink:
         return self._schema
 
     def health_check(self) -> None:
+        """Probe that the job can create, link and delete files in `_staging`. The probe's
+        names carry the job, the sink and the generation; a start killed while probing leaves
+        them behind, and the next generation's probe removes them."""
         ctx = self._ctx()
-        probe = self.root / STAGING / f".probe-{os.getpid()}"
+        staging = self.root / STAGING
+        owner = f"{PROBE}:{component(ctx.job_id)}:{component(self.name)}:"
         try:
-            create_exclusive(probe, b"probe", fsync=self.config.fsync)
-            probe.unlink()
+            for stale in staging.glob(f"{owner}*"):
+                generation = stale.name.removeprefix(owner).removesuffix(".link")
+                if generation.isdigit() and int(generation) < ctx.generation:
+                    stale.unlink(missing_ok=True)
+            probe_folder(staging, f"{owner}{ctx.generation}", fsync=self.config.fsync)
         except OSError as exc:
             raise ConfigError(
                 f"cannot write in {self.root}: {exc.strerror}",

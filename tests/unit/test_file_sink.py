@@ -4,6 +4,7 @@ commit and rollback are idempotent and work from a fresh instance given only the
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pyarrow as pa
@@ -137,3 +138,35 @@ def test_unwritable_folder_is_a_config_error(tmp_path: Path) -> None:
     blocker.write_text("x")
     with pytest.raises(ConfigError, match="cannot create"):
         opened(blocker / "data")
+
+
+def test_a_start_killed_while_probing_leaves_names_the_next_generation_removes(
+    tmp_path: Path,
+) -> None:
+    staging = tmp_path / STAGING
+    opened(tmp_path, generation=1).health_check()
+    assert list(staging.iterdir()) == []  # the probe removes its own files
+    # What starts killed mid-probe leave: a probe or its link, of generations 2 and 4 of this
+    # job's sink, and another job's.
+    left = [".probe:job:files:2", ".probe:job:files:4.link", ".probe:other:files:2"]
+    for name in left:
+        (staging / name).write_bytes(b"probe")
+    opened(tmp_path, generation=3).health_check()  # older ones only: 4 may be starting
+    assert sorted(p.name for p in staging.iterdir()) == left[1:]
+    opened(tmp_path, generation=5).health_check()
+    assert [p.name for p in staging.iterdir()] == [".probe:other:files:2"]
+
+
+def test_a_folder_the_job_cannot_write_in_fails_the_health_check(tmp_path: Path) -> None:
+    sink = opened(tmp_path)
+    (tmp_path / STAGING).chmod(0o500)
+    try:
+        if os.access(tmp_path / STAGING, os.W_OK):  # root ignores permissions: make it a file
+            (tmp_path / STAGING).chmod(0o700)
+            (tmp_path / STAGING).rmdir()
+            (tmp_path / STAGING).write_text("x")
+        with pytest.raises(ConfigError, match="cannot write in"):
+            sink.health_check()
+    finally:
+        if (tmp_path / STAGING).is_dir():
+            (tmp_path / STAGING).chmod(0o700)

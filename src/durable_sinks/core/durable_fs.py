@@ -68,6 +68,28 @@ def create_exclusive(path: Path, data: bytes, *, fsync: bool = True) -> None:
         fsync_dir(path.parent)
 
 
+def probe_folder(folder: Path, name: str, *, fsync: bool = True) -> None:
+    """Check that this process can create, write, link and delete files in `folder`, using
+    the names `name` and `name + ".link"` only (removed again before returning). A process
+    killed meanwhile leaves at most those two names behind: choose a name its owner will
+    recognise and remove (nothing else is ever created). Raises OSError naming the failure."""
+    path, link = folder / name, folder / f"{name}.link"
+    for stale in (path, link):
+        stale.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        os.write(fd, b"probe")
+        if fsync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    try:
+        os.link(path, link)
+        link.unlink()
+    finally:
+        path.unlink()
+
+
 def replace_atomically(path: Path, data: bytes) -> None:
     """Replace `path` with `data` (readers see the old or the new content, never a mix).
     Not fsynced: for hints that may be lost in a crash."""
