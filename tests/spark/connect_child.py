@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from durable_sinks.core.durable_fs import replace_atomically
 from durable_sinks.spark import DurableBatchWriter, JobOptions, SinkSpec, register_data_source
 from durable_sinks.spark._shipping import shipped
 from tests.spark.streams import source_stream
@@ -61,11 +62,8 @@ class PausingWriter(DurableBatchWriter):
     def _on_step(self, step: str) -> None:
         pause = self.plan.get("pause")
         if pause and self.epoch == pause["epoch"] and step.startswith(pause["step"]):
-            # Renamed into place: the test reads the flag as soon as its name appears.
-            flag = Path(pause["flag"])
-            partial = flag.with_name(f".{flag.name}.partial")
-            partial.write_text(step)
-            partial.replace(flag)
+            # Whole or not at all: the test reads the flag as soon as its name appears.
+            replace_atomically(Path(pause["flag"]), step.encode())
             time.sleep(3600)  # until the test kills the server
 
 
