@@ -44,7 +44,7 @@ from psycopg import sql
 
 from benchmarks.spark_end_to_end import FILES_PER_BATCH, write_source
 from durable_sinks.spark import durable_sink, sink
-from durable_sinks.spark._arrow import streamed_batches
+from durable_sinks.spark._arrow import socket_batches
 from tests.services import up
 
 #: Milliseconds per named part of one batch, appended to as the batch runs.
@@ -113,12 +113,12 @@ def instrument(clock: Clock) -> None:
     timed_pgpq = type("pgpq", (), {"ArrowToPostgresBinaryEncoder": TimedEncoder})
     setattr(load, "pgpq", timed_pgpq)  # noqa: B010 - not an attribute mypy knows of
 
-    real_stream = getattr(_writer, "streamed_batches")  # noqa: B009
+    real_stream = getattr(_writer, "socket_batches")  # noqa: B009
 
     def timed_stream(df: Any, **kwargs: Any) -> Iterator[Any]:
         return waited(real_stream(df, **kwargs), clock)
 
-    setattr(_writer, "streamed_batches", timed_stream)  # noqa: B010
+    setattr(_writer, "socket_batches", timed_stream)  # noqa: B010
 
 
 def waited(batches: Iterator[Any], clock: Clock) -> Iterator[Any]:
@@ -280,7 +280,7 @@ def main() -> None:
     profiler = cProfile.Profile() if args.cprofile else None
 
     def floor(epoch: int) -> None:
-        for _ in waited(streamed_batches(df, job="floor", epoch=epoch), clock):
+        for _ in waited(socket_batches(df, job="floor", epoch=epoch), clock):
             pass
 
     def ours(epoch: int) -> None:

@@ -8,7 +8,7 @@ Needs the test bed's Postgres and Spark. The same rows as benchmarks/spark_end_t
 `local[2]`) are read as a static DataFrame and written as batches 0, 1, ... after one warm-up
 batch; per batch, in an order that alternates, it times:
 - driver floor: the batch streamed to the driver as Arrow and dropped (what driver mode reads
-  with, `durable_sinks.spark._arrow.streamed_batches`);
+  with, `durable_sinks.spark._arrow.socket_batches`);
 - executor floor: a `mapInArrow` whose tasks only read their partition's record batches and
   return one row: the least any writer running in Spark's Python workers pays (Spark hands
   each partition from the JVM to a Python worker, and one row back);
@@ -40,7 +40,7 @@ from psycopg import sql
 from benchmarks.driver_profile import scratch_schema, source_frame
 from durable_sinks.core import CommitHandle, SinkConnector
 from durable_sinks.spark import durable_sink, sink
-from durable_sinks.spark._arrow import streamed_batches
+from durable_sinks.spark._arrow import socket_batches
 from tests.services import up
 
 #: Milliseconds per named part of one batch.
@@ -185,7 +185,7 @@ def main() -> None:
         return job_parts(started, time.time(), [json.loads(r[0]) for r in rows])
 
     def floor_of_driver(epoch: int) -> Parts:
-        for _ in streamed_batches(df, job="floor", epoch=epoch):
+        for _ in socket_batches(df, job="floor", epoch=epoch):
             pass
         return {}
 

@@ -38,7 +38,7 @@ Spark's: the files its `_spark_metadata` log adds) holds exactly ids 0..999,999 
 the same sums of amount, timestamps and string bytes as the input; anything else raises.
 
 After the rounds, `--profile N` (10 by default) splits our driver-mode batch outside Spark,
-N times: one micro-batch as our writer receives it (the record batches `streamed_batches`
+N times: one micro-batch as our writer receives it (the record batches `socket_batches`
 yields) through each step of the files sink alone (Parquet encoding as the sink does it, one
 row group per record batch; the SHA-256 of each batch's IPC serialisation; fsync), against
 alternatives (zstd level 3; one row group; two files encoded in two threads; CRC-32), and
@@ -83,7 +83,7 @@ from durable_sinks.core import OpenContext
 from durable_sinks.manifest import LocalDirectoryStore
 from durable_sinks.sinks.files import MARKER, STAGING, FileSink, FileSinkConfig
 from durable_sinks.spark import durable_sink
-from durable_sinks.spark._arrow import streamed_batches
+from durable_sinks.spark._arrow import socket_batches
 from tests.services import up
 
 SPARK_SCHEMA = "id BIGINT, ts TIMESTAMP, user STRING, amount DOUBLE, payload STRING"
@@ -396,7 +396,7 @@ class FilesBench:
 
     def floor(self, source: Path, expected: Fingerprint, batches: int) -> Run:
         def fn(df: Any, batch_id: int) -> None:
-            for _ in streamed_batches(df, job="floor", epoch=batch_id):
+            for _ in socket_batches(df, job="floor", epoch=batch_id):
                 pass
 
         return self.query(source, expected, batches, lambda w: w.foreachBatch(fn).start())
@@ -441,7 +441,7 @@ def profile(
     batches: list[pa.RecordBatch] = []
     for n in range(repeats):
         batches.clear()
-        timed("read: streamed_batches (Spark job, Arrow to the driver)", _read, df, batches)
+        timed("read: socket_batches (Spark job, Arrow to the driver)", _read, df, batches)
         table = pa.Table.from_batches(batches)
         sink_file = folder / f"sink-{n}.parquet"
         timed("encode: write_batch per record batch (as the sink)", _encode, batches, sink_file)
@@ -524,7 +524,7 @@ def _encode_in_two(batches: list[pa.RecordBatch], stem: Path) -> None:
 
 
 def _read(df: Any, into: list[pa.RecordBatch]) -> None:
-    into.extend(streamed_batches(df, job="profile"))
+    into.extend(socket_batches(df, job="profile"))
 
 
 def _encode(batches: list[pa.RecordBatch], path: Path, level: int | None = None) -> None:
@@ -752,7 +752,7 @@ def report_profile(timings: dict[str, list[float]], args: argparse.Namespace) ->
     count = timings.pop("record batches per micro-batch")[0]
     print(
         f"\nour driver-mode batch outside Spark ({args.rows_per_batch:,} rows as "
-        f"{count:.0f} record batches from streamed_batches; median of {args.profile}, ms):"
+        f"{count:.0f} record batches from socket_batches; median of {args.profile}, ms):"
     )
     sizes = {k.removeprefix(SIZE): v[0] for k, v in timings.items() if k.startswith(SIZE)}
     print("\n| step | median | min |\n|---|---|---|")

@@ -26,7 +26,7 @@ Variants:
 - kafka, Spark: `selectExpr("to_json(struct(*)) AS value").writeStream.format("kafka")` (the
   connector's defaults: idempotent producer, acks=all, no transactions).
 - floor: a foreachBatch that only streams the batch to the driver as Arrow record batches
-  (`durable_sinks.spark._arrow.streamed_batches`, what our driver mode reads with) and drops
+  (`durable_sinks.spark._arrow.socket_batches`, what our driver mode reads with) and drops
   them: the least any writer fed through the driver's Python pays. Its ratio to JDBC bounds
   what such a writer can reach.
 Topics have two partitions. Each variant first runs once on one micro-batch (class loading,
@@ -71,7 +71,7 @@ from psycopg import sql
 from benchmarks.postgres_sink import make_rows
 from durable_sinks.sinks.kafka.admin import list_offsets
 from durable_sinks.spark import durable_sink, sink
-from durable_sinks.spark._arrow import chunked_batches, streamed_batches
+from durable_sinks.spark._arrow import chunked_batches, socket_batches
 from durable_sinks.spark._options import DEFAULT_MAX_ROWS_IN_MEMORY
 from durable_sinks.spark._session import is_connect
 from tests.services import KafkaEndpoint, PostgresEndpoint, up
@@ -407,7 +407,7 @@ class Bench:
             if is_connect(df):
                 read = chunked_batches(df, DEFAULT_MAX_ROWS_IN_MEMORY, job="floor", epoch=batch_id)
             else:
-                read = streamed_batches(df, job="floor", epoch=batch_id)
+                read = socket_batches(df, job="floor", epoch=batch_id)
             for _ in read:
                 pass
 

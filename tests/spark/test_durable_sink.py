@@ -219,11 +219,11 @@ def test_executor_mode_prepares_each_partition_in_its_task_and_commits_them_atom
     assert prepared_transactions(dsn, job_id) == []
 
 
-def test_a_batch_over_max_result_size_is_read_again_in_chunks_and_lands_once(
+def test_a_batch_over_max_result_size_is_read_again_partition_by_partition_and_lands_once(
     postgres: PostgresEndpoint, pg_schema: str, job_id: str, tmp_path: Path
 ) -> None:
     """Streaming a batch larger than spark.driver.maxResultSize fails Spark's job; the writer
-    rolls the epoch back, reads the batch again in chunks, and keeps reading chunked. A Spark
+    rolls the epoch back, reads the batch again partition by partition, and keeps reading so. A Spark
     of its own (tests/spark/result_size_child.py): the limit is fixed per SparkContext."""
     source, table = tmp_path / "in", f"{pg_schema}.events"
     dsn = postgres.conninfo()
@@ -252,6 +252,6 @@ def test_a_batch_over_max_result_size_is_read_again_in_chunks_and_lands_once(
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "larger than spark.driver.maxResultSize" in done.stdout, done.stdout[-3000:]
     assert done.stdout.count("larger than spark.driver.maxResultSize") == 1, done.stdout[-3000:]
-    assert "read: chunked" in done.stdout, done.stdout[-3000:]
+    assert "read: partitions" in done.stdout, done.stdout[-3000:]
     assert postgres_ids(dsn, table) == list(range(6000))
     assert prepared_transactions(dsn, job_id) == []

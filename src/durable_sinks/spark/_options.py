@@ -17,7 +17,8 @@ from durable_sinks.manifest import DecisionStore
 
 Execution = Literal["driver", "executor"]
 EXECUTIONS = ("driver", "executor")
-DriverRead = Literal["stream", "chunked"]
+DriverRead = Literal["stream", "partitions", "chunked"]
+DRIVER_READS = ("stream", "partitions", "chunked")
 #: Values of the Postgres sink's own `mode` option, passed to the sink in the one-sink form.
 #: The sinks' own `mode`s (Postgres: append, upsert; Delta: append, merge); each sink checks
 #: that its mode is one of its own.
@@ -44,10 +45,14 @@ class JobOptions:
       by one coordinator) or "executor" (each partition written and prepared in its task).
       Its old spelling `mode="driver"|"executor"` still works, with a DeprecationWarning,
       until the next release; `mode` is the Postgres sink's option (append/upsert).
-    - driver_read: how driver mode reads a batch (see _arrow.py). "stream" (default): one
-      Spark job, record batches as partitions finish; a batch larger than
-      spark.driver.maxResultSize is read again "chunked" (and so are the writer's later
-      batches). "chunked": persisted, counted, collected in chunks of max_rows_in_memory.
+    - driver_read: how driver mode reads a batch (see _arrow.py). "stream" (default): as its
+      partitions finish, through PySpark's collect-as-Arrow socket where a probe at
+      `durable_sink(...)` finds it working (classic PySpark), partition by partition through
+      the public API otherwise (Spark Connect); a batch larger than spark.driver.maxResultSize
+      is read again partition by partition (and so are the writer's later batches).
+      "partitions": always partition by partition through the public API (nothing cached).
+      "chunked": persisted, counted, collected in chunks of max_rows_in_memory (the cache
+      guards against a query that is not deterministic; serverless Spark refuses it).
     - max_rows_in_memory: the chunked read's chunks hold whole partitions of at most this
       many rows (a single larger partition is read alone).
     - one_phase: a job with one sink that can carry the decision commits each epoch in one
@@ -114,12 +119,13 @@ class JobOptions:
                 job=self.job_id,
                 fix="execution='driver' (the default) or execution='executor'",
             )
-        if self.driver_read not in ("stream", "chunked"):
+        if self.driver_read not in DRIVER_READS:
             raise ConfigError(
-                f"driver_read {self.driver_read!r} is not 'stream' or 'chunked'",
+                f"driver_read {self.driver_read!r} is not one of {list(DRIVER_READS)}",
                 job=self.job_id,
-                fix="driver_read='stream' (the default) or driver_read='chunked' (any batch "
-                "size, bounded by max_rows_in_memory, at the price of caching the batch)",
+                fix="driver_read='stream' (the default: the fastest read that works here), "
+                "'partitions' (public Spark API only, partition by partition) or 'chunked' "
+                "(bounded by max_rows_in_memory, at the price of caching the batch)",
             )
         if not isinstance(self.max_rows_in_memory, int) or self.max_rows_in_memory < 1:
             raise ConfigError(

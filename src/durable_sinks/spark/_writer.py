@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from contextlib import closing
-from typing import Any
+from typing import Any, Literal
 
 from durable_sinks import sinks
 from durable_sinks.coordinator import (
@@ -26,11 +26,17 @@ from durable_sinks.core.errors import ConfigError, DurableSinkError, Unreachable
 from durable_sinks.core.joblog import JobLogger
 from durable_sinks.core.settings import unknown_option
 
-from ._arrow import ResultTooLargeError, chunked_batches, streamed_batches
+from ._arrow import (
+    ResultTooLargeError,
+    chunked_batches,
+    partition_batches,
+    socket_batches,
+    socket_read_problem,
+)
 from ._build import build_coordinator, check_job, close_quietly
 from ._executor import prepare_on_executors
 from ._observe import BatchObserver
-from ._options import DriverRead, JobOptions, job_option_names
+from ._options import JobOptions, job_option_names
 from ._session import batch_properties, is_connect
 from ._shipping import shipped
 from ._specs import SinkSpec
@@ -88,7 +94,9 @@ class DurableBatchWriter:
     _last_step: str | None
     _generation: int | None
     _riding_from: int | None
-    _read: DriverRead
+    #: How driver mode reads batches ("socket", "partitions" or "chunked"; _arrow.py), chosen
+    #: once a Spark session is known (None before).
+    _read: ReadPath | None
 
     def __init__(self, sinks: Sequence[SinkSpec | SinkConnector], options: JobOptions) -> None:
         if not sinks:
@@ -108,6 +116,8 @@ class DurableBatchWriter:
                     fix="give each sink as sink(kind, **options) (or a kind and its options)",
                 )
         session = _active_session()
+        if session is not None:
+            self._choose_read(session)
         if is_connect(session):
             self._check_from_client()
         else:
@@ -294,34 +304,50 @@ class DurableBatchWriter:
             return "before its first step (connecting, validating, fencing)"
         return f"after step {self._last_step!r}"
 
-    def _driver_epoch(self, coordinator: Coordinator, df: Any, epoch: int) -> EpochResult:
-        if self._read == "stream" and is_connect(df):
-            # Connect has no public way to stream a result as Arrow: toArrow() of a whole
-            # batch is unbounded, so read it in bounded chunks (one when it fits).
-            self.log.bind(epoch=epoch).info(
-                "Spark Connect: reading batches with toArrow() in chunks of at most %s rows "
-                "(driver_read='chunked')",
-                f"{self.options.max_rows_in_memory:,}",
+    def _choose_read(self, spark: Any) -> ReadPath:
+        """Driver mode's read (_arrow.py), chosen once per writer (and per Spark Connect copy)
+        and logged: for driver_read="stream" the socket read where its probe passes, the
+        public partitions read otherwise."""
+        if self._read is not None:
+            return self._read
+        requested = self.options.driver_read
+        problem = None
+        if requested == "stream":
+            problem = socket_read_problem(spark)
+            read: ReadPath = "socket" if problem is None else "partitions"
+        else:
+            read = requested
+        self._read = read
+        if self.options.execution == "driver":
+            self.log.info(
+                "driver mode reads batches %s%s",
+                _READ_WORDS[read],
+                "" if problem is None else f" (the socket read is unavailable: {problem})",
             )
-            self._read = "chunked"
-        if self._read == "stream":
+        return read
+
+    def _driver_epoch(self, coordinator: Coordinator, df: Any, epoch: int) -> EpochResult:
+        read = self._choose_read(df.sparkSession)
+        if read == "socket":
             try:
-                streamed = streamed_batches(df, job=self.options.job_id, epoch=epoch)
+                streamed = socket_batches(df, job=self.options.job_id, epoch=epoch)
                 with closing(streamed):
                     return coordinator.run_epoch(epoch, streamed)
             except ResultTooLargeError as exc:
                 # Rolled back before any decision: nothing of the batch is visible. Read it
-                # again in bounded chunks, with a new coordinator (the failed one is done).
+                # again partition by partition, with a new coordinator (the failed one is done).
                 self.log.bind(epoch=epoch).warning(
                     "the batch is larger than spark.driver.maxResultSize (%s); reading it, and "
-                    "this query's later batches, in chunks of at most %s rows (driver_read="
-                    "'chunked'); raise spark.driver.maxResultSize to stream again",
+                    "this query's later batches, partition by partition (driver_read="
+                    "'partitions'); raise spark.driver.maxResultSize to stream again",
                     exc,
-                    f"{self.options.max_rows_in_memory:,}",
                 )
-                self._read = "chunked"
+                self._read = read = "partitions"
                 self.close()
                 coordinator = self._start()  # (built with this query's id as its source)
+        if read == "partitions":
+            with closing(partition_batches(df)) as batches:
+                return coordinator.run_epoch(epoch, batches)
         chunked = chunked_batches(
             df, self.options.max_rows_in_memory, job=self.options.job_id, epoch=epoch
         )
@@ -386,7 +412,7 @@ class DurableBatchWriter:
         self._coordinator = None
         self._query_id = None
         self._lock = threading.RLock()
-        self._read = self.options.driver_read
+        self._read = None
         self._outage = OutagePolicy(tolerance_s=self.options.outage_tolerance_s)
         #: Attempts at batches that failed and were attempted again (outages ridden out).
         self.failed_attempts = 0
@@ -461,6 +487,15 @@ def _active_session() -> Any | None:
     from pyspark.sql import SparkSession
 
     return SparkSession.getActiveSession()
+
+
+ReadPath = Literal["socket", "partitions", "chunked"]
+_READ_WORDS: dict[ReadPath, str] = {
+    "socket": "through PySpark's collect-as-Arrow socket, as partitions finish",
+    "partitions": "partition by partition through Spark's public API (mapInArrow, "
+    "toLocalIterator; nothing cached)",
+    "chunked": "persisted, in chunks of at most max_rows_in_memory rows",
+}
 
 
 def _name(spec: SinkSpec | SinkConnector) -> str:
