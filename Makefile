@@ -100,7 +100,7 @@ pytest: install
 install: $(STAMP)
 
 $(STAMP): pyproject.toml
-	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "durable-sinks needs Python 3.11 or newer: set PYTHON=python3.11 (or newer)")'
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "durable-sinks needs Python 3.10 or newer: set PYTHON=python3.10 (or newer)")'
 	rm -f $(VENV)/.installed-*
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet -e '.[dev]' --config-settings editable_mode=strict

@@ -27,7 +27,7 @@ import subprocess
 import tempfile
 import time
 import uuid
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,8 @@ from durable_sinks.coordinator import Coordinator
 from durable_sinks.manifest import LocalDirectoryStore
 from durable_sinks.sinks.postgres import PostgresSink, PostgresSinkConfig
 from tests.services import Testbed
+
+UTC = timezone.utc
 
 SCHEMA = "bench"
 TABLE_DDL = "(id bigint, body text, score double precision, at timestamptz)"

@@ -67,7 +67,7 @@ import zlib
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -85,6 +85,8 @@ from durable_sinks.sinks.files import MARKER, STAGING, FileSink, FileSinkConfig
 from durable_sinks.spark import durable_sink
 from durable_sinks.spark._arrow import socket_batches
 from tests.services import up
+
+UTC = timezone.utc
 
 SPARK_SCHEMA = "id BIGINT, ts TIMESTAMP, user STRING, amount DOUBLE, payload STRING"
 START_US = int(datetime(2026, 1, 1, tzinfo=UTC).timestamp() * 1e6)

@@ -16,7 +16,6 @@ resume it to play a zombie.
 from __future__ import annotations
 
 import contextlib
-import enum
 import threading
 from collections.abc import Callable, Collection, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from durable_sinks.core.protocol import (
     OpenContext,
     SinkConnector,
 )
+from durable_sinks.core.text_enum import TextEnum
 from durable_sinks.manifest import DecisionRecord, DecisionStore
 
 from ._decisions import DecisionBook
@@ -49,7 +49,7 @@ Steps = Generator[str, None, T]
 DEFAULT_RETRY = RetryPolicy()
 
 
-class EpochOutcome(enum.StrEnum):
+class EpochOutcome(TextEnum):
     COMMITTED = "committed"
     #: The epoch was already decided (Spark replayed a batch that had landed, or a crash
     #: happened after the decision): its decided participants were committed, the data given

@@ -3,15 +3,15 @@ recovery."""
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass, field
 
 from durable_sinks.core import CommitHandle
 from durable_sinks.core.errors import FencedError
+from durable_sinks.core.text_enum import TextEnum
 from durable_sinks.manifest import DecisionRecord
 
 
-class Resolution(enum.StrEnum):
+class Resolution(TextEnum):
     COMMIT = "commit"
     ROLL_BACK = "roll-back"
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import socket
 import threading
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,8 @@ from durable_sinks.sinks.postgres import PostgresSink, PostgresSinkConfig
 from tests.conftest import UniqueNames
 from tests.services import PostgresEndpoint
 from tests.support.targets import prepared_gids
+
+UTC = timezone.utc
 
 Conn = psycopg.Connection[Any]
 
@@ -111,7 +113,8 @@ def typed_batch(**overrides: pa.Array) -> pa.RecordBatch:
         "name": pa.array(["ten chars!", "ü"], pa.string()),
         "code": pa.array(["ab", "xyz"], pa.string()),
         "at": pa.array(
-            [datetime(2026, 1, 2, 3, 4, 5, 123000, tzinfo=UTC)] * 2, pa.timestamp("us", "UTC")
+            [datetime(2026, 1, 2, 3, 4, 5, 123000, tzinfo=UTC)] * 2,
+            pa.timestamp("us", "UTC"),
         ),
         "took": pa.array([timedelta(days=1, seconds=5, microseconds=7)] * 2, pa.duration("us")),
     }

@@ -9,7 +9,7 @@ import logging
 import subprocess
 import sys
 import textwrap
-from datetime import UTC, date, datetime
+from datetime import date, datetime, timezone
 from typing import Any
 
 import psycopg
@@ -35,6 +35,8 @@ from tests.conftest import UniqueNames
 from tests.services import PostgresEndpoint
 from tests.services._layout import REPO_ROOT
 from tests.support.targets import prepared_gids
+
+UTC = timezone.utc
 
 ROWS_BEFORE = [(1, "one", 1.0), (2, "two", 2.0)]
 

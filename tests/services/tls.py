@@ -88,8 +88,8 @@ def _make(tls: TestbedTls) -> None:
     leaf = ca.issue_cert(SERVER_NAME, organization_name="durable-sinks test bed")
     expired = ca.issue_cert(
         SERVER_NAME,
-        not_before=dt.datetime(2000, 1, 1, tzinfo=dt.UTC),
-        not_after=dt.datetime(2001, 1, 1, tzinfo=dt.UTC),
+        not_before=dt.datetime(2000, 1, 1, tzinfo=dt.timezone.utc),
+        not_after=dt.datetime(2001, 1, 1, tzinfo=dt.timezone.utc),
     )
     key = _pkcs8(leaf.private_key_pem.bytes())
     chain = b"".join(blob.bytes() for blob in leaf.cert_chain_pems)

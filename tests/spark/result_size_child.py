@@ -1,7 +1,8 @@
 """A query whose batches exceed `spark.driver.maxResultSize`, in a Spark of its own (the
 setting is fixed when the SparkContext starts): `python -m tests.spark.result_size_child
-PLAN.json`. Driver mode streams the first batch, Spark fails that read, and the writer reads
-the batch again partition by partition, and every later batch too. Prints `read: <mode>` at the end."""
+PLAN.json`. Driver mode streams the first batch, Spark fails that read, and the writer
+reads the batch again partition by partition, and every later batch too. Prints
+`read: <mode>` at the end."""
 
 from __future__ import annotations
 

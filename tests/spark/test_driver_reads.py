@@ -38,7 +38,7 @@ TYPED_SCHEMA = (
 
 
 def _typed(spark: Any, rows: int, partitions: int) -> Any:
-    at = dt.datetime(2026, 11, 25, 12, 30, 15, 123456, tzinfo=dt.UTC)
+    at = dt.datetime(2026, 11, 25, 12, 30, 15, 123456, tzinfo=dt.timezone.utc)
     data = [
         (
             i,

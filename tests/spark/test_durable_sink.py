@@ -223,8 +223,9 @@ def test_a_batch_over_max_result_size_is_read_again_partition_by_partition_and_l
     postgres: PostgresEndpoint, pg_schema: str, job_id: str, tmp_path: Path
 ) -> None:
     """Streaming a batch larger than spark.driver.maxResultSize fails Spark's job; the writer
-    rolls the epoch back, reads the batch again partition by partition, and keeps reading so. A Spark
-    of its own (tests/spark/result_size_child.py): the limit is fixed per SparkContext."""
+    rolls the epoch back, reads the batch again partition by partition, and keeps reading so.
+    A Spark of its own (tests/spark/result_size_child.py): the limit is fixed per
+    SparkContext."""
     source, table = tmp_path / "in", f"{pg_schema}.events"
     dsn = postgres.conninfo()
     for n in range(2):  # two batches of 3,000 rows, ~3 MB as Arrow each: over the 1 MiB limit

@@ -13,12 +13,14 @@ import argparse
 import random
 import statistics
 import time
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from durable_sinks.core.content import summarise
+
+UTC = timezone.utc
 
 
 def make_epoch(rows: int, body_chars: int, null_share: float, seed: int = 7) -> pa.Table:

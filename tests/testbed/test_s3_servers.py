@@ -15,7 +15,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from functools import partial
 from typing import TYPE_CHECKING, Literal, TypeVar
 
@@ -30,6 +30,8 @@ from tests.support.s3_objects import (
     object_keys,
     temporary_bucket,
 )
+
+UTC = timezone.utc
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from durable_sinks.core import content
 from durable_sinks.core.content import ALGORITHM, ContentSummary, ContentTally, summarise
 
-UTC = datetime.UTC
+UTC = datetime.timezone.utc
 
 
 def events(n: int = 500, seed: int = 1) -> pa.Table:

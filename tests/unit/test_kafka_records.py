@@ -32,7 +32,9 @@ BATCH = pa.record_batch(
         "k": pa.array(["a", None, "ccc"]),
         "v": pa.array([b"x", None, b"yz"], pa.binary()),
         "h": pa.array(["one", "two", None]),
-        "at": pa.array([dt.datetime(2026, 1, 1, tzinfo=dt.UTC), None, None], pa.timestamp("us")),
+        "at": pa.array(
+            [dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc), None, None], pa.timestamp("us")
+        ),
         "p": pa.array([0, None, 1], pa.int8()),
         "n": pa.array([1, 2, 3], pa.int64()),
     }
@@ -174,7 +176,7 @@ def test_json_values_are_iso_timestamps_and_valid_json() -> None:
     batch = pa.record_batch(
         {
             "utc": pa.array(
-                [dt.datetime(2026, 1, 1, 12, 30, 5, 7, tzinfo=dt.UTC), None],
+                [dt.datetime(2026, 1, 1, 12, 30, 5, 7, tzinfo=dt.timezone.utc), None],
                 pa.timestamp("us", tz="UTC"),
             ),
             "day": pa.array([dt.date(2026, 2, 3), None], pa.date32()),
@@ -233,7 +235,7 @@ _COLUMNS = {
     "big": (st.text(_UTF8, max_size=5), pa.large_string()),
     "raw": (st.binary(max_size=5), pa.binary()),
     "utc": (
-        st.datetimes(timezones=st.just(dt.UTC), min_value=dt.datetime(1, 1, 2)),
+        st.datetimes(timezones=st.just(dt.timezone.utc), min_value=dt.datetime(1, 1, 2)),
         pa.timestamp("us", tz="UTC"),
     ),
     "local": (

@@ -27,10 +27,15 @@ from __future__ import annotations
 import json
 import os
 import re
-import tomllib
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # the same parser, as a package
+    import tomli as tomllib
 
 from durable_sinks.core.errors import ConfigError
 from durable_sinks.spark._options import JobOptions

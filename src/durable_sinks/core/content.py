@@ -321,7 +321,9 @@ def _weights(size: int) -> U64:
     weights = np.arange(size, dtype=np.uint64)
     weights *= np.uint64(_GOLDEN)
     weights += np.uint64(_LENGTH)
-    return _mix(weights) | np.uint64(1)
+    mixed = _mix(weights)
+    mixed |= np.uint64(1)
+    return mixed
 
 
 def _binary_words(column: pa.Array) -> U64:

@@ -18,7 +18,6 @@ A handle is all another process needs to finish or undo phase 1: `commit_epoch` 
 
 from __future__ import annotations
 
-import enum
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from .errors import ManifestCorruptError
 from .naming import ParticipantName
+from .text_enum import TextEnum
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 JSON = None | bool | int | float | str | list["JSON"] | dict[str, "JSON"]
 
 
-class DeliveryGuarantee(enum.StrEnum):
+class DeliveryGuarantee(TextEnum):
     AT_LEAST_ONCE = "at-least-once"
     EXACTLY_ONCE = "exactly-once"
 
@@ -173,7 +173,7 @@ class CommitHandle:
         return json.dumps(self.to_json(), sort_keys=True, separators=(",", ":"))
 
 
-class CommitOutcome(enum.StrEnum):
+class CommitOutcome(TextEnum):
     """What `commit_epoch` did: both mean the participant's data is now visible."""
 
     COMMITTED = "committed"
