@@ -9,7 +9,7 @@ PY     := $(VENV)/bin/python
 # install is a tree of links to each file (editable_mode=strict, which mypy, pytest and
 # import-linter follow), so a new module is importable only once it is reinstalled.
 SOURCES := $(shell find src sinks coordinator manifest -name '*.py' 2>/dev/null | sort)
-STAMP  := $(VENV)/.installed-$(shell (cat pyproject.toml; echo $(SOURCES)) | sha256sum | cut -c1-16)
+STAMP  := $(VENV)/.installed-$(shell (cat pyproject.toml tests/constraints.txt; echo $(SOURCES)) | sha256sum | cut -c1-16)
 
 .PHONY: test test-unit test-fresh test-crash test-faults soak demo check lint typecheck pytest install \
         services-up services-down services-status services-reset bench
@@ -99,11 +99,12 @@ pytest: install
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml tests/constraints.txt
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "durable-sinks needs Python 3.10 or newer: set PYTHON=python3.10 (or newer)")'
 	rm -f $(VENV)/.installed-*
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet -e '.[dev]' --config-settings editable_mode=strict
+	$(PY) -m pip install --quiet -e '.[dev]' --config-settings editable_mode=strict \
+		-c tests/constraints.txt
 	touch $@
 
 services-up: install

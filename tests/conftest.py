@@ -102,14 +102,14 @@ def spark(testbed: Testbed) -> Iterator[SparkSession]:
     up(["spark"], testbed)
     # Delta's reader (tests/spark/test_delta.py) needs its extension and catalog, which are
     # static settings: the shared session has them (other tables are left to Spark's own
-    # catalog by DeltaCatalog).
+    # catalog by DeltaCatalog). The compatibility lanes' pyspark has no Delta jars.
+    delta = {
+        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        "spark.databricks.delta.snapshotPartitions": "2",
+    }
     session = testbed.spark.session(
-        "durable-sinks-tests",
-        **{
-            "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
-            "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
-            "spark.databricks.delta.snapshotPartitions": "2",
-        },
+        "durable-sinks-tests", **(delta if testbed.spark.has_delta() else {})
     )
     yield session
     session.stop()

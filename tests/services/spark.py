@@ -1,8 +1,11 @@
 """Spark from the pyspark wheel, `local[2]` on Java 17, plus the jars baselines need.
 
 Spark is not a daemon here: each process that needs it starts its own driver JVM through
-`session()`. `up` makes sure Java is there and that the extra jars (Postgres JDBC driver,
-Spark's Kafka connector) are fetched from Maven Central and cached.
+`session()`. `up` makes sure Java is there and that the extra jars are fetched from Maven
+Central and cached: for the main lane's pyspark (tests/constraints.txt) the Postgres JDBC
+driver, Spark's Kafka connector and Delta's reader (maven/spark-extras.xml); for the
+compatibility lanes' (tests/services/compat.py) what that version's wheel lacks to run a
+Spark Connect server (maven/spark-compat-<line>.xml).
 """
 
 from __future__ import annotations
@@ -23,7 +26,9 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 NAME = "spark"
-POM = "spark-extras.xml"
+#: The pom of the extra jars, by the pyspark line (major.minor) installed; a line without one
+#: gets no extra jars (its wheel has what the tests it runs need).
+POMS = {"4.2": "spark-extras.xml", "3.5": "spark-compat-3.5.xml"}
 _VERSIONED_JAR = re.compile(r"^(?P<artifact>.+?)-\d[\w.\-]*\.jar$")
 
 # Small, predictable, and kind to a 2-core, shared machine.
@@ -72,6 +77,13 @@ def pyspark_jars_dir() -> Path:
     return Path(pyspark.__file__).parent / "jars"
 
 
+def pyspark_line() -> str:
+    """The installed pyspark's major.minor, e.g. "4.2"."""
+    import pyspark
+
+    return ".".join(pyspark.__version__.split(".")[:2])
+
+
 class Spark:
     name = NAME
 
@@ -88,9 +100,16 @@ class Spark:
         Artifacts the wheel already ships (Hadoop, Scala, slf4j, ...) are left out so the
         driver never sees two versions of one library.
         """
-        lib = classpath(NAME, POM, self.layout.cache)
+        pom = POMS.get(pyspark_line())
+        if pom is None:
+            return []
+        lib = classpath(NAME, pom, self.layout.cache)
         shipped = {_artifact(jar) for jar in pyspark_jars_dir().glob("*.jar")}
         return sorted(j for j in lib.glob("*.jar") if _artifact(j) not in shipped)
+
+    def has_delta(self) -> bool:
+        """Whether Delta's Spark reader is among the extra jars (the main lane's pyspark)."""
+        return any(_artifact(jar).startswith("delta-spark") for jar in self.extra_jars())
 
     def down(self) -> None:
         """Nothing runs between sessions: each test process owns its driver."""

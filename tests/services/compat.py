@@ -1,0 +1,206 @@
+"""The compatibility lanes: virtualenvs with the oldest and the newest supported pyspark, each on
+its own Python, in which `make test-compat` (tests/compat_lanes.py) runs the Spark tests.
+
+    oldest: Python 3.10, pyspark 3.5.0 (no Python Data Source API; Connect's server jar from
+            Maven Central, maven/spark-compat-3.5.xml)
+    newest: Python 3.13, pyspark 4.3.0
+
+`up` builds each lane's virtualenv once (a set-up step, tests/services/_steps.py) under
+`<cache>/compat/<lane>-<digest>`, the digest covering the lane, this module's install list and
+pyproject.toml (a change of dependencies builds a new one; older ones are deleted): the
+interpreter from pyenv (or PATH), pip upgraded, then the checkout with its dev extras and the
+lane's pins. The package in it is replaced by the checkout's wheel at every lane run, without
+its dependencies (`install_wheel`), so the lanes test the code as it is, installed as users
+install it. Nothing runs between runs: `down` has nothing to stop.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pwd
+import shutil
+import subprocess
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from ._layout import REPO_ROOT, Layout
+from ._process import ServiceError
+from ._service import Status, remove_tree
+from ._steps import ensure_folder, is_complete
+
+NAME = "compat"
+#: pip's own timeout per request, and the whole install's (pyspark's sdist is ~300-450 MB).
+INSTALL_TIMEOUT = 1800.0
+
+
+@dataclass(frozen=True)
+class Lane:
+    """One compatibility lane: an interpreter version and the pyspark installed with it."""
+
+    name: str
+    python: str
+    pyspark: str
+    #: Pins besides pyspark's, each with its reason in LANES.
+    pins: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        return f"Python {self.python}, pyspark {self.pyspark}"
+
+
+LANES = (
+    Lane("oldest", "3.10", "3.5.0"),
+    Lane("newest", "3.13", "4.3.0"),
+)
+#: What a lane installs from the checkout (the tests import what the dev extras bring).
+EXTRAS = "dev"
+
+
+def lane(name: str) -> Lane:
+    for candidate in LANES:
+        if candidate.name == name:
+            return candidate
+    raise ValueError(f"no compatibility lane {name!r}; lanes: {[x.name for x in LANES]}")
+
+
+def find_python(version: str) -> Path:
+    """The interpreter of Python `version` ("3.10"): on PATH as `python3.10`, else in pyenv's
+    versions (PYENV_ROOT, else the account's own ~/.pyenv, whatever HOME says)."""
+    command = f"python{version}"
+    found = shutil.which(command)
+    if found:
+        return Path(found)
+    roots = [Path(os.environ["PYENV_ROOT"])] if os.environ.get("PYENV_ROOT") else []
+    roots.append(Path(pwd.getpwuid(os.getuid()).pw_dir) / ".pyenv")
+    for root in roots:
+        for candidate in sorted((root / "versions").glob(f"{version}.*/bin/{command}")):
+            if candidate.is_file():
+                return candidate
+    raise ServiceError(
+        NAME,
+        f"no Python {version} interpreter: not on PATH as {command}, not in pyenv's versions "
+        f"under {', '.join(str(r) for r in roots)}",
+        fix=f"install it (`pyenv install {version}`, or the distribution's python{version} "
+        "package with its venv module)",
+    )
+
+
+class CompatLanes:
+    """The lanes' virtualenvs, as a service of the test bed (`python -m tests.services up
+    compat`)."""
+
+    name = NAME
+
+    def __init__(self, layout: Layout) -> None:
+        self.layout = layout
+        self.root = layout.cache / "compat"
+
+    def folder(self, chosen: Lane) -> Path:
+        """Where `chosen`'s virtualenv lives (its digest names what it was built from)."""
+        digest = hashlib.sha256(
+            "\n".join(
+                [
+                    repr(chosen),
+                    EXTRAS,
+                    (REPO_ROOT / "pyproject.toml").read_text(),
+                    Path(__file__).read_text(),
+                ]
+            ).encode()
+        ).hexdigest()[:16]
+        return self.root / f"{chosen.name}-{digest}"
+
+    def python(self, chosen: Lane) -> Path:
+        """The lane's interpreter (its virtualenv's `bin/python`), built if need be."""
+        return self.ensure(chosen) / "bin" / "python"
+
+    def ensure(self, chosen: Lane) -> Path:
+        target = self.folder(chosen)
+        ensure_folder(
+            NAME,
+            f"the {chosen.name} lane's virtualenv ({chosen.describe()})",
+            target,
+            lambda staging: self._build(chosen, staging),
+            wait_timeout=INSTALL_TIMEOUT,
+        )
+        for other in self.root.glob(f"{chosen.name}-*"):
+            if other != target and other.is_dir():
+                shutil.rmtree(other, ignore_errors=True)  # built from older dependencies
+        return target
+
+    def _build(self, chosen: Lane, staging: Path) -> None:
+        interpreter = find_python(chosen.python)
+        _run([str(interpreter), "-m", "venv", str(staging)], f"creating the {chosen.name} venv")
+        python = str(staging / "bin" / "python")
+        pip = [python, "-m", "pip", "--disable-pip-version-check", "--no-input"]
+        _run([*pip, "install", "--quiet", "--upgrade", "pip", "setuptools", "wheel"], "pip")
+        constraints = staging / "constraints.txt"
+        constraints.write_text("\n".join([f"pyspark=={chosen.pyspark}", *chosen.pins]) + "\n")
+        _run(
+            [
+                *pip,
+                "install",
+                "--quiet",
+                f"{REPO_ROOT}[{EXTRAS}]",
+                "-c",
+                str(constraints),
+            ],
+            f"installing durable-sinks[{EXTRAS}] with pyspark {chosen.pyspark}",
+        )
+
+    # -- the Service protocol ---------------------------------------------------------------
+
+    def up(self) -> None:
+        with ThreadPoolExecutor(len(LANES)) as pool:
+            for done in [pool.submit(self.ensure, chosen) for chosen in LANES]:
+                done.result()
+
+    def down(self) -> None:
+        """Nothing runs between lane runs."""
+
+    def reset(self) -> None:
+        remove_tree(self.root)
+
+    def status(self) -> Status:
+        ready = [c for c in LANES if is_complete(self.folder(c))]
+        detail = "; ".join(
+            f"{c.name}: {c.describe()} ({'ready' if c in ready else 'not built'})" for c in LANES
+        )
+        return Status(NAME, len(ready) == len(LANES), None, detail, ())
+
+
+def install_wheel(python: Path, wheel: Path) -> None:
+    """Replace the durable-sinks in `python`'s environment by `wheel`, dependencies untouched
+    (offline)."""
+    _run(
+        [
+            str(python),
+            "-m",
+            "pip",
+            "--disable-pip-version-check",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-index",
+            "--force-reinstall",
+            str(wheel),
+        ],
+        f"installing {wheel.name} into {python.parent.parent.name}",
+    )
+
+
+def _run(argv: Sequence[str], what: str) -> None:
+    try:
+        done = subprocess.run(
+            list(argv), capture_output=True, text=True, timeout=INSTALL_TIMEOUT, check=False
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise ServiceError(NAME, f"{what}: no end after {exc.timeout:.0f} s") from exc
+    if done.returncode != 0:
+        tail = (done.stdout + done.stderr).strip().splitlines()[-25:]
+        raise ServiceError(
+            NAME,
+            f"{what} failed (exit {done.returncode}):\n" + "\n".join(tail),
+            fix="pip must reach the package index; the output above names what failed",
+        )
