@@ -63,8 +63,8 @@ def needs_extra(extra: str, what: str, *, job: str | None = None) -> Iterator[No
             f"{what} needs the {module} module ({EXTRAS[extra][module]}), which is not "
             f"installed in this Python ({exc})",
             job=job,
-            fix=f"{install_command(extra)} (or 'durable-sinks[all]'), wherever the job's "
-            "sinks are built: the driver, and Spark's Python workers in executor mode",
+            fix=f"{install_command(extra)} (or 'durable-sinks[all]') where the job runs: "
+            "the driver, and in executor mode Spark's Python workers",
         ) from exc
 
 
