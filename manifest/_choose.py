@@ -21,6 +21,7 @@ from typing import Any, NoReturn
 from urllib.parse import unquote, urlsplit
 
 from durable_sinks.core.errors import ConfigError
+from durable_sinks.core.extras import require_extra
 
 from ._file_store import LocalDirectoryStore
 from ._store import DecisionStore
@@ -72,14 +73,17 @@ def store_from(
     if uri is not None:
         scheme = uri.group(1)
         if scheme.lower() in ("postgresql", "postgres"):
+            require_extra("postgres", _POSTGRES_STORE, job=job)
             _check_dsn(text, job)
             return _postgres(target)
         if scheme.lower() == "file":
             return _directory(_file_uri_path(text, job), job)
         if scheme.lower() in ("s3", "s3a"):
+            require_extra("s3", _S3_STORE, job=job)
             return _s3(text, job)
         return _unknown_scheme(text, scheme, job)
     if is_postgres_dsn(text) or _KEYWORD_STRING.match(text):
+        require_extra("postgres", _POSTGRES_STORE, job=job)
         _check_dsn(text, job)
         return _postgres(target)
     return _directory(text, job)
@@ -89,6 +93,12 @@ def _postgres(dsn: str) -> DecisionStore:
     from .postgres import PostgresDecisionStore
 
     return PostgresDecisionStore(dsn)
+
+
+#: What the stores are called when their client is missing (require_extra: a ConfigError
+#: naming the extra to install, before anything is created).
+_POSTGRES_STORE = "a Postgres decision store"
+_S3_STORE = "an S3 decision store"
 
 
 def _s3(uri: str, job: str | None) -> DecisionStore:
@@ -194,6 +204,7 @@ def default_store_for(kind: str, config: Mapping[str, Any]) -> DecisionStore | N
         return _s3_beside(config)
     if kind != "postgres" or not isinstance(config.get("dsn"), str):
         return None
+    require_extra("postgres", _POSTGRES_STORE)
     from .postgres import PostgresDecisionStore
 
     table = str(config.get("table", ""))
@@ -229,11 +240,12 @@ def _s3_beside(config: Mapping[str, Any]) -> DecisionStore | None:
     (its settings, else boto3's chain). None without a path."""
     from durable_sinks.core.s3 import S3Connection, S3Location
 
-    from .s3 import S3DecisionStore
-
     path = config.get("path")
     if not isinstance(path, str):
         return None
+    require_extra("s3", _S3_STORE)
+    from .s3 import S3DecisionStore
+
     name = str(config.get("name", "s3"))
     location = S3Location.parse(path, what=f"s3 sink {name!r}: path").child("_decisions")
     settings = {k: config[k] for k in _S3_CONNECTION_KEYS if config.get(k) is not None}

@@ -10,9 +10,11 @@ import os
 from collections.abc import Callable, Mapping
 from importlib import import_module
 from importlib.metadata import entry_points
+from types import ModuleType
 from typing import Any
 
 from durable_sinks.core.errors import ConfigError
+from durable_sinks.core.extras import needs_extra, require_extra
 from durable_sinks.core.protocol import SinkConnector
 from durable_sinks.core.settings import check_settings, closest, option_names
 
@@ -46,6 +48,7 @@ def create(kind: str, config: Mapping[str, Any]) -> SinkConnector:
             else f"use a known kind, or install the package that registers {kind!r} under "
             f"the entry-point group {ENTRY_POINT_GROUP!r}",
         )
+    _load(kind)
     return factory(config)
 
 
@@ -58,10 +61,10 @@ def _load_entry_points() -> None:
 def config_class_of(kind: str) -> type[Any] | None:
     """The configuration dataclass of a built-in kind (None for a plugin's: only its factory
     knows its options). Imports that kind's package only."""
-    if kind not in _CONFIG_CLASSES:
+    if kind not in _BUILT_IN:
         return None
-    module, name = _CONFIG_CLASSES[kind]
-    config_class: type[Any] = getattr(import_module(module, __package__), name)
+    _, name, _ = _BUILT_IN[kind]
+    config_class: type[Any] = getattr(_load(kind), name)
     return config_class
 
 
@@ -71,14 +74,31 @@ def options_of(kind: str) -> list[str] | None:
     return option_names(config_class) if config_class is not None else None
 
 
-#: Each built-in kind's configuration class (module relative to this package, class name).
-_CONFIG_CLASSES = {
-    "delta": (".delta", "DeltaSinkConfig"),
-    "files": (".files", "FileSinkConfig"),
-    "kafka": (".kafka", "KafkaSinkConfig"),
-    "postgres": (".postgres", "PostgresSinkConfig"),
-    "s3": (".s3", "S3SinkConfig"),
+#: Each built-in kind's package (relative to this package), configuration class and the extra
+#: that installs its client (core/extras.py; None: it needs none).
+_BUILT_IN: dict[str, tuple[str, str, str | None]] = {
+    "delta": (".delta", "DeltaSinkConfig", "delta"),
+    "files": (".files", "FileSinkConfig", None),
+    "kafka": (".kafka", "KafkaSinkConfig", "kafka"),
+    "postgres": (".postgres", "PostgresSinkConfig", "postgres"),
+    "s3": (".s3", "S3SinkConfig", "s3"),
 }
+
+
+def _load(kind: str) -> ModuleType | None:
+    """A built-in kind's package, imported with its client (None for a plugin's kind): the
+    one place a sink's package is first imported, so a missing client is a ConfigError naming
+    the extra to install (`pip install 'durable-sinks[kafka]'`), whether the sink is asked
+    for by `create`, `sink(...)`, `durable_sink(...)` or the command line."""
+    if kind not in _BUILT_IN:
+        return None
+    module, _, extra = _BUILT_IN[kind]
+    if extra is None:
+        return import_module(module, __package__)
+    what = f"the {kind} sink"
+    require_extra(extra, what)
+    with needs_extra(extra, what):
+        return import_module(module, __package__)
 
 
 def _checked(kind: str, config_class: type[Any], options: Mapping[str, Any]) -> None:
@@ -126,13 +146,6 @@ def _kafka(config: Mapping[str, Any]) -> SinkConnector:
 
 
 def _delta(config: Mapping[str, Any]) -> SinkConnector:
-    try:
-        import deltalake  # noqa: F401 - the optional dependency, checked before anything
-    except ImportError as exc:
-        raise ConfigError(
-            f"the delta sink needs the deltalake package ({exc})",
-            fix="pip install 'durable-sinks[delta]' (on the driver and the executors)",
-        ) from exc
     from .delta import DeltaSink, DeltaSinkConfig
 
     options = dict(config)

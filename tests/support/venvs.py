@@ -1,11 +1,13 @@
-"""Throwaway virtualenvs that see this one's dependencies but not durable-sinks itself."""
+"""Throwaway virtualenvs: ones that see this one's dependencies but not durable-sinks itself,
+and copies of this one with some distributions left out."""
 
 from __future__ import annotations
 
 import site
 import subprocess
 import sys
-from collections.abc import Sequence
+import sysconfig
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 
@@ -28,6 +30,26 @@ def venv_with_our_dependencies(folder: Path, *, wheels: Sequence[Path] = ()) -> 
     ours = next(Path(p) for p in site.getsitepackages() if Path(p).name == "site-packages")
     (Path(purelib(python)) / "deps.pth").write_text(f"{ours}\n")
     return python
+
+
+def venv_without(folder: Path, leave_out: Callable[[str], bool]) -> tuple[Path, list[str]]:
+    """A new virtualenv at `folder` (no pip, no network) whose site-packages links to every
+    entry of this one's except those `leave_out(name)` is true for: the packages, .dist-info
+    and .libs folders of a distribution, say. The .pth files come along, among them the
+    editable install of durable-sinks (a finder pointing at the link tree under build/), so
+    the new venv imports this checkout's durable_sinks. Returns its Python and the names left
+    out."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder)], check=True)
+    python = folder / "bin" / "python"
+    ours = Path(sysconfig.get_paths()["purelib"])
+    theirs = Path(purelib(python))
+    left_out = []
+    for entry in sorted(ours.iterdir()):
+        if leave_out(entry.name):
+            left_out.append(entry.name)
+        elif not (theirs / entry.name).exists():
+            (theirs / entry.name).symlink_to(entry)
+    return python, left_out
 
 
 def purelib(python: Path) -> str:

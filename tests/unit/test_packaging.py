@@ -1,5 +1,6 @@
 """What `pip install` gives a user: one import namespace, `durable_sinks`, whose public entry
-loads no Spark and no database or Kafka client, and every module of the repository in it."""
+loads no Spark and no database or Kafka client, and every module of the repository in it; a
+base install that requires no sink's client, each of which comes with its extra."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
 
+from durable_sinks.core.extras import EXTRAS
 from tests.support.checkout import checkout_files
 from tests.support.venvs import purelib, venv_with_our_dependencies
 
@@ -25,6 +28,14 @@ FOLDERS = {
 }
 #: Modules whose loading `from durable_sinks import durable_sink, sink` must not cause.
 HEAVY = ("pyspark", "py4j", "psycopg", "confluent_kafka", "pgpq", "boto3", "orjson", "hypothesis")
+#: Each sink's extra and the distributions it must install (core/extras.py names their modules).
+SINK_EXTRAS = {
+    "postgres": {"psycopg", "pgpq"},
+    "kafka": {"confluent-kafka", "orjson"},
+    "s3": {"boto3"},
+    "delta": {"deltalake"},
+}
+CLIENTS = set().union(*SINK_EXTRAS.values()) | {"botocore", "psycopg-binary"}
 
 
 def _source_files() -> list[Path]:
@@ -121,3 +132,67 @@ def test_the_conformance_suite_without_hypothesis_names_the_extra() -> None:
     )
     done = subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True, text=True)
     assert "pip install 'durable-sinks[testing]'" in done.stdout, done.stdout + done.stderr
+
+
+def _requirements(wheel: Path) -> list[Requirement]:
+    """The wheel's Requires-Dist lines: what pip installs for it."""
+    with zipfile.ZipFile(wheel) as archive:
+        name = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
+        lines = archive.read(name).decode().splitlines()
+    prefix = "Requires-Dist:"
+    return [Requirement(line[len(prefix) :]) for line in lines if line.startswith(prefix)]
+
+
+def _installed_by(requirements: list[Requirement], extra: str | None) -> set[str]:
+    """The distributions `pip install durable-sinks[extra]` (None: the base) asks for, the
+    package's own extras followed."""
+    wanted: list[str | None] = [extra]
+    seen: set[str | None] = set()
+    names: set[str] = set()
+    while wanted:
+        current = wanted.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        for req in requirements:
+            env = {"extra": current or ""}
+            if req.marker is not None and not req.marker.evaluate(env):
+                continue
+            if req.marker is None and current is not None:
+                continue  # the base, already counted
+            if req.name == "durable-sinks":
+                wanted.extend(req.extras)
+            else:
+                names.add(req.name.lower())
+    return names
+
+
+@pytest.mark.slow
+def test_the_base_install_requires_no_sink_client_and_each_extra_brings_one(wheel: Path) -> None:
+    requirements = _requirements(wheel)
+    base = _installed_by(requirements, None)
+    assert {"pyspark", "pyarrow", "pandas", "numpy"} <= base
+    assert not base & CLIENTS, sorted(base & CLIENTS)
+    # The extras the sinks and stores name in their errors are the ones declared here.
+    assert set(EXTRAS) == set(SINK_EXTRAS)
+    for extra, clients in SINK_EXTRAS.items():
+        installed = _installed_by(requirements, extra)
+        assert installed == clients, (extra, sorted(installed))  # and no other sink's
+    everything = set().union(*SINK_EXTRAS.values())
+    assert _installed_by(requirements, "all") == everything
+    # The development install keeps every client, as the test bed needs.
+    assert everything <= _installed_by(requirements, "dev")
+
+
+def test_extras_name_the_modules_each_client_installs() -> None:
+    """core/extras.py's modules are importable here (dev has every extra) and belong to the
+    distributions of their extra."""
+    from importlib.metadata import packages_distributions
+
+    owners = packages_distributions()
+    for extra, modules in EXTRAS.items():
+        for module in modules:
+            distributions = {d.lower() for d in owners.get(module, [])}
+            assert distributions, f"{module} ({extra}) is not installed"
+            expected = SINK_EXTRAS[extra] | ({"botocore"} if extra == "s3" else set())
+            assert distributions & expected, (module, extra, distributions)

@@ -17,6 +17,7 @@ from typing import Any
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from durable_sinks.core.errors import DurableSinkError
@@ -83,7 +84,8 @@ def _operator(params: dict[str, Any]) -> Iterator[Operator]:
 
 
 def _fail(exc: DurableSinkError, code: int = 2) -> None:
-    err.print(f"[bold red]error:[/] {type(exc).__name__}: {exc}", markup=True)
+    # The message is text, not markup: "[job=orders]" and "durable-sinks[kafka]" must show.
+    err.print(f"[bold red]error:[/] {type(exc).__name__}: {escape(str(exc))}", markup=True)
     raise SystemExit(code)
 
 

@@ -3,7 +3,9 @@ failed connection means (the server is unreachable for now, retriable; or it ans
 refused the DSN, a configuration to fix), whether an error means the session was lost, the
 server a DSN names (for messages, without credentials) and the sessions' application_name.
 It loads no database client at import (psycopg is imported inside the functions that parse a
-DSN or look at a psycopg error, which only the sink and the store call)."""
+DSN or look at a psycopg error, which only the sink and the store call); without psycopg
+installed, the message helpers (`connection_failure`, `server_of`) show no part of the DSN and
+`connection_lost` is False."""
 
 from __future__ import annotations
 
@@ -113,8 +115,10 @@ def connection_lost(exc: BaseException) -> bool:
     the network dropped it), as opposed to a statement the server refused on a live session.
     Errors the client raises itself carry no SQLSTATE ("server closed the connection
     unexpectedly", "consuming input failed", "the connection is closed")."""
-    import psycopg
-
+    try:
+        import psycopg
+    except ImportError:
+        return False  # no psycopg error can have been raised without psycopg
     if not isinstance(exc, psycopg.Error):
         return False
     state = exc.sqlstate
@@ -128,9 +132,11 @@ def server_of(dsn: str) -> str:
     are what libpq would use (PGHOST, PGPORT, PGDATABASE, else localhost, 5432, the user)."""
     import os
 
-    from psycopg import ProgrammingError
-    from psycopg.conninfo import conninfo_to_dict
-
+    try:
+        from psycopg import ProgrammingError
+        from psycopg.conninfo import conninfo_to_dict
+    except ImportError:
+        return "<a Postgres server: psycopg is not installed to read its DSN>"
     try:
         params = {k: str(v) for k, v in conninfo_to_dict(dsn).items() if v not in (None, "")}
     except ProgrammingError:

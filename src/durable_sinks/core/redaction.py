@@ -3,7 +3,8 @@
 `redact(dsn)` gives a libpq connection string or URI without its passwords; `redact(settings)`
 gives a client's settings (librdkafka, boto3) with every secret-looking value replaced by
 `***`. Neither ever raises on odd input: a DSN it cannot parse is shown as
-`<unparseable DSN>`, never as itself.
+`<unparseable DSN>`, never as itself, and without psycopg (which parses DSNs; the `postgres`
+extra) no DSN is shown at all.
 """
 
 from __future__ import annotations
@@ -42,11 +43,19 @@ def redact(value: str | Mapping[str, V]) -> str | dict[str, V | str]:
     return {k: (MASK if is_secret(k) else v) for k, v in value.items()}
 
 
+#: A DSN shown where psycopg, which reads it, is not installed (the `postgres` extra).
+UNREAD_DSN = "<a DSN, hidden: psycopg is not installed to read it>"
+
+
 def _redact_dsn(dsn: str) -> str:
     # psycopg parses both forms exactly as libpq does (a hand-written parser could miss a
-    # password); imported here so that the foundation loads no database driver.
-    from psycopg import ProgrammingError
-    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+    # password); imported here so that the foundation loads no database driver. Without it
+    # (an install without the `postgres` extra) nothing of the DSN is shown.
+    try:
+        from psycopg import ProgrammingError
+        from psycopg.conninfo import conninfo_to_dict, make_conninfo
+    except ImportError:
+        return UNREAD_DSN
 
     try:
         params = conninfo_to_dict(dsn)
