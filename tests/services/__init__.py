@@ -2,7 +2,9 @@
 implementation), Spark and a Spark Connect server on 127.0.0.1, started by the project itself,
 plus the faults bed: a second Postgres and Kafka that fault tests may restart and kill, behind
 Toxiproxy, a second Spark Connect server that crash tests may kill, and a Spark standalone
-cluster (a master and two workers) whose executors and workers tests may kill.
+cluster (a master and two workers) whose executors and workers tests may kill; and `compat`,
+the compatibility lanes' virtualenvs (the oldest and newest supported pyspark and Python,
+tests/services/compat.py), which `make test-compat` runs the Spark tests in.
 
     python -m tests.services up [NAME ...]     start (idempotent), wait until each answers
     python -m tests.services status            what runs, where, pids, logs
@@ -30,6 +32,7 @@ from ._layout import Layout
 from ._process import ServiceError, file_lock
 from ._service import Service, Status
 from ._steps import SetupStepError, describe
+from .compat import CompatLanes
 from .connect import FAULTS_NAME as CONNECT_FAULTS_NAME
 from .connect import SparkConnect
 from .endpoints import KafkaEndpoint, PostgresEndpoint, S3Endpoint
@@ -46,6 +49,7 @@ __all__ = [
     "DEFAULT_UP",
     "NAMES",
     "S3",
+    "CompatLanes",
     "Kafka",
     "KafkaEndpoint",
     "KafkaTransaction",
@@ -79,6 +83,7 @@ NAMES = (
     "toxiproxy",
     "faults-connect",
     "spark-cluster",
+    "compat",
 )
 #: Names that stand for several servers.
 GROUPS = {"faults": ("faults-postgres", "faults-kafka", "toxiproxy")}
@@ -118,6 +123,7 @@ class Testbed:
     toxiproxy: Toxiproxy
     faults_connect: SparkConnect
     spark_cluster: SparkCluster
+    compat: CompatLanes
 
     @classmethod
     def create(cls, layout: Layout | None = None) -> Testbed:
@@ -136,6 +142,7 @@ class Testbed:
             Toxiproxy(layout),
             SparkConnect(layout, name=CONNECT_FAULTS_NAME, port=layout.connect.killable),
             SparkCluster(layout),
+            CompatLanes(layout),
         )
 
     def select(

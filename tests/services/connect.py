@@ -99,6 +99,8 @@ class SparkConnect(Daemon):
         self.port = layout.connect.port if port is None else port
         self.home = layout.connect_dir(name)
         self.log = self.home / "connect.log"
+        #: Spark's event log folder: a file per start of the server (its application id).
+        self.events = self.home / "events"
         self.pid_file = self.home / "connect.pid"
         #: What the running server was started with (interpreter, port, conf).
         self.state_file = self.home / "server.json"
@@ -107,6 +109,12 @@ class SparkConnect(Daemon):
             **DEFAULT_CONF,
             "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{self.log_config}",
             "spark.sql.warehouse.dir": str(self.home / "warehouse"),
+            # Spark's event log (one JSON line per job, stage and cache event, in `events/`):
+            # tests read from it what the server did, e.g. that nothing was cached.
+            "spark.eventLog.enabled": "true",
+            "spark.eventLog.dir": f"file:{self.events}",
+            "spark.eventLog.compress": "false",
+            "spark.eventLog.rolling.enabled": "false",
             **(conf or {}),
             # Where it listens is the layout's business, never a test's.
             "spark.connect.grpc.binding.address": "127.0.0.1",
@@ -220,6 +228,7 @@ class SparkConnect(Daemon):
         )
         env.update(self.env)
         (self.home / "tmp").mkdir(parents=True, exist_ok=True)
+        self.events.mkdir(parents=True, exist_ok=True)
         level = os.environ.get("DS_CONNECT_LOG_LEVEL") or "warn"
         self.log_config.write_text(spark_log4j2(level, _OWN_LOGGER))
         pid = start_daemon(argv, log=self.log, pid_file=self.pid_file, env=env, cwd=self.home)

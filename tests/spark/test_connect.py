@@ -275,3 +275,68 @@ def test_the_connect_server_killed_mid_batch_then_restarted_lands_every_record_o
     decided = decisions(dsn, pg_schema, job_id)
     assert sorted(decided) == [0, 1, 2, 3]
     assert sum(d.rows()["postgres"] for d in decided.values()) == 80
+
+
+def _event_sizes(server: Any) -> dict[Path, int]:
+    return {path: path.stat().st_size for path in server.events.rglob("*") if path.is_file()}
+
+
+def _events_since(server: Any, sizes: dict[Path, int]) -> list[dict[str, Any]]:
+    """The server's Spark events logged after `sizes` (_event_sizes) was taken."""
+    events: list[dict[str, Any]] = []
+    for path in sorted(p for p in server.events.rglob("*") if p.is_file()):
+        with path.open("rb") as log:
+            log.seek(sizes.get(path, 0))
+            events.extend(json.loads(line) for line in log.read().splitlines() if line.strip())
+    return events
+
+
+def cache_events(events: list[dict[str, Any]]) -> list[str]:
+    """Every sign of cached data among Spark's events: an RDD whose storage level keeps it in
+    memory or on disk when its stage ran, and each unpersist."""
+    found = []
+    for event in events:
+        kind = event.get("Event", "")
+        if kind == "SparkListenerUnpersistRDD":
+            found.append(f"unpersist RDD {event.get('RDD ID')}")
+        for rdd in event.get("Stage Info", {}).get("RDD Info", []):
+            level = rdd.get("Storage Level", {})
+            if level.get("Use Memory") or level.get("Use Disk"):
+                found.append(f"{kind}: RDD {rdd.get('RDD ID')} {rdd.get('Name')!r} {level}")
+    return found
+
+
+@pytest.mark.parametrize(("driver_read", "caches"), [(None, False), ("chunked", True)])
+def test_driver_mode_under_connect_caches_nothing_unless_asked(
+    killable_connect: Any,
+    postgres: PostgresEndpoint,
+    kafka: KafkaEndpoint,
+    kafka_topic: str,
+    pg_schema: str,
+    job_id: str,
+    tmp_path: Path,
+    driver_read: str | None,
+    caches: bool,
+) -> None:
+    """Serverless Spark refuses cache(): by default no batch is persisted under Connect (read
+    partition by partition), and every batch lands once. Asked for `driver_read="chunked"`,
+    the batches are persisted: the server's event log shows it (the check can fail)."""
+    dsn, table = postgres.conninfo(), f"{pg_schema}.events"
+    write_inputs(tmp_path / "in", files=3, rows_per_file=40)
+    job = {} if driver_read is None else {"driver_read": driver_read}
+    sinks = [postgres_sink(dsn, table), second_sink("driver", kafka, kafka_topic, tmp_path)]
+    plan = _plan(killable_connect.url, tmp_path, job_id, sinks, **job)
+    plan["repartition"] = 3
+    before = _event_sizes(killable_connect)
+    report = run_client(plan, tmp_path, "run")
+    assert report["error"] is None, report["error"]
+    assert postgres_ids(dsn, table) == list(range(120))
+    assert kafka_ids(kafka, kafka_topic) == list(range(120))
+    assert prepared_transactions(dsn, job_id) == []
+    events = _events_since(killable_connect, before)
+    assert any(e.get("Event") == "SparkListenerStageCompleted" for e in events), (
+        f"the server at {killable_connect.url} logged no stage: is its event log on "
+        f"({killable_connect.events})?"
+    )
+    found = cache_events(events)
+    assert bool(found) == caches, found

@@ -9,6 +9,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
+from durable_sinks.core.errors import ConfigError
 from durable_sinks.spark import register_data_source
 from tests.services import KafkaEndpoint, PostgresEndpoint
 
@@ -24,6 +25,26 @@ def run(stream: Any, checkpoint: Path, **options: str) -> None:
     error = query.exception()
     if error is not None:
         raise error
+
+
+def _has_data_source_api() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("pyspark.sql.datasource") is not None
+
+
+def test_format_durable_works_or_names_the_pyspark_it_needs(spark: Any) -> None:
+    """pyspark 4.x registers the data source; 3.5 (no Python Data Source API) refuses with
+    the version it needs and the foreachBatch way instead."""
+    import pyspark
+
+    if _has_data_source_api():
+        register_data_source(spark)
+        assert pyspark.__version__ >= "4"
+        return
+    with pytest.raises(ConfigError, match=r"pyspark 4\.0 or newer; this is pyspark 3\.5") as raised:
+        register_data_source(spark)
+    assert "foreachBatch(durable_sink(...))" in str(raised.value)
 
 
 def test_postgres_and_files_through_the_data_source_exactly_once_across_a_restart(

@@ -3,12 +3,46 @@ and copies of this one with some distributions left out."""
 
 from __future__ import annotations
 
+import shutil
 import site
 import subprocess
 import sys
 import sysconfig
 from collections.abc import Callable, Sequence
 from pathlib import Path
+
+
+def build_wheel(clone: Path, out: Path) -> Path:
+    """The wheel of this checkout as a fresh clone builds it: its files (tracked, and new ones
+    not ignored) copied into the empty folder `clone`, built offline (no build isolation)
+    into `out`. Returns the wheel."""
+    from tests.services._layout import REPO_ROOT
+    from tests.support.checkout import checkout_files
+
+    for name in checkout_files(REPO_ROOT):
+        source = REPO_ROOT / name
+        if source.is_file():
+            target = clone / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--wheel-dir",
+            str(out),
+            str(clone),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    (built,) = out.glob("durable_sinks-*.whl")
+    return built
 
 
 def venv_with_our_dependencies(folder: Path, *, wheels: Sequence[Path] = ()) -> Path:

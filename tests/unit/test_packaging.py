@@ -5,7 +5,6 @@ base install that requires no sink's client, each of which comes with its extra.
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 import zipfile
@@ -16,7 +15,7 @@ from packaging.requirements import Requirement
 
 from durable_sinks.core.extras import EXTRAS
 from tests.support.checkout import checkout_files
-from tests.support.venvs import purelib, venv_with_our_dependencies
+from tests.support.venvs import build_wheel, purelib, venv_with_our_dependencies
 
 REPO = Path(__file__).resolve().parents[2]
 #: Repository folder -> installed package (pyproject.toml's package-dir).
@@ -56,30 +55,7 @@ def _modules_in_repository() -> set[str]:
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The wheel built from a copy of the repository's files, as a fresh clone would build."""
-    clone = tmp_path_factory.mktemp("clone")
-    for path in _source_files():
-        target = clone / path.relative_to(REPO)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(path, target)
-    out = tmp_path_factory.mktemp("dist")
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "--quiet",
-            "--no-deps",
-            "--no-build-isolation",
-            "--wheel-dir",
-            str(out),
-            str(clone),
-        ],
-        check=True,
-        capture_output=True,
-    )
-    (built,) = out.glob("durable_sinks-*.whl")
-    return built
+    return build_wheel(tmp_path_factory.mktemp("clone"), tmp_path_factory.mktemp("dist"))
 
 
 @pytest.mark.slow
