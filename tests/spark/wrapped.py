@@ -10,12 +10,19 @@ from durable_sinks.core import OpenContext, SinkConnector
 
 class WrappedSink:
     """Delegates everything to `inner`; remembers the task's part name (`p<partition>-t<task
-    attempt id>`) from `open`."""
+    attempt id>`) from `open`.
+
+    The inner sink's public members are copied onto the wrapper, not only reached through
+    `__getattr__`: from Python 3.12 `isinstance` against a runtime-checkable protocol
+    (DistributedSink, PublishingSink) looks members up statically and would not see them."""
 
     def __init__(self, inner: SinkConnector, plan: dict[str, Any]) -> None:
         self._inner = inner
         self._plan = plan
         self._part = ""  # until open()
+        for name in dir(inner):
+            if not name.startswith("_") and not hasattr(type(self), name):
+                setattr(self, name, getattr(inner, name))
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import MutableMapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 LOGGER_NAME = "durable_sinks"
 
+if TYPE_CHECKING:
+    _Adapter = logging.LoggerAdapter[logging.Logger]
+else:  # LoggerAdapter is subscriptable at run time from Python 3.11 only
+    _Adapter = logging.LoggerAdapter
 
-class JobLogger(logging.LoggerAdapter[logging.Logger]):
+
+class JobLogger(_Adapter):
     """Prefixes every message with `job=… sink=… epoch=…` and puts the same three values in
     the record's `extra` (as `ds_job`, `ds_sink`, `ds_epoch`) for structured handlers."""
 
