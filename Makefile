@@ -11,7 +11,7 @@ PY     := $(VENV)/bin/python
 SOURCES := $(shell find src sinks coordinator manifest -name '*.py' 2>/dev/null | sort)
 STAMP  := $(VENV)/.installed-$(shell (cat pyproject.toml tests/constraints.txt; echo $(SOURCES)) | sha256sum | cut -c1-16)
 
-.PHONY: test test-unit test-fresh test-crash test-faults soak demo check lint typecheck pytest install \
+.PHONY: test test-unit test-compat test-fresh test-crash test-faults soak demo check lint typecheck pytest install \
         services-up services-down services-status services-reset bench
 
 test: install
@@ -27,6 +27,15 @@ check: lint typecheck pytest
 # The inner loop: the tests that need no server (tests/unit), without the set-up of servers.
 test-unit: install
 	$(PY) -m pytest -n 2 tests/unit $(PYTEST_ARGS)
+
+# The compatibility lanes (tests/compat_lanes.py, docs/testing.md): the Spark tests (driver and
+# executor mode, SIGKILLed drivers, Spark Connect, the data source where pyspark has it, the
+# install that keeps the user's pyspark) on Python 3.10 + pyspark 3.5.0 and Python 3.13 +
+# pyspark 4.3.0, each in a virtualenv the test bed builds once. About 15 minutes; `make test`
+# runs a smoke subset. COMPAT_ARGS="--lane oldest" for one lane.
+test-compat: install
+	$(PY) -m tests.services up postgres kafka s3 compat
+	$(PY) -m tests.compat_lanes $(COMPAT_ARGS)
 
 # A fresh machine's set-up reproduced here (tests/fresh_machine.py): a clone with no .venv, a
 # temporary HOME (empty caches, empty Maven repository), the test bed on ports of its own, then
