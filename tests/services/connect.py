@@ -301,10 +301,11 @@ class SparkConnect(Daemon):
                 for response in stub.ExecutePlan(request, timeout=PROBE_TIMEOUT):
                     if response.HasField("arrow_batch"):
                         rows += response.arrow_batch.row_count
-                stub.ReleaseSession(
-                    base_pb2.ReleaseSessionRequest(session_id=session, user_context=user),
-                    timeout=PROBE_TIMEOUT,
-                )
+                if hasattr(stub, "ReleaseSession"):  # (Spark Connect 4.0 and later)
+                    stub.ReleaseSession(
+                        base_pb2.ReleaseSessionRequest(session_id=session, user_context=user),
+                        timeout=PROBE_TIMEOUT,
+                    )
         except grpc.RpcError:
             return False
         return rows == 1

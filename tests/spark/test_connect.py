@@ -18,6 +18,7 @@ from typing import Any
 
 import psycopg
 import pyarrow.parquet as pq
+import pyspark
 import pytest
 from psycopg import sql
 
@@ -34,6 +35,9 @@ from .streams import (
 )
 
 ROOT = Path(__file__).resolve().parents[2]
+#: Up to pyspark 4.2 a Connect foreachBatch runs on the session that started the query, where
+#: the query is active; from 4.3 it runs on a clone of that session, which sees no query.
+CONNECT_BATCH_SEES_QUERY = tuple(int(p) for p in pyspark.__version__.split(".")[:2]) < (4, 3)
 
 
 def run_client(plan: dict[str, Any], folder: Path, name: str, timeout: float = 300) -> Any:
@@ -160,8 +164,10 @@ def test_postgres_and_a_second_sink_commit_each_batch_once_from_the_server(
         assert sorted(decided) == [0, 1]
         rows = {"postgres": 50, second["kind"]: 50}
         assert all(d.rows() == rows for d in decided.values())
-        # Found through the batch's session (Connect has no local properties): the query id.
-        assert {d.source for d in decided.values()} == {report["query_id"]}
+        # Found through the batch's session (Connect has no local properties): the query id,
+        # where the batch's session sees the query (see CONNECT_BATCH_SEES_QUERY).
+        expected = report["query_id"] if CONNECT_BATCH_SEES_QUERY else None
+        assert {d.source for d in decided.values()} == {expected}
         parts = {h.participant for d in decided.values() for h in d.handles_for("postgres")}
         assert len(parts) == (6 if execution == "executor" else 2)  # per partition and batch
 

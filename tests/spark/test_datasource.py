@@ -42,7 +42,9 @@ def test_format_durable_works_or_names_the_pyspark_it_needs(spark: Any) -> None:
         register_data_source(spark)
         assert pyspark.__version__ >= "4"
         return
-    with pytest.raises(ConfigError, match=r"pyspark 4\.0 or newer\); this is pyspark 3\.5") as raised:
+    with pytest.raises(
+        ConfigError, match=r"pyspark 4\.0 or newer\); this is pyspark 3\.5"
+    ) as raised:
         register_data_source(spark)
     assert "foreachBatch(durable_sink(...))" in str(raised.value)
 
