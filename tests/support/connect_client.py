@@ -251,9 +251,14 @@ def exit_without_release(code: int) -> NoReturn:
 def short_retries(spark: Any, seconds: float = GIVE_UP_AFTER_S) -> None:
     """Make remote session `spark` give up on a server that does not answer after about
     `seconds` (pyspark's default policy retries for ~10 minutes), retrying every 0.5 s."""
-    from pyspark.sql.connect.client.retries import DefaultPolicy
-
     attempts = max(1, math.ceil(seconds / 0.5))
+    try:
+        from pyspark.sql.connect.client.retries import DefaultPolicy
+    except ImportError:  # pyspark 3.5: one policy, a dict the client reads at each call
+        spark.client._retry_policy.update(
+            max_retries=attempts, initial_backoff=500, backoff_multiplier=1.0, max_backoff=500
+        )
+        return
     policy = DefaultPolicy(
         max_retries=attempts, initial_backoff=500, backoff_multiplier=1.0, max_backoff=500
     )
