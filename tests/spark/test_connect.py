@@ -23,7 +23,7 @@ import pytest
 from psycopg import sql
 
 from durable_sinks.manifest import DecisionRecord
-from tests.services import KafkaEndpoint, PostgresEndpoint
+from tests.services import KafkaEndpoint, PostgresEndpoint, Testbed
 from tests.support.child_process import start_child
 
 from .streams import (
@@ -37,7 +37,20 @@ from .streams import (
 ROOT = Path(__file__).resolve().parents[2]
 #: Up to pyspark 4.2 a Connect foreachBatch runs on the session that started the query, where
 #: the query is active; from 4.3 it runs on a clone of that session, which sees no query.
-CONNECT_BATCH_SEES_QUERY = tuple(int(p) for p in pyspark.__version__.split(".")[:2]) < (4, 3)
+PYSPARK = tuple(int(p) for p in pyspark.__version__.split(".")[:2])
+CONNECT_BATCH_SEES_QUERY = PYSPARK < (4, 3)
+#: pyspark 3.5's Connect client learns that a query failed (STREAM_FAILED) but not why: the
+#: cause is in the Connect server's log, where the writer logs every failed batch at ERROR.
+CONNECT_CLIENT_SEES_CAUSE = PYSPARK >= (4, 0)
+
+
+def failure_text(report: dict[str, Any], testbed: Testbed, job_id: str) -> str:
+    """Why the client's query failed: its error, or (pyspark 3.5) the server's log lines of
+    the job."""
+    if CONNECT_CLIENT_SEES_CAUSE:
+        return str(report["error"])
+    lines = testbed.connect.log.read_text(errors="replace").splitlines()
+    return "\n".join(line for line in lines if job_id in line)
 
 
 def run_client(plan: dict[str, Any], folder: Path, name: str, timeout: float = 300) -> Any:
@@ -186,7 +199,12 @@ def test_the_durable_data_source_writes_through_a_remote_session(
 
 
 def test_a_server_with_another_version_refuses_at_the_first_batch_before_writing(
-    spark_connect: str, postgres: PostgresEndpoint, pg_schema: str, job_id: str, tmp_path: Path
+    spark_connect: str,
+    testbed: Testbed,
+    postgres: PostgresEndpoint,
+    pg_schema: str,
+    job_id: str,
+    tmp_path: Path,
 ) -> None:
     dsn, table = postgres.conninfo(), f"{pg_schema}.events"
     write_input(tmp_path / "in", "part-0.json", range(10))
@@ -194,7 +212,8 @@ def test_a_server_with_another_version_refuses_at_the_first_batch_before_writing
     plan = {**_plan(spark_connect, tmp_path, job_id, [pg]), "version": "0.0.0+client"}
     report = run_client(plan, tmp_path, "run")
     assert report["exit"] == 1
-    error = report["error"]
+    assert report["error"] is not None
+    error = failure_text(report, testbed, job_id)
     assert "ConfigError" in error
     assert "the client that started the query has 0.0.0+client" in error
     assert "Fix: install durable-sinks==0.0.0+client" in error
@@ -205,7 +224,12 @@ def test_a_server_with_another_version_refuses_at_the_first_batch_before_writing
 
 
 def test_a_sink_nobody_reaches_is_warned_on_the_client_and_fails_the_first_batch(
-    spark_connect: str, postgres: PostgresEndpoint, pg_schema: str, job_id: str, tmp_path: Path
+    spark_connect: str,
+    testbed: Testbed,
+    postgres: PostgresEndpoint,
+    pg_schema: str,
+    job_id: str,
+    tmp_path: Path,
 ) -> None:
     """A server the client cannot reach may be reachable from the Connect server: the client
     warns and goes on; the server's first batch checks and fails before writing anything."""
@@ -218,9 +242,10 @@ def test_a_sink_nobody_reaches_is_warned_on_the_client_and_fails_the_first_batch
     report = run_client(plan, tmp_path, "run")
     assert "Spark Connect: not reachable from this client" in report["stderr"]
     assert report["exit"] == 1
-    assert "UnreachableError" in report["error"]
-    assert "127.0.0.1:1" in report["error"] or "port 1" in report["error"]
-    assert postgres.password not in report["error"] + report["stderr"]
+    error = failure_text(report, testbed, job_id)
+    assert "UnreachableError" in error
+    assert "127.0.0.1:1" in error or "port 1" in error
+    assert postgres.password not in error + report["error"] + report["stderr"]
 
 
 @pytest.mark.parametrize(
