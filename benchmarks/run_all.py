@@ -46,6 +46,7 @@ STEPS = (
     Step("spark_end_to_end", "benchmarks.spark_end_to_end", quick=("--rounds", "1")),
     Step("executor_profile", "benchmarks.executor_profile", quick=("--batches", "5")),
     Step("driver_profile", "benchmarks.driver_profile", quick=("--batches", "5")),
+    Step("driver_reads", "benchmarks.driver_reads", quick=("--rows", "300000")),
     Step(
         "files_sink",
         "benchmarks.s3_sink",
