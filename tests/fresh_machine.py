@@ -57,6 +57,7 @@ SMOKE = (
     "tests/testbed/test_connect.py::test_answers_a_remote_query",
     "tests/testbed/test_connect.py::test_killable_server_down_leaves_nothing_and_up_brings_it_back",
     "tests/testbed/test_spark_cluster.py::test_a_job_runs_on_both_workers_with_this_interpreter",
+    "tests/spark/test_compat_lanes.py",
 )
 #: The variables the test bed's ports derive from (docs/testbed.md), with their defaults.
 BASE_PORTS = {
