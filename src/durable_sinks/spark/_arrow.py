@@ -93,9 +93,10 @@ def _uses_large_types(df: Any) -> bool:
     return str(conf.get("spark.sql.execution.arrow.useLargeVarTypes", "false")) == "true"
 
 
-def arrow_schema(df: Any) -> pa.Schema:
+def arrow_schema(df: Any, large: bool | None = None) -> pa.Schema:
     """The Arrow schema `df.toArrow()` gives (timestamps in UTC; large string and binary types
-    where `spark.sql.execution.arrow.useLargeVarTypes` is on, a setting pyspark 3.5 lacks)."""
+    where `spark.sql.execution.arrow.useLargeVarTypes` is on, a setting pyspark 3.5 lacks).
+    `large`: that setting, when the caller has read it already."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
     try:
@@ -103,7 +104,7 @@ def arrow_schema(df: Any) -> pa.Schema:
             df.schema,
             error_on_duplicated_field_names_in_struct=True,
             timezone="UTC",
-            prefers_large_types=_uses_large_types(df),
+            prefers_large_types=_uses_large_types(df) if large is None else large,
         )
     except TypeError:  # pyspark 3.5: the schema alone (its timestamps are UTC already)
         return to_arrow_schema(df.schema)
@@ -198,8 +199,8 @@ def partition_batches(df: Any) -> Generator[pa.RecordBatch, None, None]:
     module docstring. Works in classic PySpark and under Spark Connect; caches nothing."""
     import pyarrow as pa
 
-    schema = arrow_schema(df)
-    large = _uses_large_types(df)
+    large = _uses_large_types(df)  # (a round trip to the server under Spark Connect)
+    schema = arrow_schema(df, large)
     encoded = df.mapInArrow(_ipc_encoder(large), f"{IPC_COLUMN} binary")
     for row in encoded.toLocalIterator(prefetchPartitions=True):
         with pa.ipc.open_stream(pa.py_buffer(row[0])) as reader:
@@ -275,5 +276,6 @@ def _probe(spark: Any) -> str | None:
         probe = spark.range(0, 3, 1, 1)
         rows = sum(batch.num_rows for batch in socket_batches(probe, job="probe"))
     except Exception as exc:  # noqa: BLE001 - any failure means: use the public path
-        return f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc) else ''}"
+        first = (str(exc).strip().splitlines() or [""])[0]
+        return f"{type(exc).__name__}: {first}"
     return None if rows == 3 else f"the probe read {rows} of 3 rows"

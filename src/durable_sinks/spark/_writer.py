@@ -116,7 +116,7 @@ class DurableBatchWriter:
                     fix="give each sink as sink(kind, **options) (or a kind and its options)",
                 )
         session = _active_session()
-        if session is not None:
+        if session is not None and options.execution == "driver":
             self._choose_read(session)
         if is_connect(session):
             self._check_from_client()
@@ -318,12 +318,11 @@ class DurableBatchWriter:
         else:
             read = requested
         self._read = read
-        if self.options.execution == "driver":
-            self.log.info(
-                "driver mode reads batches %s%s",
-                _READ_WORDS[read],
-                "" if problem is None else f" (the socket read is unavailable: {problem})",
-            )
+        self.log.info(
+            "driver mode reads batches %s%s",
+            _READ_WORDS[read],
+            "" if problem is None else f" (the socket read is unavailable: {problem})",
+        )
         return read
 
     def _driver_epoch(self, coordinator: Coordinator, df: Any, epoch: int) -> EpochResult:
