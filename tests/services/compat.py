@@ -21,7 +21,6 @@ import json
 import os
 import pwd
 import shutil
-import subprocess
 import sys
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -34,7 +33,7 @@ else:
     import tomli as tomllib
 
 from ._layout import REPO_ROOT, Layout
-from ._process import ServiceError
+from ._process import ServiceError, run
 from ._service import Status, remove_tree
 from ._steps import ensure_folder, is_complete
 
@@ -223,16 +222,10 @@ def install_wheel(python: Path, wheel: Path) -> None:
 
 
 def _run(argv: Sequence[str], what: str) -> None:
-    try:
-        done = subprocess.run(
-            list(argv), capture_output=True, text=True, timeout=INSTALL_TIMEOUT, check=False
-        )
-    except subprocess.TimeoutExpired as exc:
-        raise ServiceError(NAME, f"{what}: no end after {exc.timeout:.0f} s") from exc
-    if done.returncode != 0:
-        tail = (done.stdout + done.stderr).strip().splitlines()[-25:]
-        raise ServiceError(
-            NAME,
-            f"{what} failed (exit {done.returncode}; pip must reach the package index, the "
-            "output names what failed):\n" + "\n".join(tail),
-        )
+    """A set-up command of the lanes (_process.run: ServiceError with its output's tail)."""
+    run(
+        NAME,
+        argv,
+        timeout=INSTALL_TIMEOUT,
+        fix=f"({what}; pip must reach the package index: the output names what failed)",
+    )
