@@ -76,25 +76,23 @@ def _measure(rows: int, rounds: int) -> dict[str, Any]:
 
 
 def _interpreters(lanes: list[str]) -> list[tuple[str, Path]]:
+    """Each lane's interpreter: the main lane's is this one; the compatibility lanes' get the
+    checkout's wheel installed first."""
     from tests.services import Testbed, up
     from tests.services.compat import install_wheel, lane
     from tests.support.venvs import build_wheel
 
-    chosen: list[tuple[str, Path]] = []
     others = [name for name in lanes if name != "main"]
+    pythons = {"main": Path(sys.executable)}
     if others:
         testbed = Testbed.create()
         up(["compat"], testbed)
-        scratch = Path(tempfile.mkdtemp(prefix="ds-bench-"))
-        wheel = build_wheel(scratch / "clone", scratch / "dist")
-    for name in lanes:
-        if name == "main":
-            chosen.append((name, Path(sys.executable)))
-            continue
-        python = testbed.compat.python(lane(name))
-        install_wheel(python, wheel)
-        chosen.append((name, python))
-    return chosen
+        with tempfile.TemporaryDirectory(prefix="ds-bench-") as scratch:
+            wheel = build_wheel(Path(scratch) / "clone", Path(scratch) / "dist")
+            for name in others:
+                pythons[name] = testbed.compat.python(lane(name))
+                install_wheel(pythons[name], wheel)
+    return [(name, pythons[name]) for name in lanes]
 
 
 def main(argv: list[str] | None = None) -> int:
