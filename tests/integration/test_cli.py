@@ -1,4 +1,4 @@
-"""The `durable-sinks` command against the real test bed (issue 21's acceptance): a job of
+"""The `durable-sinks` command against the real test bed: a job of
 Postgres + S3 crashed after its decision, with a prepared Postgres transaction and S3 uploads
 in doubt -> `inspect` lists both with the decision, `resolve` (dry run) changes nothing,
 `resolve --apply` finishes them, `verify` passes; a hand-made duplicate or a deleted object
