@@ -15,10 +15,9 @@ and does nothing; a different participant can never overwrite a published epoch.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
-from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,11 +33,12 @@ from durable_sinks.core.durable_fs import (
 )
 from durable_sinks.core.errors import (
     ConfigError,
+    DurableSinkError,
     FencedError,
     ParticipantLostError,
     SchemaMismatchError,
-    UsageError,
 )
+from durable_sinks.core.handles import HandleDetails
 from durable_sinks.core.naming import ParticipantName, component
 from durable_sinks.core.operations import Holding, Prepared
 from durable_sinks.core.protocol import (
@@ -49,6 +49,7 @@ from durable_sinks.core.protocol import (
     WriteResult,
 )
 from durable_sinks.core.schemas import schema_difference
+from durable_sinks.core.sink_base import OpenParticipant, SinkBase, Step
 
 from . import operations
 from .config import FileSinkConfig
@@ -62,42 +63,53 @@ STAGING = "_staging"
 PROBE = ".probe"
 
 
-class _Participant:
-    """The epoch being written by this instance."""
+@dataclass(frozen=True)
+class FileHandleDetails(HandleDetails):
+    """A files participant's handle details: the job that wrote it and its part. The staging
+    folder is named by the participant, so nothing more is needed to publish or remove it."""
+
+    job_id: str
+    part: str
+
+
+class FileParticipant(OpenParticipant):
+    """The participant being written: its staging folder and open Parquet writer."""
 
     def __init__(self, epoch: int, name: ParticipantName, staging: Path) -> None:
-        self.epoch = epoch
-        self.name = name
+        super().__init__(epoch, name)
         self.staging = staging
         self.writer: pq.ParquetWriter | None = None
-        self.rows = 0
-        self.bytes = 0
         self.digest = hashlib.sha256()
 
 
-class FileSink:
+class FileSink(SinkBase[FileSinkConfig]):
     """Exactly-once Parquet files through staging folders and atomic renames."""
 
     def __init__(self, config: FileSinkConfig) -> None:
-        self.config = config
+        super().__init__(config)
         self.root = Path(config.path)
-        self._context: OpenContext | None = None
-        self._current: _Participant | None = None
-        self._attempts: dict[int, int] = {}
+        self._current: FileParticipant | None = None
         self._schema: pa.Schema | None = None
         self._last_committed: int | None = None
-        self._counters = {"rows": 0.0, "bytes": 0.0, "epochs_committed": 0.0, "rollbacks": 0.0}
 
-    @property
-    def name(self) -> str:
-        return self.config.name
+    def _target(self) -> str:
+        return f"path={str(self.root)!r}"
 
-    def __repr__(self) -> str:
-        return f"FileSink(name={self.name!r}, path={str(self.root)!r})"
+    def _translate(self, exc: Exception, step: Step) -> DurableSinkError | None:
+        """A file of this attempt vanishing is the one client failure with a meaning: only a
+        newer coordinator's recovery removes another generation's staging folder."""
+        current = self._current
+        if not isinstance(exc, FileNotFoundError) or current is None or current.staging.exists():
+            return None
+        return FencedError(
+            f"staging folder {current.staging.name} was removed by a newer coordinator's recovery",
+            **self._where(step.epoch),
+            fix="stop this coordinator; the newer one replays the epoch",
+        )
 
     # -- lifecycle -----------------------------------------------------------------------------
     def open(self, context: OpenContext) -> None:
-        self._context = context
+        self._opening(context)
         if context.inspect:  # an operator's tool: read only
             self._last_committed = self._scan_last_committed()
             return
@@ -117,11 +129,6 @@ class FileSink:
         if current is not None and current.writer is not None:
             current.writer.close()
 
-    def _ctx(self) -> OpenContext:
-        if self._context is None:
-            raise UsageError(f"{self!r} is not open; the coordinator opens sinks")
-        return self._context
-
     def capabilities(self) -> SinkCapabilities:
         return SinkCapabilities(
             exactly_once=True,
@@ -138,7 +145,7 @@ class FileSink:
         """Probe that the job can create, link and delete files in `_staging`. The probe's
         names carry the job, the sink and the generation; a start killed while probing leaves
         them behind, and the next generation's probe removes them."""
-        ctx = self._ctx()
+        ctx = self.context
         staging = self.root / STAGING
         owner = f"{PROBE}:{component(ctx.job_id)}:{component(self.name)}:"
         try:
@@ -155,54 +162,28 @@ class FileSink:
                 fix="give the job write access to the folder, on a local file system",
             ) from exc
 
-    def metrics(self) -> Mapping[str, float]:
-        return dict(self._counters)
-
     # -- phase 1 -------------------------------------------------------------------------------
     def begin_epoch(self, epoch: int) -> None:
-        ctx = self._ctx()
         if self._current is not None:
             # A failed attempt whose rollback did not finish: the coordinator has moved on.
             self._discard(self._current)
-        attempt = self._attempts.get(epoch, 0)
-        self._attempts[epoch] = attempt + 1
-        name = ctx.participant(epoch, attempt)
+        name = self._next_participant(epoch)
         staging = self.root / STAGING / str(name)
         staging.mkdir()  # a fresh name per attempt: an existing folder is a bug
-        self._current = _Participant(epoch, name, staging)
+        self._current = FileParticipant(epoch, name, staging)
 
     def write_batch(self, batch: pa.RecordBatch) -> WriteResult:
         current = self._require_current()
-        with self._staging_guard(current):
+        with self.translated("write the staged file", current.epoch):
             return self._write(current, batch)
 
-    @contextlib.contextmanager
-    def _staging_guard(self, current: _Participant) -> Iterator[None]:
-        """Turn 'my staging folder vanished' into FencedError: only recovery by a newer
-        coordinator removes another generation's staging folder."""
-        try:
-            yield
-        except FileNotFoundError as exc:
-            if current.staging.exists():
-                raise
-            raise FencedError(
-                f"staging folder {current.staging.name} was removed by a newer coordinator's "
-                "recovery",
-                job=self._ctx().job_id,
-                sink=self.name,
-                epoch=current.epoch,
-                fix="stop this coordinator; the newer one replays the epoch",
-            ) from exc
-
-    def _write(self, current: _Participant, batch: pa.RecordBatch) -> WriteResult:
+    def _write(self, current: FileParticipant, batch: pa.RecordBatch) -> WriteResult:
         if self._schema is None:
             self._schema = batch.schema
         elif not batch.schema.equals(self._schema):
             raise SchemaMismatchError(
                 schema_difference(self._schema, batch.schema),
-                job=self._ctx().job_id,
-                sink=self.name,
-                epoch=current.epoch,
+                **self._where(current.epoch),
                 fix="write batches of one schema to a files sink; give a new path for a new schema",
             )
         if current.writer is None:
@@ -216,17 +197,17 @@ class FileSink:
         current.rows += batch.num_rows
         current.bytes += size
         current.digest.update(batch.serialize())
-        self._counters["rows"] += batch.num_rows
-        self._counters["bytes"] += size
+        self._count("rows", batch.num_rows)
+        self._count("bytes", size)
         return WriteResult(batch.num_rows, size)
 
     def pre_commit(self, epoch: int) -> CommitHandle:
         current = self._require_current()
-        with self._staging_guard(current):
+        with self.translated("prepare the staged files", epoch):
             return self._prepare(current, epoch)
 
-    def _prepare(self, current: _Participant, epoch: int) -> CommitHandle:
-        ctx = self._ctx()
+    def _prepare(self, current: FileParticipant, epoch: int) -> CommitHandle:
+        ctx = self.context
         if current.writer is not None:
             current.writer.close()
             current.writer = None
@@ -239,7 +220,7 @@ class FileSink:
             rows=current.rows,
             bytes=current.bytes,
             checksum=current.digest.hexdigest(),
-            details={"job_id": ctx.job_id, "part": current.name.part},
+            details=FileHandleDetails(ctx.job_id, current.name.part).to_json(),
         )
         create_exclusive(current.staging / MARKER, handle.dumps().encode(), fsync=self.config.fsync)
         if self.config.fsync:
@@ -247,11 +228,9 @@ class FileSink:
         self._current = None
         return handle
 
-    def _require_current(self) -> _Participant:
+    def _require_current(self) -> FileParticipant:
         if self._current is None:
-            raise UsageError(
-                "no epoch is open; call begin_epoch first", job=self._ctx().job_id, sink=self.name
-            )
+            raise self._no_epoch()
         return self._current
 
     # -- phase 2 -------------------------------------------------------------------------------
@@ -259,19 +238,16 @@ class FileSink:
         return self.root / f"epoch={epoch}" / f"part={part}"
 
     def commit_epoch(self, epoch: int, handle: CommitHandle) -> CommitOutcome:
-        ctx = self._ctx()
-        name = self._parse(handle)
+        details = FileHandleDetails.of(handle)
         staging = self.root / STAGING / handle.participant
-        target = self._published(epoch, name.part)
+        target = self._published(epoch, details.part)
         if self._marker_participant(target) == handle.participant:
             return CommitOutcome.ALREADY_COMMITTED
         if not (staging / MARKER).exists():
             raise ParticipantLostError(
                 f"participant {handle.participant} is neither prepared in {staging.parent} nor "
                 f"published at {target}",
-                job=ctx.job_id,
-                sink=self.name,
-                epoch=epoch,
+                **self._where(epoch),
                 fix="someone removed files of this dataset; the epoch must be rewritten",
             )
         target.parent.mkdir(exist_ok=True)
@@ -283,9 +259,7 @@ class FileSink:
             raise ParticipantLostError(
                 f"{target} already holds participant {self._marker_participant(target)}, not "
                 f"{handle.participant}",
-                job=ctx.job_id,
-                sink=self.name,
-                epoch=epoch,
+                **self._where(epoch),
             ) from None
         if self.config.fsync:
             fsync_dir(target.parent)
@@ -293,10 +267,10 @@ class FileSink:
             fsync_dir(self.root / STAGING)
         if self._last_committed is None or epoch > self._last_committed:
             self._last_committed = epoch
-        self._counters["epochs_committed"] += 1
+        self._count("epochs_committed")
         return CommitOutcome.COMMITTED
 
-    def _discard(self, current: _Participant) -> None:
+    def _discard(self, current: FileParticipant) -> None:
         """Forget an unfinished attempt and remove its staging folder, best effort: what
         cannot be removed now is a leftover the next generation's recovery removes."""
         self._current = None
@@ -321,13 +295,13 @@ class FileSink:
         else:
             return
         if remove_tree(staging):
-            self._counters["rollbacks"] += 1
+            self._count("rollbacks")
             if self.config.fsync:
                 fsync_dir(staging.parent)
 
     # -- recovery ------------------------------------------------------------------------------
     def recover_prepared(self) -> list[CommitHandle]:
-        ctx = self._ctx()
+        ctx = self.context
         prepared: list[CommitHandle] = []
         for entry in sorted((self.root / STAGING).iterdir()):
             name = ParticipantName.parse(entry.name)
@@ -344,7 +318,7 @@ class FileSink:
         return prepared
 
     def prepared_participants(self, epoch: int) -> list[CommitHandle]:
-        ctx = self._ctx()
+        ctx = self.context
         prepared: list[CommitHandle] = []
         for entry in sorted((self.root / STAGING).iterdir()):
             name = ParticipantName.parse(entry.name)
@@ -362,17 +336,17 @@ class FileSink:
 
     # -- operations (durable-sinks status/inspect/verify; operations.py) -----------------------
     def in_doubt(self) -> list[Prepared]:
-        return operations.in_doubt(self.root / STAGING, self._ctx())
+        return operations.in_doubt(self.root / STAGING, self.context)
 
     def holdings(self, first: int, last: int) -> dict[int, Holding]:
-        self._ctx()
+        _ = self.context  # UsageError before open
         return operations.holdings(self.root, first, last)
 
     def live_generations(self) -> list[int]:
         return []  # a folder keeps no sessions
 
     def _scan_last_committed(self) -> int | None:
-        ctx = self._ctx()
+        ctx = self.context
         best: int | None = None
         for folder in self.root.glob("epoch=*"):
             epoch_text = folder.name.partition("=")[2]
@@ -405,11 +379,3 @@ class FileSink:
     def _marker_participant(self, folder: Path) -> str | None:
         marker = self._read_marker(folder)
         return None if marker is None else str(marker.get("participant"))
-
-    def _parse(self, handle: CommitHandle) -> ParticipantName:
-        name = ParticipantName.parse(handle.participant)
-        if name is None:
-            raise ParticipantLostError(
-                f"{handle.participant!r} is not a participant name", sink=self.name
-            )
-        return name

@@ -25,6 +25,7 @@ from .core.errors import (
     CapabilityError,
     CommitIncompleteError,
     ConfigError,
+    CorruptRecordError,
     DurableSinkError,
     EpochOrderError,
     FencedError,
@@ -33,7 +34,6 @@ from .core.errors import (
     ManifestError,
     OutageError,
     ParticipantLostError,
-    RecoveryError,
     ReplayMismatchError,
     SchemaMismatchError,
     TransientError,
@@ -59,6 +59,10 @@ def __getattr__(name: str) -> Any:
         value = getattr(importlib.import_module(".spark", __name__), name)
         globals()[name] = value
         return value
+    if name == "RecoveryError":  # deprecated: never raised (core/errors.py)
+        from .core import errors
+
+        return errors.__getattr__(name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -67,6 +71,7 @@ __all__ = [
     "CapabilityError",
     "CommitIncompleteError",
     "ConfigError",
+    "CorruptRecordError",
     "DeliveryGuarantee",
     "DurableBatchWriter",
     "DurableSinkError",
@@ -77,7 +82,6 @@ __all__ = [
     "ManifestError",
     "OutageError",
     "ParticipantLostError",
-    "RecoveryError",
     "ReplayMismatchError",
     "SchemaMismatchError",
     "TransientError",

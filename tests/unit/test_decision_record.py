@@ -7,7 +7,7 @@ import json
 import pytest
 
 from durable_sinks.core import CommitHandle
-from durable_sinks.core.errors import ManifestCorruptError
+from durable_sinks.core.errors import CorruptRecordError, ManifestCorruptError
 from durable_sinks.manifest import DecisionRecord
 
 
@@ -62,9 +62,9 @@ def test_other_json_is_refused() -> None:
 def test_handle_json_round_trip_and_version_check() -> None:
     handle = record().handles[0]
     assert CommitHandle.from_json(json.loads(handle.dumps())) == handle
-    with pytest.raises(ManifestCorruptError, match="version"):
+    with pytest.raises(CorruptRecordError, match="version"):
         CommitHandle.from_json({**handle.to_json(), "version": 2})
-    with pytest.raises(ManifestCorruptError, match="malformed"):
+    with pytest.raises(CorruptRecordError, match="malformed"):
         CommitHandle.from_json({"version": 1, "sink": "x"})
 
 

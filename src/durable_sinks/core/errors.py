@@ -28,9 +28,11 @@ executors back to the driver).
     │                                committed; recovery (or the epoch's replay) finishes it
     ├── ParticipantLostError         a decided participant no longer exists (a bug, never
     │                                expected under the protocol)
-    ├── ManifestError                the decision store cannot be read or written
-    │   └── ManifestCorruptError     a stored record is unreadable (never silently skipped)
-    └── RecoveryError                leftovers could not be resolved at start-up
+    ├── CorruptRecordError           a record durable-sinks wrote is unreadable: a commit
+    │   │                            handle, an epoch marker, a fence record (never skipped)
+    │   └── ManifestCorruptError     ... a decision record (also a ManifestError)
+    └── ManifestError                the decision store cannot be read or written
+        └── ManifestCorruptError
 """
 
 from __future__ import annotations
@@ -175,16 +177,37 @@ class ParticipantLostError(DurableSinkError):
     this happen; it means data was removed behind the job's back, or a bug."""
 
 
+class CorruptRecordError(DurableSinkError):
+    """A record durable-sinks wrote cannot be read: a commit handle (its envelope or the
+    sink's details), an epoch marker on a target, a Kafka fence record. Never skipped: what
+    it says decides what is committed. Not retriable; the message names the record."""
+
+
 class ManifestError(DurableSinkError):
     """The decision store could not be read or written."""
 
 
-class ManifestCorruptError(ManifestError):
+class ManifestCorruptError(ManifestError, CorruptRecordError):
     """A decision record exists but cannot be parsed or fails its checksum."""
 
 
-class RecoveryError(DurableSinkError):
-    """Leftovers of an earlier run could not be resolved."""
+class _RecoveryError(DurableSinkError):
+    """Never raised; kept importable as `RecoveryError` (deprecated) for code that names it."""
+
+
+def __getattr__(name: str) -> Any:
+    if name == "RecoveryError":
+        import warnings
+
+        warnings.warn(
+            "durable_sinks RecoveryError is never raised and will be removed: recovery "
+            "raises the error of what failed (TransientError, ManifestError, ...); catch "
+            "DurableSinkError instead",
+            FutureWarning,
+            stacklevel=2,
+        )
+        return _RecoveryError
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class UnreachableError(TransientError):

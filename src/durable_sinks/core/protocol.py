@@ -1,5 +1,14 @@
 """The sink protocol: what every sink offers the coordinator (after LaminarDB's SinkConnector).
 
+A sink plays four roles, each a Protocol below, after Flink's Sink V2: the *writer*
+(`EpochWriter`, phase 1: begin, write, prepare; yields a `CommitHandle`), the *committer*
+(`EpochCommitter`, phase 2: commit or roll back a handle, idempotently, from any process), the
+*recovery* (`SinkRecovery`: what older generations left, what the target shows as committed)
+and the *lifecycle* (`SinkLifecycle`: open, checks, metrics, close). `SinkConnector` is all
+four; the optional roles are `LastResource`, `DistributedSink` and `PublishingSink` here and
+the operator views (`OperableSink`, `ExpiringSink`) in core/operations.py. Built-in sinks
+stand on one base, core/sink_base.py.
+
 Call order for one epoch, on one sink instance::
 
     open(context)                      once, before anything else
@@ -23,7 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from .errors import ManifestCorruptError
+from .errors import CorruptRecordError
 from .naming import ParticipantName
 from .text_enum import TextEnum
 
@@ -151,7 +160,7 @@ class CommitHandle:
     def from_json(cls, data: Mapping[str, Any]) -> CommitHandle:
         version = data.get("version")
         if version != HANDLE_VERSION:
-            raise ManifestCorruptError(
+            raise CorruptRecordError(
                 f"commit handle version {version!r} is not supported (this build reads "
                 f"version {HANDLE_VERSION})",
                 fix="run the durable-sinks version that wrote it to finish recovery",
@@ -167,7 +176,7 @@ class CommitHandle:
                 details=dict(data.get("details") or {}),
             )
         except (KeyError, TypeError, ValueError) as exc:
-            raise ManifestCorruptError(f"malformed commit handle: {exc!r}") from exc
+            raise CorruptRecordError(f"malformed commit handle: {exc!r}") from exc
 
     def dumps(self) -> str:
         return json.dumps(self.to_json(), sort_keys=True, separators=(",", ":"))
@@ -181,20 +190,9 @@ class CommitOutcome(TextEnum):
 
 
 @runtime_checkable
-class SinkConnector(Protocol):
-    """One target of a job. Methods are called from one thread at a time.
-
-    Durability contract:
-    - after `pre_commit` returns: the epoch's rows are durable on the target and invisible to
-      its readers, together with the epoch marker (job, sink, epoch, rows, checksum) that
-      `last_committed_epoch` will read once committed;
-    - after `commit_epoch` returns: rows and marker are visible, atomically; calling it again
-      with the same handle (from any process) is a no-op returning ALREADY_COMMITTED;
-    - after `rollback_epoch` returns: nothing of the participant remains; calling it again, or
-      for a participant that never prepared, is a no-op. It never publishes anything.
-    Errors: TransientError when a retry may help; SchemaMismatchError before anything is
-    prepared; FencedError when a newer generation owns the sink.
-    """
+class SinkLifecycle(Protocol):
+    """Who the sink is and what it can do: opened once per generation before any other call,
+    closed last. Methods are called from one thread at a time."""
 
     @property
     def name(self) -> str:
@@ -203,15 +201,53 @@ class SinkConnector(Protocol):
 
     def open(self, context: OpenContext) -> None: ...
 
+    def capabilities(self) -> SinkCapabilities: ...
+
+    def health_check(self) -> None:
+        """Raise ConfigError naming the setting and the fix if the target cannot work."""
+        ...
+
+    def metrics(self) -> Mapping[str, float]: ...
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class EpochWriter(Protocol):
+    """Phase 1: `begin_epoch`, `write_batch` zero or more times, `pre_commit`.
+
+    After `pre_commit` returns, the epoch's rows are durable on the target and invisible to
+    its readers, together with the epoch marker (job, sink, epoch, rows, checksum) that
+    `last_committed_epoch` will read once committed. The returned handle is all another
+    process needs to finish or undo the participant. SchemaMismatchError is raised before
+    anything is prepared."""
+
     def begin_epoch(self, epoch: int) -> None: ...
 
     def write_batch(self, batch: pa.RecordBatch) -> WriteResult: ...
 
     def pre_commit(self, epoch: int) -> CommitHandle: ...
 
+    def schema(self) -> pa.Schema | None: ...
+
+
+@runtime_checkable
+class EpochCommitter(Protocol):
+    """Phase 2, from the handle alone (a fresh instance of another process may be the one
+    called):
+    - after `commit_epoch` returns: rows and marker are visible, atomically; calling it again
+      with the same handle (from any process) is a no-op returning ALREADY_COMMITTED;
+    - after `rollback_epoch` returns: nothing of the participant remains; calling it again, or
+      for a participant that never prepared, is a no-op. It never publishes anything."""
+
     def commit_epoch(self, epoch: int, handle: CommitHandle) -> CommitOutcome: ...
 
     def rollback_epoch(self, epoch: int, handle: CommitHandle | None) -> None: ...
+
+
+@runtime_checkable
+class SinkRecovery(Protocol):
+    """What the target shows: leftovers of older generations, and the committed epochs."""
 
     def recover_prepared(self) -> list[CommitHandle]:
         """Participants of this job and sink that generations older than the open one left
@@ -223,17 +259,16 @@ class SinkConnector(Protocol):
         """The highest epoch whose marker is visible on the target, read from the target."""
         ...
 
-    def capabilities(self) -> SinkCapabilities: ...
 
-    def schema(self) -> pa.Schema | None: ...
+@runtime_checkable
+class SinkConnector(SinkLifecycle, EpochWriter, EpochCommitter, SinkRecovery, Protocol):
+    """One target of a job: every role. Methods are called from one thread at a time.
 
-    def health_check(self) -> None:
-        """Raise ConfigError naming the setting and the fix if the target cannot work."""
-        ...
-
-    def metrics(self) -> Mapping[str, float]: ...
-
-    def close(self) -> None: ...
+    Call order for one epoch on one instance: `open`, `begin_epoch`, `write_batch`...,
+    `pre_commit`, then `commit_epoch` (only after the decision is durable) or
+    `rollback_epoch`, and `close`. Errors: TransientError when a retry may help;
+    SchemaMismatchError before anything is prepared; FencedError when a newer generation
+    owns the sink."""
 
 
 @runtime_checkable

@@ -1,0 +1,170 @@
+"""The base every built-in sink stands on: what all sinks share, and nothing of any one target.
+
+A sink is assembled from the roles of core/protocol.py (writer, committer, recovery,
+lifecycle) and, where the target allows, the operator views of core/operations.py. The base
+holds what those roles share:
+
+- the sink's name and the `OpenContext` it was opened with (`context`; a UsageError naming
+  the sink before `open`);
+- one attempt counter per epoch, so that every attempt at an epoch prepares a participant of
+  its own name (`_next_participant`);
+- the sink's counters, reported by `metrics()`;
+- where an error happened (`_where`: job, sink, epoch) and the one idiom that turns a client's
+  failure into the error tree: `with self.translated(Step(...)):` around a client call, or
+  `@guarded(...)` around a whole protocol method. Each sink says what its client's failures
+  mean in `_translate`; errors of durable-sinks' own pass through unchanged, and anything
+  `_translate` does not recognise is re-raised as it is.
+
+`OpenParticipant` is the participant an instance is writing, from `begin_epoch` to
+`pre_commit`; each sink extends it with what its target needs (a transaction, uploads, files).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar, cast
+
+from .errors import DurableSinkError, UsageError
+from .naming import ParticipantName
+from .protocol import OpenContext
+
+
+class NamedConfig(Protocol):
+    """A sink's configuration: frozen, picklable, with the sink's name in the job."""
+
+    @property
+    def name(self) -> str: ...
+
+
+ConfigT = TypeVar("ConfigT", bound=NamedConfig)
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: The counters every sink reports; a sink adds its own (`SinkBase.__init__(counters=...)`).
+COMMON_COUNTERS = ("rows", "bytes", "epochs_committed", "rollbacks")
+
+
+@dataclass(frozen=True)
+class Step:
+    """What a sink was doing when its client failed, for the translated error.
+
+    `action` completes "could not ..." ("complete the upload of part 3"); `epoch` is the
+    epoch concerned, if any; `in_doubt`, for a call whose outcome a failure leaves unknown (a
+    commit that may have reached the server), says what settles it: such failures are
+    InDoubtError, never TransientError."""
+
+    action: str
+    epoch: int | None = None
+    in_doubt: str | None = None
+
+
+class OpenParticipant:
+    """The participant an instance is writing, from `begin_epoch` until `pre_commit` hands
+    it over as a CommitHandle (or a rollback discards it). Nothing of it is durable before
+    `pre_commit` returns."""
+
+    def __init__(self, epoch: int, name: ParticipantName) -> None:
+        self.epoch = epoch
+        self.name = name
+        self.rows = 0
+        self.bytes = 0
+
+
+class SinkBase(ABC, Generic[ConfigT]):
+    """The lifecycle every built-in sink shares (see the module docs)."""
+
+    def __init__(self, config: ConfigT, *, counters: Iterable[str] = ()) -> None:
+        self.config = config
+        self._context: OpenContext | None = None
+        self._attempts: dict[int, int] = {}
+        self._counters: dict[str, float] = dict.fromkeys((*COMMON_COUNTERS, *counters), 0.0)
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r}, {self._target()})"
+
+    @abstractmethod
+    def _target(self) -> str:
+        """What the sink writes to, for its repr: `table='events'`, `path='s3://b/p'`."""
+
+    # -- context -------------------------------------------------------------------------------
+    def _opening(self, context: OpenContext) -> None:
+        """Record the context `open` was given: from here on errors name the job."""
+        self._context = context
+
+    @property
+    def context(self) -> OpenContext:
+        """The context of `open`; UsageError before it."""
+        if self._context is None:
+            raise self._not_open()
+        return self._context
+
+    def _not_open(self) -> UsageError:
+        return UsageError(f"{self!r} is not open; the coordinator opens sinks")
+
+    def _where(self, epoch: int | None = None) -> dict[str, Any]:
+        """The job, sink and epoch an error names (keyword arguments of DurableSinkError)."""
+        job = self._context.job_id if self._context is not None else None
+        return {"job": job, "sink": self.name, "epoch": epoch}
+
+    def _next_participant(self, epoch: int) -> ParticipantName:
+        """The name of this instance's next attempt at `epoch`: a fresh one per attempt."""
+        attempt = self._attempts.get(epoch, 0)
+        self._attempts[epoch] = attempt + 1
+        return self.context.participant(epoch, attempt)
+
+    def _no_epoch(self, epoch: int | None = None) -> UsageError:
+        what = "no epoch is open" if epoch is None else f"epoch {epoch} is not open"
+        return UsageError(f"{what}; call begin_epoch first", **self._where(epoch))
+
+    # -- counters ------------------------------------------------------------------------------
+    def _count(self, counter: str, by: float = 1.0) -> None:
+        self._counters[counter] += by
+
+    def metrics(self) -> Mapping[str, float]:
+        return dict(self._counters)
+
+    # -- client errors -------------------------------------------------------------------------
+    @abstractmethod
+    def _translate(self, exc: Exception, step: Step) -> DurableSinkError | None:
+        """What `exc`, raised by the sink's client during `step`, means: a typed error naming
+        `self._where(step.epoch)` and the fix, or None when `exc` is not the client's (it is
+        then re-raised unchanged)."""
+
+    @contextlib.contextmanager
+    def translated(self, step: Step | str, epoch: int | None = None) -> Iterator[None]:
+        """Run the block; a client failure inside it leaves as `_translate`'s typed error
+        (its cause kept for debugging). `step` may be just the action's text."""
+        try:
+            yield
+        except DurableSinkError:
+            raise
+        except Exception as exc:
+            known = step if isinstance(step, Step) else Step(step, epoch)
+            typed = self._translate(exc, known)
+            if typed is None:
+                raise
+            raise typed from exc
+
+
+def guarded(action: str, *, in_doubt: str | None = None) -> Callable[[F], F]:
+    """A protocol method of a SinkBase run inside `self.translated(Step(action, epoch,
+    in_doubt))`, the epoch being the method's first argument when it is an int: the last
+    guard, so that no raw client error leaves the sink."""
+
+    def wrap(method: F) -> F:
+        @functools.wraps(method)
+        def run(self: SinkBase[Any], *args: Any, **kwargs: Any) -> Any:
+            epoch = args[0] if args and isinstance(args[0], int) else None
+            with self.translated(Step(action, epoch, in_doubt)):
+                return method(self, *args, **kwargs)
+
+        return cast(F, run)
+
+    return wrap
