@@ -16,6 +16,8 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from durable_sinks.core.sink_base import OpenParticipant
+
 from .layout import Layout
 from .shape import Shape
 from .stats import FileStats
@@ -50,9 +52,9 @@ class _OpenFile:
     stats: FileStats = field(default_factory=FileStats)
 
 
-class ParticipantFiles:
-    """The files of one participant; `finish` closes them and describes each (the `add`
-    action's fields), `abandon` closes them without caring for their content."""
+class DeltaParticipant(OpenParticipant):
+    """The participant being written: its files; `finish` closes them and describes each
+    (the `add` action's fields), `abandon` closes them without caring for their content."""
 
     def __init__(
         self,
@@ -66,9 +68,9 @@ class ParticipantFiles:
         max_file_bytes: int,
         announce: Callable[[list[str]], None],
     ) -> None:
+        super().__init__(name.epoch, name)
         self.storage = storage
         self.layout = layout
-        self.name = name
         self.shape = shape
         self.staged = staged
         self.compression = compression

@@ -1,13 +1,14 @@
 """What a Delta participant's handle and journal hold: its files (`add` actions), the
 journal's state, the table's shape a participant recorded before the table existed, and one
-row per key for a MERGE."""
+row per key for a MERGE. The handle's details are typed and versioned (core/handles.py)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from durable_sinks.core.errors import ConfigError
+from durable_sinks.core.handles import HandleDetails
 from durable_sinks.core.naming import ParticipantName
 from durable_sinks.core.protocol import CommitHandle
 
@@ -20,16 +21,21 @@ WRITING = "writing"
 PREPARED = "prepared"
 
 
+@dataclass(frozen=True)
+class DeltaHandleDetails(HandleDetails):
+    """A Delta participant's handle details: its files as the `add` actions' fields (a handle
+    that only rolls back lists their paths alone), and, for the epoch's commit, the job, the
+    mode, and the table shape it wrote (used when the table did not exist yet)."""
+
+    files: tuple[Mapping[str, Any], ...]
+    job_id: str = ""
+    mode: str = "append"
+    partition_by: tuple[str, ...] = ()
+    schema: str | None = None
+
+
 def files_of(handle: CommitHandle) -> list[dict[str, Any]]:
-    files = handle.details.get("files")
-    if not isinstance(files, list) or not all(isinstance(f, Mapping) for f in files):
-        raise ConfigError(
-            f"commit handle of participant {handle.participant} has no file list",
-            sink=handle.sink,
-            epoch=handle.epoch,
-            fix="this handle was not made by the Delta sink",
-        )
-    return [dict(f) for f in files if isinstance(f, Mapping)]
+    return [dict(f) for f in DeltaHandleDetails.of(handle).files]
 
 
 def paths_of(handle: CommitHandle | None) -> list[str]:
@@ -62,7 +68,7 @@ def leftover(name: ParticipantName, journal: Mapping[str, Any], sink: str) -> Co
         rows=0,
         bytes=0,
         checksum="",
-        details={"files": [{"path": p} for p in paths]},
+        details=DeltaHandleDetails(tuple({"path": p} for p in paths)).to_json(),
     )
 
 
@@ -72,11 +78,10 @@ def handle_shape(handles: Sequence[CommitHandle]) -> Shape | None:
     from deltalake import Schema
 
     for handle in handles:
-        described = handle.details.get("schema")
-        if isinstance(described, str):
-            partition_by = handle.details.get("partition_by") or []
-            columns = tuple(str(c) for c in partition_by) if isinstance(partition_by, list) else ()
-            return Shape(pa.schema(Schema.from_json(described).to_arrow()), columns)
+        details = DeltaHandleDetails.of(handle)
+        if details.schema is not None:
+            schema = pa.schema(Schema.from_json(details.schema).to_arrow())
+            return Shape(schema, details.partition_by)
     return None
 
 

@@ -27,29 +27,30 @@ from typing import TYPE_CHECKING, Any
 
 from durable_sinks.core.errors import (
     ConfigError,
+    CorruptRecordError,
     DurableSinkError,
     FencedError,
     ParticipantLostError,
     SchemaMismatchError,
-    UsageError,
 )
 from durable_sinks.core.naming import ParticipantName
 from durable_sinks.core.operations import Holding, Prepared
 from durable_sinks.core.protocol import (
-    JSON,
     CommitHandle,
     CommitOutcome,
     OpenContext,
     SinkCapabilities,
     WriteResult,
 )
+from durable_sinks.core.sink_base import SinkBase, Step
 
 from . import checks, operations
 from .config import DeltaSinkConfig
-from .files import ParticipantFiles, checksum
+from .files import DeltaParticipant, checksum
 from .handles import (
     PREPARED,
     WRITING,
+    DeltaHandleDetails,
     files_of,
     handle_shape,
     journal_handle,
@@ -71,43 +72,30 @@ log = logging.getLogger(__name__)
 _WRITING_ACTIONS = ("write a data file", "finish the data files")
 
 
-class DeltaSink:
+class DeltaSink(SinkBase[DeltaSinkConfig]):
     """Exactly-once appends or upserts into one Delta table (see the module docs)."""
 
     def __init__(self, config: DeltaSinkConfig) -> None:
-        self.config = config
+        super().__init__(config, counters=("files",))
         self.storage = TableStorage(config)
-        self._context: OpenContext | None = None
         self._layout: Layout | None = None
         self._log: DeltaLog | None = None
         self._shape: Shape | None = None
-        self._current: ParticipantFiles | None = None
-        self._attempts: dict[int, int] = {}
+        self._current: DeltaParticipant | None = None
         self._pending: ParticipantName | None = None
         self._last_committed: int | None = None
-        self._counters = {
-            "rows": 0.0,
-            "bytes": 0.0,
-            "files": 0.0,
-            "epochs_committed": 0.0,
-            "rollbacks": 0.0,
-        }
 
-    @property
-    def name(self) -> str:
-        return self.config.name
-
-    def __repr__(self) -> str:
-        return f"DeltaSink(name={self.name!r}, path={self.storage.where!r})"
+    def _target(self) -> str:
+        return f"path={self.storage.where!r}"
 
     # -- lifecycle -----------------------------------------------------------------------------
     def open(self, context: OpenContext) -> None:
-        self._context = context
+        self._opening(context)
         self._layout = Layout(context.job_id, self.name)
         self._log = DeltaLog(
             self.storage, app_id(context.job_id, self.name), self.config.max_commit_retries
         )
-        table = self._call(self._delta().load, "read the table's log")
+        table = self._client_call(self._delta().load, "read the table's log")
         if table is None and not self.config.create_table and not context.inspect:
             raise ConfigError(
                 f"no Delta table at {self.storage.where}",
@@ -130,54 +118,40 @@ class DeltaSink:
                 )
         if context.worker or context.inspect:
             return
-        self._call(lambda: checks.check_store(self.config, self.storage), "check the store")
+        self._client_call(lambda: checks.check_store(self.config, self.storage), "check the store")
 
     def close(self) -> None:
         current, self._current = self._current, None
         if current is not None:
             current.abandon()
 
-    def _ctx(self) -> OpenContext:
-        if self._context is None:
-            raise UsageError(f"{self!r} is not open; the coordinator opens sinks")
-        return self._context
-
     def _delta(self) -> DeltaLog:
         if self._log is None:
-            raise UsageError(f"{self!r} is not open; the coordinator opens sinks")
+            raise self._not_open()
         return self._log
 
-    def _where(self) -> Layout:
+    def _paths(self) -> Layout:
         if self._layout is None:
-            raise UsageError(f"{self!r} is not open; the coordinator opens sinks")
+            raise self._not_open()
         return self._layout
 
-    def _call(self, call: Any, action: str, epoch: int | None = None) -> Any:
-        """`call()`, its storage or delta-rs failure made a typed error."""
-        try:
-            return call()
-        except DurableSinkError:
-            raise
-        except Exception as exc:
-            raise self._failure(exc, action, epoch) from exc
-
-    def _failure(self, exc: BaseException, action: str, epoch: int | None) -> DurableSinkError:
-        ctx = self._context
-        if isinstance(exc, FileNotFoundError) and action in _WRITING_ACTIONS:
+    def _translate(self, exc: Exception, step: Step) -> DurableSinkError | None:
+        """A storage or delta-rs failure, typed by the storage (storage.py); a vanished file
+        while writing means another process took the attempt away."""
+        where = self._where(step.epoch)
+        if isinstance(exc, FileNotFoundError) and step.action in _WRITING_ACTIONS:
             return FencedError(
-                f"could not {action}: a file of this attempt was deleted by someone else (a "
-                "newer coordinator's recovery, or the driver discarding this attempt)",
-                job=ctx.job_id if ctx else None,
-                sink=self.name,
-                epoch=epoch,
+                f"could not {step.action}: a file of this attempt was deleted by someone else "
+                "(a newer coordinator's recovery, or the driver discarding this attempt)",
+                **where,
                 fix="if another driver of this job started, stop this one; otherwise restart "
                 "the query: the epoch is written again",
             )
 
         def made(cls: type[DurableSinkError], text: str, fix: str | None) -> DurableSinkError:
-            return cls(text, job=ctx.job_id if ctx else None, sink=self.name, epoch=epoch, fix=fix)
+            return cls(text, **where, fix=fix)
 
-        return self.storage.failure(exc, action, made)
+        return self.storage.failure(exc, step.action, made)
 
     def capabilities(self) -> SinkCapabilities:
         merging = self.config.mode == "merge"
@@ -195,20 +169,14 @@ class DeltaSink:
         return self._shape.schema if self._shape is not None else None
 
     def health_check(self) -> None:
-        self._call(self._delta().load, "read the table's log")
-
-    def metrics(self) -> Mapping[str, float]:
-        return dict(self._counters)
+        self._client_call(self._delta().load, "read the table's log")
 
     # -- phase 1 -------------------------------------------------------------------------------
     def begin_epoch(self, epoch: int) -> None:
-        ctx = self._ctx()
         if self._current is not None:  # a failed attempt whose rollback did not run
             self._delete_participant(self._current.name, self._current.abandon())
             self._current = None
-        attempt = self._attempts.get(epoch, 0)
-        self._attempts[epoch] = attempt + 1
-        self._pending = ctx.participant(epoch, attempt)
+        self._pending = self._next_participant(epoch)
 
     def write_batch(self, batch: pa.RecordBatch) -> WriteResult:
         name = self._require_epoch()
@@ -223,16 +191,14 @@ class DeltaSink:
         if fitted.num_rows == 0:
             return WriteResult(0, 0)
         current = self._current or self._start(name, shape)
-        written = self._call(lambda: current.write(fitted), "write a data file", name.epoch)
-        self._counters["rows"] += fitted.num_rows
-        self._counters["bytes"] += written
+        written = self._client_call(lambda: current.write(fitted), "write a data file", name.epoch)
+        self._count("rows", fitted.num_rows)
+        self._count("bytes", written)
         return WriteResult(fitted.num_rows, int(written))
 
     def _require_epoch(self) -> ParticipantName:
         if self._pending is None:
-            raise UsageError(
-                "no epoch is open; call begin_epoch first", job=self._ctx().job_id, sink=self.name
-            )
+            raise self._no_epoch()
         return self._pending
 
     def _shape_for(self, batch: pa.RecordBatch, epoch: int) -> Shape:
@@ -253,17 +219,15 @@ class DeltaSink:
     def _mismatch(self, problems: Sequence[str], epoch: int) -> SchemaMismatchError:
         return SchemaMismatchError(
             f"the rows do not fit the Delta table at {self.storage.where}: " + "; ".join(problems),
-            job=self._ctx().job_id,
-            sink=self.name,
-            epoch=epoch,
+            **self._where(epoch),
             fix="select and cast the columns to the table's schema in the query (Delta types: "
             "docs/delta.md); nothing of the epoch was committed",
         )
 
-    def _start(self, name: ParticipantName, shape: Shape) -> ParticipantFiles:
-        self._current = ParticipantFiles(
+    def _start(self, name: ParticipantName, shape: Shape) -> DeltaParticipant:
+        self._current = DeltaParticipant(
             self.storage,
-            self._where(),
+            self._paths(),
             name,
             shape,
             staged=self.config.mode == "merge",
@@ -275,23 +239,25 @@ class DeltaSink:
 
     def _journal(self, name: ParticipantName, content: Mapping[str, Any]) -> None:
         data = json.dumps({"participant": str(name), **content}, sort_keys=True).encode()
-        self.storage.write_bytes(self._where().journal(name), data)
+        self.storage.write_bytes(self._paths().journal(name), data)
 
     def pre_commit(self, epoch: int) -> CommitHandle:
-        ctx = self._ctx()
+        ctx = self.context
         name = self._require_epoch()
         current, self._current = self._current, None
-        files = self._call(current.finish, "finish the data files", epoch) if current else []
-        details: dict[str, JSON] = {
-            "job_id": ctx.job_id,
-            "mode": self.config.mode,
-            "files": files,
-            "partition_by": list(self._shape.partition_by) if self._shape else [],
-        }
+        files = self._client_call(current.finish, "finish the data files", epoch) if current else []
+        schema = None
         if self._shape is not None:
             from deltalake import Schema
 
-            details["schema"] = Schema.from_arrow(self._shape.schema).to_json()
+            schema = Schema.from_arrow(self._shape.schema).to_json()
+        details = DeltaHandleDetails(
+            files=tuple(files),
+            job_id=ctx.job_id,
+            mode=self.config.mode,
+            partition_by=self._shape.partition_by if self._shape else (),
+            schema=schema,
+        )
         handle = CommitHandle(
             sink=self.name,
             epoch=epoch,
@@ -299,15 +265,15 @@ class DeltaSink:
             rows=sum(int(f["rows"]) for f in files),
             bytes=sum(int(f["size"]) for f in files),
             checksum=checksum(files),
-            details=details,
+            details=details.to_json(),
         )
         if files:
-            self._call(
+            self._client_call(
                 lambda: self._journal(name, {"state": PREPARED, "handle": handle.to_json()}),
                 "write the participant's journal",
                 epoch,
             )
-        self._counters["files"] += len(files)
+        self._count("files", len(files))
         self._pending = None
         return handle
 
@@ -320,23 +286,22 @@ class DeltaSink:
         if self._last_committed is not None and self._last_committed >= epoch:
             return CommitOutcome.ALREADY_COMMITTED
         for path in paths_of(handle):
-            if self._call(lambda p=path: self.storage.exists(p), "find a data file", epoch):
-                continue
+            with self.translated("find a data file", epoch):
+                if self.storage.exists(path):
+                    continue
             if self._recorded(epoch):  # committed (and its staged rows deleted) already
                 return CommitOutcome.ALREADY_COMMITTED
             raise ParticipantLostError(
                 f"data loss: participant {handle.participant} is decided to commit, but "
                 f"its file {self.storage.where}/{path} is gone",
-                job=self._ctx().job_id,
-                sink=self.name,
-                epoch=epoch,
+                **self._where(epoch),
                 fix="someone deleted it (VACUUM with a zero retention while the job was "
                 "down?): restore the epoch's rows from the source; keep the decision record",
             )
         return CommitOutcome.COMMITTED
 
     def _recorded(self, epoch: int) -> bool:
-        committed = self._call(self._delta().committed_epoch, "read the table's log", epoch)
+        committed = self._client_call(self._delta().committed_epoch, "read the table's log", epoch)
         if committed is not None:
             self._last_committed = max(self._last_committed or committed, committed)
         return committed is not None and committed >= epoch
@@ -344,14 +309,14 @@ class DeltaSink:
     def publish_epoch(self, epoch: int, handles: Sequence[CommitHandle]) -> CommitOutcome:
         """The epoch's one Delta commit (see the module docs); idempotent by the table's
         transaction version. Then the participants' journals and staged rows are deleted."""
-        made = self._call(lambda: self._commit(epoch, handles), "commit the epoch", epoch)
+        made = self._client_call(lambda: self._commit(epoch, handles), "commit the epoch", epoch)
         if made:
-            self._counters["epochs_committed"] += 1
+            self._count("epochs_committed")
             log.info(
                 "committed %d participant(s) to %s",
                 len(handles),
                 self.storage.where,
-                extra={"job": self._ctx().job_id, "sink": self.name, "epoch": epoch},
+                extra={"job": self.context.job_id, "sink": self.name, "epoch": epoch},
             )
         self._last_committed = max(self._last_committed or epoch, epoch)
         done = []  # the journals, and a merge's staged rows (an append's files are the table's)
@@ -359,8 +324,8 @@ class DeltaSink:
             name = ParticipantName.parse(handle.participant)
             if name is not None:
                 done += paths_of(handle) if self.config.mode == "merge" else []
-                done.append(self._where().journal(name))
-        self._call(lambda: self.storage.delete(done), "delete the journals", epoch)
+                done.append(self._paths().journal(name))
+        self._client_call(lambda: self.storage.delete(done), "delete the journals", epoch)
         return CommitOutcome.COMMITTED if made else CommitOutcome.ALREADY_COMMITTED
 
     def _commit(self, epoch: int, handles: Sequence[CommitHandle]) -> bool:
@@ -408,35 +373,37 @@ class DeltaSink:
             return
         name = ParticipantName.parse(handle.participant)
         if name is None:
-            raise ConfigError(
-                f"participant {handle.participant!r} is not a durable-sinks name",
-                sink=self.name,
-                epoch=epoch,
+            raise CorruptRecordError(
+                f"commit handle names participant {handle.participant!r}, not a durable-sinks "
+                "participant name",
+                **self._where(epoch),
                 fix="this handle was not made by the Delta sink",
             )
         self._delete_participant(name, paths_of(handle))
-        self._counters["rollbacks"] += 1
+        self._count("rollbacks")
 
     def _delete_participant(self, name: ParticipantName, paths: Sequence[str]) -> None:
         """Delete `paths` and whatever else the journal lists, then the journal."""
-        journal_path = self._where().journal(name)
+        journal_path = self._paths().journal(name)
         journal = self._read_journal(journal_path)
         listed = set(paths) | set(journal_paths(journal))
         if listed and self.config.mode == "append" and self._recorded(name.epoch):
-            table = self._call(self._delta().load, "read the table's log", name.epoch)
+            table = self._client_call(self._delta().load, "read the table's log", name.epoch)
             kept = listed & self._delta().referenced(table) if table is not None else set()
             if kept:
                 log.warning(
                     "participant %s's files are in the table: only its journal is deleted",
                     name,
-                    extra={"job": self._ctx().job_id, "sink": self.name, "epoch": name.epoch},
+                    extra={"job": self.context.job_id, "sink": self.name, "epoch": name.epoch},
                 )
             listed -= kept
-        self._call(lambda: self.storage.delete(sorted(listed)), "delete files", name.epoch)
-        self._call(lambda: self.storage.delete([journal_path]), "delete a journal", name.epoch)
+        with self.translated("delete files", name.epoch):
+            self.storage.delete(sorted(listed))
+        with self.translated("delete a journal", name.epoch):
+            self.storage.delete([journal_path])
 
     def _read_journal(self, path: str) -> Mapping[str, Any] | None:
-        data = self._call(lambda: self.storage.read_bytes(path), "read a journal")
+        data = self._client_call(lambda: self.storage.read_bytes(path), "read a journal")
         if data is None:
             return None
         try:
@@ -447,8 +414,8 @@ class DeltaSink:
 
     # -- recovery ------------------------------------------------------------------------------
     def _journals(self, folder: str) -> list[tuple[ParticipantName, Mapping[str, Any]]]:
-        layout = self._where()
-        listed = self._call(lambda: self.storage.list(folder), "list the journals")
+        layout = self._paths()
+        listed = self._client_call(lambda: self.storage.list(folder), "list the journals")
         found = []
         for item in listed:
             name = layout.parse_journal(item.path)
@@ -460,10 +427,10 @@ class DeltaSink:
         return found
 
     def recover_prepared(self) -> list[CommitHandle]:
-        ctx = self._ctx()
-        committed = self._call(self._delta().committed_epoch, "read the table's log")
+        ctx = self.context
+        committed = self._client_call(self._delta().committed_epoch, "read the table's log")
         leftovers = []
-        for name, journal in self._journals(self._where().folder):
+        for name, journal in self._journals(self._paths().folder):
             if name.generation >= ctx.generation:
                 continue
             handle = journal_handle(journal)
@@ -478,7 +445,7 @@ class DeltaSink:
 
     def prepared_participants(self, epoch: int) -> list[CommitHandle]:
         found = []
-        for _, journal in self._journals(self._where().epoch_folder(epoch)):
+        for _, journal in self._journals(self._paths().epoch_folder(epoch)):
             handle = journal_handle(journal)
             if handle is not None:
                 found.append(handle)
@@ -489,10 +456,10 @@ class DeltaSink:
 
     # -- operations (durable-sinks status/inspect/verify; operations.py) -----------------------
     def in_doubt(self) -> list[Prepared]:
-        return operations.in_doubt(self._journals(self._where().folder), self.name)
+        return operations.in_doubt(self._journals(self._paths().folder), self.name)
 
     def holdings(self, first: int, last: int) -> dict[int, Holding]:
-        table = self._call(self._delta().load, "read the table's log")
+        table = self._client_call(self._delta().load, "read the table's log")
         return {} if table is None else operations.holdings(table, first, last)
 
     def live_generations(self) -> list[int]:

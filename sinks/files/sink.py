@@ -77,6 +77,8 @@ class FileParticipant(OpenParticipant):
 
     def __init__(self, epoch: int, name: ParticipantName, staging: Path) -> None:
         super().__init__(epoch, name)
+        self.rows = 0
+        self.bytes = 0
         self.staging = staging
         self.writer: pq.ParquetWriter | None = None
         self.digest = hashlib.sha256()

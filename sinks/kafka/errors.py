@@ -5,14 +5,14 @@ transactions (admin calls, progress-topic reads) into a typed error. What a tran
 call's failure becomes (FencedError, TransientError, InDoubtError) is decided by the producer
 (producer.py), which knows the transaction's state.
 
-Nothing the sink raises is a raw KafkaException, SystemError or BufferError: `typed` (below)
-is the last guard around every protocol method."""
+Nothing the sink raises is a raw KafkaException, SystemError or BufferError: the sink's
+`_translate` applies `translate` to them (core/sink_base.py's `guarded` is the last guard around
+every protocol method)."""
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
-from typing import Any, TypeVar, cast
+from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 
@@ -157,29 +157,3 @@ def translate(
 #: What a Kafka client raises: KafkaException, SystemError (a call that failed inside a
 #: callback), BufferError (the producer's queue is full).
 RAW = (KafkaException, SystemError, BufferError)
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def typed(what: str, *, unknown: type[DurableSinkError] = TransientError) -> Callable[[F], F]:
-    """The last guard around a protocol method of the sink (whose `self._where(epoch)` names
-    the job and sink): a raw librdkafka failure that no inner path translated becomes
-    `translate(...)`'s typed error (`unknown`: TransientError, or InDoubtError around the
-    commit point, where an unexpected failure leaves the outcome unknown). Errors of the
-    sink's own (DurableSinkError) and anything not from a client pass unchanged."""
-
-    def wrap(method: F) -> F:
-        @functools.wraps(method)
-        def guarded(self: Any, *args: Any, **kwargs: Any) -> Any:
-            try:
-                return method(self, *args, **kwargs)
-            except DurableSinkError:
-                raise
-            except RAW as exc:
-                epoch = args[0] if args and isinstance(args[0], int) else None
-                failed = f"{what} failed"
-                raise translate(exc, failed, self._where(epoch), unknown=unknown) from None
-
-        return cast(F, guarded)
-
-    return wrap

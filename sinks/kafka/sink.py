@@ -26,11 +26,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
 
 import pyarrow as pa
 
 from durable_sinks.core.errors import (
+    DurableSinkError,
     FencedError,
     InDoubtError,
     ParticipantLostError,
@@ -49,12 +49,13 @@ from durable_sinks.core.protocol import (
     SinkCapabilities,
     WriteResult,
 )
+from durable_sinks.core.sink_base import OpenParticipant, SinkBase, Step, guarded
 
 from . import operations
 from .admin import Cluster, TopicFacts
 from .clientlog import ClientLog
 from .config import KafkaSinkConfig
-from .errors import typed
+from .errors import RAW, translate
 from .producer import TransactionalProducer
 from .progress import (
     ProgressReader,
@@ -66,13 +67,18 @@ from .progress import (
 )
 from .records import RECORD_OVERHEAD, Records, build_records
 
+#: What settles a commit whose outcome a failure left unknown.
+_COMMIT_IN_DOUBT = (
+    "the progress record tells whether the epoch committed: the epoch's replay or the next "
+    "start reads it and commits or rolls back the job's other sinks accordingly"
+)
 
-class _Epoch:
+
+class KafkaParticipant(OpenParticipant):
     """One attempt at an epoch: what its open transaction holds so far."""
 
     def __init__(self, epoch: int, name: ParticipantName) -> None:
-        self.epoch = epoch
-        self.name = name
+        super().__init__(epoch, name)
         self.rows = 0
         self.bytes = 0
         self.checksum = 0
@@ -105,38 +111,38 @@ class _Opened:
         self.topic = TopicFacts(0, 0)
 
 
-class KafkaSink:
+class KafkaSink(SinkBase[KafkaSinkConfig]):
     """Exactly-once into one Kafka topic; the job's last resource (see the module docs)."""
 
     def __init__(self, config: KafkaSinkConfig) -> None:
-        self.config = config
+        super().__init__(config, counters=("commit_seconds",))
         self._opened: _Opened | None = None
-        self._job: str | None = None  # the job that opens it, for errors while opening
-        self._current: _Epoch | None = None
-        self._attempts: dict[int, int] = {}
+        self._current: KafkaParticipant | None = None
         self._last_committed: int | None = None
         self._last_known = False
         self._checked_schema: pa.Schema | None = None
-        self._counters = dict.fromkeys(("rows", "bytes", "epochs_committed", "commit_seconds"), 0.0)
 
-    @property
-    def name(self) -> str:
-        return self.config.name
+    def _target(self) -> str:
+        return f"topic={self.config.topic!r}"
 
-    def __repr__(self) -> str:
-        return f"KafkaSink(name={self.name!r}, topic={self.config.topic!r})"
+    def _translate(self, exc: Exception, step: Step) -> DurableSinkError | None:
+        """A raw librdkafka failure that no inner path translated (those that know the
+        transaction's state do, in producer.py): typed by errors.translate, in doubt around
+        the commit point."""
+        if not isinstance(exc, RAW):
+            return None
+        unknown = InDoubtError if step.in_doubt else TransientError
+        where = self._where(step.epoch)
+        return translate(exc, f"{step.action} failed", where, fix=step.in_doubt, unknown=unknown)
 
     # -- context -------------------------------------------------------------------------------
     def _state(self) -> _Opened:
         if self._opened is None:
-            raise UsageError(f"{self!r} is not open; the coordinator opens sinks")
+            raise self._not_open()
         return self._opened
 
     def _ctx(self) -> OpenContext:
         return self._state().context
-
-    def _where(self, epoch: int | None = None) -> dict[str, Any]:
-        return {"job": self._job, "sink": self.name, "epoch": epoch}
 
     def _log(self, epoch: int | None = None) -> JobLogger:
         job = self._opened.context.job_id if self._opened else "-"
@@ -147,9 +153,9 @@ class KafkaSink:
         return self._state().producer.transactional_id
 
     # -- open ----------------------------------------------------------------------------------
-    @typed("opening the sink")
+    @guarded("opening the sink")
     def open(self, context: OpenContext) -> None:
-        self._job = context.job_id
+        self._opening(context)
         self._opened = opened = _Opened(self, context)
         if context.inspect:  # an operator's tool: read only (no topic made, no producer)
             return
@@ -246,13 +252,13 @@ class KafkaSink:
         aborts = 0 if self._opened is None else self._opened.producer.aborts
         return {**self._counters, "rollbacks": float(aborts)}
 
-    @typed("checking the Kafka cluster")
+    @guarded("checking the Kafka cluster")
     def health_check(self) -> None:
         state = self._state()
         state.producer.require()
         state.cluster.health_check()
 
-    @typed("closing the sink")
+    @guarded("closing the sink")
     def close(self) -> None:
         """Release the clients. An open transaction is left to the broker (it aborts it at
         transaction.timeout.ms, or the next open aborts it at once). Every client handle is
@@ -264,7 +270,7 @@ class KafkaSink:
             opened.progress.close()
             opened.clientlog.flush()
 
-    @typed("beginning the epoch")
+    @guarded("beginning the epoch")
     def begin_epoch(self, epoch: int) -> None:
         producer = self._state().producer
         if producer.broken and producer.fenced is None:
@@ -273,19 +279,17 @@ class KafkaSink:
         producer.require(epoch)
         if self._current is not None:
             self._abort()
-        attempt = self._attempts.get(epoch, 0)
-        self._attempts[epoch] = attempt + 1
+        name = self._next_participant(epoch)
         producer.begin(epoch)
-        self._current = _Epoch(epoch, self._ctx().participant(epoch, attempt))
+        self._current = KafkaParticipant(epoch, name)
 
-    def _require_current(self, epoch: int | None = None) -> _Epoch:
+    def _require_current(self, epoch: int | None = None) -> KafkaParticipant:
         current = self._current
         if current is None or (epoch is not None and current.epoch != epoch):
-            what = "no epoch is open" if epoch is None else f"epoch {epoch} is not open"
-            raise UsageError(f"{what}; call begin_epoch first", **self._where(epoch))
+            raise self._no_epoch(epoch)
         return current
 
-    @typed("writing a batch")
+    @guarded("writing a batch")
     def write_batch(self, batch: pa.RecordBatch) -> WriteResult:
         current = self._require_current()
         state = self._state()
@@ -312,7 +316,9 @@ class KafkaSink:
             )
         self._checked_schema = batch.schema
 
-    def _check_records(self, records: Records, current: _Epoch, topic: TopicFacts) -> None:
+    def _check_records(
+        self, records: Records, current: KafkaParticipant, topic: TopicFacts
+    ) -> None:
         """Refuse, before producing any record of the batch, a record over the size limit
         or a partition the topic does not have."""
         limit = topic.record_limit - RECORD_OVERHEAD
@@ -338,7 +344,7 @@ class KafkaSink:
                     "column null to let the partitioner choose",
                 )
 
-    @typed("preparing the epoch")
+    @guarded("preparing the epoch")
     def pre_commit(self, epoch: int) -> CommitHandle:
         """Phase 1: every record acknowledged inside the still-open transaction."""
         current = self._require_current(epoch)
@@ -359,7 +365,7 @@ class KafkaSink:
         )
         return current.prepared
 
-    @typed("committing the epoch with its decision", unknown=InDoubtError)
+    @guarded("committing the epoch with its decision", in_doubt=_COMMIT_IN_DOUBT)
     def commit_with_decision(
         self, epoch: int, handle: CommitHandle, decision: Mapping[str, JSON]
     ) -> None:
@@ -415,17 +421,17 @@ class KafkaSink:
             epoch if self._last_committed is None else max(self._last_committed, epoch)
         )
         state.cluster.await_visible(written, epoch)
-        self._counters["rows"] += handle.rows
-        self._counters["bytes"] += handle.bytes
-        self._counters["epochs_committed"] += 1
-        self._counters["commit_seconds"] += time.perf_counter() - started
+        self._count("rows", handle.rows)
+        self._count("bytes", handle.bytes)
+        self._count("epochs_committed")
+        self._count("commit_seconds", time.perf_counter() - started)
 
     def _abort(self) -> None:
         current, self._current = self._current, None
         if current is not None:
             self._state().producer.abort(current.epoch)
 
-    @typed("committing the epoch", unknown=InDoubtError)
+    @guarded("committing the epoch", in_doubt=_COMMIT_IN_DOUBT)
     def commit_epoch(self, epoch: int, handle: CommitHandle) -> CommitOutcome:
         """Commit outside the last-resource path (a job that asks for at-least-once): only
         the producer that prepared the participant can. A participant whose progress record
@@ -446,7 +452,7 @@ class KafkaSink:
             "exactly-once jobs); replay the epoch",
         )
 
-    @typed("rolling the epoch back")
+    @guarded("rolling the epoch back")
     def rollback_epoch(self, epoch: int, handle: CommitHandle | None) -> None:
         """Abort this sink's open transaction for `epoch`, if any. A transaction opened by
         another (dead or fenced) producer is aborted by `open`'s init_transactions."""
@@ -458,14 +464,14 @@ class KafkaSink:
         self._abort()
         self._log(epoch).info("rolled back participant %s", current.name)
 
-    @typed("recovering prepared participants")
+    @guarded("recovering prepared participants")
     def recover_prepared(self) -> list[CommitHandle]:
         """Nothing to resolve: `open`'s init_transactions already aborted whatever an older
         producer of this transactional.id left open."""
         self._ctx()
         return []
 
-    @typed("reading the last committed epoch")
+    @guarded("reading the last committed epoch")
     def last_committed_epoch(self) -> int | None:
         if not self._last_known:
             record, _ = self._latest_progress(lambda r: True)
@@ -474,18 +480,18 @@ class KafkaSink:
         return self._last_committed
 
     # -- operations (durable-sinks status/inspect/verify; operations.py) -----------------------
-    @typed("looking for open transactions")
+    @guarded("looking for open transactions")
     def in_doubt(self) -> list[Prepared]:
         return operations.sink_in_doubt(self, self._state(), self.last_committed_epoch())
 
-    @typed("reading the topic and the progress records")
+    @guarded("reading the topic and the progress records")
     def holdings(self, first: int, last: int) -> dict[int, Holding]:
         return operations.sink_holdings(self.config, self._state(), first, last)
 
     def live_generations(self) -> list[int]:
         return []  # a transactional id's producer cannot be seen from outside
 
-    @typed("reading the epoch's decision")
+    @guarded("reading the epoch's decision")
     def read_decision(self, epoch: int) -> Mapping[str, JSON] | None:
         record, _ = self._latest_progress(lambda r: r.epoch <= epoch)
         if record is None or record.epoch != epoch:

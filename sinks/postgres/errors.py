@@ -3,10 +3,10 @@ data or the table must fix, and what means a newer coordinator took over."""
 
 from __future__ import annotations
 
-import contextlib
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import psycopg
 
@@ -20,6 +20,7 @@ from durable_sinks.core.errors import (
     TransientError,
 )
 from durable_sinks.core.protocol import OpenContext
+from durable_sinks.core.sink_base import Step
 
 from .config import PostgresSinkConfig
 
@@ -140,16 +141,13 @@ def refusal(exc: psycopg.Error, config: PostgresSinkConfig | None) -> tuple[str,
 
 
 @dataclass(frozen=True)
-class Step:
+class PostgresStep(Step):
     """What the sink was doing when psycopg raised, for the translated error: the protocol
-    call (and its statement), the server (`host:port/db`, never credentials), and, for the
-    statements whose outcome a lost session leaves unknown (PREPARE TRANSACTION, COMMIT
-    PREPARED, the one-phase COMMIT), what settles it."""
+    call and its statement (`action`), the server (`host:port/db`, never credentials), and,
+    for the statements whose outcome a lost session leaves unknown (PREPARE TRANSACTION,
+    COMMIT PREPARED, the one-phase COMMIT), what settles it (`in_doubt`)."""
 
-    call: str
-    server: str
-    epoch: int | None = None
-    in_doubt: str | None = None
+    server: str = ""
     #: The statement runs in the epoch's own (not yet prepared or committed) transaction.
     in_epoch: bool = False
 
@@ -170,14 +168,14 @@ _RETRY_FIX = (
 )
 
 
-@contextlib.contextmanager
-def translated(
+def translate(
+    exc: Exception,
     context: OpenContext,
-    step: Step,
+    step: PostgresStep,
     fence_moved: Callable[[], bool],
     config: PostgresSinkConfig | None = None,
-) -> Iterator[None]:
-    """Translate psycopg errors raised inside the block; no psycopg error leaves it.
+) -> DurableSinkError | None:
+    """What a psycopg error raised during `step` means (None for anything not psycopg's):
 
     - data errors: SchemaMismatchError naming the column, row, constraint or key (`config`
       says which table and mode the sink writes);
@@ -188,71 +186,54 @@ def translated(
       may not have taken effect), else TransientError; each names the server and the step;
     - any other OperationalError (a lock or statement time-out, a deadlock, a serialization
       failure, the server out of resources): TransientError;
-    - anything else the server refused: DurableSinkError (not retriable), with its SQLSTATE.
-    Our own errors pass through."""
-    epoch = step.epoch
-    try:
-        yield
-    except DurableSinkError:
-        raise
-    except DATA_ERRORS as exc:
+    - anything else the server refused: DurableSinkError (not retriable), with its SQLSTATE."""
+    where: dict[str, Any] = {"job": context.job_id, "sink": context.sink, "epoch": step.epoch}
+    if isinstance(exc, DATA_ERRORS):
         message, fix = refusal(exc, config)
-        raise SchemaMismatchError(
-            message, job=context.job_id, sink=context.sink, epoch=epoch, fix=fix
-        ) from None
-    except SETUP_ERRORS as exc:
-        raise config_error(
+        return SchemaMismatchError(message, **where, fix=fix)
+    if isinstance(exc, SETUP_ERRORS):
+        return config_error(
             context,
             f"Postgres refused the sink's statement: {first_line(exc)}",
-            epoch=epoch,
+            epoch=step.epoch,
             fix="create the schema or table (CREATE SCHEMA ...), or grant the job's user the "
             "privileges docs/postgres.md lists, then restart the job",
-        ) from None
-    except psycopg.Error as exc:
-        if connection_lost(exc):
-            if fence_moved():
-                raise FencedError(
-                    "a newer coordinator opened this sink (and ended this session)",
-                    job=context.job_id,
-                    sink=context.sink,
-                    epoch=epoch,
-                ) from None
-            lost = f"lost the session with Postgres at {step.server} during {step.call}"
-            if step.in_doubt is not None:
-                raise InDoubtError(
-                    f"{lost}, so whether it took effect is unknown: {first_line(exc)}",
-                    job=context.job_id,
-                    sink=context.sink,
-                    epoch=epoch,
-                    fix=step.in_doubt,
-                ) from None
-            raise TransientError(
-                f"{lost}: {first_line(exc)}",
-                job=context.job_id,
-                sink=context.sink,
-                epoch=epoch,
-                fix=_REPLAY_FIX if step.in_epoch else _RETRY_FIX,
-            ) from None
-        if isinstance(exc, psycopg.OperationalError):
-            raise TransientError(
-                f"Postgres at {step.server} could not complete {step.call} now: "
-                f"{first_line(exc)} (SQLSTATE {exc.sqlstate})",
-                job=context.job_id,
-                sink=context.sink,
-                epoch=epoch,
-                fix="retrying may succeed (a lock or statement time-out, a deadlock or "
-                "serialization failure, or the server short of resources)"
-                + ("; nothing of the epoch was committed" if step.in_epoch else ""),
-            ) from None
-        raise DurableSinkError(
-            f"Postgres at {step.server} refused {step.call}: {first_line(exc)} "
-            f"(SQLSTATE {exc.sqlstate})",
-            job=context.job_id,
-            sink=context.sink,
-            epoch=epoch,
-            fix="see the server's log for the statement; if the server is a read-only standby, "
-            "point the DSN at the primary (target_session_attrs=read-write)",
-        ) from exc
+        )
+    if not isinstance(exc, psycopg.Error):
+        return None
+    if connection_lost(exc):
+        if fence_moved():
+            return FencedError(
+                "a newer coordinator opened this sink (and ended this session)", **where
+            )
+        lost = f"lost the session with Postgres at {step.server} during {step.action}"
+        if step.in_doubt is not None:
+            return InDoubtError(
+                f"{lost}, so whether it took effect is unknown: {first_line(exc)}",
+                **where,
+                fix=step.in_doubt,
+            )
+        return TransientError(
+            f"{lost}: {first_line(exc)}",
+            **where,
+            fix=_REPLAY_FIX if step.in_epoch else _RETRY_FIX,
+        )
+    if isinstance(exc, psycopg.OperationalError):
+        return TransientError(
+            f"Postgres at {step.server} could not complete {step.action} now: "
+            f"{first_line(exc)} (SQLSTATE {exc.sqlstate})",
+            **where,
+            fix="retrying may succeed (a lock or statement time-out, a deadlock or "
+            "serialization failure, or the server short of resources)"
+            + ("; nothing of the epoch was committed" if step.in_epoch else ""),
+        )
+    return DurableSinkError(
+        f"Postgres at {step.server} refused {step.action}: {first_line(exc)} "
+        f"(SQLSTATE {exc.sqlstate})",
+        **where,
+        fix="see the server's log for the statement; if the server is a read-only standby, "
+        "point the DSN at the primary (target_session_attrs=read-write)",
+    )
 
 
 def refuse_data(context: OpenContext, epoch: int, problems: list[str]) -> None:

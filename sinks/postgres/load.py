@@ -18,6 +18,7 @@ from psycopg import sql
 from durable_sinks.core.errors import SchemaMismatchError
 from durable_sinks.core.naming import ParticipantName
 from durable_sinks.core.protocol import CommitHandle, OpenContext
+from durable_sinks.core.sink_base import OpenParticipant
 
 from .columns import nul_characters
 from .config import PostgresSinkConfig
@@ -33,15 +34,14 @@ COPY_SLICE_ROWS = 16_384
 DUPLICATES_SHOWN = 5
 
 
-class EpochLoad:
+class PostgresParticipant(OpenParticipant):
     """What one attempt at an epoch has loaded into its (still open) transaction."""
 
     def __init__(
         self, epoch: int, name: ParticipantName, config: PostgresSinkConfig, context: OpenContext
     ) -> None:
-        self.epoch = epoch
+        super().__init__(epoch, name)
         self.context = context
-        self.name = name
         self.config = config
         self.table = sql.Identifier(config.schema_name, config.table_name)
         self.rows = 0

@@ -15,7 +15,8 @@ What is durable when:
 Fencing: see fencing.py. The DSN may hold a password: it is never logged, put in an error, a
 handle or a marker; `repr` and messages show it redacted.
 
-Faults: no psycopg error leaves a method (errors.translated). A session lost to a restart of
+Faults: no psycopg error leaves a method (errors.translate, through the sink base's
+`translated`). A session lost to a restart of
 the server, `pg_terminate_backend` or the network is a TransientError (UnreachableError when
 a new session cannot be opened) naming the server (`host:port/db`) and the step, except during
 the three statements whose outcome it leaves unknown: PREPARE TRANSACTION (pre_commit), COMMIT
@@ -47,7 +48,7 @@ import psycopg
 from psycopg import sql
 
 from durable_sinks.core.connecting import connection_failure, server_of
-from durable_sinks.core.errors import ParticipantLostError, UsageError
+from durable_sinks.core.errors import DurableSinkError, ParticipantLostError, UsageError
 from durable_sinks.core.naming import ParticipantName, owner_prefix
 from durable_sinks.core.operations import Holding, Prepared
 from durable_sinks.core.protocol import (
@@ -59,14 +60,16 @@ from durable_sinks.core.protocol import (
     WriteResult,
 )
 from durable_sinks.core.secrets import resolve
+from durable_sinks.core.sink_base import SinkBase, Step
 
 from . import operations
 from .catalog import TargetTable, refuse_foreign_prepared
 from .columns import null_violations
 from .config import PostgresSinkConfig
-from .errors import Step, first_line, refuse_data, translated
+from .errors import PostgresStep, first_line, refuse_data, translate
 from .fencing import MetaTables, application_name
-from .load import EpochLoad
+from .handles import PostgresHandleDetails
+from .load import PostgresParticipant
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -81,32 +84,26 @@ class _Opened:
     table: TargetTable
 
 
-class PostgresSink:
+class PostgresSink(SinkBase[PostgresSinkConfig]):
     """Exactly-once into one Postgres table, through prepared transactions."""
 
     def __init__(self, config: PostgresSinkConfig) -> None:
-        self.config = config
+        super().__init__(config)
         self._opened: _Opened | None = None
         self._admin: psycopg.Connection[Any] | None = None
         self._tx: psycopg.Connection[Any] | None = None
-        self._current: EpochLoad | None = None
-        self._attempts: dict[int, int] = {}
+        self._current: PostgresParticipant | None = None
         #: Highest epoch whose marker is committed: read at open, then kept by the commits
         #: (after open only this generation's coordinator commits this job's participants).
         self._last_committed: int | None = None
-        self._counters = {"rows": 0.0, "bytes": 0.0, "epochs_committed": 0.0, "rollbacks": 0.0}
 
-    @property
-    def name(self) -> str:
-        return self.config.name
-
-    def __repr__(self) -> str:
-        return f"PostgresSink(name={self.name!r}, table={self.config.table!r})"
+    def _target(self) -> str:
+        return f"table={self.config.table!r}"
 
     # -- connections and errors ----------------------------------------------------------------
     def _state(self) -> _Opened:
         if self._opened is None:
-            raise UsageError(f"{self!r} is not open; the coordinator opens sinks")
+            raise self._not_open()
         return self._opened
 
     def _ctx(self) -> OpenContext:
@@ -144,11 +141,20 @@ class PostgresSink:
         in_doubt: str | None = None,
         in_epoch: bool = False,
     ) -> AbstractContextManager[None]:
-        """psycopg's errors of `call` translated (errors.translated); `in_doubt` is the fix
-        of an InDoubtError, for a statement whose outcome a lost session leaves unknown;
-        `in_epoch` says the statements run in the epoch's own transaction."""
-        step = Step(call, server_of(self.config.dsn), epoch, in_doubt, in_epoch)
-        return translated(self._ctx(), step, self._fence_moved, self.config)
+        """The base's `translated` for a Postgres step: `call` names the protocol call and
+        its statement; `in_doubt` is the fix of an InDoubtError, for a statement whose
+        outcome a lost session leaves unknown; `in_epoch` says the statements run in the
+        epoch's own transaction."""
+        server = server_of(self.config.dsn)
+        return self.translated(PostgresStep(call, epoch, in_doubt, server, in_epoch))
+
+    def _translate(self, exc: Exception, step: Step) -> DurableSinkError | None:
+        known = (
+            step
+            if isinstance(step, PostgresStep)
+            else PostgresStep(step.action, step.epoch, step.in_doubt, server_of(self.config.dsn))
+        )
+        return translate(exc, self.context, known, self._fence_moved, self.config)
 
     def _fence_moved(self) -> bool:
         """Whether a newer generation holds the fence, read on a fresh session (False when
@@ -168,6 +174,7 @@ class PostgresSink:
 
     # -- lifecycle -----------------------------------------------------------------------------
     def open(self, context: OpenContext) -> None:
+        self._opening(context)
         self._opened = opened = _Opened(
             context,
             MetaTables(self.config, context),
@@ -217,9 +224,6 @@ class PostgresSink:
     def schema(self) -> pa.Schema | None:
         return None if self._opened is None else self._opened.table.checked_schema
 
-    def metrics(self) -> Mapping[str, float]:
-        return dict(self._counters)
-
     def health_check(self) -> None:
         """A coordinator's `open` has just checked the server's settings, the table and the
         privileges, before creating anything (not again here); a worker's or an operator's
@@ -234,10 +238,8 @@ class PostgresSink:
         state = self._state()
         if self._current is not None:
             self._abandon_transaction()
-        attempt = self._attempts.get(epoch, 0)
-        self._attempts[epoch] = attempt + 1
-        name = state.context.participant(epoch, attempt)
-        self._current = current = EpochLoad(epoch, name, self.config, state.context)
+        name = self._next_participant(epoch)
+        self._current = current = PostgresParticipant(epoch, name, self.config, state.context)
         with self._errors("begin_epoch (the fence check)", epoch, in_epoch=True):
             current.session = self._tx_conn()
             state.meta.check_fence(current.session, epoch)
@@ -246,10 +248,7 @@ class PostgresSink:
         current = self._require_current()
         if current.handle is not None:
             raise UsageError(
-                "the epoch was pre-committed; no more batches",
-                job=self._ctx().job_id,
-                sink=self.name,
-                epoch=current.epoch,
+                "the epoch was pre-committed; no more batches", **self._where(current.epoch)
             )
         with self._errors("write_batch (COPY)", current.epoch, in_epoch=True):
             columns = self._state().table.columns_for(batch, current.epoch)
@@ -257,8 +256,8 @@ class PostgresSink:
             if batch.num_rows == 0:
                 return WriteResult(0, 0)
             sent = current.copy(current.conn(), batch)
-        self._counters["rows"] += batch.num_rows
-        self._counters["bytes"] += sent
+        self._count("rows", batch.num_rows)
+        self._count("bytes", sent)
         return WriteResult(batch.num_rows, sent)
 
     def pre_commit(self, epoch: int) -> CommitHandle:
@@ -286,7 +285,7 @@ class PostgresSink:
             current.rows,
             current.bytes,
             current.checksum_text,
-            {"part": current.name.part},
+            PostgresHandleDetails(current.name.part).to_json(),
         )
         if state.context.commit_point:
             current.handle = handle  # stays open until commit_with_decision
@@ -297,7 +296,7 @@ class PostgresSink:
     def _mark(
         self,
         conn: psycopg.Connection[Any],
-        current: EpochLoad,
+        current: PostgresParticipant,
         participant: str,
         checksum: str,
         decision: str | None,
@@ -312,11 +311,9 @@ class PostgresSink:
             decision,
         )
 
-    def _require_current(self) -> EpochLoad:
+    def _require_current(self) -> PostgresParticipant:
         if self._current is None:
-            raise UsageError(
-                "no epoch is open; call begin_epoch first", job=self._ctx().job_id, sink=self.name
-            )
+            raise self._no_epoch()
         return self._current
 
     # -- phase 2 -------------------------------------------------------------------------------
@@ -332,20 +329,17 @@ class PostgresSink:
             try:
                 conn.execute(sql.SQL("COMMIT PREPARED {}").format(sql.Literal(handle.participant)))
             except psycopg.errors.UndefinedObject:
-                name = ParticipantName.parse(handle.participant)
-                part = name.part if name else str(handle.details.get("part", "0"))
+                part = PostgresHandleDetails.of(handle).part
                 if self._state().meta.marker_participant(conn, epoch, part) == handle.participant:
                     self._committed(epoch)
                     return CommitOutcome.ALREADY_COMMITTED
                 raise ParticipantLostError(
                     f"prepared transaction {handle.participant} does not exist and its marker "
                     "row is not there: it was rolled back or never prepared",
-                    job=self._ctx().job_id,
-                    sink=self.name,
-                    epoch=epoch,
+                    **self._where(epoch),
                     fix="someone ran ROLLBACK PREPARED on it; the epoch must be rewritten",
                 ) from None
-        self._counters["epochs_committed"] += 1
+        self._count("epochs_committed")
         self._committed(epoch)
         return CommitOutcome.COMMITTED
 
@@ -381,7 +375,7 @@ class PostgresSink:
         )
         with self._errors("commit_with_decision (COMMIT)", epoch, in_doubt=in_doubt):
             conn.commit()
-        self._counters["epochs_committed"] += 1
+        self._count("epochs_committed")
         self._committed(epoch)
 
     def read_decision(self, epoch: int) -> Mapping[str, JSON] | None:
@@ -400,7 +394,7 @@ class PostgresSink:
                 self._admin_conn().execute(
                     sql.SQL("ROLLBACK PREPARED {}").format(sql.Literal(handle.participant))
                 )
-                self._counters["rollbacks"] += 1
+                self._count("rollbacks")
             except psycopg.errors.UndefinedObject:
                 pass  # never prepared, or already rolled back
 
@@ -445,7 +439,8 @@ class PostgresSink:
         for (gid,) in rows:
             name = ParticipantName.parse(gid)
             if name is not None and name.owned_by(ctx.job_id, self.name):
-                yield name, CommitHandle(self.name, name.epoch, gid, 0, 0, "", {"part": name.part})
+                details = PostgresHandleDetails(name.part).to_json()
+                yield name, CommitHandle(self.name, name.epoch, gid, 0, 0, "", details)
 
     def last_committed_epoch(self) -> int | None:
         self._ctx()

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from durable_sinks.core.errors import ManifestCorruptError
+from durable_sinks.core.errors import CorruptRecordError
 from durable_sinks.core.protocol import CommitHandle
+
+from .handles import S3HandleDetails
 
 FORMAT = "durable-sinks/s3-epoch"
 VERSION = 1
@@ -56,15 +58,15 @@ class EpochManifest:
     ) -> EpochManifest:
         objects = [
             EpochObject(
-                key=str(o["key"]),
-                size=int(o["size"]),
-                etag=None if o.get("etag") is None else str(o["etag"]),
-                rows=int(o["rows"]),
+                key=o.key,
+                size=o.size,
+                etag=o.etag,
+                rows=o.rows,
                 participant=h.participant,
-                sha256=str(o["sha256"]),
+                sha256=o.sha256,
             )
             for h in handles
-            for o in _objects(h)
+            for o in S3HandleDetails.of(h).objects
         ]
         return cls(job_id, sink, epoch, tuple(sorted(objects, key=lambda o: o.key)))
 
@@ -119,7 +121,7 @@ class EpochManifest:
                 )
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             problem = f"{type(exc).__name__}: {exc}"
-        raise ManifestCorruptError(f"{source}: not a valid epoch manifest ({problem})", fix=fix)
+        raise CorruptRecordError(f"{source}: not a valid epoch manifest ({problem})", fix=fix)
 
 
 def _problem(body: Any) -> str | None:
@@ -131,13 +133,6 @@ def _problem(body: Any) -> str | None:
     if body.get("checksum") != _checksum(body.get("objects")):
         return "the checksum over its objects does not match"
     return None
-
-
-def _objects(handle: CommitHandle) -> list[Mapping[str, Any]]:
-    objects = handle.details.get("objects") or []
-    if not isinstance(objects, list):
-        raise ManifestCorruptError(f"commit handle {handle.participant}: `objects` is not a list")
-    return [o for o in objects if isinstance(o, Mapping)]
 
 
 def _checksum(listed: Any) -> str:

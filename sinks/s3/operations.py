@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from durable_sinks.core.errors import DurableSinkError, ManifestCorruptError
+from durable_sinks.core.errors import CorruptRecordError, DurableSinkError
 from durable_sinks.core.naming import ParticipantName
 from durable_sinks.core.operations import Holding, Prepared
 from durable_sinks.core.protocol import OpenContext
@@ -132,7 +132,7 @@ def holdings(
         manifest = None
         try:
             manifest = read_manifest(epoch) if epoch in manifests else None
-        except ManifestCorruptError as exc:
+        except CorruptRecordError as exc:
             found[epoch] = Holding(epoch, marker=True, problems=(str(exc),))
             continue
         if manifest is None:

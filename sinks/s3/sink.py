@@ -22,24 +22,21 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import pyarrow.parquet as pq
 
 from durable_sinks.core.errors import (
-    ConfigError,
+    CorruptRecordError,
     DurableSinkError,
     FencedError,
-    ManifestCorruptError,
     ParticipantLostError,
     SchemaMismatchError,
-    UsageError,
 )
 from durable_sinks.core.naming import ParticipantName
 from durable_sinks.core.operations import Holding, Prepared
 from durable_sinks.core.protocol import (
-    JSON,
     CommitHandle,
     CommitOutcome,
     OpenContext,
@@ -48,11 +45,13 @@ from durable_sinks.core.protocol import (
 )
 from durable_sinks.core.s3 import is_missing, is_precondition_failed, s3_failure
 from durable_sinks.core.schemas import schema_difference
+from durable_sinks.core.sink_base import OpenParticipant, SinkBase, Step
 
 from . import operations
 from .checks import check_bucket, claim_prefix, highest_manifest
 from .config import S3SinkConfig
 from .epochs import EpochManifest
+from .handles import S3HandleDetails, S3Object
 from .layout import DataKey, Layout, epoch_text
 from .upload import PARTICIPANT_METADATA, ObjectUpload
 
@@ -63,88 +62,61 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class _Participant:
-    """The epoch being written by this instance: finished objects and the one being written."""
+class S3Participant(OpenParticipant):
+    """The participant being written: its finished objects and the one being uploaded."""
 
     def __init__(self, epoch: int, name: ParticipantName) -> None:
-        self.epoch = epoch
-        self.name = name
-        self.finished: list[dict[str, Any]] = []
+        super().__init__(epoch, name)
+        self.rows = 0
+        self.finished: list[S3Object] = []
         self.upload: ObjectUpload | None = None
         self.writer: pq.ParquetWriter | None = None
-        self.rows = 0
 
     def uploads(self) -> list[tuple[str, str]]:
         """(key, upload id) of every upload this participant started."""
-        started = [(str(o["key"]), str(o["upload_id"])) for o in self.finished]
+        started = [(o.key, o.upload_id) for o in self.finished]
         if self.upload is not None:
             started.append((self.upload.key, self.upload.upload_id))
         return started
 
 
-class S3Sink:
+class S3Sink(SinkBase[S3SinkConfig]):
     """Exactly-once Parquet objects under an S3 prefix (see the module docs)."""
 
     def __init__(self, config: S3SinkConfig) -> None:
-        self.config = config
+        super().__init__(config, counters=("parts_uploaded",))
         self.layout = Layout(config.location)
-        self._context: OpenContext | None = None
         self._client: S3Client | None = None
-        self._current: _Participant | None = None
-        self._attempts: dict[int, int] = {}
+        self._current: S3Participant | None = None
         self._schema: pa.Schema | None = None
         self._last_committed: int | None = None
-        self._counters = {
-            "rows": 0.0,
-            "bytes": 0.0,
-            "parts_uploaded": 0.0,
-            "epochs_committed": 0.0,
-            "rollbacks": 0.0,
-        }
 
-    @property
-    def name(self) -> str:
-        return self.config.name
+    def _target(self) -> str:
+        return f"path={str(self.layout.location)!r}"
 
-    def __repr__(self) -> str:
-        return f"S3Sink(name={self.name!r}, path={str(self.layout.location)!r})"
+    def _translate(self, exc: Exception, step: Step) -> DurableSinkError | None:
+        return s3_failure(exc, step.action, self.config.connection, **self._where(step.epoch))
 
     # -- lifecycle -----------------------------------------------------------------------------
     def open(self, context: OpenContext) -> None:
-        self._context = context
+        self._opening(context)
         self._client = self.config.connection.client()
         if context.inspect:  # an operator's tool: read only
-            self._last_committed = highest_manifest(self._s3(), self.layout, self._fail)
+            self._last_committed = highest_manifest(self._s3(), self.layout, self.failure)
         if context.worker or context.inspect:
             return  # a worker only writes its part: the driver's instance did the rest
-        claim_prefix(self._s3(), self.layout, context.job_id, self.name, self._fail)
-        self._last_committed = highest_manifest(self._s3(), self.layout, self._fail)
+        claim_prefix(self._s3(), self.layout, context.job_id, self.name, self.failure)
+        self._last_committed = highest_manifest(self._s3(), self.layout, self.failure)
 
     def close(self) -> None:
         current, self._current = self._current, None
         if current is not None and current.writer is not None:
             current.writer.close()
 
-    def _ctx(self) -> OpenContext:
-        if self._context is None:
-            raise UsageError(f"{self!r} is not open; the coordinator opens sinks")
-        return self._context
-
     def _s3(self) -> S3Client:
         if self._client is None:
-            raise UsageError(f"{self!r} is not open; the coordinator opens sinks")
+            raise self._not_open()
         return self._client
-
-    def _fail(self, exc: BaseException, action: str, epoch: int | None = None) -> DurableSinkError:
-        ctx = self._context
-        return s3_failure(
-            exc,
-            action,
-            self.config.connection,
-            job=ctx.job_id if ctx else None,
-            sink=self.name,
-            epoch=epoch,
-        )
 
     def capabilities(self) -> SinkCapabilities:
         return SinkCapabilities(
@@ -159,23 +131,17 @@ class S3Sink:
         return self._schema
 
     def health_check(self) -> None:
-        ctx = self._ctx()
-        check_bucket(self._s3(), self.layout, self.config, ctx.job_id, self._fail)
-
-    def metrics(self) -> Mapping[str, float]:
-        return dict(self._counters)
+        ctx = self.context
+        check_bucket(self._s3(), self.layout, self.config, ctx.job_id, self.failure)
 
     # -- phase 1 -------------------------------------------------------------------------------
     def begin_epoch(self, epoch: int) -> None:
-        ctx = self._ctx()
         if self._current is not None:
             # A failed attempt whose rollback did not finish: the coordinator has moved on.
             self._abort(self._current.epoch, self._current.uploads())
             self._current = None
         epoch_text(epoch)  # ConfigError for an epoch beyond the keys' digits, before writing
-        attempt = self._attempts.get(epoch, 0)
-        self._attempts[epoch] = attempt + 1
-        self._current = _Participant(epoch, ctx.participant(epoch, attempt))
+        self._current = S3Participant(epoch, self._next_participant(epoch))
 
     def write_batch(self, batch: pa.RecordBatch) -> WriteResult:
         current = self._require_current()
@@ -184,9 +150,7 @@ class S3Sink:
         elif not batch.schema.equals(self._schema):
             raise SchemaMismatchError(
                 schema_difference(self._schema, batch.schema),
-                job=self._ctx().job_id,
-                sink=self.name,
-                epoch=current.epoch,
+                **self._where(current.epoch),
                 fix="write batches of one schema to an S3 sink; give a new path for a new schema",
             )
         if batch.num_rows == 0:
@@ -200,13 +164,13 @@ class S3Sink:
         current.upload.rows += batch.num_rows
         current.rows += batch.num_rows
         written = current.upload.size - before
-        self._counters["rows"] += batch.num_rows
-        self._counters["bytes"] += written
+        self._count("rows", batch.num_rows)
+        self._count("bytes", written)
         if current.upload.size >= self.config.max_object_bytes:
             self._finish_object(current)
         return WriteResult(batch.num_rows, batch.nbytes)
 
-    def _start_object(self, current: _Participant, schema: pa.Schema) -> None:
+    def _start_object(self, current: S3Participant, schema: pa.Schema) -> None:
         key = self.layout.data_key(DataKey.of(current.name, len(current.finished)))
         current.upload = ObjectUpload(
             self._s3(),
@@ -221,7 +185,7 @@ class S3Sink:
         )
 
     def _upload_failure(
-        self, exc: BaseException, action: str, current: _Participant
+        self, exc: BaseException, action: str, current: S3Participant
     ) -> DurableSinkError:
         """An upload that vanished under a writer was aborted by someone else: a newer
         coordinator's recovery, the driver discarding a losing executor attempt, or a bucket
@@ -231,48 +195,52 @@ class S3Sink:
                 f"cannot {action}: the upload was aborted by someone else (a newer "
                 "coordinator's recovery, the driver discarding this attempt, or a bucket "
                 "lifecycle rule)",
-                job=self._ctx().job_id,
-                sink=self.name,
-                epoch=current.epoch,
+                **self._where(current.epoch),
                 fix="if another driver of this job started, stop this one; otherwise restart "
                 "the query: the epoch is written again",
             )
-        return self._fail(exc, action, current.epoch)
+        return self.failure(exc, action, current.epoch)
 
-    def _finish_object(self, current: _Participant) -> None:
+    def _finish_object(self, current: S3Participant) -> None:
         if current.writer is None or current.upload is None:
             return
         current.writer.close()
         current.writer = None
         upload, current.upload = current.upload, None
-        current.finished.append(upload.finish())
-        self._counters["parts_uploaded"] += len(upload.etags)
+        finished = upload.finish()
+        current.finished.append(
+            S3Object(
+                key=str(finished["key"]),
+                upload_id=str(finished["upload_id"]),
+                etags=tuple(str(e) for e in finished["etags"]),
+                etag=str(finished["etag"]),
+                size=int(finished["size"]),
+                rows=int(finished["rows"]),
+                sha256=str(finished["sha256"]),
+            )
+        )
+        self._count("parts_uploaded", len(upload.etags))
 
     def pre_commit(self, epoch: int) -> CommitHandle:
-        ctx = self._ctx()
+        ctx = self.context
         current = self._require_current()
         self._finish_object(current)
-        objects: list[JSON] = [
-            {k: o[k] for k in ("key", "upload_id", "etags", "etag", "size", "rows", "sha256")}
-            for o in current.finished
-        ]
+        details = S3HandleDetails(ctx.job_id, self.layout.bucket, tuple(current.finished))
         handle = CommitHandle(
             sink=self.name,
             epoch=epoch,
             participant=str(current.name),
             rows=current.rows,
-            bytes=sum(int(o["size"]) for o in current.finished),
-            checksum=_combined([str(o["sha256"]) for o in current.finished]),
-            details={"job_id": ctx.job_id, "bucket": self.layout.bucket, "objects": objects},
+            bytes=sum(o.size for o in current.finished),
+            checksum=_combined([o.sha256 for o in current.finished]),
+            details=details.to_json(),
         )
         self._current = None
         return handle
 
-    def _require_current(self) -> _Participant:
+    def _require_current(self) -> S3Participant:
         if self._current is None:
-            raise UsageError(
-                "no epoch is open; call begin_epoch first", job=self._ctx().job_id, sink=self.name
-            )
+            raise self._no_epoch()
         return self._current
 
     # -- phase 2 -------------------------------------------------------------------------------
@@ -280,14 +248,13 @@ class S3Sink:
         """Complete every upload of the participant, create-only. Idempotent: an object
         already complete with this participant's metadata and size is committed."""
         outcome = CommitOutcome.ALREADY_COMMITTED
-        for described in _handle_objects(handle, self.name):
+        for described in S3HandleDetails.of(handle).objects:
             if self._complete(epoch, handle.participant, described):
                 outcome = CommitOutcome.COMMITTED
         return outcome
 
-    def _complete(self, epoch: int, participant: str, described: Mapping[str, Any]) -> bool:
-        key, upload_id = str(described["key"]), str(described["upload_id"])
-        etags = [str(e) for e in described["etags"]]
+    def _complete(self, epoch: int, participant: str, described: S3Object) -> bool:
+        key, upload_id, etags = described.key, described.upload_id, described.etags
         try:
             self._s3().complete_multipart_upload(
                 Bucket=self.layout.bucket,
@@ -300,10 +267,10 @@ class S3Sink:
             )
         except Exception as exc:
             if not (is_missing(exc) or is_precondition_failed(exc)):
-                raise self._fail(
+                raise self.failure(
                     exc, f"complete the upload of s3://{self.layout.bucket}/{key}", epoch
                 ) from exc
-            self._require_completed(epoch, participant, key, int(described["size"]), exc)
+            self._require_completed(epoch, participant, key, described.size, exc)
             return False
         return True
 
@@ -316,13 +283,11 @@ class S3Sink:
             head = self._s3().head_object(Bucket=self.layout.bucket, Key=key)
         except Exception as exc:
             if not is_missing(exc):
-                raise self._fail(exc, f"read the metadata of {where}", epoch) from exc
+                raise self.failure(exc, f"read the metadata of {where}", epoch) from exc
             raise ParticipantLostError(
                 f"data loss: participant {participant} is decided to commit, but its upload "
                 f"of {where} is gone ({type(cause).__name__}) and the object does not exist",
-                job=self._ctx().job_id,
-                sink=self.name,
-                epoch=epoch,
+                **self._where(epoch),
                 fix="someone aborted the upload (a bucket lifecycle rule shorter than "
                 "recovery_window_days, or a person): the epoch's rows must be restored from "
                 "the source; keep the decision record for the audit",
@@ -333,16 +298,14 @@ class S3Sink:
                 f"{where} holds another object (participant {owner!r}, "
                 f"{head.get('ContentLength')} bytes), not participant {participant}'s "
                 f"{size} bytes",
-                job=self._ctx().job_id,
-                sink=self.name,
-                epoch=epoch,
+                **self._where(epoch),
                 fix="give each job its own prefix; never write under a sink's prefix by hand",
             ) from cause
 
     def publish_epoch(self, epoch: int, handles: Sequence[CommitHandle]) -> CommitOutcome:
         """Create the epoch manifest from the decided participants of this sink (all of them
         committed): create-only; one already there with the same objects is this epoch's."""
-        ctx = self._ctx()
+        ctx = self.context
         manifest = EpochManifest.of(ctx.job_id, self.name, epoch, handles)
         key = self.layout.manifest_key(epoch)
         where = f"s3://{self.layout.bucket}/{key}"
@@ -357,20 +320,18 @@ class S3Sink:
             )
         except Exception as exc:
             if not is_precondition_failed(exc):
-                raise self._fail(exc, f"create the epoch manifest {where}", epoch) from exc
+                raise self.failure(exc, f"create the epoch manifest {where}", epoch) from exc
             found = self._read_manifest(epoch)
             if found is None or found.objects != manifest.objects:
-                raise ManifestCorruptError(
+                raise CorruptRecordError(
                     f"{where} already exists and lists other objects than epoch {epoch}'s decision",
-                    job=ctx.job_id,
-                    sink=self.name,
-                    epoch=epoch,
+                    **self._where(epoch),
                     fix="give each job its own prefix; never write under a sink's prefix by hand",
                 ) from exc
             outcome = CommitOutcome.ALREADY_COMMITTED
         if self._last_committed is None or epoch > self._last_committed:
             self._last_committed = epoch
-        self._counters["epochs_committed"] += outcome is CommitOutcome.COMMITTED
+        self._count("epochs_committed", outcome is CommitOutcome.COMMITTED)
         return outcome
 
     def _read_manifest(self, epoch: int) -> EpochManifest | None:
@@ -380,7 +341,7 @@ class S3Sink:
         except Exception as exc:
             if is_missing(exc):
                 return None
-            raise self._fail(exc, f"read s3://{self.layout.bucket}/{key}", epoch) from exc
+            raise self.failure(exc, f"read s3://{self.layout.bucket}/{key}", epoch) from exc
         return EpochManifest.from_bytes(body, source=f"s3://{self.layout.bucket}/{key}")
 
     def rollback_epoch(self, epoch: int, handle: CommitHandle | None) -> None:
@@ -395,11 +356,9 @@ class S3Sink:
         else:
             if current is not None and str(current.name) == handle.participant:
                 self._current = None
-            uploads = [
-                (str(o["key"]), str(o["upload_id"])) for o in _handle_objects(handle, self.name)
-            ]
+            uploads = [(o.key, o.upload_id) for o in S3HandleDetails.of(handle).objects]
         if self._abort(epoch, uploads):
-            self._counters["rollbacks"] += 1
+            self._count("rollbacks")
 
     def _abort(self, epoch: int, uploads: Sequence[tuple[str, str]]) -> bool:
         for key, upload_id in uploads:
@@ -409,7 +368,7 @@ class S3Sink:
                 )
             except Exception as exc:
                 if not is_missing(exc):
-                    raise self._fail(
+                    raise self.failure(
                         exc, f"abort the upload of s3://{self.layout.bucket}/{key}", epoch
                     ) from exc
         return bool(uploads)
@@ -417,7 +376,7 @@ class S3Sink:
     # -- recovery ------------------------------------------------------------------------------
     def _uploads(self, prefix: str) -> dict[ParticipantName, list[tuple[str, str]]]:
         """Every upload under `prefix` whose key is one of ours, by participant."""
-        found = operations.uploads(self._s3(), self.layout, self._ctx(), prefix, self._fail)
+        found = operations.uploads(self._s3(), self.layout, self.context, prefix, self.failure)
         return {name: [(u.key, u.upload_id) for u in ups] for name, ups in found.items()}
 
     def _leftover(self, name: ParticipantName, uploads: list[tuple[str, str]]) -> CommitHandle:
@@ -430,15 +389,15 @@ class S3Sink:
             rows=0,
             bytes=0,
             checksum="",
-            details={
-                "job_id": self._ctx().job_id,
-                "bucket": self.layout.bucket,
-                "objects": [{"key": k, "upload_id": u} for k, u in sorted(uploads)],
-            },
+            details=S3HandleDetails(
+                self.context.job_id,
+                self.layout.bucket,
+                tuple(S3Object(k, u) for k, u in sorted(uploads)),
+            ).to_json(),
         )
 
     def recover_prepared(self) -> list[CommitHandle]:
-        ctx = self._ctx()
+        ctx = self.context
         found = self._uploads(self.layout.data_folder)
         return [
             self._leftover(name, uploads)
@@ -455,27 +414,17 @@ class S3Sink:
 
     # -- operations (durable-sinks status/inspect/verify; operations.py) -----------------------
     def in_doubt(self) -> list[Prepared]:
-        return operations.in_doubt(self._s3(), self.layout, self._ctx(), self._fail, self._leftover)
+        return operations.in_doubt(
+            self._s3(), self.layout, self.context, self.failure, self._leftover
+        )
 
     def holdings(self, first: int, last: int) -> dict[int, Holding]:
         return operations.holdings(
-            self._s3(), self.layout, first, last, self._fail, self._read_manifest
+            self._s3(), self.layout, first, last, self.failure, self._read_manifest
         )
 
     def live_generations(self) -> list[int]:
         return []  # S3 keeps no sessions
-
-
-def _handle_objects(handle: CommitHandle, sink: str) -> list[Mapping[str, Any]]:
-    objects = handle.details.get("objects")
-    if not isinstance(objects, list) or not all(isinstance(o, Mapping) for o in objects):
-        raise ConfigError(
-            f"commit handle of participant {handle.participant} has no object list",
-            sink=sink,
-            epoch=handle.epoch,
-            fix="this handle was not made by the S3 sink",
-        )
-    return [o for o in objects if isinstance(o, Mapping)]
 
 
 def _combined(digests: Sequence[str]) -> str:

@@ -64,11 +64,13 @@ def test_malformed_details_are_one_error_naming_the_participant(
     with pytest.raises(CorruptRecordError, match=problem) as raised:
         Details.of(handle(details))
     assert "ds:j:s:4:0:1:0" in str(raised.value)
-    assert raised.value.epoch == 4 and raised.value.fix
+    assert raised.value.epoch == 4
+    assert raised.value.fix
 
 
 def test_details_of_a_newer_format_are_refused_not_guessed() -> None:
-    with pytest.raises(CorruptRecordError, match="version 2, this build reads Details up to version 1"):
+    newer = "version 2, this build reads Details up to version 1"
+    with pytest.raises(CorruptRecordError, match=newer):
         Details.of(handle({"v": 2, "job_id": "j", "pieces": []}))
 
 

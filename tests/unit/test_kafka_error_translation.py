@@ -408,7 +408,7 @@ def test_no_raw_client_error_leaves_a_protocol_method(
     monkeypatch.setattr(KafkaSink, "_state", fail)
     target = KafkaSink(config())
     name = OpenContext("job", "kafka", 1).participant(0, 0)
-    target._current = sink._Epoch(0, name)
+    target._current = sink.KafkaParticipant(0, name)
     target._current.prepared = HANDLE
     with pytest.raises(DurableSinkError) as raised:
         METHODS[method](target)

@@ -24,7 +24,7 @@ class Config:
     name: str = "t"
 
 
-class ClientFailure(Exception):
+class ClientFailureError(Exception):
     pass
 
 
@@ -36,7 +36,7 @@ class Sink(SinkBase[Config]):
         return "path='/x'"
 
     def _translate(self, exc: Exception, step: Step) -> DurableSinkError | None:
-        if not isinstance(exc, ClientFailure):
+        if not isinstance(exc, ClientFailureError):
             return None
         kind = InDoubtError if step.in_doubt else TransientError
         return kind(f"could not {step.action}: {exc}", **self._where(step.epoch), fix="retry")
@@ -60,7 +60,9 @@ def test_every_attempt_at_an_epoch_gets_a_participant_of_its_own() -> None:
     sink._opening(OpenContext("job", "t", generation=5))
     first, second, other = (sink._next_participant(e) for e in (7, 7, 8))
     assert (first.attempt, second.attempt, other.attempt) == (0, 1, 0)
-    assert first.generation == 5 and first.epoch == 7 and first != second
+    assert first.generation == 5
+    assert first.epoch == 7
+    assert first != second
     assert sink._where() == {"job": "job", "sink": "t", "epoch": None}
 
 
@@ -80,12 +82,13 @@ def test_counters_are_the_common_ones_and_the_sinks_own() -> None:
 def test_client_failures_leave_typed_with_the_step_and_their_cause() -> None:
     sink = Sink()
     sink._opening(OpenContext("job", "t", generation=1))
-    with pytest.raises(TransientError, match="could not write a file: disk") as raised:
-        with sink.translated("write a file", 4):
-            raise ClientFailure("disk")
-    assert raised.value.epoch == 4 and isinstance(raised.value.__cause__, ClientFailure)
+    failing = sink.translated("write a file", 4)
+    with pytest.raises(TransientError, match="could not write a file: disk") as raised, failing:
+        raise ClientFailureError("disk")
+    assert raised.value.epoch == 4
+    assert isinstance(raised.value.__cause__, ClientFailureError)
     with pytest.raises(InDoubtError, match="could not commit the epoch"):
-        sink.commit(9, ClientFailure("lost"))
+        sink.commit(9, ClientFailureError("lost"))
     assert sink.commit(9, None) == "done"
 
 
@@ -95,6 +98,5 @@ def test_own_errors_and_foreign_exceptions_pass_unchanged() -> None:
     with pytest.raises(SchemaMismatchError) as raised:
         sink.commit(1, own)
     assert raised.value is own
-    with pytest.raises(KeyError):
-        with sink.translated(Step("read", 1)):
-            raise KeyError("bug")
+    with pytest.raises(KeyError), sink.translated(Step("read", 1)):
+        raise KeyError("bug")

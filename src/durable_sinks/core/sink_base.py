@@ -10,10 +10,11 @@ holds what those roles share:
   its own name (`_next_participant`);
 - the sink's counters, reported by `metrics()`;
 - where an error happened (`_where`: job, sink, epoch) and the one idiom that turns a client's
-  failure into the error tree: `with self.translated(Step(...)):` around a client call, or
-  `@guarded(...)` around a whole protocol method. Each sink says what its client's failures
-  mean in `_translate`; errors of durable-sinks' own pass through unchanged, and anything
-  `_translate` does not recognise is re-raised as it is.
+  failure into the error tree. Each sink says what its client's failures mean in one method,
+  `_translate`; the base applies it around a block (`with self.translated(Step(...)):`), a
+  call (`self._client_call(fn, step)`), a whole protocol method (`@guarded(...)`), or, where
+  a call site must look at the exception first (an absent object may be fine),
+  `raise self.failure(exc, step)`. Errors of durable-sinks' own pass through unchanged.
 
 `OpenParticipant` is the participant an instance is writing, from `begin_epoch` to
 `pre_commit`; each sink extends it with what its target needs (a transaction, uploads, files).
@@ -42,6 +43,7 @@ class NamedConfig(Protocol):
 
 ConfigT = TypeVar("ConfigT", bound=NamedConfig)
 F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
 
 #: The counters every sink reports; a sink adds its own (`SinkBase.__init__(counters=...)`).
 COMMON_COUNTERS = ("rows", "bytes", "epochs_committed", "rollbacks")
@@ -69,8 +71,6 @@ class OpenParticipant:
     def __init__(self, epoch: int, name: ParticipantName) -> None:
         self.epoch = epoch
         self.name = name
-        self.rows = 0
-        self.bytes = 0
 
 
 class SinkBase(ABC, Generic[ConfigT]):
@@ -136,6 +136,26 @@ class SinkBase(ABC, Generic[ConfigT]):
         """What `exc`, raised by the sink's client during `step`, means: a typed error naming
         `self._where(step.epoch)` and the fix, or None when `exc` is not the client's (it is
         then re-raised unchanged)."""
+
+    def failure(
+        self, exc: BaseException, step: Step | str, epoch: int | None = None
+    ) -> DurableSinkError:
+        """The typed error for `exc` raised by the client during `step`: `_translate`'s, or a
+        DurableSinkError naming the step and the exception when it has none."""
+        if isinstance(exc, DurableSinkError):
+            return exc
+        known = step if isinstance(step, Step) else Step(step, epoch)
+        typed = self._translate(exc, known) if isinstance(exc, Exception) else None
+        if typed is not None:
+            return typed
+        return DurableSinkError(
+            f"could not {known.action}: {type(exc).__name__}: {exc}", **self._where(known.epoch)
+        )
+
+    def _client_call(self, call: Callable[[], T], step: Step | str, epoch: int | None = None) -> T:
+        """`call()` inside `translated(step, epoch)`."""
+        with self.translated(step, epoch):
+            return call()
 
     @contextlib.contextmanager
     def translated(self, step: Step | str, epoch: int | None = None) -> Iterator[None]:
