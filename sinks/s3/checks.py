@@ -5,7 +5,7 @@ permission and server feature the protocol needs, each refusal with its fix:
 - the bucket answers and the job may write, read and delete under the prefix;
 - multipart uploads can be started, listed (ListMultipartUploads: recovery) and aborted
   (AbortMultipartUpload: rollback);
-- the server honours `If-None-Match: *` (create-only commits and manifests);
+- the server honours `If-None-Match: *` (create-only commits and markers);
 - no lifecycle rule aborts incomplete uploads under the prefix sooner than
   `recovery_window_days` (it could destroy an in-doubt epoch's data).
 """
@@ -82,25 +82,25 @@ def claim_prefix(client: S3Client, layout: Layout, job_id: str, sink: str, fail:
         )
 
 
-def highest_manifest(client: S3Client, layout: Layout, fail: Failure) -> int | None:
-    """The highest epoch with a manifest, in O(log n) listings of at most a few keys
-    (galloping, then bisecting, on "is there a manifest above epoch x?")."""
+def highest_marker(client: S3Client, layout: Layout, fail: Failure) -> int | None:
+    """The highest epoch with a marker, in O(log n) listings of at most a few keys
+    (galloping, then bisecting, on "is there a marker above epoch x?")."""
 
     def above(epoch: int) -> bool:
-        start = layout.manifest_key(epoch) if epoch >= 0 else layout.manifest_folder
+        start = layout.marker_key(epoch) if epoch >= 0 else layout.marker_folder
         try:
             page = client.list_objects_v2(
-                Bucket=layout.bucket, Prefix=layout.manifest_folder, StartAfter=start, MaxKeys=10
+                Bucket=layout.bucket, Prefix=layout.marker_folder, StartAfter=start, MaxKeys=10
             )
         except Exception as exc:
-            raise fail(exc, f"list s3://{layout.bucket}/{layout.manifest_folder}") from exc
+            raise fail(exc, f"list s3://{layout.bucket}/{layout.marker_folder}") from exc
         return any(
-            layout.parse_manifest(o.get("Key", "")) is not None for o in page.get("Contents", [])
+            layout.parse_marker(o.get("Key", "")) is not None for o in page.get("Contents", [])
         )
 
     if not above(-1):
         return None
-    low, step = -1, 1  # a manifest exists above `low`
+    low, step = -1, 1  # a marker exists above `low`
     while above(low + step):
         low, step = low + step, step * 2
     high = low + step  # none above `high`

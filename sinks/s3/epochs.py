@@ -1,5 +1,5 @@
-"""The epoch manifest `_epochs/<epoch>.json`: the S3 sink's epoch marker and its readers' proof
-that an epoch is whole.
+"""The epoch marker `_epochs/<epoch>.json`: the S3 sink's record, and its readers' proof, that an
+epoch is whole.
 
 It lists every object of the epoch (key, size, ETag, rows, participant, SHA-256 of the bytes)
 with the epoch's totals and a checksum over that list. Its content is a function of the
@@ -46,16 +46,14 @@ class EpochObject:
 
 
 @dataclass(frozen=True)
-class EpochManifest:
+class EpochMarker:
     job_id: str
     sink: str
     epoch: int
     objects: tuple[EpochObject, ...]
 
     @classmethod
-    def of(
-        cls, job_id: str, sink: str, epoch: int, handles: Sequence[CommitHandle]
-    ) -> EpochManifest:
+    def of(cls, job_id: str, sink: str, epoch: int, handles: Sequence[CommitHandle]) -> EpochMarker:
         objects = [
             EpochObject(
                 key=o.key,
@@ -94,9 +92,9 @@ class EpochManifest:
         return (json.dumps(body, sort_keys=True, separators=(",", ":")) + "\n").encode()
 
     @classmethod
-    def from_bytes(cls, data: bytes, *, source: str) -> EpochManifest:
+    def from_bytes(cls, data: bytes, *, source: str) -> EpochMarker:
         fix = (
-            "the manifest was changed outside durable-sinks; restore it from the epoch's "
+            "the marker was changed outside durable-sinks; restore it from the epoch's "
             "decision record (durable-sinks' decision store) or a backup"
         )
         try:
@@ -121,11 +119,11 @@ class EpochManifest:
                 )
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             problem = f"{type(exc).__name__}: {exc}"
-        raise CorruptRecordError(f"{source}: not a valid epoch manifest ({problem})", fix=fix)
+        raise CorruptRecordError(f"{source}: not a valid epoch marker ({problem})", fix=fix)
 
 
 def _problem(body: Any) -> str | None:
-    """What makes a parsed manifest unusable, or None."""
+    """What makes a parsed marker unusable, or None."""
     if not isinstance(body, dict):
         return "not a JSON object"
     if body.get("format") != FORMAT or body.get("version") != VERSION:

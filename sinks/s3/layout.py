@@ -3,7 +3,7 @@
     <prefix>/epoch=<epoch, 12 digits>/part-<part>_g<generation>a<attempt>_<n>.parquet
         the epoch's data objects: multipart uploads until the epoch commits, then objects
     <prefix>/_epochs/<epoch, 12 digits>.json
-        the epoch's manifest: created (only if absent) once every object of the epoch is
+        the epoch's marker: created (only if absent) once every object of the epoch is
         complete; readers trust only epochs that have one
     <prefix>/_job.json
         which job and sink own the prefix (created at the first start)
@@ -13,7 +13,7 @@
 A data key names its participant (part, generation, attempt) and the object's number within
 it, so recovery knows from ListMultipartUploads alone which generation left an upload and to
 which participant of which epoch it belongs. Zero-padded epochs make key order epoch order:
-`epoch=` folders and manifests list in the order they were written. Folders starting with `_`
+`epoch=` folders and markers list in the order they were written. Folders starting with `_`
 are skipped by Hive-style readers (Spark, pyarrow, DuckDB).
 """
 
@@ -28,14 +28,14 @@ from durable_sinks.core.s3 import S3Location
 
 EPOCH_DIGITS = 12
 MAX_EPOCH = 10**EPOCH_DIGITS - 1
-MANIFESTS = "_epochs"
+MARKERS = "_epochs"
 OWNER = "_job.json"
 PROBES = "_durable"
 _DATA = re.compile(
     r"^epoch=(?P<epoch>\d{12})/part-(?P<part>[A-Za-z0-9._-]{1,40})"
     r"_g(?P<generation>\d+)a(?P<attempt>\d+)_(?P<number>\d+)\.parquet$"
 )
-_MANIFEST = re.compile(r"^(?P<epoch>\d{12})\.json$")
+_MARKER = re.compile(r"^(?P<epoch>\d{12})\.json$")
 
 
 def epoch_text(epoch: int) -> str:
@@ -105,17 +105,17 @@ class Layout:
             int(match["number"]),
         )
 
-    def manifest_key(self, epoch: int) -> str:
-        return self.location.key(MANIFESTS, f"{epoch_text(epoch)}.json")
+    def marker_key(self, epoch: int) -> str:
+        return self.location.key(MARKERS, f"{epoch_text(epoch)}.json")
 
     @property
-    def manifest_folder(self) -> str:
-        return self.location.key(MANIFESTS) + "/"
+    def marker_folder(self) -> str:
+        return self.location.key(MARKERS) + "/"
 
-    def parse_manifest(self, key: str) -> int | None:
-        if not key.startswith(self.manifest_folder):
+    def parse_marker(self, key: str) -> int | None:
+        if not key.startswith(self.marker_folder):
             return None
-        match = _MANIFEST.match(key[len(self.manifest_folder) :])
+        match = _MARKER.match(key[len(self.marker_folder) :])
         return int(match["epoch"]) if match else None
 
     @property

@@ -1,5 +1,5 @@
 """What `durable-sinks` reads from S3 (core/operations.py): the job's multipart uploads (its
-prepared participants) and, per epoch, the manifest checked against the objects under the
+prepared participants) and, per epoch, the marker checked against the objects under the
 epoch's folder (each listed object present with its size and ETag, none unlisted). Read only.
 
 Also the listing recovery uses: every upload under a folder, by participant.
@@ -17,7 +17,7 @@ from durable_sinks.core.naming import ParticipantName
 from durable_sinks.core.operations import Holding, Prepared
 from durable_sinks.core.protocol import OpenContext
 
-from .epochs import EpochManifest
+from .epochs import EpochMarker
 from .layout import Layout
 
 if TYPE_CHECKING:
@@ -111,60 +111,60 @@ def holdings(
     first: int,
     last: int,
     fail: Failure,
-    read_manifest: Callable[[int], EpochManifest | None],
+    read_marker: Callable[[int], EpochMarker | None],
 ) -> dict[int, Holding]:
-    """Per epoch in `first..last` with a manifest or data objects: the manifest checked against
+    """Per epoch in `first..last` with a marker or data objects: the marker checked against
     the objects in the epoch's folder."""
     listed: dict[int, dict[str, Any]] = {}
     for item in _objects(client, layout, layout.data_folder, fail):
         parsed = layout.parse_data(item.get("Key", ""))
         if parsed is not None and first <= parsed.epoch <= last:
             listed.setdefault(parsed.epoch, {})[item["Key"]] = item
-    manifests = {
+    markers = {
         epoch
-        for item in _objects(client, layout, layout.manifest_folder, fail)
-        if (epoch := layout.parse_manifest(item.get("Key", ""))) is not None
+        for item in _objects(client, layout, layout.marker_folder, fail)
+        if (epoch := layout.parse_marker(item.get("Key", ""))) is not None
         and first <= epoch <= last
     }
     found = {}
-    for epoch in sorted(manifests | set(listed)):
+    for epoch in sorted(markers | set(listed)):
         objects = listed.get(epoch, {})
-        manifest = None
+        marker = None
         try:
-            manifest = read_manifest(epoch) if epoch in manifests else None
+            marker = read_marker(epoch) if epoch in markers else None
         except CorruptRecordError as exc:
             found[epoch] = Holding(epoch, marker=True, problems=(str(exc),))
             continue
-        if manifest is None:
-            unlisted = tuple(f"object s3://{layout.bucket}/{k} has no manifest" for k in objects)
+        if marker is None:
+            unlisted = tuple(f"object s3://{layout.bucket}/{k} has no marker" for k in objects)
             found[epoch] = Holding(epoch, marker=False, problems=unlisted)
             continue
-        found[epoch] = _checked(layout, manifest, objects)
+        found[epoch] = _checked(layout, marker, objects)
     return found
 
 
-def _checked(layout: Layout, manifest: EpochManifest, objects: dict[str, Any]) -> Holding:
+def _checked(layout: Layout, marker: EpochMarker, objects: dict[str, Any]) -> Holding:
     problems = []
-    for listed in manifest.objects:
+    for listed in marker.objects:
         where = f"s3://{layout.bucket}/{listed.key}"
         item = objects.get(listed.key)
         if item is None:
-            problems.append(f"{where} is in the manifest but missing")
+            problems.append(f"{where} is in the marker but missing")
         elif int(item.get("Size", -1)) != listed.size:
-            problems.append(f"{where} has {item.get('Size')} bytes, the manifest {listed.size}")
+            problems.append(f"{where} has {item.get('Size')} bytes, the marker {listed.size}")
         elif listed.etag is not None and _etag(item.get("ETag")) != _etag(listed.etag):
-            problems.append(f"{where} has ETag {item.get('ETag')}, the manifest {listed.etag}")
-    known = {o.key for o in manifest.objects}
+            problems.append(f"{where} has ETag {item.get('ETag')}, the marker {listed.etag}")
+    known = {o.key for o in marker.objects}
     problems += [
-        f"s3://{layout.bucket}/{key} is not in the epoch's manifest (a copy or a stray write?)"
+        f"s3://{layout.bucket}/{key} is not in the epoch's marker (a copy or a stray write?)"
         for key in sorted(objects)
         if key not in known
     ]
     return Holding(
-        manifest.epoch,
+        marker.epoch,
         marker=True,
-        participants=frozenset(o.participant for o in manifest.objects),
-        rows=manifest.rows,
+        participants=frozenset(o.participant for o in marker.objects),
+        rows=marker.rows,
         problems=tuple(problems),
     )
 

@@ -7,7 +7,7 @@
 - Phase 2 (`commit_epoch`): CompleteMultipartUpload of each object, create-only
   (`If-None-Match: *`), so a replayed commit never overwrites; an object found complete with
   the participant's metadata and size is already committed. Then `publish_epoch` creates the
-  epoch manifest `_epochs/<epoch>.json` (only if absent) once every participant of the epoch
+  epoch marker `_epochs/<epoch>.json` (only if absent) once every participant of the epoch
   is complete: the epoch's marker and its readers' proof that it is whole.
 - Rollback: AbortMultipartUpload (idempotent).
 - Recovery: ListMultipartUploads under the prefix; each upload's key names its participant
@@ -48,9 +48,9 @@ from durable_sinks.core.schemas import schema_difference
 from durable_sinks.core.sink_base import OpenParticipant, SinkBase, Step
 
 from . import operations
-from .checks import check_bucket, claim_prefix, highest_manifest
+from .checks import check_bucket, claim_prefix, highest_marker
 from .config import S3SinkConfig
-from .epochs import EpochManifest
+from .epochs import EpochMarker
 from .handles import S3HandleDetails, S3Object
 from .layout import DataKey, Layout, epoch_text
 from .upload import PARTICIPANT_METADATA, ObjectUpload
@@ -102,11 +102,11 @@ class S3Sink(SinkBase[S3SinkConfig]):
         self._opening(context)
         self._client = self.config.connection.client()
         if context.inspect:  # an operator's tool: read only
-            self._last_committed = highest_manifest(self._s3(), self.layout, self.failure)
+            self._last_committed = highest_marker(self._s3(), self.layout, self.failure)
         if context.worker or context.inspect:
             return  # a worker only writes its part: the driver's instance did the rest
         claim_prefix(self._s3(), self.layout, context.job_id, self.name, self.failure)
-        self._last_committed = highest_manifest(self._s3(), self.layout, self.failure)
+        self._last_committed = highest_marker(self._s3(), self.layout, self.failure)
 
     def close(self) -> None:
         current, self._current = self._current, None
@@ -303,26 +303,26 @@ class S3Sink(SinkBase[S3SinkConfig]):
             ) from cause
 
     def publish_epoch(self, epoch: int, handles: Sequence[CommitHandle]) -> CommitOutcome:
-        """Create the epoch manifest from the decided participants of this sink (all of them
+        """Create the epoch marker from the decided participants of this sink (all of them
         committed): create-only; one already there with the same objects is this epoch's."""
         ctx = self.context
-        manifest = EpochManifest.of(ctx.job_id, self.name, epoch, handles)
-        key = self.layout.manifest_key(epoch)
+        marker = EpochMarker.of(ctx.job_id, self.name, epoch, handles)
+        key = self.layout.marker_key(epoch)
         where = f"s3://{self.layout.bucket}/{key}"
         outcome = CommitOutcome.COMMITTED
         try:
             self._s3().put_object(
                 Bucket=self.layout.bucket,
                 Key=key,
-                Body=manifest.to_bytes(),
+                Body=marker.to_bytes(),
                 ContentType="application/json",
                 IfNoneMatch="*",
             )
         except Exception as exc:
             if not is_precondition_failed(exc):
-                raise self.failure(exc, f"create the epoch manifest {where}", epoch) from exc
-            found = self._read_manifest(epoch)
-            if found is None or found.objects != manifest.objects:
+                raise self.failure(exc, f"create the epoch marker {where}", epoch) from exc
+            found = self._read_marker(epoch)
+            if found is None or found.objects != marker.objects:
                 raise CorruptRecordError(
                     f"{where} already exists and lists other objects than epoch {epoch}'s decision",
                     **self._where(epoch),
@@ -334,15 +334,15 @@ class S3Sink(SinkBase[S3SinkConfig]):
         self._count("epochs_committed", outcome is CommitOutcome.COMMITTED)
         return outcome
 
-    def _read_manifest(self, epoch: int) -> EpochManifest | None:
-        key = self.layout.manifest_key(epoch)
+    def _read_marker(self, epoch: int) -> EpochMarker | None:
+        key = self.layout.marker_key(epoch)
         try:
             body = self._s3().get_object(Bucket=self.layout.bucket, Key=key)["Body"].read()
         except Exception as exc:
             if is_missing(exc):
                 return None
             raise self.failure(exc, f"read s3://{self.layout.bucket}/{key}", epoch) from exc
-        return EpochManifest.from_bytes(body, source=f"s3://{self.layout.bucket}/{key}")
+        return EpochMarker.from_bytes(body, source=f"s3://{self.layout.bucket}/{key}")
 
     def rollback_epoch(self, epoch: int, handle: CommitHandle | None) -> None:
         current = self._current
@@ -420,7 +420,7 @@ class S3Sink(SinkBase[S3SinkConfig]):
 
     def holdings(self, first: int, last: int) -> dict[int, Holding]:
         return operations.holdings(
-            self._s3(), self.layout, first, last, self.failure, self._read_manifest
+            self._s3(), self.layout, first, last, self.failure, self._read_marker
         )
 
     def live_generations(self) -> list[int]:

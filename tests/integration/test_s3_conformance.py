@@ -1,6 +1,6 @@
 """The conformance suite against the test bed's S3 server (SeaweedFS): the S3 sink alone, with
 Postgres, and with Kafka (as the last resource); and the S3 sink alone against moto's server.
-Readers read the epoch manifests and the objects they list; after every example no multipart
+Readers read the epoch markers and the objects they list; after every example no multipart
 upload of the job is left in progress and no data object lies outside a committed epoch."""
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def scenario_of(
 def test_the_target_sees_what_readers_see_and_what_is_left_behind(
     s3: S3Endpoint, tmp_path: Path
 ) -> None:
-    """The suite's view of the sink can fail: rows of a manifest no longer listed disappear,
+    """The suite's view of the sink can fail: rows of a marker no longer listed disappear,
     a data object outside every epoch and an upload in progress are named as left behind."""
     target = S3Target(s3)
     coordinator = Coordinator("job", [target.connector()], LocalDirectoryStore(tmp_path))
@@ -88,8 +88,8 @@ def test_the_target_sees_what_readers_see_and_what_is_left_behind(
             f"{target.prefix}/epoch=8/u ({upload['UploadId']})",
             f"{stray} (outside every committed epoch)",
         ]
-        [manifest] = target.manifests()
-        client.delete_object(Bucket=bucket, Key=manifest)
+        [marker] = target.markers()
+        client.delete_object(Bucket=bucket, Key=marker)
         assert target.committed_rows() == []
     finally:
         target.cleanup()

@@ -1,5 +1,5 @@
 """The S3 sink against the test bed's S3 server (SeaweedFS): epochs read back through the
-manifests, large epochs in several parts and objects, executor-mode parts, and every bad input
+markers, large epochs in several parts and objects, executor-mode parts, and every bad input
 and setting refused with its fix before anything becomes visible."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from durable_sinks.core.errors import (
     UnreachableError,
 )
 from durable_sinks.manifest import LocalDirectoryStore
-from durable_sinks.sinks.s3 import S3Sink, committed_dataset, committed_manifests
+from durable_sinks.sinks.s3 import S3Sink, committed_dataset, committed_markers
 from tests.services import S3Endpoint
 from tests.support.s3_access import S3Access
 from tests.support.s3_faults import without_conditional_writes
@@ -78,7 +78,7 @@ def reader_settings(s3: S3Endpoint) -> dict[str, Any]:
     }
 
 
-def test_committed_epochs_read_back_through_the_manifests(
+def test_committed_epochs_read_back_through_the_markers(
     s3: S3Endpoint, path: str, tmp_path: Path
 ) -> None:
     coordinator = started(s3, path, tmp_path)
@@ -93,9 +93,9 @@ def test_committed_epochs_read_back_through_the_manifests(
         e * 100 + i for e in range(3) for i in range(100)
     ]
     assert sorted(set(table.column("epoch").to_pylist())) == [0, 1, 2]
-    manifests = committed_manifests(path, s3_sink_config(s3, path).connection)
-    assert [m.epoch for m in manifests] == [0, 1, 2, 3]
-    assert [m.rows for m in manifests] == [100, 100, 100, 0]
+    markers = committed_markers(path, s3_sink_config(s3, path).connection)
+    assert [m.epoch for m in markers] == [0, 1, 2, 3]
+    assert [m.rows for m in markers] == [100, 100, 100, 0]
     assert leftovers(s3, path) == []
     again = Coordinator("job", [sink(s3, path)], LocalDirectoryStore(tmp_path / "store"))
     again.start()
@@ -138,7 +138,7 @@ def test_a_batch_of_another_schema_is_refused_and_nothing_is_left(
     with pytest.raises(SchemaMismatchError, match="column 'id' has type string") as caught:
         coordinator.run_epoch(0, [events(0, 3), other])
     assert caught.value.fix
-    assert committed_manifests(path, s3_sink_config(s3, path).connection) == []
+    assert committed_markers(path, s3_sink_config(s3, path).connection) == []
     assert leftovers(s3, path) == []
     assert data_keys(s3, path) == []
 
@@ -281,7 +281,7 @@ def test_a_decided_epoch_whose_upload_was_aborted_is_data_loss(
     with pytest.raises(Exception, match="data loss") as caught:
         successor.run_epoch(0, [events(0, 10)])
     assert isinstance(caught.value.__cause__, ParticipantLostError)
-    assert committed_manifests(path, s3_sink_config(s3, path).connection) == []
+    assert committed_markers(path, s3_sink_config(s3, path).connection) == []
 
 
 def test_executor_parts_commit_once_and_losing_attempts_are_aborted(
@@ -338,7 +338,7 @@ def test_a_missing_permission_is_refused_at_start_naming_it(
 ) -> None:
     """On moto, which evaluates S3's fine-grained actions: credentials without one action the
     sink uses are refused when the job starts, naming what was refused; no data object, no
-    manifest and no upload of the dataset is left."""
+    marker and no upload of the dataset is left."""
     limited = s3_access.endpoint("moto", deny=[denied])
     path = f"s3://{limited.bucket}/perm-{uuid.uuid4().hex[:10]}"
     coordinator = Coordinator("job", [sink(limited, path)], LocalDirectoryStore(tmp_path / "s"))

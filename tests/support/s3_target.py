@@ -1,5 +1,5 @@
 """The S3 sink's conformance target: a fresh prefix in a test-bed S3 server, read as the
-sink's readers would (the epoch manifests, then the objects they list)."""
+sink's readers would (the epoch markers, then the objects they list)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from durable_sinks.core import SinkConnector
-from durable_sinks.sinks.s3 import EpochManifest, S3Sink, S3SinkConfig
+from durable_sinks.sinks.s3 import EpochMarker, S3Sink, S3SinkConfig
 from durable_sinks.testing import COLUMNS, Row
 from tests.services import S3Endpoint
 from tests.support.s3_objects import delete_prefix, incomplete_uploads, object_keys
@@ -36,7 +36,7 @@ def s3_sink_config(endpoint: S3Endpoint, path: str, **options: Any) -> S3SinkCon
 
 
 class S3Target:
-    """A fresh prefix; readers see the objects listed by epoch manifests only."""
+    """A fresh prefix; readers see the objects listed by epoch markers only."""
 
     def __init__(self, endpoint: S3Endpoint, name: str = "s3", **options: Any) -> None:
         self.endpoint = endpoint
@@ -46,9 +46,9 @@ class S3Target:
         self.prefix = f"s3conf-{uuid.uuid4().hex[:12]}"
         self._epochs = f"{self.prefix}/_epochs/"
         self.client = endpoint.client()
-        # By manifest key: a published manifest never changes (create-only), so each is read
+        # By marker key: a published marker never changes (create-only), so each is read
         # once (the suite reads the target after every step).
-        self._manifests: dict[str, EpochManifest] = {}
+        self._markers: dict[str, EpochMarker] = {}
         self._rows: dict[str, list[Row]] = {}
 
     def config(self) -> S3SinkConfig:
@@ -59,22 +59,22 @@ class S3Target:
     def connector(self) -> SinkConnector:
         return S3Sink(self.config())
 
-    def manifests(self) -> dict[str, EpochManifest]:
-        return self._manifests_among(object_keys(self.client, self.bucket, self._epochs))
+    def markers(self) -> dict[str, EpochMarker]:
+        return self._markers_among(object_keys(self.client, self.bucket, self._epochs))
 
-    def _manifests_among(self, keys: list[str]) -> dict[str, EpochManifest]:
-        """The manifests among `keys` (a listing of the prefix), each read once."""
+    def _markers_among(self, keys: list[str]) -> dict[str, EpochMarker]:
+        """The markers among `keys` (a listing of the prefix), each read once."""
         for key in keys:
-            if key.startswith(self._epochs) and key not in self._manifests:
+            if key.startswith(self._epochs) and key not in self._markers:
                 body = self.client.get_object(Bucket=self.bucket, Key=key)["Body"].read()
-                self._manifests[key] = EpochManifest.from_bytes(body, source=key)
-        return {key: self._manifests[key] for key in keys if key.startswith(self._epochs)}
+                self._markers[key] = EpochMarker.from_bytes(body, source=key)
+        return {key: self._markers[key] for key in keys if key.startswith(self._epochs)}
 
     def committed_rows(self) -> list[Row]:
         rows: list[Row] = []
-        for key, manifest in sorted(self.manifests().items()):
+        for key, marker in sorted(self.markers().items()):
             if key not in self._rows:
-                self._rows[key] = [row for o in manifest.objects for row in self._read(o.key)]
+                self._rows[key] = [row for o in marker.objects for row in self._read(o.key)]
             rows += self._rows[key]
         return rows
 
@@ -84,10 +84,10 @@ class S3Target:
         return [tuple(r[c] for c in COLUMNS) for r in table.to_pylist()]
 
     def leftovers(self) -> list[str]:
-        """Uploads in progress, and data objects no manifest lists (one listing of the prefix
-        serves both the manifests and the data objects)."""
+        """Uploads in progress, and data objects no marker lists (one listing of the prefix
+        serves both the markers and the data objects)."""
         keys = object_keys(self.client, self.bucket, f"{self.prefix}/")
-        listed = {o.key for m in self._manifests_among(keys).values() for o in m.objects}
+        listed = {o.key for m in self._markers_among(keys).values() for o in m.objects}
         strays = [
             f"{key} (outside every committed epoch)"
             for key in keys

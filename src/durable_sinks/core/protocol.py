@@ -307,7 +307,7 @@ class DistributedSink(SinkConnector, Protocol):
 @runtime_checkable
 class PublishingSink(SinkConnector, Protocol):
     """A sink whose readers see an epoch whole only once a marker covering all its
-    participants exists (S3's epoch manifest): `commit_epoch` makes one participant's data
+    participants exists (S3's epoch marker): `commit_epoch` makes one participant's data
     durable in its final place, and `publish_epoch` then writes the epoch's marker.
 
     The coordinator calls `publish_epoch(epoch, handles)` after every participant of the
