@@ -1,4 +1,4 @@
-"""Issue 23: our Delta sink vs `deltalake.write_deltalake` of the same batches, in one run.
+"""Our Delta sink vs `deltalake.write_deltalake` of the same batches, in one run.
 
     .venv/bin/python -m benchmarks.delta_sink   # --rounds 3 --epochs 10 --rows 100000
                                                 # --target local|s3

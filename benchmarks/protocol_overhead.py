@@ -9,7 +9,7 @@ whole epoch including lookup, begin and finish ("epoch"). Measured over `--epoch
 fresh store and on one with `--history` epochs of history, interleaved epoch by epoch with the
 baseline: the cheapest durable step there is, one create-only file written and fsynced with
 its folder.
-Goals (issue 3): protocol p50 <= 5 ms, p99 <= 20 ms, history adding < 10 %.
+Goals: protocol p50 <= 5 ms, p99 <= 20 ms, history adding < 10 %.
 """
 
 from __future__ import annotations

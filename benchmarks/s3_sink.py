@@ -1,4 +1,4 @@
-"""Issue 17: our files sink vs Spark's own exactly-once file sink; our S3 sink vs raw boto3.
+"""Our files sink vs Spark's own exactly-once file sink; our S3 sink vs raw boto3.
 
     .venv/bin/python -m benchmarks.s3_sink            # --only files|s3|all, --rounds 5, --chart PNG
 

@@ -1,6 +1,7 @@
 """Sink connectors: the targets durable-sinks writes to, one package per sink
-(`durable_sinks.sinks.postgres`, `.kafka`, `.files`), each split by role (configuration,
-error translation, checks against the server, the write path, the protocol methods).
+(`durable_sinks.sinks.postgres`, `.kafka`, `.s3`, `.delta`, `.files`), each split by role
+(configuration, error translation, checks against the server, the write path, the protocol
+methods).
 
 A sink knows nothing of Spark or of the coordinator: it implements the protocol of
 `durable_sinks.core` and nothing else. This package builds sinks by kind name

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 #: A column's dictionary falls back to plain encoding past this size (Arrow's default, 1 MiB,
 #: spends most of an epoch's encoding time on columns of unique strings before it gives up;
-#: docs/delta.md, "Speed").
+#: docs/benchmarks.md, "How fast is the Delta sink against `deltalake.write_deltalake`?").
 DICTIONARY_PAGE_BYTES = 256 * 1024
 
 

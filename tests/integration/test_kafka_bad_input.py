@@ -1,4 +1,4 @@
-"""The Kafka sink given wrong input, as a new user would give it (issue 15), against the test
+"""The Kafka sink given wrong input, as a new user would give it, against the test
 bed's real Kafka. Every case is refused with a typed error naming the problem and the fix, as
 early as the input is known (configuration, `open`, or the batch), and nothing becomes
 visible: `open` creates no topic unless every check passed, and a refused batch leaves no

@@ -1,4 +1,4 @@
-"""Misuse and bad input of the Postgres sink against the test bed's real Postgres (issue 15):
+"""Misuse and bad input of the Postgres sink against the test bed's real Postgres:
 typed columns (numeric(p,s), varchar(n), char(n), timestamp(p)) accepted with their values
 intact or refused before COPY where Postgres would silently change them; values only the
 server can judge (too long, out of range, a key already there, a constraint) refused as

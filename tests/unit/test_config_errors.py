@@ -61,7 +61,7 @@ def test_a_bad_setting_is_named_with_its_fix(
     assert raised.value.fix, f"{raised.value} has no fix"
 
 
-# -- Kafka: bootstrap_servers, topic names, producer_config (issue 15) -----------------------------
+# -- Kafka: bootstrap_servers, topic names, producer_config -------------------------------------
 BOOTSTRAP_FIX = "host:port[,host:port...]"
 
 

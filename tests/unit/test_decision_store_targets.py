@@ -1,8 +1,8 @@
-"""What `decision_store=` accepts (issue 15): a typo'd URI scheme, a relative path or an
-unreadable connection string used to become a folder under the current directory, so a
-driver restarted from another directory found no decisions and recovery broke. Each is now a
-ConfigError naming the mistake and the fix, and nothing is created on disk (every test runs
-in an empty current directory and checks it stays empty)."""
+"""What `decision_store=` accepts. A typo'd URI scheme, a relative path or an unreadable
+connection string is a ConfigError naming the mistake and the fix (a folder under the current
+directory would leave a driver restarted from another directory without its decisions), and
+nothing is created on disk (every test runs in an empty current directory and checks it stays
+empty)."""
 
 from __future__ import annotations
 

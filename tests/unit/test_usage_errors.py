@@ -76,8 +76,8 @@ def test_a_coordinator_used_out_of_order_raises_usage_error(tmp_path: Path) -> N
 def test_a_coordinator_entered_from_a_second_thread_refuses_and_does_nothing(
     tmp_path: Path,
 ) -> None:
-    """Two threads in one coordinator would interleave its sinks' epochs (issue: one writer
-    given to two queries lost batches): the second call is refused while the first runs."""
+    """Two threads in one coordinator would interleave its sinks' epochs (one writer given to
+    two queries would lose batches): the second call is refused while the first runs."""
     sink = FileSink(FileSinkConfig(str(tmp_path / "files")))
     coordinator = Coordinator("job", [sink], LocalDirectoryStore(tmp_path / "store"))
     coordinator.start()

@@ -102,7 +102,7 @@ def rename_noreplace(source: Path, target: Path) -> None:
 
     Atomic through renameat2(RENAME_NOREPLACE) on Linux; raises FileExistsError when the
     target exists. Where the call is unsupported (other kernels or file systems) it falls back
-    to a check then rename, which is atomic only against processes that also use this helper
+    to a check then rename, which is atomic only against processes that also use this function
     with the same protocol (one writer per target, as the coordinator guarantees).
     """
     global _libc

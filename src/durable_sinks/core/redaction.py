@@ -1,4 +1,4 @@
-"""Hiding secrets: the one helper every message, repr, log line and metric goes through.
+"""Hiding secrets: the one function every message, repr, log line and metric goes through.
 
 `redact(dsn)` gives a libpq connection string or URI without its passwords; `redact(settings)`
 gives a client's settings (librdkafka, boto3) with every secret-looking value replaced by

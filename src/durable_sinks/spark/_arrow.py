@@ -19,7 +19,7 @@ value per record batch) and the driver fetches the partitions one at a time
 (`toLocalIterator(prefetchPartitions=True)`: the next partition is computed while this one is
 written). Nothing is cached and the batch is computed once; the driver holds at most two
 partitions. It costs a pass through Spark's Python workers and a copy of each record batch
-(docs/benchmarks.md, "Driver-mode reads").
+(docs/benchmarks.md, "How fast are driver mode's reads on each supported pyspark?").
 
 `chunked_batches`: the batch DataFrame is persisted (MEMORY_AND_DISK), its rows are counted per
 partition (the job that fills the cache), and whole partitions are then collected in chunks of
