@@ -24,6 +24,7 @@ from durable_sinks.core.protocol import CommitHandle
 
 from .admin import list_offsets
 from .config import PROGRESS_READER_GROUP
+from .handles import KafkaHandleDetails
 from .progress import ProgressRecord
 from .records import EPOCH_HEADER
 
@@ -151,7 +152,13 @@ def sink_in_doubt(sink: Any, opened: Any, last_committed: int | None) -> list[Pr
 
     def handle(what: str) -> CommitHandle:
         return CommitHandle(
-            sink.name, epoch, f"{transactional_id} (open transaction)", 0, 0, "", {"note": what}
+            sink.name,
+            epoch,
+            f"{transactional_id} (open transaction)",
+            0,
+            0,
+            "",
+            KafkaHandleDetails(transactional_id, note=what).to_json(),
         )
 
     return in_doubt(opened.cluster.admin, sink.config.topic, sink.config.request_timeout_s, handle)

@@ -56,6 +56,7 @@ from .admin import Cluster, TopicFacts
 from .clientlog import ClientLog
 from .config import KafkaSinkConfig
 from .errors import RAW, translate
+from .handles import KafkaHandleDetails
 from .producer import TransactionalProducer
 from .progress import (
     ProgressReader,
@@ -357,11 +358,9 @@ class KafkaSink(SinkBase[KafkaSinkConfig]):
             current.rows,
             current.bytes,
             f"crc32:{current.checksum:08x}",
-            {
-                "transactional_id": producer.transactional_id,
-                "topic": self.config.topic,
-                "progress_topic": self.config.progress_topic_name,
-            },
+            KafkaHandleDetails(
+                producer.transactional_id, self.config.topic, self.config.progress_topic_name
+            ).to_json(),
         )
         return current.prepared
 
