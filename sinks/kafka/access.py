@@ -11,17 +11,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, TopicCollection
+from confluent_kafka import KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient
 
 from durable_sinks.core.errors import ConfigError
 
 from .config import PROGRESS_READER_GROUP
-from .errors import auth_fix, describe, kafka_error_of
-
-_AUTHORIZATION = frozenset(
-    {KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.GROUP_AUTHORIZATION_FAILED}
-)
+from .errors import AUTHORIZATION_CODES, auth_fix, describe, kafka_error_of
 
 
 def check_access(
@@ -63,7 +59,7 @@ def _answer(future: Any, timeout: float, where: dict[str, Any]) -> Any:
         return future.result(timeout=timeout + 5)
     except KafkaException as exc:
         error = kafka_error_of(exc)
-        if error is not None and error.code() in _AUTHORIZATION:
+        if error is not None and error.code() in AUTHORIZATION_CODES:
             raise ConfigError(
                 f"the broker refuses this principal: {describe(error, exc)}",
                 **where,

@@ -3,7 +3,9 @@ of codes that matter (a newer producer took over, the cluster cannot be reached,
 permission is wrong) and `translate`, which turns any client failure outside the producer's
 transactions (admin calls, progress-topic reads) into a typed error. What a transactional
 call's failure becomes (FencedError, TransientError, InDoubtError) is decided by the producer
-(producer.py), which knows the transaction's state.
+(producer.py), which knows the transaction's state. `refused_settings` names the user's own
+producer setting librdkafka refuses. Refusals that only the client's error callback reports
+(credentials, TLS) are watched by refusals.py; the ACL checks at open are access.py's.
 
 Nothing the sink raises is a raw KafkaException, SystemError or BufferError: the sink's
 `_translate` applies `translate` to them (core/sink_base.py's `guarded` is the last guard around
@@ -11,10 +13,10 @@ every protocol method)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaError, KafkaException, Producer
 
 from durable_sinks.core.errors import (
     ConfigError,
@@ -24,6 +26,7 @@ from durable_sinks.core.errors import (
     UnreachableError,
 )
 from durable_sinks.core.naming import component
+from durable_sinks.core.redaction import MASK, is_secret
 
 from .config import PROGRESS_READER_GROUP
 
@@ -48,17 +51,21 @@ UNREACHABLE_CODES = frozenset(
         KafkaError.NETWORK_EXCEPTION,
     }
 )
-#: The cluster refuses this client: wrong credentials or missing ACLs (not retriable).
-AUTH_CODES = frozenset(
+#: A refused login: wrong or revoked credentials, a disabled mechanism.
+AUTHENTICATION_CODES = frozenset(
+    {KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED}
+)
+#: A missing ACL on what the sink reads or writes (topics, the progress reader's group).
+AUTHORIZATION_CODES = frozenset(
     {
-        KafkaError._AUTHENTICATION,
-        KafkaError.SASL_AUTHENTICATION_FAILED,
         KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
         KafkaError.TOPIC_AUTHORIZATION_FAILED,
         KafkaError.CLUSTER_AUTHORIZATION_FAILED,
         KafkaError.GROUP_AUTHORIZATION_FAILED,
     }
 )
+#: The cluster refuses this client: wrong credentials or missing ACLs (not retriable).
+AUTH_CODES = AUTHENTICATION_CODES | AUTHORIZATION_CODES
 UNREACHABLE_FIX = (
     "check that the brokers run and that bootstrap_servers and the security settings are "
     "right; the job retries while the outage lasts"
@@ -157,3 +164,40 @@ def translate(
 #: What a Kafka client raises: KafkaException, SystemError (a call that failed inside a
 #: callback), BufferError (the producer's queue is full).
 RAW = (KafkaException, SystemError, BufferError)
+
+
+def refused_settings(
+    exc: KafkaException,
+    user: Mapping[str, Any],
+    quiet: Mapping[str, Any],
+    where: dict[str, Any],
+) -> ConfigError:
+    """The refused settings (`exc`, librdkafka's refusal) as a ConfigError: the user's own
+    key of `user` (producer_config) when one alone is refused (librdkafka may name an alias:
+    linger.ms is queue.buffering.max.ms); secret values never shown. `quiet` are the
+    settings that route a probe client's logs (clientlog.py)."""
+    error = kafka_error_of(exc)
+    reason = error.str() if error is not None else str(exc)
+    for secret in (str(v) for k, v in user.items() if is_secret(k) and str(v)):
+        reason = reason.replace(secret, MASK)
+    culprit = None
+    for key, value in user.items():
+        try:
+            Producer({key: value, **quiet})
+        except KafkaException as single:
+            # A setting refused alone (unknown, wrong type or range), not one that
+            # only fails beside others ("Failed to create producer: ...").
+            if "Failed to create" not in str(single):
+                culprit = key
+                break
+    if culprit is None:
+        what = "the producer settings are refused by librdkafka"
+    else:
+        shown = MASK if is_secret(culprit) else repr(user[culprit])
+        what = f"producer_config[{culprit!r}] = {shown} is refused by librdkafka"
+    return ConfigError(
+        f"{what}: {reason}",
+        **where,
+        fix="correct or remove it (librdkafka's CONFIGURATION.md lists every producer "
+        "setting, its type and range)",
+    )

@@ -60,9 +60,9 @@ from .errors import (
     auth_fix,
     describe,
     kafka_error_of,
+    refused_settings,
 )
 from .records import EPOCH_HEADER, Records
-from .settings_check import refused_settings
 
 #: librdkafka's own log lines go here (never with secrets: it redacts sensitive settings),
 #: through each sink's ClientLog (rate-limited).

@@ -27,11 +27,8 @@ from confluent_kafka import KafkaError
 from durable_sinks.core.errors import ConfigError
 
 from .config import bootstrap_hosts
+from .errors import AUTHENTICATION_CODES
 
-#: Error codes of a refused login (wrong or revoked credentials, a disabled mechanism).
-AUTHENTICATION_CODES = frozenset(
-    {KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED}
-)
 #: Words of librdkafka's text for a TLS handshake it gave up on because of the certificate.
 TLS_WORDS = ("certificate", "ssl handshake failed")
 #: Words of librdkafka's text for a listener that speaks another security protocol.
