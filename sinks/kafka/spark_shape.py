@@ -9,8 +9,7 @@ row becomes):
   order; a null array: no headers; a header's value may be null;
 - `partition`: int, optional; null or absent: the partitioner's choice (the key's hash);
 - `timestamp`: timestamp, optional; the record's timestamp in milliseconds (finer digits
-  dropped); null or absent: the producer's clock. Spark 4.2's sink does not read this column
-  (its records always get the producer's clock); Spark's development line reads it as here;
+  dropped); null or absent: the producer's clock (Spark 4.2's sink ignores this column);
 - `topic`: string, optional; see below;
 - any other column: ignored, as Spark ignores it.
 Strings are sent UTF-8 encoded, binary values byte for byte.
