@@ -8,11 +8,13 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+import pyarrow as pa
+
 from durable_sinks.core.errors import ConfigError
 from durable_sinks.core.redaction import is_secret, redact
 from durable_sinks.core.secrets import resolve_settings
 
-from .records import RecordLayout
+from .records import JSON_SHAPE, RECORD_SHAPES, SPARK_SHAPE, RecordLayout, record_shape_of
 
 ConfigValue = str | int | float | bool
 
@@ -29,6 +31,10 @@ THROUGHPUT_DEFAULTS: Mapping[str, ConfigValue] = {
     # Connect to the brokers as soon as they are known: sparse, init_transactions often
     # waits 50-500 ms for a broker connection (benchmarks/kafka_startup.py).
     "enable.sparse.connections": False,
+    # A keyed record goes to the partition Java's clients (Spark's Kafka sink, Kafka Streams,
+    # Flink) put it in: murmur2 of the key, not librdkafka's own CRC-32 (`consistent_random`).
+    # Records without a key go to a random partition, as with the Java client.
+    "partitioner": "murmur2_random",
 }
 #: How soon every client of the sink tries a broker again after losing it. librdkafka doubles
 #: its pause after each failed attempt up to `reconnect.backoff.max.ms` (10 s by default), so
@@ -68,7 +74,11 @@ CONNECTION_PREFIXES = (
 class KafkaSinkConfig:
     """Configuration of a KafkaSink (picklable; checked when built, the cluster at `open`).
 
-    Records:
+    Records (docs/kafka.md, "Record shape"):
+    - record_shape: "spark" (Spark's Kafka sink's columns `value`, `key`, `headers`,
+      `partition`, `topic`, `timestamp`; spark_shape.py) or "json" (the `*_column` options
+      below). None (the default): "json" when any `*_column` option is set, else "spark" for
+      a batch with a `value` column and "json" for one without.
     - value_column: a string/binary column sent as the value (null = tombstone); None (the
       default) sends a JSON object of every column not used as key, header, timestamp or
       partition.
@@ -108,6 +118,7 @@ class KafkaSinkConfig:
     progress_scan_timeout_s: float = 60.0
     visibility_timeout_s: float = 10.0
     epoch_header: bool = True
+    record_shape: str | None = None
 
     def __post_init__(self) -> None:
         where = f"kafka sink {self.name!r}"
@@ -126,6 +137,7 @@ class KafkaSinkConfig:
             *self.header_columns,
         ]
         used = [r for r in roles if r is not None]
+        _check_record_shape(self.record_shape, self.layout, where)
         if len(used) != len(set(used)):
             raise ConfigError(
                 f"{where}: a column is given more than one role: {used}",
@@ -171,6 +183,10 @@ class KafkaSinkConfig:
     @property
     def progress_topic_name(self) -> str:
         return progress_topic_of(self.topic, self.progress_topic)
+
+    def record_shape_for(self, schema: pa.Schema) -> str:
+        """The record shape a batch of `schema` is written in (records.record_shape_of)."""
+        return record_shape_of(self.record_shape, self.layout, schema.names)
 
     @property
     def layout(self) -> RecordLayout:
@@ -263,6 +279,24 @@ def _check_topics(topic: str, progress_topic: str | None, where: str) -> None:
             f"{where}: topic {topic!r} and progress_topic {progress!r} differ only by '.' "
             "against '_'; Kafka treats such names as colliding",
             fix="give progress_topic a name that differs by more than '.' and '_'",
+        )
+
+
+def _check_record_shape(shape: object, layout: RecordLayout, where: str) -> None:
+    """A known shape, and no `*_column` option with the Spark shape (its columns are fixed)."""
+    if shape is not None and shape not in RECORD_SHAPES:
+        raise ConfigError(
+            f"{where}: record_shape {shape!r} is not a record shape",
+            fix=f"record_shape='{SPARK_SHAPE}' (columns value, key, headers, partition, topic, "
+            f"timestamp, as Spark's Kafka sink), '{JSON_SHAPE}' (the *_column options), or "
+            "leave it unset to choose by the batch's columns",
+        )
+    if shape == SPARK_SHAPE and layout.roles():
+        raise ConfigError(
+            f"{where}: record_shape='spark' takes its columns by Spark's names, but "
+            f"{sorted(set(layout.roles().values()))} are set too",
+            fix="remove the *_column options (name the columns value, key, headers, partition, "
+            "topic, timestamp), or set record_shape='json' to keep them",
         )
 
 

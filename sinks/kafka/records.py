@@ -1,5 +1,7 @@
-"""Arrow rows to Kafka records: which column becomes the value, key, headers, timestamp and
-partition, checked against the batch's schema before anything is produced.
+"""Arrow rows to Kafka records in the JSON record shape: which column becomes the value, key,
+headers, timestamp and partition (the `*_column` options), checked against the batch's schema
+before anything is produced. The other shape, Spark's own Kafka sink's columns, is
+spark_shape.py; `record_shape_of` chooses between them.
 
 The conversion works column by column (Arrow to Python lists in C), so the only per-row Python
 work left is the `produce` call itself. The JSON value form (every column not used for
@@ -26,6 +28,28 @@ from .json_columns import json_objects
 
 #: Header every record carries: the epoch that wrote it (decimal ASCII).
 EPOCH_HEADER = "ds-epoch"
+#: The record shape of Spark's own Kafka sink: columns `value`, `key`, `headers`,
+#: `partition`, `topic`, `timestamp` (spark_shape.py).
+SPARK_SHAPE = "spark"
+#: The sink's own record shape: the `*_column` options name the columns; without
+#: `value_column` the value is a JSON object of the row's other columns.
+JSON_SHAPE = "json"
+RECORD_SHAPES = (SPARK_SHAPE, JSON_SHAPE)
+#: The column whose presence chooses the Spark shape when no shape is configured.
+SPARK_VALUE_COLUMN = "value"
+
+
+def record_shape_of(configured: str | None, layout: RecordLayout, names: Sequence[str]) -> str:
+    """The record shape a batch with columns `names` is written in: the configured one; else
+    the JSON shape when any `*_column` option is set; else Spark's when the batch has a
+    `value` column, the JSON shape otherwise."""
+    if configured is not None:
+        return configured
+    if layout.roles():
+        return JSON_SHAPE
+    return SPARK_SHAPE if SPARK_VALUE_COLUMN in names else JSON_SHAPE
+
+
 #: What a record costs beyond its key, value and headers on the wire (record and batch
 #: headers, generously), when checking it against the size limits.
 RECORD_OVERHEAD = 128
@@ -108,6 +132,9 @@ class Records:
     partitions: list[int] | None
     sizes: pa.Array
     checksum: int
+    #: Whether the record's own headers come before the epoch header (the Spark shape, so
+    #: that a header keeps the index Spark's sink gives it); else the epoch header is first.
+    own_headers_first: bool = False
 
     def __len__(self) -> int:
         return len(self.values)
@@ -144,14 +171,14 @@ def build_records(batch: pa.RecordBatch, layout: RecordLayout, checksum: int) ->
     else:
         value_array = _json_values(batch, layout.json_columns(batch.schema))
     values = value_array.to_pylist()
-    sizes = _byte_lengths(value_array)
-    checksum = _crc(value_array, checksum)
+    sizes = byte_lengths(value_array)
+    checksum = fold_crc(value_array, checksum)
     keys = None
     if layout.key_column is not None:
         key_array = batch.column(layout.key_column)
         keys = key_array.to_pylist()
-        sizes = pc.add(sizes, _byte_lengths(key_array))
-        checksum = _crc(key_array, checksum)
+        sizes = pc.add(sizes, byte_lengths(key_array))
+        checksum = fold_crc(key_array, checksum)
     headers = None
     if layout.header_columns:
         columns = [(name, batch.column(name)) for name in layout.header_columns]
@@ -160,10 +187,10 @@ def build_records(batch: pa.RecordBatch, layout: RecordLayout, checksum: int) ->
             for row in zip(*(c.to_pylist() for _, c in columns), strict=True)
         ]
         for name, column in columns:
-            sizes = pc.add(sizes, pc.add(_byte_lengths(column), len(name)))
+            sizes = pc.add(sizes, pc.add(byte_lengths(column), len(name)))
     timestamps = None
     if layout.timestamp_column is not None:
-        timestamps = _millis(batch.column(layout.timestamp_column))
+        timestamps = epoch_millis(batch.column(layout.timestamp_column))
     partitions = None
     if layout.partition_column is not None:
         column = batch.column(layout.partition_column)
@@ -171,13 +198,13 @@ def build_records(batch: pa.RecordBatch, layout: RecordLayout, checksum: int) ->
     return Records(values, keys, headers, timestamps, partitions, sizes, checksum)
 
 
-def _byte_lengths(array: pa.Array) -> pa.Array:
+def byte_lengths(array: pa.Array) -> pa.Array:
     """Encoded length of each string/binary value (0 for null), as int64."""
     lengths: pa.Array = pc.fill_null(pc.binary_length(array), 0).cast(pa.int64())
     return lengths
 
 
-def _crc(array: pa.Array, checksum: int) -> int:
+def fold_crc(array: pa.Array, checksum: int) -> int:
     """Fold the array's value bytes into a CRC-32, straight from its Arrow buffers."""
     if len(array) == 0:
         return checksum
@@ -197,10 +224,12 @@ def _crc(array: pa.Array, checksum: int) -> int:
     return zlib.crc32(memoryview(data)[start:end], checksum)
 
 
-def _millis(array: pa.Array) -> list[int]:
-    """Milliseconds since the Unix epoch (0, meaning "now", for null)."""
+def epoch_millis(array: pa.Array) -> list[int]:
+    """Milliseconds since the Unix epoch (0, meaning "now", for null); finer digits are
+    dropped, as Spark's Kafka sink drops microseconds."""
     if pa.types.is_timestamp(array.type):
-        array = pc.cast(array.cast(pa.timestamp("ms", array.type.tz)), pa.int64())
+        in_ms = pc.cast(array, pa.timestamp("ms", array.type.tz), safe=False)
+        array = pc.cast(in_ms, pa.int64())
     result: list[int] = pc.fill_null(array.cast(pa.int64()), 0).to_pylist()
     return result
 

@@ -51,7 +51,7 @@ from durable_sinks.core.protocol import (
 )
 from durable_sinks.core.sink_base import OpenParticipant, SinkBase, Step, guarded
 
-from . import operations
+from . import operations, spark_shape
 from .admin import Cluster, TopicFacts
 from .clientlog import ClientLog
 from .config import KafkaSinkConfig
@@ -66,7 +66,7 @@ from .progress import (
     fence_key,
     progress_key,
 )
-from .records import RECORD_OVERHEAD, Records, build_records
+from .records import RECORD_OVERHEAD, SPARK_SHAPE, Records, build_records
 
 #: What settles a commit whose outcome a failure left unknown.
 _COMMIT_IN_DOUBT = (
@@ -122,6 +122,7 @@ class KafkaSink(SinkBase[KafkaSinkConfig]):
         self._last_committed: int | None = None
         self._last_known = False
         self._checked_schema: pa.Schema | None = None
+        self._checked_shape: str | None = None
 
     def _target(self) -> str:
         return f"topic={self.config.topic!r}"
@@ -295,9 +296,13 @@ class KafkaSink(SinkBase[KafkaSinkConfig]):
         current = self._require_current()
         state = self._state()
         state.producer.require(current.epoch)
-        self._check_schema(batch, current.epoch)
-        records = build_records(batch, self.config.layout, current.checksum)
-        self._check_records(records, current, state.topic)
+        shape = self._check_schema(batch, current.epoch)
+        if shape == SPARK_SHAPE:
+            self._check_spark_rows(batch, current.epoch)
+            records = spark_shape.build_spark_records(batch, current.checksum)
+        else:
+            records = build_records(batch, self.config.layout, current.checksum)
+        self._check_records(records, current, state.topic, shape)
         state.producer.send(records, current.epoch)
         written = records.total_bytes()
         current.rows += len(records)
@@ -305,20 +310,46 @@ class KafkaSink(SinkBase[KafkaSinkConfig]):
         current.checksum = records.checksum
         return WriteResult(len(records), written)
 
-    def _check_schema(self, batch: pa.RecordBatch, epoch: int) -> None:
-        if batch.schema.equals(self._checked_schema or _EMPTY):
-            return
-        problems = self.config.layout.problems(batch.schema)
+    def _check_schema(self, batch: pa.RecordBatch, epoch: int) -> str:
+        """The batch's record shape, once its schema is checked against it (once per
+        schema)."""
+        if self._checked_shape is not None and batch.schema.equals(self._checked_schema):
+            return self._checked_shape
+        shape = self.config.record_shape_for(batch.schema)
+        if shape == SPARK_SHAPE:
+            problems = spark_shape.schema_problems(batch.schema)
+            fix = (
+                "cast the columns to Spark's Kafka types (value and key string or binary, "
+                "headers array<struct<key:string,value:binary>>, partition int, topic string, "
+                "timestamp timestamp), or set record_shape='json' to send each row as a JSON "
+                "object"
+            )
+        else:
+            problems = self.config.layout.problems(batch.schema)
+            fix = "change the sink's column roles or the query's columns"
         if problems:
             raise SchemaMismatchError(
-                "the batch does not fit the record layout: " + "; ".join(problems),
+                f"the batch does not fit the {shape} record shape: " + "; ".join(problems),
                 **self._where(epoch),
-                fix="change the sink's column roles or the query's columns",
+                fix=fix,
             )
-        self._checked_schema = batch.schema
+        self._checked_schema, self._checked_shape = batch.schema, shape
+        return shape
+
+    def _check_spark_rows(self, batch: pa.RecordBatch, epoch: int) -> None:
+        """Refuse, before producing any record of the batch, a row Spark's sink would fail
+        the task on or that names another topic (spark_shape.py)."""
+        problems = spark_shape.row_problems(batch, self.config.topic)
+        if problems:
+            raise SchemaMismatchError(
+                "the batch holds rows the sink cannot write: " + "; ".join(problems),
+                **self._where(epoch),
+                fix="filter or fix those rows before the sink; rows for another topic need a "
+                "job of their own whose Kafka sink writes that topic",
+            )
 
     def _check_records(
-        self, records: Records, current: KafkaParticipant, topic: TopicFacts
+        self, records: Records, current: KafkaParticipant, topic: TopicFacts, shape: str
     ) -> None:
         """Refuse, before producing any record of the batch, a record over the size limit
         or a partition the topic does not have."""
@@ -337,8 +368,9 @@ class KafkaSink(SinkBase[KafkaSinkConfig]):
         if records.partitions is not None:
             bad = [p for p in records.partitions if p >= topic.partitions or p < -1]
             if bad:
+                column = "column 'partition'" if shape == SPARK_SHAPE else "partition_column"
                 raise SchemaMismatchError(
-                    f"partition_column holds {bad[0]}, but topic {self.config.topic!r} has "
+                    f"{column} holds {bad[0]}, but topic {self.config.topic!r} has "
                     f"partitions 0..{topic.partitions - 1}",
                     **self._where(current.epoch),
                     fix="compute partitions modulo the topic's partition count, or leave the "
@@ -496,9 +528,6 @@ class KafkaSink(SinkBase[KafkaSinkConfig]):
         if record is None or record.epoch != epoch:
             return None
         return record.decision
-
-
-_EMPTY = pa.schema([])
 
 
 def _any(value: bytes, offset: int) -> bool:
