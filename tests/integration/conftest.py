@@ -10,7 +10,9 @@ import pytest
 from confluent_kafka.admin import AdminClient
 from psycopg import sql
 
+from tests.conftest import UniqueNames
 from tests.services import KafkaEndpoint, PostgresEndpoint
+from tests.support.targets import create_topic, delete_with_progress
 
 
 @pytest.fixture
@@ -24,6 +26,15 @@ def conn(postgres: PostgresEndpoint) -> Iterator[psycopg.Connection[Any]]:
 def admin(kafka: KafkaEndpoint) -> AdminClient:
     """A Kafka admin client on the test bed's broker."""
     return AdminClient(kafka.config())
+
+
+@pytest.fixture
+def topic(admin: AdminClient, unique: UniqueNames) -> Iterator[str]:
+    """A fresh two-partition topic and, after the test, its progress topic deleted too."""
+    name = unique.name("topic")
+    create_topic(admin, name, 2)
+    yield name
+    delete_with_progress(admin, name)
 
 
 @pytest.fixture

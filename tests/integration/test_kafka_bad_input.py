@@ -28,8 +28,8 @@ from durable_sinks.core.errors import (
 from durable_sinks.manifest import LocalDirectoryStore
 from durable_sinks.sinks import create
 from tests.conftest import UniqueNames
-from tests.integration.test_kafka_sink import open_transactions, read_committed
 from tests.services import KafkaEndpoint
+from tests.support.kafka_reads import assert_nothing_visible, read_committed
 from tests.support.targets import create_topic
 
 SECRET = f"sasl-secret-{uuid.uuid4().hex}"
@@ -315,8 +315,6 @@ def test_a_bad_batch_is_refused_and_nothing_is_readable(
             coordinator.run_epoch(0, [batch])
         assert_named(raised.value, job_id, fix)
         assert raised.value.epoch == 0
-        assert read_committed(kafka, admin, topic) == []
-        assert open_transactions(admin, topic, f"{topic}-ds-progress") == []
-        assert coordinator.sinks[0].last_committed_epoch() is None
+        assert_nothing_visible(kafka, admin, topic, coordinator)
     finally:
         coordinator.close()

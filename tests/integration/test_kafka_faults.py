@@ -32,14 +32,9 @@ from durable_sinks.manifest.postgres import PostgresDecisionStore
 from durable_sinks.sinks.kafka import KafkaSink, KafkaSinkConfig
 from durable_sinks.sinks.postgres import PostgresSink, PostgresSinkConfig
 from tests.conftest import UniqueNames
-from tests.integration.test_kafka_sink import (
-    events,
-    ids,
-    open_transactions,
-    pg_ids,
-    read_committed,
-)
+from tests.integration.test_kafka_sink import events, ids, pg_ids
 from tests.services import KafkaEndpoint, PostgresEndpoint
+from tests.support.kafka_reads import open_transactions, read_committed
 from tests.support.targets import create_topic, delete_with_progress, prepared_gids
 
 #: The broker aborts a transaction open longer than this (the test's own, short).

@@ -16,7 +16,7 @@ from typing import Any
 import psycopg
 import pyarrow as pa
 import pytest
-from confluent_kafka import Consumer, IsolationLevel, Message, Producer, TopicPartition
+from confluent_kafka import Message, Producer
 from confluent_kafka.admin import AdminClient
 from psycopg import sql
 
@@ -31,23 +31,13 @@ from durable_sinks.core.errors import (
 )
 from durable_sinks.manifest import LocalDirectoryStore
 from durable_sinks.sinks.kafka import KafkaSink, KafkaSinkConfig
-from durable_sinks.sinks.kafka.admin import list_offsets
 from durable_sinks.sinks.kafka.progress import SCAN_CHUNK
 from durable_sinks.sinks.postgres import PostgresSink, PostgresSinkConfig
 from tests.conftest import UniqueNames
 from tests.services import KafkaEndpoint, PostgresEndpoint
 from tests.services.kafka import TRANSACTION_MAX_TIMEOUT_MS
-from tests.support import targets
-from tests.support.targets import create_topic, delete_with_progress, prepared_gids
-
-
-@pytest.fixture
-def topic(admin: AdminClient, unique: UniqueNames) -> Iterator[str]:
-    """A fresh two-partition topic and, after the test, its progress topic deleted too."""
-    name = unique.name("topic")
-    create_topic(admin, name, 2)
-    yield name
-    delete_with_progress(admin, name)
+from tests.support.kafka_reads import open_transactions, partitions_of, read_committed
+from tests.support.targets import create_topic, prepared_gids
 
 
 def events(ids: list[int], *, size: int = 8) -> pa.RecordBatch:
@@ -75,50 +65,8 @@ def job(
     return coordinator
 
 
-def partitions_of(admin: AdminClient, topic: str) -> list[TopicPartition]:
-    count = len(admin.list_topics(topic, timeout=20).topics[topic].partitions)
-    return [TopicPartition(topic, p) for p in range(count)]
-
-
-def read_committed(kafka: KafkaEndpoint, admin: AdminClient, topic: str) -> list[Message]:
-    """Every record a read_committed consumer sees, up to the last stable offsets."""
-    partitions = partitions_of(admin, topic)
-    stable = list_offsets(admin, partitions, IsolationLevel.READ_COMMITTED, 20)
-    consumer = Consumer(
-        kafka.config(
-            {
-                "group.id": f"reader-{uuid.uuid4().hex[:8]}",
-                "isolation.level": "read_committed",
-                "enable.auto.commit": False,
-            }
-        )
-    )
-    consumer.assign([TopicPartition(topic, p.partition, 0) for p in partitions])
-    messages: list[Message] = []
-    deadline = time.monotonic() + 20
-    try:
-        while True:
-            positions = consumer.position(partitions)
-            if all(
-                max(p.offset, 0) >= stable[tp] for p, tp in zip(positions, partitions, strict=True)
-            ):
-                return messages
-            assert time.monotonic() < deadline, f"reader stuck at {positions}, LSO {stable}"
-            for message in consumer.consume(500, timeout=0.1):
-                assert message.error() is None, message.error()
-                messages.append(message)
-    finally:
-        consumer.close()
-
-
 def ids(messages: list[Message]) -> list[int]:
     return sorted(json.loads(m.value() or b"")["n"] for m in messages)
-
-
-def open_transactions(admin: AdminClient, *topics: str, grace: float = 5.0) -> list[str]:
-    """Partitions of `topics` with a transaction left open (see targets.open_transactions)."""
-    partitions = [p for t in topics for p in partitions_of(admin, t)]
-    return targets.open_transactions(admin, partitions, grace)
 
 
 def run_until(steps: Iterator[str], wanted: str) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -19,20 +18,10 @@ from durable_sinks.core.errors import SchemaMismatchError
 from durable_sinks.manifest import LocalDirectoryStore
 from durable_sinks.sinks.kafka import KafkaSink, KafkaSinkConfig
 from tests.conftest import UniqueNames
-from tests.integration.test_kafka_sink import open_transactions, read_committed
 from tests.services import KafkaEndpoint
-from tests.support.targets import create_topic, delete_with_progress
+from tests.support.kafka_reads import assert_nothing_visible, read_committed
 
 HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
-
-
-@pytest.fixture
-def topic(admin: AdminClient, unique: UniqueNames) -> Iterator[str]:
-    """A fresh two-partition topic and, after the test, its progress topic deleted too."""
-    name = unique.name("topic")
-    create_topic(admin, name, 2)
-    yield name
-    delete_with_progress(admin, name)
 
 
 def job(
@@ -180,8 +169,6 @@ def test_a_batch_the_sink_cannot_write_fails_the_epoch_with_nothing_visible(
             coordinator.run_epoch(0, [good, bad])
         assert fix in (raised.value.fix or "")
         assert raised.value.epoch == 0
-        assert read_committed(kafka, admin, topic) == []
-        assert open_transactions(admin, topic, f"{topic}-ds-progress") == []
-        assert coordinator.sinks[0].last_committed_epoch() is None
+        assert_nothing_visible(kafka, admin, topic, coordinator)
     finally:
         coordinator.close()

@@ -16,8 +16,8 @@ from confluent_kafka.admin import AdminClient
 
 from durable_sinks.spark import durable_sink
 from tests.conftest import UniqueNames
-from tests.integration.test_kafka_sink import read_committed
 from tests.services import KafkaEndpoint
+from tests.support.kafka_reads import read_committed
 from tests.support.targets import create_topic, delete_with_progress
 
 from .streams import source_stream, write_input
