@@ -83,7 +83,6 @@ class DeltaSink(SinkBase[DeltaSinkConfig]):
         self._shape: Shape | None = None
         self._current: DeltaParticipant | None = None
         self._pending: ParticipantName | None = None
-        self._last_committed: int | None = None
 
     def _target(self) -> str:
         return f"path={self.storage.where!r}"
@@ -303,7 +302,7 @@ class DeltaSink(SinkBase[DeltaSinkConfig]):
     def _recorded(self, epoch: int) -> bool:
         committed = self._client_call(self._delta().committed_epoch, "read the table's log", epoch)
         if committed is not None:
-            self._last_committed = max(self._last_committed or committed, committed)
+            self._committed_up_to(committed)
         return committed is not None and committed >= epoch
 
     def publish_epoch(self, epoch: int, handles: Sequence[CommitHandle]) -> CommitOutcome:
@@ -318,7 +317,7 @@ class DeltaSink(SinkBase[DeltaSinkConfig]):
                 self.storage.where,
                 extra={"job": self.context.job_id, "sink": self.name, "epoch": epoch},
             )
-        self._last_committed = max(self._last_committed or epoch, epoch)
+        self._committed_up_to(epoch)
         done = []  # the journals, and a merge's staged rows (an append's files are the table's)
         for handle in handles:
             name = ParticipantName.parse(handle.participant)
@@ -450,9 +449,6 @@ class DeltaSink(SinkBase[DeltaSinkConfig]):
             if handle is not None:
                 found.append(handle)
         return found
-
-    def last_committed_epoch(self) -> int | None:
-        return self._last_committed
 
     # -- operations (durable-sinks status/inspect/verify; operations.py) -----------------------
     def in_doubt(self) -> list[Prepared]:

@@ -92,7 +92,6 @@ class FileSink(SinkBase[FileSinkConfig]):
         self.root = Path(config.path)
         self._current: FileParticipant | None = None
         self._schema: pa.Schema | None = None
-        self._last_committed: int | None = None
 
     def _target(self) -> str:
         return f"path={str(self.root)!r}"
@@ -267,8 +266,7 @@ class FileSink(SinkBase[FileSinkConfig]):
             fsync_dir(target.parent)
             fsync_dir(self.root)
             fsync_dir(self.root / STAGING)
-        if self._last_committed is None or epoch > self._last_committed:
-            self._last_committed = epoch
+        self._committed_up_to(epoch)
         self._count("epochs_committed")
         return CommitOutcome.COMMITTED
 
@@ -332,9 +330,6 @@ class FileSink(SinkBase[FileSinkConfig]):
                 continue  # still being written (or abandoned): not prepared
             prepared.append(CommitHandle.from_json(json.loads(marker)))
         return prepared
-
-    def last_committed_epoch(self) -> int | None:
-        return self._last_committed
 
     # -- operations (durable-sinks status/inspect/verify; operations.py) -----------------------
     def in_doubt(self) -> list[Prepared]:

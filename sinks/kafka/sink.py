@@ -119,7 +119,6 @@ class KafkaSink(SinkBase[KafkaSinkConfig]):
         super().__init__(config, counters=("commit_seconds",))
         self._opened: _Opened | None = None
         self._current: KafkaParticipant | None = None
-        self._last_committed: int | None = None
         self._last_known = False
         self._checked_schema: pa.Schema | None = None
         self._checked_shape: str | None = None
@@ -142,9 +141,6 @@ class KafkaSink(SinkBase[KafkaSinkConfig]):
         if self._opened is None:
             raise self._not_open()
         return self._opened
-
-    def _ctx(self) -> OpenContext:
-        return self._state().context
 
     def _log(self, epoch: int | None = None) -> JobLogger:
         job = self._opened.context.job_id if self._opened else "-"
@@ -277,7 +273,7 @@ class KafkaSink(SinkBase[KafkaSinkConfig]):
         producer = self._state().producer
         if producer.broken and producer.fenced is None:
             self._log(epoch).warning("replacing the producer after a fatal error")
-            self._start_producer(self._ctx().generation)
+            self._start_producer(self.context.generation)
         producer.require(epoch)
         if self._current is not None:
             self._abort()
@@ -448,9 +444,7 @@ class KafkaSink(SinkBase[KafkaSinkConfig]):
             self._current = None
             raise
         self._current = None
-        self._last_committed = (
-            epoch if self._last_committed is None else max(self._last_committed, epoch)
-        )
+        self._committed_up_to(epoch)
         state.cluster.await_visible(written, epoch)
         self._count("rows", handle.rows)
         self._count("bytes", handle.bytes)
@@ -499,7 +493,7 @@ class KafkaSink(SinkBase[KafkaSinkConfig]):
     def recover_prepared(self) -> list[CommitHandle]:
         """Nothing to resolve: `open`'s init_transactions already aborted whatever an older
         producer of this transactional.id left open."""
-        self._ctx()
+        self._state()  # UsageError before open
         return []
 
     @guarded("reading the last committed epoch")

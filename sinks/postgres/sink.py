@@ -93,9 +93,6 @@ class PostgresSink(SinkBase[PostgresSinkConfig]):
         self._admin: psycopg.Connection[Any] | None = None
         self._tx: psycopg.Connection[Any] | None = None
         self._current: PostgresParticipant | None = None
-        #: Highest epoch whose marker is committed: read at open, then kept by the commits
-        #: (after open only this generation's coordinator commits this job's participants).
-        self._last_committed: int | None = None
 
     def _target(self) -> str:
         return f"table={self.config.table!r}"
@@ -106,11 +103,8 @@ class PostgresSink(SinkBase[PostgresSinkConfig]):
             raise self._not_open()
         return self._opened
 
-    def _ctx(self) -> OpenContext:
-        return self._state().context
-
     def _connect(self, *, autocommit: bool) -> psycopg.Connection[Any]:
-        ctx = self._ctx()
+        ctx = self.context
         try:
             return psycopg.connect(
                 resolve(self.config.dsn, f"postgres sink {self.name!r}: dsn"),
@@ -159,7 +153,7 @@ class PostgresSink(SinkBase[PostgresSinkConfig]):
     def _fence_moved(self) -> bool:
         """Whether a newer generation holds the fence, read on a fresh session (False when
         the server cannot tell)."""
-        ctx = self._ctx()
+        ctx = self.context
         try:
             with psycopg.connect(
                 resolve(self.config.dsn, f"postgres sink {self.name!r}: dsn"),
@@ -228,7 +222,7 @@ class PostgresSink(SinkBase[PostgresSinkConfig]):
         """A coordinator's `open` has just checked the server's settings, the table and the
         privileges, before creating anything (not again here); a worker's or an operator's
         open did not, so they are checked now."""
-        ctx = self._ctx()
+        ctx = self.context
         if ctx.worker or ctx.inspect:
             with self._errors("health_check (the server's settings, the table, privileges)"):
                 self._state().table.check()
@@ -252,7 +246,7 @@ class PostgresSink(SinkBase[PostgresSinkConfig]):
             )
         with self._errors("write_batch (COPY)", current.epoch, in_epoch=True):
             columns = self._state().table.columns_for(batch, current.epoch)
-            refuse_data(self._ctx(), current.epoch, null_violations(batch, columns))
+            refuse_data(self.context, current.epoch, null_violations(batch, columns))
             if batch.num_rows == 0:
                 return WriteResult(0, 0)
             sent = current.copy(current.conn(), batch)
@@ -331,7 +325,7 @@ class PostgresSink(SinkBase[PostgresSinkConfig]):
             except psycopg.errors.UndefinedObject:
                 part = PostgresHandleDetails.of(handle).part
                 if self._state().meta.marker_participant(conn, epoch, part) == handle.participant:
-                    self._committed(epoch)
+                    self._committed_up_to(epoch)
                     return CommitOutcome.ALREADY_COMMITTED
                 raise ParticipantLostError(
                     f"prepared transaction {handle.participant} does not exist and its marker "
@@ -340,12 +334,8 @@ class PostgresSink(SinkBase[PostgresSinkConfig]):
                     fix="someone ran ROLLBACK PREPARED on it; the epoch must be rewritten",
                 ) from None
         self._count("epochs_committed")
-        self._committed(epoch)
+        self._committed_up_to(epoch)
         return CommitOutcome.COMMITTED
-
-    def _committed(self, epoch: int) -> None:
-        if self._last_committed is None or epoch > self._last_committed:
-            self._last_committed = epoch
 
     # -- one-phase commit (the job's only sink carries the decision) ----------------------------
     def commit_with_decision(
@@ -355,7 +345,7 @@ class PostgresSink(SinkBase[PostgresSinkConfig]):
         become durable and visible at once. A lost connection during COMMIT leaves the outcome
         unknown: InDoubtError (read_decision tells, once the server answers again)."""
         current = self._require_current()
-        ctx = self._ctx()
+        ctx = self.context
         if not ctx.commit_point or current.handle is None or current.handle != handle:
             raise UsageError(
                 f"commit_with_decision needs the epoch pre-committed by this sink as the job's "
@@ -376,7 +366,7 @@ class PostgresSink(SinkBase[PostgresSinkConfig]):
         with self._errors("commit_with_decision (COMMIT)", epoch, in_doubt=in_doubt):
             conn.commit()
         self._count("epochs_committed")
-        self._committed(epoch)
+        self._committed_up_to(epoch)
 
     def read_decision(self, epoch: int) -> Mapping[str, JSON] | None:
         """The decision a one-phase commit of `epoch` carried, or None."""
@@ -409,7 +399,7 @@ class PostgresSink(SinkBase[PostgresSinkConfig]):
 
     # -- recovery ------------------------------------------------------------------------------
     def recover_prepared(self) -> list[CommitHandle]:
-        ctx = self._ctx()
+        ctx = self.context
         return [
             handle
             for name, handle in self._prepared(owner_prefix(ctx.job_id, self.name))
@@ -417,7 +407,7 @@ class PostgresSink(SinkBase[PostgresSinkConfig]):
         ]
 
     def prepared_participants(self, epoch: int) -> list[CommitHandle]:
-        ctx = self._ctx()
+        ctx = self.context
         prefix = f"{owner_prefix(ctx.job_id, self.name)}{epoch}:"
         return [handle for name, handle in self._prepared(prefix, epoch) if name.epoch == epoch]
 
@@ -425,7 +415,7 @@ class PostgresSink(SinkBase[PostgresSinkConfig]):
         self, prefix: str, epoch: int | None = None
     ) -> Iterator[tuple[ParticipantName, CommitHandle]]:
         """Prepared transactions of this job and sink whose gid starts with `prefix`."""
-        ctx = self._ctx()
+        ctx = self.context
         with self._errors("the list of prepared transactions (pg_prepared_xacts)", epoch):
             rows = (
                 self._admin_conn()
@@ -443,13 +433,13 @@ class PostgresSink(SinkBase[PostgresSinkConfig]):
                 yield name, CommitHandle(self.name, name.epoch, gid, 0, 0, "", details)
 
     def last_committed_epoch(self) -> int | None:
-        self._ctx()
-        return self._last_committed
+        self._state()  # UsageError before open
+        return super().last_committed_epoch()
 
     # -- operations (durable-sinks status/inspect/verify/expire; operations.py) ----------------
     def in_doubt(self) -> list[Prepared]:
         with self._errors("in_doubt (pg_prepared_xacts)"):
-            return operations.in_doubt(self._admin_conn(), self._ctx())
+            return operations.in_doubt(self._admin_conn(), self.context)
 
     def holdings(self, first: int, last: int) -> dict[int, Holding]:
         with self._errors("holdings (the marker rows)"):
@@ -457,7 +447,7 @@ class PostgresSink(SinkBase[PostgresSinkConfig]):
 
     def live_generations(self) -> list[int]:
         with self._errors("live_generations (pg_stat_activity)"):
-            return operations.live_generations(self._admin_conn(), self._ctx())
+            return operations.live_generations(self._admin_conn(), self.context)
 
     def expire_markers(self, before_epoch: int) -> int:
         with self._errors("expire_markers (the marker rows)"):

@@ -89,7 +89,6 @@ class S3Sink(SinkBase[S3SinkConfig]):
         self._client: S3Client | None = None
         self._current: S3Participant | None = None
         self._schema: pa.Schema | None = None
-        self._last_committed: int | None = None
 
     def _target(self) -> str:
         return f"path={str(self.layout.location)!r}"
@@ -329,8 +328,7 @@ class S3Sink(SinkBase[S3SinkConfig]):
                     fix="give each job its own prefix; never write under a sink's prefix by hand",
                 ) from exc
             outcome = CommitOutcome.ALREADY_COMMITTED
-        if self._last_committed is None or epoch > self._last_committed:
-            self._last_committed = epoch
+        self._committed_up_to(epoch)
         self._count("epochs_committed", outcome is CommitOutcome.COMMITTED)
         return outcome
 
@@ -408,9 +406,6 @@ class S3Sink(SinkBase[S3SinkConfig]):
     def prepared_participants(self, epoch: int) -> list[CommitHandle]:
         found = self._uploads(self.layout.epoch_folder(epoch))
         return [self._leftover(name, uploads) for name, uploads in sorted(found.items())]
-
-    def last_committed_epoch(self) -> int | None:
-        return self._last_committed
 
     # -- operations (durable-sinks status/inspect/verify; operations.py) -----------------------
     def in_doubt(self) -> list[Prepared]:

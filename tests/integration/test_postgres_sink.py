@@ -31,6 +31,7 @@ from durable_sinks.manifest import LocalDirectoryStore
 from durable_sinks.manifest.postgres import PostgresDecisionStore
 from durable_sinks.sinks import create
 from durable_sinks.sinks.postgres import PostgresSink, PostgresSinkConfig
+from durable_sinks.sinks.postgres.handles import PostgresHandleDetails
 from tests.conftest import UniqueNames
 from tests.services import PostgresEndpoint
 from tests.services._layout import REPO_ROOT
@@ -341,7 +342,9 @@ def test_prepared_in_one_process_finished_in_another(
     sink = PostgresSink(PostgresSinkConfig(postgres.conninfo(), table))
     sink.open(OpenContext(unique.job_id, "postgres", 2))
     assert sink.recover_prepared() == [
-        CommitHandle("postgres", 0, handle.participant, 0, 0, "", {"part": "0"})
+        CommitHandle(
+            "postgres", 0, handle.participant, 0, 0, "", PostgresHandleDetails("0").to_json()
+        )
     ]
     if finish == "commit":
         assert sink.commit_epoch(0, handle) is CommitOutcome.COMMITTED

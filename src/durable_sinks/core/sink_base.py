@@ -9,6 +9,8 @@ holds what those roles share:
 - one attempt counter per epoch, so that every attempt at an epoch prepares a participant of
   its own name (`_next_participant`);
 - the sink's counters, reported by `metrics()`;
+- the highest committed epoch it knows (`last_committed_epoch`): read from the target at
+  `open`, then moved by its own commits (`_committed_up_to`);
 - where an error happened (`_where`: job, sink, epoch) and the one idiom that turns a client's
   failure into the error tree. Each sink says what its client's failures mean in one method,
   `_translate`; the base applies it around a block (`with self.translated(Step(...)):`), a
@@ -81,6 +83,10 @@ class SinkBase(ABC, Generic[ConfigT]):
         self._context: OpenContext | None = None
         self._attempts: dict[int, int] = {}
         self._counters: dict[str, float] = dict.fromkeys((*COMMON_COUNTERS, *counters), 0.0)
+        #: The highest epoch whose marker is visible: read from the target at `open`, then
+        #: moved by this instance's commits (after `open` only this generation's coordinator
+        #: commits this job's participants).
+        self._last_committed: int | None = None
 
     @property
     def name(self) -> str:
@@ -122,6 +128,14 @@ class SinkBase(ABC, Generic[ConfigT]):
     def _no_epoch(self, epoch: int | None = None) -> UsageError:
         what = "no epoch is open" if epoch is None else f"epoch {epoch} is not open"
         return UsageError(f"{what}; call begin_epoch first", **self._where(epoch))
+
+    def last_committed_epoch(self) -> int | None:
+        return self._last_committed
+
+    def _committed_up_to(self, epoch: int) -> None:
+        """Epoch `epoch`'s marker is now visible."""
+        if self._last_committed is None or epoch > self._last_committed:
+            self._last_committed = epoch
 
     # -- counters ------------------------------------------------------------------------------
     def _count(self, counter: str, by: float = 1.0) -> None:
