@@ -39,7 +39,7 @@ from durable_sinks.core.errors import (
     UsageError,
 )
 from durable_sinks.core.joblog import JobLogger
-from durable_sinks.core.naming import ParticipantName, component
+from durable_sinks.core.naming import ParticipantName
 from durable_sinks.core.operations import Holding, Prepared
 from durable_sinks.core.protocol import (
     JSON,
@@ -54,15 +54,18 @@ from . import operations
 from .admin import Cluster, TopicFacts
 from .clientlog import ClientLog
 from .config import KafkaSinkConfig
+from .decisions import KafkaDecisionHost
 from .errors import typed
 from .producer import TransactionalProducer
 from .progress import (
     ProgressReader,
     ProgressRecord,
-    decode_fence,
     encode_fence,
+    fence_holder,
     fence_key,
+    generation_key,
     progress_key,
+    transactional_id,
 )
 from .records import RECORD_OVERHEAD, Records, build_records
 
@@ -88,9 +91,13 @@ class _Opened:
         self.clientlog = ClientLog(context.job_id, sink.name)
         settings = {**sink.config.connection_settings(), **self.clientlog.settings()}
         log = JobLogger(context.job_id, sink.name, component="sinks.kafka")
-        transactional_id = f"ds:{component(context.job_id)}:{component(sink.name)}"
         self.producer = TransactionalProducer(
-            sink.config, transactional_id, sink._where, log, self.clientlog, sink._newer_owner
+            sink.config,
+            transactional_id(context.job_id, sink.name),
+            sink._where,
+            log,
+            self.clientlog,
+            sink._newer_owner,
         )
         # Every producer setting is checked before any client connects or topic is made.
         self.producer.check_settings()
@@ -166,7 +173,7 @@ class KafkaSink:
         read the last committed epoch."""
         state = self._state()
         fence = fence_key(state.context.job_id, self.name)
-        self._check_fence(state.progress.latest({fence: _any}).get(fence), generation)
+        self._check_fence(state.progress.latest(self._fences()), generation)
         producer = state.producer
         producer.start()
         producer.write_alone(
@@ -176,8 +183,8 @@ class KafkaSink:
             fence,
         )
         # The older producer's transaction is settled now: the progress topic is exact.
-        record, holder = self._latest_progress(lambda r: True, fence)
-        self._check_fence(holder, generation)
+        record, holders = self._latest_progress(lambda r: True, fences=True)
+        self._check_fence(holders, generation)
         self._last_committed = record.epoch if record is not None else None
         self._last_known = True
         self._log().info(
@@ -187,23 +194,24 @@ class KafkaSink:
             self._last_committed,
         )
 
+    def _fences(self) -> dict[bytes, Callable[[bytes, int], bool]]:
+        """The keys whose latest records say which generation holds the sink: its fence
+        record and the generation claims of a decision store it keeps (progress.py)."""
+        job = self._state().context.job_id
+        return {fence_key(job, self.name): _any, generation_key(job, self.name): _any}
+
     def _newer_owner(self) -> bool:
         """Whether a newer generation than this sink's holds the fence record (read when
         the producer must tell a fence from a transaction time-out)."""
         state = self._state()
-        fence = fence_key(state.context.job_id, self.name)
-        holder = self._holder(state.progress.latest({fence: _any}).get(fence))
+        holder = fence_holder(
+            self.config.progress_topic_name, state.progress.latest(self._fences())
+        )
         return holder is not None and holder > state.context.generation
 
-    def _holder(self, found: tuple[int, bytes] | None) -> int | None:
-        """The generation in a fence record (offset, value), if any."""
-        if found is None:
-            return None
-        return decode_fence(found[1], f"{self.config.progress_topic_name}@{found[0]}")
-
-    def _check_fence(self, found: tuple[int, bytes] | None, generation: int) -> None:
-        """`found` is the latest fence record (offset, value), if any."""
-        holder = self._holder(found)
+    def _check_fence(self, found: Mapping[bytes, tuple[int, bytes]], generation: int) -> None:
+        """`found` holds the latest fence and generation records (offset, value), if any."""
+        holder = fence_holder(self.config.progress_topic_name, found)
         if holder is not None and holder > generation:
             self._state().producer.refuse(
                 FencedError(
@@ -215,10 +223,10 @@ class KafkaSink:
             )
 
     def _latest_progress(
-        self, accept: Callable[[ProgressRecord], bool], fence: bytes | None = None
-    ) -> tuple[ProgressRecord | None, tuple[int, bytes] | None]:
-        """The latest progress record `accept`s and, in the same scan, the latest fence
-        record (offset, value) when `fence` is given."""
+        self, accept: Callable[[ProgressRecord], bool], *, fences: bool = False
+    ) -> tuple[ProgressRecord | None, dict[bytes, tuple[int, bytes]]]:
+        """The latest progress record `accept`s and, in the same scan with `fences`, the
+        latest fence and generation records (key -> (offset, value))."""
         state = self._state()
         key = progress_key(state.context.job_id, self.name)
         topic = self.config.progress_topic_name
@@ -229,11 +237,11 @@ class KafkaSink:
             return accept(decoded[offset])
 
         want: dict[bytes, Callable[[bytes, int], bool]] = {key: check}
-        if fence is not None:
-            want[fence] = _any
+        if fences:
+            want.update(self._fences())
         found = state.progress.latest(want)
-        record = decoded[found[key][0]] if key in found else None
-        return record, found.get(fence) if fence is not None else None
+        record = decoded[found.pop(key)[0]] if key in found else None
+        return record, found
 
     # -- protocol ------------------------------------------------------------------------------
     def capabilities(self) -> SinkCapabilities:
@@ -484,6 +492,12 @@ class KafkaSink:
 
     def live_generations(self) -> list[int]:
         return []  # a transactional id's producer cannot be seen from outside
+
+    def decision_host(self) -> KafkaDecisionHost:
+        """The progress topic as the job's decision store when this sink is the job's only
+        one (decisions.py): generations claimed there, decisions read from the progress
+        records. A new host with clients of its own."""
+        return KafkaDecisionHost(self.config)
 
     @typed("reading the epoch's decision")
     def read_decision(self, epoch: int) -> Mapping[str, JSON] | None:
