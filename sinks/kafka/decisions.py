@@ -32,6 +32,8 @@ reads the newer claim and refuses to start (sink.py, `fence_holder`).
 
 from __future__ import annotations
 
+import random
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -54,8 +56,11 @@ from .progress import (
     transactional_id,
 )
 
-#: How often a claim fenced by a concurrent claim starts again before it gives up.
-CLAIM_ATTEMPTS = 5
+#: How often a claim fenced by a concurrent claim starts again before it gives up, and the
+#: longest pause (seconds, random, grows with the attempt) before it does: drivers that
+#: start at the same moment would otherwise keep fencing each other's claims.
+CLAIM_ATTEMPTS = 8
+CLAIM_PAUSE_S = 0.25
 
 
 class _Clients:
@@ -146,6 +151,7 @@ class KafkaDecisionHost:
                         attempt + 1,
                         CLAIM_ATTEMPTS,
                     )
+                    time.sleep(random.uniform(0, CLAIM_PAUSE_S * attempt))  # noqa: S311 - jitter
                     continue
                 clients.log.info("claimed generation %d in %s", claimed, self._topic)
                 return claimed
