@@ -6,17 +6,19 @@ Decisions: the sink is the job's last resource, so each epoch's progress record,
 the epoch's own transaction, carries the epoch's decision record (progress.py). A decision is
 read back as the latest `<owner>progress` record of the epoch, `read_committed`.
 
-Generations: a claim is one record `<owner>generation = {generation}` written in a
-transaction of the sink's own transactional.id:
+Generations: a claim is a record `<owner>generation = {generation}` and the same generation
+as the sink's fence record `<owner>fence` (progress.py), written in one transaction of the
+sink's own transactional.id:
 
 1. `init_transactions` with that id. The transaction coordinator bumps the id's producer
    epoch, which fences every older producer of it (a zombie coordinator's sink: its next
    call, `commit_transaction` included, fails), and completes or aborts whatever that
    producer had open before it answers, so every transaction committed with the id before
    is fully written to the progress topic.
-2. Read the newest generation: the latest `generation` and `fence` records, read_committed,
-   up to the partition's high watermark (so every claim committed before step 1 is seen).
-3. Write `generation = newest + 1` and commit.
+2. Read the newest generation: the higher of the latest `generation` and `fence` records,
+   read_committed, up to the partition's high watermark (so every claim and every fence
+   committed before step 1 is seen).
+3. Write both records with `newest + 1` and commit.
 
 Why this is a compare-and-swap: a claim's commit succeeds only if no other producer called
 `init_transactions` with the id between its step 1 and its commit (that call would have
@@ -27,7 +29,9 @@ middle (two drivers starting at once) starts again from step 1, a bounded number
 claim whose commit outcome is unknown is retried the same way, and if it did land the retry
 only claims one more. Step 1 is also what fences: once a claim returns, an older
 coordinator's transaction can no longer commit, and a sink opened by an older generation
-reads the newer claim and refuses to start (sink.py, `fence_holder`).
+reads the claim's fence record and refuses to start (sink.py). The `generation` record is
+written only by claims, so it never goes down even if a fence record did; the sink itself
+reads only the fence record, which a job with a decision store of its own has alone.
 """
 
 from __future__ import annotations
@@ -135,12 +139,15 @@ class KafkaDecisionHost:
             for attempt in range(1, CLAIM_ATTEMPTS + 1):
                 producer.start()
                 claimed = self.newest_generation(job_id) + 1
+                value = encode_fence(claimed)
                 try:
-                    producer.write_alone(
+                    producer.write_together(
                         f"claiming generation {claimed}",
                         self._topic,
-                        encode_fence(claimed),
-                        generation_key(job_id, self.sink),
+                        [
+                            (generation_key(job_id, self.sink), value),
+                            (fence_key(job_id, self.sink), value),
+                        ],
                     )
                 except FencedError:
                     if attempt == CLAIM_ATTEMPTS:

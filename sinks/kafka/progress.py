@@ -7,8 +7,8 @@ One partition, compacted. Two keys per (job, sink):
 - `<owner>fence`: `{generation}`, written when a coordinator opens the sink, so an older
   coordinator that opens it later refuses to start instead of fencing the newer producer;
 - `<owner>generation`: `{generation}`, written only by a generation claim of the job's
-  decision store when the sink keeps it (decisions.py): the claims' compare-and-swap. A
-  sink's fence holder is the higher of the two.
+  decision store when the sink keeps it (decisions.py), in one transaction with a fence
+  record of the same generation.
 
 Readers find a key's latest record by reading `read_committed` backwards in chunks from the
 high watermark (a read_committed reader stops at the last stable offset, so a transaction left

@@ -18,8 +18,11 @@ What is durable when:
 
 Fencing: one stable `transactional.id` per (job, sink). `open` first checks the fence record
 in the progress topic (an older coordinator refuses to start), then `init_transactions` bumps
-the producer epoch so any older producer's next call fails fatally (`FencedError`), then it
-writes its own generation as the new fence record.
+the producer epoch so any older producer's next call fails fatally (`FencedError`), checks
+the fence record again (now exact), then writes its own generation as the new fence record.
+So fence records only grow: a coordinator whose `init_transactions` came before a newer one's
+is fenced before its fence record commits. A generation claim of a decision store the sink
+keeps (decisions.py) is a fence record too.
 """
 
 from __future__ import annotations
@@ -60,10 +63,9 @@ from .producer import TransactionalProducer
 from .progress import (
     ProgressReader,
     ProgressRecord,
+    decode_fence,
     encode_fence,
-    fence_holder,
     fence_key,
-    generation_key,
     progress_key,
     transactional_id,
 )
@@ -173,18 +175,21 @@ class KafkaSink:
         read the last committed epoch."""
         state = self._state()
         fence = fence_key(state.context.job_id, self.name)
-        self._check_fence(state.progress.latest(self._fences()), generation)
+        self._check_fence(state.progress.latest({fence: _any}).get(fence), generation)
         producer = state.producer
         producer.start()
+        # The older producer's transaction is settled now: the progress topic is exact, and
+        # holds every fence written before this producer's init_transactions. One written
+        # after it came with a later init_transactions, which fenced this producer: the
+        # fence record below then fails instead of lowering the fence.
+        record, holder = self._latest_progress(lambda r: True, fence)
+        self._check_fence(holder, generation)
         producer.write_alone(
             "writing the fence record",
             self.config.progress_topic_name,
             encode_fence(generation),
             fence,
         )
-        # The older producer's transaction is settled now: the progress topic is exact.
-        record, holders = self._latest_progress(lambda r: True, fences=True)
-        self._check_fence(holders, generation)
         self._last_committed = record.epoch if record is not None else None
         self._last_known = True
         self._log().info(
@@ -194,24 +199,23 @@ class KafkaSink:
             self._last_committed,
         )
 
-    def _fences(self) -> dict[bytes, Callable[[bytes, int], bool]]:
-        """The keys whose latest records say which generation holds the sink: its fence
-        record and the generation claims of a decision store it keeps (progress.py)."""
-        job = self._state().context.job_id
-        return {fence_key(job, self.name): _any, generation_key(job, self.name): _any}
-
     def _newer_owner(self) -> bool:
         """Whether a newer generation than this sink's holds the fence record (read when
         the producer must tell a fence from a transaction time-out)."""
         state = self._state()
-        holder = fence_holder(
-            self.config.progress_topic_name, state.progress.latest(self._fences())
-        )
+        fence = fence_key(state.context.job_id, self.name)
+        holder = self._holder(state.progress.latest({fence: _any}).get(fence))
         return holder is not None and holder > state.context.generation
 
-    def _check_fence(self, found: Mapping[bytes, tuple[int, bytes]], generation: int) -> None:
-        """`found` holds the latest fence and generation records (offset, value), if any."""
-        holder = fence_holder(self.config.progress_topic_name, found)
+    def _holder(self, found: tuple[int, bytes] | None) -> int | None:
+        """The generation in a fence record (offset, value), if any."""
+        if found is None:
+            return None
+        return decode_fence(found[1], f"{self.config.progress_topic_name}@{found[0]}")
+
+    def _check_fence(self, found: tuple[int, bytes] | None, generation: int) -> None:
+        """`found` is the latest fence record (offset, value), if any."""
+        holder = self._holder(found)
         if holder is not None and holder > generation:
             self._state().producer.refuse(
                 FencedError(
@@ -223,10 +227,10 @@ class KafkaSink:
             )
 
     def _latest_progress(
-        self, accept: Callable[[ProgressRecord], bool], *, fences: bool = False
-    ) -> tuple[ProgressRecord | None, dict[bytes, tuple[int, bytes]]]:
-        """The latest progress record `accept`s and, in the same scan with `fences`, the
-        latest fence and generation records (key -> (offset, value))."""
+        self, accept: Callable[[ProgressRecord], bool], fence: bytes | None = None
+    ) -> tuple[ProgressRecord | None, tuple[int, bytes] | None]:
+        """The latest progress record `accept`s and, in the same scan, the latest fence
+        record (offset, value) when `fence` is given."""
         state = self._state()
         key = progress_key(state.context.job_id, self.name)
         topic = self.config.progress_topic_name
@@ -237,11 +241,11 @@ class KafkaSink:
             return accept(decoded[offset])
 
         want: dict[bytes, Callable[[bytes, int], bool]] = {key: check}
-        if fences:
-            want.update(self._fences())
+        if fence is not None:
+            want[fence] = _any
         found = state.progress.latest(want)
-        record = decoded[found.pop(key)[0]] if key in found else None
-        return record, found
+        record = decoded[found[key][0]] if key in found else None
+        return record, found.get(fence) if fence is not None else None
 
     # -- protocol ------------------------------------------------------------------------------
     def capabilities(self) -> SinkCapabilities:
