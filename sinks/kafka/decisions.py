@@ -27,9 +27,10 @@ one's commit, and each reads the previous one's value in step 2: two claims neve
 same generation, and each returns more than every claim before. A claim fenced in the
 middle (two drivers starting at once) starts again from step 1, a bounded number of times; a
 claim whose commit outcome is unknown raises TransientError (the driver's start fails and is
-retried), and if it did land the next claim only claims one more. Step 1 is also what fences: once a claim returns, an older
-coordinator's transaction can no longer commit, and a sink opened by an older generation
-reads the claim's fence record and refuses to start (sink.py). The `generation` record is
+retried), and if it did land the next claim only claims one more. Step 1 is also what
+fences: once a claim returns, an older coordinator's transaction can no longer commit, and a
+sink opened by an older generation reads the claim's fence record and refuses to start
+(sink.py). The `generation` record is
 written only by claims, so it never goes down even if a fence record did; the sink itself
 reads only the fence record, which a job with a decision store of its own has alone.
 """
