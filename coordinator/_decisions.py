@@ -3,7 +3,9 @@
 A decision lives in the decision store or, when a sink is the job's commit point (Kafka as
 last resource, or the only sink of a one-phase job), in that sink's own commit, which carried
 it. The store caches what a slow-to-read commit point carried (Kafka), never what a fast one
-carries (one-phase Postgres reads it with one indexed query).
+carries (one-phase Postgres reads it with one indexed query), nor what the commit point keeps
+as the store itself (a HostedDecisionStore of the job's only sink: decisions are read from
+that sink, whose open already knows its last committed epoch).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from collections.abc import Sequence
 from durable_sinks.core.errors import DurableSinkError, EpochOrderError, FencedError
 from durable_sinks.core.joblog import JobLogger
 from durable_sinks.core.protocol import LastResource, SinkConnector
-from durable_sinks.manifest import DecisionRecord, DecisionStore
+from durable_sinks.manifest import DecisionRecord, DecisionStore, HostedDecisionStore
 
 from ._metrics import EpochMetrics
 from ._participants import brief
@@ -36,12 +38,27 @@ class DecisionBook:
         self.last = last
 
     @property
+    def hosted_by_last(self) -> bool:
+        """Whether the store is kept by the commit point's sink (its commits are the
+        records)."""
+        return (
+            self.last is not None
+            and isinstance(self.store, HostedDecisionStore)
+            and self.store.sink == self.last.name
+        )
+
+    @property
     def caches_decisions(self) -> bool:
         """Whether decisions the commit point carried are copied into the store. A
         non-resumable last resource (Kafka) is slow to read back, so the store caches its
         decisions; a one-phase sink answers read_decision with one indexed read, and an extra
-        durable write per epoch would cost what one-phase commit saves."""
-        return self.last is not None and not self.last.capabilities().resumable_prepare
+        durable write per epoch would cost what one-phase commit saves; a store the last
+        resource keeps has them already."""
+        return (
+            self.last is not None
+            and not self.last.capabilities().resumable_prepare
+            and not self.hosted_by_last
+        )
 
     @property
     def store_holds_decisions(self) -> bool:
@@ -52,6 +69,8 @@ class DecisionBook:
     def decision(self, epoch: int) -> DecisionRecord | None:
         """The durable decision of `epoch`: from the store or, when a sink is the commit
         point, from the record its commit carried (recovery trusts that one)."""
+        if self.hosted_by_last:
+            return self._carried(epoch)
         return self.store.get(epoch) or self._carried(epoch)
 
     def _carried(self, epoch: int) -> DecisionRecord | None:
@@ -69,6 +88,8 @@ class DecisionBook:
     def for_epoch(self, epoch: int) -> DecisionRecord | None:
         """`decision(epoch)`, copying a decision found only in the commit point into the
         store when the store caches them."""
+        if self.hosted_by_last:
+            return self._carried(epoch)
         decision = self.store.get(epoch)
         if decision is not None:
             return decision
@@ -106,7 +127,7 @@ class DecisionBook:
 
     def check_order(self, epoch: int) -> None:
         """No decision for `epoch`: make sure nothing later (or this epoch) already landed."""
-        latest = self.store.latest_epoch()
+        latest = None if self.hosted_by_last else self.store.latest_epoch()
         if latest is not None and latest > epoch:
             raise EpochOrderError(
                 f"asked to write epoch {epoch} but epoch {latest} is already committed",

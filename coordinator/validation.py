@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from durable_sinks.core import DeliveryGuarantee, DistributedSink, LastResource, SinkConnector
 from durable_sinks.core.errors import CapabilityError, ConfigError
-from durable_sinks.manifest import DecisionStore
+from durable_sinks.manifest import DecisionStore, HostedDecisionStore
 
 
 def validate(
@@ -26,7 +26,38 @@ def validate(
     sink carries it: the one non-resumable participant (the last resource), or, with
     `one_phase`, the job's only sink when it can carry the decision in its own commit (a
     single-participant job may skip two-phase commit: the marker in the same transaction is
-    enough; not in executor mode, where every partition is its own participant)."""
+    enough; not in executor mode, where every partition is its own participant). A store
+    kept by a sink (HostedDecisionStore) is refused unless that sink is the job's only sink
+    and its commit point: only then is every decision in that sink's commits."""
+    last = _commit_point(
+        job_id, sinks, store, guarantee, executor_mode=executor_mode, one_phase=one_phase
+    )
+    if isinstance(store, HostedDecisionStore):
+        names = [s.name for s in sinks]
+        if names != [store.sink] or (
+            guarantee is DeliveryGuarantee.EXACTLY_ONCE
+            and (last is None or last.name != store.sink)
+        ):
+            raise CapabilityError(
+                f"the decision store is kept by sink {store.sink!r}, which holds only the "
+                f"decisions its own commits carry; this job writes to {names}",
+                job=job_id,
+                sink=store.sink,
+                fix="give the job a decision_store (a directory on durable storage, a Postgres "
+                "DSN or an s3:// location) when it writes to more than that one sink",
+            )
+    return last
+
+
+def _commit_point(
+    job_id: str,
+    sinks: Sequence[SinkConnector],
+    store: DecisionStore,
+    guarantee: DeliveryGuarantee = DeliveryGuarantee.EXACTLY_ONCE,
+    *,
+    executor_mode: bool = False,
+    one_phase: bool = True,
+) -> LastResource | None:
     if not job_id or not job_id.strip():
         raise ConfigError("job_id is empty", fix="give every streaming query a stable job_id")
     if not sinks:

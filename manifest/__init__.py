@@ -7,6 +7,7 @@ DecisionRecord`; the Postgres store is `durable_sinks.manifest.postgres` (it loa
 
 from ._choose import default_store_for, store_from
 from ._file_store import LocalDirectoryStore
+from ._hosted import HostedDecisionStore
 from ._memory_store import MemoryDecisionStore, MemoryStoreBackend
 from ._record import DecisionRecord
 from ._store import DecisionStore
@@ -14,6 +15,7 @@ from ._store import DecisionStore
 __all__ = [
     "DecisionRecord",
     "DecisionStore",
+    "HostedDecisionStore",
     "LocalDirectoryStore",
     "MemoryDecisionStore",
     "MemoryStoreBackend",

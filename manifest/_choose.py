@@ -199,9 +199,14 @@ def _check_dsn(text: str, job: str | None) -> None:
 def default_store_for(kind: str, config: Mapping[str, Any]) -> DecisionStore | None:
     """The store a job may use when it names none: one next to a sink that can host it (a
     Postgres sink's database, in the sink's meta schema; an S3 sink's prefix, under
-    `_decisions`). None when `kind` cannot."""
+    `_decisions`; a Delta table's folder, under `_decisions`, which Delta's readers and VACUUM
+    skip: a local folder as a LocalDirectoryStore, an S3 prefix as an S3DecisionStore). None
+    when `kind` cannot. (A Kafka sink keeps a job's decisions in its own commits instead: see
+    HostedDecisionStore; it is asked for only when Kafka is the job's only sink.)"""
     if kind == "s3":
         return _s3_beside(config)
+    if kind == "delta":
+        return _delta_beside(config)
     if kind != "postgres" or not isinstance(config.get("dsn"), str):
         return None
     require_extra("postgres", _POSTGRES_STORE)
@@ -235,9 +240,25 @@ _S3_CONNECTION_KEYS = (
 )
 
 
-def _s3_beside(config: Mapping[str, Any]) -> DecisionStore | None:
-    """An S3DecisionStore under `<path>/_decisions` of an S3 sink, reached as the sink is
-    (its settings, else boto3's chain). None without a path."""
+def _delta_beside(config: Mapping[str, Any]) -> DecisionStore | None:
+    """The store under `<path>/_decisions` of a Delta table's folder: a LocalDirectoryStore
+    for a local table (`/data/events`, `file:///data/events`), an S3DecisionStore reached as
+    the sink reaches S3 for `s3://` (or `s3a://`). None without a path (the sink's own
+    configuration refuses it)."""
+    path = config.get("path")
+    if not isinstance(path, str) or not path:
+        return None
+    if path.startswith(("s3://", "s3a://")):
+        return _s3_beside({**config, "path": path.replace("s3a://", "s3://", 1)}, kind="delta")
+    folder = _file_uri_path(path, None) if path.startswith("file:") else path
+    if not os.path.isabs(folder):
+        return None  # the Delta sink's configuration refuses it, naming the fix
+    return LocalDirectoryStore(os.path.join(folder, "_decisions"))
+
+
+def _s3_beside(config: Mapping[str, Any], *, kind: str = "s3") -> DecisionStore | None:
+    """An S3DecisionStore under `<path>/_decisions` of an S3 (or Delta) sink, reached as the
+    sink is (its settings, else boto3's chain). None without a path."""
     from durable_sinks.core.s3 import S3Connection, S3Location
 
     path = config.get("path")
@@ -246,8 +267,8 @@ def _s3_beside(config: Mapping[str, Any]) -> DecisionStore | None:
     require_extra("s3", _S3_STORE)
     from .s3 import S3DecisionStore
 
-    name = str(config.get("name", "s3"))
-    location = S3Location.parse(path, what=f"s3 sink {name!r}: path").child("_decisions")
+    name = str(config.get("name", kind))
+    location = S3Location.parse(path, what=f"{kind} sink {name!r}: path").child("_decisions")
     settings = {k: config[k] for k in _S3_CONNECTION_KEYS if config.get(k) is not None}
     for timeout in ("connect_timeout", "read_timeout"):
         if timeout in settings:
@@ -255,11 +276,12 @@ def _s3_beside(config: Mapping[str, Any]) -> DecisionStore | None:
                 settings[timeout] = float(settings[timeout])
             except (TypeError, ValueError):
                 raise ConfigError(
-                    f"s3 sink {name!r}: {timeout} {settings[timeout]!r} is not a number of seconds",
+                    f"{kind} sink {name!r}: {timeout} {settings[timeout]!r} is not a number of "
+                    "seconds",
                     fix=f"{timeout}=10",
                 ) from None
     return S3DecisionStore(
         location,
         S3Connection(**settings),
-        where=f"the job's decision store, under {location} of s3 sink {name!r}",
+        where=f"the job's decision store, under {location} of {kind} sink {name!r}",
     )

@@ -2,9 +2,11 @@
 resource (docs/kafka.md). `sink` holds the protocol's methods; `config`, `admin` (cluster
 checks and offsets), `producer` (the transactional producer and what its errors mean),
 `errors`, `records` (Arrow rows to Kafka records) and `progress` (the progress topic) the
-pieces they use."""
+pieces they use; `decisions` keeps a job's decisions and generations in the progress topic
+when Kafka is the job's only sink."""
 
 from .config import KafkaSinkConfig
+from .decisions import KafkaDecisionHost
 from .sink import KafkaSink
 
-__all__ = ["KafkaSink", "KafkaSinkConfig"]
+__all__ = ["KafkaDecisionHost", "KafkaSink", "KafkaSinkConfig"]

@@ -32,7 +32,7 @@ import contextlib
 import logging
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from confluent_kafka import KafkaError, KafkaException, Producer
@@ -424,8 +424,13 @@ class TransactionalProducer:
 
     def write_alone(self, what: str, topic: str, value: bytes, key: bytes) -> None:
         """One record in a transaction of its own, committed (the fence record)."""
+        self.write_together(what, topic, [(key, value)])
+
+    def write_together(self, what: str, topic: str, records: Sequence[tuple[bytes, bytes]]) -> None:
+        """Records (key, value) in a transaction of their own, committed atomically."""
         self.begin()
-        self.send_one(what, topic, value, key)
+        for key, value in records:
+            self.send_one(what, topic, value, key)
         try:
             self.commit()
         except InDoubtError as exc:

@@ -5,7 +5,10 @@ One partition, compacted. Two keys per (job, sink):
 - `<owner>progress`: one record per committed epoch `{epoch, generation, participant, rows,
   checksum, decision}`; compaction keeps at least the latest, which is all recovery needs;
 - `<owner>fence`: `{generation}`, written when a coordinator opens the sink, so an older
-  coordinator that opens it later refuses to start instead of fencing the newer producer.
+  coordinator that opens it later refuses to start instead of fencing the newer producer;
+- `<owner>generation`: `{generation}`, written only by a generation claim of the job's
+  decision store when the sink keeps it (decisions.py), in one transaction with a fence
+  record of the same generation.
 
 Readers find a key's latest record by reading `read_committed` backwards in chunks from the
 high watermark (a read_committed reader stops at the last stable offset, so a transaction left
@@ -25,8 +28,12 @@ from typing import Any
 from confluent_kafka import Consumer, IsolationLevel, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from durable_sinks.core.errors import DurableSinkError, ManifestCorruptError, TransientError
-from durable_sinks.core.naming import owner_prefix
+from durable_sinks.core.errors import (
+    DurableSinkError,
+    ManifestCorruptError,
+    TransientError,
+)
+from durable_sinks.core.naming import component, owner_prefix
 from durable_sinks.core.protocol import JSON
 
 from .admin import list_offsets
@@ -44,6 +51,15 @@ def progress_key(job_id: str, sink: str) -> bytes:
 
 def fence_key(job_id: str, sink: str) -> bytes:
     return (owner_prefix(job_id, sink) + "fence").encode()
+
+
+def generation_key(job_id: str, sink: str) -> bytes:
+    return (owner_prefix(job_id, sink) + "generation").encode()
+
+
+def transactional_id(job_id: str, sink: str) -> str:
+    """The one transactional.id of a job's sink: its producer's, and its generation claims'."""
+    return f"ds:{component(job_id)}:{component(sink)}"
 
 
 @dataclass(frozen=True)
@@ -107,6 +123,13 @@ def decode_fence(value: bytes, where: str) -> int:
         return int(json.loads(value)["generation"])
     except (ValueError, KeyError, TypeError) as exc:
         raise ManifestCorruptError(f"unreadable fence record at {where}: {exc!r}") from None
+
+
+def fence_holder(topic: str, found: Mapping[bytes, tuple[int, bytes]]) -> int | None:
+    """The newest generation in `found`: fence and generation records only, key -> (offset,
+    value) as ProgressReader.latest returns them; None when it is empty."""
+    held = [decode_fence(value, f"{topic}@{offset}") for offset, value in found.values()]
+    return max(held, default=None)
 
 
 class ProgressReader:

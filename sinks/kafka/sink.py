@@ -18,8 +18,11 @@ What is durable when:
 
 Fencing: one stable `transactional.id` per (job, sink). `open` first checks the fence record
 in the progress topic (an older coordinator refuses to start), then `init_transactions` bumps
-the producer epoch so any older producer's next call fails fatally (`FencedError`), then it
-writes its own generation as the new fence record.
+the producer epoch so any older producer's next call fails fatally (`FencedError`), checks
+the fence record again (now exact), then writes its own generation as the new fence record.
+So fence records only grow: a coordinator whose `init_transactions` came before a newer one's
+is fenced before its fence record commits. A generation claim of a decision store the sink
+keeps (decisions.py) is a fence record too.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from durable_sinks.core.errors import (
     UsageError,
 )
 from durable_sinks.core.joblog import JobLogger
-from durable_sinks.core.naming import ParticipantName, component
+from durable_sinks.core.naming import ParticipantName
 from durable_sinks.core.operations import Holding, Prepared
 from durable_sinks.core.protocol import (
     JSON,
@@ -55,6 +58,7 @@ from . import operations, spark_shape
 from .admin import Cluster, TopicFacts
 from .clientlog import ClientLog
 from .config import KafkaSinkConfig
+from .decisions import KafkaDecisionHost
 from .errors import RAW, translate
 from .handles import KafkaHandleDetails
 from .producer import TransactionalProducer
@@ -65,6 +69,7 @@ from .progress import (
     encode_fence,
     fence_key,
     progress_key,
+    transactional_id,
 )
 from .records import RECORD_OVERHEAD, SPARK_SHAPE, Records, build_records
 
@@ -95,9 +100,13 @@ class _Opened:
         self.clientlog = ClientLog(context.job_id, sink.name)
         settings = {**sink.config.connection_settings(), **self.clientlog.settings()}
         log = JobLogger(context.job_id, sink.name, component="sinks.kafka")
-        transactional_id = f"ds:{component(context.job_id)}:{component(sink.name)}"
         self.producer = TransactionalProducer(
-            sink.config, transactional_id, sink._where, log, self.clientlog, sink._newer_owner
+            sink.config,
+            transactional_id(context.job_id, sink.name),
+            sink._where,
+            log,
+            self.clientlog,
+            sink._newer_owner,
         )
         # Every producer setting is checked before any client connects or topic is made.
         self.producer.check_settings()
@@ -173,15 +182,18 @@ class KafkaSink(SinkBase[KafkaSinkConfig]):
         self._check_fence(state.progress.latest({fence: _any}).get(fence), generation)
         producer = state.producer
         producer.start()
+        # The older producer's transaction is settled now: the progress topic is exact, and
+        # holds every fence written before this producer's init_transactions. One written
+        # after it came with a later init_transactions, which fenced this producer: the
+        # fence record below then fails instead of lowering the fence.
+        record, holder = self._latest_progress(lambda r: True, fence)
+        self._check_fence(holder, generation)
         producer.write_alone(
             "writing the fence record",
             self.config.progress_topic_name,
             encode_fence(generation),
             fence,
         )
-        # The older producer's transaction is settled now: the progress topic is exact.
-        record, holder = self._latest_progress(lambda r: True, fence)
-        self._check_fence(holder, generation)
         self._last_committed = record.epoch if record is not None else None
         self._last_known = True
         self._log().info(
@@ -515,6 +527,12 @@ class KafkaSink(SinkBase[KafkaSinkConfig]):
 
     def live_generations(self) -> list[int]:
         return []  # a transactional id's producer cannot be seen from outside
+
+    def decision_host(self) -> KafkaDecisionHost:
+        """The progress topic as the job's decision store when this sink is the job's only
+        one (decisions.py): generations claimed there, decisions read from the progress
+        records. A new host with clients of its own."""
+        return KafkaDecisionHost(self.config)
 
     @guarded("reading the epoch's decision")
     def read_decision(self, epoch: int) -> Mapping[str, JSON] | None:

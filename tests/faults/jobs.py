@@ -164,6 +164,8 @@ class Job:
     kafka_options: dict[str, Any] = field(default_factory=dict)
     #: Sinks written beside Postgres (and Kafka), e.g. a files sink.
     extra_sinks: list[Any] = field(default_factory=list)
+    #: False: no Postgres sink (a Kafka job alone, whose progress topic keeps its decisions).
+    postgres: bool = True
     batches: int = BATCHES
     #: What each writer's start-up recovery reported (`writer()` builds one per call).
     recoveries: list[RecoveryReport | None] = field(default_factory=list)
@@ -193,7 +195,11 @@ class Job:
         """The job's sinks, reaching the servers through Toxiproxy (or directly)."""
         postgres = self.bed.postgres_proxied if proxied else self.bed.postgres_direct
         kafka = self.bed.kafka_proxied if proxied else self.bed.kafka_direct
-        made = [sink("postgres", dsn=postgres.conninfo(), table=self.table, create_table=True)]
+        made = []
+        if self.postgres:
+            made.append(
+                sink("postgres", dsn=postgres.conninfo(), table=self.table, create_table=True)
+            )
         if self.topic is not None:
             made.append(
                 sink(
@@ -224,9 +230,10 @@ class Job:
     def check_exactly_once(self) -> None:
         """Every row once in every sink, as its readers see it; nothing left prepared or
         open."""
-        dsn = self.bed.postgres_direct.conninfo()
-        assert postgres_ids(dsn, self.table) == self.expected()
-        assert self.prepared() == []
+        if self.postgres:
+            dsn = self.bed.postgres_direct.conninfo()
+            assert postgres_ids(dsn, self.table) == self.expected()
+            assert self.prepared() == []
         if self.topic is not None:
             kafka = self.bed.kafka_direct
             assert kafka_ids(kafka, self.topic) == self.expected()

@@ -1,7 +1,8 @@
 """Two drivers under one job id at once: the old one is partitioned away (Toxiproxy cuts every
 connection it has), a new one takes the job over and writes on, then the partition heals. The
 old driver must be fenced everywhere: it never commits, never takes the job back by riding
-out its outage, and nothing of the two interleaves."""
+out its outage, and nothing of the two interleaves. Postgres with Kafka, and Kafka alone with
+no decision store (its progress topic keeps the decisions and the generations)."""
 
 from __future__ import annotations
 
@@ -25,13 +26,16 @@ def batch(spark: Any, epoch: int) -> Any:
 
 
 @pytest.mark.parametrize(
-    "step",
+    ("step", "postgres"),
     [
         # the old driver's next call fails on a cut connection: its ride-out must not start a
         # coordinator that fences the new driver
-        "after-write:0:postgres",
+        ("after-write:0:postgres", True),
         # the old driver reaches the commit point (its Kafka commit) after the new one started
-        "after-pre-commit:kafka",
+        ("after-pre-commit:kafka", True),
+        # Kafka alone, no decision store: generations are claimed in the progress topic
+        ("after-write:0:kafka", False),
+        ("after-pre-commit:kafka", False),
     ],
 )
 def test_the_older_of_two_drivers_is_fenced_and_nothing_interleaves(
@@ -42,8 +46,18 @@ def test_the_older_of_two_drivers_is_fenced_and_nothing_interleaves(
     job_id: str,
     tmp_path: Path,
     step: str,
+    postgres: bool,
 ) -> None:
-    job = Job(fault_bed, spark, fault_pg_schema, fault_kafka_topic, job_id, tmp_path, batches=4)
+    job = Job(
+        fault_bed,
+        spark,
+        fault_pg_schema,
+        fault_kafka_topic,
+        job_id,
+        tmp_path,
+        batches=4,
+        postgres=postgres,
+    )
     job.options = {"outage_tolerance_s": 60.0}
     new_driver: list[DurableBatchWriter] = []
 

@@ -1,11 +1,13 @@
 """The conformance suite against the Delta sink: a local table alone (append, and merge by
 key), in one job with Postgres and Kafka (as the last resource), and a table in the test bed's
-S3 server. Readers read the table with delta-rs; after every settled step no journal is left,
-no data file lies outside every committed version, and each epoch has one commit (the
-target's `leftovers`, tests/support/delta_target.py)."""
+S3 server; alone, locally and on S3, also with the decision store a job naming none gets (in
+the table's folder). Readers read the table with delta-rs; after every settled step no
+journal is left, no data file lies outside every committed version, and each epoch has one
+commit (the target's `leftovers`, tests/support/delta_target.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import tempfile
@@ -17,7 +19,7 @@ from typing import Any
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from durable_sinks.manifest import LocalDirectoryStore
+from durable_sinks.manifest import DecisionStore, LocalDirectoryStore, default_store_for
 from durable_sinks.testing import EXAMPLES_ENV, Scenario, Target, run_conformance
 from tests.crash.test_file_sink_conformance import check_exercised
 from tests.integration.test_kafka_conformance import progress_topic  # noqa: F401 - fixture
@@ -34,8 +36,12 @@ def scenario_of(
     s3: S3Endpoint | None = None,
     postgres: tuple[PostgresEndpoint, str] | None = None,
     kafka: tuple[KafkaEndpoint, AdminClient, str] | None = None,
+    beside_table: bool = False,
     **options: Any,
 ) -> Callable[[], Scenario]:
+    """With `beside_table`, the job names no decision store: it is the one a job gets from
+    its Delta sink (`_decisions` in the table's folder)."""
+
     def make() -> Scenario:
         folder = Path(tempfile.mkdtemp(prefix="ds-delta-conformance-"))
         job = f"deltaconf-{uuid.uuid4().hex[:10]}"
@@ -58,7 +64,14 @@ def scenario_of(
             assert not problems, f"left behind: {problems}"
             assert epochs == sorted(set(epochs)), f"not one commit per epoch: {epochs}"
 
-        return Scenario(job, targets, lambda: LocalDirectoryStore(folder / "store"), cleanup)
+        def store() -> DecisionStore:
+            if beside_table:
+                found = default_store_for("delta", dataclasses.asdict(delta.config()))
+                assert found is not None
+                return found
+            return LocalDirectoryStore(folder / "store")
+
+        return Scenario(job, targets, store, cleanup)
 
     return make
 
@@ -66,6 +79,19 @@ def scenario_of(
 @pytest.mark.timeout(TIME_LIMIT)
 def test_delta_sink_alone() -> None:
     stats = run_conformance(scenario_of(), max_examples=CONFORMANCE_SAMPLE)
+    check_exercised(stats)
+
+
+@pytest.mark.timeout(TIME_LIMIT)
+def test_delta_sink_alone_without_a_decision_store() -> None:
+    stats = run_conformance(scenario_of(beside_table=True), max_examples=CONFORMANCE_SAMPLE)
+    check_exercised(stats)
+
+
+@pytest.mark.timeout(TIME_LIMIT)
+def test_delta_sink_on_s3_without_a_decision_store(s3: S3Endpoint) -> None:
+    """The store in the table's S3 prefix (conditional writes of the test bed's server)."""
+    stats = run_conformance(scenario_of(s3=s3, beside_table=True), max_examples=CONFORMANCE_SAMPLE)
     check_exercised(stats)
 
 

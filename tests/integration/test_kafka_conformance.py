@@ -1,6 +1,7 @@
 """The conformance suite against the test bed's real Kafka, read by a read_committed consumer:
-the Kafka sink alone (its transaction's commit is the commit point) and as the last resource
-of a job with Postgres. After every example no transaction is left open (every last stable
+the Kafka sink alone (its transaction's commit is the commit point), alone with no decision
+store (its progress topic keeps the job's decisions and generations) and as the last
+resource of a job with Postgres. After every example no transaction is left open (every last stable
 offset reaches its high watermark) and no prepared Postgres transaction is left."""
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from durable_sinks.manifest import LocalDirectoryStore
+from durable_sinks.manifest import DecisionStore, HostedDecisionStore, LocalDirectoryStore
+from durable_sinks.sinks.kafka import KafkaSink
 from durable_sinks.testing import EXAMPLES_ENV, Scenario, Target, run_conformance
 from tests.crash.test_file_sink_conformance import check_exercised
 from tests.services import KafkaEndpoint, PostgresEndpoint
@@ -45,7 +47,12 @@ def scenario_of(
     admin: AdminClient,
     progress_topic: str,
     postgres: tuple[PostgresEndpoint, str] | None = None,
+    *,
+    hosted: bool = False,
 ) -> Callable[[], Scenario]:
+    """With `hosted`, the job has no decision store of its own: Kafka keeps its decisions
+    and generations in the progress topic (HostedDecisionStore)."""
+
     def make() -> Scenario:
         folder = Path(tempfile.mkdtemp(prefix="ds-kafka-conformance-"))
         job = f"kconf-{uuid.uuid4().hex[:10]}"
@@ -63,7 +70,12 @@ def scenario_of(
             shutil.rmtree(folder, ignore_errors=True)
             assert not problems, f"left behind: {problems}"
 
-        return Scenario(job, targets, lambda: LocalDirectoryStore(folder / "store"), cleanup)
+        def store() -> DecisionStore:
+            if hosted:
+                return HostedDecisionStore(KafkaSink(kafka_target.config()).decision_host())
+            return LocalDirectoryStore(folder / "store")
+
+        return Scenario(job, targets, store, cleanup)
 
     return make
 
@@ -72,6 +84,18 @@ def scenario_of(
 def test_kafka_sink_alone(kafka: KafkaEndpoint, admin: AdminClient, progress_topic: str) -> None:
     stats = run_conformance(
         scenario_of(kafka, admin, progress_topic), max_examples=CONFORMANCE_SAMPLE
+    )
+    check_exercised(stats, without=KAFKA_ALONE_ABSENT)
+
+
+@pytest.mark.timeout(TIME_LIMIT)
+def test_kafka_sink_alone_without_a_decision_store(
+    kafka: KafkaEndpoint, admin: AdminClient, progress_topic: str
+) -> None:
+    """Generations are claimed and decisions read back in the progress topic; crashed,
+    restarted and zombie coordinators meet the same invariants."""
+    stats = run_conformance(
+        scenario_of(kafka, admin, progress_topic, hosted=True), max_examples=CONFORMANCE_SAMPLE
     )
     check_exercised(stats, without=KAFKA_ALONE_ABSENT)
 

@@ -21,6 +21,10 @@ Executor mode (`"mode": "executor"`) writes Postgres, S3 and the files sink from
 dies right after preparing (its Python worker exits): a prepared attempt that the driver's
 decision must leave out and roll back.
 
+`"mode": "kafka-alone"` and `"mode": "delta-alone"` write that one sink in driver mode and
+name no decision store: Kafka keeps the job's decisions in its progress topic, a Delta table
+in its folder's `_decisions`.
+
 Without a kill the query runs until every file is processed (availableNow) and exits 0.
 With `"target": "cluster"` the executors run on the test bed's Spark standalone cluster
 instead of `local[2]` / `local[2,3]` (Spark retries failed tasks there by default).
@@ -136,7 +140,18 @@ def main(plan_path: str) -> int:
     spark = testbed.spark.session("durable-sinks-crash-child", **conf)
     spark.sparkContext.setLogLevel("ERROR")
     sinks: list[SinkSpec]
-    if executor:
+    if plan.get("mode") == "kafka-alone":
+        sinks = [
+            sink(
+                "kafka",
+                bootstrap_servers=plan["bootstrap_servers"],
+                topic=plan["topic"],
+                request_timeout_s=20,
+            )
+        ]
+    elif plan.get("mode") == "delta-alone":
+        sinks = [sink("delta", path=plan["delta"], create_table=True)]
+    elif executor:
         text = json.dumps({**plan, "driver_pgid": os.getpgid(0)})
         pg = {"dsn": plan["dsn"], "table": plan["table"], "create_table": True}
         sinks = [

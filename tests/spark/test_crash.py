@@ -2,14 +2,16 @@
 every sink of the job must hold every source row exactly once. Driver mode writes Postgres,
 S3, a Delta table and Kafka (Kafka is the commit point); executor mode writes Postgres, S3, a
 Delta table and the files sink from the Spark tasks, with task attempts that die after
-preparing (tests/spark/crash_child.py).
+preparing (tests/spark/crash_child.py). A lone Kafka sink and a lone Delta table run with no
+decision_store: the sink keeps the job's decisions.
 
 Each run is a child process (tests/spark/crash_child.py) running a streaming query; a random
 plan kills its process group (Python driver and JVM) at one moment: inside `fn` after a
 protocol step, after the decision but before Postgres's commit, after `fn` returned but
 before Spark's commit log, or during the coordinator's start-up recovery. Then the query is
 restarted from the same checkpoint. `DS_SPARK_KILLS` sets how many kills (tests/support/tiers.py:
-one per mode by default; the extended run, `make test-crash`, uses 50).
+one per mode by default, at least three for a lone sink; the extended run, `make test-crash`,
+uses 50).
 """
 
 from __future__ import annotations
@@ -98,6 +100,34 @@ RECOVERY = {
         "recovery:after-open:files",
     ],
 }
+#: A lone sink and no decision_store (crash_child's `kafka-alone`, `delta-alone`): the moments
+#: of its batches and start-ups. Kafka's commit is the decision (its progress record); the
+#: Delta table is decided in its folder's `_decisions`, then committed.
+LONE = {
+    "kafka-alone": [
+        "step:after-begin:kafka",
+        "step:after-write:0:kafka",
+        "step:after-pre-commit:kafka",
+        "step:after-decision",
+        "step:after-finish",
+        "after-fn",
+        "recovery:after-fence",
+        "recovery:after-open:kafka",
+    ],
+    "delta-alone": [
+        "step:after-begin:delta",
+        "step:after-write:0:delta",
+        "step:after-pre-commit:delta",
+        "step:after-decision",
+        "step:after-commit:delta",
+        "step:after-finish",
+        "after-fn",
+        "recovery:after-fence",
+        "recovery:after-open:delta",
+    ],
+}
+#: Kills of a lone sink's job at default: a handful (DS_SPARK_KILLS raises it).
+LONE_KILLS = max(3, KILLS)
 #: In-batch kills that leave a prepared Postgres participant for the next start to resolve.
 LEAVE_PREPARED = {
     "step:after-pre-commit:postgres",
@@ -142,6 +172,53 @@ def run_child(plan: dict[str, object], folder: Path, run: int) -> tuple[int, str
     return code, log.read_text(errors="replace")
 
 
+def kill_and_restart(
+    rng: random.Random,
+    base: dict[str, object],
+    choices: list[str],
+    wanted: int,
+    files: int,
+    tmp_path: Path,
+    *,
+    after_prepared: str | None,
+) -> list[str]:
+    """Run the child with a kill at a random one of `choices` until `wanted` kills happened
+    (`after_prepared` is a choice too after a kill that left a participant prepared), then
+    once without a kill, to the end of the input; return the kills."""
+    checkpoint = Path(str(base["checkpoint"]))
+    kills: list[str] = []
+    previous = ""
+    for run in range(3 * wanted):
+        if len(kills) >= wanted:
+            break
+        upcoming = next_epoch(checkpoint)
+        leftover = after_prepared is not None and previous in LEAVE_PREPARED
+        offered = [*choices, after_prepared] if leftover and after_prepared else choices
+        if ONLY:  # a debugging knob: only these kill points
+            offered = [c for c in offered if c in ONLY] or offered
+        kill = rng.choice(offered)
+        # A fresh batch passes every kill point; a replayed one may not (see is_replay).
+        ahead = 1 if is_replay(checkpoint) else rng.choice([0, 0, 1])
+        epoch = min(upcoming + ahead, files - 1)
+        plan = {**base, "kill": kill, "kill_epoch": epoch}
+        code, output = run_child(plan, tmp_path, run)
+        assert code in (0, -9), f"run {run} ({kill} at epoch {epoch}) failed:\n{output[-3000:]}"
+        if code == -9:
+            killed_in_task = (tmp_path / f"task-killed-{epoch}").exists()
+            assert "killing" in output or killed_in_task, output[-2000:]
+            kills.append(f"{kill}@{epoch}")
+            previous = kill
+        else:
+            previous = ""
+    assert len(kills) >= wanted, f"only {len(kills)} kills happened (seed {SEED}): {kills}"
+    print(f"seed {SEED}: {len(kills)} kills in {run + 1} runs: {kills}")
+
+    code, output = run_child({**base, "kill": None, "kill_epoch": -1}, tmp_path, 999)
+    assert code == 0, output[-3000:]
+    assert next_epoch(checkpoint) == files, "the query did not process every file"
+    return kills
+
+
 @pytest.mark.timeout(max(900, 60 * KILLS))
 @pytest.mark.parametrize("mode", ["driver", "executor"])
 def test_spark_driver_killed_at_random_moments_then_restarted(
@@ -179,37 +256,10 @@ def test_spark_driver_killed_at_random_moments_then_restarted(
         "flags": str(tmp_path),
         "target": TARGET,
     }
-    kills: list[str] = []
-    previous = ""
-    for run in range(3 * KILLS):
-        if len(kills) >= KILLS:
-            break
-        upcoming = next_epoch(checkpoint)
-        choices = (IN_BATCH if mode == "driver" else IN_EXECUTOR_BATCH) + RECOVERY[mode]
-        if previous in LEAVE_PREPARED:
-            choices = [*choices, "recovery:after-resolve:postgres"]
-        if ONLY:  # a debugging knob: only these kill points
-            choices = [c for c in choices if c in ONLY] or choices
-        kill = rng.choice(choices)
-        # A fresh batch passes every kill point; a replayed one may not (see is_replay).
-        ahead = 1 if is_replay(checkpoint) else rng.choice([0, 0, 1])
-        epoch = min(upcoming + ahead, files - 1)
-        plan = {**base, "kill": kill, "kill_epoch": epoch}
-        code, output = run_child(plan, tmp_path, run)
-        assert code in (0, -9), f"run {run} ({kill} at epoch {epoch}) failed:\n{output[-3000:]}"
-        if code == -9:
-            killed_in_task = (tmp_path / f"task-killed-{epoch}").exists()
-            assert "killing" in output or killed_in_task, output[-2000:]
-            kills.append(f"{kill}@{epoch}")
-            previous = kill
-        else:
-            previous = ""
-    assert len(kills) >= KILLS, f"only {len(kills)} kills happened (seed {SEED}): {kills}"
-    print(f"seed {SEED}: {len(kills)} kills in {run + 1} runs: {kills}")
-
-    code, output = run_child({**base, "kill": None, "kill_epoch": -1}, tmp_path, 999)
-    assert code == 0, output[-3000:]
-    assert next_epoch(checkpoint) == files, "the query did not process every file"
+    choices = (IN_BATCH if mode == "driver" else IN_EXECUTOR_BATCH) + RECOVERY[mode]
+    kills = kill_and_restart(
+        rng, base, choices, KILLS, files, tmp_path, after_prepared="recovery:after-resolve:postgres"
+    )
 
     expected = list(range(files * ROWS_PER_FILE))
     dsn = postgres.conninfo()
@@ -233,3 +283,45 @@ def test_spark_driver_killed_at_random_moments_then_restarted(
     assert prepared_transactions(dsn, job_id) == [], context
     epochs = delta_epochs(tmp_path / "delta")
     assert epochs == sorted(set(epochs)), f"not one Delta commit per epoch ({context}): {epochs}"
+
+
+@pytest.mark.timeout(max(900, 90 * LONE_KILLS))
+@pytest.mark.parametrize("mode", sorted(LONE))
+def test_a_lone_sink_without_a_decision_store_killed_then_restarted(
+    mode: str, kafka: KafkaEndpoint, kafka_topic: str, job_id: str, tmp_path: Path
+) -> None:
+    """Kafka alone keeps its job's decisions and generations in its progress topic, a Delta
+    table alone in its folder: no decision_store, and still every row exactly once."""
+    rng = random.Random(SEED)
+    files = 2 * LONE_KILLS + 2
+    source, checkpoint = tmp_path / "in", tmp_path / "checkpoint"
+    for n in range(files):
+        write_input(source, f"part-{n:04d}.json", range(n * ROWS_PER_FILE, (n + 1) * ROWS_PER_FILE))
+    base: dict[str, object] = {
+        "bootstrap_servers": kafka.bootstrap_servers,
+        "topic": kafka_topic,
+        "job_id": job_id,
+        "source": str(source),
+        "checkpoint": str(checkpoint),
+        "mode": mode,
+        "delta": str(tmp_path / "delta"),
+        "flags": str(tmp_path),
+        "target": "local",
+    }
+    # Kafka leaves nothing prepared (its open transaction dies with the producer).
+    resolve = None if mode == "kafka-alone" else "recovery:after-resolve:delta"
+    kills = kill_and_restart(
+        rng, base, LONE[mode], LONE_KILLS, files, tmp_path, after_prepared=resolve
+    )
+    context = f"{mode}, seed {SEED}, kills {kills}"
+    if mode == "kafka-alone":
+        ids = kafka_ids(kafka, kafka_topic)
+        progress = f"{kafka_topic}-ds-progress"
+        assert kafka_open_transactions(kafka, kafka_topic, progress) == [], context
+    else:
+        ids = delta_ids(tmp_path / "delta")
+        assert delta_leftovers(tmp_path / "delta") == [], context
+        epochs = delta_epochs(tmp_path / "delta")
+        assert epochs == sorted(set(epochs)), f"not one Delta commit per epoch ({context})"
+    assert len(ids) == len(set(ids)), f"duplicates ({context})"
+    assert ids == list(range(files * ROWS_PER_FILE)), f"rows lost ({context})"

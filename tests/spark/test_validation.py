@@ -13,8 +13,10 @@ import pytest
 
 from durable_sinks import __version__
 from durable_sinks.core.errors import CapabilityError, ConfigError, DurableSinkError
+from durable_sinks.manifest import HostedDecisionStore, LocalDirectoryStore
 from durable_sinks.sinks.files import FileSink, FileSinkConfig
-from durable_sinks.spark import durable_sink, sink
+from durable_sinks.spark import JobOptions, durable_sink, sink
+from durable_sinks.spark._build import decision_store
 from durable_sinks.spark._worker_check import check_workers
 from tests.services import KafkaEndpoint, PostgresEndpoint
 from tests.support.venvs import venv_with_our_dependencies
@@ -41,14 +43,31 @@ def test_kafka_in_executor_mode_is_refused_with_the_reason(
 
 
 def test_a_job_whose_sinks_cannot_host_decisions_must_name_a_store(
-    kafka: KafkaEndpoint, kafka_topic: str, job_id: str
+    job_id: str, tmp_path: Path
 ) -> None:
     with pytest.raises(ConfigError, match="needs a decision store") as caught:
-        durable_sink(
-            "kafka", bootstrap_servers=kafka.bootstrap_servers, topic=kafka_topic, job_id=job_id
-        )
+        durable_sink("files", path=str(tmp_path / "out"), job_id=job_id)
     assert caught.value.fix is not None
     assert "decision_store=" in caught.value.fix
+    kafka = sink("kafka", bootstrap_servers="127.0.0.1:1", topic="t")
+    with pytest.raises(ConfigError, match="needs a decision store"):
+        decision_store([sink("files", path=str(tmp_path / "out")), kafka], JobOptions(job_id))
+
+
+def test_a_lone_kafka_or_delta_sink_keeps_the_decisions_of_a_job_naming_no_store(
+    job_id: str, tmp_path: Path
+) -> None:
+    kafka = sink("kafka", bootstrap_servers="127.0.0.1:1", topic="t", name="orders")
+    hosted = decision_store([kafka], JobOptions(job_id))
+    assert isinstance(hosted, HostedDecisionStore)
+    assert hosted.sink == "orders"
+    hosted.close()
+    delta = sink("delta", path=str(tmp_path / "table"), create_table=True)
+    beside = decision_store([delta], JobOptions(job_id))
+    assert isinstance(beside, LocalDirectoryStore)
+    assert beside.path == tmp_path / "table" / "_decisions"
+    named = decision_store([kafka], JobOptions(job_id, decision_store=str(tmp_path / "d")))
+    assert isinstance(named, LocalDirectoryStore)
 
 
 def test_two_sinks_that_cannot_resume_a_prepared_epoch_are_refused(

@@ -192,7 +192,7 @@ def _leftovers(files: list[str], entries: list[dict[str, Any]]) -> list[str]:
     added = {e["add"]["path"] for e in entries if "add" in e}
     problems = []
     for path in files:
-        if path.startswith("_delta_log/"):
+        if path.startswith(("_delta_log/", "_decisions/")):  # the log; the job's decisions
             continue
         if path.startswith("_durable_sinks/"):
             problems.append(f"{path} (a participant's journal or staged rows)")

@@ -29,7 +29,7 @@ executors back to the driver).
     ├── ParticipantLostError         a decided participant no longer exists (a bug, never
     │                                expected under the protocol)
     ├── CorruptRecordError           a record durable-sinks wrote is unreadable: a commit
-    │   │                            handle, an epoch marker, a fence record (never skipped)
+    │   │                            handle, an epoch marker on a target (never skipped)
     │   └── ManifestCorruptError     ... a decision record (also a ManifestError)
     └── ManifestError                the decision store cannot be read or written
         └── ManifestCorruptError
@@ -179,7 +179,7 @@ class ParticipantLostError(DurableSinkError):
 
 class CorruptRecordError(DurableSinkError):
     """A record durable-sinks wrote cannot be read: a commit handle (its envelope or the
-    sink's details), an epoch marker on a target, a Kafka fence record. Never skipped: what
+    sink's details), an epoch marker on a target. Never skipped: what
     it says decides what is committed. Not retriable; the message names the record."""
 
 

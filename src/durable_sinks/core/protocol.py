@@ -318,3 +318,52 @@ class PublishingSink(SinkConnector, Protocol):
     """
 
     def publish_epoch(self, epoch: int, handles: Sequence[CommitHandle]) -> CommitOutcome: ...
+
+
+@runtime_checkable
+class DecisionHost(Protocol):
+    """A sink's own target keeping one job's decisions and generations, so that a job whose
+    only sink carries each epoch's decision in its commit (a `LastResource`) needs no
+    decision store of its own. `durable_sinks.manifest.HostedDecisionStore` turns one into a
+    DecisionStore; the decisions themselves are written by the sink's `commit_with_decision`,
+    never by the host.
+
+    Contract:
+    - `claim_generation(job_id)` is a compare-and-swap: it returns a generation higher than
+      any claimed before for the job (by this host or recorded by the sink itself), two
+      concurrent claims never return the same one, and once it returns no coordinator of an
+      older generation can commit an epoch through the sink any more (FencedError there).
+      TransientError or FencedError (a concurrent claim won every retry): nothing claimed
+      that anyone relies on (a claim that landed unseen only makes the next one higher).
+    - `newest_generation(job_id)`: the newest generation claimed (0 if none), claiming
+      nothing.
+    - `decision(job_id, epoch)`: the decision record (as JSON) that the commit of `epoch`
+      carried, None when no commit of `epoch` is found. Read only.
+    - `latest_decided(job_id)`: the highest epoch the sink committed for the job, or None.
+    - `close()` releases the host's clients.
+    """
+
+    @property
+    def sink(self) -> str:
+        """The name of the sink whose commits carry the decisions."""
+        ...
+
+    def claim_generation(self, job_id: str) -> int: ...
+
+    def newest_generation(self, job_id: str) -> int: ...
+
+    def decision(self, job_id: str, epoch: int) -> Mapping[str, JSON] | None: ...
+
+    def latest_decided(self, job_id: str) -> int | None: ...
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class DecisionHostingSink(LastResource, Protocol):
+    """A last resource that can keep its own job's decisions and generations: when it is a
+    job's only sink, `decision_host()` (a new host from the sink's configuration alone,
+    sharing no client with the sink) is the job's decision store, and the job needs no
+    `decision_store`."""
+
+    def decision_host(self) -> DecisionHost: ...

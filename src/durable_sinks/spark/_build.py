@@ -5,9 +5,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from durable_sinks.coordinator import Coordinator
-from durable_sinks.core import SinkConnector
+from durable_sinks.core import DecisionHostingSink, SinkConnector
 from durable_sinks.core.errors import ConfigError
-from durable_sinks.manifest import DecisionStore, default_store_for, store_from
+from durable_sinks.manifest import (
+    DecisionStore,
+    HostedDecisionStore,
+    default_store_for,
+    store_from,
+)
 
 from ._options import JobOptions
 from ._specs import SinkSpec
@@ -15,7 +20,9 @@ from ._specs import SinkSpec
 
 def decision_store(specs: Sequence[SinkSpec | SinkConnector], options: JobOptions) -> DecisionStore:
     """The job's decision store: `decision_store` if given, else one a sink can host (the
-    first Postgres sink's database); ConfigError when there is none."""
+    first Postgres sink's database, an S3 or Delta sink's folder), else, for a job whose only
+    sink keeps its own decisions (Kafka: DecisionHostingSink), that sink; ConfigError when
+    there is none."""
     target = options.decision_store
     if target is not None:
         return store_from(target, job=options.job_id)
@@ -24,6 +31,11 @@ def decision_store(specs: Sequence[SinkSpec | SinkConnector], options: JobOption
             store = default_store_for(spec.kind, spec.config)
             if store is not None:
                 return store
+    if len(specs) == 1:
+        only = specs[0]
+        sink = only.build() if isinstance(only, SinkSpec) else only
+        if isinstance(sink, DecisionHostingSink):
+            return HostedDecisionStore(sink.decision_host())
     raise ConfigError(
         "this job needs a decision store: none of its sinks can host one",
         job=options.job_id,
