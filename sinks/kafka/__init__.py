@@ -4,7 +4,12 @@ checks and offsets), `producer` (the transactional producer and what its errors 
 `errors`, `records` (Arrow rows to Kafka records) and `progress` (the progress topic) the
 pieces they use."""
 
+from durable_sinks.core.kinds import SinkKind
+
 from .config import KafkaSinkConfig
 from .sink import KafkaSink
 
-__all__ = ["KafkaSink", "KafkaSinkConfig"]
+#: The kind `durable_sink("kafka", ...)` builds (registered in ../_registry.py).
+KIND = SinkKind("kafka", KafkaSinkConfig, KafkaSink)
+
+__all__ = ["KIND", "KafkaSink", "KafkaSinkConfig"]
