@@ -5,7 +5,7 @@
     epoch=<epoch>/part=<part>/rows.jsonl        phase 2: the staging folder, renamed here
     epoch=<epoch>/part=<part>/_EPOCH.json       the epoch marker, published with the rows
 
-Readers read `epoch=*/part=*/rows.jsonl` (one JSON object per line) and never look into
+Readers read `epoch=*/part=*/rows.jsonl` (one JSON object per line, in ASCII) and never look into
 `_staging`. The marker is the participant's CommitHandle; it moves with the rows in one atomic
 rename, so a reader that sees the rows sees the marker and the other way round, and
 `last_committed_epoch` is read from the published markers.

@@ -134,14 +134,16 @@ class StagedParticipant:
 
 
 def encode_rows(batch: pa.RecordBatch, context: OpenContext, epoch: int) -> bytes:
-    """One JSON object per row and line, keys in column order. Values JSON lacks are written
-    as text: timestamps and dates in ISO 8601, decimals as their digits, bytes in base64;
-    non-finite floats as `NaN`/`Infinity` (as Python's json reads them). A value of any other
-    type is a SchemaMismatchError, raised before anything of the batch is written."""
+    """One JSON object per row and line, keys in column order, in ASCII: every other
+    character is escaped (`\\u2028`), so that no reader splitting lines on more than `\\n`
+    (Python's `str.splitlines` splits on U+0085 and U+2028 too) cuts a row in two. Values
+    JSON lacks are written as text: timestamps and dates in ISO 8601, decimals as their
+    digits, bytes in base64; non-finite floats as `NaN`/`Infinity` (as Python's json reads
+    them). A value of any other type is a SchemaMismatchError, raised before anything of the
+    batch is written."""
     try:
         lines = [
-            json.dumps(row, ensure_ascii=False, separators=(",", ":"), default=_as_json)
-            for row in batch.to_pylist()
+            json.dumps(row, separators=(",", ":"), default=_as_json) for row in batch.to_pylist()
         ]
         return "".join(f"{line}\n" for line in lines).encode()
     except (TypeError, ValueError) as exc:

@@ -202,3 +202,12 @@ def test_operator_views_show_what_is_in_doubt_and_held(tmp_path: Path) -> None:
     part = next(tmp_path.glob("epoch=0/part=*"))
     (part / ROWS).write_text('{"id": 99}\n', encoding="utf-8")
     assert "holds 1 rows, its marker 4" in inspector.holdings(0, 0)[0].problems[0]
+
+
+def test_rows_are_ascii_lines_that_any_line_splitter_keeps_whole(tmp_path: Path) -> None:
+    sink = opened(tmp_path)
+    text = "a\x85b\u2028c\nd é"
+    sink.commit_epoch(0, prepare(sink, 0, pa.record_batch({"text": [text, "plain"]})))
+    (file,) = tmp_path.glob(f"epoch=0/part=*/{ROWS}")
+    content = file.read_text(encoding="ascii")
+    assert [json.loads(line)["text"] for line in content.splitlines()] == [text, "plain"]
