@@ -21,7 +21,7 @@ class JsonlSinkConfig:
     """Configuration of a JsonlSink.
 
     - path: absolute path of the folder the sink writes to (created if missing), on a local
-      POSIX file system. One job per folder.
+      POSIX file system. One sink of one job per folder.
     - name: the sink's name within the job.
     - fsync: make every file durable before the call that creates it returns. Turn it off
       only for throwaway data: exactly-once then holds across process crashes, not across

@@ -2,9 +2,10 @@
 generations of the job left in the staging area.
 
 Ownership is by name: a staging folder belongs to (job, sink) when its participant name says
-so, and to a generation by the same name. Folders of other jobs or sinks sharing the folder
-are never touched; the published markers name their job, and a folder published by another
-job is refused (one job per folder).
+so, and to a generation by the same name: staging folders of other jobs or sinks are never
+touched. Published folders are named by epoch and part only, so a folder holds one sink of
+one job: the published markers name both, and a folder another one published into is
+refused at open.
 """
 
 from __future__ import annotations
@@ -21,21 +22,22 @@ from .layout import Layout, read_marker
 
 
 def last_committed(layout: Layout, context: OpenContext) -> int | None:
-    """The highest epoch with a published marker of this sink; ConfigError when another job
-    published into the folder."""
+    """The highest epoch with a published marker; ConfigError when another job or another
+    sink published into the folder (published names carry neither: one sink per folder)."""
     best: int | None = None
     for epoch, folder in layout.epochs():
         for part in folder.glob("part=*"):
             marker = read_marker(part)
-            if marker is None or marker.sink != context.sink:
+            if marker is None:
                 continue
             owner = JsonlHandle.parse(marker).details.job_id
-            if owner != context.job_id:
+            if (owner, marker.sink) != (context.job_id, context.sink):
                 raise ConfigError(
-                    f"{part} was written by job {owner!r}, not {context.job_id!r}",
+                    f"{part} was written by job {owner!r} (sink {marker.sink!r}), not by job "
+                    f"{context.job_id!r} (sink {context.sink!r})",
                     job=context.job_id,
                     sink=context.sink,
-                    fix="give each job its own jsonl sink path",
+                    fix="give each jsonl sink of each job its own path",
                 )
             best = epoch if best is None else max(best, epoch)
     return best

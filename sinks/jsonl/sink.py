@@ -187,6 +187,8 @@ class JsonlSink:
         return recovery.prepared_of_epoch(self.layout, self._ctx(), epoch)
 
     def last_committed_epoch(self) -> int | None:
+        """Read from the published markers at `open` (recovery.last_committed), then moved by
+        this instance's commits: within one generation only this instance commits."""
         return self._last_committed
 
     # -- operator views: views.py ------------------------------------------------------------

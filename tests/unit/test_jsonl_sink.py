@@ -171,11 +171,14 @@ def test_recovery_returns_prepared_leftovers_and_removes_unprepared_ones(tmp_pat
     assert newer.prepared_participants(0) == []
 
 
-def test_another_jobs_folder_is_refused_at_open(tmp_path: Path) -> None:
+def test_a_folder_another_job_or_sink_published_into_is_refused_at_open(tmp_path: Path) -> None:
     sink = opened(tmp_path, job="first")
     sink.commit_epoch(0, prepare(sink, 0, batch()))
-    with pytest.raises(ConfigError, match="written by job 'first'"):
+    with pytest.raises(ConfigError, match=r"written by job 'first' \(sink 'jsonl'\)"):
         opened(tmp_path, job="second")
+    other = JsonlSink(JsonlSinkConfig(str(tmp_path), name="other"))
+    with pytest.raises(ConfigError, match=r"not by job 'first' \(sink 'other'\)"):
+        other.open(OpenContext("first", "other", 1))
 
 
 def test_a_handle_of_an_unknown_version_is_refused_not_guessed(tmp_path: Path) -> None:
