@@ -15,6 +15,7 @@ from durable_sinks import sinks as registry
 from durable_sinks.core import SinkKind
 from durable_sinks.sinks.files import FileSink
 from durable_sinks.sinks.jsonl import JsonlSink
+from durable_sinks.spark._datasource import parse_options
 from tests.support.plugin_sink import LedgerConfig
 
 
@@ -149,3 +150,14 @@ def test_a_sink_kind_refuses_what_cannot_work() -> None:
 def test_register_refuses_a_built_in_name() -> None:
     with pytest.raises(ConfigError, match="already registered"):
         registry.register(SinkKind("files", _Options, JsonlSink))
+
+
+def test_the_data_source_reads_an_installed_kinds_string_options_as_declared(
+    plugin_dists: Path,
+) -> None:
+    specs, job = parse_options(
+        {"kind": "ledger", "folder": "/data/ledger", "durable": "false", "job_id": "orders"}
+    )
+    (spec,) = specs
+    assert spec.config == {"folder": "/data/ledger", "durable": False}
+    assert job.job_id == "orders"
