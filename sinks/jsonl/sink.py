@@ -202,7 +202,7 @@ class JsonlSink:
     def live_generations(self) -> Sequence[int]:
         return []  # a folder keeps no sessions: no running coordinator can be seen
 
-    # -- helpers -----------------------------------------------------------------------------
+    # -- the open context and the participant being written ---------------------------------
     def _ctx(self) -> OpenContext:
         if self._context is None:
             raise UsageError(f"{self!r} is not open; the coordinator opens sinks")
