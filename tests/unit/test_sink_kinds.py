@@ -106,6 +106,7 @@ def test_a_bare_callable_entry_point_is_built_unchecked(plugin_dists: Path, tmp_
     [
         ("broken_import", "cannot be loaded: ModuleNotFoundError"),
         ("not_a_kind", "is a str, not a SinkKind"),
+        ("misnamed", "names a SinkKind called 'ledger'"),
     ],
 )
 def test_a_broken_entry_point_names_its_distribution_and_spares_other_kinds(

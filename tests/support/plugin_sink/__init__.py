@@ -7,8 +7,9 @@ fixture of tests/conftest.py).
 
 - `ds-test-ledger` registers `ledger` (a SinkKind: option checking like a built-in kind) and
   `ledger_bare` (the bare-callable form: options passed through unchecked);
-- `ds-test-broken-plugins` registers `broken_import` (its module does not import) and
-  `not_a_kind` (an object that is neither a SinkKind nor callable).
+- `ds-test-broken-plugins` registers `broken_import` (its module does not import),
+  `not_a_kind` (an object that is neither a SinkKind nor callable) and `misnamed` (a
+  SinkKind of another name).
 
 The ledger sink is written as a sink author outside durable-sinks writes one: its own
 configuration class, whose fields are its options, and a build function. It stores each epoch
