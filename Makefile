@@ -45,12 +45,14 @@ test-fresh: install
 	$(PY) -m tests.fresh_machine $(FRESH_ARGS)
 
 # The extended crash/replay run (docs/testing.md, Tiers): 2,000 generated examples per conformance
-# scenario (files, Postgres, Kafka and S3 against the test bed; S3 also against moto), 50 random
+# scenario (files, JSON Lines, Postgres, Kafka, S3 and Delta; S3 also against moto), 50 random
 # SIGKILLs and 50 runs of two queries sharing one writer. Several hours; not part of `make test`.
 # Progress: pytest -v prints each test as it ends ("[gw1] [ 40%] PASSED ...") and the slowest
 # at the end; each conformance scenario appends a line every 100 examples (count, minutes so
 # far, an estimate of those left) to $(CRASH_PROGRESS), followed here with tail -F.
 CRASH_PROGRESS := $(CURDIR)/.pytest_cache/crash-progress.log
+# Every sink's conformance file: a new sink's is part of the run by its name alone.
+CONFORMANCE_TESTS := $(sort $(wildcard tests/integration/test_*_conformance.py))
 test-crash: install
 	$(PY) -m tests.services up postgres kafka s3 moto spark
 	@mkdir -p $(dir $(CRASH_PROGRESS)) && : > $(CRASH_PROGRESS)
@@ -58,9 +60,8 @@ test-crash: install
 	set -x; DS_CONFORMANCE_PROGRESS=$(CRASH_PROGRESS) \
 	DS_CONFORMANCE_EXAMPLES=2000 DS_SIGKILL_RUNS=50 DS_SPARK_KILLS=50 DS_SHARED_WRITER_RUNS=50 \
 		$(PY) -m pytest -n 2 --dist loadgroup -v --durations=0 --timeout=7200 tests/crash \
-		tests/integration/test_postgres_conformance.py tests/integration/test_kafka_conformance.py \
-		tests/integration/test_s3_conformance.py tests/integration/test_s3_decision_store.py \
-		tests/integration/test_delta_conformance.py tests/spark/test_crash.py tests/spark/test_shared_writer.py $(PYTEST_ARGS)
+		$(CONFORMANCE_TESTS) tests/integration/test_s3_decision_store.py \
+		tests/spark/test_crash.py tests/spark/test_shared_writer.py $(PYTEST_ARGS)
 
 # The fault matrix (docs/reliability.md): each fault (Postgres -m immediate / -m fast restarts
 # of 30 s, pg_terminate_backend of the job's sessions, a Kafka broker SIGKILL and restart) at

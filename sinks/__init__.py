@@ -2,18 +2,24 @@
 (`durable_sinks.sinks.postgres`, `.kafka`, `.s3`, `.delta`, `.files`), each split by role
 (configuration, error translation, checks against the server, the write path, the protocol
 methods).
+`durable_sinks.sinks.jsonl` is the reference sink: the template a sink author copies
+(docs/writing-a-sink.md).
 
 A sink knows nothing of Spark or of the coordinator: it implements the protocol of
 `durable_sinks.core` and nothing else. This package builds sinks by kind name
-(`create("postgres", config)`); a sink's package is imported only when a sink of its kind is
-built, so naming a kind loads no other sink's client library.
+(`create("postgres", config)`; every kind is a `SinkKind`, built-in or installed through the
+entry-point group `durable_sinks.sinks`); a sink's package is imported only when a sink of
+its kind is built, so naming a kind loads no other sink's client library.
 """
+
+from durable_sinks.core.kinds import SinkKind
 
 from ._registry import (
     ENTRY_POINT_GROUP,
     SinkFactory,
     config_class_of,
     create,
+    kind_of,
     kinds,
     options_of,
     register,
@@ -22,8 +28,10 @@ from ._registry import (
 __all__ = [
     "ENTRY_POINT_GROUP",
     "SinkFactory",
+    "SinkKind",
     "config_class_of",
     "create",
+    "kind_of",
     "kinds",
     "options_of",
     "register",

@@ -1,172 +1,203 @@
-"""Sinks built by name from a configuration mapping (after Feldera's DurableInputFactory).
+"""Sinks built by kind name from a configuration mapping (after Feldera's DurableInputFactory).
 
-Built-in sinks register here; third-party sinks register through the Python entry-point group
-`durable_sinks.sinks`, each entry naming a callable `(config: Mapping) -> SinkConnector`.
+Every kind is a `SinkKind` (durable_sinks.core.kinds): its name, its configuration dataclass
+and its build function; building through it checks the options the same way for every kind
+(unknown names with the closest one, required options, types, then the class's own checks).
+Kinds come from three places, looked up in this order:
+
+- the built-in table below: one line per sink package, which exports its `KIND`; the package
+  (and its client library) is imported only when a sink of that kind is asked for;
+- `register(...)` at run time;
+- installed distributions, through the entry-point group `durable_sinks.sinks`: each entry's
+  name is the kind's name and its object a `SinkKind`. An entry naming a bare callable
+  `(config: Mapping) -> SinkConnector` is still accepted and gets no option checking: the
+  callable sees the options as the user gave them.
+
+A plugin that cannot be loaded (its import fails, its object is neither a SinkKind nor
+callable) is a ConfigError naming its distribution and entry point when its kind is asked
+for; every other kind keeps working. A plugin cannot replace a built-in kind.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping
 from importlib import import_module
-from importlib.metadata import entry_points
+from importlib.metadata import EntryPoint, entry_points
 from types import ModuleType
 from typing import Any
 
 from durable_sinks.core.errors import ConfigError
 from durable_sinks.core.extras import needs_extra, require_extra
+from durable_sinks.core.kinds import SinkKind
 from durable_sinks.core.protocol import SinkConnector
-from durable_sinks.core.settings import check_settings, closest, option_names
+from durable_sinks.core.settings import closest
 
 ENTRY_POINT_GROUP = "durable_sinks.sinks"
+#: The bare-callable form of a kind: options in, sink out, no option checking.
 SinkFactory = Callable[[Mapping[str, Any]], SinkConnector]
-_factories: dict[str, SinkFactory] = {}
+
+#: The built-in kinds: each one's package (relative to this package; it exports `KIND`) and
+#: the extra that installs its client (core/extras.py; None: it needs none).
+_BUILT_IN: dict[str, tuple[str, str | None]] = {
+    "delta": (".delta", "delta"),
+    "files": (".files", None),
+    "jsonl": (".jsonl", None),
+    "kafka": (".kafka", "kafka"),
+    "postgres": (".postgres", "postgres"),
+    "s3": (".s3", "s3"),
+}
+
+_registered: dict[str, SinkKind[Any] | SinkFactory] = {}
+#: Loaded entry points, by (distribution, name, object reference).
+_loaded: dict[tuple[str, str, str], SinkKind[Any] | SinkFactory] = {}
 
 
-def register(kind: str, factory: SinkFactory) -> None:
-    """Make `create(kind, config)` build sinks with `factory`."""
-    if kind in _factories and _factories[kind] is not factory:
-        raise ConfigError(f"a sink kind named {kind!r} is already registered")
-    _factories[kind] = factory
+def register(kind: SinkKind[Any] | str, factory: SinkFactory | None = None) -> None:
+    """Make `create(name, config)` build sinks of `kind` (a SinkKind), or, in the bare form
+    `register(name, factory)`, with `factory` and no option checking."""
+    entry: SinkKind[Any] | SinkFactory
+    if isinstance(kind, SinkKind):
+        if factory is not None:
+            raise ConfigError(
+                f"register({kind.name!r}): a SinkKind carries its own build function",
+                fix="register(kind) alone",
+            )
+        name, entry = kind.name, kind
+    elif isinstance(kind, str) and factory is not None:
+        name, entry = kind, factory
+    else:
+        raise ConfigError(
+            f"register() takes a SinkKind, or a name and a factory, not {type(kind).__name__}",
+            fix="register(SinkKind('my_sink', MySinkConfig, MySink))",
+        )
+    if name in _BUILT_IN or (name in _registered and _registered[name] is not entry):
+        raise ConfigError(
+            f"a sink kind named {name!r} is already registered", fix="give the kind another name"
+        )
+    _registered[name] = entry
 
 
 def kinds() -> list[str]:
-    _load_entry_points()
-    return sorted(_factories)
+    """Every kind's name: built-in, registered and installed (a broken plugin's too: asking
+    for it says what is wrong)."""
+    return sorted({*_BUILT_IN, *_registered, *(e.name for e in _plugin_entries())})
 
 
 def create(kind: str, config: Mapping[str, Any]) -> SinkConnector:
-    """Build a sink of `kind` from `config` (validated by the sink's own config class)."""
-    _load_entry_points()
-    factory = _factories.get(kind)
-    if factory is None:
-        guess = closest(kind, _factories) if isinstance(kind, str) else None
-        raise ConfigError(
-            f"no sink kind {kind!r}; known kinds: {', '.join(sorted(_factories)) or 'none'}",
-            fix=f"write {guess!r}"
-            if guess
-            else f"use a known kind, or install the package that registers {kind!r} under "
-            f"the entry-point group {ENTRY_POINT_GROUP!r}",
-        )
-    _load(kind)
-    return factory(config)
+    """Build a sink of `kind` from `config`, checked by the kind's configuration class (a
+    bare-callable plugin checks its own)."""
+    found = _resolve(kind)
+    if isinstance(found, SinkKind):
+        return found.create(config)
+    return found(config)
 
 
-def _load_entry_points() -> None:
-    for entry in entry_points(group=ENTRY_POINT_GROUP):
-        if entry.name not in _factories:
-            register(entry.name, entry.load())
+def kind_of(kind: str) -> SinkKind[Any] | None:
+    """The SinkKind named `kind`; None for a bare-callable plugin. ConfigError for a name
+    no kind has (with the closest one) or a plugin that cannot be loaded."""
+    found = _resolve(kind)
+    return found if isinstance(found, SinkKind) else None
 
 
 def config_class_of(kind: str) -> type[Any] | None:
-    """The configuration dataclass of a built-in kind (None for a plugin's: only its factory
-    knows its options). Imports that kind's package only."""
-    if kind not in _BUILT_IN:
+    """The configuration dataclass of `kind`; None for a name no kind has and for a
+    bare-callable plugin (only its factory knows its options). Imports that kind's package
+    only."""
+    if not isinstance(kind, str) or kind not in kinds():
         return None
-    _, name, _ = _BUILT_IN[kind]
-    config_class: type[Any] = getattr(_load(kind), name)
-    return config_class
+    found = kind_of(kind)
+    return found.config_class if found is not None else None
 
 
 def options_of(kind: str) -> list[str] | None:
-    """The option names of a built-in kind (None for a plugin's)."""
-    config_class = config_class_of(kind)
-    return option_names(config_class) if config_class is not None else None
-
-
-#: Each built-in kind's package (relative to this package), configuration class and the extra
-#: that installs its client (core/extras.py; None: it needs none).
-_BUILT_IN: dict[str, tuple[str, str, str | None]] = {
-    "delta": (".delta", "DeltaSinkConfig", "delta"),
-    "files": (".files", "FileSinkConfig", None),
-    "kafka": (".kafka", "KafkaSinkConfig", "kafka"),
-    "postgres": (".postgres", "PostgresSinkConfig", "postgres"),
-    "s3": (".s3", "S3SinkConfig", "s3"),
-}
-
-
-def _load(kind: str) -> ModuleType | None:
-    """A built-in kind's package, imported with its client (None for a plugin's kind): the
-    one place a sink's package is first imported, so a missing client is a ConfigError naming
-    the extra to install (`pip install 'durable-sinks[kafka]'`), whether the sink is asked
-    for by `create`, `sink(...)`, `durable_sink(...)` or the command line."""
-    if kind not in _BUILT_IN:
+    """The option names of `kind` (None where config_class_of gives None)."""
+    if not isinstance(kind, str) or kind not in kinds():
         return None
-    module, _, extra = _BUILT_IN[kind]
+    found = kind_of(kind)
+    return found.options() if found is not None else None
+
+
+def _resolve(kind: str) -> SinkKind[Any] | SinkFactory:
+    if isinstance(kind, str) and kind in _BUILT_IN:
+        built_in: SinkKind[Any] = _load(kind).KIND
+        return built_in
+    if isinstance(kind, str) and kind in _registered:
+        return _registered[kind]
+    entries = [e for e in _plugin_entries() if e.name == kind]
+    if len(entries) > 1:
+        raise ConfigError(
+            f"sink kind {kind!r} is registered by several distributions: "
+            f"{', '.join(_describe(e) for e in entries)}",
+            fix="uninstall all but one of them",
+        )
+    if entries:
+        return _load_plugin(entries[0])
+    known = kinds()
+    guess = closest(kind, known) if isinstance(kind, str) else None
+    raise ConfigError(
+        f"no sink kind {kind!r}; known kinds: {', '.join(known)}",
+        fix=f"write {guess!r}"
+        if guess
+        else f"use a known kind, or install the package that registers {kind!r} under "
+        f"the entry-point group {ENTRY_POINT_GROUP!r}",
+    )
+
+
+def _plugin_entries() -> list[EntryPoint]:
+    """The group's entry points, but those naming a built-in kind (which cannot be replaced)."""
+    return [e for e in entry_points(group=ENTRY_POINT_GROUP) if e.name not in _BUILT_IN]
+
+
+def _distribution(entry: EntryPoint) -> str:
+    dist = getattr(entry, "dist", None)
+    return str(dist.name) if dist is not None else "an unknown distribution"
+
+
+def _describe(entry: EntryPoint) -> str:
+    return f"{_distribution(entry)} (entry point {entry.name} = {entry.value!r})"
+
+
+def _load_plugin(entry: EntryPoint) -> SinkKind[Any] | SinkFactory:
+    """The entry point's kind, loaded once; ConfigError naming the distribution and the
+    entry point if it cannot be loaded or is not a kind."""
+    key = (_distribution(entry), entry.name, entry.value)
+    if key in _loaded:
+        return _loaded[key]
+    where = f"sink kind {entry.name!r} of {_describe(entry)} in group {ENTRY_POINT_GROUP!r}"
+    try:
+        loaded = entry.load()
+    except Exception as exc:
+        raise ConfigError(
+            f"{where} cannot be loaded: {type(exc).__name__}: {exc}",
+            fix=f"reinstall or fix {_distribution(entry)}, or uninstall it; other sink kinds "
+            "are not affected",
+        ) from exc
+    if isinstance(loaded, SinkKind):
+        if loaded.name != entry.name:
+            raise ConfigError(
+                f"{where} names a SinkKind called {loaded.name!r}",
+                fix=f"name the entry point {loaded.name!r}, or the SinkKind {entry.name!r}",
+            )
+    elif not callable(loaded):
+        raise ConfigError(
+            f"{where} is a {type(loaded).__name__}, not a SinkKind",
+            fix="point the entry point at a SinkKind(name, config_class, build) object "
+            "(docs/writing-a-sink.md)",
+        )
+    found: SinkKind[Any] | SinkFactory = loaded
+    _loaded[key] = found
+    return found
+
+
+def _load(kind: str) -> ModuleType:
+    """A built-in kind's package, imported with its client: the one place a sink's package is
+    first imported, so a missing client is a ConfigError naming the extra to install
+    (`pip install 'durable-sinks[kafka]'`), whether the sink is asked for by `create`,
+    `sink(...)`, `durable_sink(...)` or the command line."""
+    module, extra = _BUILT_IN[kind]
     if extra is None:
         return import_module(module, __package__)
     what = f"the {kind} sink"
     require_extra(extra, what)
     with needs_extra(extra, what):
         return import_module(module, __package__)
-
-
-def _checked(kind: str, config_class: type[Any], options: Mapping[str, Any]) -> None:
-    """Names, required options and types, before the config class checks values."""
-    name = options.get("name", kind)
-    where = f"{kind} sink {name!r}" if isinstance(name, str) else f"{kind} sink"
-    check_settings(config_class, options, where)
-
-
-def _as_tuple(options: dict[str, Any], name: str) -> None:
-    """`key="id"` or `key=["a", "b"]` as the tuple the config class declares."""
-    value = options.get(name)
-    if isinstance(value, str):
-        options[name] = (value,)
-    elif isinstance(value, list):
-        options[name] = tuple(value)
-
-
-def _files(config: Mapping[str, Any]) -> SinkConnector:
-    from .files import FileSink, FileSinkConfig
-
-    options = dict(config)
-    if isinstance(options.get("path"), os.PathLike):
-        options["path"] = os.fspath(options["path"])
-    _checked("files", FileSinkConfig, options)
-    return FileSink(FileSinkConfig(**options))
-
-
-def _postgres(config: Mapping[str, Any]) -> SinkConnector:
-    from .postgres import PostgresSink, PostgresSinkConfig
-
-    options = dict(config)
-    _as_tuple(options, "key")
-    _checked("postgres", PostgresSinkConfig, options)
-    return PostgresSink(PostgresSinkConfig(**options))
-
-
-def _kafka(config: Mapping[str, Any]) -> SinkConnector:
-    from .kafka import KafkaSink, KafkaSinkConfig
-
-    options = dict(config)
-    _as_tuple(options, "header_columns")
-    _checked("kafka", KafkaSinkConfig, options)
-    return KafkaSink(KafkaSinkConfig(**options))
-
-
-def _delta(config: Mapping[str, Any]) -> SinkConnector:
-    from .delta import DeltaSink, DeltaSinkConfig
-
-    options = dict(config)
-    if isinstance(options.get("path"), os.PathLike):
-        options["path"] = os.fspath(options["path"])
-    _as_tuple(options, "key")
-    _as_tuple(options, "partition_by")
-    _checked("delta", DeltaSinkConfig, options)
-    return DeltaSink(DeltaSinkConfig(**options))
-
-
-def _s3(config: Mapping[str, Any]) -> SinkConnector:
-    from .s3 import S3Sink, S3SinkConfig
-
-    options = dict(config)
-    _checked("s3", S3SinkConfig, options)
-    return S3Sink(S3SinkConfig(**options))
-
-
-register("delta", _delta)
-register("files", _files)
-register("kafka", _kafka)
-register("postgres", _postgres)
-register("s3", _s3)

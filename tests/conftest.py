@@ -383,3 +383,14 @@ def spark_cluster(spark_cluster_server: SparkCluster) -> Iterator[SparkCluster]:
         cluster.up()
         cluster.wait_idle()
         yield cluster
+
+
+@pytest.fixture
+def plugin_dists(monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Installs the test distributions of tests/support/plugin_sink (a working sink kind and
+    broken entry points) for this test: their `*.dist-info` folders go on `sys.path`, where
+    `importlib.metadata` finds them as it finds any installed distribution."""
+    from tests.support.plugin_sink import DISTS
+
+    monkeypatch.syspath_prepend(str(DISTS))
+    return DISTS

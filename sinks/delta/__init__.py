@@ -2,7 +2,12 @@
 (phase 1) and one Delta log commit per epoch carrying the job's application transaction
 (docs/delta.md)."""
 
+from durable_sinks.core.kinds import SinkKind
+
 from .config import DeltaSinkConfig
 from .sink import DeltaSink
 
-__all__ = ["DeltaSink", "DeltaSinkConfig"]
+#: The kind `durable_sink("delta", ...)` builds (registered in ../_registry.py).
+KIND = SinkKind("delta", DeltaSinkConfig, DeltaSink)
+
+__all__ = ["KIND", "DeltaSink", "DeltaSinkConfig"]

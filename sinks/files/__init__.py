@@ -1,6 +1,11 @@
 """Local Parquet files: the embedded sink (staging + fsync, create-only rename)."""
 
+from durable_sinks.core.kinds import SinkKind
+
 from .config import FileSinkConfig
 from .sink import MARKER, STAGING, FileSink
 
-__all__ = ["MARKER", "STAGING", "FileSink", "FileSinkConfig"]
+#: The kind `durable_sink("files", ...)` builds (registered in ../_registry.py).
+KIND = SinkKind("files", FileSinkConfig, FileSink)
+
+__all__ = ["KIND", "MARKER", "STAGING", "FileSink", "FileSinkConfig"]

@@ -27,7 +27,7 @@ from durable_sinks.core.durable_fs import (
     create_exclusive,
     fsync_dir,
     fsync_file,
-    probe_folder,
+    probe_as_owner,
     remove_tree,
     rename_noreplace,
 )
@@ -150,11 +150,7 @@ class FileSink(SinkBase[FileSinkConfig]):
         staging = self.root / STAGING
         owner = f"{PROBE}:{component(ctx.job_id)}:{component(self.name)}:"
         try:
-            for stale in staging.glob(f"{owner}*"):
-                generation = stale.name.removeprefix(owner).removesuffix(".link")
-                if generation.isdigit() and int(generation) < ctx.generation:
-                    stale.unlink(missing_ok=True)
-            probe_folder(staging, f"{owner}{ctx.generation}", fsync=self.config.fsync)
+            probe_as_owner(staging, owner, ctx.generation, fsync=self.config.fsync)
         except OSError as exc:
             raise ConfigError(
                 f"cannot write in {self.root}: {exc.strerror}",

@@ -5,8 +5,13 @@ checks and offsets), `producer` (the transactional producer and what its errors 
 pieces they use; `decisions` keeps a job's decisions and generations in the progress topic
 when Kafka is the job's only sink."""
 
+from durable_sinks.core.kinds import SinkKind
+
 from .config import KafkaSinkConfig
 from .decisions import KafkaDecisionHost
 from .sink import KafkaSink
 
-__all__ = ["KafkaDecisionHost", "KafkaSink", "KafkaSinkConfig"]
+#: The kind `durable_sink("kafka", ...)` builds (registered in ../_registry.py).
+KIND = SinkKind("kafka", KafkaSinkConfig, KafkaSink)
+
+__all__ = ["KIND", "KafkaDecisionHost", "KafkaSink", "KafkaSinkConfig"]

@@ -1,12 +1,18 @@
 """S3 (or an S3-compatible server): Parquet objects written as multipart uploads (phase 1),
 completed after the decision, and an epoch marker per committed epoch (docs/s3.md)."""
 
+from durable_sinks.core.kinds import SinkKind
+
 from .config import S3SinkConfig
 from .epochs import EpochMarker, EpochObject
 from .reader import committed_dataset, committed_markers, committed_objects
 from .sink import S3Sink
 
+#: The kind `durable_sink("s3", ...)` builds (registered in ../_registry.py).
+KIND = SinkKind("s3", S3SinkConfig, S3Sink)
+
 __all__ = [
+    "KIND",
     "EpochMarker",
     "EpochObject",
     "S3Sink",

@@ -3,10 +3,11 @@ naming, logging with the job, sink and epoch, file durability helpers and secret
 
 It imports no other part of durable-sinks and no database or Spark client. The sink
 protocol's canonical import path is this package: `from durable_sinks.core import
-SinkConnector, CommitHandle, ...`; errors are in `durable_sinks.core.errors` (also re-exported
-by `durable_sinks`), participant names in `durable_sinks.core.naming`.
+SinkConnector, CommitHandle, SinkKind, ...`; errors are in `durable_sinks.core.errors` (also
+re-exported by `durable_sinks`), participant names in `durable_sinks.core.naming`.
 """
 
+from .kinds import SinkKind
 from .protocol import (
     JSON,
     CommitHandle,
@@ -36,5 +37,6 @@ __all__ = [
     "PublishingSink",
     "SinkCapabilities",
     "SinkConnector",
+    "SinkKind",
     "WriteResult",
 ]

@@ -90,6 +90,17 @@ def probe_folder(folder: Path, name: str, *, fsync: bool = True) -> None:
         path.unlink()
 
 
+def probe_as_owner(folder: Path, owner: str, generation: int, *, fsync: bool = True) -> None:
+    """`probe_folder` under the name `<owner><generation>`, after removing the probes that
+    older generations of the same owner left behind (a start killed while probing). The owner
+    names the job and the sink, so one job never touches another's probes."""
+    for stale in folder.glob(f"{owner}*"):
+        generation_text = stale.name.removeprefix(owner).removesuffix(".link")
+        if generation_text.isdigit() and int(generation_text) < generation:
+            stale.unlink(missing_ok=True)
+    probe_folder(folder, f"{owner}{generation}", fsync=fsync)
+
+
 def replace_atomically(path: Path, data: bytes) -> None:
     """Replace `path` with `data` (readers see the old or the new content, never a mix).
     Not fsynced: for hints that may be lost in a crash."""

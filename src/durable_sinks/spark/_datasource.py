@@ -13,8 +13,8 @@ Through PySpark's Python Data Source API (`DataSourceStreamArrowWriter`), in exe
 
 Options are strings (Spark's): `kind` and the sink's options, or `sinks` as a JSON list of
 objects with a `kind` each; the job options of `durable_sink`. Each is read as the type its
-configuration class declares (core.settings.from_strings); a plugin's options by guessing
-("true"/"false", integers, JSON lists/objects).
+configuration class declares (core.settings.from_strings), a plugin kind's too; the options
+of a bare-callable plugin by guessing ("true"/"false", integers, JSON lists/objects).
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def parse_options(options: Mapping[str, str]) -> tuple[list[SinkSpec], JobOption
     kind = raw.pop("kind", None)
     listed = _value(raw.pop("sinks")) if "sinks" in raw else None
     # Each option read as the type its class declares ("true" -> True for a bool, "30" -> 30
-    # for an int, "123" stays a string for a string option); a plugin's by guessing.
+    # for an int, "123" stays a string for a string option); a bare-callable plugin's by guessing.
     job_names = set(job_option_names())
     values = from_strings(JobOptions, {k: v for k, v in raw.items() if k in job_names})
     config_class = sinks.config_class_of(kind) if kind is not None else None

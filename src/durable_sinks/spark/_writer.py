@@ -473,7 +473,7 @@ def _check_names(kind: str, options: Mapping[str, Any], job: str) -> None:
     the closest of both."""
     names = sinks.options_of(kind)
     if names is None:
-        return  # a plugin's factory checks its own options
+        return  # a bare-callable plugin checks its own options
     for name in options:
         if name not in names:
             raise unknown_option(

@@ -1,0 +1,118 @@
+"""A sink kind: the name a job writes (`durable_sink("postgres", ...)`), the configuration
+dataclass that declares its options, and the function that builds a sink from a checked
+configuration.
+
+Every sink, built-in or third-party, is registered as a `SinkKind`; building one through it
+gives every kind the same checks, in this order, before anything is created:
+
+1. an option the configuration class does not declare is refused, naming the closest one
+   it does (`tabel=` -> "did you mean 'table'?");
+2. a required option (a field without a default) that is missing is refused;
+3. a value of another type than the field declares is refused, naming both types (secret
+   settings by type only);
+4. the configuration class's own `__post_init__` checks values (ranges, combinations) and
+   raises ConfigError;
+5. `build(config)` makes the sink. It must not connect: clients are created lazily, where the
+   sink runs (`open`, on the driver or an executor).
+
+Before the checks, two conveniences apply by the declared types: a path object
+(`pathlib.Path`) given for a `str` field becomes its string, and a string or a list given for a
+`tuple[str, ...]` field becomes a tuple (`key="id"` -> `("id",)`).
+
+A third-party package registers its kind under the entry-point group `durable_sinks.sinks`
+(docs/writing-a-sink.md)::
+
+    [project.entry-points."durable_sinks.sinks"]
+    jsonl_archive = "my_package.sink:KIND"      # KIND = SinkKind("jsonl_archive", ...)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import types
+import typing
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from .errors import ConfigError
+from .protocol import SinkConnector
+from .settings import check_settings, option_names
+
+ConfigT = TypeVar("ConfigT")
+
+
+@dataclass(frozen=True)
+class SinkKind(Generic[ConfigT]):
+    """One kind of sink: `name` (what jobs write), `config_class` (a dataclass whose fields are
+    the kind's options; picklable, as it travels to executors) and `build` (a configuration
+    -> a sink; usually the sink class itself).
+
+    `create(options)` is the one way a sink of this kind is made from a user's options: it
+    runs the checks of this module's documentation and raises ConfigError, with nothing
+    created, for the first option that is wrong."""
+
+    name: str
+    config_class: type[ConfigT]
+    build: Callable[[ConfigT], SinkConnector]
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise ConfigError(
+                f"a sink kind's name must be a non-empty string, not {self.name!r}",
+                fix="SinkKind('my_sink', MySinkConfig, MySink)",
+            )
+        config_class = self.config_class
+        if not (isinstance(config_class, type) and dataclasses.is_dataclass(config_class)):
+            raise ConfigError(
+                f"sink kind {self.name!r}: config_class must be a dataclass, not "
+                f"{self.config_class!r}",
+                fix="declare the options as fields of a @dataclass(frozen=True) class",
+            )
+        if not callable(self.build):
+            raise ConfigError(
+                f"sink kind {self.name!r}: build must be callable (a config -> a sink), not "
+                f"{type(self.build).__name__}",
+                fix="pass the sink class, or a function taking the config and returning a sink",
+            )
+
+    def options(self) -> list[str]:
+        """The option names, in declaration order."""
+        return option_names(self.config_class)
+
+    def configure(self, options: Mapping[str, Any]) -> ConfigT:
+        """The checked configuration of `options` (ConfigError for the first wrong one)."""
+        given = self._normalised(options)
+        name = given.get("name", self.name)
+        where = f"{self.name} sink {name!r}" if isinstance(name, str) else f"{self.name} sink"
+        check_settings(self.config_class, given, where)
+        return self.config_class(**given)
+
+    def create(self, options: Mapping[str, Any]) -> SinkConnector:
+        """A sink of this kind from a user's options, checked first (see `configure`)."""
+        return self.build(self.configure(options))
+
+    def _normalised(self, options: Mapping[str, Any]) -> dict[str, Any]:
+        hints = typing.get_type_hints(self.config_class)
+        given = dict(options)
+        for name, value in given.items():
+            wanted = _without_none(hints.get(name))
+            if wanted is str and isinstance(value, os.PathLike):
+                path = os.fspath(value)
+                given[name] = path if isinstance(path, str) else value
+            elif typing.get_origin(wanted) is tuple and typing.get_args(wanted)[1:] == (...,):
+                if isinstance(value, str):
+                    given[name] = (value,)
+                elif isinstance(value, list):
+                    given[name] = tuple(value)
+        return given
+
+
+def _without_none(annotation: Any) -> Any:
+    """`X | None` -> X; anything else as it is."""
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if len(args) == 1:
+            return args[0]
+    return annotation
