@@ -13,9 +13,11 @@ from ._registry import (
     SinkFactory,
     config_class_of,
     create,
+    current_options,
     kinds,
     options_of,
     register,
+    typed_config,
 )
 
 __all__ = [
@@ -23,7 +25,9 @@ __all__ = [
     "SinkFactory",
     "config_class_of",
     "create",
+    "current_options",
     "kinds",
     "options_of",
     "register",
+    "typed_config",
 ]

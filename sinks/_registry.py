@@ -6,6 +6,7 @@ Built-in sinks register here; third-party sinks register through the Python entr
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable, Mapping
 from importlib import import_module
@@ -16,7 +17,13 @@ from typing import Any
 from durable_sinks.core.errors import ConfigError
 from durable_sinks.core.extras import needs_extra, require_extra
 from durable_sinks.core.protocol import SinkConnector
-from durable_sinks.core.settings import check_settings, closest, option_names
+from durable_sinks.core.settings import (
+    check_settings,
+    closest,
+    current_names,
+    option_names,
+    settings_of,
+)
 
 ENTRY_POINT_GROUP = "durable_sinks.sinks"
 SinkFactory = Callable[[Mapping[str, Any]], SinkConnector]
@@ -49,7 +56,7 @@ def create(kind: str, config: Mapping[str, Any]) -> SinkConnector:
             f"the entry-point group {ENTRY_POINT_GROUP!r}",
         )
     _load(kind)
-    return factory(config)
+    return factory(current_options(kind, config, stacklevel=4))
 
 
 def _load_entry_points() -> None:
@@ -58,9 +65,25 @@ def _load_entry_points() -> None:
             register(entry.name, entry.load())
 
 
+def current_options(kind: str, config: Mapping[str, Any], *, stacklevel: int = 3) -> dict[str, Any]:
+    """`config` with the older spellings of `kind`'s options (core/settings.py RENAMED)
+    rewritten to the current ones, each with a DeprecatedOptionWarning."""
+    return current_names(kind, config, _where(kind, config), stacklevel=stacklevel + 1)
+
+
+def typed_config(config: object) -> tuple[str, dict[str, Any]] | None:
+    """The kind and settings of a typed configuration (`Postgres(...)`, `Kafka(...)`, ...:
+    a dataclass instance whose class names its `kind`), as `create` takes them; None for
+    anything else."""
+    kind = getattr(type(config), "kind", None)
+    if not isinstance(kind, str) or not dataclasses.is_dataclass(config):
+        return None
+    return kind, settings_of(config)
+
+
 def config_class_of(kind: str) -> type[Any] | None:
     """The configuration dataclass of a built-in kind (None for a plugin's: only its factory
-    knows its options). Imports that kind's package only."""
+    knows its options). Imports that kind's package and checks its client is installed."""
     if kind not in _BUILT_IN:
         return None
     _, name, _ = _BUILT_IN[kind]
@@ -77,35 +100,41 @@ def options_of(kind: str) -> list[str] | None:
 #: Each built-in kind's package (relative to this package), configuration class and the extra
 #: that installs its client (core/extras.py; None: it needs none).
 _BUILT_IN: dict[str, tuple[str, str, str | None]] = {
-    "delta": (".delta", "DeltaSinkConfig", "delta"),
-    "files": (".files", "FileSinkConfig", None),
-    "kafka": (".kafka", "KafkaSinkConfig", "kafka"),
-    "postgres": (".postgres", "PostgresSinkConfig", "postgres"),
-    "s3": (".s3", "S3SinkConfig", "s3"),
+    "delta": (".delta", "Delta", "delta"),
+    "files": (".files", "Files", None),
+    "kafka": (".kafka", "Kafka", "kafka"),
+    "postgres": (".postgres", "Postgres", "postgres"),
+    "s3": (".s3", "S3", "s3"),
 }
 
 
 def _load(kind: str) -> ModuleType | None:
-    """A built-in kind's package, imported with its client (None for a plugin's kind): the
-    one place a sink's package is first imported, so a missing client is a ConfigError naming
-    the extra to install (`pip install 'durable-sinks[kafka]'`), whether the sink is asked
-    for by `create`, `sink(...)`, `durable_sink(...)` or the command line."""
+    """A built-in kind's package, with its sink module and client (None for a plugin's
+    kind): the one place a sink's client is first imported, so a missing client is a
+    ConfigError naming the extra to install (`pip install 'durable-sinks[kafka]'`), whether
+    the sink is asked for by `create`, `sink(...)`, `durable_sink(...)` (string or typed
+    form) or the command line. The package alone (its configuration class) needs no client."""
     if kind not in _BUILT_IN:
         return None
     module, _, extra = _BUILT_IN[kind]
     if extra is None:
+        import_module(f"{module}.sink", __package__)
         return import_module(module, __package__)
     what = f"the {kind} sink"
     require_extra(extra, what)
     with needs_extra(extra, what):
-        return import_module(module, __package__)
+        import_module(f"{module}.sink", __package__)
+    return import_module(module, __package__)
+
+
+def _where(kind: str, options: Mapping[str, Any]) -> str:
+    name = options.get("name", kind)
+    return f"{kind} sink {name!r}" if isinstance(name, str) else f"{kind} sink"
 
 
 def _checked(kind: str, config_class: type[Any], options: Mapping[str, Any]) -> None:
     """Names, required options and types, before the config class checks values."""
-    name = options.get("name", kind)
-    where = f"{kind} sink {name!r}" if isinstance(name, str) else f"{kind} sink"
-    check_settings(config_class, options, where)
+    check_settings(config_class, options, _where(kind, options))
 
 
 def _as_tuple(options: dict[str, Any], name: str) -> None:
@@ -118,51 +147,51 @@ def _as_tuple(options: dict[str, Any], name: str) -> None:
 
 
 def _files(config: Mapping[str, Any]) -> SinkConnector:
-    from .files import FileSink, FileSinkConfig
+    from .files import Files, FileSink
 
     options = dict(config)
     if isinstance(options.get("path"), os.PathLike):
         options["path"] = os.fspath(options["path"])
-    _checked("files", FileSinkConfig, options)
-    return FileSink(FileSinkConfig(**options))
+    _checked("files", Files, options)
+    return FileSink(Files(**options))
 
 
 def _postgres(config: Mapping[str, Any]) -> SinkConnector:
-    from .postgres import PostgresSink, PostgresSinkConfig
+    from .postgres import Postgres, PostgresSink
 
     options = dict(config)
     _as_tuple(options, "key")
-    _checked("postgres", PostgresSinkConfig, options)
-    return PostgresSink(PostgresSinkConfig(**options))
+    _checked("postgres", Postgres, options)
+    return PostgresSink(Postgres(**options))
 
 
 def _kafka(config: Mapping[str, Any]) -> SinkConnector:
-    from .kafka import KafkaSink, KafkaSinkConfig
+    from .kafka import Kafka, KafkaSink
 
     options = dict(config)
     _as_tuple(options, "header_columns")
-    _checked("kafka", KafkaSinkConfig, options)
-    return KafkaSink(KafkaSinkConfig(**options))
+    _checked("kafka", Kafka, options)
+    return KafkaSink(Kafka(**options))
 
 
 def _delta(config: Mapping[str, Any]) -> SinkConnector:
-    from .delta import DeltaSink, DeltaSinkConfig
+    from .delta import Delta, DeltaSink
 
     options = dict(config)
     if isinstance(options.get("path"), os.PathLike):
         options["path"] = os.fspath(options["path"])
     _as_tuple(options, "key")
     _as_tuple(options, "partition_by")
-    _checked("delta", DeltaSinkConfig, options)
-    return DeltaSink(DeltaSinkConfig(**options))
+    _checked("delta", Delta, options)
+    return DeltaSink(Delta(**options))
 
 
 def _s3(config: Mapping[str, Any]) -> SinkConnector:
-    from .s3 import S3Sink, S3SinkConfig
+    from .s3 import S3, S3Sink
 
     options = dict(config)
-    _checked("s3", S3SinkConfig, options)
-    return S3Sink(S3SinkConfig(**options))
+    _checked("s3", S3, options)
+    return S3Sink(S3(**options))
 
 
 register("delta", _delta)

@@ -1,8 +1,26 @@
 """Delta Lake tables (delta-rs): an epoch's Parquet files written under the table's folder
 (phase 1) and one Delta log commit per epoch carrying the job's application transaction
-(docs/delta.md)."""
+(docs/delta.md).
 
-from .config import DeltaSinkConfig
-from .sink import DeltaSink
+Importing this package loads only the configuration (no client): `DeltaSink` loads deltalake
+when first used."""
 
-__all__ = ["DeltaSink", "DeltaSinkConfig"]
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .config import Delta, DeltaSinkConfig
+
+if TYPE_CHECKING:
+    from .sink import DeltaSink
+
+
+def __getattr__(name: str) -> Any:
+    if name == "DeltaSink":
+        from .sink import DeltaSink
+
+        return DeltaSink
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["Delta", "DeltaSink", "DeltaSinkConfig"]

@@ -51,7 +51,7 @@ from durable_sinks.core.protocol import (
 from durable_sinks.core.schemas import schema_difference
 
 from . import operations
-from .config import FileSinkConfig
+from .config import Files
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -78,7 +78,7 @@ class _Participant:
 class FileSink:
     """Exactly-once Parquet files through staging folders and atomic renames."""
 
-    def __init__(self, config: FileSinkConfig) -> None:
+    def __init__(self, config: Files) -> None:
         self.config = config
         self.root = Path(config.path)
         self._context: OpenContext | None = None

@@ -53,7 +53,7 @@ from durable_sinks.core.protocol import (
 from . import operations
 from .admin import Cluster, TopicFacts
 from .clientlog import ClientLog
-from .config import KafkaSinkConfig
+from .config import Kafka
 from .errors import typed
 from .producer import TransactionalProducer
 from .progress import (
@@ -108,7 +108,7 @@ class _Opened:
 class KafkaSink:
     """Exactly-once into one Kafka topic; the job's last resource (see the module docs)."""
 
-    def __init__(self, config: KafkaSinkConfig) -> None:
+    def __init__(self, config: Kafka) -> None:
         self.config = config
         self._opened: _Opened | None = None
         self._job: str | None = None  # the job that opens it, for errors while opening

@@ -1,9 +1,27 @@
 """Postgres: prepared transactions, binary COPY from Arrow, epoch markers, fencing, append and
 upsert (docs/postgres.md). `sink` holds the protocol's methods; `config`, `catalog` (the
 table's checks), `fencing` (marker and fence tables), `load` (COPY and merge), `columns`
-(Arrow to Postgres types) and `errors` (psycopg's errors translated) the pieces they use."""
+(Arrow to Postgres types) and `errors` (psycopg's errors translated) the pieces they use.
 
-from .config import PostgresSinkConfig
-from .sink import PostgresSink
+Importing this package loads only the configuration (no client): `PostgresSink` loads psycopg
+when first used."""
 
-__all__ = ["PostgresSink", "PostgresSinkConfig"]
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .config import Postgres, PostgresSinkConfig
+
+if TYPE_CHECKING:
+    from .sink import PostgresSink
+
+
+def __getattr__(name: str) -> Any:
+    if name == "PostgresSink":
+        from .sink import PostgresSink
+
+        return PostgresSink
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["Postgres", "PostgresSink", "PostgresSinkConfig"]

@@ -21,7 +21,7 @@ from durable_sinks.core.errors import (
 )
 from durable_sinks.core.protocol import OpenContext
 
-from .config import PostgresSinkConfig
+from .config import Postgres
 
 #: Errors Postgres raises for data that does not fit the table: the epoch cannot succeed as
 #: it is, whatever the retries. DataError is SQLSTATE class 22 (a value: too long, out of
@@ -59,7 +59,7 @@ def where_in_copy(exc: psycopg.Error) -> tuple[str | None, int | None]:
     return (found.group(2) or exc.diag.column_name), int(found.group(1))
 
 
-def refusal(exc: psycopg.Error, config: PostgresSinkConfig | None) -> tuple[str, str]:
+def refusal(exc: psycopg.Error, config: Postgres | None) -> tuple[str, str]:
     """What a data error says about the epoch's data, and its fix, naming the column, row,
     constraint and key as far as the server names them."""
     column, row = where_in_copy(exc)
@@ -175,7 +175,7 @@ def translated(
     context: OpenContext,
     step: Step,
     fence_moved: Callable[[], bool],
-    config: PostgresSinkConfig | None = None,
+    config: Postgres | None = None,
 ) -> Iterator[None]:
     """Translate psycopg errors raised inside the block; no psycopg error leaves it.
 

@@ -20,7 +20,7 @@ from durable_sinks.core.naming import ParticipantName
 from durable_sinks.core.protocol import CommitHandle, OpenContext
 
 from .columns import nul_characters
-from .config import PostgresSinkConfig
+from .config import Postgres
 from .errors import refuse_data
 
 if TYPE_CHECKING:
@@ -37,7 +37,7 @@ class EpochLoad:
     """What one attempt at an epoch has loaded into its (still open) transaction."""
 
     def __init__(
-        self, epoch: int, name: ParticipantName, config: PostgresSinkConfig, context: OpenContext
+        self, epoch: int, name: ParticipantName, config: Postgres, context: OpenContext
     ) -> None:
         self.epoch = epoch
         self.context = context

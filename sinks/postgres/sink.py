@@ -63,7 +63,7 @@ from durable_sinks.core.secrets import resolve
 from . import operations
 from .catalog import TargetTable, refuse_foreign_prepared
 from .columns import null_violations
-from .config import PostgresSinkConfig
+from .config import Postgres
 from .errors import Step, first_line, refuse_data, translated
 from .fencing import MetaTables, application_name
 from .load import EpochLoad
@@ -84,7 +84,7 @@ class _Opened:
 class PostgresSink:
     """Exactly-once into one Postgres table, through prepared transactions."""
 
-    def __init__(self, config: PostgresSinkConfig) -> None:
+    def __init__(self, config: Postgres) -> None:
         self.config = config
         self._opened: _Opened | None = None
         self._admin: psycopg.Connection[Any] | None = None
@@ -118,7 +118,7 @@ class PostgresSink:
             return psycopg.connect(
                 resolve(self.config.dsn, f"postgres sink {self.name!r}: dsn"),
                 autocommit=autocommit,
-                connect_timeout=self.config.connect_timeout_s,
+                connect_timeout=self.config.effective_connect_timeout_s,
                 application_name=application_name(ctx, ctx.generation, self.config.dsn),
             )
         except psycopg.OperationalError as exc:
@@ -158,7 +158,7 @@ class PostgresSink:
             with psycopg.connect(
                 resolve(self.config.dsn, f"postgres sink {self.name!r}: dsn"),
                 autocommit=True,
-                connect_timeout=self.config.connect_timeout_s,
+                connect_timeout=self.config.effective_connect_timeout_s,
                 application_name=application_name(ctx, ctx.generation, self.config.dsn),
             ) as conn:
                 found = self._state().meta.fence_generation(conn)

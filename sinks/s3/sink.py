@@ -1,8 +1,8 @@
 """Exactly-once Parquet objects in S3: multipart uploads as phase 1 (docs/s3.md).
 
 - Phase 1 (`write_batch`, `pre_commit`): each participant writes its rows as Parquet into
-  multipart uploads (one object per `max_object_bytes`), a part uploaded whenever
-  `part_size` bytes are ready; `pre_commit` closes the Parquet file and uploads the last part.
+  multipart uploads (one object per `max_file_bytes`), a part uploaded whenever
+  `part_size_bytes` bytes are ready; `pre_commit` closes the Parquet file and uploads the last part.
   The handle carries bucket, keys, upload ids and part ETags. Nothing is visible.
 - Phase 2 (`commit_epoch`): CompleteMultipartUpload of each object, create-only
   (`If-None-Match: *`), so a replayed commit never overwrites; an object found complete with
@@ -51,7 +51,7 @@ from durable_sinks.core.schemas import schema_difference
 
 from . import operations
 from .checks import check_bucket, claim_prefix, highest_manifest
-from .config import S3SinkConfig
+from .config import S3
 from .epochs import EpochManifest
 from .layout import DataKey, Layout, epoch_text
 from .upload import PARTICIPANT_METADATA, ObjectUpload
@@ -85,7 +85,7 @@ class _Participant:
 class S3Sink:
     """Exactly-once Parquet objects under an S3 prefix (see the module docs)."""
 
-    def __init__(self, config: S3SinkConfig) -> None:
+    def __init__(self, config: S3) -> None:
         self.config = config
         self.layout = Layout(config.location)
         self._context: OpenContext | None = None
@@ -202,7 +202,7 @@ class S3Sink:
         written = current.upload.size - before
         self._counters["rows"] += batch.num_rows
         self._counters["bytes"] += written
-        if current.upload.size >= self.config.max_object_bytes:
+        if current.upload.size >= self.config.max_file_bytes:
             self._finish_object(current)
         return WriteResult(batch.num_rows, batch.nbytes)
 
@@ -213,7 +213,7 @@ class S3Sink:
             self.layout.bucket,
             key,
             str(current.name),
-            self.config.part_size,
+            self.config.part_size_bytes,
             lambda exc, action: self._upload_failure(exc, action, current),
         )
         current.writer = pq.ParquetWriter(
@@ -324,7 +324,7 @@ class S3Sink:
                 sink=self.name,
                 epoch=epoch,
                 fix="someone aborted the upload (a bucket lifecycle rule shorter than "
-                "recovery_window_days, or a person): the epoch's rows must be restored from "
+                "recovery_window_s, or a person): the epoch's rows must be restored from "
                 "the source; keep the decision record for the audit",
             ) from cause
         owner = head.get("Metadata", {}).get(PARTICIPANT_METADATA)

@@ -1,7 +1,7 @@
 """One data object written as an S3 multipart upload, as the Parquet writer produces it.
 
 `ObjectUpload` is the file the Parquet writer writes into: bytes gather in a buffer of
-`part_size` and each full buffer is uploaded as the next part, so memory stays at about one
+`part_size_bytes` and each full buffer is uploaded as the next part, so memory stays at about one
 part however large the object grows. `finish()` uploads what is left (the Parquet footer and
 the tail, which may be smaller than 5 MiB: S3 allows that for the last part) and returns what
 completing the upload needs: the upload id and the parts' ETags. Nothing is visible until the

@@ -72,7 +72,7 @@ def test_delta_sink_alone() -> None:
 @pytest.mark.timeout(TIME_LIMIT)
 def test_delta_sink_merge_by_key() -> None:
     stats = run_conformance(
-        scenario_of(mode="merge", key=("key",)), max_examples=CONFORMANCE_SAMPLE
+        scenario_of(mode="upsert", key=("key",)), max_examples=CONFORMANCE_SAMPLE
     )
     check_exercised(stats)
 

@@ -68,8 +68,8 @@ def test_durable_sink_refuses_bad_arguments_before_contacting_anything() -> None
         durable_sink("postgres", dsn="host=x", table="a.b.c", job_id="j")
     with pytest.raises(ConfigError, match="unknown option 'tabel'; did you mean 'table'"):
         durable_sink("postgres", dsn="host=x", table="t", tabel="u", job_id="j")
-    with pytest.raises(ConfigError, match="go into its sink"):
-        durable_sink([sink("files", path="/tmp/x")], job_id="j", table="t")
+    with pytest.raises(ConfigError, match="are not job options"):
+        durable_sink([sink("files", path="/tmp/x")], job_id="j", table="t")  # type: ignore[call-overload]
     with pytest.raises(ConfigError, match="non-empty list"):
         durable_sink([], job_id="j")
     with pytest.raises(ConfigError, match="is not a sink"):
