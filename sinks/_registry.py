@@ -56,7 +56,7 @@ def create(kind: str, config: Mapping[str, Any]) -> SinkConnector:
             f"the entry-point group {ENTRY_POINT_GROUP!r}",
         )
     _load(kind)
-    return factory(current_options(kind, config, stacklevel=4))
+    return factory(current_options(kind, config, stacklevel=3))
 
 
 def _load_entry_points() -> None:
@@ -67,7 +67,8 @@ def _load_entry_points() -> None:
 
 def current_options(kind: str, config: Mapping[str, Any], *, stacklevel: int = 3) -> dict[str, Any]:
     """`config` with the older spellings of `kind`'s options (core/settings.py RENAMED)
-    rewritten to the current ones, each with a DeprecatedOptionWarning."""
+    rewritten to the current ones, each with a DeprecatedOptionWarning attributed to the
+    frame `stacklevel` up from this function's (2: its caller)."""
     return current_names(kind, config, _where(kind, config), stacklevel=stacklevel + 1)
 
 

@@ -38,14 +38,14 @@ class ObjectUpload:
         bucket: str,
         key: str,
         participant: str,
-        part_size: int,
+        part_size_bytes: int,
         fail: Failure,
     ) -> None:
         self.client = client
         self.bucket = bucket
         self.key = key
         self.participant = participant
-        self.part_size = part_size
+        self.part_size_bytes = part_size_bytes
         self._fail = fail
         self.etags: list[str] = []
         self.rows = 0
@@ -69,7 +69,7 @@ class ObjectUpload:
         view = memoryview(data).cast("B")
         self._buffer += view
         self.size += len(view)
-        if len(self._buffer) >= self.part_size:
+        if len(self._buffer) >= self.part_size_bytes:
             self._upload_buffer()
         return len(view)
 

@@ -140,7 +140,7 @@ def test_settings_that_do_not_fit_the_table_are_refused_at_start(tmp_path: Path)
     with pytest.raises(ConfigError, match="key column 'nope'"):
         coordinator(tmp_path, mode="upsert", key="nope").start()
     with pytest.raises(ConfigError, match="needs the key columns"):
-        create("delta", {"path": str(tmp_path / "table"), "mode": "merge"})
+        create("delta", {"path": str(tmp_path / "table"), "mode": "upsert"})
     with pytest.raises(ConfigError, match="neither an absolute local path nor s3"):
         create("delta", {"path": "relative/table"})
 

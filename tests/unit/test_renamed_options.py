@@ -20,6 +20,7 @@ from durable_sinks.coordinator import RetryPolicy
 from durable_sinks.core.errors import ConfigError
 from durable_sinks.core.settings import RENAMED, RenamedOption
 from durable_sinks.manifest.postgres import PostgresDecisionStore
+from durable_sinks.sinks import create
 from durable_sinks.spark._datasource import parse_options
 
 DSN = "host=127.0.0.1 port=1 dbname=x user=u password=hunter2-secret"
@@ -55,6 +56,7 @@ def test_every_renamed_sink_option_is_tested_here() -> None:
         if isinstance(r, RenamedOption)
     }
     elsewhere = {
+        ("job", "mode"),  # tests/unit/test_spark_options.py
         ("postgres_store", "connect_timeout"),
         ("retry_policy", "max_seconds"),
         ("retry_policy", "first_wait"),
@@ -67,8 +69,14 @@ def test_every_renamed_sink_option_is_tested_here() -> None:
 def test_an_old_name_works_with_a_warning_naming_both(
     kind: str, old: str, value: Any, new: str, converted: Any
 ) -> None:
-    with pytest.warns(DeprecatedOptionWarning, match=rf"option {old} is deprecated: write {new}"):
+    with pytest.warns(
+        DeprecatedOptionWarning, match=rf"option {old} is deprecated: write {new}"
+    ) as caught:
         spec = sink(kind, **BASE[kind], **{old: value})
+    assert caught[0].filename == __file__  # the caller's line, where the fix goes
+    with pytest.warns(DeprecatedOptionWarning) as caught:
+        create(kind, {**BASE[kind], old: value})
+    assert caught[0].filename == __file__
     assert spec.config == {**BASE[kind], new: converted}
     assert spec == sink(kind, **BASE[kind], **{new: converted})
     with warnings.catch_warnings():  # the spec holds the current names: no second warning

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from durable_sinks.core import DeliveryGuarantee
-from durable_sinks.core.errors import ConfigError
+from durable_sinks.core.errors import ConfigError, DeprecatedOptionWarning
 from durable_sinks.manifest import LocalDirectoryStore, store_from
 from durable_sinks.manifest._choose import is_postgres_dsn
 from durable_sinks.manifest.postgres import PostgresDecisionStore
@@ -42,7 +42,8 @@ def test_job_options_are_split_from_sink_options() -> None:
         ({"job_id": "j", "guarantee": "exactly-twice"}, "guarantee"),
         ({"job_id": "j", "execution": "cluster"}, "execution"),
         ({"job_id": "j", "mode": "cluster"}, "neither a sink's mode"),
-        ({"job_id": "j", "mode": "driver", "execution": "executor"}, "contradicts"),
+        ({"job_id": "j", "mode": "driver", "execution": "executor"}, "same option"),
+        ({"job_id": "j", "mode": "driver", "execution": "driver"}, "same option"),
         ({"job_id": "j", "max_rows_in_memory": 0}, "max_rows_in_memory"),
         ({"job_id": "j", "driver_read": "collect"}, "driver_read"),
         ({"job_id": "j", "retain_epochs": 0}, "retain_epochs"),
@@ -104,11 +105,11 @@ def test_execution_has_its_own_name_and_mode_is_the_postgres_sinks() -> None:
 def test_the_old_spelling_of_execution_still_works_with_a_deprecation_warning(
     tmp_path: Path,
 ) -> None:
-    with pytest.warns(DeprecationWarning, match=r"mode='executor'.*execution='executor'"):
+    with pytest.warns(DeprecatedOptionWarning, match=r"option mode is deprecated: write execution"):
         job, rest = JobOptions.split({"job_id": "j", "mode": "executor"})
     assert job.execution == "executor"
     assert rest == {}
-    with pytest.warns(DeprecationWarning, match="execution='driver'") as caught:
+    with pytest.warns(DeprecatedOptionWarning, match="mode='driver' or 'executor'") as caught:
         writer = durable_sink(
             "files", path=str(tmp_path / "out"), job_id="j", mode="driver", decision_store=tmp_path
         )
@@ -166,7 +167,7 @@ def test_data_source_options_are_read_from_spark_strings() -> None:
         pytest.param(
             {"job_id": "j", "kind": "files", "path2": "x", "mode": "driver"},
             "always writes",
-            marks=pytest.mark.filterwarnings("ignore:durable_sink.mode=:DeprecationWarning"),
+            marks=pytest.mark.filterwarnings("ignore::durable_sinks.DeprecatedOptionWarning"),
         ),
     ],
 )

@@ -1,6 +1,6 @@
 """Checking settings against the dataclass that declares them, before anything is built.
 
-A configuration class (PostgresSinkConfig, KafkaSinkConfig, JobOptions, ...) declares each
+A configuration class (Postgres, Kafka, JobOptions, ...) declares each
 setting's type in its annotations. `check_settings` compares what a user passed with them and
 raises one ConfigError naming the setting, the type given and the type wanted, or, for a name
 the class does not have, the closest one it has (`tabel=` -> "did you mean 'table'?").
@@ -47,8 +47,12 @@ class RenamedOption:
     new: str
     #: How an older value becomes a current one (None: unchanged).
     convert: Callable[[Any], Any] | None = None
-    #: The unit conversion in words, for the warning ("milliseconds -> seconds, / 1000").
-    unit: str | None = None
+    #: The conversion (or the values the older name stands for) in words, for the warning
+    #: ("milliseconds -> seconds, divided by 1000").
+    note: str | None = None
+    #: Which values of the older name are this option (None: all); the name means something
+    #: else for the others.
+    when: Callable[[Any], bool] | None = None
 
 
 @dataclass(frozen=True)
@@ -102,7 +106,14 @@ RENAMED: Mapping[str, tuple[RenamedOption | RenamedValue, ...]] = {
         RenamedValue("mode", "merge", "upsert"),
     ),
     "files": (),
-    "job": (),
+    "job": (
+        RenamedOption(
+            "mode",
+            "execution",
+            note="for mode='driver' or 'executor'; mode is otherwise the sink's own",
+            when=lambda value: value in ("driver", "executor"),
+        ),
+    ),
     "postgres_store": (RenamedOption("connect_timeout", "connect_timeout_s"),),
     "retry_policy": (
         RenamedOption("max_seconds", "tolerance_s"),
@@ -134,18 +145,20 @@ def current_names(
             continue
         if renamed.old not in current:
             continue
+        if renamed.when is not None and not renamed.when(current[renamed.old]):
+            continue
         if renamed.new in current:
             raise ConfigError(
                 f"{where}: {renamed.old} and {renamed.new} are the same option (the older "
                 f"and the current name)",
                 job=job,
-                fix=f"give only {renamed.new}=..." + (" (seconds)" if renamed.unit else ""),
+                fix=f"give only {renamed.new}=...",
             )
         value = current.pop(renamed.old)
         current[renamed.new] = renamed.convert(value) if renamed.convert else value
-        unit = f" ({renamed.unit})" if renamed.unit else ""
+        note = f" ({renamed.note})" if renamed.note else ""
         warnings.warn(
-            f"{where}: option {renamed.old} is deprecated: write {renamed.new}{unit}",
+            f"{where}: option {renamed.old} is deprecated: write {renamed.new}{note}",
             DeprecatedOptionWarning,
             stacklevel=stacklevel,
         )
