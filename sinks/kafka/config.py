@@ -1,5 +1,6 @@
-"""The Kafka sink's configuration: a picklable dataclass checked when it is built (on the
-driver, before anything connects); the cluster is checked at `open` (admin.py)."""
+"""The Kafka sink's configuration, `durable_sinks.Kafka`: a frozen, picklable dataclass checked
+when it is built (on the driver, before anything connects); the cluster is checked at `open`
+(admin.py). Importing it loads no part of the `kafka` extra (confluent-kafka, orjson)."""
 
 from __future__ import annotations
 
@@ -7,13 +8,14 @@ import ipaddress
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from durable_sinks.core.errors import ConfigError
 from durable_sinks.core.redaction import is_secret, redact
 from durable_sinks.core.secrets import resolve_settings
 
-from .records import RecordLayout
+if TYPE_CHECKING:
+    from .records import RecordLayout
 
 ConfigValue = str | int | float | bool
 
@@ -196,6 +198,9 @@ class Kafka:
 
     @property
     def layout(self) -> RecordLayout:
+        """How a row becomes a record (loads the record encoder, and with it orjson)."""
+        from .records import RecordLayout
+
         return RecordLayout(
             self.value_column,
             self.key_column,

@@ -1,5 +1,5 @@
 """An install without the `kafka` extra, for real: a virtualenv that has every package of
-this one except confluent-kafka (its package, .dist-info and bundled librdkafka). Asking for
+this one except confluent-kafka (its package, .dist-info and bundled librdkafka) and orjson. Asking for
 a Kafka sink there is a ConfigError naming `durable-sinks[kafka]`, from the Python API (by
 kind or as a typed `Kafka(...)` configuration) and from the command line, while the files
 sink builds as usual. The typed configurations import and build there, loading no client.
@@ -28,7 +28,9 @@ from durable_sinks.core.errors import ConfigError
 import durable_sinks
 
 kafka = {"bootstrap_servers": "localhost:9092", "topic": "events"}
-CLIENTS = ("confluent_kafka", "psycopg", "pgpq", "boto3", "botocore", "deltalake", "pyspark")
+CLIENTS = (
+    "confluent_kafka", "orjson", "psycopg", "pgpq", "boto3", "botocore", "deltalake", "pyspark"
+)
 loaded_by_import = sorted(m for m in sys.modules if m.split(".")[0] in CLIENTS)
 folder = sys.argv[1]
 typed = Kafka(**kafka, transaction_timeout_s=90.0)
@@ -68,15 +70,16 @@ print(json.dumps(report))
 
 @pytest.fixture(scope="module")
 def python_without_kafka(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The Python of a venv that is this one without confluent-kafka."""
+    """The Python of a venv that is this one without the kafka extra's modules."""
     python, left_out = venv_without(
         tmp_path_factory.mktemp("no-kafka") / "venv",
-        lambda name: name.split("-")[0] in ("confluent_kafka", "confluent_kafka.libs"),
+        lambda name: name.split("-")[0] in ("confluent_kafka", "confluent_kafka.libs", "orjson"),
     )
     # This venv has the client (dev installs every extra): something must have been left out,
     # or the test would prove nothing.
     assert any(name.endswith(".dist-info") for name in left_out), left_out
     assert "confluent_kafka" in left_out, left_out
+    assert "orjson" in left_out, left_out
     return python
 
 
