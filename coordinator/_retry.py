@@ -15,12 +15,13 @@ from tenacity import (
 )
 
 from durable_sinks.core.errors import DurableSinkError
-from durable_sinks.core.settings import current_names
+from durable_sinks.core.settings import accepts_renamed
 
 T = TypeVar("T")
 
 
-@dataclass(frozen=True, init=False)
+@accepts_renamed("retry_policy", "RetryPolicy")
+@dataclass(frozen=True)
 class RetryPolicy:
     """How the coordinator retries one phase-2 commit or rollback call in place, on the same
     connections, when it fails with an error that says it is retriable (TransientError,
@@ -35,39 +36,14 @@ class RetryPolicy:
     (coordinator/_outage.py). The older names `max_seconds`, `first_wait` and `max_wait`
     are accepted with a DeprecatedOptionWarning."""
 
-    attempts: int
-    tolerance_s: float
-    first_wait_s: float
-    max_wait_s: float
-
-    def __init__(
-        self,
-        attempts: int = 8,
-        tolerance_s: float | None = None,
-        first_wait_s: float | None = None,
-        max_wait_s: float | None = None,
-        *,
-        max_seconds: float | None = None,
-        first_wait: float | None = None,
-        max_wait: float | None = None,
-    ) -> None:
-        """`tolerance_s` (default 10.0), `first_wait_s` (0.05) and `max_wait_s` (5.0) are
-        seconds; `max_seconds`, `first_wait` and `max_wait` are their older names."""
-        given = {
-            "tolerance_s": tolerance_s,
-            "first_wait_s": first_wait_s,
-            "max_wait_s": max_wait_s,
-            "max_seconds": max_seconds,
-            "first_wait": first_wait,
-            "max_wait": max_wait,
-        }
-        chosen = current_names(
-            "retry_policy", {k: v for k, v in given.items() if v is not None}, "RetryPolicy"
-        )
-        object.__setattr__(self, "attempts", attempts)
-        object.__setattr__(self, "tolerance_s", chosen.get("tolerance_s", 10.0))
-        object.__setattr__(self, "first_wait_s", chosen.get("first_wait_s", 0.05))
-        object.__setattr__(self, "max_wait_s", chosen.get("max_wait_s", 5.0))
+    attempts: int = 8
+    """Calls at most, the first included."""
+    tolerance_s: float = 10.0
+    """Seconds from the first call after which no further call is made."""
+    first_wait_s: float = 0.05
+    """Seconds waited after the first failure (doubled after each next one)."""
+    max_wait_s: float = 5.0
+    """The longest wait between two calls, in seconds."""
 
     def retrying(self) -> Retrying:
         return Retrying(

@@ -50,7 +50,7 @@ from durable_sinks.core.errors import (
 )
 from durable_sinks.core.redaction import redact
 from durable_sinks.core.secrets import check, resolve
-from durable_sinks.core.settings import current_names
+from durable_sinks.core.settings import accepts_renamed
 
 from ._record import DecisionRecord
 from ._store import require_open, require_own
@@ -60,6 +60,7 @@ def _first_line(exc: BaseException) -> str:
     return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 
 
+@accepts_renamed("postgres_store", "PostgresDecisionStore")
 class PostgresDecisionStore:
     """A durable DecisionStore in Postgres (one instance per job, from `open` on)."""
 
@@ -70,16 +71,10 @@ class PostgresDecisionStore:
         schema: str = "public",
         connect_timeout_s: float | None = None,
         where: str | None = None,
-        connect_timeout: int | None = None,
     ) -> None:
         """`connect_timeout_s`: seconds a connection attempt may take (rounded up; default:
-        the DSN's, else 10); `connect_timeout` is its older name."""
-        if connect_timeout is not None:
-            given: dict[str, float] = {"connect_timeout": connect_timeout}
-            if connect_timeout_s is not None:
-                given["connect_timeout_s"] = connect_timeout_s
-            current = current_names("postgres_store", given, "PostgresDecisionStore")
-            connect_timeout_s = current["connect_timeout_s"]
+        the DSN's, else 10); `connect_timeout`, its older name, is accepted with a
+        DeprecatedOptionWarning."""
         self._dsn = dsn
         self.schema = schema
         check(dsn, where or "the job's decision store")

@@ -13,7 +13,7 @@ from durable_sinks.core.errors import ConfigError
 from durable_sinks.core.naming import check_sink_name
 from durable_sinks.core.s3 import AddressingStyle, S3Connection, S3Location, connection_of
 from durable_sinks.core.secrets import check
-from durable_sinks.core.settings import current_values
+from durable_sinks.core.settings import accepts_renamed, current_values
 
 COMPRESSIONS = ("none", "snappy", "gzip", "zstd", "lz4", "brotli")
 MODES = ("append", "upsert")
@@ -23,6 +23,7 @@ _LOCAL = re.compile(r"^(file://)?/")
 Mode = Literal["append", "upsert"]
 
 
+@accepts_renamed("delta")
 @dataclass(frozen=True)
 class Delta:
     """A Delta Lake table (delta-rs) as a sink: `durable_sink(Delta(path="/data/events"),

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, ClassVar
 from durable_sinks.core.errors import ConfigError
 from durable_sinks.core.redaction import is_secret, redact
 from durable_sinks.core.secrets import resolve_settings
+from durable_sinks.core.settings import accepts_renamed
 
 if TYPE_CHECKING:
     from .records import RecordLayout
@@ -67,6 +68,7 @@ CONNECTION_PREFIXES = (
 )
 
 
+@accepts_renamed("kafka")
 @dataclass(frozen=True)
 class Kafka:
     """A Kafka topic as a sink: `durable_sink(Kafka(bootstrap_servers=..., topic="events"),

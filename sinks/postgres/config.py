@@ -14,11 +14,13 @@ from durable_sinks.core.connecting import connect_timeout
 from durable_sinks.core.errors import ConfigError
 from durable_sinks.core.redaction import redact
 from durable_sinks.core.secrets import check
+from durable_sinks.core.settings import accepts_renamed
 
 #: What the sink accepts as a schema, table, column or meta-schema name (unquoted).
 IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]{0,62}$")
 
 
+@accepts_renamed("postgres")
 @dataclass(frozen=True)
 class Postgres:
     """A Postgres table as a sink: `durable_sink(Postgres(dsn=..., table="events"),

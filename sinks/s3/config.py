@@ -18,12 +18,14 @@ from durable_sinks.core.s3 import (
     S3Location,
     connection_of,
 )
+from durable_sinks.core.settings import accepts_renamed
 
 COMPRESSIONS = ("none", "snappy", "gzip", "zstd", "lz4", "brotli")
 MiB = 1024 * 1024
 DAY_S = 86_400.0
 
 
+@accepts_renamed("s3")
 @dataclass(frozen=True)
 class S3:
     """An S3 prefix (AWS or an S3-compatible server) as a sink of Parquet objects:

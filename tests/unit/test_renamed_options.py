@@ -14,10 +14,11 @@ from typing import Any
 
 import pytest
 
-from durable_sinks import Delta, DeprecatedOptionWarning, durable_sink, sink
+from durable_sinks import S3, Delta, DeprecatedOptionWarning, Kafka, Postgres, durable_sink, sink
 from durable_sinks.cli._jobfile import specs_of
 from durable_sinks.coordinator import RetryPolicy
 from durable_sinks.core.errors import ConfigError
+from durable_sinks.core.s3 import S3Connection
 from durable_sinks.core.settings import RENAMED, RenamedOption
 from durable_sinks.manifest.postgres import PostgresDecisionStore
 from durable_sinks.sinks import create
@@ -46,6 +47,7 @@ RENAMES = [
     ("delta", "read_timeout", 30, "read_timeout_s", 30),
 ]
 IDS = [f"{kind}.{old}" for kind, old, *_ in RENAMES]
+CLASSES: dict[str, Any] = {"postgres": Postgres, "kafka": Kafka, "s3": S3, "delta": Delta}
 
 
 def test_every_renamed_sink_option_is_tested_here() -> None:
@@ -58,6 +60,8 @@ def test_every_renamed_sink_option_is_tested_here() -> None:
     elsewhere = {
         ("job", "mode"),  # tests/unit/test_spark_options.py
         ("postgres_store", "connect_timeout"),
+        ("s3_connection", "connect_timeout"),
+        ("s3_connection", "read_timeout"),
         ("retry_policy", "max_seconds"),
         ("retry_policy", "first_wait"),
         ("retry_policy", "max_wait"),
@@ -82,6 +86,23 @@ def test_an_old_name_works_with_a_warning_naming_both(
     with warnings.catch_warnings():  # the spec holds the current names: no second warning
         warnings.simplefilter("error")
         spec.build()
+
+
+@pytest.mark.parametrize(("kind", "old", "value", "new", "converted"), RENAMES, ids=IDS)
+def test_the_typed_configuration_takes_the_old_name_at_run_time(
+    kind: str, old: str, value: Any, new: str, converted: Any
+) -> None:
+    """A type checker refuses the older name (the class declares only the current one); run
+    as it is, the constructor rewrites it as the string form does."""
+    cls = CLASSES[kind]
+    with pytest.warns(
+        DeprecatedOptionWarning, match=rf"option {old} is deprecated: write {new}"
+    ) as caught:
+        config = cls(**BASE[kind], **{old: value})
+    assert caught[0].filename == __file__
+    assert config == cls(**BASE[kind], **{new: converted})
+    with pytest.raises(ConfigError, match=f"{old} and {new} are the same option"):
+        cls(**BASE[kind], **{old: value, new: converted})
 
 
 @pytest.mark.parametrize(("kind", "old", "value", "new", "converted"), RENAMES, ids=IDS)
@@ -152,15 +173,21 @@ def test_a_job_file_and_the_data_source_accept_old_names() -> None:
 
 def test_the_postgres_decision_store_takes_its_old_name() -> None:
     with pytest.warns(DeprecatedOptionWarning, match="write connect_timeout_s"):
-        store = PostgresDecisionStore(DSN, connect_timeout=4)
+        store = PostgresDecisionStore(DSN, connect_timeout=4)  # type: ignore[call-arg]
     assert store.connect_timeout_s == 4
     with pytest.raises(ConfigError, match="same option"):
-        PostgresDecisionStore(DSN, connect_timeout=4, connect_timeout_s=4)
+        PostgresDecisionStore(DSN, connect_timeout=4, connect_timeout_s=4)  # type: ignore[call-arg]
+
+
+def test_the_s3_connection_takes_its_old_names() -> None:
+    with pytest.warns(DeprecatedOptionWarning, match="S3Connection: option read_timeout"):
+        connection = S3Connection(read_timeout=5)  # type: ignore[call-arg]
+    assert connection == S3Connection(read_timeout_s=5)
 
 
 def test_the_commit_retry_policy_takes_its_old_names() -> None:
     with pytest.warns(DeprecatedOptionWarning) as caught:
-        policy = RetryPolicy(3, max_seconds=5, first_wait=0.01, max_wait=1)
+        policy = RetryPolicy(3, max_seconds=5, first_wait=0.01, max_wait=1)  # type: ignore[call-arg]
     assert sorted(str(w.message) for w in caught) == [
         f"RetryPolicy: option {old} is deprecated: write {new}"
         for old, new in (
@@ -172,7 +199,7 @@ def test_the_commit_retry_policy_takes_its_old_names() -> None:
     assert policy == RetryPolicy(3, tolerance_s=5, first_wait_s=0.01, max_wait_s=1)
     assert RetryPolicy() == RetryPolicy(8, 10.0, 0.05, 5.0)
     with pytest.raises(ConfigError, match="max_wait and max_wait_s are the same option"):
-        RetryPolicy(max_wait=1, max_wait_s=2)
+        RetryPolicy(max_wait=1, max_wait_s=2)  # type: ignore[call-arg]
 
 
 def test_python_shows_the_warning_by_default(tmp_path: Path) -> None:

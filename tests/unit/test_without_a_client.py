@@ -1,8 +1,9 @@
 """An install without the `kafka` extra, for real: a virtualenv that has every package of
-this one except confluent-kafka (its package, .dist-info and bundled librdkafka) and orjson. Asking for
-a Kafka sink there is a ConfigError naming `durable-sinks[kafka]`, from the Python API (by
-kind or as a typed `Kafka(...)` configuration) and from the command line, while the files
-sink builds as usual. The typed configurations import and build there, loading no client.
+this one except confluent-kafka (its package, .dist-info and bundled librdkafka) and orjson.
+Asking for a Kafka sink there is a ConfigError naming `durable-sinks[kafka]`, from the
+Python API (by kind or as a typed `Kafka(...)` configuration) and from the command line,
+while the files sink builds as usual. The typed configurations import and build there,
+loading no client.
 
 The virtualenv is made without pip and without the package index: its site-packages links
 to this one's entries (tests/support/venvs.py), so it takes a second or two.

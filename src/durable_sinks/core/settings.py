@@ -14,8 +14,9 @@ One idea has one name and one unit everywhere: durations are seconds (a number, 
 in `_s`), sizes bytes (names ending in `_bytes`). `RENAMED` is the one table of older
 spellings still accepted: `current_names` rewrites them (converting the unit) with a
 DeprecatedOptionWarning, for the string form (`durable_sink("kafka", ...)`, `sink(...)`, job
-files, the data source's options) and `current_values` for the typed form
-(`Delta(mode="merge")`).
+files, the data source's options); `accepts_renamed` makes a class's constructor do the same
+for keywords (`S3(max_object_bytes=...)`, at run time: type checkers know only the current
+names), and `current_values` rewrites older values (`Delta(mode="merge")`).
 """
 
 from __future__ import annotations
@@ -24,13 +25,14 @@ import contextlib
 import dataclasses
 import difflib
 import enum
+import functools
 import os
 import types
 import typing
 import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from .errors import ConfigError, DeprecatedOptionWarning
 from .redaction import is_secret
@@ -84,9 +86,10 @@ _MS_WORDS = "milliseconds -> seconds, divided by 1000"
 _DAYS = _scaled(86_400)
 _DAYS_WORDS = "days -> seconds, multiplied by 86400"
 
-#: Every older spelling still accepted, by where it is given: a sink kind, "job"
-#: (durable_sink's own options), or the constructor of the Postgres decision store or of
-#: the job option commit_retry's RetryPolicy.
+#: Every older spelling still accepted, by where it is given: a sink kind (its string form and
+#: its configuration class), "job" (durable_sink's own options), or the constructor of the
+#: Postgres decision store, of S3Connection (the S3 decision store's) or of RetryPolicy (the
+#: job option commit_retry).
 RENAMED: Mapping[str, tuple[RenamedOption | RenamedValue, ...]] = {
     "postgres": (RenamedOption("connect_timeout", "connect_timeout_s"),),
     "kafka": (
@@ -115,6 +118,10 @@ RENAMED: Mapping[str, tuple[RenamedOption | RenamedValue, ...]] = {
         ),
     ),
     "postgres_store": (RenamedOption("connect_timeout", "connect_timeout_s"),),
+    "s3_connection": (
+        RenamedOption("connect_timeout", "connect_timeout_s"),
+        RenamedOption("read_timeout", "read_timeout_s"),
+    ),
     "retry_policy": (
         RenamedOption("max_seconds", "tolerance_s"),
         RenamedOption("first_wait", "first_wait_s"),
@@ -163,6 +170,33 @@ def current_names(
             stacklevel=stacklevel,
         )
     return current
+
+
+C = TypeVar("C", bound=type)
+
+
+def accepts_renamed(scope: str, what: str | None = None) -> Callable[[C], C]:
+    """Class decorator: the constructor also takes the older keyword names `RENAMED[scope]`
+    lists, rewritten by `current_names` (warning, unit conversion, ConfigError for an older
+    and a current name together). `what` names the class in messages (default: the sink
+    `scope` and its `name=`). The signature type checkers and IDEs see is unchanged: only
+    the current names."""
+
+    def decorate(cls: C) -> C:
+        init: Callable[..., None] = cls.__init__  # type: ignore[misc]
+
+        @functools.wraps(init)
+        def init_with_older_names(self: Any, *args: Any, **kwargs: Any) -> None:
+            if kwargs:
+                name = kwargs.get("name", scope)
+                where = what or (f"{scope} sink {name!r}" if isinstance(name, str) else scope)
+                kwargs = current_names(scope, kwargs, where, stacklevel=3)
+            init(self, *args, **kwargs)
+
+        cls.__init__ = init_with_older_names  # type: ignore[misc]
+        return cls
+
+    return decorate
 
 
 def current_values(config: Any, scope: str, where: str, *, stacklevel: int = 4) -> None:
