@@ -179,5 +179,5 @@ class Delta:
         return f"Delta(path={self.path!r}, name={self.name!r}, mode={self.mode!r})"
 
 
-#: The name this class had before it became the public one (still importable).
+#: Another name of this class, kept importable.
 DeltaSinkConfig = Delta

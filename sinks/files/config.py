@@ -45,5 +45,5 @@ class Files:
         check_sink_name(self.name, "files sink")
 
 
-#: The name this class had before it became the public one (still importable).
+#: Another name of this class, kept importable.
 FileSinkConfig = Files

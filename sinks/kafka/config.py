@@ -231,7 +231,7 @@ class Kafka:
         )
 
 
-#: The name this class had before it became the public one (still importable).
+#: Another name of this class, kept importable.
 KafkaSinkConfig = Kafka
 
 #: Kafka's limit on a topic name's length.

@@ -140,7 +140,7 @@ class Postgres:
         )
 
 
-#: The name this class had before it became the public one (still importable).
+#: Another name of this class, kept importable.
 PostgresSinkConfig = Postgres
 
 

@@ -127,5 +127,5 @@ class S3:
         return f"S3(path={self.path!r}, name={self.name!r})"
 
 
-#: The name this class had before it became the public one (still importable).
+#: Another name of this class, kept importable.
 S3SinkConfig = S3
