@@ -142,3 +142,22 @@ def test_sink_options_beside_a_typed_configuration_are_refused(tmp_path: Path) -
         sink(JobOptions(job_id="orders"))  # type: ignore[call-overload]
     with pytest.raises(ConfigError, match="JobOptions is not a sink"):
         durable_sink([JobOptions(job_id="orders")], job_id="orders")  # type: ignore[list-item]
+
+
+def test_the_typed_overload_of_durable_sink_names_every_job_option() -> None:
+    """The keywords a type checker allows beside a typed configuration are JobOptions'."""
+    from durable_sinks.spark import _writer
+
+    module = ast.parse(inspect.getsource(_writer))
+    overloads = [
+        node
+        for node in module.body
+        if isinstance(node, ast.FunctionDef)
+        and node.name == "durable_sink"
+        and any(isinstance(d, ast.Name) and d.id == "overload" for d in node.decorator_list)
+    ]
+    typed = [o for o in overloads if any(a.arg == "job_id" for a in o.args.kwonlyargs)]
+    assert len(overloads) == 2
+    assert len(typed) == 1
+    keywords = [a.arg for a in typed[0].args.kwonlyargs]
+    assert keywords == [f.name for f in dataclasses.fields(JobOptions)]
