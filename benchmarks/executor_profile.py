@@ -33,7 +33,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from psycopg import sql
 
@@ -150,7 +150,7 @@ def main() -> None:
     pg = testbed.postgres.endpoint()
     admin, schema = scratch_schema(pg.conninfo())
 
-    def writer(table: str, execution: str) -> Any:
+    def writer(table: str, execution: Literal["driver", "executor"]) -> Any:
         spec = sink("postgres", dsn=pg.conninfo(), table=f"{schema}.{table}", create_table=True)
         job = f"profile-{execution}-{uuid.uuid4().hex[:6]}"
         return durable_sink([spec], job_id=job, execution=execution), spec

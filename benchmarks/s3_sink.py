@@ -798,7 +798,7 @@ def s3_section(args: argparse.Namespace) -> None:
         raw.append(time.perf_counter() - started)
         store = Path(tempfile.mkdtemp(prefix="ds-bench-s3-"))
         config = s3_sink_config(
-            endpoint, f"s3://{endpoint.bucket}/{prefix}/ours", part_size=part_size
+            endpoint, f"s3://{endpoint.bucket}/{prefix}/ours", part_size_bytes=part_size
         )
         coordinator = Coordinator("bench-s3", [S3Sink(config)], LocalDirectoryStore(store))
         coordinator.start()

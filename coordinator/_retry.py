@@ -15,32 +15,41 @@ from tenacity import (
 )
 
 from durable_sinks.core.errors import DurableSinkError
+from durable_sinks.core.settings import accepts_renamed
 
 T = TypeVar("T")
 
 
+@accepts_renamed("retry_policy", "RetryPolicy")
 @dataclass(frozen=True)
 class RetryPolicy:
     """How the coordinator retries one phase-2 commit or rollback call in place, on the same
     connections, when it fails with an error that says it is retriable (TransientError,
     InDoubtError); any other error is raised at once.
 
-    It stops at `attempts` calls or `max_seconds`, whichever comes first: with the defaults,
-    8 calls with waits of 0.05, 0.1, 0.2 ... 3.2 s, about 6.4 s in all. This covers a blip a
-    live connection recovers from; a longer outage (a server restarting, a connection gone)
-    is ridden out by the writer's `outage_tolerance_s`, which attempts the whole batch again
-    with new connections (coordinator/_outage.py)."""
+    It stops at `attempts` calls or `tolerance_s` seconds, whichever comes first, waiting
+    `first_wait_s` after the first failure and twice as long after each next one, at most
+    `max_wait_s`: with the defaults, 8 calls with waits of 0.05, 0.1, 0.2 ... 3.2 s, about
+    6.4 s in all. This covers a blip a live connection recovers from; a longer outage (a
+    server restarting, a connection gone) is ridden out by the writer's
+    `outage_tolerance_s`, which attempts the whole batch again with new connections
+    (coordinator/_outage.py). The older names `max_seconds`, `first_wait` and `max_wait`
+    are accepted with a DeprecatedOptionWarning."""
 
     attempts: int = 8
-    max_seconds: float = 10.0
-    first_wait: float = 0.05
-    max_wait: float = 5.0
+    """Calls at most, the first included."""
+    tolerance_s: float = 10.0
+    """Seconds from the first call after which no further call is made."""
+    first_wait_s: float = 0.05
+    """Seconds waited after the first failure (doubled after each next one)."""
+    max_wait_s: float = 5.0
+    """The longest wait between two calls, in seconds."""
 
     def retrying(self) -> Retrying:
         return Retrying(
             retry=retry_if_exception(lambda e: isinstance(e, DurableSinkError) and e.retriable),
-            stop=stop_after_attempt(self.attempts) | stop_after_delay(self.max_seconds),
-            wait=wait_exponential(multiplier=self.first_wait, max=self.max_wait),
+            stop=stop_after_attempt(self.attempts) | stop_after_delay(self.tolerance_s),
+            wait=wait_exponential(multiplier=self.first_wait_s, max=self.max_wait_s),
             reraise=True,
         )
 

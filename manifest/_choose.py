@@ -216,11 +216,13 @@ def default_store_for(kind: str, config: Mapping[str, Any]) -> DecisionStore | N
     schema = config.get("meta_schema") or (table.split(".")[0] if "." in table else "public")
     # Its errors say where it lives: the user never named this store.
     name = str(config.get("name", kind))
-    timeout = config.get("connect_timeout")
+    timeout = config.get("connect_timeout_s")
     return PostgresDecisionStore(
         config["dsn"],
         schema=str(schema),
-        connect_timeout=timeout if isinstance(timeout, int) else None,
+        connect_timeout_s=timeout
+        if isinstance(timeout, int | float) and not isinstance(timeout, bool)
+        else None,
         where=f"the job's decision store, in the database of postgres sink {name!r}",
     )
 
@@ -235,8 +237,8 @@ _S3_CONNECTION_KEYS = (
     "secret_access_key",
     "session_token",
     "addressing_style",
-    "connect_timeout",
-    "read_timeout",
+    "connect_timeout_s",
+    "read_timeout_s",
 )
 
 
@@ -270,7 +272,7 @@ def _s3_beside(config: Mapping[str, Any], *, kind: str = "s3") -> DecisionStore 
     name = str(config.get("name", kind))
     location = S3Location.parse(path, what=f"{kind} sink {name!r}: path").child("_decisions")
     settings = {k: config[k] for k in _S3_CONNECTION_KEYS if config.get(k) is not None}
-    for timeout in ("connect_timeout", "read_timeout"):
+    for timeout in ("connect_timeout_s", "read_timeout_s"):
         if timeout in settings:
             try:
                 settings[timeout] = float(settings[timeout])

@@ -27,6 +27,7 @@ bytes), unless the DSN (or PGAPPNAME) sets one, so operators find a job's sessio
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Iterator
 from typing import Any
 
@@ -49,6 +50,7 @@ from durable_sinks.core.errors import (
 )
 from durable_sinks.core.redaction import redact
 from durable_sinks.core.secrets import check, resolve
+from durable_sinks.core.settings import accepts_renamed
 
 from ._record import DecisionRecord
 from ._store import require_open, require_own
@@ -58,6 +60,7 @@ def _first_line(exc: BaseException) -> str:
     return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 
 
+@accepts_renamed("postgres_store", "PostgresDecisionStore")
 class PostgresDecisionStore:
     """A durable DecisionStore in Postgres (one instance per job, from `open` on)."""
 
@@ -66,17 +69,23 @@ class PostgresDecisionStore:
         dsn: str,
         *,
         schema: str = "public",
-        connect_timeout: int | None = None,
+        connect_timeout_s: float | None = None,
         where: str | None = None,
     ) -> None:
+        """`connect_timeout_s`: seconds a connection attempt may take (rounded up; default:
+        the DSN's, else 10); `connect_timeout`, its older name, is accepted with a
+        DeprecatedOptionWarning."""
         self._dsn = dsn
         self.schema = schema
         check(dsn, where or "the job's decision store")
         #: Whose store this is, for messages: the user named it, or the job uses the default
         #: store in a sink's database ("the job's decision store, in the database of ...").
         self.where = where or "the job's decision store"
-        #: The option, else the DSN's own connect_timeout, else 10 s.
-        self.connect_timeout = timeout_for(dsn, connect_timeout)
+        #: Whole seconds a connection attempt may take: the option rounded up, else the
+        #: DSN's own connect_timeout, else 10 s.
+        self.connect_timeout_s = timeout_for(
+            dsn, None if connect_timeout_s is None else math.ceil(connect_timeout_s)
+        )
         self._conn: psycopg.Connection[Any] | None = None
         self._job: str | None = None
         self._generation = -1
@@ -102,7 +111,7 @@ class PostgresDecisionStore:
                 self._conn = psycopg.connect(
                     resolve(self._dsn, self.where),
                     autocommit=True,
-                    connect_timeout=self.connect_timeout,
+                    connect_timeout=self.connect_timeout_s,
                     # libpq's fallback: the DSN's (or PGAPPNAME's) application_name wins.
                     fallback_application_name=session_name(f"ds:{job}:store" if job else "ds"),
                 )

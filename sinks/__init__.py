@@ -19,10 +19,12 @@ from ._registry import (
     SinkFactory,
     config_class_of,
     create,
+    current_options,
     kind_of,
     kinds,
     options_of,
     register,
+    typed_config,
 )
 
 __all__ = [
@@ -31,8 +33,10 @@ __all__ = [
     "SinkKind",
     "config_class_of",
     "create",
+    "current_options",
     "kind_of",
     "kinds",
     "options_of",
     "register",
+    "typed_config",
 ]

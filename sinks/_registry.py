@@ -20,6 +20,7 @@ for; every other kind keeps working. A plugin cannot replace a built-in kind.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from importlib import import_module
 from importlib.metadata import EntryPoint, entry_points
@@ -30,7 +31,7 @@ from durable_sinks.core.errors import ConfigError
 from durable_sinks.core.extras import needs_extra, require_extra
 from durable_sinks.core.kinds import SinkKind
 from durable_sinks.core.protocol import SinkConnector
-from durable_sinks.core.settings import closest
+from durable_sinks.core.settings import closest, current_names, settings_of
 
 ENTRY_POINT_GROUP = "durable_sinks.sinks"
 #: The bare-callable form of a kind: options in, sink out, no option checking.
@@ -85,10 +86,11 @@ def kinds() -> list[str]:
 
 def create(kind: str, config: Mapping[str, Any]) -> SinkConnector:
     """Build a sink of `kind` from `config`, checked by the kind's configuration class (a
-    bare-callable plugin checks its own)."""
+    bare-callable plugin checks its own). Older spellings of the kind's options are rewritten
+    to the current ones first, each with a DeprecatedOptionWarning (core/settings.py)."""
     found = _resolve(kind)
     if isinstance(found, SinkKind):
-        return found.create(config)
+        return found.create(current_options(kind, config, stacklevel=3))
     return found(config)
 
 
@@ -97,6 +99,23 @@ def kind_of(kind: str) -> SinkKind[Any] | None:
     no kind has (with the closest one) or a plugin that cannot be loaded."""
     found = _resolve(kind)
     return found if isinstance(found, SinkKind) else None
+
+
+def current_options(kind: str, config: Mapping[str, Any], *, stacklevel: int = 3) -> dict[str, Any]:
+    """`config` with the older spellings of `kind`'s options (core/settings.py RENAMED)
+    rewritten to the current ones, each with a DeprecatedOptionWarning attributed to the
+    frame `stacklevel` up from this function's (2: its caller)."""
+    return current_names(kind, config, _where(kind, config), stacklevel=stacklevel + 1)
+
+
+def typed_config(config: object) -> tuple[str, dict[str, Any]] | None:
+    """The kind and settings of a typed configuration (`Postgres(...)`, `Kafka(...)`, ...:
+    a dataclass instance whose class names its `kind`), as `create` takes them; None for
+    anything else."""
+    kind = getattr(type(config), "kind", None)
+    if not isinstance(kind, str) or not dataclasses.is_dataclass(config):
+        return None
+    return kind, settings_of(config)
 
 
 def config_class_of(kind: str) -> type[Any] | None:
@@ -190,14 +209,22 @@ def _load_plugin(entry: EntryPoint) -> SinkKind[Any] | SinkFactory:
 
 
 def _load(kind: str) -> ModuleType:
-    """A built-in kind's package, imported with its client: the one place a sink's package is
-    first imported, so a missing client is a ConfigError naming the extra to install
+    """A built-in kind's package, with its sink module and client: the one place a sink's
+    client is first imported, so a missing client is a ConfigError naming the extra to install
     (`pip install 'durable-sinks[kafka]'`), whether the sink is asked for by `create`,
-    `sink(...)`, `durable_sink(...)` or the command line."""
+    `sink(...)`, `durable_sink(...)` (string or typed form) or the command line. The package
+    alone (its configuration class) needs no client."""
     module, extra = _BUILT_IN[kind]
     if extra is None:
+        import_module(f"{module}.sink", __package__)
         return import_module(module, __package__)
     what = f"the {kind} sink"
     require_extra(extra, what)
     with needs_extra(extra, what):
-        return import_module(module, __package__)
+        import_module(f"{module}.sink", __package__)
+    return import_module(module, __package__)
+
+
+def _where(kind: str, options: Mapping[str, Any]) -> str:
+    name = options.get("name", kind)
+    return f"{kind} sink {name!r}" if isinstance(name, str) else f"{kind} sink"

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from durable_sinks.core.errors import ConfigError
 from durable_sinks.core.s3 import conditional_write_problem
 
-from .config import DeltaSinkConfig
+from .config import Delta
 from .layout import ROOT
 from .shape import Shape
 from .storage import TableStorage
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 LOCKING_OPTIONS = ("AWS_S3_LOCKING_PROVIDER", "aws_s3_locking_provider")
 
 
-def table_problems(config: DeltaSinkConfig, shape: Shape, table: DeltaTable) -> list[str]:
+def table_problems(config: Delta, shape: Shape, table: DeltaTable) -> list[str]:
     """Why an existing table cannot take this sink's rows (empty when it can)."""
     problems = []
     if config.partition_by and tuple(config.partition_by) != shape.partition_by:
@@ -41,7 +41,7 @@ def table_problems(config: DeltaSinkConfig, shape: Shape, table: DeltaTable) -> 
     return problems
 
 
-def check_store(config: DeltaSinkConfig, storage: TableStorage) -> None:
+def check_store(config: Delta, storage: TableStorage) -> None:
     """ConfigError (with the fix) when the store cannot hold the table safely; the probe
     objects are deleted again."""
     probe = f"{ROOT}/probe-{id(storage):x}"

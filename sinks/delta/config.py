@@ -1,75 +1,93 @@
-"""The Delta sink's configuration: a picklable dataclass checked when it is built (on the
-driver, before anything connects)."""
+"""The Delta sink's configuration, `durable_sinks.Delta`: a frozen, picklable dataclass
+checked when it is built (on the driver, before anything connects). Importing it loads no
+client."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import ClassVar, Literal
 
 from durable_sinks.core.errors import ConfigError
 from durable_sinks.core.naming import check_sink_name
 from durable_sinks.core.s3 import AddressingStyle, S3Connection, S3Location, connection_of
 from durable_sinks.core.secrets import check
+from durable_sinks.core.settings import accepts_renamed, current_values
 
 COMPRESSIONS = ("none", "snappy", "gzip", "zstd", "lz4", "brotli")
-MODES = ("append", "merge")
+MODES = ("append", "upsert")
 MiB = 1024 * 1024
 _LOCAL = re.compile(r"^(file://)?/")
 
-Mode = Literal["append", "merge"]
+Mode = Literal["append", "upsert"]
 
 
+@accepts_renamed("delta")
 @dataclass(frozen=True)
-class DeltaSinkConfig:
-    """Configuration of a DeltaSink (picklable; validated when built).
+class Delta:
+    """A Delta Lake table (delta-rs) as a sink: `durable_sink(Delta(path="/data/events"),
+    job_id="orders", ...)`.
 
-    - path: the table's folder: an absolute local path (`/data/events`, `file:///data/events`)
-      or `s3://bucket/prefix` (the bucket must exist).
-    - name: the sink's name within the job.
-    - mode: `append` (each epoch's rows are added) or `merge` (upsert by `key`: a row whose key
-      is in the table replaces it, others are inserted).
-    - key: the merge key's columns (merge mode only; unique within an epoch, never null).
-    - create_table: create the table from the first epoch's schema if it does not exist
-      (default False: a missing table is a ConfigError at start).
-    - partition_by: partition columns of a table this sink creates (an existing table keeps
-      its own; giving different ones is refused).
-    - endpoint_url, region, access_key_id, secret_access_key, session_token,
-      addressing_style, connect_timeout, read_timeout: how to reach an S3 server (as the S3
-      sink's; unset: the default chain and AWS). Secrets are never shown. A private CA comes
-      from SSL_CERT_FILE (delta-rs's client reads no other setting); ca_bundle is refused.
-    - storage_options: further delta-rs storage options (e.g. a DynamoDB locking provider for
-      a server without conditional writes). Values may be `${env:NAME}` references.
-    - compression: Parquet codec of the data files.
-    - max_file_bytes: a participant's file larger than this rolls over to a new one (default
-      128 MiB).
-    - max_commit_retries: how often a Delta commit that lost a race with another writer is
-      retried (Delta's conflict rules decide whether it may be).
+    Each epoch's rows are written as Parquet files the table does not reference yet; one
+    Delta commit per epoch, carrying the job and epoch, makes them visible after the job's
+    decision (docs/delta.md). Frozen and picklable; checked when built, on the driver, before
+    anything connects.
     """
 
+    kind: ClassVar[str] = "delta"
+
     path: str
+    """The table's folder: an absolute local path (`/data/events`, `file:///data/events`)
+    or `s3://bucket/prefix` (the bucket must exist). Required."""
     name: str = "delta"
+    """The sink's name within the job. Default "delta"."""
     mode: Mode = "append"
+    """"append" (default): each epoch's rows are added. "upsert": by `key`, a row whose key
+    is in the table replaces it, others are inserted."""
     key: tuple[str, ...] = ()
+    """The upsert key's columns (upsert mode only; unique within an epoch, never null)."""
     create_table: bool = False
+    """Create the table from the first epoch's schema if it does not exist. Default False:
+    a missing table is a ConfigError at start."""
     partition_by: tuple[str, ...] = ()
+    """Partition columns of a table this sink creates (an existing table keeps its own;
+    giving different ones is refused)."""
     endpoint_url: str | None = None
+    """S3 tables: the server, `http(s)://host[:port]`. Default: AWS_ENDPOINT_URL_S3 /
+    AWS_ENDPOINT_URL, else AWS."""
     region: str | None = None
+    """S3 tables: the region. Default: the default chain."""
     access_key_id: str | None = field(default=None, repr=False)
+    """S3 tables: access key id (with secret_access_key). Default: the default chain."""
     secret_access_key: str | None = field(default=None, repr=False)
+    """S3 tables: secret access key (never shown). Default: the default chain."""
     session_token: str | None = field(default=None, repr=False)
+    """S3 tables: session token (never shown). Default: the default chain."""
     addressing_style: AddressingStyle = "auto"
-    connect_timeout: float = 10.0
-    read_timeout: float = 60.0
+    """S3 tables: "auto", "path" or "virtual". Default "auto"."""
+    connect_timeout_s: float = 10.0
+    """S3 tables: seconds a connection attempt may take (whole seconds for delta-rs, rounded
+    up). Default 10."""
+    read_timeout_s: float = 60.0
+    """S3 tables: seconds a request may take (rounded up). Default 60."""
     ca_bundle: str | None = None
+    """Refused: delta-rs reads its CAs from the system or SSL_CERT_FILE only."""
     storage_options: Mapping[str, str] | None = field(default=None, repr=False)
+    """Further delta-rs storage options (e.g. a DynamoDB locking provider for a server
+    without conditional writes). Values may be `${env:NAME}` references."""
     compression: str = "zstd"
+    """Parquet codec of the data files: none, snappy, gzip, zstd (default), lz4 or brotli."""
     max_file_bytes: int = 128 * MiB
+    """A participant's data file larger than this rolls over to a new one, in bytes (at
+    least 1 MiB). Default 128 MiB."""
     max_commit_retries: int = 15
+    """How often a Delta commit that lost a race with another writer is retried (Delta's
+    conflict rules decide whether it may be). Default 15."""
 
     def __post_init__(self) -> None:
         where = f"delta sink {self.name!r}"
+        current_values(self, "delta", where)
         check_sink_name(self.name, where)
         if not isinstance(self.path, str) or not self.path:
             raise ConfigError(f"{where}: path must be a folder", fix="path='/data/events'")
@@ -97,17 +115,17 @@ class DeltaSinkConfig:
         if self.mode not in MODES:
             raise ConfigError(
                 f"{where}: mode {self.mode!r} is not one of {MODES}",
-                fix="mode='append', or mode='merge' with key=[...] for upserts",
+                fix="mode='append', or mode='upsert' with key=[...]",
             )
-        if self.mode == "merge" and not self.key:
+        if self.mode == "upsert" and not self.key:
             raise ConfigError(
-                f"{where}: mode 'merge' needs the key columns",
+                f"{where}: mode 'upsert' needs the key columns",
                 fix="give key='id' (or key=['a', 'b']): rows with the same key replace each other",
             )
         if self.mode == "append" and self.key:
             raise ConfigError(
-                f"{where}: key is given but mode is 'append' (a key only matters to merge)",
-                fix="set mode='merge' for upserts by key, or drop key",
+                f"{where}: key is given but mode is 'append' (a key only matters to upsert)",
+                fix="set mode='upsert' for upserts by key, or drop key",
             )
         for name, columns in (("key", self.key), ("partition_by", self.partition_by)):
             if not all(isinstance(c, str) and c for c in columns) or len(set(columns)) != len(
@@ -158,4 +176,8 @@ class DeltaSinkConfig:
         return connection_of(self)
 
     def __repr__(self) -> str:
-        return f"DeltaSinkConfig(path={self.path!r}, name={self.name!r}, mode={self.mode!r})"
+        return f"Delta(path={self.path!r}, name={self.name!r}, mode={self.mode!r})"
+
+
+#: Another name of this class, kept importable.
+DeltaSinkConfig = Delta

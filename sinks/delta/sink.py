@@ -1,13 +1,13 @@
 """Exactly-once rows in a Delta Lake table, one Delta commit per epoch (docs/delta.md).
 
 - Phase 1 (`write_batch`, `pre_commit`): each participant writes Parquet files under the
-  table's folder (append; Hive-style partition folders) or its staging folder (merge). They
+  table's folder (append; Hive-style partition folders) or its staging folder (upsert). They
   are in no log version, so no reader sees them. Before each file is created the
   participant's journal lists it; `pre_commit` rewrites the journal with the whole handle
   (the files' `add` actions: path, size, partition values, stats).
 - Phase 2: `commit_epoch` has nothing to move (the files are in place). `publish_epoch` makes
   the epoch's one log commit from every decided participant: their files as `add` actions
-  (append) or a MERGE of their rows by key (merge), with the application transaction
+  (append) or a MERGE of their rows by key (upsert), with the application transaction
   `txn(appId=<job and sink>, version=<epoch>)` in the same commit. An epoch whose version the
   table already records is not committed again. Then the journals (and staged rows) go.
 - Rollback: the participant's files and journal are deleted; never a file the table
@@ -45,7 +45,7 @@ from durable_sinks.core.protocol import (
 from durable_sinks.core.sink_base import SinkBase, Step
 
 from . import checks, operations
-from .config import DeltaSinkConfig
+from .config import Delta
 from .files import DeltaParticipant, checksum
 from .handles import (
     PREPARED,
@@ -72,10 +72,10 @@ log = logging.getLogger(__name__)
 _WRITING_ACTIONS = ("write a data file", "finish the data files")
 
 
-class DeltaSink(SinkBase[DeltaSinkConfig]):
+class DeltaSink(SinkBase[Delta]):
     """Exactly-once appends or upserts into one Delta table (see the module docs)."""
 
-    def __init__(self, config: DeltaSinkConfig) -> None:
+    def __init__(self, config: Delta) -> None:
         super().__init__(config, counters=("files",))
         self.storage = TableStorage(config)
         self._layout: Layout | None = None
@@ -153,7 +153,7 @@ class DeltaSink(SinkBase[DeltaSinkConfig]):
         return self.storage.failure(exc, step.action, made)
 
     def capabilities(self) -> SinkCapabilities:
-        merging = self.config.mode == "merge"
+        merging = self.config.mode == "upsert"
         return SinkCapabilities(
             exactly_once=True,
             idempotent=merging,
@@ -183,7 +183,7 @@ class DeltaSink(SinkBase[DeltaSinkConfig]):
         fitted, problems = conform(batch, shape)
         if fitted is None:
             raise self._mismatch(problems, name.epoch)
-        if self.config.mode == "merge":
+        if self.config.mode == "upsert":
             nulls = [k for k in self.config.key if fitted.column(k).null_count]
             if nulls:
                 raise self._mismatch([f"key column {k!r} holds null" for k in nulls], name.epoch)
@@ -229,7 +229,7 @@ class DeltaSink(SinkBase[DeltaSinkConfig]):
             self._paths(),
             name,
             shape,
-            staged=self.config.mode == "merge",
+            staged=self.config.mode == "upsert",
             compression=self.config.compression,
             max_file_bytes=self.config.max_file_bytes,
             announce=lambda paths: self._journal(name, {"state": WRITING, "paths": paths}),
@@ -322,13 +322,13 @@ class DeltaSink(SinkBase[DeltaSinkConfig]):
         for handle in handles:
             name = ParticipantName.parse(handle.participant)
             if name is not None:
-                done += paths_of(handle) if self.config.mode == "merge" else []
+                done += paths_of(handle) if self.config.mode == "upsert" else []
                 done.append(self._paths().journal(name))
         self._client_call(lambda: self.storage.delete(done), "delete the journals", epoch)
         return CommitOutcome.COMMITTED if made else CommitOutcome.ALREADY_COMMITTED
 
     def _commit(self, epoch: int, handles: Sequence[CommitHandle]) -> bool:
-        merging = self.config.mode == "merge"
+        merging = self.config.mode == "upsert"
         if merging and self._recorded(epoch):  # committed before: its staged rows may be gone
             return False
         shape = self._shape or handle_shape(handles)

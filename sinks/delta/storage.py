@@ -8,6 +8,7 @@ no-op, so every cleanup may be repeated.
 
 from __future__ import annotations
 
+import math
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -19,7 +20,7 @@ from durable_sinks.core.durable_fs import fsync_dir, fsync_file
 from durable_sinks.core.errors import ConfigError, DurableSinkError, TransientError
 from durable_sinks.core.secrets import resolve_settings
 
-from .config import DeltaSinkConfig
+from .config import Delta
 
 if TYPE_CHECKING:
     from pyarrow import fs
@@ -52,7 +53,7 @@ class Listed:
 class TableStorage:
     """Files under one table's folder, by paths relative to it (`/`-separated)."""
 
-    def __init__(self, config: DeltaSinkConfig) -> None:
+    def __init__(self, config: Delta) -> None:
         self.config = config
         self._filesystem: fs.FileSystem | None = None
 
@@ -85,8 +86,8 @@ class TableStorage:
                 options["AWS_ALLOW_HTTP"] = "true"
             if connection.addressing_style == "virtual":
                 options["AWS_VIRTUAL_HOSTED_STYLE_REQUEST"] = "true"
-            options["timeout"] = f"{int(connection.read_timeout)}s"
-            options["connect_timeout"] = f"{int(connection.connect_timeout)}s"
+            options["timeout"] = f"{math.ceil(connection.read_timeout_s)}s"
+            options["connect_timeout"] = f"{math.ceil(connection.connect_timeout_s)}s"
         options.update(self.config.storage_options or {})
         return resolve_settings(options, f"delta sink {self.config.name!r}")
 

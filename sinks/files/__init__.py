@@ -2,10 +2,10 @@
 
 from durable_sinks.core.kinds import SinkKind
 
-from .config import FileSinkConfig
+from .config import Files, FileSinkConfig
 from .sink import MARKER, STAGING, FileSink
 
 #: The kind `durable_sink("files", ...)` builds (registered in ../_registry.py).
-KIND = SinkKind("files", FileSinkConfig, FileSink)
+KIND = SinkKind("files", Files, FileSink)
 
-__all__ = ["KIND", "MARKER", "STAGING", "FileSink", "FileSinkConfig"]
+__all__ = ["KIND", "MARKER", "STAGING", "FileSink", "FileSinkConfig", "Files"]

@@ -1,8 +1,10 @@
-"""The files sink's configuration: a picklable dataclass checked when it is built."""
+"""The files sink's configuration, `durable_sinks.Files`: a frozen, picklable dataclass checked
+when it is built."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from durable_sinks.core.errors import ConfigError
 from durable_sinks.core.naming import check_sink_name
@@ -11,20 +13,25 @@ COMPRESSIONS = ("none", "snappy", "gzip", "zstd", "lz4", "brotli")
 
 
 @dataclass(frozen=True)
-class FileSinkConfig:
-    """Configuration of a FileSink (picklable; validated when built).
+class Files:
+    """A folder of Parquet files on a local POSIX file system as a sink:
+    `durable_sink(Files(path="/data/events"), job_id="orders", ...)`.
 
-    - path: folder of the dataset (created if missing), on a local POSIX file system.
-    - name: the sink's name within the job.
-    - compression: Parquet codec.
-    - fsync: make data durable before pre_commit returns (turn off only for throwaway data:
-      exactly-once then holds across process crashes, not machine crashes).
+    Each epoch is written under a staging folder and fsynced, then renamed into place
+    (create-only) after the job's decision. Frozen and picklable; checked when built.
     """
 
+    kind: ClassVar[str] = "files"
+
     path: str
+    """The dataset's folder (created if missing), on a local POSIX file system. Required."""
     name: str = "files"
+    """The sink's name within the job. Default "files"."""
     compression: str = "zstd"
+    """Parquet codec: none, snappy, gzip, zstd (default), lz4 or brotli."""
     fsync: bool = True
+    """Make data durable before pre_commit returns. Default True; turn it off only for
+    throwaway data: exactly-once then holds across process crashes, not machine crashes."""
 
     def __post_init__(self) -> None:
         if not str(self.path).strip():
@@ -36,3 +43,7 @@ class FileSinkConfig:
                 fix="leave the default or choose one of those",
             )
         check_sink_name(self.name, "files sink")
+
+
+#: Another name of this class, kept importable.
+FileSinkConfig = Files

@@ -52,7 +52,7 @@ from durable_sinks.core.schemas import schema_difference
 from durable_sinks.core.sink_base import OpenParticipant, SinkBase, Step
 
 from . import operations
-from .config import FileSinkConfig
+from .config import Files
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -84,10 +84,10 @@ class FileParticipant(OpenParticipant):
         self.digest = hashlib.sha256()
 
 
-class FileSink(SinkBase[FileSinkConfig]):
+class FileSink(SinkBase[Files]):
     """Exactly-once Parquet files through staging folders and atomic renames."""
 
-    def __init__(self, config: FileSinkConfig) -> None:
+    def __init__(self, config: Files) -> None:
         super().__init__(config)
         self.root = Path(config.path)
         self._current: FileParticipant | None = None

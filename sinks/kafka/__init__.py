@@ -3,15 +3,45 @@ resource (docs/kafka.md). `sink` holds the protocol's methods; `config`, `admin`
 checks and offsets), `producer` (the transactional producer and what its errors mean),
 `errors`, `records` (Arrow rows to Kafka records) and `progress` (the progress topic) the
 pieces they use; `decisions` keeps a job's decisions and generations in the progress topic
-when Kafka is the job's only sink."""
+when Kafka is the job's only sink.
+
+Importing this package loads only the configuration (no client): `KafkaSink` loads
+confluent-kafka when first used."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from durable_sinks.core.kinds import SinkKind
+from durable_sinks.core.protocol import SinkConnector
 
-from .config import KafkaSinkConfig
-from .decisions import KafkaDecisionHost
-from .sink import KafkaSink
+from .config import Kafka, KafkaSinkConfig
+
+if TYPE_CHECKING:
+    from .decisions import KafkaDecisionHost
+    from .sink import KafkaSink
+
+
+def _build(config: Kafka) -> SinkConnector:
+    from .sink import KafkaSink
+
+    return KafkaSink(config)
+
 
 #: The kind `durable_sink("kafka", ...)` builds (registered in ../_registry.py).
-KIND = SinkKind("kafka", KafkaSinkConfig, KafkaSink)
+KIND = SinkKind("kafka", Kafka, _build)
 
-__all__ = ["KIND", "KafkaDecisionHost", "KafkaSink", "KafkaSinkConfig"]
+
+def __getattr__(name: str) -> Any:
+    if name == "KafkaSink":
+        from .sink import KafkaSink
+
+        return KafkaSink
+    if name == "KafkaDecisionHost":
+        from .decisions import KafkaDecisionHost
+
+        return KafkaDecisionHost
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["KIND", "Kafka", "KafkaDecisionHost", "KafkaSink", "KafkaSinkConfig"]

@@ -24,7 +24,7 @@ from durable_sinks.core.errors import (
 from durable_sinks.core.joblog import JobLogger
 
 from .access import check_access
-from .config import KafkaSinkConfig, bootstrap_hosts
+from .config import Kafka, bootstrap_hosts
 from .errors import Where, kafka_error_of, translate
 from .refusals import Refusals, explain
 
@@ -108,7 +108,7 @@ class Cluster:
 
     def __init__(
         self,
-        config: KafkaSinkConfig,
+        config: Kafka,
         settings: dict[str, Any],
         where: Where,
         log: JobLogger,
@@ -209,18 +209,18 @@ class Cluster:
             # the broker's limit with its own clear error.
             self._log.info(
                 "cannot read the broker's transaction.max.timeout.ms (no DESCRIBE_CONFIGS on "
-                "the cluster): init_transactions checks transaction_timeout_ms instead"
+                "the cluster): init_transactions checks transaction_timeout_s instead"
             )
             return len(cluster.nodes)
         entry = entries.get("transaction.max.timeout.ms")
         limit = int(entry.value) if entry is not None and entry.value else 900_000
-        if self.config.transaction_timeout_ms > limit:
+        if self.config.transaction_timeout_s * 1000 > limit:
             raise ConfigError(
-                f"transaction_timeout_ms {self.config.transaction_timeout_ms} exceeds the "
-                f"broker's transaction.max.timeout.ms ({limit})",
+                f"transaction_timeout_s {self.config.transaction_timeout_s:g} exceeds the "
+                f"broker's transaction.max.timeout.ms ({limit} ms)",
                 **self._where(None),
-                fix=f"set transaction_timeout_ms <= {limit}, or raise transaction.max.timeout.ms "
-                "in the brokers' server.properties",
+                fix=f"set transaction_timeout_s <= {limit / 1000:g}, or raise "
+                "transaction.max.timeout.ms in the brokers' server.properties",
             )
         return len(cluster.nodes)
 

@@ -1,22 +1,48 @@
-"""The Kafka sink's configuration: a picklable dataclass checked when it is built (on the
-driver, before anything connects); the cluster is checked at `open` (admin.py)."""
+"""The Kafka sink's configuration, `durable_sinks.Kafka`: a frozen, picklable dataclass checked
+when it is built (on the driver, before anything connects); the cluster is checked at `open`
+(admin.py). Importing it loads no part of the `kafka` extra (confluent-kafka, orjson)."""
 
 from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, ClassVar
 
 import pyarrow as pa
 
 from durable_sinks.core.errors import ConfigError
 from durable_sinks.core.redaction import is_secret, redact
 from durable_sinks.core.secrets import resolve_settings
+from durable_sinks.core.settings import accepts_renamed
 
-from .records import JSON_SHAPE, RECORD_SHAPES, SPARK_SHAPE, RecordLayout, record_shape_of
+if TYPE_CHECKING:
+    from .records import RecordLayout
 
 ConfigValue = str | int | float | bool
+
+#: The record shape of Spark's own Kafka sink: columns `value`, `key`, `headers`,
+#: `partition`, `topic`, `timestamp` (spark_shape.py).
+SPARK_SHAPE = "spark"
+#: The sink's own record shape: the `*_column` options name the columns; without
+#: `value_column` the value is a JSON object of the row's other columns.
+JSON_SHAPE = "json"
+RECORD_SHAPES = (SPARK_SHAPE, JSON_SHAPE)
+#: The column whose presence chooses the Spark shape when no shape is configured.
+SPARK_VALUE_COLUMN = "value"
+
+
+def record_shape_of(configured: str | None, layout: RecordLayout, names: Sequence[str]) -> str:
+    """The record shape a batch with columns `names` is written in: the configured one; else
+    the JSON shape when any `*_column` option is set; else Spark's when the batch has a
+    `value` column, the JSON shape otherwise."""
+    if configured is not None:
+        return configured
+    if layout.roles():
+        return JSON_SHAPE
+    return SPARK_SHAPE if SPARK_VALUE_COLUMN in names else JSON_SHAPE
+
 
 #: Producer settings chosen for throughput (docs/kafka.md explains each); `producer_config`
 #: overrides any of them.
@@ -70,55 +96,79 @@ CONNECTION_PREFIXES = (
 )
 
 
+@accepts_renamed("kafka")
 @dataclass(frozen=True)
-class KafkaSinkConfig:
-    """Configuration of a KafkaSink (picklable; checked when built, the cluster at `open`).
+class Kafka:
+    """A Kafka topic as a sink: `durable_sink(Kafka(bootstrap_servers=..., topic="events"),
+    job_id="orders")`.
 
-    Records (docs/kafka.md, "Record shape"):
-    - record_shape: "spark" (Spark's Kafka sink's columns `value`, `key`, `headers`,
-      `partition`, `topic`, `timestamp`; spark_shape.py) or "json" (the `*_column` options
-      below). None (the default): "json" when any `*_column` option is set, else "spark" for
-      a batch with a `value` column and "json" for one without.
-    - value_column: a string/binary column sent as the value (null = tombstone); None (the
-      default) sends a JSON object of every column not used as key, header, timestamp or
-      partition.
-    - key_column, header_columns, timestamp_column (timestamp, or int64 milliseconds),
-      partition_column (integer; null = the partitioner's choice): optional.
-    - epoch_header: every record carries the header `ds-epoch` (the epoch that wrote it;
-      default True). False halves the producer's per-record cost (docs/kafka.md, "The epoch
-      header"); read_committed readers still see each epoch exactly once.
-    Topics:
-    - topic: must exist, or set create_topic (with topic_partitions, replication_factor).
-    - progress_topic: default `<topic>-ds-progress`; created if missing (one partition,
-      compacted), checked if present. Jobs may share it (records are keyed by job and sink).
-    Transactions:
-    - transaction_timeout_ms: the broker aborts a transaction open longer than this. Must
-      exceed expected_epoch_ms (the longest time from an epoch's first write to its commit)
-      and must not exceed the broker's transaction.max.timeout.ms (checked at open).
-    - producer_config: extra librdkafka settings (SASL/SSL, tuning); overrides
-      THROUGHPUT_DEFAULTS. Secrets here are never shown.
+    Each epoch is one Kafka transaction holding the records and the epoch's progress record
+    (in the progress topic); the sink is the job's last resource: its commit is the job's
+    commit point (docs/kafka.md). Frozen and picklable; checked when built, on the driver,
+    the cluster at `open`.
     """
 
+    kind: ClassVar[str] = "kafka"
+
     bootstrap_servers: str
+    """The brokers, `host:port[,host:port...]`. Required."""
     topic: str
+    """The topic records go to. It must exist, unless create_topic. Required."""
     name: str = "kafka"
+    """The sink's name within the job (transactional id, progress records, logs). Default
+    "kafka"."""
     value_column: str | None = None
+    """A string or binary column sent as each record's value (a null is a tombstone). Default
+    None: a JSON object of every column not used as key, header, timestamp or partition."""
     key_column: str | None = None
+    """A column sent as each record's key. Default None: no key."""
     header_columns: tuple[str, ...] = ()
+    """Columns sent as record headers (name = column name). Default none."""
     timestamp_column: str | None = None
+    """A timestamp (or int64 milliseconds) column used as each record's timestamp. Default
+    None: the producer's time."""
     partition_column: str | None = None
+    """An integer column naming each record's partition (a null: the partitioner's choice).
+    Default None."""
     progress_topic: str | None = None
+    """The topic of progress records. Default `<topic>-ds-progress`, created if missing (one
+    partition, compacted), checked if present. Jobs may share it."""
     create_topic: bool = False
+    """Create `topic` if it is missing (with topic_partitions and replication_factor).
+    Default False: a missing topic is a ConfigError at start."""
     topic_partitions: int = 1
+    """Partitions of a topic this sink creates. Default 1."""
     replication_factor: int = -1
-    transaction_timeout_ms: int = 60_000
-    expected_epoch_ms: int = 30_000
+    """Replication factor of a topic this sink creates. Default -1: the broker's default."""
+    transaction_timeout_s: float = 60.0
+    """Seconds after which the broker aborts a transaction left open (Kafka's
+    transaction.timeout.ms). Must exceed expected_epoch_s and not exceed the broker's
+    transaction.max.timeout.ms (checked at open). Default 60."""
+    expected_epoch_s: float = 30.0
+    """The longest time, in seconds, from an epoch's first record to its commit that the job
+    should tolerate. Default 30."""
     producer_config: Mapping[str, ConfigValue] = field(default_factory=dict, repr=False)
+    """Extra librdkafka settings (SASL/SSL, tuning); overrides THROUGHPUT_DEFAULTS. Values may
+    be `${env:NAME}` references; secrets here are never shown. Default none."""
     request_timeout_s: float = 30.0
+    """Seconds an admin or metadata request may take. Default 30."""
     progress_scan_timeout_s: float = 60.0
+    """Seconds the sink may spend reading the progress topic at start (its last committed
+    epoch). Default 60."""
     visibility_timeout_s: float = 10.0
+    """Seconds the sink waits for committed records to become readable when it checks them.
+    Default 10."""
     epoch_header: bool = True
+    """Every record carries the header `ds-epoch` (the epoch that wrote it). Default True;
+    False halves the producer's per-record cost (docs/kafka.md, "The epoch header");
+    read_committed readers still see each epoch exactly once."""
     record_shape: str | None = None
+    """How a row becomes a record (docs/kafka.md, "Record shape"): "spark", Spark's Kafka
+    sink's columns `value`, `key`, `headers`, `partition`, `topic`, `timestamp`, written as
+    that sink writes them; "json", the `*_column` options (without `value_column` the value
+    is a JSON object of the row's other columns). None (the default): "json" when any
+    `*_column` option is set, else "spark" for a batch with a `value` column and "json" for
+    one without."""
 
     def __post_init__(self) -> None:
         where = f"kafka sink {self.name!r}"
@@ -144,24 +194,24 @@ class KafkaSinkConfig:
                 fix="give value_column, key_column, timestamp_column, partition_column and "
                 "header_columns different columns",
             )
-        if self.expected_epoch_ms <= 0 or self.transaction_timeout_ms <= 0:
+        if not (self.expected_epoch_s > 0 and self.transaction_timeout_s > 0):
             raise ConfigError(
-                f"{where}: expected_epoch_ms and transaction_timeout_ms must be > 0",
-                fix="leave the defaults or give positive milliseconds",
+                f"{where}: expected_epoch_s and transaction_timeout_s must be > 0",
+                fix="leave the defaults or give positive seconds",
             )
-        if self.transaction_timeout_ms <= self.expected_epoch_ms:
+        if self.transaction_timeout_s <= self.expected_epoch_s:
             raise ConfigError(
-                f"{where}: transaction_timeout_ms ({self.transaction_timeout_ms}) must exceed "
-                f"expected_epoch_ms ({self.expected_epoch_ms}), or the broker aborts epochs "
+                f"{where}: transaction_timeout_s ({self.transaction_timeout_s:g}) must exceed "
+                f"expected_epoch_s ({self.expected_epoch_s:g}), or the broker aborts epochs "
                 "that take as long as expected",
-                fix="raise transaction_timeout_ms (up to the broker's "
+                fix="raise transaction_timeout_s (up to the broker's "
                 "transaction.max.timeout.ms) or make epochs shorter",
             )
         reserved = sorted(RESERVED & set(self.producer_config))
         if reserved:
             raise ConfigError(
                 f"{where}: producer_config sets {reserved}, which the sink owns",
-                fix="remove them (use bootstrap_servers= and transaction_timeout_ms=)",
+                fix="remove them (use bootstrap_servers= and transaction_timeout_s=)",
             )
         if self.topic_partitions < 1:
             raise ConfigError(
@@ -185,11 +235,14 @@ class KafkaSinkConfig:
         return progress_topic_of(self.topic, self.progress_topic)
 
     def record_shape_for(self, schema: pa.Schema) -> str:
-        """The record shape a batch of `schema` is written in (records.record_shape_of)."""
+        """The record shape a batch of `schema` is written in (record_shape_of)."""
         return record_shape_of(self.record_shape, self.layout, schema.names)
 
     @property
     def layout(self) -> RecordLayout:
+        """How a row becomes a record (loads the record encoder, and with it orjson)."""
+        from .records import RecordLayout
+
         return RecordLayout(
             self.value_column,
             self.key_column,
@@ -212,11 +265,14 @@ class KafkaSinkConfig:
 
     def __repr__(self) -> str:
         return (
-            f"KafkaSinkConfig(bootstrap_servers={self.bootstrap_servers!r}, "
+            f"Kafka(bootstrap_servers={self.bootstrap_servers!r}, "
             f"topic={self.topic!r}, name={self.name!r}, "
             f"producer_config={redact(self.producer_config)!r})"
         )
 
+
+#: Another name of this class, kept importable.
+KafkaSinkConfig = Kafka
 
 #: Kafka's limit on a topic name's length.
 MAX_TOPIC_LENGTH = 249

@@ -51,7 +51,7 @@ from durable_sinks.core.joblog import JobLogger
 from durable_sinks.core.secrets import resolve_settings
 
 from .clientlog import ClientLog
-from .config import RECONNECT_DEFAULTS, THROUGHPUT_DEFAULTS, KafkaSinkConfig
+from .config import RECONNECT_DEFAULTS, THROUGHPUT_DEFAULTS, Kafka
 from .errors import (
     AUTH_CODES,
     FENCED_CODES,
@@ -74,7 +74,7 @@ RETRY_BACKOFF_S = (0.05, 1.0)
 _NOT_IN_PLACE = frozenset({KafkaError._CONFLICT})
 #: Time-out fix: what to do when the broker times transactions out.
 TIMEOUT_FIX = (
-    "raise transaction_timeout_ms above the longest time from an epoch's first record to its "
+    "raise transaction_timeout_s above the longest time from an epoch's first record to its "
     "commit (up to the broker's transaction.max.timeout.ms), or make batches smaller "
     "(maxOffsetsPerTrigger, maxFilesPerTrigger); the job writes the epoch again"
 )
@@ -87,7 +87,7 @@ class TransactionalProducer:
 
     def __init__(
         self,
-        config: KafkaSinkConfig,
+        config: Kafka,
         transactional_id: str,
         where: Where,
         log: JobLogger,
@@ -128,7 +128,7 @@ class TransactionalProducer:
             "transactional.id": self.transactional_id,
             "enable.idempotence": True,
             "acks": "all",
-            "transaction.timeout.ms": self.config.transaction_timeout_ms,
+            "transaction.timeout.ms": round(self.config.transaction_timeout_s * 1000),
             # Only failures are reported: no Python call per delivered record.
             "delivery.report.only.error": True,
             "on_delivery": self._on_delivery_error,
@@ -201,7 +201,7 @@ class TransactionalProducer:
         """Whether the broker may have timed the open transaction out: its first record is
         older than transaction.timeout.ms (the broker's timer starts later still)."""
         first = self._first_record
-        limit = self.config.transaction_timeout_ms / 1000
+        limit = self.config.transaction_timeout_s
         return first is not None and time.monotonic() - first >= limit
 
     def _fence_or_timeout(self, error: KafkaError, what: str, epoch: int | None) -> NoReturn:
@@ -211,8 +211,9 @@ class TransactionalProducer:
             age = time.monotonic() - (self._first_record or 0.0)
             raise TransientError(
                 f"{what}: the broker aborted the transaction because it was open longer than "
-                f"transaction.timeout.ms ({self.config.transaction_timeout_ms} ms; its first "
-                f"record is {age:.1f} s old) and bumped the producer epoch (librdkafka: "
+                f"transaction.timeout.ms (transaction_timeout_s="
+                f"{self.config.transaction_timeout_s:g}; its first record is {age:.1f} s old) "
+                f"and bumped the producer epoch (librdkafka: "
                 f"{error.name()}: {error.str()}); nothing of the epoch is visible",
                 **self._where(epoch),
                 fix=TIMEOUT_FIX,
@@ -262,10 +263,10 @@ class TransactionalProducer:
             ) from None
         if code == KafkaError.INVALID_TRANSACTION_TIMEOUT:
             raise ConfigError(
-                f"{what} failed: the broker refuses transaction_timeout_ms "
-                f"{self.config.transaction_timeout_ms} ({error.str()})",
+                f"{what} failed: the broker refuses transaction_timeout_s "
+                f"{self.config.transaction_timeout_s:g} ({error.str()})",
                 **self._where(epoch),
-                fix="set transaction_timeout_ms <= the broker's transaction.max.timeout.ms",
+                fix="set transaction_timeout_s <= the broker's transaction.max.timeout.ms",
             ) from None
         if error.fatal():
             self.broken = True

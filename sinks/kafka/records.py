@@ -1,7 +1,7 @@
 """Arrow rows to Kafka records in the JSON record shape: which column becomes the value, key,
 headers, timestamp and partition (the `*_column` options), checked against the batch's schema
 before anything is produced. The other shape, Spark's own Kafka sink's columns, is
-spark_shape.py; `record_shape_of` chooses between them.
+spark_shape.py; `config.record_shape_of` chooses between them.
 
 The conversion works column by column (Arrow to Python lists in C), so the only per-row Python
 work left is the `produce` call itself. The JSON value form (every column not used for
@@ -24,30 +24,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .json_columns import json_objects
-
 #: Header every record carries: the epoch that wrote it (decimal ASCII).
 EPOCH_HEADER = "ds-epoch"
-#: The record shape of Spark's own Kafka sink: columns `value`, `key`, `headers`,
-#: `partition`, `topic`, `timestamp` (spark_shape.py).
-SPARK_SHAPE = "spark"
-#: The sink's own record shape: the `*_column` options name the columns; without
-#: `value_column` the value is a JSON object of the row's other columns.
-JSON_SHAPE = "json"
-RECORD_SHAPES = (SPARK_SHAPE, JSON_SHAPE)
-#: The column whose presence chooses the Spark shape when no shape is configured.
-SPARK_VALUE_COLUMN = "value"
-
-
-def record_shape_of(configured: str | None, layout: RecordLayout, names: Sequence[str]) -> str:
-    """The record shape a batch with columns `names` is written in: the configured one; else
-    the JSON shape when any `*_column` option is set; else Spark's when the batch has a
-    `value` column, the JSON shape otherwise."""
-    if configured is not None:
-        return configured
-    if layout.roles():
-        return JSON_SHAPE
-    return SPARK_SHAPE if SPARK_VALUE_COLUMN in names else JSON_SHAPE
 
 
 #: What a record costs beyond its key, value and headers on the wire (record and batch
@@ -241,6 +219,8 @@ def _json_values(batch: pa.RecordBatch, columns: Sequence[str]) -> pa.Array:
     by column (json_columns.py); a batch holding a non-finite float (which orjson would turn
     into null) goes through the standard library's encoder, which writes NaN, Infinity and
     -Infinity as JavaScript and Python's json module read them: no value is lost."""
+    from .json_columns import json_objects  # orjson: the kafka extra, not the configuration's
+
     selected = batch.select(columns)
     arrays = [_iso_strings(column) for column in selected.columns]
     if any(_has_non_finite(column) for column in arrays):

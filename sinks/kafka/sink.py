@@ -57,7 +57,7 @@ from durable_sinks.core.sink_base import OpenParticipant, SinkBase, Step, guarde
 from . import operations, spark_shape
 from .admin import Cluster, TopicFacts
 from .clientlog import ClientLog
-from .config import KafkaSinkConfig
+from .config import SPARK_SHAPE, Kafka
 from .decisions import KafkaDecisionHost
 from .errors import RAW, translate
 from .handles import KafkaHandleDetails
@@ -71,7 +71,7 @@ from .progress import (
     progress_key,
     transactional_id,
 )
-from .records import RECORD_OVERHEAD, SPARK_SHAPE, Records, build_records
+from .records import RECORD_OVERHEAD, Records, build_records
 
 #: What settles a commit whose outcome a failure left unknown.
 _COMMIT_IN_DOUBT = (
@@ -121,10 +121,10 @@ class _Opened:
         self.topic = TopicFacts(0, 0)
 
 
-class KafkaSink(SinkBase[KafkaSinkConfig]):
+class KafkaSink(SinkBase[Kafka]):
     """Exactly-once into one Kafka topic; the job's last resource (see the module docs)."""
 
-    def __init__(self, config: KafkaSinkConfig) -> None:
+    def __init__(self, config: Kafka) -> None:
         super().__init__(config, counters=("commit_seconds",))
         self._opened: _Opened | None = None
         self._current: KafkaParticipant | None = None

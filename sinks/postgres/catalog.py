@@ -15,7 +15,7 @@ from durable_sinks.core.errors import ConfigError, SchemaMismatchError
 from durable_sinks.core.protocol import OpenContext
 
 from .columns import TableColumn, ddl_type, mismatches
-from .config import PostgresSinkConfig
+from .config import Postgres
 from .errors import config_error
 
 if TYPE_CHECKING:
@@ -30,7 +30,7 @@ class TargetTable:
     """One sink's table. `connect()` gives an autocommit session; each call may run on a new
     one. The table's columns are read once, and each new batch schema is checked once."""
 
-    def __init__(self, config: PostgresSinkConfig, context: OpenContext, connect: Connect) -> None:
+    def __init__(self, config: Postgres, context: OpenContext, connect: Connect) -> None:
         self.config = config
         self.context = context
         self._connect = connect

@@ -1,61 +1,71 @@
-"""The Postgres sink's configuration: a picklable dataclass checked when it is built (on the
-driver, before anything connects)."""
+"""The Postgres sink's configuration, `durable_sinks.Postgres`: a frozen, picklable dataclass
+checked when it is built (on the driver, before anything connects). Importing it loads no
+client: the DSN is parsed with psycopg when psycopg is installed, and a missing psycopg is a
+ConfigError naming the extra when the sink is built."""
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
-from typing import Literal
-
-import psycopg
-from psycopg.conninfo import conninfo_to_dict
+from typing import ClassVar, Literal
 
 from durable_sinks.core.connecting import connect_timeout
 from durable_sinks.core.errors import ConfigError
 from durable_sinks.core.redaction import redact
 from durable_sinks.core.secrets import check
+from durable_sinks.core.settings import accepts_renamed
 
 #: What the sink accepts as a schema, table, column or meta-schema name (unquoted).
 IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]{0,62}$")
 
 
+@accepts_renamed("postgres")
 @dataclass(frozen=True)
-class PostgresSinkConfig:
-    """Configuration of a PostgresSink (picklable; validated when built).
+class Postgres:
+    """A Postgres table as a sink: `durable_sink(Postgres(dsn=..., table="events"),
+    job_id="orders")`.
 
-    - dsn: libpq connection string or URI (may hold a password; never shown).
-    - table: target table, `table` or `schema.table` (unquoted identifiers).
-    - mode: "append" (binary COPY into the table) or "upsert" (COPY into a per-epoch UNLOGGED
-      staging table, then INSERT ... ON CONFLICT (key) DO UPDATE, in the same transaction).
-    - key: the conflict key of upsert mode (a unique index on exactly these columns).
-    - create_table: create the table from the first batch's Arrow schema if it is missing.
-    - meta_schema: where the marker and fence tables live (default: the table's schema).
-    - participants_in_flight: prepared transactions this sink may hold at once (validated
-      against max_prepared_transactions).
+    Each epoch is one prepared transaction (`PREPARE TRANSACTION`) holding the rows and the
+    epoch's marker row; it becomes visible at `COMMIT PREPARED`, after the job's decision
+    (docs/postgres.md). Frozen and picklable; checked when built, on the driver, before
+    anything connects.
     """
 
+    kind: ClassVar[str] = "postgres"
+
     dsn: str = field(repr=False)
+    """libpq connection string or `postgresql://` URI. May hold a password (never shown in
+    logs or errors) or a `${env:NAME}` reference. Required."""
     table: str
+    """The target table, `table` or `schema.table` (unquoted identifiers). Required."""
     name: str = "postgres"
+    """The sink's name within the job (participant names, markers, logs). Default
+    "postgres"; give each sink of a job its own."""
     mode: Literal["append", "upsert"] = "append"
+    """"append" (default): binary COPY into the table. "upsert": COPY into a per-epoch
+    staging table, then `INSERT ... ON CONFLICT (key) DO UPDATE` in the same transaction."""
     key: tuple[str, ...] = ()
+    """The conflict key of upsert mode: the columns of a unique index on the table. Upsert
+    mode only."""
     create_table: bool = False
+    """Create the table from the first batch's Arrow schema if it is missing. Default False:
+    a missing table is a ConfigError at start."""
     meta_schema: str | None = None
+    """The schema of the marker and fence tables. Default: the table's schema."""
     participants_in_flight: int = 2
-    connect_timeout: int | None = None
+    """Prepared transactions this sink may hold at once (checked against the server's
+    max_prepared_transactions at start). Default 2; executor mode needs one per partition."""
+    connect_timeout_s: float | None = None
+    """Seconds a connection attempt may take (rounded up to whole seconds, libpq's unit).
+    Default: the DSN's `connect_timeout`, else 10."""
 
     def __post_init__(self) -> None:
         where = f"postgres sink {self.name!r}"
         if not self.dsn:
             raise ConfigError(f"{where}: `dsn` is empty", fix="give a libpq connection string")
         check(self.dsn, f"{where}: dsn")
-        try:
-            conninfo_to_dict(self.dsn)
-        except psycopg.ProgrammingError:
-            raise ConfigError(
-                f"{where}: `dsn` is not a valid connection string",
-                fix="use 'host=... port=... dbname=... user=...' or a postgresql:// URI",
-            ) from None
+        _check_dsn(self.dsn, where)
         parts = self.table.split(".")
         if len(parts) > 2 or not all(IDENTIFIER.match(p) for p in parts):
             raise ConfigError(
@@ -86,6 +96,11 @@ class PostgresSinkConfig:
                 fix="leave it unset (the table's schema) or name a schema with letters, digits "
                 "and _",
             )
+        if self.connect_timeout_s is not None and not self.connect_timeout_s > 0:
+            raise ConfigError(
+                f"{where}: connect_timeout_s must be > 0 seconds",
+                fix="connect_timeout_s=10, or leave it unset (the DSN's, else 10 s)",
+            )
         if self.participants_in_flight < 1:
             raise ConfigError(
                 f"{where}: participants_in_flight must be >= 1",
@@ -94,9 +109,11 @@ class PostgresSinkConfig:
             )
 
     @property
-    def connect_timeout_s(self) -> int:
-        """The connection time-out in effect (the option, the DSN's, or 10 s)."""
-        return connect_timeout(self.dsn, self.connect_timeout)
+    def effective_connect_timeout_s(self) -> int:
+        """The connection time-out in effect, in whole seconds (the option rounded up, the
+        DSN's, or 10 s)."""
+        given = self.connect_timeout_s
+        return connect_timeout(self.dsn, None if given is None else math.ceil(given))
 
     @property
     def schema_name(self) -> str:
@@ -118,6 +135,27 @@ class PostgresSinkConfig:
 
     def __repr__(self) -> str:
         return (
-            f"PostgresSinkConfig(dsn={redact(self.dsn)!r}, table={self.table!r}, "
+            f"Postgres(dsn={redact(self.dsn)!r}, table={self.table!r}, "
             f"name={self.name!r}, mode={self.mode!r})"
         )
+
+
+#: Another name of this class, kept importable.
+PostgresSinkConfig = Postgres
+
+
+def _check_dsn(dsn: str, where: str) -> None:
+    """ConfigError unless libpq can read `dsn`. Without psycopg the check waits: building
+    the sink then raises the ConfigError naming the `postgres` extra."""
+    try:
+        from psycopg import ProgrammingError
+        from psycopg.conninfo import conninfo_to_dict
+    except ModuleNotFoundError:
+        return
+    try:
+        conninfo_to_dict(dsn)
+    except ProgrammingError:
+        raise ConfigError(
+            f"{where}: `dsn` is not a valid connection string",
+            fix="use 'host=... port=... dbname=... user=...' or a postgresql:// URI",
+        ) from None

@@ -22,7 +22,7 @@ from durable_sinks.core.errors import (
 from durable_sinks.core.protocol import OpenContext
 from durable_sinks.core.sink_base import Step
 
-from .config import PostgresSinkConfig
+from .config import Postgres
 
 #: Errors Postgres raises for data that does not fit the table: the epoch cannot succeed as
 #: it is, whatever the retries. DataError is SQLSTATE class 22 (a value: too long, out of
@@ -60,7 +60,7 @@ def where_in_copy(exc: psycopg.Error) -> tuple[str | None, int | None]:
     return (found.group(2) or exc.diag.column_name), int(found.group(1))
 
 
-def refusal(exc: psycopg.Error, config: PostgresSinkConfig | None) -> tuple[str, str]:
+def refusal(exc: psycopg.Error, config: Postgres | None) -> tuple[str, str]:
     """What a data error says about the epoch's data, and its fix, naming the column, row,
     constraint and key as far as the server names them."""
     column, row = where_in_copy(exc)
@@ -173,7 +173,7 @@ def translate(
     context: OpenContext,
     step: PostgresStep,
     fence_moved: Callable[[], bool],
-    config: PostgresSinkConfig | None = None,
+    config: Postgres | None = None,
 ) -> DurableSinkError | None:
     """What a psycopg error raised during `step` means (None for anything not psycopg's):
 

@@ -32,7 +32,7 @@ from durable_sinks.core.connecting import dsn_application_name, session_name
 from durable_sinks.core.errors import FencedError, TransientError
 from durable_sinks.core.protocol import JSON, OpenContext
 
-from .config import PostgresSinkConfig
+from .config import Postgres
 from .errors import config_error
 
 MARKERS = "durable_sinks_epochs"
@@ -77,7 +77,7 @@ def _legacy_prefix(context: OpenContext) -> str:
 class MetaTables:
     """The marker and fence tables of one sink, seen by one generation (`context`)."""
 
-    def __init__(self, config: PostgresSinkConfig, context: OpenContext) -> None:
+    def __init__(self, config: Postgres, context: OpenContext) -> None:
         self.context = context
         self.schema = config.meta_schema_name
         self.markers = sql.Identifier(self.schema, MARKERS)

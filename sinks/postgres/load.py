@@ -21,7 +21,7 @@ from durable_sinks.core.protocol import CommitHandle, OpenContext
 from durable_sinks.core.sink_base import OpenParticipant
 
 from .columns import nul_characters
-from .config import PostgresSinkConfig
+from .config import Postgres
 from .errors import refuse_data
 
 if TYPE_CHECKING:
@@ -38,7 +38,7 @@ class PostgresParticipant(OpenParticipant):
     """What one attempt at an epoch has loaded into its (still open) transaction."""
 
     def __init__(
-        self, epoch: int, name: ParticipantName, config: PostgresSinkConfig, context: OpenContext
+        self, epoch: int, name: ParticipantName, config: Postgres, context: OpenContext
     ) -> None:
         super().__init__(epoch, name)
         self.context = context

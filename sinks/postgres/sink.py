@@ -65,7 +65,7 @@ from durable_sinks.core.sink_base import SinkBase, Step
 from . import operations
 from .catalog import TargetTable, refuse_foreign_prepared
 from .columns import null_violations
-from .config import PostgresSinkConfig
+from .config import Postgres
 from .errors import PostgresStep, first_line, refuse_data, translate
 from .fencing import MetaTables, application_name
 from .handles import PostgresHandleDetails
@@ -84,10 +84,10 @@ class _Opened:
     table: TargetTable
 
 
-class PostgresSink(SinkBase[PostgresSinkConfig]):
+class PostgresSink(SinkBase[Postgres]):
     """Exactly-once into one Postgres table, through prepared transactions."""
 
-    def __init__(self, config: PostgresSinkConfig) -> None:
+    def __init__(self, config: Postgres) -> None:
         super().__init__(config)
         self._opened: _Opened | None = None
         self._admin: psycopg.Connection[Any] | None = None
@@ -109,7 +109,7 @@ class PostgresSink(SinkBase[PostgresSinkConfig]):
             return psycopg.connect(
                 resolve(self.config.dsn, f"postgres sink {self.name!r}: dsn"),
                 autocommit=autocommit,
-                connect_timeout=self.config.connect_timeout_s,
+                connect_timeout=self.config.effective_connect_timeout_s,
                 application_name=application_name(ctx, ctx.generation, self.config.dsn),
             )
         except psycopg.OperationalError as exc:
@@ -158,7 +158,7 @@ class PostgresSink(SinkBase[PostgresSinkConfig]):
             with psycopg.connect(
                 resolve(self.config.dsn, f"postgres sink {self.name!r}: dsn"),
                 autocommit=True,
-                connect_timeout=self.config.connect_timeout_s,
+                connect_timeout=self.config.effective_connect_timeout_s,
                 application_name=application_name(ctx, ctx.generation, self.config.dsn),
             ) as conn:
                 found = self._state().meta.fence_generation(conn)

@@ -1,18 +1,62 @@
 """S3 (or an S3-compatible server): Parquet objects written as multipart uploads (phase 1),
-completed after the decision, and an epoch marker per committed epoch (docs/s3.md)."""
+completed after the decision, and an epoch marker per committed epoch (docs/s3.md).
+
+Importing this package loads only the configuration (no client): the sink and the readers
+load boto3 when first used."""
+
+from __future__ import annotations
+
+import warnings
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
 
 from durable_sinks.core.kinds import SinkKind
+from durable_sinks.core.protocol import SinkConnector
 
-from .config import S3SinkConfig
-from .epochs import EpochMarker, EpochObject
-from .reader import committed_dataset, committed_markers, committed_objects
-from .sink import S3Sink
+from .config import S3, S3SinkConfig
+
+if TYPE_CHECKING:
+    from .epochs import EpochMarker, EpochObject
+    from .reader import committed_dataset, committed_markers, committed_objects
+    from .sink import S3Sink
+
+
+def _build(config: S3) -> SinkConnector:
+    from .sink import S3Sink
+
+    return S3Sink(config)
+
 
 #: The kind `durable_sink("s3", ...)` builds (registered in ../_registry.py).
-KIND = SinkKind("s3", S3SinkConfig, S3Sink)
+KIND = SinkKind("s3", S3, _build)
+
+#: Each name this package loads on first use, and its module.
+_LAZY = {
+    "EpochMarker": ".epochs",
+    "EpochObject": ".epochs",
+    "committed_dataset": ".reader",
+    "committed_markers": ".reader",
+    "committed_objects": ".reader",
+    "S3Sink": ".sink",
+}
+#: Former names, still importable (with a FutureWarning): the epoch's file is its marker.
+_RENAMED = {"EpochManifest": "EpochMarker", "committed_manifests": "committed_markers"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _RENAMED:
+        warnings.warn(
+            f"durable_sinks.sinks.s3.{name} is now {_RENAMED[name]}", FutureWarning, stacklevel=2
+        )
+        name = _RENAMED[name]
+    if name in _LAZY:
+        return getattr(import_module(_LAZY[name], __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "KIND",
+    "S3",
     "EpochMarker",
     "EpochObject",
     "S3Sink",
@@ -21,19 +65,3 @@ __all__ = [
     "committed_markers",
     "committed_objects",
 ]
-
-#: Former names, still importable (with a FutureWarning): the epoch's file is its marker.
-_RENAMED = {"EpochManifest": "EpochMarker", "committed_manifests": "committed_markers"}
-
-
-def __getattr__(name: str) -> object:
-    if name in _RENAMED:
-        import warnings
-
-        warnings.warn(
-            f"durable_sinks.sinks.s3.{name} is now {_RENAMED[name]}",
-            FutureWarning,
-            stacklevel=2,
-        )
-        return globals()[_RENAMED[name]]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -7,13 +7,14 @@ permission and server feature the protocol needs, each refusal with its fix:
   (AbortMultipartUpload: rollback);
 - the server honours `If-None-Match: *` (create-only commits and markers);
 - no lifecycle rule aborts incomplete uploads under the prefix sooner than
-  `recovery_window_days` (it could destroy an in-doubt epoch's data).
+  `recovery_window_s` (it could destroy an in-doubt epoch's data).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 import uuid
 from collections.abc import Callable
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from durable_sinks.core.errors import ConfigError, DurableSinkError
 from durable_sinks.core.s3 import error_code, is_missing, is_precondition_failed
 
-from .config import S3SinkConfig
+from .config import DAY_S, S3
 from .layout import Layout
 
 if TYPE_CHECKING:
@@ -116,12 +117,10 @@ def highest_marker(client: S3Client, layout: Layout, fail: Failure) -> int | Non
 #: Seconds a successful check_bucket of one location and settings is trusted in a process:
 #: a job restarted by its driver (a ride-out, a recovery) does not probe again each time.
 CHECK_TTL_S = 300.0
-_passed: dict[tuple[S3SinkConfig, str], float] = {}
+_passed: dict[tuple[S3, str], float] = {}
 
 
-def check_bucket(
-    client: S3Client, layout: Layout, config: S3SinkConfig, job_id: str, fail: Failure
-) -> None:
+def check_bucket(client: S3Client, layout: Layout, config: S3, job_id: str, fail: Failure) -> None:
     """Every permission and feature the sink uses, tried under `<prefix>/_durable/` (once
     per CHECK_TTL_S per process, location and settings)."""
     key = (config, job_id)
@@ -131,9 +130,7 @@ def check_bucket(
     _passed[key] = time.monotonic()
 
 
-def _probe(
-    client: S3Client, layout: Layout, config: S3SinkConfig, job_id: str, fail: Failure
-) -> None:
+def _probe(client: S3Client, layout: Layout, config: S3, job_id: str, fail: Failure) -> None:
     folder = layout.probe_folder
     where = f"s3://{layout.bucket}/{folder}"
     probe = f"{folder}probe-{uuid.uuid4().hex}"
@@ -205,7 +202,7 @@ def _check_multipart(client: S3Client, layout: Layout, folder: str, fail: Failur
 
 
 def _check_lifecycle(
-    client: S3Client, layout: Layout, config: S3SinkConfig, job_id: str, fail: Failure
+    client: S3Client, layout: Layout, config: S3, job_id: str, fail: Failure
 ) -> None:
     try:
         rules = client.get_bucket_lifecycle_configuration(Bucket=layout.bucket).get("Rules", [])
@@ -216,28 +213,31 @@ def _check_lifecycle(
         if code in ("AccessDenied", "NotImplemented", "501"):
             log.warning(
                 "[job=%s, sink=%s] cannot read the lifecycle rules of bucket %s (%s): make sure "
-                "none aborts incomplete multipart uploads under %s sooner than %d days",
+                "none aborts incomplete multipart uploads under %s sooner than %g days "
+                "(recovery_window_s)",
                 job_id,
                 config.name,
                 layout.bucket,
                 code,
                 layout.location.prefix,
-                config.recovery_window_days,
+                config.recovery_window_s / DAY_S,
             )
             return
         raise fail(exc, f"read the lifecycle rules of bucket {layout.bucket}") from exc
     for rule in rules:
         days = _abort_days(rule, layout.location.folder)
-        if days is not None and days < config.recovery_window_days:
+        window_days = config.recovery_window_s / DAY_S
+        if days is not None and days < window_days:
             raise ConfigError(
                 f"bucket {layout.bucket}'s lifecycle rule {rule.get('ID', '(no id)')!r} aborts "
                 f"incomplete multipart uploads under {layout.location.prefix!r} after {days} "
-                f"day(s), sooner than recovery_window_days={config.recovery_window_days}: an "
+                f"day(s), sooner than recovery_window_s={config.recovery_window_s:g} "
+                f"({window_days:g} days): an "
                 "epoch left in doubt by a stopped job would lose its data",
                 job=job_id,
                 sink=config.name,
-                fix=f"raise the rule's DaysAfterInitiation to >= {config.recovery_window_days}, "
-                "exclude this prefix from it, or lower recovery_window_days to how long the "
+                fix=f"raise the rule's DaysAfterInitiation to >= {math.ceil(window_days)}, "
+                "exclude this prefix from it, or lower recovery_window_s to how long the "
                 "job may stay stopped",
             )
 

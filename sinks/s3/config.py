@@ -1,9 +1,10 @@
-"""The S3 sink's configuration: a picklable dataclass checked when it is built (on the driver,
-before anything connects)."""
+"""The S3 sink's configuration, `durable_sinks.S3`: a frozen, picklable dataclass checked
+when it is built (on the driver, before anything connects). Importing it loads no client."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from durable_sinks.core.errors import ConfigError
 from durable_sinks.core.naming import check_sink_name
@@ -17,48 +18,66 @@ from durable_sinks.core.s3 import (
     S3Location,
     connection_of,
 )
+from durable_sinks.core.settings import accepts_renamed
 
 COMPRESSIONS = ("none", "snappy", "gzip", "zstd", "lz4", "brotli")
 MiB = 1024 * 1024
+DAY_S = 86_400.0
 
 
+@accepts_renamed("s3")
 @dataclass(frozen=True)
-class S3SinkConfig:
-    """Configuration of an S3Sink (picklable; validated when built).
+class S3:
+    """An S3 prefix (AWS or an S3-compatible server) as a sink of Parquet objects:
+    `durable_sink(S3(path="s3://lake/events"), job_id="orders", ...)`.
 
-    - path: `s3://bucket/prefix`, the dataset's folder (the bucket must exist; one job per
-      prefix).
-    - name: the sink's name within the job.
-    - endpoint_url, region, access_key_id, secret_access_key, session_token,
-      addressing_style, connect_timeout, read_timeout, ca_bundle (a PEM file of CAs for an
-      https endpoint): how to reach the server (unset: boto3's
-      default chain and AWS; see `durable_sinks.core.s3.S3Connection`). Secrets are never
-      shown.
-    - part_size: bytes per multipart-upload part (5 MiB to 5 GiB; default 8 MiB). The sink
-      holds about one part (plus the row group being encoded) in memory per object.
-    - max_object_bytes: an epoch's part larger than this rolls over to a new object (default
-      1 GiB; at most part_size x 10,000 parts, S3's limit).
-    - compression: Parquet codec.
-    - recovery_window_days: how long a stopped job may stay stopped and still finish its
-      in-doubt epochs. A bucket lifecycle rule that aborts incomplete multipart uploads sooner
-      could destroy a decided epoch's data: the sink refuses to start then (default 7).
+    Each epoch's objects are multipart uploads, completed after the job's decision; an
+    epoch manifest (`_epochs/<n>.json`) marks the epoch committed, and readers trust only
+    epochs that have one (docs/s3.md). Frozen and picklable; checked when built, on the
+    driver, before anything connects.
     """
 
+    kind: ClassVar[str] = "s3"
+
     path: str
+    """`s3://bucket/prefix`, the dataset's folder. The bucket must exist; one job per prefix.
+    Required."""
     name: str = "s3"
+    """The sink's name within the job. Default "s3"."""
     endpoint_url: str | None = None
+    """The server, `http(s)://host[:port]`. Default: AWS_ENDPOINT_URL_S3 /
+    AWS_ENDPOINT_URL, else AWS."""
     region: str | None = None
+    """The region. Default: boto3's chain (AWS_REGION, ~/.aws)."""
     access_key_id: str | None = field(default=None, repr=False)
+    """Access key id (with secret_access_key; may be a `${env:NAME}` reference). Default:
+    boto3's chain (environment, ~/.aws, an instance or pod role)."""
     secret_access_key: str | None = field(default=None, repr=False)
+    """Secret access key (never shown). Default: boto3's chain."""
     session_token: str | None = field(default=None, repr=False)
+    """Session token of temporary credentials (never shown). Default: boto3's chain."""
     addressing_style: AddressingStyle = "auto"
-    connect_timeout: float = 10.0
-    read_timeout: float = 60.0
+    """"auto", "path" (most S3-compatible servers) or "virtual". Default "auto"."""
+    connect_timeout_s: float = 10.0
+    """Seconds a connection attempt may take. Default 10."""
+    read_timeout_s: float = 60.0
+    """Seconds a request may wait for the server's answer. Default 60."""
     ca_bundle: str | None = None
-    part_size: int = 8 * MiB
-    max_object_bytes: int = 1024 * MiB
+    """A PEM file of the CAs that verify an https endpoint. Default: AWS_CA_BUNDLE or the
+    system's CAs."""
+    part_size_bytes: int = 8 * MiB
+    """Bytes per multipart-upload part, 5 MiB to 5 GiB. Default 8 MiB. The sink holds about
+    one part (plus the row group being encoded) in memory per object."""
+    max_file_bytes: int = 1024 * MiB
+    """An epoch's object larger than this rolls over to a new object, in bytes. Default
+    1 GiB; at most part_size_bytes x 10,000 parts (S3's limit)."""
     compression: str = "zstd"
-    recovery_window_days: int = 7
+    """Parquet codec: none, snappy, gzip, zstd (default), lz4 or brotli."""
+    recovery_window_s: float = 7 * DAY_S
+    """How long, in seconds, a stopped job may stay stopped and still finish its in-doubt
+    epochs. A bucket lifecycle rule that aborts incomplete multipart uploads sooner could
+    destroy a decided epoch's data: the sink refuses to start then. Default 7 days
+    (604800)."""
 
     def __post_init__(self) -> None:
         where = f"s3 sink {self.name!r}"
@@ -70,29 +89,30 @@ class S3SinkConfig:
                 fix=f"give the dataset its own folder: path='s3://{location.bucket}/events'",
             )
         self.connection  # noqa: B018 - validates the connection settings now
-        if not MIN_PART_SIZE <= self.part_size <= MAX_PART_SIZE:
+        if not MIN_PART_SIZE <= self.part_size_bytes <= MAX_PART_SIZE:
             raise ConfigError(
-                f"{where}: part_size {self.part_size} is outside S3's limits for a part "
-                f"({MIN_PART_SIZE} to {MAX_PART_SIZE} bytes)",
+                f"{where}: part_size_bytes {self.part_size_bytes} is outside S3's limits for a "
+                f"part ({MIN_PART_SIZE} to {MAX_PART_SIZE} bytes)",
                 fix="leave the default (8 MiB) or give between 5 MiB and 5 GiB",
             )
-        most = min(self.part_size * MAX_PARTS, MAX_OBJECT_SIZE)
-        if not self.part_size <= self.max_object_bytes <= most:
+        most = min(self.part_size_bytes * MAX_PARTS, MAX_OBJECT_SIZE)
+        if not self.part_size_bytes <= self.max_file_bytes <= most:
             raise ConfigError(
-                f"{where}: max_object_bytes {self.max_object_bytes} must be between part_size "
-                f"({self.part_size}) and {most} (S3 allows {MAX_PARTS} parts of part_size, "
-                "and 5 TiB, per object)",
-                fix="leave the default (1 GiB), or raise part_size for larger objects",
+                f"{where}: max_file_bytes {self.max_file_bytes} must be between "
+                f"part_size_bytes ({self.part_size_bytes}) and {most} (S3 allows {MAX_PARTS} "
+                "parts of part_size_bytes, and 5 TiB, per object)",
+                fix="leave the default (1 GiB), or raise part_size_bytes for larger objects",
             )
         if self.compression not in COMPRESSIONS:
             raise ConfigError(
                 f"{where}: compression {self.compression!r} is not one of {COMPRESSIONS}",
                 fix="leave the default or choose one of those",
             )
-        if self.recovery_window_days < 1:
+        if not self.recovery_window_s >= DAY_S:
             raise ConfigError(
-                f"{where}: recovery_window_days must be >= 1",
-                fix="give how many days a stopped job may wait for its restart (default 7)",
+                f"{where}: recovery_window_s must be at least a day (86400)",
+                fix="give how many seconds a stopped job may wait for its restart (default "
+                "604800, 7 days)",
             )
 
     @property
@@ -104,4 +124,8 @@ class S3SinkConfig:
         return connection_of(self)
 
     def __repr__(self) -> str:
-        return f"S3SinkConfig(path={self.path!r}, name={self.name!r})"
+        return f"S3(path={self.path!r}, name={self.name!r})"
+
+
+#: Another name of this class, kept importable.
+S3SinkConfig = S3

@@ -1,8 +1,8 @@
 """Exactly-once Parquet objects in S3: multipart uploads as phase 1 (docs/s3.md).
 
 - Phase 1 (`write_batch`, `pre_commit`): each participant writes its rows as Parquet into
-  multipart uploads (one object per `max_object_bytes`), a part uploaded whenever
-  `part_size` bytes are ready; `pre_commit` closes the Parquet file and uploads the last part.
+  multipart uploads (one object per `max_file_bytes`), a part uploaded whenever
+  `part_size_bytes` bytes are ready; `pre_commit` closes the Parquet file and uploads the last part.
   The handle carries bucket, keys, upload ids and part ETags. Nothing is visible.
 - Phase 2 (`commit_epoch`): CompleteMultipartUpload of each object, create-only
   (`If-None-Match: *`), so a replayed commit never overwrites; an object found complete with
@@ -49,7 +49,7 @@ from durable_sinks.core.sink_base import OpenParticipant, SinkBase, Step
 
 from . import operations
 from .checks import check_bucket, claim_prefix, highest_marker
-from .config import S3SinkConfig
+from .config import S3
 from .epochs import EpochMarker
 from .handles import S3HandleDetails, S3Object
 from .layout import DataKey, Layout, epoch_text
@@ -80,10 +80,10 @@ class S3Participant(OpenParticipant):
         return started
 
 
-class S3Sink(SinkBase[S3SinkConfig]):
+class S3Sink(SinkBase[S3]):
     """Exactly-once Parquet objects under an S3 prefix (see the module docs)."""
 
-    def __init__(self, config: S3SinkConfig) -> None:
+    def __init__(self, config: S3) -> None:
         super().__init__(config, counters=("parts_uploaded",))
         self.layout = Layout(config.location)
         self._client: S3Client | None = None
@@ -165,7 +165,7 @@ class S3Sink(SinkBase[S3SinkConfig]):
         written = current.upload.size - before
         self._count("rows", batch.num_rows)
         self._count("bytes", written)
-        if current.upload.size >= self.config.max_object_bytes:
+        if current.upload.size >= self.config.max_file_bytes:
             self._finish_object(current)
         return WriteResult(batch.num_rows, batch.nbytes)
 
@@ -176,7 +176,7 @@ class S3Sink(SinkBase[S3SinkConfig]):
             self.layout.bucket,
             key,
             str(current.name),
-            self.config.part_size,
+            self.config.part_size_bytes,
             lambda exc, action: self._upload_failure(exc, action, current),
         )
         current.writer = pq.ParquetWriter(
@@ -288,7 +288,7 @@ class S3Sink(SinkBase[S3SinkConfig]):
                 f"of {where} is gone ({type(cause).__name__}) and the object does not exist",
                 **self._where(epoch),
                 fix="someone aborted the upload (a bucket lifecycle rule shorter than "
-                "recovery_window_days, or a person): the epoch's rows must be restored from "
+                "recovery_window_s, or a person): the epoch's rows must be restored from "
                 "the source; keep the decision record for the audit",
             ) from cause
         owner = head.get("Metadata", {}).get(PARTICIPANT_METADATA)

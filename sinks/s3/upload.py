@@ -1,7 +1,7 @@
 """One data object written as an S3 multipart upload, as the Parquet writer produces it.
 
 `ObjectUpload` is the file the Parquet writer writes into: bytes gather in a buffer of
-`part_size` and each full buffer is uploaded as the next part, so memory stays at about one
+`part_size_bytes` and each full buffer is uploaded as the next part, so memory stays at about one
 part however large the object grows. `finish()` uploads what is left (the Parquet footer and
 the tail, which may be smaller than 5 MiB: S3 allows that for the last part) and returns what
 completing the upload needs: the upload id and the parts' ETags. Nothing is visible until the
@@ -38,14 +38,14 @@ class ObjectUpload:
         bucket: str,
         key: str,
         participant: str,
-        part_size: int,
+        part_size_bytes: int,
         fail: Failure,
     ) -> None:
         self.client = client
         self.bucket = bucket
         self.key = key
         self.participant = participant
-        self.part_size = part_size
+        self.part_size_bytes = part_size_bytes
         self._fail = fail
         self.etags: list[str] = []
         self.rows = 0
@@ -69,7 +69,7 @@ class ObjectUpload:
         view = memoryview(data).cast("B")
         self._buffer += view
         self.size += len(view)
-        if len(self._buffer) >= self.part_size:
+        if len(self._buffer) >= self.part_size_bytes:
             self._upload_buffer()
         return len(view)
 

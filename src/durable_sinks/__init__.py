@@ -1,17 +1,20 @@
 """durable-sinks: exactly-once delivery from PySpark Structured Streaming into Postgres, Kafka,
 S3 and local files, several sinks at once, by two-phase commit.
 
-    from durable_sinks import durable_sink, sink
+    from durable_sinks import Postgres, durable_sink
 
     df.writeStream.foreachBatch(
-        durable_sink("postgres", dsn=..., table="events", job_id="orders")
+        durable_sink(Postgres(dsn=..., table="events"), job_id="orders")
     ).option("checkpointLocation", "...").start()
 
-This is the canonical import path of what a streaming job calls: `durable_sink`, `sink`,
-`register_data_source` (for `format("durable")`), `DeliveryGuarantee`, and every error
-durable-sinks raises (to catch them). The Spark entry points load on first use, so this import
-loads neither Spark nor any database or Kafka client. Sink authors find the protocol in
-`durable_sinks.core` and the conformance suite in `durable_sinks.testing` (docs/architecture.md).
+This is the canonical import path of what a streaming job calls: `durable_sink`, `sink`, the
+sinks' typed configurations (`Postgres`, `Kafka`, `S3`, `Delta`, `Files`),
+`register_data_source` (for `format("durable")`), `DeliveryGuarantee`, every error
+durable-sinks raises (to catch them) and `DeprecatedOptionWarning`. The Spark entry points
+and the configurations load on first use, so this import loads neither Spark nor any database
+or Kafka client; nor does a configuration (its sink's client loads when the sink is built).
+Sink authors find the protocol in `durable_sinks.core` and the conformance suite in
+`durable_sinks.testing` (docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from .core.errors import (
     CommitIncompleteError,
     ConfigError,
     CorruptRecordError,
+    DeprecatedOptionWarning,
     DurableSinkError,
     EpochOrderError,
     FencedError,
@@ -43,6 +47,11 @@ from .core.errors import (
 from .core.protocol import DeliveryGuarantee
 
 if TYPE_CHECKING:
+    from .sinks.delta.config import Delta
+    from .sinks.files.config import Files
+    from .sinks.kafka.config import Kafka
+    from .sinks.postgres.config import Postgres
+    from .sinks.s3.config import S3
     from .spark import DurableBatchWriter, durable_sink, register_data_source, sink
 
 try:
@@ -54,9 +63,20 @@ except PackageNotFoundError:  # pragma: no cover - imported from a tree that was
 _SPARK_NAMES = frozenset({"durable_sink", "sink", "register_data_source", "DurableBatchWriter"})
 
 
+#: The typed sink configurations and the module of each (it loads no client).
+_CONFIGS = {
+    "Delta": ".sinks.delta.config",
+    "Files": ".sinks.files.config",
+    "Kafka": ".sinks.kafka.config",
+    "Postgres": ".sinks.postgres.config",
+    "S3": ".sinks.s3.config",
+}
+
+
 def __getattr__(name: str) -> Any:
-    if name in _SPARK_NAMES:
-        value = getattr(importlib.import_module(".spark", __name__), name)
+    if name in _SPARK_NAMES or name in _CONFIGS:
+        module = ".spark" if name in _SPARK_NAMES else _CONFIGS[name]
+        value = getattr(importlib.import_module(module, __name__), name)
         globals()[name] = value
         return value
     if name == "RecoveryError":  # deprecated: never raised (core/errors.py)
@@ -67,21 +87,27 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "S3",
     "BatchChangedError",
     "CapabilityError",
     "CommitIncompleteError",
     "ConfigError",
     "CorruptRecordError",
     "DeliveryGuarantee",
+    "Delta",
+    "DeprecatedOptionWarning",
     "DurableBatchWriter",
     "DurableSinkError",
     "EpochOrderError",
     "FencedError",
+    "Files",
     "InDoubtError",
+    "Kafka",
     "ManifestCorruptError",
     "ManifestError",
     "OutageError",
     "ParticipantLostError",
+    "Postgres",
     "ReplayMismatchError",
     "SchemaMismatchError",
     "TransientError",

@@ -98,7 +98,7 @@ def test_delta_sink_on_s3_without_a_decision_store(s3: S3Endpoint) -> None:
 @pytest.mark.timeout(TIME_LIMIT)
 def test_delta_sink_merge_by_key() -> None:
     stats = run_conformance(
-        scenario_of(mode="merge", key=("key",)), max_examples=CONFORMANCE_SAMPLE
+        scenario_of(mode="upsert", key=("key",)), max_examples=CONFORMANCE_SAMPLE
     )
     check_exercised(stats)
 

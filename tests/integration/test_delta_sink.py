@@ -114,7 +114,7 @@ def test_a_nanosecond_fraction_is_refused_not_cut(tmp_path: Path) -> None:
 
 
 def test_merge_refuses_null_keys_and_keeps_the_last_row_of_a_key(tmp_path: Path) -> None:
-    job = coordinator(tmp_path, create_table=True, mode="merge", key="id")
+    job = coordinator(tmp_path, create_table=True, mode="upsert", key="id")
     job.start()
     job.run_epoch(0, [events([1, 2])])
     newer = pa.record_batch({"id": pa.array([2, 3, 2], pa.int64()), "body": ["b", "c", "last"]})
@@ -138,9 +138,9 @@ def test_settings_that_do_not_fit_the_table_are_refused_at_start(tmp_path: Path)
     with pytest.raises(ConfigError, match="partitioned by"):
         coordinator(tmp_path, partition_by=["id"]).start()
     with pytest.raises(ConfigError, match="key column 'nope'"):
-        coordinator(tmp_path, mode="merge", key="nope").start()
+        coordinator(tmp_path, mode="upsert", key="nope").start()
     with pytest.raises(ConfigError, match="needs the key columns"):
-        create("delta", {"path": str(tmp_path / "table"), "mode": "merge"})
+        create("delta", {"path": str(tmp_path / "table"), "mode": "upsert"})
     with pytest.raises(ConfigError, match="neither an absolute local path nor s3"):
         create("delta", {"path": "relative/table"})
 

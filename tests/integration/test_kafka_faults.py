@@ -38,7 +38,7 @@ from tests.support.kafka_reads import open_transactions, read_committed
 from tests.support.targets import create_topic, delete_with_progress, prepared_gids
 
 #: The broker aborts a transaction open longer than this (the test's own, short).
-TIMEOUT_MS = 3_000
+TIMEOUT_S = 3.0
 
 
 @pytest.fixture
@@ -50,8 +50,8 @@ def topic(admin: AdminClient, unique: UniqueNames) -> Iterator[str]:
 
 
 def kafka_sink(kafka: KafkaEndpoint, topic: str, **options: Any) -> KafkaSink:
-    options.setdefault("transaction_timeout_ms", TIMEOUT_MS)
-    options.setdefault("expected_epoch_ms", TIMEOUT_MS - 1_000)
+    options.setdefault("transaction_timeout_s", TIMEOUT_S)
+    options.setdefault("expected_epoch_s", TIMEOUT_S - 1)
     options.setdefault("request_timeout_s", 20)
     return KafkaSink(KafkaSinkConfig(kafka.bootstrap_servers, topic, key_column="id", **options))
 
@@ -82,11 +82,11 @@ def stall_at(step: str, until: Callable[[], bool]) -> Callable[[str], None]:
 
 
 def broker_aborted(admin: AdminClient, topic: str, since: float) -> Callable[[], bool]:
-    """True once the transaction is older than TIMEOUT_MS and the broker aborted it (the
+    """True once the transaction is older than TIMEOUT_S and the broker aborted it (the
     partition's last stable offset caught up with its end)."""
 
     def aborted() -> bool:
-        old_enough = time.monotonic() - since > TIMEOUT_MS / 1000
+        old_enough = time.monotonic() - since > TIMEOUT_S
         return old_enough and open_transactions(admin, topic, grace=0) == []
 
     return aborted
@@ -129,7 +129,7 @@ def test_a_transaction_the_broker_timed_out_is_retriable_and_replayed_exactly_on
         stalled.run_epoch(0, [events([1, 2, 3])])
     assert type(hit.value) is TransientError
     assert hit.value.retriable
-    assert "transaction_timeout_ms" in (hit.value.fix or "")
+    assert "transaction_timeout_s" in (hit.value.fix or "")
     assert read_committed(kafka, admin, topic) == []
     assert pg_ids(conn, pg_table) == []
     assert prepared_gids(conn, unique.job_id, "postgres") == []  # rolled back
@@ -177,7 +177,7 @@ def test_an_older_coordinator_is_fenced_even_when_its_transaction_is_old(
             store = LocalDirectoryStore(tmp_path)
             newer.append(coordinator(unique.job_id, [kafka_sink(kafka, topic)], store))
             newer[0].run_epoch(0, [events([10])])
-            time.sleep(TIMEOUT_MS / 1000 + 0.2)
+            time.sleep(TIMEOUT_S + 0.2)
 
     store = LocalDirectoryStore(tmp_path)
     older = coordinator(unique.job_id, [kafka_sink(kafka, topic)], store, take_over)

@@ -511,7 +511,7 @@ def test_an_unreachable_server_is_an_unreachable_error_naming_whose_connection(
     how: str, postgres: PostgresEndpoint, unique: UniqueNames, black_hole: int
 ) -> None:
     dsn = unreachable(postgres, how, black_hole)
-    config: dict[str, Any] = {"dsn": dsn, "table": "events", "name": "pg", "connect_timeout": 1}
+    config: dict[str, Any] = {"dsn": dsn, "table": "events", "name": "pg", "connect_timeout_s": 1}
     # The sink itself.
     sink = PostgresSink(PostgresSinkConfig(**config))
     with pytest.raises(UnreachableError) as raised:

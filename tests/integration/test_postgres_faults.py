@@ -37,7 +37,7 @@ from tests.services import PostgresEndpoint
 from tests.support.targets import prepared_gids
 
 #: Fast retries of phase-2 commits (the default waits up to a minute in all).
-QUICK_RETRY = RetryPolicy(attempts=3, max_seconds=5, first_wait=0.01, max_wait=0.05)
+QUICK_RETRY = RetryPolicy(attempts=3, tolerance_s=5, first_wait_s=0.01, max_wait_s=0.05)
 EPOCH_0 = ((1, 2), (3,))  # two batches
 
 TWO_PHASE_STEPS = [

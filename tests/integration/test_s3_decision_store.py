@@ -47,8 +47,8 @@ def connection_of(s3: S3Endpoint, **changes: Any) -> S3Connection:
         "access_key_id": s3.access_key_id,
         "secret_access_key": s3.secret_access_key,
         "addressing_style": "path",
-        "connect_timeout": 2.0,
-        "read_timeout": 10.0,
+        "connect_timeout_s": 2.0,
+        "read_timeout_s": 10.0,
     }
     settings.update(changes)
     return S3Connection(**settings)
@@ -392,7 +392,7 @@ def test_lookups_do_not_scan_history(
 
 
 def test_an_unreachable_server_is_unreachable_error(location: S3Location, s3: S3Endpoint) -> None:
-    connection = connection_of(s3, endpoint_url="http://127.0.0.1:9", connect_timeout=1.0)
+    connection = connection_of(s3, endpoint_url="http://127.0.0.1:9", connect_timeout_s=1.0)
     with pytest.raises(UnreachableError, match="unreachable") as raised:
         S3DecisionStore(location, connection).open("job")
     assert "127.0.0.1:9" in str(raised.value)
@@ -518,7 +518,7 @@ def test_an_s3_sink_hosts_the_default_store(s3: S3Endpoint, s3_prefix: str) -> N
         "access_key_id": s3.access_key_id,
         "secret_access_key": s3.secret_access_key,
         "addressing_style": "path",
-        "connect_timeout": 5,
+        "connect_timeout_s": 5,
     }
     store = default_store_for("s3", config)
     assert isinstance(store, S3DecisionStore)

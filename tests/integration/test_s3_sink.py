@@ -107,7 +107,7 @@ def test_a_large_epoch_is_uploaded_in_parts_and_rolls_over_to_new_objects(
 ) -> None:
     """Incompressible rows: ~13 MiB of Parquet in 5 MiB parts and objects of at most
     6 MiB: several objects, the first ones of two parts each."""
-    coordinator = started(s3, path, tmp_path, part_size=5 * MiB, max_object_bytes=6 * MiB)
+    coordinator = started(s3, path, tmp_path, part_size_bytes=5 * MiB, max_file_bytes=6 * MiB)
     blobs = [os.urandom(64 * 1024) for _ in range(200)]
     batches = [
         pa.record_batch({"id": list(range(i, i + 10)), "blob": blobs[i : i + 10]})
@@ -168,7 +168,7 @@ def test_an_unreachable_server_is_retriable_and_named(s3: S3Endpoint, tmp_path: 
     config = s3_sink_config(s3, f"s3://{s3.bucket}/events")
     down = S3Sink(
         type(config)(
-            **{**config.__dict__, "endpoint_url": "http://127.0.0.1:9", "connect_timeout": 1}
+            **{**config.__dict__, "endpoint_url": "http://127.0.0.1:9", "connect_timeout_s": 1}
         )
     )
     coordinator = Coordinator("job", [down], LocalDirectoryStore(tmp_path / "store"))
@@ -181,7 +181,7 @@ def test_a_server_without_conditional_writes_is_refused(
 ) -> None:
     """A server that ignores If-None-Match, simulated by dropping the header from the sink's
     own (shared) client before it is signed."""
-    config = s3_sink_config(s3, path, recovery_window_days=2)  # its own start-up check
+    config = s3_sink_config(s3, path, recovery_window_s=2 * 86_400)  # its own start-up check
     with without_conditional_writes(config.connection.client()):
         coordinator = Coordinator("job", [S3Sink(config)], LocalDirectoryStore(tmp_path / "s"))
         with pytest.raises(ConfigError, match="ignores If-None-Match") as caught:
@@ -221,7 +221,7 @@ def test_a_lifecycle_rule_shorter_than_the_recovery_window_is_refused(
     assert "DaysAfterInitiation to >= 7" in str(caught.value)
     # A window the rule respects, or a prefix it does not cover, is fine.
     Coordinator(
-        "job", [sink(s3, path, recovery_window_days=2)], LocalDirectoryStore(tmp_path / "b")
+        "job", [sink(s3, path, recovery_window_s=2 * 86_400)], LocalDirectoryStore(tmp_path / "b")
     ).start()
     elsewhere = f"s3://{own_bucket}/other/events"
     Coordinator("job2", [sink(s3, elsewhere)], LocalDirectoryStore(tmp_path / "c")).start()
@@ -230,12 +230,12 @@ def test_a_lifecycle_rule_shorter_than_the_recovery_window_is_refused(
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"part_size": 1 * MiB}, "outside S3's limits for a part"),
-        ({"part_size": 6 * 1024 * MiB}, "outside S3's limits for a part"),
-        ({"part_size": 5 * MiB, "max_object_bytes": 60 * 1024 * MiB}, "10000 parts"),
-        ({"max_object_bytes": 6 * 1024**4}, "5 TiB"),
+        ({"part_size_bytes": 1 * MiB}, "outside S3's limits for a part"),
+        ({"part_size_bytes": 6 * 1024 * MiB}, "outside S3's limits for a part"),
+        ({"part_size_bytes": 5 * MiB, "max_file_bytes": 60 * 1024 * MiB}, "10000 parts"),
+        ({"max_file_bytes": 6 * 1024**4}, "5 TiB"),
         ({"compression": "lzo"}, "compression 'lzo'"),
-        ({"recovery_window_days": 0}, "recovery_window_days"),
+        ({"recovery_window_s": 3600}, "recovery_window_s"),
     ],
 )
 def test_settings_beyond_s3s_limits_are_refused_when_built(

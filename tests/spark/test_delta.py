@@ -112,7 +112,7 @@ def test_executor_mode_merges_by_key_with_one_commit_per_batch(
     writer = durable_sink(
         "delta",
         path=str(delta),
-        mode="merge",
+        mode="upsert",
         key="id",
         create_table=True,
         job_id=job_id,

@@ -12,6 +12,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
+from durable_sinks import Files, Postgres
 from durable_sinks.coordinator import EpochOutcome
 from durable_sinks.core.errors import EpochOrderError
 from durable_sinks.spark import durable_sink, sink
@@ -72,9 +73,10 @@ def test_postgres_and_kafka_in_one_job_commit_each_batch_atomically(
     dsn = postgres.conninfo()
     for n in range(4):
         write_input(source, f"part-{n}.json", range(n * 25, n * 25 + 25))
+    # A typed configuration and a sink by kind, in one list.
     writer = durable_sink(
         [
-            sink("postgres", dsn=dsn, table=table, create_table=True),
+            Postgres(dsn=dsn, table=table, create_table=True),
             sink("kafka", bootstrap_servers=kafka.bootstrap_servers, topic=kafka_topic),
         ],
         job_id=job_id,
@@ -188,11 +190,9 @@ def test_executor_mode_prepares_each_partition_in_its_task_and_commits_them_atom
     dsn = postgres.conninfo()
     for n in range(2):
         write_input(source, f"part-{n}.json", range(n * 100, n * 100 + 100))
+    # Typed configurations: built on the executors from their settings, as sink(...) are.
     writer = durable_sink(
-        [
-            sink("postgres", dsn=dsn, table=table, create_table=True),
-            sink("files", path=str(tmp_path / "out")),
-        ],
+        [Postgres(dsn=dsn, table=table, create_table=True), Files(path=str(tmp_path / "out"))],
         job_id=job_id,
         execution="executor",
     )

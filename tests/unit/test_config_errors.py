@@ -33,10 +33,10 @@ KAFKA = {"bootstrap_servers": "127.0.0.1:1", "topic": "events"}
         (KafkaSinkConfig, {"topic": "bad topic"}, "not a valid topic name"),
         (KafkaSinkConfig, {"progress_topic": "events"}, "progress_topic must differ"),
         (KafkaSinkConfig, {"key_column": "id", "value_column": "id"}, "more than one role"),
-        (KafkaSinkConfig, {"expected_epoch_ms": 0}, "must be > 0"),
+        (KafkaSinkConfig, {"expected_epoch_s": 0}, "must be > 0"),
         (
             KafkaSinkConfig,
-            {"transaction_timeout_ms": 10_000, "expected_epoch_ms": 20_000},
+            {"transaction_timeout_s": 10, "expected_epoch_s": 20},
             "must exceed",
         ),
         (KafkaSinkConfig, {"producer_config": {"acks": 1}}, "which the sink owns"),

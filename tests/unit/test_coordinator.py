@@ -25,7 +25,7 @@ from durable_sinks.manifest import LocalDirectoryStore
 from durable_sinks.sinks.files import STAGING, FileSink, FileSinkConfig
 from tests.support.faulty import Faulty
 
-FAST = RetryPolicy(attempts=3, first_wait=0.001, max_wait=0.01)
+FAST = RetryPolicy(attempts=3, first_wait_s=0.001, max_wait_s=0.01)
 
 
 def batch(epoch: int, n: int = 4) -> pa.RecordBatch:

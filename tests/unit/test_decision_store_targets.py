@@ -200,8 +200,8 @@ def test_an_s3_sinks_default_store_lives_under_its_prefix_with_its_settings(cwd:
         "access_key_id": "AKIAEXAMPLE",
         "secret_access_key": "secret-value-123",
         "addressing_style": "path",
-        "connect_timeout": "5",
-        "part_size": 8 * 1024 * 1024,  # a sink setting the store ignores
+        "connect_timeout_s": "5",
+        "part_size_bytes": 8 * 1024 * 1024,  # a sink setting the store ignores
     }
     store = default_store_for("s3", config)
     assert isinstance(store, S3DecisionStore)
@@ -212,11 +212,11 @@ def test_an_s3_sinks_default_store_lives_under_its_prefix_with_its_settings(cwd:
         access_key_id="AKIAEXAMPLE",
         secret_access_key="secret-value-123",
         addressing_style="path",
-        connect_timeout=5.0,
+        connect_timeout_s=5.0,
     )
     shown = repr(store) + repr(store.connection) + store.where
     assert "secret-value-123" not in shown
     assert "s3 sink 'lake'" in store.where
     assert default_store_for("s3", {"name": "no-path"}) is None
-    with pytest.raises(ConfigError, match="connect_timeout 'soon' is not a number"):
-        default_store_for("s3", {"path": "s3://lake/events", "connect_timeout": "soon"})
+    with pytest.raises(ConfigError, match="connect_timeout_s 'soon' is not a number"):
+        default_store_for("s3", {"path": "s3://lake/events", "connect_timeout_s": "soon"})

@@ -96,8 +96,8 @@ def config() -> KafkaSinkConfig:
         "127.0.0.1:1",
         "events",
         request_timeout_s=0.4,
-        transaction_timeout_ms=3_000,
-        expected_epoch_ms=1_000,
+        transaction_timeout_s=3.0,
+        expected_epoch_s=1.0,
     )
 
 
@@ -252,7 +252,7 @@ def test_a_transaction_the_broker_timed_out_is_transient_not_fenced(path: str) -
     with pytest.raises(TransientError, match=r"transaction\.timeout\.ms") as raised:
         call()
     assert type(raised.value) is TransientError
-    assert "transaction_timeout_ms" in (raised.value.fix or "")
+    assert "transaction_timeout_s" in (raised.value.fix or "")
     assert made.broken
     assert made.fenced is None
     assert made.abort(0) is False  # a broken producer's transaction dies with it

@@ -12,7 +12,7 @@ import pytest
 
 from durable_sinks.core.errors import ConfigError
 from durable_sinks.sinks.kafka import KafkaSinkConfig
-from durable_sinks.sinks.kafka.records import JSON_SHAPE, SPARK_SHAPE
+from durable_sinks.sinks.kafka.config import JSON_SHAPE, SPARK_SHAPE
 from durable_sinks.sinks.kafka.spark_shape import (
     build_spark_records,
     row_problems,

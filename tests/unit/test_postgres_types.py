@@ -184,13 +184,14 @@ def test_an_unreachable_server_is_a_retriable_unreachable_error(message: str) ->
 
 
 def test_the_dsns_own_connect_timeout_is_used_unless_the_option_is_given() -> None:
+    from durable_sinks import Postgres
     from durable_sinks.manifest.postgres import PostgresDecisionStore
-    from durable_sinks.sinks.postgres import PostgresSinkConfig
 
     in_dsn = "host=db port=5432 connect_timeout=3"
-    assert PostgresSinkConfig(in_dsn, "t").connect_timeout_s == 3
-    assert PostgresSinkConfig(in_dsn, "t", connect_timeout=7).connect_timeout_s == 7
-    assert PostgresSinkConfig("host=db", "t").connect_timeout_s == 10
-    assert PostgresSinkConfig("postgresql://db/x?connect_timeout=4", "t").connect_timeout_s == 4
-    assert PostgresDecisionStore(in_dsn).connect_timeout == 3
-    assert PostgresDecisionStore(in_dsn, connect_timeout=5).connect_timeout == 5
+    assert Postgres(in_dsn, "t").effective_connect_timeout_s == 3
+    assert Postgres(in_dsn, "t", connect_timeout_s=7).effective_connect_timeout_s == 7
+    assert Postgres(in_dsn, "t", connect_timeout_s=2.5).effective_connect_timeout_s == 3
+    assert Postgres("host=db", "t").effective_connect_timeout_s == 10
+    assert Postgres("postgresql://db/x?connect_timeout=4", "t").effective_connect_timeout_s == 4
+    assert PostgresDecisionStore(in_dsn).connect_timeout_s == 3
+    assert PostgresDecisionStore(in_dsn, connect_timeout_s=5).connect_timeout_s == 5

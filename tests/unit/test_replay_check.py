@@ -23,7 +23,7 @@ from durable_sinks.manifest import DecisionRecord, LocalDirectoryStore
 from durable_sinks.sinks.files import FileSink, FileSinkConfig
 from tests.support.journal_sink import JournalSink
 
-FAST = RetryPolicy(attempts=3, first_wait=0.001, max_wait=0.01)
+FAST = RetryPolicy(attempts=3, first_wait_s=0.001, max_wait_s=0.01)
 
 
 def rows(epoch: int, n: int = 6, body: str = "row") -> pa.RecordBatch:

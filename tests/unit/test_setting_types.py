@@ -1,7 +1,7 @@
 """Settings of the wrong type or with a misspelt name are refused when `durable_sink(...)` or
 `sink(...)` is called, before anything connects: the message names the setting, the type
 given and the type wanted, or the closest valid name. (Before, `table=123` raised an
-AttributeError, `create_table="false"` was accepted as true, `connect_timeout="abc"` escaped
+AttributeError, `create_table="false"` was accepted as true, `connect_timeout_s="abc"` escaped
 as psycopg's ProgrammingError, and `tabel=` gave a dataclass `__init__()` message.)
 
 The DSN points at a closed port: had anything tried to connect, the error would differ."""
@@ -31,9 +31,9 @@ DSN = "host=127.0.0.1 port=1 dbname=x user=u password=sekrit-pw"
             "create_table=True (a Python bool, not a string)",
         ),
         (
-            {"table": "t", "connect_timeout": "abc"},
-            "connect_timeout must be an integer or None, not str 'abc'",
-            "connect_timeout=10",
+            {"table": "t", "connect_timeout_s": "abc"},
+            "connect_timeout_s must be a number or None, not str 'abc'",
+            "connect_timeout_s=30.0",
         ),
         (
             {"table": "t", "participants_in_flight": True},
@@ -118,9 +118,14 @@ def test_a_secret_of_the_wrong_type_is_not_shown() -> None:
 def test_spark_string_options_are_read_as_the_declared_types() -> None:
     read = from_strings(
         PostgresSinkConfig,
-        {"table": "123", "create_table": "true", "connect_timeout": "5", "key": "a,b"},
+        {"table": "123", "create_table": "true", "connect_timeout_s": "5", "key": "a,b"},
     )
-    assert read == {"table": "123", "create_table": True, "connect_timeout": 5, "key": ("a", "b")}
+    assert read == {
+        "table": "123",
+        "create_table": True,
+        "connect_timeout_s": 5,
+        "key": ("a", "b"),
+    }
     read = from_strings(KafkaSinkConfig, {"request_timeout_s": "2.5", "value_column": "None"})
     assert read == {"request_timeout_s": 2.5, "value_column": "None"}
     read = from_strings(JobOptions, {"one_phase": "false", "retain_epochs": "7"})

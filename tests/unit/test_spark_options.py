@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from durable_sinks.core import DeliveryGuarantee
-from durable_sinks.core.errors import ConfigError
+from durable_sinks.core.errors import ConfigError, DeprecatedOptionWarning
 from durable_sinks.manifest import LocalDirectoryStore, store_from
 from durable_sinks.manifest._choose import is_postgres_dsn
 from durable_sinks.manifest.postgres import PostgresDecisionStore
@@ -42,7 +42,8 @@ def test_job_options_are_split_from_sink_options() -> None:
         ({"job_id": "j", "guarantee": "exactly-twice"}, "guarantee"),
         ({"job_id": "j", "execution": "cluster"}, "execution"),
         ({"job_id": "j", "mode": "cluster"}, "neither a sink's mode"),
-        ({"job_id": "j", "mode": "driver", "execution": "executor"}, "contradicts"),
+        ({"job_id": "j", "mode": "driver", "execution": "executor"}, "same option"),
+        ({"job_id": "j", "mode": "driver", "execution": "driver"}, "same option"),
         ({"job_id": "j", "max_rows_in_memory": 0}, "max_rows_in_memory"),
         ({"job_id": "j", "driver_read": "collect"}, "driver_read"),
         ({"job_id": "j", "retain_epochs": 0}, "retain_epochs"),
@@ -68,8 +69,8 @@ def test_durable_sink_refuses_bad_arguments_before_contacting_anything() -> None
         durable_sink("postgres", dsn="host=x", table="a.b.c", job_id="j")
     with pytest.raises(ConfigError, match="unknown option 'tabel'; did you mean 'table'"):
         durable_sink("postgres", dsn="host=x", table="t", tabel="u", job_id="j")
-    with pytest.raises(ConfigError, match="go into its sink"):
-        durable_sink([sink("files", path="/tmp/x")], job_id="j", table="t")
+    with pytest.raises(ConfigError, match="are not job options"):
+        durable_sink([sink("files", path="/tmp/x")], job_id="j", table="t")  # type: ignore[call-overload]
     with pytest.raises(ConfigError, match="non-empty list"):
         durable_sink([], job_id="j")
     with pytest.raises(ConfigError, match="is not a sink"):
@@ -104,11 +105,11 @@ def test_execution_has_its_own_name_and_mode_is_the_postgres_sinks() -> None:
 def test_the_old_spelling_of_execution_still_works_with_a_deprecation_warning(
     tmp_path: Path,
 ) -> None:
-    with pytest.warns(DeprecationWarning, match=r"mode='executor'.*execution='executor'"):
+    with pytest.warns(DeprecatedOptionWarning, match=r"option mode is deprecated: write execution"):
         job, rest = JobOptions.split({"job_id": "j", "mode": "executor"})
     assert job.execution == "executor"
     assert rest == {}
-    with pytest.warns(DeprecationWarning, match="execution='driver'") as caught:
+    with pytest.warns(DeprecatedOptionWarning, match="mode='driver' or 'executor'") as caught:
         writer = durable_sink(
             "files", path=str(tmp_path / "out"), job_id="j", mode="driver", decision_store=tmp_path
         )
@@ -166,7 +167,7 @@ def test_data_source_options_are_read_from_spark_strings() -> None:
         pytest.param(
             {"job_id": "j", "kind": "files", "path2": "x", "mode": "driver"},
             "always writes",
-            marks=pytest.mark.filterwarnings("ignore:durable_sink.mode=:DeprecationWarning"),
+            marks=pytest.mark.filterwarnings("ignore::durable_sinks.DeprecatedOptionWarning"),
         ),
     ],
 )

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from .errors import ConfigError, DurableSinkError, TransientError, UnreachableError
 from .secrets import check, resolve
+from .settings import accepts_renamed
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -100,6 +101,7 @@ class S3Location:
         return f"s3://{self.bucket}/{self.prefix}" if self.prefix else f"s3://{self.bucket}"
 
 
+@accepts_renamed("s3_connection", "S3Connection")
 @dataclass(frozen=True)
 class S3Connection:
     """How to reach the server (picklable: built where the sink or store runs).
@@ -115,8 +117,10 @@ class S3Connection:
     secret_access_key: str | None = field(default=None, repr=False)
     session_token: str | None = field(default=None, repr=False)
     addressing_style: AddressingStyle = "auto"
-    connect_timeout: float = 10.0
-    read_timeout: float = 60.0
+    #: Seconds a connection attempt may take.
+    connect_timeout_s: float = 10.0
+    #: Seconds a request may wait for the server's answer.
+    read_timeout_s: float = 60.0
     #: A PEM file of the CAs that verify an https endpoint (None: boto3's default, i.e.
     #: AWS_CA_BUNDLE or the system's CAs).
     ca_bundle: str | None = None
@@ -139,8 +143,8 @@ class S3Connection:
             )
         for secret in ("access_key_id", "secret_access_key", "session_token"):
             check(getattr(self, secret), f"S3: {secret}")
-        for name in ("connect_timeout", "read_timeout"):
-            if getattr(self, name) <= 0:
+        for name in ("connect_timeout_s", "read_timeout_s"):
+            if not getattr(self, name) > 0:
                 raise ConfigError(f"S3: {name} must be > 0 seconds", fix=f"{name}=10")
 
     def server(self) -> str:
@@ -164,8 +168,8 @@ class S3Connection:
     def arrow_settings(self) -> dict[str, Any]:
         """These settings as pyarrow.fs.S3FileSystem's (secret references resolved here)."""
         settings: dict[str, Any] = {
-            "connect_timeout": self.connect_timeout,
-            "request_timeout": self.read_timeout,
+            "connect_timeout": self.connect_timeout_s,
+            "request_timeout": self.read_timeout_s,
         }
         if self.access_key_id is not None:
             settings["access_key"] = self._secret(self.access_key_id, "access_key_id")
@@ -215,8 +219,8 @@ class S3Connection:
             config=Config(
                 s3={"addressing_style": self.addressing_style},
                 retries={"max_attempts": 3, "mode": "standard"},
-                connect_timeout=self.connect_timeout,
-                read_timeout=self.read_timeout,
+                connect_timeout=self.connect_timeout_s,
+                read_timeout=self.read_timeout_s,
                 max_pool_connections=16,
                 # Only where the operation demands one: some S3-compatible servers reject
                 # the CRC32 trailers boto3 adds to every upload by default.
@@ -370,7 +374,7 @@ def s3_failure(
         return made(
             TransientError,
             f"cannot {action}: S3 at {server} dropped the request ({type(exc).__name__})",
-            fix="a retry may succeed; check the network and read_timeout",
+            fix="a retry may succeed; check the network and read_timeout_s",
         )
     if isinstance(exc, ClientError):
         code = error_code(exc) or "unknown"

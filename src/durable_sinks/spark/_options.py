@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import typing
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -12,16 +11,15 @@ from typing import Any, Literal
 from durable_sinks.coordinator import REPLAY_CHECKS, OutagePolicy, ReplayCheckMode, RetryPolicy
 from durable_sinks.core import DeliveryGuarantee
 from durable_sinks.core.errors import ConfigError
-from durable_sinks.core.settings import check_types, closest, option_names
+from durable_sinks.core.settings import check_types, closest, current_names, option_names
 from durable_sinks.manifest import DecisionStore
 
 Execution = Literal["driver", "executor"]
 EXECUTIONS = ("driver", "executor")
 DriverRead = Literal["stream", "partitions", "chunked"]
 DRIVER_READS = ("stream", "partitions", "chunked")
-#: Values of the Postgres sink's own `mode` option, passed to the sink in the one-sink form.
-#: The sinks' own `mode`s (Postgres: append, upsert; Delta: append, merge); each sink checks
-#: that its mode is one of its own.
+#: The sinks' own `mode`s (Postgres and Delta: append, upsert; Delta's older "merge"), passed
+#: to the sink in the one-sink form; each sink checks that its mode is one of its own.
 SINK_MODES = ("append", "upsert", "merge")
 StoreTarget = str | os.PathLike[str] | DecisionStore
 
@@ -43,8 +41,8 @@ class JobOptions:
     - guarantee: "exactly-once" (default) or "at-least-once".
     - execution: "driver" (default: the batch is streamed to the driver as Arrow and written
       by one coordinator) or "executor" (each partition written and prepared in its task).
-      Its old spelling `mode="driver"|"executor"` still works, with a DeprecationWarning,
-      until the next release; `mode` is the Postgres sink's option (append/upsert).
+      Its old spelling `mode="driver"|"executor"` still works, with a
+      DeprecatedOptionWarning; `mode` is otherwise the sink's option (append/upsert).
     - driver_read: how driver mode reads a batch (see _arrow.py). "stream" (default): as its
       partitions finish, through PySpark's collect-as-Arrow socket where a probe at
       `durable_sink(...)` finds it working (classic PySpark), partition by partition through
@@ -171,36 +169,29 @@ class JobOptions:
 
     @classmethod
     def split(cls, options: Mapping[str, Any]) -> tuple[JobOptions, dict[str, Any]]:
-        """Job options from `options`, and what is left (the sink's configuration). The old
-        spelling `mode="driver"|"executor"` becomes `execution` with a DeprecationWarning;
-        any other `mode` is the sink's (Postgres's append/upsert, Delta's append/merge)."""
+        """Job options from `options`, and what is left (the sink's configuration). Older
+        spellings of job options (core/settings.py RENAMED["job"]: `mode="driver"|"executor"`
+        for `execution`) become the current ones with a DeprecatedOptionWarning; any other
+        `mode` is the sink's (Postgres's and Delta's append/upsert)."""
+        given_job = options.get("job_id")
+        options = current_names(
+            "job",
+            options,
+            "durable_sink",
+            job=given_job if isinstance(given_job, str) else None,
+            stacklevel=4,
+        )
         names = set(cls.__dataclass_fields__)
         job = {k: v for k, v in options.items() if k in names}
         rest = {k: v for k, v in options.items() if k not in names}
-        if "mode" in rest and rest["mode"] not in (*SINK_MODES, *EXECUTIONS):
+        if "mode" in rest and rest["mode"] not in SINK_MODES:
             raise ConfigError(
                 f"mode {rest['mode']!r} is neither a sink's mode {SINK_MODES} nor the old "
                 f"spelling of execution {EXECUTIONS}",
                 job=str(job.get("job_id", "")),
                 fix="execution='driver' (the default) or 'executor' says where batches are "
-                "written; mode='append', 'upsert' (Postgres) or 'merge' (Delta) is the sink's",
+                "written; mode='append' or 'upsert' is the sink's",
             )
-        if rest.get("mode") in EXECUTIONS:
-            mode = rest.pop("mode")
-            if "execution" in job and job["execution"] != mode:
-                raise ConfigError(
-                    f"mode={mode!r} (the old spelling of execution) contradicts "
-                    f"execution={job['execution']!r}",
-                    job=str(job.get("job_id", "")),
-                    fix="drop mode= and keep execution=",
-                )
-            warnings.warn(
-                f"durable_sink(mode={mode!r}) is deprecated and will be removed in the next "
-                f"release: write execution={mode!r} (mode is the Postgres sink's append/upsert)",
-                DeprecationWarning,
-                stacklevel=3,
-            )
-            job["execution"] = mode
         if "job_id" not in job:
             misspelt = [k for k in rest if closest(k, ["job_id"])]
             if misspelt:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, overload
 
 from durable_sinks import sinks
 from durable_sinks.core import SinkConnector
@@ -12,22 +12,45 @@ from durable_sinks.core.errors import ConfigError
 
 from ._options import job_option_names
 
+if TYPE_CHECKING:
+    from typing import TypeAlias
+
+    from durable_sinks.sinks.delta.config import Delta
+    from durable_sinks.sinks.files.config import Files
+    from durable_sinks.sinks.kafka.config import Kafka
+    from durable_sinks.sinks.postgres.config import Postgres
+    from durable_sinks.sinks.s3.config import S3
+
+    #: A built-in sink's typed configuration (`durable_sinks.Postgres(...)`, ...).
+    SinkConfig: TypeAlias = Postgres | Kafka | S3 | Delta | Files
+
 
 @dataclass(frozen=True)
 class SinkSpec:
     """One sink of a job: a registered kind and its configuration mapping.
 
     Building a spec checks the configuration (no server is contacted): a bad option raises
-    ConfigError here, on the driver, before the query starts. `build()` makes a fresh,
-    unopened sink (clients connect at `open`, wherever the sink runs).
+    ConfigError here, on the driver, before the query starts; an option given by an older
+    spelling is rewritten to the current one, with a DeprecatedOptionWarning, here and only
+    here. `build()` makes a fresh, unopened sink (clients connect at `open`, wherever the
+    sink runs).
     """
 
     kind: str
     config: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "config", dict(self.config))
+        config = self.config
+        if isinstance(self.kind, str):
+            config = sinks.current_options(self.kind, config, stacklevel=5)
+        object.__setattr__(self, "config", dict(config))
         self.build()  # validates kind and options now
+
+    @classmethod
+    def of(cls, config: object) -> SinkSpec | None:
+        """The spec of a typed configuration (`Postgres(...)`, ...); None for anything else."""
+        typed = sinks.typed_config(config)
+        return None if typed is None else cls(*typed)
 
     def build(self) -> SinkConnector:
         return sinks.create(self.kind, self.config)
@@ -41,14 +64,31 @@ class SinkSpec:
         return f"SinkSpec({self.kind!r}, name={self.name!r})"
 
 
-def sink(kind: str, /, **config: Any) -> SinkSpec:
+@overload
+def sink(config: SinkConfig, /) -> SinkSpec: ...
+@overload
+def sink(kind: str, /, **config: Any) -> SinkSpec: ...
+def sink(kind: SinkConfig | str, /, **config: Any) -> SinkSpec:
     """One sink of a multi-sink job: `durable_sink([sink("postgres", ...), sink("kafka", ...)],
-    job_id=...)`. Options are those of the kind's config class (docs/guide.md)."""
+    job_id=...)`. Options are those of the kind's config class (docs/guide.md). A typed
+    configuration is a sink as it is (`durable_sink([Postgres(...), Kafka(...)], ...)`);
+    `sink(Postgres(...))` is the same spec."""
     if not isinstance(kind, str):
-        raise ConfigError(
-            f"sink kind must be a string, not {type(kind).__name__}",
-            fix=f"one of {', '.join(sinks.kinds())}",
-        )
+        spec = SinkSpec.of(kind)
+        if spec is None:
+            raise ConfigError(
+                f"a sink is a kind and its options or a typed configuration, not "
+                f"{type(kind).__name__}",
+                fix=f"sink('postgres', dsn=..., table=...) or Postgres(dsn=..., table=...); "
+                f"kinds: {', '.join(sinks.kinds())}",
+            )
+        if config:
+            raise ConfigError(
+                f"options {sorted(config)} given beside a typed configuration "
+                f"({type(kind).__name__})",
+                fix=f"give them to {type(kind).__name__}(...)",
+            )
+        return spec
     job_options = sorted(set(config) & set(job_option_names()))
     if job_options:
         raise ConfigError(

@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from contextlib import closing
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from durable_sinks import sinks
 from durable_sinks.coordinator import (
@@ -24,7 +24,7 @@ from durable_sinks.coordinator import (
 from durable_sinks.core import SinkConnector
 from durable_sinks.core.errors import ConfigError, DurableSinkError, UnreachableError, UsageError
 from durable_sinks.core.joblog import JobLogger
-from durable_sinks.core.settings import unknown_option
+from durable_sinks.core.settings import closest, unknown_option
 
 from ._arrow import (
     ResultTooLargeError,
@@ -41,6 +41,13 @@ from ._session import batch_properties, is_connect
 from ._shipping import shipped
 from ._specs import SinkSpec
 from ._worker_check import check_workers
+
+if TYPE_CHECKING:
+    from durable_sinks.coordinator import ReplayCheckMode, RetryPolicy
+    from durable_sinks.core import DeliveryGuarantee
+
+    from ._options import DriverRead, Execution, StoreTarget
+    from ._specs import SinkConfig
 
 
 class DurableBatchWriter:
@@ -424,48 +431,96 @@ class DurableBatchWriter:
         self._workers_checked = self.options.execution != "executor"
 
 
+@overload
 def durable_sink(
-    kind_or_sinks: str | Sequence[SinkSpec | SinkConnector], /, **options: Any
+    sinks: SinkConfig | Sequence[SinkConfig | SinkSpec | SinkConnector],
+    /,
+    *,
+    job_id: str,
+    decision_store: StoreTarget | None = None,
+    guarantee: DeliveryGuarantee | Literal["exactly-once", "at-least-once"] = ...,
+    execution: Execution = "driver",
+    driver_read: DriverRead = "stream",
+    max_rows_in_memory: int = ...,
+    one_phase: bool = True,
+    retain_epochs: int = ...,
+    concurrent_writes: bool = True,
+    outage_tolerance_s: float = ...,
+    commit_retry: RetryPolicy = ...,
+    metrics_port: int | None = None,
+    replay_check: ReplayCheckMode = "warn",
+) -> DurableBatchWriter: ...
+@overload
+def durable_sink(kind: str, /, **options: Any) -> DurableBatchWriter: ...
+def durable_sink(
+    kind_or_sinks: str | SinkConfig | Sequence[SinkConfig | SinkSpec | SinkConnector],
+    /,
+    **options: Any,
 ) -> DurableBatchWriter:
     """The `foreachBatch` function that writes each micro-batch exactly once.
 
-    One sink: `durable_sink("postgres", dsn=..., table="events", job_id="orders")`: the
-    options are the sink's (PostgresSinkConfig, KafkaSinkConfig, FileSinkConfig, ...) plus the
-    job's (JobOptions: job_id, decision_store, guarantee, execution, ...).
+    One sink, typed: `durable_sink(Postgres(dsn=..., table="events"), job_id="orders")`:
+    the configuration class (`durable_sinks.Postgres`, `Kafka`, `S3`, `Delta`, `Files`)
+    holds the sink's options, the keywords are the job's (JobOptions: job_id,
+    decision_store, guarantee, execution, ...); a type checker checks both.
+    One sink, by kind: `durable_sink("postgres", dsn=..., table="events", job_id="orders")`:
+    the sink's options and the job's in one set of keywords.
     Several sinks, one atomic decision per batch:
-    `durable_sink([sink("postgres", ...), sink("kafka", ...)], job_id="orders")`.
+    `durable_sink([Postgres(...), Kafka(...)], job_id="orders")` (or `sink("postgres", ...)`
+    items, in any mix).
 
     Everything is validated here, before the query starts (see DurableBatchWriter).
     """
     job, rest = JobOptions.split(options)
+    typed = SinkSpec.of(kind_or_sinks)
     if isinstance(kind_or_sinks, str):
+        rest = sinks.current_options(kind_or_sinks, rest)
         _check_names(kind_or_sinks, rest, job.job_id)
         specs: list[SinkSpec | SinkConnector] = [SinkSpec(kind_or_sinks, rest)]
+    elif typed is not None:
+        _no_sink_options(rest, job.job_id, f"{type(kind_or_sinks).__name__}(...)")
+        specs = [typed]
     elif isinstance(kind_or_sinks, Sequence) and kind_or_sinks:
-        if rest:
-            raise ConfigError(
-                f"options {sorted(rest)} are not job options; with a list of sinks each "
-                "sink's options go into its sink(...)",
-                job=job.job_id,
-                fix="durable_sink([sink('postgres', dsn=..., table=...), ...], job_id=...)",
-            )
+        _no_sink_options(rest, job.job_id, "each sink's configuration")
         specs = []
         for item in kind_or_sinks:
-            if not isinstance(item, SinkSpec | SinkConnector):
+            if isinstance(item, SinkSpec | SinkConnector):
+                specs.append(item)
+                continue
+            spec = SinkSpec.of(item)
+            if spec is None:
                 raise ConfigError(
                     f"{type(item).__name__} is not a sink",
                     job=job.job_id,
-                    fix="build each with sink(kind, **options), e.g. sink('postgres', dsn=..., "
-                    "table=...)",
+                    fix="give each as a typed configuration (Postgres(dsn=..., table=...), "
+                    "Kafka(...), ...) or as sink(kind, **options)",
                 )
-            specs.append(item)
+            specs.append(spec)
     else:
         raise ConfigError(
-            "durable_sink needs a sink kind or a non-empty list of sinks",
+            "durable_sink needs a sink kind, a typed sink configuration or a non-empty list "
+            "of sinks",
             job=job.job_id,
-            fix="durable_sink('postgres', ...) or durable_sink([sink(...), sink(...)], ...)",
+            fix="durable_sink(Postgres(...), job_id=...), durable_sink('postgres', ...) or "
+            "durable_sink([Postgres(...), Kafka(...)], job_id=...)",
         )
     return DurableBatchWriter(specs, job)
+
+
+def _no_sink_options(rest: Mapping[str, Any], job: str, where: str) -> None:
+    """Typed or list forms: every keyword is a job option (the sinks' are in `where`)."""
+    if not rest:
+        return
+    names = sorted(rest)
+    guess = closest(names[0], job_option_names())
+    if guess is not None:
+        raise unknown_option(names[0], "durable_sink", job_option_names(), job=job)
+    raise ConfigError(
+        f"options {names} are not job options; the sinks' options go into {where}",
+        job=job,
+        fix="durable_sink(Postgres(dsn=..., table=...), job_id=...) or "
+        "durable_sink([sink('postgres', dsn=..., table=...), ...], job_id=...)",
+    )
 
 
 def _check_names(kind: str, options: Mapping[str, Any], job: str) -> None:

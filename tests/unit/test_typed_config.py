@@ -1,0 +1,163 @@
+"""The typed sink configurations, `from durable_sinks import Postgres, Kafka, S3, Delta,
+Files`: each is the sink's own configuration class (frozen, picklable, checked when built,
+every option documented), accepted wherever a sink is (`durable_sink(...)`, `sink(...)`, a
+list of sinks mixing both forms), and equal in effect to the string form. Nothing here
+connects: the DSN points at a closed port and the S3 paths at buckets never contacted."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+import itertools
+import pickle
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import durable_sinks
+from durable_sinks import S3, Delta, Files, Kafka, Postgres, durable_sink, sink
+from durable_sinks.core.errors import ConfigError
+from durable_sinks.spark import JobOptions, SinkSpec
+
+DSN = "host=127.0.0.1 port=1 dbname=x user=u password=hunter2-secret"
+KAFKA: dict[str, Any] = {"bootstrap_servers": "127.0.0.1:1", "topic": "events"}
+
+#: One valid configuration of each kind, typed and as the string form's options.
+EXAMPLES: list[tuple[Any, str, dict[str, Any]]] = [
+    (Postgres, "postgres", {"dsn": DSN, "table": "events", "mode": "upsert", "key": ("id",)}),
+    (Kafka, "kafka", {**KAFKA, "transaction_timeout_s": 90.0, "header_columns": ("h",)}),
+    (S3, "s3", {"path": "s3://lake/events", "part_size_bytes": 16 * 1024 * 1024}),
+    (Delta, "delta", {"path": "/tmp/delta-events", "mode": "upsert", "key": ("id",)}),
+    (Files, "files", {"path": "/tmp/files-events", "compression": "snappy"}),
+]
+IDS = [kind for _, kind, _ in EXAMPLES]
+
+
+def test_the_classes_are_the_sinks_own_configurations_and_keep_their_old_names() -> None:
+    from durable_sinks.sinks.delta import DeltaSinkConfig
+    from durable_sinks.sinks.files import FileSinkConfig
+    from durable_sinks.sinks.kafka import KafkaSinkConfig
+    from durable_sinks.sinks.postgres import PostgresSinkConfig
+    from durable_sinks.sinks.s3 import S3SinkConfig
+
+    assert PostgresSinkConfig is Postgres
+    assert KafkaSinkConfig is Kafka
+    assert S3SinkConfig is S3
+    assert DeltaSinkConfig is Delta
+    assert FileSinkConfig is Files
+    for name in ("Postgres", "Kafka", "S3", "Delta", "Files", "DeprecatedOptionWarning"):
+        assert name in durable_sinks.__all__
+
+
+@pytest.mark.parametrize(("cls", "kind", "options"), EXAMPLES, ids=IDS)
+def test_a_typed_configuration_is_the_same_sink_as_the_string_form(
+    cls: Any, kind: str, options: dict[str, Any]
+) -> None:
+    config = cls(**options)
+    assert cls.kind == kind
+    assert sink(config) == sink(kind, **options)
+    assert SinkSpec.of(config) == SinkSpec(kind, options)
+    # Frozen, picklable (it travels to executors and Spark Connect servers), secrets hidden.
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.name = "other"
+    assert pickle.loads(pickle.dumps(config)) == config  # noqa: S301 - our own bytes
+    assert "hunter2" not in repr(config)
+    assert repr(config).startswith(f"{cls.__name__}(")
+
+
+@pytest.mark.parametrize(("cls", "kind", "options"), EXAMPLES, ids=IDS)
+def test_every_option_is_documented(cls: Any, kind: str, options: dict[str, Any]) -> None:
+    """A class docstring, and a docstring under each field (what IDEs show on completion)."""
+    assert cls.__doc__
+    assert kind in cls.__doc__.lower()
+    source = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    body = next(n for n in source.body if isinstance(n, ast.ClassDef)).body
+    documented = {
+        node.target.id
+        for node, after in itertools.pairwise(body)
+        if isinstance(node, ast.AnnAssign)
+        and isinstance(node.target, ast.Name)
+        and isinstance(after, ast.Expr)
+        and isinstance(after.value, ast.Constant)
+        and isinstance(after.value.value, str)
+        and after.value.value.strip()
+    }
+    fields = {f.name for f in dataclasses.fields(cls)}
+    assert fields - documented == set()
+
+
+def test_a_bad_value_is_refused_when_the_configuration_is_built() -> None:
+    with pytest.raises(ConfigError, match=r"is not `table` or `schema\.table`"):
+        Postgres(dsn=DSN, table="a.b.c")
+    with pytest.raises(ConfigError, match="must exceed"):
+        Kafka(**KAFKA, transaction_timeout_s=10, expected_epoch_s=20)
+    with pytest.raises(ConfigError, match="part_size_bytes"):
+        S3(path="s3://lake/events", part_size_bytes=1024)
+    with pytest.raises(ConfigError, match="mode 'upsert' needs the key columns"):
+        Delta(path="/tmp/d", mode="upsert")
+    with pytest.raises(ConfigError, match="`path` is empty"):
+        Files(path=" ")
+
+
+def test_durable_sink_takes_a_typed_configuration_and_job_options(tmp_path: Path) -> None:
+    writer = durable_sink(
+        Files(path=str(tmp_path / "out"), name="out"),
+        job_id="orders",
+        decision_store=str(tmp_path / "decisions"),
+        retain_epochs=5,
+    )
+    try:
+        assert [s.name for s in writer.specs] == ["out"]
+        assert writer.options.retain_epochs == 5
+        assert writer.specs[0] == SinkSpec("files", {"path": str(tmp_path / "out"), "name": "out"})
+    finally:
+        writer.close()
+
+
+def test_a_list_of_sinks_mixes_typed_configurations_and_sink_specs(tmp_path: Path) -> None:
+    writer = durable_sink(
+        [Files(path=str(tmp_path / "a"), name="a"), sink("files", path=str(tmp_path / "b"))],
+        job_id="orders",
+        decision_store=str(tmp_path / "decisions"),
+    )
+    try:
+        assert [s.name for s in writer.specs] == ["a", "files"]
+        assert all(isinstance(s, SinkSpec) for s in writer.specs)
+    finally:
+        writer.close()
+
+
+def test_sink_options_beside_a_typed_configuration_are_refused(tmp_path: Path) -> None:
+    files = Files(path=str(tmp_path / "out"))
+    with pytest.raises(ConfigError, match=r"options \['compression'\] are not job options"):
+        durable_sink(files, job_id="orders", compression="gzip")  # type: ignore[call-overload]
+    with pytest.raises(ConfigError, match="did you mean 'job_id'"):
+        durable_sink(files, job_id="orders", jobid="x")  # type: ignore[call-overload]
+    with pytest.raises(ConfigError, match=r"give them to Files\(\.\.\.\)"):
+        sink(files, compression="gzip")  # type: ignore[call-overload]
+    with pytest.raises(ConfigError, match="not JobOptions"):
+        sink(JobOptions(job_id="orders"))  # type: ignore[call-overload]
+    with pytest.raises(ConfigError, match="JobOptions is not a sink"):
+        durable_sink([JobOptions(job_id="orders")], job_id="orders")  # type: ignore[list-item]
+
+
+def test_the_typed_overload_of_durable_sink_names_every_job_option() -> None:
+    """The keywords a type checker allows beside a typed configuration are JobOptions'."""
+    from durable_sinks.spark import _writer
+
+    module = ast.parse(inspect.getsource(_writer))
+    overloads = [
+        node
+        for node in module.body
+        if isinstance(node, ast.FunctionDef)
+        and node.name == "durable_sink"
+        and any(isinstance(d, ast.Name) and d.id == "overload" for d in node.decorator_list)
+    ]
+    typed = [o for o in overloads if any(a.arg == "job_id" for a in o.args.kwonlyargs)]
+    assert len(overloads) == 2
+    assert len(typed) == 1
+    keywords = [a.arg for a in typed[0].args.kwonlyargs]
+    assert keywords == [f.name for f in dataclasses.fields(JobOptions)]
