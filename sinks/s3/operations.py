@@ -149,11 +149,11 @@ def _checked(layout: Layout, marker: EpochMarker, objects: dict[str, Any]) -> Ho
         where = f"s3://{layout.bucket}/{listed.key}"
         item = objects.get(listed.key)
         if item is None:
-            problems.append(f"{where} is in the marker but missing")
+            problems.append(f"{where} is in the epoch marker but missing")
         elif int(item.get("Size", -1)) != listed.size:
-            problems.append(f"{where} has {item.get('Size')} bytes, the marker {listed.size}")
+            problems.append(f"{where} has {item.get('Size')} bytes, the epoch marker {listed.size}")
         elif listed.etag is not None and _etag(item.get("ETag")) != _etag(listed.etag):
-            problems.append(f"{where} has ETag {item.get('ETag')}, the marker {listed.etag}")
+            problems.append(f"{where} has ETag {item.get('ETag')}, the epoch marker {listed.etag}")
     known = {o.key for o in marker.objects}
     problems += [
         f"s3://{layout.bucket}/{key} is not in the epoch's marker (a copy or a stray write?)"

@@ -167,7 +167,7 @@ def test_inspect_resolve_verify_after_a_crash(
     duplicated = job.run("verify")
     assert duplicated.exit_code == 1, duplicated.output
     assert "in epoch(s) [1]" in duplicated.output
-    assert "is not in the epoch's manifest" in duplicated.output
+    assert "is not in the epoch's marker" in duplicated.output
     client.delete_object(Bucket=s3.bucket, Key=copy)
 
     # A deleted object of epoch 0.
@@ -176,7 +176,7 @@ def test_inspect_resolve_verify_after_a_crash(
     deleted = job.run("verify")
     assert deleted.exit_code == 1, deleted.output
     assert "in epoch(s) [0]" in deleted.output
-    assert "is in the manifest but missing" in deleted.output
+    assert "is in the epoch marker but missing" in deleted.output
 
 
 def test_doctor_and_expire(job: Job, conn: psycopg.Connection[Any]) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from durable_sinks.core import OpenContext, SinkConnector
+from durable_sinks.core.errors import UsageError
 
 
 class WrappedSink:
@@ -21,8 +22,12 @@ class WrappedSink:
         self._plan = plan
         self._part = ""  # until open()
         for name in dir(inner):
-            if not name.startswith("_") and not hasattr(type(self), name):
+            if name.startswith("_") or hasattr(type(self), name):
+                continue
+            try:
                 setattr(self, name, getattr(inner, name))
+            except UsageError:
+                continue  # a property readable only once open (`context`): via __getattr__
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
