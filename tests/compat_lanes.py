@@ -45,7 +45,7 @@ LANE_TESTS = (
 #: writer, a driver SIGKILLed in each mode, the data source or its refusal, the install.
 SMOKE_TESTS = (
     "tests/spark/test_driver_reads.py",
-    "tests/spark/test_crash.py",
+    "tests/spark/test_crash.py::test_spark_driver_killed_at_random_moments_then_restarted",
     "tests/spark/test_datasource.py::test_format_durable_works_or_names_the_pyspark_it_needs",
     "tests/unit/test_install_keeps_spark.py",
 )

@@ -7,33 +7,18 @@ deltalake when first used."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from durable_sinks.core.kinds import SinkKind
-from durable_sinks.core.protocol import SinkConnector
+from durable_sinks.core.kinds import Deferred, SinkKind, deferred_members
 
 from .config import Delta, DeltaSinkConfig
 
 if TYPE_CHECKING:
     from .sink import DeltaSink
 
-
-def _build(config: Delta) -> SinkConnector:
-    from .sink import DeltaSink
-
-    return DeltaSink(config)
-
-
 #: The kind `durable_sink("delta", ...)` builds (registered in ../_registry.py).
-KIND = SinkKind("delta", Delta, _build)
+KIND = SinkKind("delta", Delta, Deferred(f"{__name__}.sink", "DeltaSink"))
 
-
-def __getattr__(name: str) -> Any:
-    if name == "DeltaSink":
-        from .sink import DeltaSink
-
-        return DeltaSink
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
+__getattr__ = deferred_members(__name__, {"DeltaSink": ".sink"})
 
 __all__ = ["KIND", "Delta", "DeltaSink", "DeltaSinkConfig"]

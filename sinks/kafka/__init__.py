@@ -10,10 +10,9 @@ confluent-kafka when first used."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from durable_sinks.core.kinds import SinkKind
-from durable_sinks.core.protocol import SinkConnector
+from durable_sinks.core.kinds import Deferred, SinkKind, deferred_members
 
 from .config import Kafka, KafkaSinkConfig
 
@@ -21,27 +20,9 @@ if TYPE_CHECKING:
     from .decisions import KafkaDecisionHost
     from .sink import KafkaSink
 
-
-def _build(config: Kafka) -> SinkConnector:
-    from .sink import KafkaSink
-
-    return KafkaSink(config)
-
-
 #: The kind `durable_sink("kafka", ...)` builds (registered in ../_registry.py).
-KIND = SinkKind("kafka", Kafka, _build)
+KIND = SinkKind("kafka", Kafka, Deferred(f"{__name__}.sink", "KafkaSink"))
 
-
-def __getattr__(name: str) -> Any:
-    if name == "KafkaSink":
-        from .sink import KafkaSink
-
-        return KafkaSink
-    if name == "KafkaDecisionHost":
-        from .decisions import KafkaDecisionHost
-
-        return KafkaDecisionHost
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
+__getattr__ = deferred_members(__name__, {"KafkaSink": ".sink", "KafkaDecisionHost": ".decisions"})
 
 __all__ = ["KIND", "Kafka", "KafkaDecisionHost", "KafkaSink", "KafkaSinkConfig"]

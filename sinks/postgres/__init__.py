@@ -8,33 +8,18 @@ psycopg when first used."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from durable_sinks.core.kinds import SinkKind
-from durable_sinks.core.protocol import SinkConnector
+from durable_sinks.core.kinds import Deferred, SinkKind, deferred_members
 
 from .config import Postgres, PostgresSinkConfig
 
 if TYPE_CHECKING:
     from .sink import PostgresSink
 
-
-def _build(config: Postgres) -> SinkConnector:
-    from .sink import PostgresSink
-
-    return PostgresSink(config)
-
-
 #: The kind `durable_sink("postgres", ...)` builds (registered in ../_registry.py).
-KIND = SinkKind("postgres", Postgres, _build)
+KIND = SinkKind("postgres", Postgres, Deferred(f"{__name__}.sink", "PostgresSink"))
 
-
-def __getattr__(name: str) -> Any:
-    if name == "PostgresSink":
-        from .sink import PostgresSink
-
-        return PostgresSink
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
+__getattr__ = deferred_members(__name__, {"PostgresSink": ".sink"})
 
 __all__ = ["KIND", "Postgres", "PostgresSink", "PostgresSinkConfig"]

@@ -7,11 +7,9 @@ load boto3 when first used."""
 from __future__ import annotations
 
 import warnings
-from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-from durable_sinks.core.kinds import SinkKind
-from durable_sinks.core.protocol import SinkConnector
+from durable_sinks.core.kinds import Deferred, SinkKind, deferred_members
 
 from .config import S3, S3SinkConfig
 
@@ -21,14 +19,8 @@ if TYPE_CHECKING:
     from .sink import S3Sink
 
 
-def _build(config: S3) -> SinkConnector:
-    from .sink import S3Sink
-
-    return S3Sink(config)
-
-
 #: The kind `durable_sink("s3", ...)` builds (registered in ../_registry.py).
-KIND = SinkKind("s3", S3, _build)
+KIND = SinkKind("s3", S3, Deferred(f"{__name__}.sink", "S3Sink"))
 
 #: Each name this package loads on first use, and its module.
 _LAZY = {
@@ -43,15 +35,16 @@ _LAZY = {
 _RENAMED = {"EpochManifest": "EpochMarker", "committed_manifests": "committed_markers"}
 
 
+_deferred = deferred_members(__name__, _LAZY)
+
+
 def __getattr__(name: str) -> Any:
     if name in _RENAMED:
         warnings.warn(
             f"durable_sinks.sinks.s3.{name} is now {_RENAMED[name]}", FutureWarning, stacklevel=2
         )
         name = _RENAMED[name]
-    if name in _LAZY:
-        return getattr(import_module(_LAZY[name], __name__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return _deferred(name)
 
 
 __all__ = [

@@ -34,6 +34,7 @@ import types
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from importlib import import_module
 from typing import Any, Generic, TypeVar
 
 from .errors import ConfigError
@@ -116,3 +117,30 @@ def _without_none(annotation: Any) -> Any:
         if len(args) == 1:
             return args[0]
     return annotation
+
+
+@dataclass(frozen=True)
+class Deferred:
+    """A sink class named by its module, imported when a sink is first built: a sink package
+    whose configuration must import without the sink's client (psycopg, confluent-kafka,
+    boto3, deltalake) builds its kind with `SinkKind(name, Config, Deferred(module, name))`.
+    Picklable, like the kind that holds it."""
+
+    module: str
+    name: str
+
+    def __call__(self, config: Any) -> SinkConnector:
+        sink_class: Callable[[Any], SinkConnector] = getattr(import_module(self.module), self.name)
+        return sink_class(config)
+
+
+def deferred_members(package: str, members: Mapping[str, str]) -> Callable[[str], Any]:
+    """A module `__getattr__` for `package` that imports each of `members` (a name -> the
+    module holding it, relative to `package`) when it is first asked for."""
+
+    def member(name: str) -> Any:
+        if name in members:
+            return getattr(import_module(members[name], package), name)
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+
+    return member
