@@ -10,8 +10,7 @@ plan kills its process group (Python driver and JVM) at one moment: inside `fn` 
 protocol step, after the decision but before Postgres's commit, after `fn` returned but
 before Spark's commit log, or during the coordinator's start-up recovery. Then the query is
 restarted from the same checkpoint. `DS_SPARK_KILLS` sets how many kills (tests/support/tiers.py:
-one per mode by default, at least three for a lone sink; the extended run, `make test-crash`,
-uses 50).
+one per mode and per lone sink by default; the extended run, `make test-crash`, uses 50).
 """
 
 from __future__ import annotations
@@ -126,8 +125,8 @@ LONE = {
         "recovery:after-open:delta",
     ],
 }
-#: Kills of a lone sink's job at default: a handful (DS_SPARK_KILLS raises it).
-LONE_KILLS = max(3, KILLS)
+#: Kills of a lone sink's job: as many as per mode (DS_SPARK_KILLS raises it).
+LONE_KILLS = KILLS
 #: In-batch kills that leave a prepared Postgres participant for the next start to resolve.
 LEAVE_PREPARED = {
     "step:after-pre-commit:postgres",
