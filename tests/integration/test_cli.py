@@ -25,6 +25,7 @@ from durable_sinks.coordinator import Coordinator
 from durable_sinks.manifest import LocalDirectoryStore
 from durable_sinks.spark import sink
 from tests.services import KafkaEndpoint, PostgresEndpoint, S3Endpoint
+from tests.support.operator_cli import resolve_the_decided_leftover
 from tests.support.s3_target import s3_options
 from tests.support.targets import prepared_gids
 
@@ -304,16 +305,7 @@ def test_files_sink_staging_and_counted_rows(tmp_path: Path, job_id: str) -> Non
     coordinator.close()
     args = [job_id, "--kind", "files", "-o", f"path={folder}", "--store", str(store)]
 
-    inspect = CliRunner().invoke(main, ["inspect", *args])
-    assert inspect.exit_code == 0, inspect.output
-    assert "staging folder" in inspect.output
-    assert "decided by generation 1: commit" in inspect.output
-    applied = CliRunner().invoke(main, ["resolve", *args, "--apply", "--force"])
-    assert applied.exit_code == 0, applied.output
-    assert "committed 1, rolled back 0" in applied.output
-    verify = CliRunner().invoke(main, ["verify", *args])
-    assert verify.exit_code == 0, verify.output
-    assert "3 rows counted" in verify.output
+    resolve_the_decided_leftover(args)
 
     (part,) = (folder / "epoch=0").glob("part=*")
     (original,) = part.glob("*.parquet")
