@@ -21,6 +21,7 @@ from collections.abc import Callable, Collection, Generator, Iterable, Iterator,
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
+from durable_sinks.core.bad_rows import BadRowCap, WritePolicy
 from durable_sinks.core.errors import ConfigError, InDoubtError, UsageError
 from durable_sinks.core.joblog import JobLogger
 from durable_sinks.core.protocol import (
@@ -33,6 +34,7 @@ from durable_sinks.core.protocol import (
 from durable_sinks.core.text_enum import TextEnum
 from durable_sinks.manifest import DecisionRecord, DecisionStore
 
+from ._dead_letters import DeadLetterPass
 from ._decisions import DecisionBook
 from ._metrics import EpochMetrics, JobTotals
 from ._participants import Participants, brief, require_part_of
@@ -81,6 +83,10 @@ class Coordinator:
     instead of silently keeping the other source's data.
     `replay_check` ("warn", "fail", "off"): compare a replay of a decided epoch with the rows
     it committed (driver mode; `_replay`).
+    `policy` says what the sinks do with bad rows and new columns (core/bad_rows.py); with
+    `on_bad_rows="dead_letter"`, rows the sinks refuse go to `dead_letter`, one more
+    participant of the same epoch and decision (`_dead_letters`), at most `bad_row_cap` of
+    them per sink and epoch.
     After `run_epoch` returns, every sink holds the epoch's rows exactly once. If it raises:
     - before the decision (any error, incl. FencedError): every participant was rolled back;
       replaying the epoch writes it afresh;
@@ -105,13 +111,22 @@ class Coordinator:
         source: str | None = None,
         on_step: Callable[[str], None] | None = None,
         replay_check: str = "warn",
+        policy: WritePolicy | None = None,
+        dead_letter: SinkConnector | None = None,
+        bad_row_cap: BadRowCap | None = None,
     ) -> None:
         if retain_epochs < 1:
             raise ConfigError(
                 "retain_epochs must be >= 1", job=job_id, fix="leave the default (10,000)"
             )
         self.job_id = job_id
-        self.sinks = list(sinks)
+        #: The sinks the epochs' rows are written to.
+        self.targets = list(sinks)
+        self.dead_letter = dead_letter
+        #: Every participant's sink: the targets and the dead-letter sink.
+        self.sinks = [*self.targets, *([dead_letter] if dead_letter is not None else [])]
+        self.policy = policy if policy is not None else WritePolicy()
+        self.bad_row_cap = bad_row_cap if bad_row_cap is not None else BadRowCap()
         self.store = store
         self.guarantee = guarantee
         self.executor_mode = executor_mode
@@ -216,6 +231,8 @@ class Coordinator:
             self.guarantee,
             executor_mode=self.executor_mode,
             one_phase=self.one_phase,
+            dead_letter=self.dead_letter,
+            policy=self.policy,
         )
         self.decisions.last = last
         if successor_of is not None:
@@ -228,7 +245,8 @@ class Coordinator:
         yield "recovery:after-fence"
         for sink in self.sinks:
             commit_point = sink is last or (self._at_least_once and isinstance(sink, LastResource))
-            sink.open(OpenContext(self.job_id, sink.name, generation, commit_point))
+            policy = WritePolicy() if sink is self.dead_letter else self.policy
+            sink.open(OpenContext(self.job_id, sink.name, generation, commit_point, policy=policy))
             sink.health_check()
             yield f"recovery:after-open:{sink.name}"
         self.generation = generation
@@ -315,6 +333,10 @@ class Coordinator:
         tally = self.replay.tally()
         last = self.decisions.last
         ordered = [s for s in self.sinks if s is not last] + ([last] if last is not None else [])
+        # The dead-letter sink takes part only when the epoch has dead letters, unless it is
+        # the commit point, which every epoch needs.
+        lazy = self.dead_letter if self.dead_letter is not last else None
+        letters = self._letters(epoch)
         begun: list[SinkConnector] = []
         handles: dict[str, CommitHandle] = {}
         with self._undone_on_failure(
@@ -322,16 +344,24 @@ class Coordinator:
         ):
             with metrics.phase("begin"):
                 for sink in ordered:
-                    sink.begin_epoch(epoch)
-                    begun.append(sink)
-            for sink in ordered:
+                    if sink is not lazy:
+                        sink.begin_epoch(epoch)
+                        begun.append(sink)
+            for sink in begun:
                 yield f"after-begin:{sink.name}"
-            yield from self.participants.write(epoch, ordered, tally.through(batches), metrics)
-            for sink in ordered:
+            targets = [s for s in ordered if s is not self.dead_letter]
+            yield from self.participants.write(
+                epoch, targets, tally.through(batches), metrics, letters
+            )
+            yield from self._write_dead_letters(epoch, letters, lazy, begun, metrics)
+            taking_part = [s for s in ordered if s in begun]
+            for sink in taking_part:
                 with metrics.phase("pre_commit"):
                     handles[sink.name] = sink.pre_commit(epoch)
                 yield f"after-pre-commit:{sink.name}"
-            record = self._record(epoch, generation, [handles[s.name] for s in ordered])
+            record = self._record(
+                epoch, generation, [handles[s.name] for s in taking_part], metrics
+            )
             record = tally.recorded(record)
             with metrics.phase("decision"):
                 if last is None:
@@ -345,6 +375,7 @@ class Coordinator:
             self.decisions.cache(record, log)
         if winner != record:
             log.info("generation %d decided this epoch first: yielding to it", winner.generation)
+            metrics.dead_letters = type(metrics.dead_letters)()
             self.participants.undo(epoch, begun, handles, log)
             self.decisions.check_source(winner, self.source)
             yield from self._finish(winner, metrics)
@@ -425,22 +456,30 @@ class Coordinator:
                 landed = sink.last_committed_epoch()
                 if landed is None or landed < epoch:
                     todo.append(sink)
+        # The dead letters commit first: a crash after them and before a target's commit
+        # replays the epoch into that target, whose refusals are then already in the dead
+        # letter (at least once); the other order could lose them.
+        lazy = self.dead_letter if self.dead_letter in todo else None
+        targets = [s for s in todo if s is not self.dead_letter]
+        letters = self._letters(epoch)
         begun: list[SinkConnector] = []
         handles: dict[str, CommitHandle] = {}
         with self._undone_on_failure(
             log, lambda: self.participants.undo(epoch, begun, handles, log), decides=False
         ):
             with metrics.phase("begin"):
-                for sink in todo:
+                for sink in targets:
                     sink.begin_epoch(epoch)
                     begun.append(sink)
-            if todo:
-                yield from self.participants.write(epoch, todo, batches, metrics)
-            for sink in todo:
+            if targets:
+                yield from self.participants.write(epoch, targets, batches, metrics, letters)
+            yield from self._write_dead_letters(epoch, letters, lazy, begun, metrics)
+            for sink in begun:
                 with metrics.phase("pre_commit"):
                     handles[sink.name] = sink.pre_commit(epoch)
-        record = self._record(epoch, generation, list(handles.values()))
-        for sink in todo:
+        committing = sorted(begun, key=lambda s: s is not self.dead_letter)
+        record = self._record(epoch, generation, [handles[s.name] for s in committing], metrics)
+        for sink in committing:
             handle = handles[sink.name]
             with metrics.phase("commit"):
                 if isinstance(sink, LastResource):
@@ -450,14 +489,70 @@ class Coordinator:
                     self.participants.publish(sink, record)
             yield f"after-commit:{sink.name}"
         self._count_committed(metrics)
-        outcome = EpochOutcome.COMMITTED if todo else EpochOutcome.ALREADY_COMMITTED
+        outcome = EpochOutcome.COMMITTED if targets else EpochOutcome.ALREADY_COMMITTED
         return self._result(outcome, record, metrics)
 
     # -- shared by the epoch procedures --------------------------------------------------------
+    def _letters(self, epoch: int) -> DeadLetterPass:
+        return DeadLetterPass(
+            self.job_id, epoch, self.bad_row_cap, isolating=self.dead_letter is not None
+        )
+
+    def _write_dead_letters(
+        self,
+        epoch: int,
+        letters: DeadLetterPass,
+        lazy: SinkConnector | None,
+        begun: list[SinkConnector],
+        metrics: EpochMetrics,
+    ) -> Steps[None]:
+        """After the write pass: check the cap (TooManyBadRowsError), then write the pass's
+        dead letters into the dead-letter sink, beginning it first when it takes part only
+        in epochs that have some (`lazy`)."""
+        letters.check_cap()
+        dead_letter = self.dead_letter
+        if dead_letter is None or (lazy is None and dead_letter not in begun):
+            return  # no dead-letter sink, or (at least once) it holds the epoch already
+        batch = letters.batch()
+        if batch is None:
+            return
+        if lazy is not None:
+            with metrics.phase("begin"):
+                lazy.begin_epoch(epoch)
+                begun.append(lazy)
+            yield f"after-begin:{lazy.name}"
+        with metrics.phase("write"):
+            result = dead_letter.write_batch(batch)
+        if result.refused:
+            raise ConfigError(
+                f"the dead-letter sink refused {len(result.refused)} dead letters: "
+                f"{result.refused.summary()}",
+                job=self.job_id,
+                sink=dead_letter.name,
+                epoch=epoch,
+                fix="give the dead-letter sink a target that takes every dead letter (e.g. a "
+                "table created by the sink: create_table=True; see docs/dead-letters.md)",
+            )
+        metrics.rows[dead_letter.name] = metrics.rows.get(dead_letter.name, 0) + result.rows
+        metrics.bytes[dead_letter.name] = metrics.bytes.get(dead_letter.name, 0) + result.bytes
+        metrics.dead_letters = letters.counts
+        yield f"after-write:dead-letters:{dead_letter.name}"
+
     def _record(
-        self, epoch: int, generation: int, handles: Sequence[CommitHandle]
+        self,
+        epoch: int,
+        generation: int,
+        handles: Sequence[CommitHandle],
+        metrics: EpochMetrics | None = None,
     ) -> DecisionRecord:
-        return DecisionRecord(self.job_id, epoch, generation, tuple(handles), source=self.source)
+        return DecisionRecord(
+            self.job_id,
+            epoch,
+            generation,
+            tuple(handles),
+            source=self.source,
+            dead_letters={} if metrics is None else metrics.dead_letters.by_sink,
+        )
 
     def _finish(self, decision: DecisionRecord, metrics: EpochMetrics) -> Steps[None]:
         """Commit every participant of a decided epoch (idempotent), then mark it finished.
@@ -469,6 +564,8 @@ class Coordinator:
         yield "after-finish"
 
     def _count_committed(self, metrics: EpochMetrics) -> None:
+        for sink, reasons in metrics.dead_letters.by_sink.items():
+            self.totals.dead_letters.add(sink, reasons)
         self.totals.epochs_committed += 1
         self.totals.rows += sum(metrics.rows.values())
         self.totals.bytes += sum(metrics.bytes.values())
@@ -482,11 +579,12 @@ class Coordinator:
     ) -> EpochResult:
         self._count_committed(metrics)
         log.info(
-            "committed %d rows in %d participants of %d batches (protocol %.1f ms)",
+            "committed %d rows in %d participants of %d batches (protocol %.1f ms)%s",
             sum(h.rows for h in record.handles),
             len(record.handles),
             metrics.batches,
             metrics.protocol_seconds * 1e3,
+            _dead_letter_note(metrics),
         )
         return self._result(outcome, record, metrics)
 
@@ -495,3 +593,15 @@ class Coordinator:
     ) -> EpochResult:
         self.last_metrics = metrics
         return EpochResult(decision.epoch, outcome, decision, metrics)
+
+
+def _dead_letter_note(metrics: EpochMetrics) -> str:
+    """ "; dead letters: 3 (events: not_null 2, unique 1)" for the per-epoch log line."""
+    counts = metrics.dead_letters
+    if not counts:
+        return ""
+    per_sink = "; ".join(
+        f"{sink}: " + ", ".join(f"{reason} {n}" for reason, n in sorted(reasons.items()))
+        for sink, reasons in sorted(counts.by_sink.items())
+    )
+    return f"; dead letters: {counts.total()} ({per_sink})"

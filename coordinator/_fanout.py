@@ -39,6 +39,7 @@ class Written:
     sink: SinkConnector
     result: WriteResult
     seconds: float
+    batch: pa.RecordBatch
 
 
 def timed_write(sink: SinkConnector, batch: pa.RecordBatch) -> tuple[WriteResult, float]:
@@ -59,14 +60,16 @@ class FanOut:
             ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{thread_name}:{s.name}")
             for s in sinks
         ]
-        #: (index, sink number, future) in the order handed over.
-        self._pending: deque[tuple[int, int, Future[tuple[WriteResult, float]]]] = deque()
+        #: (index, sink number, future, batch) in the order handed over.
+        self._pending: deque[tuple[int, int, Future[tuple[WriteResult, float]], pa.RecordBatch]] = (
+            deque()
+        )
 
     def __enter__(self) -> FanOut:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        for _, _, future in self._pending:
+        for _, _, future, _ in self._pending:
             future.cancel()
         for pool in self._pools:
             pool.shutdown(wait=True, cancel_futures=True)
@@ -77,7 +80,7 @@ class FanOut:
         while len(self._pending) >= len(self.sinks) * (IN_FLIGHT + 1):
             yield self._next_done()
         for n, (sink, pool) in enumerate(zip(self.sinks, self._pools, strict=True)):
-            self._pending.append((index, n, pool.submit(timed_write, sink, batch)))
+            self._pending.append((index, n, pool.submit(timed_write, sink, batch), batch))
         yield from self._already_done()
 
     def drain(self) -> Iterator[Written]:
@@ -90,18 +93,18 @@ class FanOut:
             yield self._next_done()
 
     def _next_done(self) -> Written:
-        index, n, future = self._pending[0]
+        index, n, future, batch = self._pending[0]
         if not future.done():
             # Wake on any failure, not only the oldest write's: a sink that failed must stop
             # the pass without waiting for the other sinks' queued batches.
-            wait([f for _, _, f in self._pending], return_when="FIRST_EXCEPTION")
+            wait([f for _, _, f, _ in self._pending], return_when="FIRST_EXCEPTION")
             self._raise_failure()
         self._pending.popleft()
         result, seconds = future.result()
-        return Written(index, self.sinks[n], result, seconds)
+        return Written(index, self.sinks[n], result, seconds, batch)
 
     def _raise_failure(self) -> None:
-        for _, _, future in self._pending:
+        for _, _, future, _ in self._pending:
             if future.done() and not future.cancelled() and future.exception() is not None:
                 future.result()
 
@@ -122,7 +125,7 @@ class InTurn:
     def submit(self, index: int, batch: pa.RecordBatch) -> Iterator[Written]:
         for sink in self.sinks:
             result, seconds = timed_write(sink, batch)
-            yield Written(index, sink, result, seconds)
+            yield Written(index, sink, result, seconds, batch)
 
     def drain(self) -> Iterator[Written]:
         return iter(())

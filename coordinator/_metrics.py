@@ -7,6 +7,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from durable_sinks.core.bad_rows import RefusalCounts
+
 PHASES = ("lookup", "begin", "write", "pre_commit", "decision", "commit", "finish")
 
 
@@ -22,6 +24,8 @@ class EpochMetrics:
     #: to more than the "write" phase, which is the time the coordinator waited for them).
     sink_seconds: dict[str, float] = field(default_factory=dict)
     batches: int = 0
+    #: Rows each sink refused, by reason, that went to the dead-letter sink.
+    dead_letters: RefusalCounts = field(default_factory=RefusalCounts)
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
@@ -55,3 +59,5 @@ class JobTotals:
     #: Replays of decided epochs whose rows differed from the committed ones (the replay
     #: check, coordinator/_replay.py): a non-deterministic query.
     replay_mismatches: int = 0
+    #: Rows sinks refused that committed into the dead-letter sink, per sink and reason.
+    dead_letters: RefusalCounts = field(default_factory=RefusalCounts)

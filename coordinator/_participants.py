@@ -25,6 +25,7 @@ from durable_sinks.core.protocol import (
 )
 from durable_sinks.manifest import DecisionRecord
 
+from ._dead_letters import DeadLetterPass
 from ._fanout import FanOut, InTurn, Written
 from ._metrics import EpochMetrics
 from ._retry import RetryPolicy
@@ -57,6 +58,7 @@ class Participants:
         sinks: Sequence[SinkConnector],
         batches: Iterable[pa.RecordBatch],
         metrics: EpochMetrics,
+        letters: DeadLetterPass,
     ) -> Steps:
         """Stream every batch into every one of `sinks` (one pass over `batches`), the sinks
         writing concurrently and while the next batch is read (`_fanout`). Yields
@@ -73,16 +75,18 @@ class Participants:
             for index, batch in enumerate(batches):
                 _require_record_batch(batch, self.job_id, epoch)
                 metrics.batches += 1
-                yield from self._written(writers.submit(index, batch), metrics)
-            yield from self._written(writers.drain(), metrics)
+                letters.read(index, batch)
+                yield from self._written(writers.submit(index, batch), metrics, letters)
+            yield from self._written(writers.drain(), metrics, letters)
 
     @staticmethod
-    def _written(done: Iterator[Written], metrics: EpochMetrics) -> Steps:
+    def _written(done: Iterator[Written], metrics: EpochMetrics, letters: DeadLetterPass) -> Steps:
         while True:
             with metrics.phase("write"):
                 written = next(done, None)
             if written is None:
                 return
+            letters.add(written.sink.name, written.index, written.batch, written.result.refused)
             yield _counted(written, metrics)
 
     def commit(self, sink: SinkConnector, handle: CommitHandle) -> None:

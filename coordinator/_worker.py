@@ -8,11 +8,15 @@ commits (Coordinator.run_distributed_epoch). A worker never commits anything.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from durable_sinks.core import CommitHandle, OpenContext, SinkConnector
+from durable_sinks.core.bad_rows import BadRowCap, WritePolicy
 from durable_sinks.core.joblog import JobLogger
+
+from ._dead_letters import DeadLetterPass
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -25,6 +29,10 @@ def prepare_part(
     part: str,
     build_sinks: Callable[[], Sequence[SinkConnector]],
     batches: Iterable[pa.RecordBatch],
+    *,
+    policy: WritePolicy | None = None,
+    dead_letter: str | None = None,
+    bad_row_cap: BadRowCap | None = None,
 ) -> list[CommitHandle]:
     """Write `batches` as part `part` of `epoch` into every sink `build_sinks()` makes, and
     prepare it: one handle per sink, durable and invisible when this returns. An empty part
@@ -32,25 +40,54 @@ def prepare_part(
     error is raised: nothing of the part stays prepared.
 
     `part` must be unique per attempt (e.g. partition and task attempt ids): two attempts
-    of one partition are two participants, and the driver's decision picks one."""
+    of one partition are two participants, and the driver's decision picks one.
+
+    With `policy` routing bad rows to the dead-letter sink named `dead_letter` (one of the
+    sinks built), the rows the other sinks refuse become the part's dead letters, prepared
+    as one more participant of the part (only when there are some); `bad_row_cap` holds per
+    part."""
     log = JobLogger(job_id, epoch=epoch, component="worker")
     iterator = iter(batches)
     first = next(iterator, None)
     if first is None:
         return []
-    sinks = list(build_sinks())
+    policy = policy if policy is not None else WritePolicy()
+    built = list(build_sinks())
+    letters_sink = next((s for s in built if s.name == dead_letter), None)
+    sinks = [s for s in built if s is not letters_sink]
+    letters = DeadLetterPass(
+        job_id,
+        epoch,
+        bad_row_cap if bad_row_cap is not None else BadRowCap(),
+        isolating=letters_sink is not None,
+        part=part,
+    )
     begun: list[SinkConnector] = []
     handles: dict[str, CommitHandle] = {}
     try:
         for sink in sinks:
-            sink.open(OpenContext(job_id, sink.name, generation, worker=True, part=part))
+            context = OpenContext(job_id, sink.name, generation, worker=True, part=part)
+            sink.open(dataclasses.replace(context, policy=policy))
             sink.begin_epoch(epoch)
             begun.append(sink)
         batch: pa.RecordBatch | None = first
+        index = 0
         while batch is not None:
+            letters.read(index, batch)
             for sink in sinks:
-                sink.write_batch(batch)
+                letters.add(sink.name, index, batch, sink.write_batch(batch).refused)
             batch = next(iterator, None)
+            index += 1
+        letters.check_cap()
+        dead = letters.batch()
+        if dead is not None and letters_sink is not None:
+            letters_sink.open(
+                OpenContext(job_id, letters_sink.name, generation, worker=True, part=part)
+            )
+            letters_sink.begin_epoch(epoch)
+            begun.append(letters_sink)
+            letters_sink.write_batch(dead)
+            sinks.append(letters_sink)
         for sink in sinks:
             handles[sink.name] = sink.pre_commit(epoch)
     except BaseException as exc:
@@ -64,7 +101,7 @@ def prepare_part(
                 )
         raise
     finally:
-        for sink in sinks:
+        for sink in built:
             _close_quietly(sink, log)
     log.debug("part %s prepared: %s", part, [h.participant for h in handles.values()])
     return [handles[s.name] for s in sinks]

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from durable_sinks.core import DeliveryGuarantee, DistributedSink, LastResource, SinkConnector
+from durable_sinks.core.bad_rows import WritePolicy
 from durable_sinks.core.errors import CapabilityError, ConfigError
 from durable_sinks.manifest import DecisionStore, HostedDecisionStore
 
@@ -21,6 +22,8 @@ def validate(
     *,
     executor_mode: bool = False,
     one_phase: bool = True,
+    dead_letter: SinkConnector | None = None,
+    policy: WritePolicy | None = None,
 ) -> LastResource | None:
     """Check that `sinks` and `store` can give `guarantee`; return the job's commit point if a
     sink carries it: the one non-resumable participant (the last resource), or, with
@@ -28,12 +31,26 @@ def validate(
     single-participant job may skip two-phase commit: the marker in the same transaction is
     enough; not in executor mode, where every partition is its own participant). A store
     kept by a sink (HostedDecisionStore) is refused unless that sink is the job's only sink
-    and its commit point: only then is every decision in that sink's commits."""
+    and its commit point: only then is every decision in that sink's commits.
+
+    `dead_letter`, one of `sinks`, is the job's dead-letter sink: it does not count as a
+    second sink of a one-phase job (a resumable one is prepared before the commit point's
+    one-phase commit, which carries the decision naming it). `policy` must match it: a
+    dead-letter sink exactly when bad rows go to one; `add_columns` only with targets that
+    can evolve their schema."""
+    targets = [s for s in sinks if s is not dead_letter]
+    _check_policy(job_id, targets, dead_letter, policy or WritePolicy())
     last = _commit_point(
-        job_id, sinks, store, guarantee, executor_mode=executor_mode, one_phase=one_phase
+        job_id,
+        sinks,
+        store,
+        guarantee,
+        executor_mode=executor_mode,
+        one_phase=one_phase,
+        dead_letter=dead_letter,
     )
     if isinstance(store, HostedDecisionStore):
-        names = [s.name for s in sinks]
+        names = [s.name for s in targets]
         if names != [store.sink] or (
             guarantee is DeliveryGuarantee.EXACTLY_ONCE
             and (last is None or last.name != store.sink)
@@ -57,6 +74,7 @@ def _commit_point(
     *,
     executor_mode: bool = False,
     one_phase: bool = True,
+    dead_letter: SinkConnector | None = None,
 ) -> LastResource | None:
     if not job_id or not job_id.strip():
         raise ConfigError("job_id is empty", fix="give every streaming query a stable job_id")
@@ -115,8 +133,9 @@ def _commit_point(
             fix="split the job, or keep one of these sinks",
         )
     if not last_resources:
-        only = sinks[0]
-        if one_phase and len(sinks) == 1 and not executor_mode and isinstance(only, LastResource):
+        targets = [s for s in sinks if s is not dead_letter]
+        only = targets[0]
+        if one_phase and len(targets) == 1 and not executor_mode and isinstance(only, LastResource):
             return only
         return None
     last = last_resources[0]
@@ -129,3 +148,37 @@ def _commit_point(
             fix="implement the LastResource protocol for it",
         )
     return last
+
+
+def _check_policy(
+    job_id: str,
+    targets: Sequence[SinkConnector],
+    dead_letter: SinkConnector | None,
+    policy: WritePolicy,
+) -> None:
+    if policy.isolates and dead_letter is None:
+        raise ConfigError(
+            "on_bad_rows='dead_letter' needs a dead-letter sink",
+            job=job_id,
+            fix="durable_sink(..., on_bad_rows='dead_letter', dead_letter=sink('postgres', "
+            "dsn=..., table='events_dead_letters', create_table=True)) (or a Kafka topic, an "
+            "S3 prefix, a files path)",
+        )
+    if dead_letter is not None and not policy.isolates:
+        raise ConfigError(
+            "a dead-letter sink is given but bad rows fail the epoch (on_bad_rows='fail')",
+            job=job_id,
+            sink=dead_letter.name,
+            fix="add on_bad_rows='dead_letter', or drop dead_letter",
+        )
+    if policy.adds_columns:
+        for sink in targets:
+            if not sink.capabilities().schema_evolution:
+                raise CapabilityError(
+                    "schema_evolution='add_columns' needs sinks that can add columns to their "
+                    "target in an epoch; this one cannot",
+                    job=job_id,
+                    sink=sink.name,
+                    fix="leave schema_evolution out for this job (new columns are then refused "
+                    "with SchemaMismatchError naming them), or drop this sink",
+                )

@@ -34,6 +34,10 @@ class DecisionRecord:
     None when not computed (executor mode, at least once, replay_check="off", or a record
     written before it existed): such an epoch's replays are not checked. It does not take
     part in comparing records.
+
+    `dead_letters` counts the rows each sink refused and the epoch wrote to the job's
+    dead-letter sink, by reason (`{sink: {reason: rows}}`; empty when none, or in executor
+    mode, where the dead-letter participants' rows say how many). Not compared either.
     """
 
     job_id: str
@@ -43,6 +47,7 @@ class DecisionRecord:
     created_at: float = field(default_factory=time.time, compare=False)
     source: str | None = None
     content: ContentSummary | None = field(default=None, compare=False)
+    dead_letters: Mapping[str, Mapping[str, int]] = field(default_factory=dict, compare=False)
 
     def participants(self) -> frozenset[tuple[str, str]]:
         """(sink, participant name) of every participant the epoch commits."""
@@ -82,6 +87,8 @@ class DecisionRecord:
             data["source"] = self.source
         if self.content is not None:
             data["content"] = self.content.to_json()
+        if self.dead_letters:
+            data["dead_letters"] = {s: dict(r) for s, r in self.dead_letters.items()}
         return data
 
     @classmethod
@@ -99,6 +106,10 @@ class DecisionRecord:
                     if data.get("content") is None
                     else ContentSummary.from_json(data["content"])
                 ),
+                dead_letters={
+                    str(sink): {str(reason): int(n) for reason, n in reasons.items()}
+                    for sink, reasons in (data.get("dead_letters") or {}).items()
+                },
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ManifestCorruptError(f"{source}: malformed decision record ({exc!r})") from exc

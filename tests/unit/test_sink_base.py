@@ -75,6 +75,7 @@ def test_counters_are_the_common_ones_and_the_sinks_own() -> None:
         "bytes": 0.0,
         "epochs_committed": 0.0,
         "rollbacks": 0.0,
+        "refused_rows": 0.0,
         "files": 1.0,
     }
 

@@ -32,6 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from .bad_rows import RefusedRows, WritePolicy
 from .errors import CorruptRecordError
 from .naming import ParticipantName
 from .text_enum import TextEnum
@@ -80,10 +81,13 @@ class SinkCapabilities:
 
 @dataclass(frozen=True)
 class WriteResult:
-    """What one `write_batch` added to the epoch (rows and encoded bytes)."""
+    """What one `write_batch` added to the epoch: rows and encoded bytes written, and, when
+    the job routes bad rows to a dead letter (`OpenContext.policy`), the rows of the batch
+    the sink refused and left out (core/bad_rows.py). `rows` counts written rows only."""
 
     rows: int
     bytes: int
+    refused: RefusedRows = field(default_factory=RefusedRows)
 
 
 @dataclass(frozen=True)
@@ -108,7 +112,11 @@ class OpenContext:
     `inspect` is True when an operator's tool opens the sink (`durable-sinks status`,
     `inspect`, `verify`, `doctor`; core/operations.py): the sink must only connect and read.
     It creates nothing, fences nothing and names its sessions so that they are not taken for
-    a coordinator's; `generation` is then the newest one claimed, not one of its own."""
+    a coordinator's; `generation` is then the newest one claimed, not one of its own.
+
+    `policy` is what the job asks of the writer (core/bad_rows.py): refuse bad rows by
+    failing (the default) or by leaving them out and reporting them in the WriteResult, and
+    whether new columns may be added to the target inside the epoch."""
 
     job_id: str
     sink: str
@@ -117,6 +125,7 @@ class OpenContext:
     worker: bool = False
     part: str = "0"
     inspect: bool = False
+    policy: WritePolicy = field(default_factory=WritePolicy)
 
     def participant(self, epoch: int, attempt: int, part: str | None = None) -> ParticipantName:
         return ParticipantName.build(

@@ -29,11 +29,15 @@ import functools
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
 
+from .bad_rows import BadRowsError, RefusedRows
 from .errors import DurableSinkError, UsageError
 from .naming import ParticipantName
 from .protocol import OpenContext
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 class NamedConfig(Protocol):
@@ -48,7 +52,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
 
 #: The counters every sink reports; a sink adds its own (`SinkBase.__init__(counters=...)`).
-COMMON_COUNTERS = ("rows", "bytes", "epochs_committed", "rollbacks")
+COMMON_COUNTERS = ("rows", "bytes", "epochs_committed", "rollbacks", "refused_rows")
 
 
 @dataclass(frozen=True)
@@ -136,6 +140,23 @@ class SinkBase(ABC, Generic[ConfigT]):
         """Epoch `epoch`'s marker is now visible."""
         if self._last_committed is None or epoch > self._last_committed:
             self._last_committed = epoch
+
+    # -- bad rows ------------------------------------------------------------------------------
+    def _refuse(self, batch: pa.RecordBatch, refused: RefusedRows, epoch: int) -> pa.RecordBatch:
+        """Apply the job's bad-row policy (`context.policy`) to the rows of `batch` this
+        sink's checks refused: with "fail" raise BadRowsError naming their reasons (nothing
+        was written); with "dead_letter" return the batch without them (the caller then
+        reports `refused` in its WriteResult, and writes what is returned)."""
+        if not refused:
+            return batch
+        if not self.context.policy.isolates:
+            raise BadRowsError(
+                f"{len(refused)} of {batch.num_rows} rows cannot be written: {refused.summary()}",
+                refused=refused,
+                **self._where(epoch),
+            )
+        self._count("refused_rows", len(refused))
+        return batch.filter(refused.kept_mask(batch.num_rows))
 
     # -- counters ------------------------------------------------------------------------------
     def _count(self, counter: str, by: float = 1.0) -> None:

@@ -26,7 +26,7 @@ def decision_store(specs: Sequence[SinkSpec | SinkConnector], options: JobOption
     target = options.decision_store
     if target is not None:
         return store_from(target, job=options.job_id)
-    for spec in specs:
+    for spec in [*specs, *([options.dead_letter] if options.dead_letter is not None else [])]:
         if isinstance(spec, SinkSpec):
             store = default_store_for(spec.kind, spec.config)
             if store is not None:
@@ -86,4 +86,7 @@ def build_coordinator(
         source=source,
         on_step=on_step,
         replay_check=options.replay_check,
+        policy=options.write_policy,
+        dead_letter=None if options.dead_letter is None else options.dead_letter.build(),
+        bad_row_cap=options.bad_row_cap,
     )

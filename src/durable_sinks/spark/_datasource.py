@@ -35,6 +35,7 @@ from durable_sinks.core.joblog import JobLogger
 from durable_sinks.core.settings import from_strings
 
 from ._build import build_coordinator, check_job, decision_store
+from ._executor import sink_builder
 from ._options import JobOptions, job_option_names
 from ._specs import SinkSpec
 
@@ -129,7 +130,7 @@ class DurableStreamWriter(DataSourceStreamArrowWriter):
         self.options = options
 
     def _build_sinks(self) -> list[SinkConnector]:
-        return [spec.build() for spec in self.specs]
+        return sink_builder(self.specs, self.options)()
 
     def write(self, iterator: Iterator[Any]) -> DurableCommitMessage:
         from pyspark import TaskContext
@@ -151,8 +152,17 @@ class DurableStreamWriter(DataSourceStreamArrowWriter):
             generation = store.peek_generation(self.options.job_id)
         finally:
             store.close()
+        options = self.options
         handles = prepare_part(
-            self.options.job_id, generation, epoch, part, self._build_sinks, iterator
+            options.job_id,
+            generation,
+            epoch,
+            part,
+            self._build_sinks,
+            iterator,
+            policy=options.write_policy,
+            dead_letter=None if options.dead_letter is None else options.dead_letter.name,
+            bad_row_cap=options.bad_row_cap,
         )
         query_id = task.getLocalProperty("sql.streaming.queryId")
         return DurableCommitMessage([h.dumps() for h in handles], query_id)

@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import json
 import pickle
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from durable_sinks.coordinator import prepare_part
 from durable_sinks.core import CommitHandle, SinkConnector
 from durable_sinks.core.errors import DurableSinkError
 
+from ._options import JobOptions
 from ._specs import SinkSpec
 
 if TYPE_CHECKING:
@@ -36,13 +37,15 @@ ERROR_COLUMN = "error"
 
 
 def prepare_on_executors(
-    df: Any, specs: Sequence[SinkSpec], job_id: str, generation: int, epoch: int
+    df: Any, specs: Sequence[SinkSpec], options: JobOptions, generation: int, epoch: int
 ) -> list[CommitHandle]:
-    """Run one Spark job that prepares every partition of `df` as part of `epoch`; return
-    the handles of the attempts Spark kept."""
-
-    def build() -> list[SinkConnector]:
-        return [spec.build() for spec in specs]
+    """Run one Spark job that prepares every partition of `df` as part of `epoch` (with the
+    part's dead letters, when the job has a dead-letter sink); return the handles of the
+    attempts Spark kept."""
+    job_id = options.job_id
+    build = sink_builder(specs, options)
+    policy, cap = options.write_policy, options.bad_row_cap
+    dead_letter = None if options.dead_letter is None else options.dead_letter.name
 
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow as pa
@@ -51,7 +54,17 @@ def prepare_on_executors(
         task = TaskContext.get()
         part = "p0-t0" if task is None else f"p{task.partitionId()}-t{task.taskAttemptId()}"
         try:
-            handles = prepare_part(job_id, generation, epoch, part, build, batches)
+            handles = prepare_part(
+                job_id,
+                generation,
+                epoch,
+                part,
+                build,
+                batches,
+                policy=policy,
+                dead_letter=dead_letter,
+                bad_row_cap=cap,
+            )
         except DurableSinkError as exc:  # rolled back by prepare_part; raised on the driver
             failed = pa.array([pickle.dumps(exc)], pa.binary())
             yield pa.record_batch([pa.nulls(1, pa.string()), failed], names=COLUMNS)
@@ -67,6 +80,18 @@ def prepare_on_executors(
 
 
 COLUMNS = [HANDLE_COLUMN, ERROR_COLUMN]
+
+
+def sink_builder(
+    specs: Sequence[SinkSpec], options: JobOptions
+) -> Callable[[], list[SinkConnector]]:
+    """What a task calls to build the job's sinks: the targets, then the dead-letter sink."""
+    every = [*specs, *([options.dead_letter] if options.dead_letter is not None else [])]
+
+    def build() -> list[SinkConnector]:
+        return [spec.build() for spec in every]
+
+    return build
 
 
 def _task_error(pickled: bytes) -> DurableSinkError:

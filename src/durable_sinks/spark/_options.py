@@ -10,6 +10,13 @@ from typing import Any, Literal
 
 from durable_sinks.coordinator import REPLAY_CHECKS, OutagePolicy, ReplayCheckMode, RetryPolicy
 from durable_sinks.core import DeliveryGuarantee
+from durable_sinks.core.bad_rows import (
+    DEFAULT_MAX_BAD_ROWS,
+    BadRowCap,
+    BadRowPolicy,
+    SchemaEvolution,
+    WritePolicy,
+)
 from durable_sinks.core.errors import ConfigError
 from durable_sinks.core.settings import check_types, closest, current_names, option_names
 from durable_sinks.manifest import DecisionStore
@@ -22,6 +29,11 @@ DRIVER_READS = ("stream", "partitions", "chunked")
 #: to the sink in the one-sink form; each sink checks that its mode is one of its own.
 SINK_MODES = ("append", "upsert", "merge")
 StoreTarget = str | os.PathLike[str] | DecisionStore
+OnBadRows = Literal["fail", "dead_letter"]
+SchemaEvolutionMode = Literal["none", "add_columns"]
+#: The dead-letter sink's name when its configuration names it after its kind only (so that
+#: a Postgres dead letter beside a Postgres target does not take the target's name).
+DEAD_LETTER_NAME = "dead_letters"
 
 #: Driver mode holds at most this many rows of a batch in memory at once (see _arrow.py).
 DEFAULT_MAX_ROWS_IN_MEMORY = 1_000_000
@@ -73,6 +85,18 @@ class JobOptions:
       is logged and counted in the coordinator's totals.replay_mismatches), "fail" (raise
       ReplayMismatchError once the epoch is finished) or "off" (no digest, no check). Driver
       mode only (docs/guide.md, "Replay check").
+    - on_bad_rows: "fail" (default: a row a sink cannot take fails the batch, nothing of it
+      committed) or "dead_letter": such rows go to `dead_letter` in the same epoch and the
+      same atomic decision as the good rows (docs/dead-letters.md).
+    - dead_letter: the dead-letter sink, as any sink is given (`sink("postgres", ...)`, a
+      typed configuration, or, in the data source's options, a JSON object with a `kind`).
+      Named "dead_letters" unless its configuration names it.
+    - max_bad_rows: at most this many refused rows per sink and epoch (an int) or this
+      fraction of the sink's rows in the epoch (a float in (0, 1], rounded up); more fail the
+      batch with TooManyBadRowsError, nothing of it committed. Default 0.1.
+    - schema_evolution: "none" (default: a new column is refused with SchemaMismatchError)
+      or "add_columns": a new nullable column is added to each target inside the epoch, and
+      columns are widened where that is safe (int -> bigint, float -> double).
     """
 
     job_id: str
@@ -88,6 +112,18 @@ class JobOptions:
     commit_retry: RetryPolicy = field(default_factory=RetryPolicy)
     metrics_port: int | None = None
     replay_check: ReplayCheckMode = "warn"
+    on_bad_rows: OnBadRows = "fail"
+    dead_letter: Any = None
+    max_bad_rows: int | float = DEFAULT_MAX_BAD_ROWS
+    schema_evolution: SchemaEvolutionMode = "none"
+
+    @property
+    def write_policy(self) -> WritePolicy:
+        return WritePolicy(BadRowPolicy(self.on_bad_rows), SchemaEvolution(self.schema_evolution))
+
+    @property
+    def bad_row_cap(self) -> BadRowCap:
+        return BadRowCap(self.max_bad_rows)
 
     def __post_init__(self) -> None:
         if not isinstance(self.job_id, str):
@@ -160,11 +196,50 @@ class JobOptions:
                 fix="replay_check='warn' (the default: log and count a replayed batch whose rows "
                 "differ from the committed ones), 'fail' (stop the query) or 'off'",
             )
+        self._check_bad_rows()
         if not isinstance(self.retain_epochs, int) or self.retain_epochs < 1:
             raise ConfigError(
                 f"retain_epochs must be a positive integer, not {self.retain_epochs!r}",
                 job=self.job_id,
                 fix="leave the default (10,000) or give how many recent decisions to keep",
+            )
+
+    def _check_bad_rows(self) -> None:
+        if self.on_bad_rows not in {p.value for p in BadRowPolicy}:
+            raise ConfigError(
+                f"on_bad_rows {self.on_bad_rows!r} is not 'fail' or 'dead_letter'",
+                job=self.job_id,
+                fix="on_bad_rows='fail' (the default) or on_bad_rows='dead_letter' with "
+                "dead_letter=sink(...)",
+            )
+        if self.schema_evolution not in {e.value for e in SchemaEvolution}:
+            raise ConfigError(
+                f"schema_evolution {self.schema_evolution!r} is not 'none' or 'add_columns'",
+                job=self.job_id,
+                fix="schema_evolution='add_columns' adds new nullable columns to the targets; "
+                "leave it out to refuse them",
+            )
+        try:
+            BadRowCap(self.max_bad_rows)
+        except ConfigError as exc:
+            raise ConfigError(exc.message, job=self.job_id, fix=exc.fix) from None
+        if self.dead_letter is not None:
+            object.__setattr__(
+                self, "dead_letter", _dead_letter_spec(self.dead_letter, self.job_id)
+            )
+        if self.on_bad_rows == "dead_letter" and self.dead_letter is None:
+            raise ConfigError(
+                "on_bad_rows='dead_letter' needs dead_letter: the sink the refused rows go to",
+                job=self.job_id,
+                fix="dead_letter=sink('postgres', dsn=..., table='events_dead_letters', "
+                "create_table=True) (or a Kafka topic, an S3 prefix, a files path; "
+                "docs/dead-letters.md)",
+            )
+        if self.dead_letter is not None and self.on_bad_rows != "dead_letter":
+            raise ConfigError(
+                "dead_letter is given but on_bad_rows is 'fail': no row would go to it",
+                job=self.job_id,
+                fix="add on_bad_rows='dead_letter', or drop dead_letter",
             )
 
     @classmethod
@@ -224,3 +299,28 @@ class JobOptions:
 def job_option_names() -> list[str]:
     """The options `durable_sink` reads for the job (the rest configure the sink)."""
     return option_names(JobOptions)
+
+
+def _dead_letter_spec(given: Any, job: str) -> Any:
+    """The dead-letter sink's SinkSpec from what `dead_letter` was given: a SinkSpec, a typed
+    configuration or a mapping with a `kind` (the data source's JSON). Named
+    DEAD_LETTER_NAME when its configuration names it after its kind only."""
+    from ._specs import SinkSpec
+
+    spec: SinkSpec | None
+    if isinstance(given, SinkSpec):
+        spec = given
+    elif isinstance(given, Mapping) and isinstance(given.get("kind"), str):
+        spec = SinkSpec(given["kind"], {k: v for k, v in given.items() if k != "kind"})
+    else:
+        spec = SinkSpec.of(given)
+    if spec is None:
+        raise ConfigError(
+            f"dead_letter must be a sink, not {type(given).__name__}",
+            job=job,
+            fix="dead_letter=sink('postgres', dsn=..., table='events_dead_letters', "
+            "create_table=True), or a typed configuration such as Files(path=...)",
+        )
+    if spec.name == spec.kind:
+        spec = SinkSpec(spec.kind, {**spec.config, "name": DEAD_LETTER_NAME})
+    return spec

@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from durable_sinks.coordinator import ReplayCheckMode, RetryPolicy
     from durable_sinks.core import DeliveryGuarantee
 
-    from ._options import DriverRead, Execution, StoreTarget
+    from ._options import DriverRead, Execution, OnBadRows, SchemaEvolutionMode, StoreTarget
     from ._specs import SinkConfig
 
 
@@ -283,10 +283,11 @@ class DurableBatchWriter:
         try:
             if self.options.execution == "executor":
                 specs = [s for s in self.specs if isinstance(s, SinkSpec)]
-                job = self.options.job_id
                 return coordinator.run_distributed_epoch(
                     epoch,
-                    lambda generation: prepare_on_executors(df, specs, job, generation, epoch),
+                    lambda generation: prepare_on_executors(
+                        df, specs, self.options, generation, epoch
+                    ),
                 )
             return self._driver_epoch(coordinator, df, epoch)
         except BaseException:
@@ -449,6 +450,10 @@ def durable_sink(
     commit_retry: RetryPolicy = ...,
     metrics_port: int | None = None,
     replay_check: ReplayCheckMode = "warn",
+    on_bad_rows: OnBadRows = "fail",
+    dead_letter: SinkConfig | SinkSpec | None = None,
+    max_bad_rows: int | float = ...,
+    schema_evolution: SchemaEvolutionMode = "none",
 ) -> DurableBatchWriter: ...
 @overload
 def durable_sink(kind: str, /, **options: Any) -> DurableBatchWriter: ...
