@@ -6,11 +6,15 @@ import shutil
 from collections.abc import Sequence
 from typing import Any
 
+import pyarrow as pa
+
 from durable_sinks.coordinator import Coordinator
-from durable_sinks.core import CommitHandle, CommitOutcome, SinkConnector
+from durable_sinks.core import CommitHandle, CommitOutcome, SinkConnector, WriteResult
+from durable_sinks.core.bad_rows import RefusedRows
 from durable_sinks.manifest import DecisionStore, LocalDirectoryStore
 from durable_sinks.sinks.files import MARKER, FileSink
 from tests.support.faulty import Faulty
+from tests.support.refusing_sink import RefusingConformanceFileSink, conformance_refusals
 
 
 class NonIdempotentCommitSink(FileSink):
@@ -80,3 +84,31 @@ class UnfencedStore(LocalDirectoryStore):
 
     def _retire_older(self) -> None:
         return None
+
+
+class WritesRefusedRowsToo(RefusingConformanceFileSink):
+    """Reports the rows it refuses, but writes them to its target as well."""
+
+    def write_batch(self, batch: pa.RecordBatch) -> WriteResult:
+        refused = conformance_refusals(batch)
+        written = FileSink.write_batch(self, batch)
+        return WriteResult(written.rows, written.bytes, refused)
+
+
+class DropsRefusedRows(RefusingConformanceFileSink):
+    """Leaves the rows it refuses out, but never reports them: they are lost."""
+
+    def write_batch(self, batch: pa.RecordBatch) -> WriteResult:
+        written = super().write_batch(batch)
+        return WriteResult(written.rows, written.bytes, RefusedRows())
+
+
+class DeadLettersBeforeDecisionCoordinator(Coordinator):
+    """Makes dead letters visible when they are prepared, before the epoch's decision."""
+
+    def __init__(
+        self, job_id: str, sinks: Sequence[SinkConnector], store: DecisionStore, **kw: Any
+    ) -> None:
+        if kw.get("dead_letter") is not None:
+            kw["dead_letter"] = _CommitsAtPrepare(kw["dead_letter"])
+        super().__init__(job_id, sinks, store, **kw)

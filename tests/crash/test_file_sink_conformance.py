@@ -1,5 +1,6 @@
 """The conformance suite against the file sink: alone, two at once (a crash can fall between
-their commits), and with the journal last resource (Kafka's commit semantics)."""
+their commits), with the journal last resource (Kafka's commit semantics), and refusing rows
+into a files dead-letter sink (on_bad_rows="dead_letter")."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 
 from durable_sinks.manifest import LocalDirectoryStore
 from durable_sinks.testing import (
+    DEAD_LETTER_COLUMNS,
     EPOCH_STEP_KINDS,
     RECOVERY_STEP_KINDS,
     ConformanceStats,
@@ -19,11 +21,14 @@ from durable_sinks.testing import (
     Target,
     run_conformance,
 )
+from tests.support.refusing_sink import CONFORMANCE_BAD_ROWS, RefusingConformanceFileSink
 from tests.support.targets import FileTarget, JournalTarget
 from tests.support.tiers import CONFORMANCE_EXAMPLES, CONFORMANCE_SAMPLE
 
 
-def scenario_of(*make_targets: Callable[[Path], Target]) -> Callable[[], Scenario]:
+def scenario_of(
+    *make_targets: Callable[[Path], Target], dead_letter: Callable[[Path], Target] | None = None
+) -> Callable[[], Scenario]:
     def make() -> Scenario:
         folder = Path(tempfile.mkdtemp(prefix="ds-conformance-"))
         targets: Sequence[Target] = [make(folder) for make in make_targets]
@@ -32,9 +37,14 @@ def scenario_of(*make_targets: Callable[[Path], Target]) -> Callable[[], Scenari
             targets=targets,
             store=lambda: LocalDirectoryStore(folder / "store"),
             cleanup=lambda: shutil.rmtree(folder, ignore_errors=True),
+            dead_letter=None if dead_letter is None else dead_letter(folder),
         )
 
     return make
+
+
+def files_dead_letter(folder: Path) -> Target:
+    return FileTarget(folder / "dead", "dead_letters", columns=DEAD_LETTER_COLUMNS)
 
 
 # Crashes while resolving leftovers need a crash that left some, then a restart crashing at
@@ -55,6 +65,11 @@ def check_exercised(stats: ConformanceStats, without: frozenset[str] = frozenset
     assert stats.zombies["FencedError"] > 0, stats.zombies
     assert stats.epochs_committed > examples
     assert stats.replays_recognised > 0
+
+
+def check_dead_letters(stats: ConformanceStats, reasons: set[str]) -> None:
+    """Dead letters of every reason in `reasons` were committed (and checked)."""
+    assert set(stats.dead_letters) >= reasons, stats.dead_letters
 
 
 def open_descriptors() -> int:
@@ -97,3 +112,38 @@ def test_file_sink_with_a_last_resource() -> None:
         max_examples=CONFORMANCE_SAMPLE,
     )
     check_exercised(stats)
+
+
+def test_file_sink_refusing_rows_into_a_dead_letter() -> None:
+    """Rows the target refuses go to the files dead-letter sink in the same epoch and
+    decision: after every crash and replay each row is in exactly one of them, once, with
+    its reason; the dead-letter sink leaves nothing prepared either."""
+    stats = run_conformance(
+        scenario_of(
+            lambda f: FileTarget(
+                f / "files", sink_class=RefusingConformanceFileSink, bad_rows=CONFORMANCE_BAD_ROWS
+            ),
+            dead_letter=files_dead_letter,
+        ),
+        max_examples=CONFORMANCE_SAMPLE,
+    )
+    check_exercised(stats)
+    check_dead_letters(stats, {"check", "too_long"})
+
+
+def test_a_row_refused_by_one_target_still_lands_in_the_other() -> None:
+    """Two targets, one refusing: a refused row is in the other target and in the dead
+    letter (naming the refusing sink), never in the refusing one; a crash can fall between
+    the three participants' commits."""
+    stats = run_conformance(
+        scenario_of(
+            lambda f: FileTarget(
+                f / "a", "a", RefusingConformanceFileSink, bad_rows=CONFORMANCE_BAD_ROWS
+            ),
+            lambda f: FileTarget(f / "b", "b"),
+            dead_letter=files_dead_letter,
+        ),
+        max_examples=CONFORMANCE_SAMPLE,
+    )
+    check_exercised(stats)
+    check_dead_letters(stats, {"check", "too_long"})

@@ -16,6 +16,8 @@ from durable_sinks.manifest import DecisionStore, LocalDirectoryStore
 from durable_sinks.sinks.files import FileSink
 from durable_sinks.testing import Scenario, run_conformance
 from tests.crash import broken
+from tests.crash.test_file_sink_conformance import files_dead_letter
+from tests.support.refusing_sink import CONFORMANCE_BAD_ROWS, RefusingConformanceFileSink
 from tests.support.targets import FileTarget
 
 EXAMPLES = 30
@@ -25,15 +27,22 @@ def scenario(
     sink_class: type[FileSink] = FileSink,
     coordinator_class: type[Coordinator] = Coordinator,
     store_class: Callable[[Path], DecisionStore] = LocalDirectoryStore,
+    *,
+    dead_letter: bool = False,
 ) -> Callable[[], Scenario]:
+    """With `dead_letter`, the target refuses rows (CONFORMANCE_BAD_ROWS) into a files
+    dead-letter sink."""
+
     def make() -> Scenario:
         folder = Path(tempfile.mkdtemp(prefix="ds-bites-"))
+        bad_rows = CONFORMANCE_BAD_ROWS if dead_letter else None
         return Scenario(
             job_id="bites",
-            targets=[FileTarget(folder / "files", sink_class=sink_class)],
+            targets=[FileTarget(folder / "files", sink_class=sink_class, bad_rows=bad_rows)],
             store=lambda: store_class(folder / "store"),
             cleanup=lambda: shutil.rmtree(folder, ignore_errors=True),
             coordinator_class=coordinator_class,
+            dead_letter=files_dead_letter(folder) if dead_letter else None,
         )
 
     return make
@@ -49,6 +58,15 @@ BROKEN = {
         sink_class=broken.MarkerOutsideTransactionSink
     ),
     "zombie not fenced": scenario(store_class=broken.UnfencedStore),
+    "refused rows written to the target too": scenario(
+        broken.WritesRefusedRowsToo, dead_letter=True
+    ),
+    "refused rows never reported": scenario(broken.DropsRefusedRows, dead_letter=True),
+    "dead letters visible before the decision": scenario(
+        RefusingConformanceFileSink,
+        broken.DeadLettersBeforeDecisionCoordinator,
+        dead_letter=True,
+    ),
 }
 
 
@@ -61,3 +79,8 @@ def test_suite_catches(breakage: str) -> None:
 
 def test_same_settings_pass_on_the_real_implementation() -> None:
     run_conformance(scenario(), max_examples=EXAMPLES, expect_failure=True)
+    run_conformance(
+        scenario(RefusingConformanceFileSink, dead_letter=True),
+        max_examples=EXAMPLES,
+        expect_failure=True,
+    )

@@ -5,22 +5,41 @@ the same target serves the built-in `jsonl` kind and the `ledger` plugin kind.""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 from durable_sinks import sinks
 from durable_sinks.core import SinkConnector
-from durable_sinks.sinks.jsonl import ROWS, STAGING
-from durable_sinks.testing import COLUMNS, Row
+from durable_sinks.sinks.jsonl import ROWS, STAGING, JsonlSink, JsonlSinkConfig
+from durable_sinks.testing import COLUMNS, BadRows, Row
 
 
 class JsonlTarget:
-    def __init__(self, path: Path, name: str = "jsonl", kind: str = "jsonl") -> None:
+    """`sink_class` (a JsonlSink subclass) replaces the registry's kind; `columns` are what
+    `committed_rows` reads (DEAD_LETTER_COLUMNS for a dead-letter target); `bad_rows` says
+    what the sink refuses (durable_sinks.testing.BadRows)."""
+
+    def __init__(
+        self,
+        path: Path,
+        name: str = "jsonl",
+        kind: str = "jsonl",
+        *,
+        sink_class: type[JsonlSink] | None = None,
+        columns: Sequence[str] = COLUMNS,
+        bad_rows: BadRows | None = None,
+    ) -> None:
         self.path = path
         self.name = name
         self.kind = kind
+        self.sink_class = sink_class
+        self.columns = tuple(columns)
+        self.bad_rows = bad_rows
         self._cache: dict[tuple[str, int, int], list[Row]] = {}
 
     def connector(self) -> SinkConnector:
+        if self.sink_class is not None:
+            return self.sink_class(JsonlSinkConfig(str(self.path), name=self.name))
         folder = "folder" if self.kind == "ledger" else "path"
         return sinks.create(self.kind, {folder: str(self.path), "name": self.name})
 
@@ -31,7 +50,7 @@ class JsonlTarget:
             key = (str(file), stat.st_ino, stat.st_size)
             if key not in self._cache:  # published files never change: read each once
                 self._cache[key] = [
-                    tuple(json.loads(line)[c] for c in COLUMNS)
+                    tuple(json.loads(line)[c] for c in self.columns)
                     for line in file.read_text().splitlines()
                 ]
             rows.extend(self._cache[key])

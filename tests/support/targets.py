@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,19 +22,31 @@ from durable_sinks.sinks.files import STAGING, FileSink, FileSinkConfig
 from durable_sinks.sinks.kafka import KafkaSink, KafkaSinkConfig
 from durable_sinks.sinks.kafka.admin import list_offsets
 from durable_sinks.sinks.postgres import PostgresSink, PostgresSinkConfig
-from durable_sinks.testing import COLUMNS, Row
+from durable_sinks.testing import COLUMNS, BadRows, Row
 from tests.services import KafkaEndpoint, PostgresEndpoint
 
 from .journal_sink import JournalSink
 
 
 class FileTarget:
-    """A FileSink's folder, read as its readers would: published Parquet files only."""
+    """A FileSink's folder, read as its readers would: published Parquet files only (the
+    conformance suite's COLUMNS; `columns=DEAD_LETTER_COLUMNS` for a dead-letter target).
+    `bad_rows` says what its sink class refuses (durable_sinks.testing.BadRows)."""
 
-    def __init__(self, path: Path, name: str = "files", sink_class: type[FileSink] = FileSink):
+    def __init__(
+        self,
+        path: Path,
+        name: str = "files",
+        sink_class: type[FileSink] = FileSink,
+        *,
+        columns: Sequence[str] = COLUMNS,
+        bad_rows: BadRows | None = None,
+    ):
         self.path = path
         self.name = name
         self.sink_class = sink_class
+        self.columns = list(columns)
+        self.bad_rows = bad_rows
         self._cache: dict[tuple[str, int, int, int], list[Row]] = {}
 
     def connector(self) -> SinkConnector:
@@ -45,8 +58,8 @@ class FileTarget:
             stat = file.stat()
             key = (str(file), stat.st_ino, stat.st_mtime_ns, stat.st_size)
             if key not in self._cache:  # published files never change: read each once
-                table = pq.read_table(file).select(list(COLUMNS))
-                self._cache[key] = [tuple(r[c] for c in COLUMNS) for r in table.to_pylist()]
+                table = pq.read_table(file).select(self.columns)
+                self._cache[key] = [tuple(r[c] for c in self.columns) for r in table.to_pylist()]
             rows.extend(self._cache[key])
         return rows
 

@@ -18,10 +18,12 @@ except ImportError as exc:  # pragma: no cover - tested in a child process witho
 from ._machine import ConformanceStats, SinkContractMachine, conformance_settings, run_conformance
 from ._scenario import (
     COLUMNS,
+    DEAD_LETTER_COLUMNS,
     EPOCH_STEP_KINDS,
     EXAMPLES_ENV,
     RECOVERY_STEP_KINDS,
     SCHEMA,
+    BadRows,
     Row,
     Scenario,
     Target,
@@ -32,10 +34,12 @@ from ._scenario import (
 
 __all__ = [
     "COLUMNS",
+    "DEAD_LETTER_COLUMNS",
     "EPOCH_STEP_KINDS",
     "EXAMPLES_ENV",
     "RECOVERY_STEP_KINDS",
     "SCHEMA",
+    "BadRows",
     "ConformanceStats",
     "Row",
     "Scenario",

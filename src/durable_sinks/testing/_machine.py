@@ -14,6 +14,13 @@ coordinators as zombies. After every step it checks:
 - a decision, once written, never changes;
 - a zombie never makes anything visible.
 
+With a dead-letter target in the scenario (`Scenario.dead_letter`), the job runs with
+`on_bad_rows="dead_letter"`: the generated batches mix in rows the targets refuse (each
+refusing target's `BadRows`), and the dead letter is checked as one more target: every row of
+every committed epoch is in exactly one of its target or the dead letter, each dead letter
+naming its sink, epoch, row number and the reason the target's `BadRows.refusal` gives, with
+a message and the whole row; nothing duplicated, nothing left prepared.
+
 Usage (see tests/crash/test_file_sink_conformance.py; needs `durable-sinks[testing]`)::
 
     from durable_sinks.manifest import LocalDirectoryStore
@@ -38,6 +45,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import json
 import os
 from collections import Counter
 from collections.abc import Callable, Generator, Iterator
@@ -56,19 +64,25 @@ from hypothesis.stateful import (
 )
 
 from durable_sinks.coordinator import Coordinator, EpochOutcome
+from durable_sinks.core.bad_rows import BadRowCap, BadRowPolicy, WritePolicy
 from durable_sinks.core.errors import DurableSinkError
 from durable_sinks.manifest import DecisionRecord
 
 from ._progress import ExampleProgress
 from ._scenario import (
+    COLUMNS,
+    DEAD_LETTER_COLUMNS,
     EXAMPLES_ENV,
     Crash,
     Row,
     Scenario,
+    Target,
+    bad_rows_of,
     epoch_crashes,
     epoch_data,
     epoch_rows,
     flat,
+    plain,
     recovery_crashes,
     step_kind,
     to_batches,
@@ -106,11 +120,14 @@ class ConformanceStats:
     examples: int = 0
     #: Examples of the scripted sweep (`_sweep.py`), run before the generated ones.
     scripted: int = 0
+    #: Dead letters of committed epochs, by reason (scenarios with a dead-letter target).
+    dead_letters: Counter[str] = field(default_factory=Counter)
 
 
 @dataclass
 class _Model:
-    committed: dict[int, list[Row]] = field(default_factory=dict)
+    #: What each committed epoch put in each target (by name), the dead letter included.
+    committed: dict[int, dict[str, list[Row]]] = field(default_factory=dict)
     next_epoch: int = 0
     decisions: dict[int, DecisionRecord] = field(default_factory=dict)
 
@@ -161,8 +178,84 @@ class SinkContractMachine(RuleBasedStateMachine):
 
     def _coordinator(self) -> Coordinator:
         scenario = self.scenario
+        extra: dict[str, Any] = {}
+        if scenario.dead_letter is not None:
+            extra = {
+                "policy": WritePolicy(on_bad_rows=BadRowPolicy.DEAD_LETTER),
+                "dead_letter": scenario.dead_letter.connector(),
+                # every row of a batch may be bad: the cap is tested on its own
+                "bad_row_cap": BadRowCap(1.0),
+            }
         return scenario.coordinator_class(
-            scenario.job_id, [t.connector() for t in scenario.targets], scenario.store()
+            scenario.job_id, [t.connector() for t in scenario.targets], scenario.store(), **extra
+        )
+
+    @property
+    def _all_targets(self) -> list[Target]:
+        """The scenario's targets, then its dead-letter target (the coordinator's order)."""
+        dead_letter = self.scenario.dead_letter
+        return [*self.scenario.targets, *([dead_letter] if dead_letter is not None else [])]
+
+    def _expected(self, epoch: int, data: list[list[tuple[Any, ...]]]) -> dict[str, list[Row]]:
+        """What epoch `epoch` of `data` puts in each target: the rows it takes; and in the
+        dead letter, the rows each target refuses, as `_dead_letter_row` reads them."""
+        rows = flat(epoch_rows(epoch, data))
+        expected: dict[str, list[Row]] = {}
+        letters: list[Row] = []
+        for target in self.scenario.targets:
+            bad = bad_rows_of(target)
+            kept = []
+            for number, row in enumerate(rows):
+                reason = None if bad is None else bad.refusal(row)
+                if reason is None:
+                    kept.append(row)
+                else:
+                    letters.append((target.name, epoch, number, str(reason), *plain(row)))
+            expected[target.name] = kept
+        if self.scenario.dead_letter is not None:
+            expected[self.scenario.dead_letter.name] = letters
+        return expected
+
+    def _with_bad_rows(
+        self, data: list[list[tuple[Any, ...]]], draw: st.DataObject | None
+    ) -> list[list[tuple[Any, ...]]]:
+        """`data` with rows the targets refuse put in: drawn from their `BadRows.values`, or
+        (`draw` None: the scripted sweep) every example, at the end of the first batch."""
+        refusing = [(t, b) for t in self.scenario.targets if (b := bad_rows_of(t)) is not None]
+        if not refusing:
+            return data
+        data = [list(batch) for batch in data] or [[]]
+        if draw is None:
+            data[0].extend(values for _, bad in refusing for values in bad.examples)
+            return data
+        owners = st.sampled_from(range(len(refusing))).flatmap(
+            lambda i: st.tuples(st.just(i), refusing[i][1].strategy)
+        )
+        places = st.tuples(st.integers(0, 3), st.integers(0, 6), owners)
+        for batch, at, (owner, values) in draw.draw(st.lists(places, max_size=4), "bad rows"):
+            target, bad = refusing[owner]
+            assert bad.refusal(("bad", *values)) is not None, (
+                f"target {target.name}: BadRows.values gave {values!r}, which its refusal "
+                "says the target takes"
+            )
+            rows = data[batch % len(data)]
+            rows.insert(at % (len(rows) + 1), tuple(values))
+        return data
+
+    def _dead_letter_row(self, letter: Row) -> Row:
+        """A dead letter (DEAD_LETTER_COLUMNS order) as (sink, epoch, row_number, reason,
+        *the row in COLUMNS order); checks it names the job and has a message."""
+        fields = dict(zip(DEAD_LETTER_COLUMNS, letter, strict=True))
+        assert fields["job_id"] == self.scenario.job_id, f"dead letter of another job: {fields}"
+        assert fields["message"], f"dead letter without a message: {fields}"
+        original = json.loads(fields["row_json"])
+        assert set(original) == set(COLUMNS), f"dead letter's row_json is not the row: {fields}"
+        return (
+            fields["sink"],
+            fields["epoch"],
+            fields["row_number"],
+            fields["reason"],
+            *(original[c] for c in COLUMNS),
         )
 
     def _run(
@@ -199,7 +292,13 @@ class SinkContractMachine(RuleBasedStateMachine):
             self.live = coordinator
 
     def _visible(self) -> dict[str, list[Row]]:
-        return {t.name: t.committed_rows() for t in self.scenario.targets}
+        visible = {t.name: t.committed_rows() for t in self.scenario.targets}
+        dead_letter = self.scenario.dead_letter
+        if dead_letter is not None:
+            visible[dead_letter.name] = [
+                self._dead_letter_row(letter) for letter in dead_letter.committed_rows()
+            ]
+        return visible
 
     # -- rules ---------------------------------------------------------------------------------
     @precondition(lambda self: self.live is None)
@@ -209,10 +308,17 @@ class SinkContractMachine(RuleBasedStateMachine):
         self._start_new(crash_at)
 
     @precondition(lambda self: self.live is not None and self.pending is None)
-    @rule(data=epoch_data, crash_at=st.none() | epoch_crashes)
-    def run_epoch(self, data: list[list[tuple[Any, ...]]], crash_at: Crash | None) -> None:
+    @rule(data=epoch_data, crash_at=st.none() | epoch_crashes, bad=st.data())
+    def run_epoch(
+        self,
+        data: list[list[tuple[Any, ...]]],
+        crash_at: Crash | None,
+        bad: st.DataObject | None = None,
+    ) -> None:
+        """A new epoch (with rows the targets refuse mixed in, if they refuse any)."""
         assert self.live is not None
         epoch = self.model.next_epoch
+        data = self._with_bad_rows(data, bad)
         rows = epoch_rows(epoch, data)
         self._note(f"epoch {epoch}: {len(flat(rows))} rows in {len(rows)} batches")
         live = self.live
@@ -223,7 +329,7 @@ class SinkContractMachine(RuleBasedStateMachine):
             self.live, self.pending = None, _Pending(epoch, data)
             return
         assert result.outcome is EpochOutcome.COMMITTED, result
-        self._committed(epoch, rows)
+        self._committed(epoch, data)
 
     @precondition(lambda self: self.live is not None and self.pending is not None)
     @rule(crash_at=st.none() | epoch_crashes)
@@ -232,7 +338,8 @@ class SinkContractMachine(RuleBasedStateMachine):
         id, same data."""
         assert self.live is not None
         assert self.pending is not None
-        epoch, rows = self.pending.epoch, epoch_rows(self.pending.epoch, self.pending.data)
+        epoch, data = self.pending.epoch, self.pending.data
+        rows = epoch_rows(epoch, data)
         live = self.live
         crashed, result = self._run(
             live, live.epoch_steps(epoch, to_batches(rows)), crash_at, f"replay of epoch {epoch}"
@@ -242,7 +349,7 @@ class SinkContractMachine(RuleBasedStateMachine):
             return
         self._note(f"replayed epoch {epoch}: {result.outcome}")
         self.pending = None
-        self._committed(epoch, rows)
+        self._committed(epoch, data)
 
     @precondition(
         lambda self: self.live is not None and self.pending is None and bool(self.model.committed)
@@ -302,15 +409,31 @@ class SinkContractMachine(RuleBasedStateMachine):
         decided epoch (the same participants recovery would commit): allowed."""
         if self.pending is None:
             return False
-        pending_rows = Counter(flat(epoch_rows(self.pending.epoch, self.pending.data)))
+        pending = self._expected(self.pending.epoch, self.pending.data)
         return all(
-            not (Counter(after[name]) - Counter(before[name]) - pending_rows) for name in after
+            not (Counter(after[name]) - Counter(before[name]) - Counter(pending[name]))
+            for name in after
         )
 
-    def _committed(self, epoch: int, rows: list[list[Row]]) -> None:
+    def _committed(self, epoch: int, data: list[list[tuple[Any, ...]]]) -> None:
         self.stats.epochs_committed += 1
-        self.model.committed[epoch] = flat(rows)
+        expected = self._expected(epoch, data)
+        self.model.committed[epoch] = expected
         self.model.next_epoch = epoch + 1
+        dead_letter = self.scenario.dead_letter
+        if dead_letter is not None:
+            self.stats.dead_letters.update(row[3] for row in expected[dead_letter.name])
+
+    def _expected_now(self, *, with_pending: bool) -> dict[str, Counter[Row]]:
+        """Per target: the rows of every committed epoch (and of the pending one)."""
+        expected: dict[str, Counter[Row]] = {t.name: Counter() for t in self._all_targets}
+        epochs = list(self.model.committed.values())
+        if with_pending and self.pending is not None:
+            epochs.append(self._expected(self.pending.epoch, self.pending.data))
+        for views in epochs:
+            for name, rows in views.items():
+                expected[name].update(rows)
+        return expected
 
     # -- invariants ----------------------------------------------------------------------------
     @invariant()
@@ -319,14 +442,12 @@ class SinkContractMachine(RuleBasedStateMachine):
             self._no_row_visible_twice_and_nothing_unexpected()
 
     def _no_row_visible_twice_and_nothing_unexpected(self) -> None:
-        expected = Counter(row for rows in self.model.committed.values() for row in rows)
-        if self.pending is not None:
-            expected += Counter(flat(epoch_rows(self.pending.epoch, self.pending.data)))
+        expected = self._expected_now(with_pending=True)
         for name, rows in self._visible().items():
             seen = Counter(rows)
             twice = [row for row, count in seen.items() if count > 1]
             assert not twice, f"sink {name}: rows visible more than once: {twice[:5]}"
-            unexpected = seen - expected
+            unexpected = seen - expected[name]
             assert not unexpected, (
                 f"sink {name}: rows no committed epoch wrote: {list(unexpected)[:5]}"
             )
@@ -339,15 +460,28 @@ class SinkContractMachine(RuleBasedStateMachine):
     def _settled_state_is_exact(self) -> None:
         if self.live is None or self.pending is not None:
             return
-        expected = Counter(row for rows in self.model.committed.values() for row in rows)
-        latest = max(self.model.committed, default=None)
-        for target, sink in zip(self.scenario.targets, self.live.sinks, strict=True):
-            seen = Counter(target.committed_rows())
-            missing = expected - seen
+        expected = self._expected_now(with_pending=False)
+        visible = self._visible()
+        dead_letter = self.scenario.dead_letter
+        for target, sink in zip(self._all_targets, self.live.sinks, strict=True):
+            seen = Counter(visible[target.name])
+            missing = expected[target.name] - seen
             assert not missing, f"sink {target.name}: committed rows missing: {list(missing)[:5]}"
-            assert seen == expected, f"sink {target.name}: visible rows differ from committed"
+            assert seen == expected[target.name], (
+                f"sink {target.name}: visible rows differ from committed: "
+                f"{list((seen - expected[target.name]).elements())[:5]} more"
+            )
             leftovers = target.leftovers()
             assert not leftovers, f"sink {target.name}: left behind after recovery: {leftovers}"
+            # The dead-letter sink takes part only in epochs that have dead letters.
+            latest = max(
+                (
+                    epoch
+                    for epoch, views in self.model.committed.items()
+                    if target is not dead_letter or views[target.name]
+                ),
+                default=None,
+            )
             assert sink.last_committed_epoch() == latest, (
                 f"sink {target.name}: last_committed_epoch {sink.last_committed_epoch()} but the "
                 f"last committed epoch is {latest}"
