@@ -1,6 +1,7 @@
 """The conformance suite against the reference JSON Lines sink: alone, two in one job, with
-a last resource (the journal sink, Kafka's commit semantics), and the `ledger` kind that a
-test distribution registers through the entry-point group (tests/support/plugin_sink)."""
+a last resource (the journal sink, Kafka's commit semantics), the `ledger` kind that a
+test distribution registers through the entry-point group (tests/support/plugin_sink), and
+refusing rows into a JSON Lines dead-letter sink (on_bad_rows="dead_letter")."""
 
 from __future__ import annotations
 
@@ -10,20 +11,25 @@ from collections.abc import Callable
 from pathlib import Path
 
 from durable_sinks.manifest import LocalDirectoryStore
-from durable_sinks.testing import Scenario, Target, run_conformance
-from tests.crash.test_file_sink_conformance import check_exercised
+from durable_sinks.testing import DEAD_LETTER_COLUMNS, Scenario, Target, run_conformance
+from tests.crash.test_file_sink_conformance import check_dead_letters, check_exercised
 from tests.support.jsonl_target import JsonlTarget
+from tests.support.refusing_sink import CONFORMANCE_BAD_ROWS, RefusingConformanceJsonlSink
 from tests.support.targets import JournalTarget
 from tests.support.tiers import CONFORMANCE_SAMPLE
 
 
-def scenario_of(*make_targets: Callable[[Path], Target]) -> Callable[[], Scenario]:
+def scenario_of(
+    *make_targets: Callable[[Path], Target], dead_letter: Callable[[Path], Target] | None = None
+) -> Callable[[], Scenario]:
     def make() -> Scenario:
         folder = Path(tempfile.mkdtemp(prefix="ds-jsonl-conformance-"))
         targets = [make(folder) for make in make_targets]
+        letters = None if dead_letter is None else dead_letter(folder)
 
         def cleanup() -> None:
-            leftovers = [name for target in targets for name in target.leftovers()]
+            every = [*targets, *([letters] if letters is not None else [])]
+            leftovers = [name for target in every for name in target.leftovers()]
             shutil.rmtree(folder, ignore_errors=True)
             assert not leftovers, f"left behind: {leftovers}"
 
@@ -32,6 +38,7 @@ def scenario_of(*make_targets: Callable[[Path], Target]) -> Callable[[], Scenari
             targets=targets,
             store=lambda: LocalDirectoryStore(folder / "store"),
             cleanup=cleanup,
+            dead_letter=letters,
         )
 
     return make
@@ -62,3 +69,25 @@ def test_a_sink_kind_installed_by_entry_point(plugin_dists: Path) -> None:
         max_examples=CONFORMANCE_SAMPLE,
     )
     check_exercised(stats)
+
+
+def test_jsonl_sink_refusing_rows_into_a_jsonl_dead_letter() -> None:
+    """The reference sink refusing rows (a check and a length limit) into a dead-letter sink
+    of the same kind, beside the journal last resource: every row of every epoch is in exactly
+    one of its target or the dead letter, with its reason, after every crash and replay."""
+    stats = run_conformance(
+        scenario_of(
+            lambda f: JsonlTarget(
+                f / "jsonl",
+                sink_class=RefusingConformanceJsonlSink,
+                bad_rows=CONFORMANCE_BAD_ROWS,
+            ),
+            lambda f: JournalTarget(f / "journal"),
+            dead_letter=lambda f: JsonlTarget(
+                f / "dead", "dead_letters", columns=DEAD_LETTER_COLUMNS
+            ),
+        ),
+        max_examples=CONFORMANCE_SAMPLE,
+    )
+    check_exercised(stats)
+    check_dead_letters(stats, {"check", "too_long"})
