@@ -91,7 +91,7 @@ def instrument(clock: Clock) -> None:
     wrap(KafkaSink, "write_batch", "kafka: write_batch")
     wrap(Copy, "write", "postgres: send (Copy.write)")
     wrap(Copy, "__exit__", "postgres: COPY end (server finishes)")
-    wrap(pg_sink, "null_violations", "postgres: null checks")
+    wrap(pg_sink, "bad_values", "postgres: bad-value checks")
     wrap(catalog.TargetTable, "columns_for", "postgres: schema check")
 
     real_encoder = pgpq.ArrowToPostgresBinaryEncoder

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from decimal import Decimal
 
 import pgpq
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from durable_sinks.core.bad_rows import Refusal, RefusalReason, RefusedRows
 
 # pgpq's encoder type -> the base types (typmods stripped, see `base_type`) of the Postgres
 # columns whose binary input accepts its bytes.
@@ -226,25 +229,141 @@ def mismatches(schema: pa.Schema, table: dict[str, TableColumn]) -> list[Mismatc
     return problems
 
 
-def null_violations(batch: pa.RecordBatch, table: dict[str, TableColumn]) -> list[str]:
-    """NOT NULL columns that hold nulls in this batch, with a count."""
-    problems = []
+#: What Postgres holds, per Arrow unit, as [first, end) of the Arrow value (since 1970-01-01):
+#: timestamps from 4714-11-24 BC (Julian day 0) to before 294277-01-01, dates to 5874897-12-31
+#: (src/include/datatype/timestamp.h: MIN_TIMESTAMP, END_TIMESTAMP, DATE_END_JULIAN). pgpq
+#: shifts each value to Postgres's epoch (2000-01-01) and to microseconds: a value past these
+#: bounds is refused by the server, fails pgpq's encoding, or (the one value that lands on
+#: Postgres's -infinity) would be stored as -infinity.
+_TIMESTAMP_BOUNDS: dict[str, tuple[int, int | None]] = {
+    "s": (-210_866_803_200, 9_224_318_016_000),
+    "ms": (-210_866_803_200_000, 9_224_318_016_000_000),
+    # The end is past int64's microseconds since 1970, so there is no upper bound.
+    "us": (-210_866_803_200_000_000, None),
+}
+_DATE_BOUNDS: tuple[int, int | None] = (-2_440_588, 2_145_042_906)
+#: The length limit of character varying(n) / character(n).
+_LENGTH_LIMITED = re.compile(r"^(character varying|character)\((\d+)\)$")
+
+
+def bad_values(batch: pa.RecordBatch, table: dict[str, TableColumn]) -> RefusedRows:
+    """The rows of `batch` the table's columns cannot take, checked before COPY with Arrow
+    compute (one pass per checked column, nothing per row in Python): a null in a NOT NULL
+    column, U+0000 in text, a string longer than varchar(n) / char(n) in characters (trailing
+    blanks beyond n are cut, as Postgres does), a decimal with more integer digits than
+    numeric(p,s) holds, a date or timestamp outside what Postgres holds. A row with several
+    problems is refused for the first column found (in batch order). What only the server
+    judges (keys, constraints, triggers) is not checked here."""
+    found: list[RefusedRows] = []
     for name, array in zip(batch.schema.names, batch.columns, strict=True):
         column = table.get(name)
-        if column is not None and column.not_null and array.null_count:
-            problems.append(f"column {name!r} is NOT NULL but {array.null_count} rows hold null")
-    return problems
+        if column is None:
+            continue
+        if column.not_null and array.null_count:
+            found.append(RefusedRows.where(pc.is_null(array), _not_null(name)))
+        kind = array.type
+        if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+            found.extend(_text_refusals(array, column))
+        elif pa.types.is_decimal(kind):
+            found.extend(_numeric_refusals(array, column))
+        elif pa.types.is_timestamp(kind) or pa.types.is_date32(kind):
+            found.extend(_datetime_refusals(array, column))
+    return RefusedRows().merged(*found) if found else RefusedRows()
 
 
-def nul_characters(batch: pa.RecordBatch) -> list[str]:
-    """Text columns holding U+0000, which Postgres text cannot store."""
-    problems = []
-    for name, array in zip(batch.schema.names, batch.columns, strict=True):
-        if pa.types.is_string(array.type) or pa.types.is_large_string(array.type):
-            hits = pc.sum(pc.match_substring(array, "\x00")).as_py() or 0
-            if hits:
-                problems.append(
-                    f"column {name!r} has {hits} values containing the NUL "
-                    "character (U+0000), which Postgres text cannot store"
+def _not_null(name: str) -> Refusal:
+    return Refusal(
+        RefusalReason.NOT_NULL,
+        f'null value in column "{name}" violates not-null constraint',
+        column=name,
+    )
+
+
+def _text_refusals(array: pa.Array, column: TableColumn) -> list[RefusedRows]:
+    name = column.name
+    found = []
+    nul = pc.match_substring(array, "\x00")
+    if pc.any(nul).as_py():
+        found.append(
+            RefusedRows.where(
+                nul,
+                Refusal(
+                    RefusalReason.NUL_CHARACTER,
+                    f'text in column "{name}" holds the NUL character (U+0000), which '
+                    "Postgres text cannot store",
+                    column=name,
+                ),
+            )
+        )
+    limited = _LENGTH_LIMITED.match(column.type)
+    if limited is not None:
+        limit = int(limited.group(2))
+        longer = pc.greater(pc.utf8_length(array), limit)
+        if pc.any(longer).as_py():
+            # Postgres cuts a value whose characters beyond n are all blanks.
+            trimmed = pc.greater(pc.utf8_length(pc.utf8_rtrim(array, " ")), limit)
+            found.append(
+                RefusedRows.where(
+                    pc.and_(longer, trimmed),
+                    Refusal(
+                        RefusalReason.TOO_LONG,
+                        f"value too long for type {column.type} (more than {limit} characters)",
+                        column=name,
+                    ),
                 )
-    return problems
+            )
+    return found
+
+
+def _numeric_refusals(array: pa.Array, column: TableColumn) -> list[RefusedRows]:
+    typmod = numeric_typmod(column.type)
+    if typmod is None:
+        return []
+    precision, scale = typmod
+    digits = precision - scale  # integer digits the column holds
+    kind = array.type
+    if kind.precision - kind.scale <= digits:
+        return []  # no value of the batch's type can have more
+    # The batch's scale is at most the column's (a larger one is refused by `mismatches`),
+    # so Postgres does not round: a value overflows when |v| >= 10^digits.
+    over = pc.greater_equal(pc.abs(array), pa.scalar(Decimal(10) ** digits, kind))
+    if not pc.any(over).as_py():
+        return []
+    return [
+        RefusedRows.where(
+            over,
+            Refusal(
+                RefusalReason.OUT_OF_RANGE,
+                f"numeric field overflow: a field with precision {precision}, scale {scale} "
+                f"must round to an absolute value less than 10^{digits}",
+                column=column.name,
+            ),
+        )
+    ]
+
+
+def _datetime_refusals(array: pa.Array, column: TableColumn) -> list[RefusedRows]:
+    kind = array.type
+    first: int
+    end: int | None
+    if pa.types.is_date32(kind):
+        first, end = _DATE_BOUNDS
+        values = array.cast(pa.int32())
+        what = "date out of range (Postgres holds 4713 BC to 5874897 AD)"
+    else:
+        bounds = _TIMESTAMP_BOUNDS.get(kind.unit)
+        if bounds is None:
+            return []  # pgpq does not encode it: `mismatches` refused the batch
+        first, end = bounds
+        values = array.cast(pa.int64())
+        what = "timestamp out of range (Postgres holds 4713 BC to 294276 AD)"
+    outside = pc.less(values, first)
+    if end is not None:
+        outside = pc.or_(outside, pc.greater_equal(values, end))
+    if not pc.any(outside).as_py():
+        return []
+    return [
+        RefusedRows.where(
+            outside, Refusal(RefusalReason.TIMESTAMP_OUT_OF_RANGE, what, column=column.name)
+        )
+    ]

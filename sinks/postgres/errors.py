@@ -10,6 +10,7 @@ from typing import Any
 
 import psycopg
 
+from durable_sinks.core.bad_rows import BadRowsError, RefusalReason, RefusedRows
 from durable_sinks.core.connecting import connection_lost
 from durable_sinks.core.errors import (
     ConfigError,
@@ -236,17 +237,37 @@ def translate(
     )
 
 
-def refuse_data(context: OpenContext, epoch: int, problems: list[str]) -> None:
-    """Raise SchemaMismatchError naming `problems` (rows or values the table cannot take),
-    if there are any."""
-    if problems:
-        raise SchemaMismatchError(
-            "; ".join(problems),
-            job=context.job_id,
-            sink=context.sink,
-            epoch=epoch,
-            fix="clean or filter the data; nothing of the epoch was committed",
-        )
+def bad_rows_fix(refused: RefusedRows, config: Postgres) -> str:
+    """How to fix each (reason, column) of `refused`, for a BadRowsError in fail mode, then
+    the way out every bad row has: a dead-letter sink."""
+    table = config.table
+    fixes: dict[str, None] = {}
+    for refusal in refused.refusals:
+        name = refusal.column or "<column>"
+        reason = refusal.reason
+        if reason is RefusalReason.NOT_NULL:
+            fix = (
+                f'fill or filter the nulls of {name!r} (coalesce, or where("{name} IS NOT '
+                f'NULL")), or make the column nullable'
+            )
+        elif reason is RefusalReason.NUL_CHARACTER:
+            fix = f'strip U+0000 from {name!r}: regexp_replace(col("{name}"), "\\x00", "")'
+        elif reason is RefusalReason.TOO_LONG:
+            fix = (
+                f'shorten {name!r} (substring(col("{name}"), 1, <n>)) or widen the column: '
+                f"ALTER TABLE {table} ALTER COLUMN {name} TYPE text"
+            )
+        elif reason is RefusalReason.OUT_OF_RANGE:
+            fix = (
+                f"filter the values of {name!r} too large for the column, or widen it: ALTER "
+                f"TABLE {table} ALTER COLUMN {name} TYPE numeric(<more digits>,<scale>)"
+            )
+        elif reason is RefusalReason.TIMESTAMP_OUT_OF_RANGE:
+            fix = f"filter or fix the out-of-range values of {name!r}"
+        else:
+            fix = "fix the rows or the constraint"
+        fixes.setdefault(fix)
+    return "; ".join(fixes) + "; or " + BadRowsError.default_fix
 
 
 def config_error(

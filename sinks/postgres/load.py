@@ -20,9 +20,7 @@ from durable_sinks.core.naming import ParticipantName
 from durable_sinks.core.protocol import CommitHandle, OpenContext
 from durable_sinks.core.sink_base import OpenParticipant
 
-from .columns import nul_characters
 from .config import Postgres
-from .errors import refuse_data
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -68,30 +66,25 @@ class PostgresParticipant(OpenParticipant):
         """COPY `batch` into the table (append) or the epoch's staging table (upsert); return
         the bytes sent. Encodes slice by slice into one COPY, so the server parses one slice
         while the next is encoded (psycopg's writer thread measured slower: it contends for
-        the GIL with the encoding). Raises SchemaMismatchError for text Postgres cannot hold."""
+        the GIL with the encoding). The caller has left out the rows `columns.bad_values`
+        refuses."""
         target = self._staging(conn) if self.config.mode == "upsert" else self.table
         copy_sql = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT binary)").format(
             target, sql.SQL(", ").join(map(sql.Identifier, batch.schema.names))
         )
         encoder = pgpq.ArrowToPostgresBinaryEncoder(batch.schema)
         sent = 0
-        try:
-            with conn.cursor() as cur, cur.copy(copy_sql) as copy:
-                header = encoder.write_header()
-                for offset in range(0, batch.num_rows, COPY_SLICE_ROWS):
-                    chunk = encoder.write_batch(batch.slice(offset, COPY_SLICE_ROWS))
-                    if offset == 0:
-                        chunk = header + chunk
-                    if offset + COPY_SLICE_ROWS >= batch.num_rows:
-                        chunk += encoder.finish()
-                    self.checksum = zlib.crc32(chunk, self.checksum)
-                    copy.write(chunk)
-                    sent += len(chunk)
-        except psycopg.errors.CharacterNotInRepertoire:
-            # Postgres refused a NUL character (text cannot hold U+0000) and the transaction
-            # is aborted. Scanning for them only now keeps the scan off the fast path.
-            refuse_data(self.context, self.epoch, nul_characters(batch))
-            raise
+        with conn.cursor() as cur, cur.copy(copy_sql) as copy:
+            header = encoder.write_header()
+            for offset in range(0, batch.num_rows, COPY_SLICE_ROWS):
+                chunk = encoder.write_batch(batch.slice(offset, COPY_SLICE_ROWS))
+                if offset == 0:
+                    chunk = header + chunk
+                if offset + COPY_SLICE_ROWS >= batch.num_rows:
+                    chunk += encoder.finish()
+                self.checksum = zlib.crc32(chunk, self.checksum)
+                copy.write(chunk)
+                sent += len(chunk)
         self.rows += batch.num_rows
         self.bytes += sent
         return sent

@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg import sql
 
+from durable_sinks.core.bad_rows import BadRowsError
 from durable_sinks.core.connecting import connection_failure, server_of
 from durable_sinks.core.errors import DurableSinkError, ParticipantLostError, UsageError
 from durable_sinks.core.naming import ParticipantName, owner_prefix
@@ -64,9 +65,9 @@ from durable_sinks.core.sink_base import SinkBase, Step
 
 from . import operations
 from .catalog import TargetTable, refuse_foreign_prepared
-from .columns import null_violations
+from .columns import bad_values
 from .config import Postgres
-from .errors import PostgresStep, first_line, refuse_data, translate
+from .errors import PostgresStep, bad_rows_fix, first_line, translate
 from .fencing import MetaTables, application_name
 from .handles import PostgresHandleDetails
 from .load import PostgresParticipant
@@ -246,13 +247,22 @@ class PostgresSink(SinkBase[Postgres]):
             )
         with self._errors("write_batch (COPY)", current.epoch, in_epoch=True):
             columns = self._state().table.columns_for(batch, current.epoch)
-            refuse_data(self.context, current.epoch, null_violations(batch, columns))
-            if batch.num_rows == 0:
-                return WriteResult(0, 0)
-            sent = current.copy(current.conn(), batch)
-        self._count("rows", batch.num_rows)
+            refused = bad_values(batch, columns)
+            try:
+                kept = self._refuse(batch, refused, current.epoch)
+            except BadRowsError as exc:  # fail policy: say how to fix each column
+                raise BadRowsError(
+                    exc.message,
+                    refused=refused,
+                    **self._where(current.epoch),
+                    fix=bad_rows_fix(refused, self.config),
+                ) from None
+            if kept.num_rows == 0:
+                return WriteResult(0, 0, refused)
+            sent = current.copy(current.conn(), kept)
+        self._count("rows", kept.num_rows)
         self._count("bytes", sent)
-        return WriteResult(batch.num_rows, sent)
+        return WriteResult(kept.num_rows, sent, refused)
 
     def pre_commit(self, epoch: int) -> CommitHandle:
         current = self._require_current()

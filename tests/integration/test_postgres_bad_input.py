@@ -1,7 +1,8 @@
 """Misuse and bad input of the Postgres sink against the test bed's real Postgres:
 typed columns (numeric(p,s), varchar(n), char(n), timestamp(p)) accepted with their values
-intact or refused before COPY where Postgres would silently change them; values only the
-server can judge (too long, out of range, a key already there, a constraint) refused as
+intact or refused before COPY where Postgres would silently change them; values the columns
+cannot take (too long, out of range) refused before COPY as BadRowsError naming the column and
+row; what only the server can judge (a key already there, a constraint) refused as
 SchemaMismatchError naming the column, row, constraint or key with a fix; duplicate keys of an
 upsert epoch named; missing schemas refused at start before anything is created; connection
 failures split into ConfigError (the server refused the DSN) and UnreachableError.
@@ -27,6 +28,7 @@ from psycopg import sql
 from durable_sinks import UnreachableError
 from durable_sinks.coordinator import Coordinator, EpochOutcome
 from durable_sinks.core import OpenContext
+from durable_sinks.core.bad_rows import BadRowsError
 from durable_sinks.core.errors import ConfigError, SchemaMismatchError, TransientError
 from durable_sinks.manifest import LocalDirectoryStore, default_store_for
 from durable_sinks.manifest.postgres import PostgresDecisionStore
@@ -208,27 +210,28 @@ def test_typed_columns_that_would_change_values_are_refused_before_copy(
     assert_nothing_landed(conn, coordinator, table, job_id, [])
 
 
-# -- values only the server can judge ----------------------------------------------------------
+# -- values the table's columns cannot take: refused before COPY ------------------------------
 VALUE_REFUSALS = {
     "string longer than varchar(n)": (
         {"name": pa.array(["short", "eleven char"], pa.string())},
-        "value too long for type character varying(10) (column 'name', row 2 of a batch)",
-        'substring(col("name"), 1, 10)',
+        "too_long (column 'name'): 1 row (first: row 1: value too long for type character "
+        "varying(10)",
+        'substring(col("name"), 1, <n>)',
     ),
     "string longer than char(n)": (
         {"code": pa.array(["abcd", "a"], pa.string())},
-        "value too long for type character(3) (column 'code', row 1 of a batch)",
-        'substring(col("code"), 1, 3)',
+        "too_long (column 'code'): 1 row (first: row 0: value too long for type character(3)",
+        'substring(col("code"), 1, <n>)',
     ),
     "number too large for numeric(p,s)": (
         {"amount": pa.array([Decimal("1.00"), Decimal("123456789.00")], pa.decimal128(12, 2))},
-        "numeric field overflow (column 'amount', row 2 of a batch): A field with precision "
-        "10, scale 2 must round to an absolute value less than 10^8",
+        "out_of_range (column 'amount'): 1 row (first: row 1: numeric field overflow: a field "
+        "with precision 10, scale 2 must round to an absolute value less than 10^8)",
         "ALTER TABLE",
     ),
     "timestamp out of range": (
         {"at": pa.array([0, -(2**62)], pa.timestamp("us", "UTC"))},
-        "timestamp out of range (column 'at', row 2 of a batch)",
+        "timestamp_out_of_range (column 'at'): 1 row (first: row 1: timestamp out of range",
         "filter or fix the out-of-range values of 'at'",
     ),
 }
@@ -236,7 +239,7 @@ VALUE_REFUSALS = {
 
 @pytest.mark.parametrize("mode", ["append", "upsert"])
 @pytest.mark.parametrize("case", sorted(VALUE_REFUSALS))
-def test_values_the_server_refuses_name_the_column_and_row(
+def test_values_the_columns_cannot_take_are_refused_before_copy_naming_column_and_row(
     case: str,
     mode: str,
     postgres: PostgresEndpoint,
@@ -250,14 +253,16 @@ def test_values_the_server_refuses_name_the_column_and_row(
     upsert: dict[str, Any] = {"mode": "upsert", "key": ("id",)} if mode == "upsert" else {}
     coordinator = coordinator_for(postgres, table, job_id, tmp_path, one_phase=False, **upsert)
     good = typed_batch(id=pa.array([10, 11], pa.int64()))  # lands in the epoch first
-    with pytest.raises(SchemaMismatchError) as raised:
+    with pytest.raises(BadRowsError) as raised:
         coordinator.run_epoch(0, [good, typed_batch(**columns)])
     error = raised.value
-    assert error.message.startswith("Postgres refused the epoch's data: ")
+    assert error.message.startswith("1 of 2 rows cannot be written: ")
     assert message in error.message
     assert fix in (error.fix or "")
-    assert "nothing of the epoch was committed" in (error.fix or "")
+    assert "on_bad_rows='dead_letter'" in (error.fix or "")
+    assert len(error.refused) == 1
     assert (error.job, error.sink, error.epoch) == (job_id, "postgres", 0)
+    assert coordinator.sinks[0].metrics()["bytes"] > 0  # the good batch was sent, then undone
     assert_nothing_landed(conn, coordinator, table, job_id, [])
     # The job goes on: the next epoch with good data lands.
     assert coordinator.run_epoch(0, [good]).outcome is EpochOutcome.COMMITTED

@@ -187,11 +187,13 @@ BAD_BATCHES = {
     ),
     "null into NOT NULL": (
         events([5, 6], ["five", None]),
-        "column 'name' is NOT NULL but 1 rows hold null",
+        "1 of 2 rows cannot be written: not_null (column 'name'): 1 row (first: row 1: null "
+        'value in column "name" violates not-null constraint)',
     ),
     "NUL character in text": (
         events([5], ["a\x00b"]),
-        "column 'name' has 1 values containing the NUL character",
+        "1 of 1 rows cannot be written: nul_character (column 'name'): 1 row (first: row 0: "
+        'text in column "name" holds the NUL character (U+0000)',
     ),
 }
 
