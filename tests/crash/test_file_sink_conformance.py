@@ -23,7 +23,12 @@ from durable_sinks.testing import (
 )
 from tests.support.refusing_sink import CONFORMANCE_BAD_ROWS, RefusingConformanceFileSink
 from tests.support.targets import FileTarget, JournalTarget
-from tests.support.tiers import CONFORMANCE_EXAMPLES, CONFORMANCE_SAMPLE
+from tests.support.tiers import (
+    CONFORMANCE_EXAMPLES,
+    CONFORMANCE_SAMPLE,
+    DEAD_LETTER_EXAMPLES,
+    DEAD_LETTER_SAMPLE,
+)
 
 
 def scenario_of(
@@ -52,13 +57,16 @@ def files_dead_letter(folder: Path) -> Target:
 EVERY_STEP_KIND = set(EPOCH_STEP_KINDS) | set(RECOVERY_STEP_KINDS) - {"recovery:after-resolve"}
 
 
-def check_exercised(stats: ConformanceStats, without: frozenset[str] = frozenset()) -> None:
+def check_exercised(
+    stats: ConformanceStats,
+    without: frozenset[str] = frozenset(),
+    examples: int = CONFORMANCE_EXAMPLES,
+) -> None:
     """The run really explored: its generated examples (CONFORMANCE_EXAMPLES of this tier)
     besides the scripted sweep, crashes at every kind of step (but the kinds in `without`,
     which the scenario has none of), zombies stopped by fencing, epochs committed and replays
     recognised (a suite that never crashes proves nothing)."""
     print(stats)
-    examples = CONFORMANCE_EXAMPLES
     assert stats.examples >= examples
     assert set(stats.crashes) >= EVERY_STEP_KIND - without, stats.crashes
     assert not set(stats.crashes) & without, stats.crashes
@@ -68,7 +76,9 @@ def check_exercised(stats: ConformanceStats, without: frozenset[str] = frozenset
 
 
 def check_dead_letters(stats: ConformanceStats, reasons: set[str]) -> None:
-    """Dead letters of every reason in `reasons` were committed (and checked)."""
+    """A dead-letter scenario really explored (check_exercised with DEAD_LETTER_EXAMPLES)
+    and committed dead letters of every reason in `reasons`."""
+    check_exercised(stats, examples=DEAD_LETTER_EXAMPLES)
     assert set(stats.dead_letters) >= reasons, stats.dead_letters
 
 
@@ -114,27 +124,12 @@ def test_file_sink_with_a_last_resource() -> None:
     check_exercised(stats)
 
 
-def test_file_sink_refusing_rows_into_a_dead_letter() -> None:
-    """Rows the target refuses go to the files dead-letter sink in the same epoch and
-    decision: after every crash and replay each row is in exactly one of them, once, with
-    its reason; the dead-letter sink leaves nothing prepared either."""
-    stats = run_conformance(
-        scenario_of(
-            lambda f: FileTarget(
-                f / "files", sink_class=RefusingConformanceFileSink, bad_rows=CONFORMANCE_BAD_ROWS
-            ),
-            dead_letter=files_dead_letter,
-        ),
-        max_examples=CONFORMANCE_SAMPLE,
-    )
-    check_exercised(stats)
-    check_dead_letters(stats, {"check", "too_long"})
-
-
 def test_a_row_refused_by_one_target_still_lands_in_the_other() -> None:
-    """Two targets, one refusing: a refused row is in the other target and in the dead
-    letter (naming the refusing sink), never in the refusing one; a crash can fall between
-    the three participants' commits."""
+    """Two targets, one refusing, and a files dead-letter sink: a refused row is in the other
+    target and in the dead letter (naming the refusing sink, with its reason), never in the
+    refusing one; after every crash and replay each row is in exactly one of the refusing
+    target or the dead letter, once; a crash can fall between the three participants'
+    commits, and nothing is left prepared."""
     stats = run_conformance(
         scenario_of(
             lambda f: FileTarget(
@@ -143,7 +138,6 @@ def test_a_row_refused_by_one_target_still_lands_in_the_other() -> None:
             lambda f: FileTarget(f / "b", "b"),
             dead_letter=files_dead_letter,
         ),
-        max_examples=CONFORMANCE_SAMPLE,
+        max_examples=DEAD_LETTER_SAMPLE,
     )
-    check_exercised(stats)
     check_dead_letters(stats, {"check", "too_long"})

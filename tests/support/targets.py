@@ -86,23 +86,39 @@ class JournalTarget:
 
 
 class PostgresTarget:
-    """A fresh table (and job) in the test's schema; readers see committed rows only."""
+    """A fresh table (and job) in the test's schema; readers see committed rows only.
+
+    `definition` gives the table's columns (the conformance suite's by default) and
+    `bad_rows` what its constraints refuse; `columns` are what `committed_rows` reads.
+    With `definition=None` the table is not created here: the sink creates it from the first
+    batch (create_table=True), as a dead-letter table is (`columns=DEAD_LETTER_COLUMNS`)."""
 
     def __init__(
-        self, endpoint: PostgresEndpoint, schema: str, job_id: str, name: str = "postgres"
+        self,
+        endpoint: PostgresEndpoint,
+        schema: str,
+        job_id: str,
+        name: str = "postgres",
+        *,
+        definition: str | None = (
+            "key text PRIMARY KEY, n bigint, text text, x double precision, flag boolean"
+        ),
+        columns: Sequence[str] = COLUMNS,
+        bad_rows: BadRows | None = None,
     ) -> None:
         self.endpoint = endpoint
         self.schema = schema
         self.job_id = job_id
         self.name = name
+        self.columns = tuple(columns)
+        self.bad_rows = bad_rows
+        self.create_table = definition is None
         self.table = f"t_{uuid.uuid4().hex[:12]}"
-        with psycopg.connect(endpoint.conninfo(), autocommit=True) as conn:
-            conn.execute(
-                sql.SQL(
-                    "CREATE TABLE {} (key text PRIMARY KEY, n bigint, text text, "
-                    "x double precision, flag boolean)"
-                ).format(self._ident())
-            )
+        if definition is not None:
+            with psycopg.connect(endpoint.conninfo(), autocommit=True) as conn:
+                conn.execute(
+                    sql.SQL("CREATE TABLE {} ({})").format(self._ident(), sql.SQL(definition))
+                )
         self._conn = psycopg.connect(endpoint.conninfo(), autocommit=True)
 
     def _ident(self) -> sql.Identifier:
@@ -111,12 +127,22 @@ class PostgresTarget:
     def connector(self) -> SinkConnector:
         return PostgresSink(
             PostgresSinkConfig(
-                self.endpoint.conninfo(), f"{self.schema}.{self.table}", name=self.name
+                self.endpoint.conninfo(),
+                f"{self.schema}.{self.table}",
+                name=self.name,
+                create_table=self.create_table,
             )
         )
 
     def committed_rows(self) -> list[Row]:
-        query = sql.SQL("SELECT key, n, text, x, flag FROM {}").format(self._ident())
+        exists = self._conn.execute(
+            "SELECT to_regclass(%s) IS NOT NULL", (f'"{self.schema}"."{self.table}"',)
+        ).fetchone()
+        if not (exists and exists[0]):
+            return []  # created with the first batch (create_table)
+        query = sql.SQL("SELECT {} FROM {}").format(
+            sql.SQL(", ").join(map(sql.Identifier, self.columns)), self._ident()
+        )
         return [tuple(r) for r in self._conn.execute(query).fetchall()]
 
     def leftovers(self) -> list[str]:

@@ -24,6 +24,11 @@ def _count(variable: str, default: int) -> int:
 CONFORMANCE_SAMPLE = 10
 #: What the examples count is in this run (for assertions on what a run exercised).
 CONFORMANCE_EXAMPLES = _count(EXAMPLES_ENV, CONFORMANCE_SAMPLE)
+#: Generated examples of each dead-letter conformance scenario (on_bad_rows="dead_letter")
+#: after its sweep, which already crashes at every step kind with dead letters in its epochs;
+#: EXAMPLES_ENV replaces it too.
+DEAD_LETTER_SAMPLE = 3
+DEAD_LETTER_EXAMPLES = _count(EXAMPLES_ENV, DEAD_LETTER_SAMPLE)
 #: Random SIGKILLs of a running files job before it is let finish (tests/crash/test_sigkill.py).
 SIGKILL_RUNS = _count("DS_SIGKILL_RUNS", 2)
 #: SIGKILLs of a real Spark driver per mode (tests/spark/test_crash.py).
