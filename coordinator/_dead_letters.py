@@ -144,7 +144,7 @@ class DeadLetterPass:
         columns: dict[str, list[Any]] = {name: [] for name in dead_letter_schema().names}
         for sink, tally in self._sinks.items():
             for start, refused, batch in tally.refused:
-                originals = batch.take(pa.array(refused.rows, type=pa.int64())).to_pylist()
+                originals = _rows(batch.take(pa.array(refused.rows, type=pa.int64())))
                 for row, refusal, original in zip(
                     refused.rows, refused.refusals, originals, strict=True
                 ):
@@ -161,6 +161,35 @@ class DeadLetterPass:
         if not columns["job_id"]:
             return None
         return pa.RecordBatch.from_pydict(columns, schema=dead_letter_schema())
+
+
+def _rows(batch: pa.RecordBatch) -> list[dict[str, Any]]:
+    """The rows of `batch` as dicts (pyarrow's `to_pylist`), but a date or timestamp Python
+    cannot hold (before year 1, after 9999: what a target refuses as out of range) as
+    Arrow's ISO 8601 text, e.g. "-7537-05-18T18:40:00.000000Z"."""
+    try:
+        rows: list[dict[str, Any]] = batch.to_pylist()
+        return rows
+    except (OverflowError, ValueError):
+        pass
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    columns: dict[str, list[Any]] = {}
+    for name, array in zip(batch.schema.names, batch.columns, strict=True):
+        try:
+            columns[name] = array.to_pylist()
+            continue
+        except (OverflowError, ValueError):
+            text = pc.cast(array, pa.string()).to_pylist()
+        values: list[Any] = []
+        for index in range(len(array)):
+            try:
+                values.append(array[index].as_py())
+            except (OverflowError, ValueError):
+                values.append(str(text[index]).replace(" ", "T", 1))
+        columns[name] = values
+    return [dict(zip(columns, row, strict=True)) for row in zip(*columns.values(), strict=True)]
 
 
 def row_json(row: dict[str, Any]) -> str:
