@@ -25,6 +25,12 @@ decision must leave out and roll back.
 name no decision store: Kafka keeps the job's decisions in its progress topic, a Delta table
 in its folder's `_decisions`.
 
+With `"bad_rows": true` (driver or executor mode) the source is tests/spark/bad_rows.py's
+stream, which carries rows of every kind the Postgres table refuses, and the job writes that
+one table with `on_bad_rows="dead_letter"` into the Postgres dead-letter table
+`dead_letter_table` (executor mode: the table's sink is the one whose task dies after
+preparing).
+
 Without a kill the query runs until every file is processed (availableNow) and exits 0.
 With `"target": "cluster"` the executors run on the test bed's Spark standalone cluster
 instead of `local[2]` / `local[2,3]` (Spark retries failed tasks there by default).
@@ -44,6 +50,7 @@ from durable_sinks.core import CommitHandle, SinkConnector
 from durable_sinks.spark import DurableBatchWriter, JobOptions, SinkSpec, sink
 from durable_sinks.spark._options import Execution
 from tests.services import Testbed
+from tests.spark import bad_rows
 from tests.spark.streams import run_available_now, source_stream
 from tests.spark.wrapped import WrappedSink
 
@@ -111,6 +118,8 @@ class CrashingWriter(DurableBatchWriter):
         super().__init__(*args)
 
     def _on_step(self, step: str) -> None:
+        if self.plan.get("trace"):
+            print(f"step {step} of epoch {self.epoch}", flush=True)
         kill = str(self.plan.get("kill") or "")
         if kill.startswith("recovery:") and step.startswith(kill):
             print(f"killing at {step}", flush=True)
@@ -140,7 +149,23 @@ def main(plan_path: str) -> int:
     spark = testbed.spark.session("durable-sinks-crash-child", **conf)
     spark.sparkContext.setLogLevel("ERROR")
     sinks: list[SinkSpec]
-    if plan.get("mode") == "kafka-alone":
+    options: dict[str, Any] = {}
+    if plan.get("bad_rows"):
+        target = {"dsn": plan["dsn"], "table": plan["table"]}
+        if executor:
+            text = json.dumps({**plan, "driver_pgid": os.getpgid(0)})
+            sinks = [FlakySpec("postgres", target, plan=text, last=True)]
+        else:
+            sinks = [sink("postgres", **target)]
+        options = {
+            "on_bad_rows": "dead_letter",
+            "dead_letter": sink(
+                "postgres", dsn=plan["dsn"], table=plan["dead_letter_table"], name="dead_letters"
+            ),
+            # every row of a part may be bad (executor mode holds each part to the cap)
+            "max_bad_rows": 1.0,
+        }
+    elif plan.get("mode") == "kafka-alone":
         sinks = [
             sink(
                 "kafka",
@@ -173,9 +198,12 @@ def main(plan_path: str) -> int:
             ),
         ]
     mode: Execution = "executor" if executor else "driver"
-    writer = CrashingWriter(plan, sinks, JobOptions(plan["job_id"], execution=mode))
+    writer = CrashingWriter(plan, sinks, JobOptions(plan["job_id"], execution=mode, **options))
     print("started", flush=True)
-    stream = source_stream(spark, Path(plan["source"]))
+    if plan.get("bad_rows"):
+        stream = bad_rows.source_stream(spark, Path(plan["source"]))
+    else:
+        stream = source_stream(spark, Path(plan["source"]))
     if executor:
         stream = stream.repartition(3)
     run_available_now(stream, writer, Path(plan["checkpoint"]), 600)

@@ -3,7 +3,9 @@ every sink of the job must hold every source row exactly once. Driver mode write
 S3, a Delta table and Kafka (Kafka is the commit point); executor mode writes Postgres, S3, a
 Delta table and the files sink from the Spark tasks, with task attempts that die after
 preparing (tests/spark/crash_child.py). A lone Kafka sink and a lone Delta table run with no
-decision_store: the sink keeps the job's decisions.
+decision_store: the sink keeps the job's decisions. A Postgres table with a dead-letter table
+runs in both modes on a stream carrying rows of every kind the table refuses
+(tests/spark/bad_rows.py): every row must end in exactly one of the table or the dead letter.
 
 Each run is a child process (tests/spark/crash_child.py) running a streaming query; a random
 plan kills its process group (Python driver and JVM) at one moment: inside `fn` after a
@@ -29,6 +31,7 @@ from tests.support.s3_objects import incomplete_uploads
 from tests.support.s3_target import s3_options
 from tests.support.tiers import SPARK_KILLS
 
+from . import bad_rows
 from .streams import (
     delta_epochs,
     delta_ids,
@@ -127,9 +130,45 @@ LONE = {
 }
 #: Kills of a lone sink's job: as many as per mode (DS_SPARK_KILLS raises it).
 LONE_KILLS = KILLS
+#: The moments of a job writing one Postgres table with a Postgres dead-letter table
+#: (on_bad_rows="dead_letter", every batch has dead letters). Driver mode: the table is the
+#: commit point (one-phase, its marker holds the decision), the dead letters are prepared
+#: before it and committed after. Executor mode: each task prepares its part of both.
+BAD_ROWS = {
+    "driver": [
+        "step:after-begin:postgres",
+        "step:after-write:0:postgres",
+        "step:after-begin:dead_letters",
+        "step:after-write:dead-letters:dead_letters",
+        "step:after-pre-commit:dead_letters",
+        "step:after-pre-commit:postgres",
+        "step:after-decision",  # the table committed with the decision, dead letters prepared
+        "step:after-commit:dead_letters",
+        "step:after-finish",
+        "after-fn",
+    ],
+    "executor": [
+        "step:epoch-start",
+        "task:after-prepare",  # a task prepared its part of the table, not its dead letters
+        "step:after-prepare",
+        "step:after-decision",
+        "step:after-commit:postgres",
+        "step:after-commit:dead_letters",
+        "step:after-finish",
+        "step:after-discard:postgres",
+        "step:after-discard:dead_letters",
+        "after-fn",
+    ],
+}
+BAD_ROWS_RECOVERY = [
+    "recovery:after-fence",
+    "recovery:after-open:postgres",
+    "recovery:after-open:dead_letters",
+]
 #: In-batch kills that leave a prepared Postgres participant for the next start to resolve.
 LEAVE_PREPARED = {
     "step:after-pre-commit:postgres",
+    "step:after-pre-commit:dead_letters",
     "step:after-pre-commit:s3",
     "step:after-pre-commit:delta",
     "step:after-pre-commit:kafka",
@@ -324,3 +363,54 @@ def test_a_lone_sink_without_a_decision_store_killed_then_restarted(
         assert epochs == sorted(set(epochs)), f"not one Delta commit per epoch ({context})"
     assert len(ids) == len(set(ids)), f"duplicates ({context})"
     assert ids == list(range(files * ROWS_PER_FILE)), f"rows lost ({context})"
+
+
+@pytest.mark.timeout(max(900, 60 * KILLS))
+@pytest.mark.parametrize("mode", ["driver", "executor"])
+def test_bad_rows_into_a_dead_letter_table_killed_then_restarted(
+    mode: str, postgres: PostgresEndpoint, pg_schema: str, job_id: str, tmp_path: Path
+) -> None:
+    """A stream carrying rows of every kind the Postgres table refuses (NOT NULL, NUL
+    character, varchar(n) length, numeric overflow, timestamp range, foreign key, unique,
+    check) mixed into good rows, on_bad_rows="dead_letter" into a Postgres dead-letter table,
+    the driver SIGKILLed at random moments: afterwards every row is in exactly one of the
+    table and the dead letter, once, each dead letter with the reason its kind says, and
+    nothing is left prepared."""
+    rng = random.Random(SEED)
+    dsn = postgres.conninfo()
+    table, letters = bad_rows.create_tables(dsn, pg_schema)
+    files = 2 * KILLS + 2
+    source, checkpoint = tmp_path / "in", tmp_path / "checkpoint"
+    per_file = bad_rows.ROWS_PER_FILE
+    for n in range(files):
+        bad_rows.write_input(source, f"part-{n:04d}.json", range(n * per_file, (n + 1) * per_file))
+    base: dict[str, object] = {
+        "dsn": dsn,
+        "table": table,
+        "dead_letter_table": letters,
+        "bad_rows": True,
+        "job_id": job_id,
+        "source": str(source),
+        "checkpoint": str(checkpoint),
+        "mode": mode,
+        "flags": str(tmp_path),
+        "target": "local",
+    }
+    kills = kill_and_restart(
+        rng,
+        base,
+        BAD_ROWS[mode] + BAD_ROWS_RECOVERY,
+        KILLS,
+        files,
+        tmp_path,
+        after_prepared="recovery:after-resolve:postgres",
+    )
+    context = f"{mode} mode, seed {SEED}, kills {kills}"
+    bad_rows.check_every_row_in_one_place(
+        bad_rows.target_ids(dsn, table),
+        bad_rows.dead_letters(dsn, letters),
+        files * per_file,
+        job_id,
+        context,
+    )
+    assert prepared_transactions(dsn, job_id) == [], context
