@@ -169,9 +169,10 @@ def _rows(batch: pa.RecordBatch) -> list[dict[str, Any]]:
     Arrow's ISO 8601 text, e.g. "-7537-05-18T18:40:00.000000Z"."""
     try:
         rows: list[dict[str, Any]] = batch.to_pylist()
-        return rows
     except (OverflowError, ValueError):
         pass
+    else:
+        return rows
     import pyarrow as pa
     import pyarrow.compute as pc
 
