@@ -15,12 +15,14 @@ import pgpq
 import psycopg
 from psycopg import sql
 
+from durable_sinks.core.bad_rows import Refusal, RefusedRows
 from durable_sinks.core.errors import SchemaMismatchError
 from durable_sinks.core.naming import ParticipantName
 from durable_sinks.core.protocol import CommitHandle, OpenContext
 from durable_sinks.core.sink_base import OpenParticipant
 
 from .config import Postgres
+from .errors import ROW_ERRORS, row_named, server_refusal
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -46,6 +48,13 @@ class PostgresParticipant(OpenParticipant):
         self.bytes = 0
         self.checksum = 0  # CRC-32 of the COPY bytes, for audits
         self.stage: sql.Identifier | None = None
+        #: Dead-letter mode: the savepoint each COPY runs under ("none" before the first,
+        #: "empty" when nothing was written since it was set or rolled back to, "used").
+        self.savepoint = "none"
+        #: COPYs that the server refused in dead-letter mode (each then split and retried).
+        self.isolation_copies = 0
+        #: Strings a refusal's message must not show (the DSN's passwords).
+        self.secrets: tuple[str, ...] = ()
         #: Set by pre_commit in one-phase mode: the transaction waits for commit_with_decision.
         self.handle: CommitHandle | None = None
         #: The session whose transaction holds the epoch (set by begin_epoch).
@@ -64,10 +73,72 @@ class PostgresParticipant(OpenParticipant):
 
     def copy(self, conn: psycopg.Connection[Any], batch: pa.RecordBatch) -> int:
         """COPY `batch` into the table (append) or the epoch's staging table (upsert); return
-        the bytes sent. Encodes slice by slice into one COPY, so the server parses one slice
-        while the next is encoded (psycopg's writer thread measured slower: it contends for
-        the GIL with the encoding). The caller has left out the rows `columns.bad_values`
-        refuses."""
+        the bytes sent. The caller has left out the rows `columns.bad_values` refuses; an
+        error of the server aborts the epoch's transaction (fail mode)."""
+        sent, self.checksum = self._send(conn, batch, self.checksum)
+        self.rows += batch.num_rows
+        self.bytes += sent
+        return sent
+
+    def copy_isolating(
+        self, conn: psycopg.Connection[Any], batch: pa.RecordBatch
+    ) -> tuple[int, int, RefusedRows]:
+        """Dead-letter mode: COPY `batch` under a savepoint; when the server refuses rows of
+        it (errors.ROW_ERRORS), roll back to the savepoint and COPY the rows again in pieces,
+        each under the savepoint, until every refused row is found alone. Returns (rows
+        written, bytes sent, refused rows by index in `batch`). The epoch's transaction holds
+        exactly the rows written; the others were rolled back with their savepoint.
+
+        A piece whose error names its row (a value, NOT NULL, unique, check, exclusion: raised
+        while that row is inserted) is split around that row, which is refused; any other
+        (a foreign key checked at the end of the COPY, a trigger) is split in halves."""
+        refused: list[tuple[int, Refusal]] = []
+        rows = sent = 0
+        pieces = [(0, batch.num_rows)]
+        while pieces:
+            first, end = pieces.pop()
+            self._savepoint(conn)
+            try:
+                piece_sent, checksum = self._send(
+                    conn, batch.slice(first, end - first), self.checksum
+                )
+            except ROW_ERRORS as exc:
+                conn.execute("ROLLBACK TO SAVEPOINT ds_rows")  # stays, empty, for the next piece
+                self.savepoint = "empty"
+                self.isolation_copies += 1
+                named = row_named(exc, end - first)
+                if end - first == 1 or named is not None:
+                    bad = first + (named or 0)
+                    refused.append((bad, server_refusal(exc, self.secrets)))
+                    pieces.extend(p for p in ((bad + 1, end), (first, bad)) if p[0] < p[1])
+                else:
+                    middle = (first + end) // 2
+                    pieces.extend(((middle, end), (first, middle)))
+                continue
+            self.savepoint = "used"
+            self.checksum = checksum
+            rows += end - first
+            sent += piece_sent
+        self.rows += rows
+        self.bytes += sent
+        return rows, sent, RefusedRows.of(refused)
+
+    def _savepoint(self, conn: psycopg.Connection[Any]) -> None:
+        """A savepoint holding nothing yet, for the next COPY: one round trip at most (none
+        after a rollback to it, which leaves it in place and empty)."""
+        if self.savepoint == "none":
+            conn.execute("SAVEPOINT ds_rows")
+        elif self.savepoint == "used":
+            conn.execute("RELEASE SAVEPOINT ds_rows; SAVEPOINT ds_rows")
+        self.savepoint = "empty"
+
+    def _send(
+        self, conn: psycopg.Connection[Any], batch: pa.RecordBatch, checksum: int
+    ) -> tuple[int, int]:
+        """One COPY of `batch`: (bytes sent, `checksum` extended with them). Encodes slice by
+        slice into one COPY, so the server parses one slice while the next is encoded
+        (psycopg's writer thread measured slower: it contends for the GIL with the
+        encoding)."""
         target = self._staging(conn) if self.config.mode == "upsert" else self.table
         copy_sql = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT binary)").format(
             target, sql.SQL(", ").join(map(sql.Identifier, batch.schema.names))
@@ -82,12 +153,10 @@ class PostgresParticipant(OpenParticipant):
                     chunk = header + chunk
                 if offset + COPY_SLICE_ROWS >= batch.num_rows:
                     chunk += encoder.finish()
-                self.checksum = zlib.crc32(chunk, self.checksum)
+                checksum = zlib.crc32(chunk, checksum)
                 copy.write(chunk)
                 sent += len(chunk)
-        self.rows += batch.num_rows
-        self.bytes += sent
-        return sent
+        return sent, checksum
 
     def _staging(self, conn: psycopg.Connection[Any]) -> sql.Identifier:
         """The epoch's UNLOGGED staging table (upsert mode), created in the epoch's

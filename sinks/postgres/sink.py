@@ -46,10 +46,16 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
 
-from durable_sinks.core.bad_rows import BadRowsError
+from durable_sinks.core.bad_rows import BadRowsError, RefusedRows
 from durable_sinks.core.connecting import connection_failure, server_of
-from durable_sinks.core.errors import DurableSinkError, ParticipantLostError, UsageError
+from durable_sinks.core.errors import (
+    ConfigError,
+    DurableSinkError,
+    ParticipantLostError,
+    UsageError,
+)
 from durable_sinks.core.naming import ParticipantName, owner_prefix
 from durable_sinks.core.operations import Holding, Prepared
 from durable_sinks.core.protocol import (
@@ -118,6 +124,11 @@ class PostgresSink(SinkBase[Postgres]):
                 first_line(exc), self.config.dsn, job=ctx.job_id, sink=self.name
             ) from None
 
+    def _passwords(self) -> tuple[str, ...]:
+        """The DSN's passwords, which a refusal's message (the server's words) must not show."""
+        params = conninfo_to_dict(resolve(self.config.dsn, f"postgres sink {self.name!r}: dsn"))
+        return tuple(str(params[k]) for k in ("password", "sslpassword") if params.get(k))
+
     def _admin_conn(self) -> psycopg.Connection[Any]:
         if self._admin is None or self._admin.closed:
             self._admin = self._connect(autocommit=True)
@@ -170,6 +181,15 @@ class PostgresSink(SinkBase[Postgres]):
     # -- lifecycle -----------------------------------------------------------------------------
     def open(self, context: OpenContext) -> None:
         self._opening(context)
+        if context.policy.isolates and self.config.mode == "upsert":
+            raise ConfigError(
+                "on_bad_rows='dead_letter' is not supported with mode='upsert': the rows the "
+                "server refuses (keys, constraints, triggers) show only when the epoch's rows "
+                "are merged at pre-commit, after the dead letters are written",
+                **self._where(),
+                fix="use mode='append' with a dead-letter sink, or on_bad_rows='fail' with "
+                "mode='upsert' (and filter bad rows in the query)",
+            )
         self._opened = opened = _Opened(
             context,
             MetaTables(self.config, context),
@@ -238,6 +258,11 @@ class PostgresSink(SinkBase[Postgres]):
         with self._errors("begin_epoch (the fence check)", epoch, in_epoch=True):
             current.session = self._tx_conn()
             state.meta.check_fence(current.session, epoch)
+            if state.context.policy.isolates:
+                # Deferred constraints are checked at each COPY, where the rows breaking them
+                # can be isolated, rather than at PREPARE, where they could only fail the epoch.
+                current.session.execute("SET CONSTRAINTS ALL IMMEDIATE")
+                current.secrets = self._passwords()
 
     def write_batch(self, batch: pa.RecordBatch) -> WriteResult:
         current = self._require_current()
@@ -259,10 +284,16 @@ class PostgresSink(SinkBase[Postgres]):
                 ) from None
             if kept.num_rows == 0:
                 return WriteResult(0, 0, refused)
-            sent = current.copy(current.conn(), kept)
-        self._count("rows", kept.num_rows)
+            if not self.context.policy.isolates:
+                written, sent = kept.num_rows, current.copy(current.conn(), kept)
+            else:
+                written, sent, by_server = current.copy_isolating(current.conn(), kept)
+                if by_server:
+                    self._count("refused_rows", len(by_server))
+                    refused = refused.merged(_through(by_server, refused, batch.num_rows))
+        self._count("rows", written)
         self._count("bytes", sent)
-        return WriteResult(kept.num_rows, sent, refused)
+        return WriteResult(written, sent, refused)
 
     def pre_commit(self, epoch: int) -> CommitHandle:
         current = self._require_current()
@@ -462,3 +493,14 @@ class PostgresSink(SinkBase[Postgres]):
     def expire_markers(self, before_epoch: int) -> int:
         with self._errors("expire_markers (the marker rows)"):
             return operations.expire_markers(self._admin_conn(), self._state().meta, before_epoch)
+
+
+def _through(inner: RefusedRows, outer: RefusedRows, rows: int) -> RefusedRows:
+    """`inner`'s rows (indices into a batch of `rows` rows without `outer`'s rows) as
+    indices of that batch."""
+    if not outer:
+        return inner
+    import pyarrow.compute as pc
+
+    kept = pc.indices_nonzero(outer.kept_mask(rows)).to_pylist()
+    return inner.through(kept)
