@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg import sql
 
+from durable_sinks.core.bad_rows import dead_letter_schema
 from durable_sinks.core.errors import ConfigError, SchemaMismatchError
 from durable_sinks.core.protocol import OpenContext
 
@@ -22,6 +23,8 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 Connect = Callable[[], "psycopg.Connection[Any]"]
+#: The primary key of a table the sink creates for dead letters.
+DEAD_LETTER_KEY = ("job_id", "sink", "epoch", "part", "row_number")
 #: Postgres keeps at most NAMEDATALEN - 1 = 63 bytes of an identifier.
 MAX_IDENTIFIER_BYTES = 63
 
@@ -207,11 +210,16 @@ class TargetTable:
                 epoch=epoch,
                 fix="cast the column to a type docs/postgres.md maps, or create the table yourself",
             ) from None
+        # A dead-letter table's key names each dead letter once (core/bad_rows.py): a row
+        # written twice would be refused rather than duplicated.
+        key_columns = self.config.key or (
+            DEAD_LETTER_KEY if schema.names == dead_letter_schema().names else ()
+        )
         key = (
             sql.SQL(", PRIMARY KEY ({})").format(
-                sql.SQL(", ").join(map(sql.Identifier, self.config.key))
+                sql.SQL(", ").join(map(sql.Identifier, key_columns))
             )
-            if self.config.key
+            if key_columns
             else sql.SQL("")
         )
         # Another worker (executor mode) may create it at the same moment: Postgres then

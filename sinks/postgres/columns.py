@@ -282,8 +282,11 @@ def _not_null(name: str) -> Refusal:
 def _text_refusals(array: pa.Array, column: TableColumn) -> list[RefusedRows]:
     name = column.name
     found = []
-    nul = pc.match_substring(array, "\x00")
-    if pc.any(nul).as_py():
+    data = array.buffers()[2]
+    # A scan of the raw bytes first (memchr speed, ~2 ms per 30 MB): the per-value scan
+    # runs only when some byte is 0 (maybe outside this array's slice of the buffer).
+    if data is not None and data.to_pybytes().find(b"\x00") >= 0:
+        nul = pc.match_substring(array, "\x00")
         found.append(
             RefusedRows.where(
                 nul,
@@ -298,6 +301,10 @@ def _text_refusals(array: pa.Array, column: TableColumn) -> list[RefusedRows]:
     limited = _LENGTH_LIMITED.match(column.type)
     if limited is not None:
         limit = int(limited.group(2))
+        # No value has more characters than bytes: the byte lengths (read off the offsets)
+        # clear most batches without decoding any UTF-8.
+        if (pc.max(pc.binary_length(array)).as_py() or 0) <= limit:
+            return found
         longer = pc.greater(pc.utf8_length(array), limit)
         if pc.any(longer).as_py():
             # Postgres cuts a value whose characters beyond n are all blanks.
