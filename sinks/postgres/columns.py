@@ -178,6 +178,59 @@ def _typmod_change(field: pa.Field, column: TableColumn) -> Mismatch | None:
     return None
 
 
+#: Widenings schema evolution makes (the table's base type, the type the batch needs): every
+#: value of the old type is a value of the new one.
+_WIDENINGS = {
+    ("smallint", "integer"),
+    ("smallint", "bigint"),
+    ("integer", "bigint"),
+    ("real", "double precision"),
+}
+
+
+@dataclass(frozen=True)
+class Evolution:
+    """One change schema evolution makes to a table: add a nullable column ("add") or widen
+    a column's type ("widen"), to `type` (a CREATE TABLE type, see `ddl_type`)."""
+
+    kind: str
+    column: str
+    type: str
+
+    def needed(self, table: dict[str, TableColumn]) -> bool:
+        """Whether `table` (as read now) still needs this change."""
+        column = table.get(self.column)
+        if self.kind == "add":
+            return column is None
+        return column is not None and (column.base_type, self.type) in _WIDENINGS
+
+
+def evolution(schema: pa.Schema, table: dict[str, TableColumn]) -> list[Evolution]:
+    """The changes that make `table` take batches of `schema` (schema_evolution=
+    "add_columns"): each batch column the table lacks, added as a nullable column of the type
+    CREATE TABLE gives it; each smallint/integer column the batch has as a wider integer,
+    and each real column it has as double, widened. Anything else (a column the sink has no
+    type for, a narrowing, another type) is left to `mismatches` to refuse."""
+    changes = []
+    for field in schema:
+        wanted = _ddl_or_none(field)
+        if wanted is None:
+            continue  # no column type for it: `mismatches` says so
+        column = table.get(field.name)
+        if column is None:
+            changes.append(Evolution("add", field.name, wanted))
+        elif (column.base_type, wanted) in _WIDENINGS:
+            changes.append(Evolution("widen", field.name, wanted))
+    return changes
+
+
+def _ddl_or_none(field: pa.Field) -> str | None:
+    try:
+        return ddl_type(field)
+    except Exception:  # noqa: BLE001 - ddl_type's TypeError and pgpq's own errors
+        return None
+
+
 def mismatches(schema: pa.Schema, table: dict[str, TableColumn]) -> list[Mismatch]:
     """Every way the batch schema does not fit the table, one sentence and fix each."""
     problems = []

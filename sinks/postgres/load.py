@@ -21,6 +21,8 @@ from durable_sinks.core.naming import ParticipantName
 from durable_sinks.core.protocol import CommitHandle, OpenContext
 from durable_sinks.core.sink_base import OpenParticipant
 
+from .catalog import alter_clauses
+from .columns import Evolution
 from .config import Postgres
 from .errors import ROW_ERRORS, row_named, server_refusal
 
@@ -170,6 +172,12 @@ class PostgresParticipant(OpenParticipant):
                 )
             )
         return self.stage
+
+    def evolve_stage(self, conn: psycopg.Connection[Any], changes: list[Evolution]) -> None:
+        """Upsert mode: make schema evolution's `changes` to the epoch's staging table too,
+        when it exists (it was made LIKE the table before them)."""
+        if self.stage is not None:
+            conn.execute(sql.SQL("ALTER TABLE {} {}").format(self.stage, alter_clauses(changes)))
 
     def merge(self, conn: psycopg.Connection[Any], columns: list[str]) -> None:
         """Upsert mode, at pre-commit: merge the staging table into the table on the key

@@ -71,7 +71,7 @@ from durable_sinks.core.sink_base import SinkBase, Step
 
 from . import operations
 from .catalog import TargetTable, refuse_foreign_prepared
-from .columns import bad_values
+from .columns import Evolution, TableColumn, bad_values
 from .config import Postgres
 from .errors import PostgresStep, bad_rows_fix, first_line, translate
 from .fencing import MetaTables, application_name
@@ -95,11 +95,14 @@ class PostgresSink(SinkBase[Postgres]):
     """Exactly-once into one Postgres table, through prepared transactions."""
 
     def __init__(self, config: Postgres) -> None:
-        super().__init__(config)
+        super().__init__(config, counters=("columns_changed", "isolation_copies"))
         self._opened: _Opened | None = None
         self._admin: psycopg.Connection[Any] | None = None
         self._tx: psycopg.Connection[Any] | None = None
         self._current: PostgresParticipant | None = None
+        #: Epochs whose transaction changed the table's columns (schema evolution): their
+        #: rollback makes the table's columns be read again.
+        self._evolved: set[int] = set()
 
     def _target(self) -> str:
         return f"table={self.config.table!r}"
@@ -234,6 +237,7 @@ class PostgresSink(SinkBase[Postgres]):
             upsert=self.config.mode == "upsert",
             idempotent=self.config.mode == "upsert",
             partitioned=True,
+            schema_evolution=True,
         )
 
     def schema(self) -> pa.Schema | None:
@@ -271,7 +275,8 @@ class PostgresSink(SinkBase[Postgres]):
                 "the epoch was pre-committed; no more batches", **self._where(current.epoch)
             )
         with self._errors("write_batch (COPY)", current.epoch, in_epoch=True):
-            columns = self._state().table.columns_for(batch, current.epoch)
+            evolve = self._evolve if self.context.policy.adds_columns else None
+            columns = self._state().table.columns_for(batch, current.epoch, evolve)
             refused = bad_values(batch, columns)
             try:
                 kept = self._refuse(batch, refused, current.epoch)
@@ -287,13 +292,38 @@ class PostgresSink(SinkBase[Postgres]):
             if not self.context.policy.isolates:
                 written, sent = kept.num_rows, current.copy(current.conn(), kept)
             else:
+                before = current.isolation_copies
                 written, sent, by_server = current.copy_isolating(current.conn(), kept)
+                self._count("isolation_copies", current.isolation_copies - before)
                 if by_server:
                     self._count("refused_rows", len(by_server))
                     refused = refused.merged(_through(by_server, refused, batch.num_rows))
         self._count("rows", written)
         self._count("bytes", sent)
         return WriteResult(written, sent, refused)
+
+    def _evolve(self, changes: list[Evolution]) -> dict[str, TableColumn]:
+        """Schema evolution (docs/postgres.md, "Schema evolution"). The driver's instance
+        changes the table inside the epoch's transaction: the new column or wider type
+        prepares, commits and rolls back with the epoch's rows. A worker (executor mode)
+        changes it in a short transaction of its own, committed before the part's COPY: a
+        prepared part holding the table's ACCESS EXCLUSIVE lock would block every other part
+        of the epoch until the decision, which needs them all. Either way the ALTER waits at
+        most catalog.EVOLUTION_LOCK_TIMEOUT_S for the lock (then TransientError)."""
+        current = self._require_current()
+        table = self._state().table
+        if self.context.worker:
+            columns = table.evolve(self._admin_conn(), changes)
+        else:
+            columns = table.evolve(current.conn(), changes)
+            self._evolved.add(current.epoch)
+            if current.savepoint == "empty":
+                # The change ran under the dead-letter mode's savepoint: released before the
+                # next COPY, so that a refused row never rolls it back.
+                current.savepoint = "used"
+        current.evolve_stage(current.conn(), changes)
+        self._count("columns_changed", len(changes))
+        return columns
 
     def pre_commit(self, epoch: int) -> CommitHandle:
         current = self._require_current()
@@ -376,6 +406,7 @@ class PostgresSink(SinkBase[Postgres]):
                 ) from None
         self._count("epochs_committed")
         self._committed_up_to(epoch)
+        self._evolved.discard(epoch)
         return CommitOutcome.COMMITTED
 
     # -- one-phase commit (the job's only sink carries the decision) ----------------------------
@@ -406,6 +437,7 @@ class PostgresSink(SinkBase[Postgres]):
         )
         with self._errors("commit_with_decision (COMMIT)", epoch, in_doubt=in_doubt):
             conn.commit()
+        self._evolved.discard(epoch)
         self._count("epochs_committed")
         self._committed_up_to(epoch)
 
@@ -415,6 +447,9 @@ class PostgresSink(SinkBase[Postgres]):
             return self._state().meta.decision(self._admin_conn(), epoch)
 
     def rollback_epoch(self, epoch: int, handle: CommitHandle | None) -> None:
+        if epoch in self._evolved:
+            self._evolved.discard(epoch)
+            self._state().table.forget()
         current = self._current
         if current is not None and (handle is None or handle.participant == str(current.name)):
             self._abandon_transaction()
@@ -431,6 +466,9 @@ class PostgresSink(SinkBase[Postgres]):
 
     def _abandon_transaction(self) -> None:
         """Roll back the open (unprepared) transaction, if the session still lives."""
+        if self._current is not None and self._current.epoch in self._evolved:
+            self._evolved.discard(self._current.epoch)
+            self._state().table.forget()
         self._current = None
         if self._tx is not None and not self._tx.closed:
             try:
