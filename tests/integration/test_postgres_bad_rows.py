@@ -6,6 +6,7 @@ reason and column, and the rest of the batch lands."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import date, datetime, timezone
 from decimal import Decimal
 from typing import Any
@@ -23,6 +24,7 @@ from durable_sinks.sinks.postgres import PostgresSink, PostgresSinkConfig
 from durable_sinks.sinks.postgres.columns import TableColumn, bad_values
 from tests.conftest import UniqueNames
 from tests.services import PostgresEndpoint
+from tests.support.pg_access import Role
 
 UTC = timezone.utc
 Conn = psycopg.Connection[Any]
@@ -262,15 +264,37 @@ def server_batch(rows: dict[int, tuple[Any, ...]]) -> pa.RecordBatch:
     )
 
 
-@pytest.mark.parametrize("one_phase", [True, False], ids=["one-phase", "two-phase"])
+@pytest.mark.parametrize(
+    ("one_phase", "staged"),
+    [(True, True), (False, True), (False, False)],
+    ids=["one-phase", "two-phase", "two-phase-without-create-on-the-schema"],
+)
 def test_rows_the_server_refuses_are_isolated_inside_the_epoch(
-    one_phase: bool, postgres: PostgresEndpoint, conn: Conn, pg_schema: str, unique: UniqueNames
+    one_phase: bool,
+    staged: bool,
+    postgres: PostgresEndpoint,
+    conn: Conn,
+    pg_schema: str,
+    unique: UniqueNames,
+    roles: Callable[..., Role],
 ) -> None:
     """Each row breaking a key, a (deferred) foreign key, a check, an exclusion constraint or
     a trigger is refused alone, with its reason, constraint and the server's message (secrets
-    masked); the other rows land, once, in the same transaction."""
+    masked); the other rows land, once, in the same transaction. Without CREATE on the
+    table's schema (no staging table) the rows are found by COPYing pieces again."""
     children = server_judged_table(conn, pg_schema)
-    sink = PostgresSink(PostgresSinkConfig(postgres.conninfo(), f"{pg_schema}.children"))
+    dsn, options = postgres.conninfo(), {}
+    if not staged:
+        role = roles(create=False)
+        role.grant_table("children", "SELECT, INSERT")
+        meta = f"{pg_schema}_meta"
+        conn.execute(
+            sql.SQL("CREATE SCHEMA {m}; GRANT USAGE, CREATE ON SCHEMA {m} TO {r}").format(
+                m=sql.Identifier(meta), r=sql.Identifier(role.name)
+            )
+        )
+        dsn, options = role.dsn(), {"meta_schema": meta}
+    sink = PostgresSink(PostgresSinkConfig(dsn, f"{pg_schema}.children", **options))
     policy = WritePolicy(on_bad_rows=BadRowPolicy.DEAD_LETTER)
     sink.open(OpenContext(unique.job_id, "postgres", 1, commit_point=one_phase, policy=policy))
     try:
@@ -299,6 +323,10 @@ def test_rows_the_server_refuses_are_isolated_inside_the_epoch(
         sink.close()
     ids = conn.execute(sql.SQL("SELECT id FROM {} ORDER BY id").format(children)).fetchall()
     assert [r[0] for r in ids] == [1, 7, 9, 100]
+    copies = sink.metrics()["isolation_copies"]
+    assert copies > 0 if staged else copies > 5  # pieces COPYed again without a stage
+    if not staged:
+        conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(f"{pg_schema}_meta")))
 
 
 def test_upsert_with_dead_letters_is_refused_at_open(
