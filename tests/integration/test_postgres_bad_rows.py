@@ -345,3 +345,14 @@ def test_upsert_with_dead_letters_is_refused_at_open(
         sink.open(OpenContext(unique.job_id, "postgres", 1, policy=policy))
     assert "mode='append'" in (raised.value.fix or "")
     sink.close()
+
+
+def test_nul_characters_are_found_in_a_slice_of_a_larger_batch_and_only_there() -> None:
+    """Batches sliced from one Arrow table share its buffers: the raw-byte scan reads only
+    the slice's own bytes."""
+    columns = {"t": TableColumn("t", "text", False, False)}
+    whole = pa.record_batch({"t": pa.array(["ab", "c\x00d", "ef", None, "g\x00"])})
+    assert bad_values(whole.slice(2, 2), columns).rows == ()
+    assert bad_values(whole.slice(1, 3), columns).rows == (0,)
+    assert bad_values(whole.slice(3), columns).rows == (1,)
+    assert bad_values(whole.slice(5), columns).rows == ()
