@@ -184,12 +184,22 @@ def main() -> None:
     for name in cases:
         seconds = median(name, "seconds")
         runs = ", ".join(f"{r['seconds']:.3f}" for r in results[name])
+        # The same ratios paired by round (runs of one round are seconds apart): steadier
+        # than a ratio of medians on a machine whose load drifts.
+        paired_fail = statistics.median(
+            r["seconds"] / c["seconds"]
+            for r, c in zip(results[name], results["clean, fail"], strict=True)
+        )
+        paired_dl = statistics.median(
+            r["seconds"] / c["seconds"]
+            for r, c in zip(results[name], results["clean, dead_letter"], strict=True)
+        )
         print(
             f"{name:<42} {seconds:6.3f} s (write {median(name, 'write'):.3f} s)  "
             f"x{seconds / clean_fail:.2f} clean fail, x{seconds / clean_dl:.2f} clean "
-            f"dead_letter; rows {median(name, 'rows'):,.0f}, refused "
-            f"{median(name, 'refused'):,.0f}, refused COPYs {median(name, 'isolation_copies'):,.0f}"
-            f"  runs {runs}"
+            f"dead_letter (paired by round: x{paired_fail:.2f}, x{paired_dl:.2f}); rows "
+            f"{median(name, 'rows'):,.0f}, refused {median(name, 'refused'):,.0f}, refused "
+            f"COPYs {median(name, 'isolation_copies'):,.0f}  runs {runs}"
         )
     conn.execute(f"DROP TABLE IF EXISTS {SCHEMA}.events, {SCHEMA}.dead_letters, {SCHEMA}.parents")
     conn.execute(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE")

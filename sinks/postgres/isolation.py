@@ -1,19 +1,18 @@
-"""Dead-letter mode: finding the rows of a batch the server refuses, inside the epoch's
-transaction, once a COPY of the batch has failed (load.PostgresParticipant.copy_isolating).
+"""Dead-letter mode: the rows of a batch the table's own rules refuse, found set-based once a
+COPY of the batch has failed (load.PostgresParticipant.copy_isolating).
 
-The batch is COPYed, with its row numbers, into an UNLOGGED staging table created in the
-epoch's transaction (the target's column types, none of its constraints). The table's own
-rules are then checked set-based against it: each foreign key to another table (an anti-join
-with the referenced table), each CHECK constraint (its expression on the staged rows), each
-unique index on plain columns (keys already in the table, then keys twice in the batch: the
-later rows). The rows they refuse are left out of one `INSERT INTO target SELECT ... ORDER BY
-row`; when that still fails (a trigger, an exclusion constraint, a self-referencing key, a
-domain), it is done in pieces by row range, each under the savepoint, halving the failing
-ones down to single rows. The staging table is dropped before the batch's write returns.
+The columns the rules read are COPYed, with each row's number, into an UNLOGGED staging table
+made under the epoch's savepoint (the target's column types, none of its constraints) and
+rolled back with it. The rules are then checked against it: each foreign key to another table
+(an anti-join with the referenced table), each CHECK constraint (its expression on the staged
+rows), and, when asked, each unique index on plain columns (keys already in the table, then
+keys twice in the batch: the later rows). The caller COPYs the rows left; what still fails
+then (a trigger, an exclusion constraint, a self-referencing key, a domain) is found by
+COPYing pieces.
 
 Why: one COPY fails on one row, and a foreign key is checked only at the end of the COPY, so
 finding many bad rows by COPYing pieces again costs many times the batch; the staged checks
-cost about one COPY into a table without indexes plus one query per rule
+cost a COPY of a few columns into a table without indexes plus one query per rule
 (docs/benchmarks.md, "What do bad rows cost the Postgres sink?").
 """
 
