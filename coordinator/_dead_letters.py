@@ -164,9 +164,9 @@ class DeadLetterPass:
 
 
 def _rows(batch: pa.RecordBatch) -> list[dict[str, Any]]:
-    """The rows of `batch` as dicts (pyarrow's `to_pylist`), but a date or timestamp Python
-    cannot hold (before year 1, after 9999: what a target refuses as out of range) as
-    Arrow's ISO 8601 text, e.g. "-7537-05-18T18:40:00.000000Z"."""
+    """`batch.to_pylist()`, except that a date or timestamp column Python's datetime cannot
+    hold (before year 1 or after 9999: such values are why a target refuses rows) gives
+    ISO 8601 strings with expanded years."""
     try:
         rows: list[dict[str, Any]] = batch.to_pylist()
     except (OverflowError, ValueError):
@@ -174,23 +174,54 @@ def _rows(batch: pa.RecordBatch) -> list[dict[str, Any]]:
     else:
         return rows
     import pyarrow as pa
-    import pyarrow.compute as pc
 
-    columns: dict[str, list[Any]] = {}
-    for name, array in zip(batch.schema.names, batch.columns, strict=True):
+    columns = []
+    for array in batch.columns:
         try:
-            columns[name] = array.to_pylist()
-            continue
+            columns.append(array.to_pylist())
         except (OverflowError, ValueError):
-            text = pc.cast(array, pa.string()).to_pylist()
-        values: list[Any] = []
-        for index in range(len(array)):
-            try:
-                values.append(array[index].as_py())
-            except (OverflowError, ValueError):
-                values.append(str(text[index]).replace(" ", "T", 1))
-        columns[name] = values
-    return [dict(zip(columns, row, strict=True)) for row in zip(*columns.values(), strict=True)]
+            if not (pa.types.is_timestamp(array.type) or pa.types.is_date(array.type)):
+                raise
+            raw = array.cast(pa.int32() if pa.types.is_date32(array.type) else pa.int64())
+            columns.append([_iso(value, array.type) for value in raw.to_pylist()])
+    names = batch.schema.names
+    return [dict(zip(names, row, strict=True)) for row in zip(*columns, strict=True)]
+
+
+def _iso(raw: int | None, kind: Any) -> str | None:
+    """A date or timestamp (its integer in Arrow) as ISO 8601 (proleptic Gregorian, a signed
+    year past 9999 or before 1), for values Python's datetime cannot hold."""
+    import pyarrow as pa
+
+    if raw is None:
+        return None
+    if pa.types.is_date32(kind):
+        return _civil(int(raw))
+    if pa.types.is_date64(kind):
+        return _civil(int(raw) // 86_400_000)
+    per_second = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}[kind.unit]
+    seconds, fraction = divmod(int(raw), per_second)
+    days, second = divmod(seconds, 86_400)
+    digits = len(str(per_second)) - 1
+    text = f"{_civil(days)}T{second // 3600:02d}:{second // 60 % 60:02d}:{second % 60:02d}"
+    if digits:
+        text += f".{fraction:0{digits}d}"
+    return text + ("+00:00" if kind.tz is not None else "")
+
+
+def _civil(days: int) -> str:
+    """Days since 1970-01-01 as an ISO 8601 date (H. Hinnant's days_from_civil inverse)."""
+    z = days + 719_468
+    era = z // 146_097
+    doe = z - era * 146_097
+    yoe = (doe - doe // 1460 + doe // 36_524 - doe // 146_096) // 365
+    doy = doe - (365 * yoe + yoe // 4 - yoe // 100)
+    mp = (5 * doy + 2) // 153
+    day = doy - (153 * mp + 2) // 5 + 1
+    month = mp + 3 if mp < 10 else mp - 9
+    year = yoe + era * 400 + (month <= 2)
+    shown = f"{year:04d}" if 0 <= year <= 9999 else f"{year:+05d}"
+    return f"{shown}-{month:02d}-{day:02d}"
 
 
 def row_json(row: dict[str, Any]) -> str:

@@ -11,10 +11,11 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg import sql
 
+from durable_sinks.core.bad_rows import dead_letter_schema
 from durable_sinks.core.errors import ConfigError, SchemaMismatchError
 from durable_sinks.core.protocol import OpenContext
 
-from .columns import TableColumn, ddl_type, mismatches
+from .columns import Evolution, TableColumn, ddl_type, evolution, mismatches
 from .config import Postgres
 from .errors import config_error
 
@@ -22,6 +23,14 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 Connect = Callable[[], "psycopg.Connection[Any]"]
+#: Makes schema evolution's changes; returns the table's columns after them.
+Evolve = Callable[[list[Evolution]], dict[str, TableColumn]]
+#: How long an ALTER TABLE of schema evolution waits for the table's lock before it gives up
+#: (TransientError: the epoch is retried), so that it never waits on a reader or another
+#: participant for long.
+EVOLUTION_LOCK_TIMEOUT_S = 5
+#: The primary key of a table the sink creates for dead letters.
+DEAD_LETTER_KEY = ("job_id", "sink", "epoch", "part", "row_number")
 #: Postgres keeps at most NAMEDATALEN - 1 = 63 bytes of an identifier.
 MAX_IDENTIFIER_BYTES = 63
 
@@ -143,9 +152,13 @@ class TargetTable:
             )
 
     # -- per batch -----------------------------------------------------------------------------
-    def columns_for(self, batch: pa.RecordBatch, epoch: int) -> dict[str, TableColumn]:
+    def columns_for(
+        self, batch: pa.RecordBatch, epoch: int, evolve: Evolve | None = None
+    ) -> dict[str, TableColumn]:
         """The table's columns, checked against the batch's schema (once per schema); the
-        table is created from it first when it is missing and create_table is set."""
+        table is created from it first when it is missing and create_table is set. With
+        `evolve` (schema_evolution="add_columns"), the changes `columns.evolution` finds are
+        made first by `evolve(changes)`, which returns the table's columns after them."""
         if self.checked_schema is None or not batch.schema.equals(self.checked_schema):
             self._refuse_bad_names(batch.schema, epoch)  # before a table is made from them
         if self._columns is None:
@@ -157,6 +170,10 @@ class TargetTable:
                 self._columns = self._read_columns(self._connect())
                 assert self._columns is not None
         if self.checked_schema is None or not batch.schema.equals(self.checked_schema):
+            if evolve is not None:
+                changes = evolution(batch.schema, self._columns)
+                if changes:
+                    self._columns = evolve(changes)
             problems = mismatches(batch.schema, self._columns)
             if problems:
                 raise SchemaMismatchError(
@@ -207,11 +224,16 @@ class TargetTable:
                 epoch=epoch,
                 fix="cast the column to a type docs/postgres.md maps, or create the table yourself",
             ) from None
+        # A dead-letter table's key names each dead letter once (core/bad_rows.py): a row
+        # written twice would be refused rather than duplicated.
+        key_columns = self.config.key or (
+            DEAD_LETTER_KEY if schema.names == dead_letter_schema().names else ()
+        )
         key = (
             sql.SQL(", PRIMARY KEY ({})").format(
-                sql.SQL(", ").join(map(sql.Identifier, self.config.key))
+                sql.SQL(", ").join(map(sql.Identifier, key_columns))
             )
-            if self.config.key
+            if key_columns
             else sql.SQL("")
         )
         # Another worker (executor mode) may create it at the same moment: Postgres then
@@ -227,6 +249,44 @@ class TargetTable:
                     self.identifier, sql.SQL(", ").join(columns), key
                 )
             )
+
+    # -- schema evolution ----------------------------------------------------------------------
+    def evolve(
+        self,
+        conn: psycopg.Connection[Any],
+        changes: list[Evolution],
+    ) -> dict[str, TableColumn]:
+        """Make `changes` to the table in one ALTER TABLE, on `conn`, waiting at most
+        EVOLUTION_LOCK_TIMEOUT_S for the table's lock (a lock time-out is a TransientError:
+        nothing of the change was made). `conn` is the epoch's session (the change commits or
+        rolls back with the epoch) or an autocommit one (committed at once). The changes are
+        read again from the catalog first: another participant may have made them. Returns
+        the table's columns as `conn` now sees them."""
+        found = self._read_columns(conn) or {}
+        wanted = [c for c in changes if c.needed(found)]
+        if wanted:
+            clauses = alter_clauses(wanted)
+            timeout = sql.Literal(f"{EVOLUTION_LOCK_TIMEOUT_S}s")
+            if conn.autocommit:
+                with conn.transaction():
+                    conn.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(timeout))
+                    conn.execute(sql.SQL("ALTER TABLE {} {}").format(self.identifier, clauses))
+            else:
+                conn.execute(
+                    sql.SQL(
+                        "SET LOCAL lock_timeout = {t}; ALTER TABLE {n} {c}; "
+                        "SET LOCAL lock_timeout TO DEFAULT"
+                    ).format(t=timeout, n=self.identifier, c=clauses)
+                )
+        columns = self._read_columns(conn)
+        assert columns is not None
+        return columns
+
+    def forget(self) -> None:
+        """Read the table's columns again before the next batch (an epoch that changed them
+        was rolled back)."""
+        self._columns = None
+        self.checked_schema = None
 
     # -- helpers -------------------------------------------------------------------------------
     def _read_columns(self, conn: psycopg.Connection[Any]) -> dict[str, TableColumn] | None:
@@ -248,6 +308,18 @@ class TargetTable:
             epoch=epoch,
             fix="create it, or set create_table=True to create it from the first batch's schema",
         )
+
+
+def alter_clauses(changes: list[Evolution]) -> sql.Composable:
+    """The actions of an ALTER TABLE making `changes`."""
+    return sql.SQL(", ").join(_clause(c) for c in changes)
+
+
+def _clause(change: Evolution) -> sql.Composable:
+    name = sql.Identifier(change.column)
+    if change.kind == "add":
+        return sql.SQL("ADD COLUMN IF NOT EXISTS {} {}").format(name, sql.SQL(change.type))
+    return sql.SQL("ALTER COLUMN {} TYPE {}").format(name, sql.SQL(change.type))
 
 
 def refuse_foreign_prepared(

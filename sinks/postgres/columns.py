@@ -178,6 +178,59 @@ def _typmod_change(field: pa.Field, column: TableColumn) -> Mismatch | None:
     return None
 
 
+#: Widenings schema evolution makes (the table's base type, the type the batch needs): every
+#: value of the old type is a value of the new one.
+_WIDENINGS = {
+    ("smallint", "integer"),
+    ("smallint", "bigint"),
+    ("integer", "bigint"),
+    ("real", "double precision"),
+}
+
+
+@dataclass(frozen=True)
+class Evolution:
+    """One change schema evolution makes to a table: add a nullable column ("add") or widen
+    a column's type ("widen"), to `type` (a CREATE TABLE type, see `ddl_type`)."""
+
+    kind: str
+    column: str
+    type: str
+
+    def needed(self, table: dict[str, TableColumn]) -> bool:
+        """Whether `table` (as read now) still needs this change."""
+        column = table.get(self.column)
+        if self.kind == "add":
+            return column is None
+        return column is not None and (column.base_type, self.type) in _WIDENINGS
+
+
+def evolution(schema: pa.Schema, table: dict[str, TableColumn]) -> list[Evolution]:
+    """The changes that make `table` take batches of `schema` (schema_evolution=
+    "add_columns"): each batch column the table lacks, added as a nullable column of the type
+    CREATE TABLE gives it; each smallint/integer column the batch has as a wider integer,
+    and each real column it has as double, widened. Anything else (a column the sink has no
+    type for, a narrowing, another type) is left to `mismatches` to refuse."""
+    changes = []
+    for field in schema:
+        wanted = _ddl_or_none(field)
+        if wanted is None:
+            continue  # no column type for it: `mismatches` says so
+        column = table.get(field.name)
+        if column is None:
+            changes.append(Evolution("add", field.name, wanted))
+        elif (column.base_type, wanted) in _WIDENINGS:
+            changes.append(Evolution("widen", field.name, wanted))
+    return changes
+
+
+def _ddl_or_none(field: pa.Field) -> str | None:
+    try:
+        return ddl_type(field)
+    except Exception:  # noqa: BLE001 - ddl_type's TypeError and pgpq's own errors
+        return None
+
+
 def mismatches(schema: pa.Schema, table: dict[str, TableColumn]) -> list[Mismatch]:
     """Every way the batch schema does not fit the table, one sentence and fix each."""
     problems = []
@@ -282,8 +335,10 @@ def _not_null(name: str) -> Refusal:
 def _text_refusals(array: pa.Array, column: TableColumn) -> list[RefusedRows]:
     name = column.name
     found = []
-    nul = pc.match_substring(array, "\x00")
-    if pc.any(nul).as_py():
+    # A scan of the raw bytes of this array's values first (memchr speed): the per-value
+    # scan runs only when some byte is 0 (maybe in a null's bytes).
+    if _has_zero_byte(array):
+        nul = pc.match_substring(array, "\x00")
         found.append(
             RefusedRows.where(
                 nul,
@@ -298,6 +353,10 @@ def _text_refusals(array: pa.Array, column: TableColumn) -> list[RefusedRows]:
     limited = _LENGTH_LIMITED.match(column.type)
     if limited is not None:
         limit = int(limited.group(2))
+        # No value has more characters than bytes: the byte lengths (read off the offsets)
+        # clear most batches without decoding any UTF-8.
+        if (pc.max(pc.binary_length(array)).as_py() or 0) <= limit:
+            return found
         longer = pc.greater(pc.utf8_length(array), limit)
         if pc.any(longer).as_py():
             # Postgres cuts a value whose characters beyond n are all blanks.
@@ -313,6 +372,19 @@ def _text_refusals(array: pa.Array, column: TableColumn) -> list[RefusedRows]:
                 )
             )
     return found
+
+
+def _has_zero_byte(array: pa.Array) -> bool:
+    data = array.buffers()[2]
+    if data is None or len(array) == 0:
+        return False
+    # The value offsets (positions in `data`) of this array, which may be a slice of another.
+    width = pa.int64() if pa.types.is_large_string(array.type) else pa.int32()
+    offsets = pa.Array.from_buffers(
+        width, len(array) + 1, [None, array.buffers()[1]], offset=array.offset
+    )
+    first, end = offsets[0].as_py(), offsets[len(array)].as_py()
+    return bool(data.slice(first, end - first).to_pybytes().find(b"\x00") >= 0)
 
 
 def _numeric_refusals(array: pa.Array, column: TableColumn) -> list[RefusedRows]:

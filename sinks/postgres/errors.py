@@ -10,7 +10,7 @@ from typing import Any
 
 import psycopg
 
-from durable_sinks.core.bad_rows import BadRowsError, RefusalReason, RefusedRows
+from durable_sinks.core.bad_rows import BadRowsError, Refusal, RefusalReason, RefusedRows
 from durable_sinks.core.connecting import connection_lost
 from durable_sinks.core.errors import (
     ConfigError,
@@ -21,6 +21,7 @@ from durable_sinks.core.errors import (
     TransientError,
 )
 from durable_sinks.core.protocol import OpenContext
+from durable_sinks.core.redaction import MASK
 from durable_sinks.core.sink_base import Step
 
 from .config import Postgres
@@ -234,6 +235,69 @@ def translate(
         **where,
         fix="see the server's log for the statement; if the server is a read-only standby, "
         "point the DSN at the primary (target_session_attrs=read-write)",
+    )
+
+
+#: Errors of a COPY that some rows of it caused, which the sink isolates in dead-letter mode:
+#: a value the column refuses (class 22), a constraint (class 23), a trigger raising
+#: (P0001, RAISE EXCEPTION). Anything else (a lost session, a lock time-out, a privilege)
+#: fails the epoch as in fail mode.
+ROW_ERRORS = (psycopg.DataError, psycopg.IntegrityError, psycopg.errors.RaiseException)
+#: SQLSTATEs raised while the row that caused them is inserted, so that COPY's error context
+#: names that row; the others (a foreign key, checked at the end of the statement; a trigger)
+#: are found by bisection.
+_ROW_LEVEL = ("22", "23502", "23505", "23514", "23P01")
+_REASONS = {
+    "23502": RefusalReason.NOT_NULL,
+    "23503": RefusalReason.FOREIGN_KEY,
+    "23505": RefusalReason.UNIQUE,
+    "23514": RefusalReason.CHECK,
+    "23P01": RefusalReason.EXCLUSION,
+    "22001": RefusalReason.TOO_LONG,
+    "22003": RefusalReason.OUT_OF_RANGE,
+    "22008": RefusalReason.TIMESTAMP_OUT_OF_RANGE,
+}
+#: `name=value` / `name: value` pairs whose name says the value is a secret.
+_SECRET_PAIR = re.compile(
+    r"\b(\w*(?:password|secret|token|credential|key)\w*)(\s*[=:]\s*)([^\s,;)\]}'\"]+)",
+    re.IGNORECASE,
+)
+
+
+def row_named(exc: psycopg.Error, rows: int) -> int | None:
+    """The row (0-based, within the COPY of `rows` rows) that caused `exc`, when the error
+    is raised while that row is inserted and COPY's context names it; else None."""
+    state = exc.sqlstate or ""
+    if not state.startswith(_ROW_LEVEL):
+        return None
+    _, line = where_in_copy(exc)
+    return line - 1 if line is not None and 1 <= line <= rows else None
+
+
+def server_refusal(exc: psycopg.Error, secrets: tuple[str, ...] = ()) -> Refusal:
+    """What the server said about a row it refused, as a Refusal: the reason from the
+    SQLSTATE, the column and constraint from the error's fields, and its primary message
+    with `secrets` (the DSN's passwords) and secret-looking `name=value` pairs masked."""
+    state = exc.sqlstate or ""
+    reason = _REASONS.get(state)
+    message = exc.diag.message_primary or first_line(exc)
+    if reason is None:
+        if state == "22021" and "0x00" in message:
+            reason = RefusalReason.NUL_CHARACTER
+        elif state.startswith("22"):
+            reason = RefusalReason.INVALID_VALUE
+        else:
+            reason = RefusalReason.REFUSED
+    for secret in secrets:
+        if secret:
+            message = message.replace(secret, MASK)
+    message = _SECRET_PAIR.sub(lambda m: f"{m.group(1)}{m.group(2)}{MASK}", message)
+    column, _ = where_in_copy(exc)
+    return Refusal(
+        reason,
+        f"{message} (SQLSTATE {state})",
+        column=column,
+        constraint=exc.diag.constraint_name,
     )
 
 

@@ -9,21 +9,24 @@ from __future__ import annotations
 
 import hashlib
 import zlib
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pgpq
 import psycopg
+import pyarrow as pa
 from psycopg import sql
 
+from durable_sinks.core.bad_rows import Refusal, RefusedRows
 from durable_sinks.core.errors import SchemaMismatchError
 from durable_sinks.core.naming import ParticipantName
 from durable_sinks.core.protocol import CommitHandle, OpenContext
 from durable_sinks.core.sink_base import OpenParticipant
 
+from .catalog import alter_clauses
+from .columns import Evolution
 from .config import Postgres
-
-if TYPE_CHECKING:
-    import pyarrow as pa
+from .errors import ROW_ERRORS, row_named, server_refusal
+from .isolation import ROW, refused_by_rules, rules, stage_name, with_rows
 
 #: Rows encoded per COPY write: small enough to overlap encoding with sending, large enough that
 #: per-call overhead does not show (measured in benchmarks/postgres_sink.py).
@@ -46,6 +49,13 @@ class PostgresParticipant(OpenParticipant):
         self.bytes = 0
         self.checksum = 0  # CRC-32 of the COPY bytes, for audits
         self.stage: sql.Identifier | None = None
+        #: Dead-letter mode: the savepoint each COPY runs under ("none" before the first,
+        #: "empty" when nothing was written since it was set or rolled back to, "used").
+        self.savepoint = "none"
+        #: COPYs that the server refused in dead-letter mode (each then split and retried).
+        self.isolation_copies = 0
+        #: Strings a refusal's message must not show (the DSN's passwords).
+        self.secrets: tuple[str, ...] = ()
         #: Set by pre_commit in one-phase mode: the transaction waits for commit_with_decision.
         self.handle: CommitHandle | None = None
         #: The session whose transaction holds the epoch (set by begin_epoch).
@@ -64,11 +74,180 @@ class PostgresParticipant(OpenParticipant):
 
     def copy(self, conn: psycopg.Connection[Any], batch: pa.RecordBatch) -> int:
         """COPY `batch` into the table (append) or the epoch's staging table (upsert); return
-        the bytes sent. Encodes slice by slice into one COPY, so the server parses one slice
-        while the next is encoded (psycopg's writer thread measured slower: it contends for
-        the GIL with the encoding). The caller has left out the rows `columns.bad_values`
-        refuses."""
+        the bytes sent. The caller has left out the rows `columns.bad_values` refuses; an
+        error of the server aborts the epoch's transaction (fail mode)."""
         target = self._staging(conn) if self.config.mode == "upsert" else self.table
+        sent, self.checksum = self._send(conn, batch, self.checksum, target)
+        self.rows += batch.num_rows
+        self.bytes += sent
+        return sent
+
+    def copy_isolating(
+        self, conn: psycopg.Connection[Any], batch: pa.RecordBatch
+    ) -> tuple[int, int, RefusedRows]:
+        """Dead-letter mode: COPY `batch` under a savepoint; when the server refuses rows of
+        it (errors.ROW_ERRORS), roll back to the savepoint, find the rows the table's rules
+        refuse on a staging table (isolation.py), COPY the others; if that fails too (a
+        trigger, an exclusion constraint, ...), COPY them in pieces until each refused row is
+        found alone. Returns (rows written, bytes sent, refused rows by index in `batch`).
+        The epoch's transaction holds exactly the rows written; the others were rolled back
+        with their savepoint."""
+        try:
+            return self._copy_under_savepoint(conn, batch)
+        except ROW_ERRORS as exc:
+            error: psycopg.Error = exc
+        # Unique keys are checked on the stage only once a key was refused: the check costs
+        # as much as the others together, and a key twice is rarer than the rest.
+        unique = isinstance(error, psycopg.errors.UniqueViolation)
+        refused: dict[int, Refusal] = {}
+        index = list(range(batch.num_rows))  # rows of `rest` -> rows of `batch`
+        rest = batch
+        while True:
+            by_rules = self._refused_by_rules(conn, rest, unique=unique)
+            if by_rules is None:
+                break  # cannot stage: find them by COPYing pieces
+            if by_rules:
+                kept = [i for i in range(rest.num_rows) if i not in by_rules]
+                refused.update((index[i], why) for i, why in by_rules.items())
+                index = [index[i] for i in kept]
+                rest = rest.take(pa.array(kept, pa.int64()))
+            if rest.num_rows == 0:
+                return 0, 0, RefusedRows.of(refused.items())
+            try:
+                rows, sent, _ = self._copy_under_savepoint(conn, rest)
+                return rows, sent, RefusedRows.of(refused.items())
+            except ROW_ERRORS as exc:
+                error = exc
+            if unique or not isinstance(error, psycopg.errors.UniqueViolation):
+                break
+            unique = True
+        rows, sent, more = self._isolate_by_copies(conn, rest, error)
+        return rows, sent, RefusedRows.of(refused.items()).merged(more.through(index))
+
+    def _copy_under_savepoint(
+        self, conn: psycopg.Connection[Any], batch: pa.RecordBatch
+    ) -> tuple[int, int, RefusedRows]:
+        """COPY `batch` under the savepoint; on a refusal (raised), roll back to it."""
+        self._savepoint(conn)
+        try:
+            sent, checksum = self._send(conn, batch, self.checksum, self.table)
+        except ROW_ERRORS:
+            conn.execute("ROLLBACK TO SAVEPOINT ds_rows")  # stays, empty
+            self.savepoint = "empty"
+            self.isolation_copies += 1
+            raise
+        self.savepoint = "used"
+        self.checksum = checksum
+        self.rows += batch.num_rows
+        self.bytes += sent
+        return batch.num_rows, sent, RefusedRows()
+
+    def _refused_by_rules(
+        self, conn: psycopg.Connection[Any], batch: pa.RecordBatch, *, unique: bool
+    ) -> dict[int, Refusal] | None:
+        """The rows of `batch` the table's foreign keys and checks (and unique keys, with
+        `unique`) refuse, found on a staging table of the columns they read, made under the
+        (empty) savepoint and rolled back with it. None when the batch cannot be staged: a
+        value the column types refuse, or no CREATE privilege on the table's schema."""
+        stage = sql.Identifier(self.config.schema_name, stage_name(str(self.name)))
+        found = [
+            rule
+            for rule in rules(
+                conn,
+                self.table,
+                self.config.qualified,
+                self.config.table_name,
+                stage,
+                batch.schema.names,
+            )
+            if unique or not rule.unique
+        ]
+        if not found:
+            return {}
+        names = [n for n in batch.schema.names if any(n in rule.columns for rule in found)]
+        try:
+            conn.execute(
+                sql.SQL(
+                    "CREATE UNLOGGED TABLE {} AS SELECT {}, NULL::bigint AS {} FROM {} WITH NO DATA"
+                ).format(
+                    stage,
+                    sql.SQL(", ").join(map(sql.Identifier, names)),
+                    sql.Identifier(ROW),
+                    self.table,
+                )
+            )
+            self._send(conn, with_rows(batch.select(names)), 0, stage)
+            return refused_by_rules(conn, found, stage)
+        except (*ROW_ERRORS, psycopg.errors.InsufficientPrivilege):
+            return None
+        finally:
+            conn.execute("ROLLBACK TO SAVEPOINT ds_rows")  # the staging table goes with it
+
+    def _isolate_by_copies(
+        self, conn: psycopg.Connection[Any], batch: pa.RecordBatch, error: psycopg.Error
+    ) -> tuple[int, int, RefusedRows]:
+        """COPY the rows again in pieces, each under the savepoint, until every refused row
+        is found alone: a piece whose error names its row (a value, NOT NULL, unique, check,
+        exclusion: raised while that row is inserted) is split around that row, which is
+        refused; any other (a foreign key, checked at the end of the COPY) in halves.
+        `error` is what the COPY of the whole batch raised."""
+        refused: list[tuple[int, Refusal]] = []
+        rows = sent = 0
+        pieces: list[tuple[int, int]] = []
+        failed: tuple[int, int, psycopg.Error] | None = (0, batch.num_rows, error)
+        while failed is not None or pieces:
+            if failed is None:
+                first, end = pieces.pop()
+                self._savepoint(conn)
+                try:
+                    piece_sent, checksum = self._send(
+                        conn, batch.slice(first, end - first), self.checksum, self.table
+                    )
+                except ROW_ERRORS as refusal:
+                    conn.execute("ROLLBACK TO SAVEPOINT ds_rows")  # stays, empty
+                    self.savepoint = "empty"
+                    self.isolation_copies += 1
+                    failed = (first, end, refusal)
+                    continue
+                self.savepoint = "used"
+                self.checksum = checksum
+                rows += end - first
+                sent += piece_sent
+                continue
+            first, end, why = failed
+            failed = None
+            named = row_named(why, end - first)
+            if end - first == 1 or named is not None:
+                bad = first + (named or 0)
+                refused.append((bad, server_refusal(why, self.secrets)))
+                pieces.extend(p for p in ((bad + 1, end), (first, bad)) if p[0] < p[1])
+            else:
+                middle = (first + end) // 2
+                pieces.extend(((middle, end), (first, middle)))
+        self.rows += rows
+        self.bytes += sent
+        return rows, sent, RefusedRows.of(refused)
+
+    def _savepoint(self, conn: psycopg.Connection[Any]) -> None:
+        """A savepoint holding nothing yet, for the next COPY: one round trip at most (none
+        after a rollback to it, which leaves it in place and empty)."""
+        if self.savepoint == "none":
+            conn.execute("SAVEPOINT ds_rows")
+        elif self.savepoint == "used":
+            conn.execute("RELEASE SAVEPOINT ds_rows; SAVEPOINT ds_rows")
+        self.savepoint = "empty"
+
+    def _send(
+        self,
+        conn: psycopg.Connection[Any],
+        batch: pa.RecordBatch,
+        checksum: int,
+        target: sql.Identifier,
+    ) -> tuple[int, int]:
+        """One COPY of `batch` into `target`: (bytes sent, `checksum` extended with them).
+        Encodes slice by slice into one COPY, so the server parses one slice while the next
+        is encoded (psycopg's writer thread measured slower: it contends for the GIL with the
+        encoding)."""
         copy_sql = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT binary)").format(
             target, sql.SQL(", ").join(map(sql.Identifier, batch.schema.names))
         )
@@ -82,12 +261,10 @@ class PostgresParticipant(OpenParticipant):
                     chunk = header + chunk
                 if offset + COPY_SLICE_ROWS >= batch.num_rows:
                     chunk += encoder.finish()
-                self.checksum = zlib.crc32(chunk, self.checksum)
+                checksum = zlib.crc32(chunk, checksum)
                 copy.write(chunk)
                 sent += len(chunk)
-        self.rows += batch.num_rows
-        self.bytes += sent
-        return sent
+        return sent, checksum
 
     def _staging(self, conn: psycopg.Connection[Any]) -> sql.Identifier:
         """The epoch's UNLOGGED staging table (upsert mode), created in the epoch's
@@ -101,6 +278,12 @@ class PostgresParticipant(OpenParticipant):
                 )
             )
         return self.stage
+
+    def evolve_stage(self, conn: psycopg.Connection[Any], changes: list[Evolution]) -> None:
+        """Upsert mode: make schema evolution's `changes` to the epoch's staging table too,
+        when it exists (it was made LIKE the table before them)."""
+        if self.stage is not None:
+            conn.execute(sql.SQL("ALTER TABLE {} {}").format(self.stage, alter_clauses(changes)))
 
     def merge(self, conn: psycopg.Connection[Any], columns: list[str]) -> None:
         """Upsert mode, at pre-commit: merge the staging table into the table on the key

@@ -46,10 +46,16 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
 
-from durable_sinks.core.bad_rows import BadRowsError
+from durable_sinks.core.bad_rows import BadRowsError, RefusedRows
 from durable_sinks.core.connecting import connection_failure, server_of
-from durable_sinks.core.errors import DurableSinkError, ParticipantLostError, UsageError
+from durable_sinks.core.errors import (
+    ConfigError,
+    DurableSinkError,
+    ParticipantLostError,
+    UsageError,
+)
 from durable_sinks.core.naming import ParticipantName, owner_prefix
 from durable_sinks.core.operations import Holding, Prepared
 from durable_sinks.core.protocol import (
@@ -65,7 +71,7 @@ from durable_sinks.core.sink_base import SinkBase, Step
 
 from . import operations
 from .catalog import TargetTable, refuse_foreign_prepared
-from .columns import bad_values
+from .columns import Evolution, TableColumn, bad_values
 from .config import Postgres
 from .errors import PostgresStep, bad_rows_fix, first_line, translate
 from .fencing import MetaTables, application_name
@@ -89,11 +95,14 @@ class PostgresSink(SinkBase[Postgres]):
     """Exactly-once into one Postgres table, through prepared transactions."""
 
     def __init__(self, config: Postgres) -> None:
-        super().__init__(config)
+        super().__init__(config, counters=("columns_changed", "isolation_copies"))
         self._opened: _Opened | None = None
         self._admin: psycopg.Connection[Any] | None = None
         self._tx: psycopg.Connection[Any] | None = None
         self._current: PostgresParticipant | None = None
+        #: Epochs whose transaction changed the table's columns (schema evolution): their
+        #: rollback makes the table's columns be read again.
+        self._evolved: set[int] = set()
 
     def _target(self) -> str:
         return f"table={self.config.table!r}"
@@ -117,6 +126,11 @@ class PostgresSink(SinkBase[Postgres]):
             raise connection_failure(
                 first_line(exc), self.config.dsn, job=ctx.job_id, sink=self.name
             ) from None
+
+    def _passwords(self) -> tuple[str, ...]:
+        """The DSN's passwords, which a refusal's message (the server's words) must not show."""
+        params = conninfo_to_dict(resolve(self.config.dsn, f"postgres sink {self.name!r}: dsn"))
+        return tuple(str(params[k]) for k in ("password", "sslpassword") if params.get(k))
 
     def _admin_conn(self) -> psycopg.Connection[Any]:
         if self._admin is None or self._admin.closed:
@@ -170,6 +184,15 @@ class PostgresSink(SinkBase[Postgres]):
     # -- lifecycle -----------------------------------------------------------------------------
     def open(self, context: OpenContext) -> None:
         self._opening(context)
+        if context.policy.isolates and self.config.mode == "upsert":
+            raise ConfigError(
+                "on_bad_rows='dead_letter' is not supported with mode='upsert': the rows the "
+                "server refuses (keys, constraints, triggers) show only when the epoch's rows "
+                "are merged at pre-commit, after the dead letters are written",
+                **self._where(),
+                fix="use mode='append' with a dead-letter sink, or on_bad_rows='fail' with "
+                "mode='upsert' (and filter bad rows in the query)",
+            )
         self._opened = opened = _Opened(
             context,
             MetaTables(self.config, context),
@@ -214,6 +237,7 @@ class PostgresSink(SinkBase[Postgres]):
             upsert=self.config.mode == "upsert",
             idempotent=self.config.mode == "upsert",
             partitioned=True,
+            schema_evolution=True,
         )
 
     def schema(self) -> pa.Schema | None:
@@ -238,6 +262,11 @@ class PostgresSink(SinkBase[Postgres]):
         with self._errors("begin_epoch (the fence check)", epoch, in_epoch=True):
             current.session = self._tx_conn()
             state.meta.check_fence(current.session, epoch)
+            if state.context.policy.isolates:
+                # Deferred constraints are checked at each COPY, where the rows breaking them
+                # can be isolated, rather than at PREPARE, where they could only fail the epoch.
+                current.session.execute("SET CONSTRAINTS ALL IMMEDIATE")
+                current.secrets = self._passwords()
 
     def write_batch(self, batch: pa.RecordBatch) -> WriteResult:
         current = self._require_current()
@@ -246,7 +275,8 @@ class PostgresSink(SinkBase[Postgres]):
                 "the epoch was pre-committed; no more batches", **self._where(current.epoch)
             )
         with self._errors("write_batch (COPY)", current.epoch, in_epoch=True):
-            columns = self._state().table.columns_for(batch, current.epoch)
+            evolve = self._evolve if self.context.policy.adds_columns else None
+            columns = self._state().table.columns_for(batch, current.epoch, evolve)
             refused = bad_values(batch, columns)
             try:
                 kept = self._refuse(batch, refused, current.epoch)
@@ -259,10 +289,41 @@ class PostgresSink(SinkBase[Postgres]):
                 ) from None
             if kept.num_rows == 0:
                 return WriteResult(0, 0, refused)
-            sent = current.copy(current.conn(), kept)
-        self._count("rows", kept.num_rows)
+            if not self.context.policy.isolates:
+                written, sent = kept.num_rows, current.copy(current.conn(), kept)
+            else:
+                before = current.isolation_copies
+                written, sent, by_server = current.copy_isolating(current.conn(), kept)
+                self._count("isolation_copies", current.isolation_copies - before)
+                if by_server:
+                    self._count("refused_rows", len(by_server))
+                    refused = refused.merged(_through(by_server, refused, batch.num_rows))
+        self._count("rows", written)
         self._count("bytes", sent)
-        return WriteResult(kept.num_rows, sent, refused)
+        return WriteResult(written, sent, refused)
+
+    def _evolve(self, changes: list[Evolution]) -> dict[str, TableColumn]:
+        """Schema evolution (docs/postgres.md, "Schema evolution"). The driver's instance
+        changes the table inside the epoch's transaction: the new column or wider type
+        prepares, commits and rolls back with the epoch's rows. A worker (executor mode)
+        changes it in a short transaction of its own, committed before the part's COPY: a
+        prepared part holding the table's ACCESS EXCLUSIVE lock would block every other part
+        of the epoch until the decision, which needs them all. Either way the ALTER waits at
+        most catalog.EVOLUTION_LOCK_TIMEOUT_S for the lock (then TransientError)."""
+        current = self._require_current()
+        table = self._state().table
+        if self.context.worker:
+            columns = table.evolve(self._admin_conn(), changes)
+        else:
+            columns = table.evolve(current.conn(), changes)
+            self._evolved.add(current.epoch)
+            if current.savepoint == "empty":
+                # The change ran under the dead-letter mode's savepoint: released before the
+                # next COPY, so that a refused row never rolls it back.
+                current.savepoint = "used"
+        current.evolve_stage(current.conn(), changes)
+        self._count("columns_changed", len(changes))
+        return columns
 
     def pre_commit(self, epoch: int) -> CommitHandle:
         current = self._require_current()
@@ -345,6 +406,7 @@ class PostgresSink(SinkBase[Postgres]):
                 ) from None
         self._count("epochs_committed")
         self._committed_up_to(epoch)
+        self._evolved.discard(epoch)
         return CommitOutcome.COMMITTED
 
     # -- one-phase commit (the job's only sink carries the decision) ----------------------------
@@ -375,6 +437,7 @@ class PostgresSink(SinkBase[Postgres]):
         )
         with self._errors("commit_with_decision (COMMIT)", epoch, in_doubt=in_doubt):
             conn.commit()
+        self._evolved.discard(epoch)
         self._count("epochs_committed")
         self._committed_up_to(epoch)
 
@@ -384,6 +447,9 @@ class PostgresSink(SinkBase[Postgres]):
             return self._state().meta.decision(self._admin_conn(), epoch)
 
     def rollback_epoch(self, epoch: int, handle: CommitHandle | None) -> None:
+        if epoch in self._evolved:
+            self._evolved.discard(epoch)
+            self._state().table.forget()
         current = self._current
         if current is not None and (handle is None or handle.participant == str(current.name)):
             self._abandon_transaction()
@@ -400,6 +466,9 @@ class PostgresSink(SinkBase[Postgres]):
 
     def _abandon_transaction(self) -> None:
         """Roll back the open (unprepared) transaction, if the session still lives."""
+        if self._current is not None and self._current.epoch in self._evolved:
+            self._evolved.discard(self._current.epoch)
+            self._state().table.forget()
         self._current = None
         if self._tx is not None and not self._tx.closed:
             try:
@@ -462,3 +531,14 @@ class PostgresSink(SinkBase[Postgres]):
     def expire_markers(self, before_epoch: int) -> int:
         with self._errors("expire_markers (the marker rows)"):
             return operations.expire_markers(self._admin_conn(), self._state().meta, before_epoch)
+
+
+def _through(inner: RefusedRows, outer: RefusedRows, rows: int) -> RefusedRows:
+    """`inner`'s rows (indices into a batch of `rows` rows without `outer`'s rows) as
+    indices of that batch."""
+    if not outer:
+        return inner
+    import pyarrow.compute as pc
+
+    kept = pc.indices_nonzero(outer.kept_mask(rows)).to_pylist()
+    return inner.through(kept)

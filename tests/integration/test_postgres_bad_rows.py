@@ -6,6 +6,7 @@ reason and column, and the rest of the batch lands."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import date, datetime, timezone
 from decimal import Decimal
 from typing import Any
@@ -18,10 +19,12 @@ from psycopg import sql
 
 from durable_sinks.core import OpenContext
 from durable_sinks.core.bad_rows import BadRowPolicy, RefusalReason, WritePolicy
+from durable_sinks.core.errors import ConfigError
 from durable_sinks.sinks.postgres import PostgresSink, PostgresSinkConfig
 from durable_sinks.sinks.postgres.columns import TableColumn, bad_values
 from tests.conftest import UniqueNames
 from tests.services import PostgresEndpoint
+from tests.support.pg_access import Role
 
 UTC = timezone.utc
 Conn = psycopg.Connection[Any]
@@ -188,3 +191,168 @@ def test_timestamps_past_what_postgres_holds_are_refused_not_wrapped(unit: str) 
     refused = bad_values(pa.record_batch({"at": array}), columns)
     assert refused.rows == (1, 2)
     assert {r.reason for r in refused.refusals} == {RefusalReason.TIMESTAMP_OUT_OF_RANGE}
+
+
+# -- what only the server knows -----------------------------------------------------------------
+def server_judged_table(conn: Conn, schema: str) -> sql.Identifier:
+    """`schema.children`: a primary key, a deferred foreign key, a check, an exclusion
+    constraint and a trigger that raises (its message holding a password-like pair) or divides
+    by zero; row 100 already there."""
+    parents = sql.Identifier(schema, "parents")
+    children = sql.Identifier(schema, "children")
+    conn.execute(sql.SQL("CREATE TABLE {} (id bigint PRIMARY KEY)").format(parents))
+    conn.execute(sql.SQL("INSERT INTO {} VALUES (1), (2)").format(parents))
+    conn.execute(
+        sql.SQL(
+            "CREATE TABLE {c} (id bigint PRIMARY KEY, parent bigint CONSTRAINT child_parent "
+            "REFERENCES {p} (id) DEFERRABLE INITIALLY DEFERRED, score int CONSTRAINT "
+            "score_positive CHECK (score > 0), code text, note text, "
+            "CONSTRAINT one_code EXCLUDE USING btree (code WITH =))"
+        ).format(c=children, p=parents)
+    )
+    conn.execute(
+        sql.SQL(
+            "CREATE FUNCTION {f}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+            "IF NEW.note = 'boom' THEN RAISE EXCEPTION 'no boom here (password=hunter2)'; "
+            "END IF; PERFORM 1 / (NEW.score - 7); RETURN NEW; END $$"
+        ).format(f=sql.Identifier(schema, "guard"))
+    )
+    conn.execute(
+        sql.SQL(
+            "CREATE TRIGGER guard BEFORE INSERT ON {} FOR EACH ROW EXECUTE FUNCTION {}()"
+        ).format(children, sql.Identifier(schema, "guard"))
+    )
+    conn.execute(sql.SQL("INSERT INTO {} VALUES (100, 1, 1, 'old', '')").format(children))
+    return children
+
+
+#: row -> (id, parent, score, code, note) for a batch whose bad rows each break one rule.
+SERVER_ROWS = {
+    0: (1, 1, 1, "a", ""),
+    1: (2, 9, 1, "b", ""),  # foreign key
+    2: (3, 1, -1, "c", ""),  # check
+    3: (100, 1, 1, "d", ""),  # primary key, already in the table
+    4: (4, 2, 1, "a", ""),  # exclusion (code 'a' again)
+    5: (5, 1, 1, "e", "boom"),  # the trigger raises
+    6: (6, 1, 7, "f", ""),  # the trigger divides by zero
+    7: (7, 2, 1, "g", ""),
+    8: (1, 2, 1, "h", ""),  # primary key, twice in the batch
+    9: (8, 8, 1, "i", ""),  # foreign key
+}
+SERVER_REFUSED = {
+    1: (RefusalReason.FOREIGN_KEY, "child_parent"),
+    2: (RefusalReason.CHECK, "score_positive"),
+    3: (RefusalReason.UNIQUE, "children_pkey"),
+    4: (RefusalReason.EXCLUSION, "one_code"),
+    5: (RefusalReason.REFUSED, None),
+    6: (RefusalReason.INVALID_VALUE, None),
+    8: (RefusalReason.UNIQUE, "children_pkey"),
+    9: (RefusalReason.FOREIGN_KEY, "child_parent"),
+}
+
+
+def server_batch(rows: dict[int, tuple[Any, ...]]) -> pa.RecordBatch:
+    values = list(zip(*rows.values(), strict=True))
+    return pa.record_batch(
+        {
+            "id": pa.array(values[0], pa.int64()),
+            "parent": pa.array(values[1], pa.int64()),
+            "score": pa.array(values[2], pa.int32()),
+            "code": pa.array(values[3], pa.string()),
+            "note": pa.array(values[4], pa.string()),
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    ("one_phase", "staged"),
+    [(True, True), (False, True), (False, False)],
+    ids=["one-phase", "two-phase", "two-phase-without-create-on-the-schema"],
+)
+def test_rows_the_server_refuses_are_isolated_inside_the_epoch(
+    one_phase: bool,
+    staged: bool,
+    postgres: PostgresEndpoint,
+    conn: Conn,
+    pg_schema: str,
+    unique: UniqueNames,
+    roles: Callable[..., Role],
+) -> None:
+    """Each row breaking a key, a (deferred) foreign key, a check, an exclusion constraint or
+    a trigger is refused alone, with its reason, constraint and the server's message (secrets
+    masked); the other rows land, once, in the same transaction. Without CREATE on the
+    table's schema (no staging table) the rows are found by COPYing pieces again."""
+    children = server_judged_table(conn, pg_schema)
+    dsn, options = postgres.conninfo(), {}
+    if not staged:
+        role = roles(create=False)
+        role.grant_table("children", "SELECT, INSERT")
+        meta = f"{pg_schema}_meta"
+        conn.execute(
+            sql.SQL("CREATE SCHEMA {m}; GRANT USAGE, CREATE ON SCHEMA {m} TO {r}").format(
+                m=sql.Identifier(meta), r=sql.Identifier(role.name)
+            )
+        )
+        dsn, options = role.dsn(), {"meta_schema": meta}
+    sink = PostgresSink(PostgresSinkConfig(dsn, f"{pg_schema}.children", **options))
+    policy = WritePolicy(on_bad_rows=BadRowPolicy.DEAD_LETTER)
+    sink.open(OpenContext(unique.job_id, "postgres", 1, commit_point=one_phase, policy=policy))
+    try:
+        sink.begin_epoch(0)
+        result = sink.write_batch(server_batch(SERVER_ROWS))
+        assert result.rows == 2
+        found = {
+            row: (refusal.reason, refusal.constraint)
+            for row, refusal in zip(result.refused.rows, result.refused.refusals, strict=True)
+        }
+        assert found == SERVER_REFUSED
+        messages = dict(zip(result.refused.rows, result.refused.refusals, strict=True))
+        assert messages[5].message == "no boom here (password=***) (SQLSTATE P0001)"
+        assert messages[6].message == "division by zero (SQLSTATE 22012)"
+        assert "violates foreign key constraint" in messages[1].message
+        # A second batch in the same epoch, after refusals: its rows land too.
+        later = sink.write_batch(server_batch({0: (9, 1, 2, "j", ""), 1: (10, 1, -5, "k", "")}))
+        assert (later.rows, later.refused.rows) == (1, (1,))
+        handle = sink.pre_commit(0)
+        if one_phase:
+            sink.commit_with_decision(0, handle, {"epoch": 0})
+        else:
+            sink.commit_epoch(0, handle)
+        assert handle.rows == 3
+    finally:
+        sink.close()
+    ids = conn.execute(sql.SQL("SELECT id FROM {} ORDER BY id").format(children)).fetchall()
+    assert [r[0] for r in ids] == [1, 7, 9, 100]
+    copies = sink.metrics()["isolation_copies"]
+    assert copies > 0 if staged else copies > 5  # pieces COPYed again without a stage
+    if not staged:
+        conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(f"{pg_schema}_meta")))
+
+
+def test_upsert_with_dead_letters_is_refused_at_open(
+    postgres: PostgresEndpoint, conn: Conn, pg_schema: str, unique: UniqueNames
+) -> None:
+    conn.execute(
+        sql.SQL("CREATE TABLE {} (id bigint PRIMARY KEY)").format(
+            sql.Identifier(pg_schema, "users")
+        )
+    )
+    sink = PostgresSink(
+        PostgresSinkConfig(postgres.conninfo(), f"{pg_schema}.users", mode="upsert", key=("id",))
+    )
+    policy = WritePolicy(on_bad_rows=BadRowPolicy.DEAD_LETTER)
+    with pytest.raises(ConfigError, match="not supported with mode='upsert'") as raised:
+        sink.open(OpenContext(unique.job_id, "postgres", 1, policy=policy))
+    assert "mode='append'" in (raised.value.fix or "")
+    sink.close()
+
+
+def test_nul_characters_are_found_in_a_slice_of_a_larger_batch_and_only_there() -> None:
+    """Batches sliced from one Arrow table share its buffers: the raw-byte scan reads only
+    the slice's own bytes."""
+    columns = {"t": TableColumn("t", "text", False, False)}
+    whole = pa.record_batch({"t": pa.array(["ab", "c\x00d", "ef", None, "g\x00"])})
+    assert bad_values(whole.slice(2, 2), columns).rows == ()
+    assert bad_values(whole.slice(1, 3), columns).rows == (0,)
+    assert bad_values(whole.slice(3), columns).rows == (1,)
+    assert bad_values(whole.slice(5), columns).rows == ()

@@ -1,0 +1,197 @@
+"""Schema evolution of the Postgres sink (schema_evolution="add_columns") against the test
+bed's real Postgres: a new batch column becomes a nullable column of the table inside the
+epoch's transaction (and goes away with it when the epoch rolls back); smallint/integer and
+real columns are widened; anything else is refused as without evolution, with the fix. In
+executor mode a worker adds the column in a short transaction of its own, so that the other
+parts of the epoch, prepared and holding their locks, never wait on it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pyarrow as pa
+import pytest
+from psycopg import sql
+
+from durable_sinks.coordinator import Coordinator, EpochOutcome, prepare_part
+from durable_sinks.core import CommitHandle, OpenContext
+from durable_sinks.core.bad_rows import SchemaEvolution, WritePolicy
+from durable_sinks.core.errors import SchemaMismatchError
+from durable_sinks.manifest import LocalDirectoryStore
+from durable_sinks.sinks.postgres import PostgresSink, PostgresSinkConfig
+from tests.conftest import UniqueNames
+from tests.services import PostgresEndpoint
+
+Conn = psycopg.Connection[Any]
+ADD = WritePolicy(schema_evolution=SchemaEvolution.ADD_COLUMNS)
+
+
+def columns_of(conn: Conn, table: str) -> dict[str, str]:
+    found = conn.execute(
+        "SELECT attname::text, format_type(atttypid, atttypmod) FROM pg_attribute "
+        "WHERE attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
+        (table,),
+    ).fetchall()
+    return {r[0]: r[1] for r in found}
+
+
+def rows_of(conn: Conn, table: str) -> list[tuple[Any, ...]]:
+    schema, name = table.split(".")
+    query = sql.SQL("SELECT * FROM {} ORDER BY 1").format(sql.Identifier(schema, name))
+    return [tuple(r) for r in conn.execute(query).fetchall()]
+
+
+@pytest.fixture
+def table(conn: Conn, pg_schema: str) -> str:
+    conn.execute(
+        sql.SQL("CREATE TABLE {} (id bigint PRIMARY KEY, name text)").format(
+            sql.Identifier(pg_schema, "events")
+        )
+    )
+    return f"{pg_schema}.events"
+
+
+def batch(ids: list[int], **extra: pa.Array) -> pa.RecordBatch:
+    return pa.record_batch(
+        {"id": pa.array(ids, pa.int64()), "name": [f"n{i}" for i in ids], **extra}
+    )
+
+
+@pytest.mark.parametrize("one_phase", [True, False], ids=["one-phase", "two-phase"])
+def test_a_new_column_in_a_later_epoch_is_added_with_it(
+    one_phase: bool, postgres: PostgresEndpoint, conn: Conn, table: str, job_id: str, tmp_path: Path
+) -> None:
+    sink = PostgresSink(PostgresSinkConfig(postgres.conninfo(), table))
+    coordinator = Coordinator(
+        job_id, [sink], LocalDirectoryStore(tmp_path / "store"), one_phase=one_phase, policy=ADD
+    )
+    coordinator.start()
+    assert coordinator.run_epoch(0, [batch([1])]).outcome is EpochOutcome.COMMITTED
+    later = batch([2], score=pa.array([2.5]), tags=pa.array(["x"], pa.string()))
+    assert coordinator.run_epoch(1, [later, batch([3])]).outcome is EpochOutcome.COMMITTED
+    # The batch without the new columns, after them in the same epoch, still fits.
+    assert coordinator.run_epoch(2, [batch([4], score=pa.array([None], pa.float64()))]).outcome
+    coordinator.close()
+    assert columns_of(conn, table) == {
+        "id": "bigint",
+        "name": "text",
+        "score": "double precision",
+        "tags": "text",
+    }
+    assert rows_of(conn, table) == [
+        (1, "n1", None, None),
+        (2, "n2", 2.5, "x"),
+        (3, "n3", None, None),
+        (4, "n4", None, None),
+    ]
+
+
+def test_an_epoch_rolled_back_takes_its_new_column_with_it(
+    postgres: PostgresEndpoint, conn: Conn, table: str, unique: UniqueNames
+) -> None:
+    sink = PostgresSink(PostgresSinkConfig(postgres.conninfo(), table))
+    sink.open(OpenContext(unique.job_id, "postgres", 1, policy=ADD))
+    try:
+        new = batch([1], score=pa.array([1.5]))
+        sink.begin_epoch(0)
+        sink.write_batch(new)
+        handle = sink.pre_commit(0)  # prepared: the column is in the prepared transaction
+        assert "score" not in columns_of(conn, table)  # not visible to others
+        sink.rollback_epoch(0, handle)
+        assert columns_of(conn, table) == {"id": "bigint", "name": "text"}
+        # The sink read the table again: the same batch adds the column once more.
+        sink.begin_epoch(0)
+        sink.write_batch(new)
+        sink.commit_epoch(0, sink.pre_commit(0))
+    finally:
+        sink.close()
+    assert columns_of(conn, table)["score"] == "double precision"
+    assert rows_of(conn, table) == [(1, "n1", 1.5)]
+
+
+def test_narrow_columns_are_widened_and_other_changes_refused_with_the_fix(
+    postgres: PostgresEndpoint, conn: Conn, pg_schema: str, unique: UniqueNames
+) -> None:
+    table = f"{pg_schema}.narrow"
+    conn.execute(
+        sql.SQL("CREATE TABLE {} (id integer, small smallint, ratio real, big bigint)").format(
+            sql.Identifier(pg_schema, "narrow")
+        )
+    )
+    conn.execute(
+        sql.SQL("INSERT INTO {} VALUES (1, 2, 0.5, 3)").format(sql.Identifier(pg_schema, "narrow"))
+    )
+    sink = PostgresSink(PostgresSinkConfig(postgres.conninfo(), table))
+    sink.open(OpenContext(unique.job_id, "postgres", 1, commit_point=True, policy=ADD))
+    try:
+        sink.begin_epoch(0)
+        wide = pa.record_batch(
+            {
+                "id": pa.array([2**40], pa.int64()),
+                "small": pa.array([70_000], pa.int32()),
+                "ratio": pa.array([0.1], pa.float64()),
+                "big": pa.array([4], pa.int64()),
+            }
+        )
+        sink.write_batch(wide)
+        sink.commit_with_decision(0, sink.pre_commit(0), {"epoch": 0})
+        # A narrowing (bigint from Arrow int32) and another type are refused as before.
+        sink.begin_epoch(1)
+        narrower = pa.record_batch({"big": pa.array([1], pa.int32())})
+        with pytest.raises(SchemaMismatchError, match="column 'big' is bigint") as raised:
+            sink.write_batch(narrower)
+        assert 'col("big").cast("bigint")' in (raised.value.fix or "")
+        sink.rollback_epoch(1, None)
+        sink.begin_epoch(1)
+        with pytest.raises(SchemaMismatchError, match="column 'id' is bigint in the table"):
+            sink.write_batch(pa.record_batch({"id": pa.array(["x"], pa.string())}))
+        sink.rollback_epoch(1, None)
+    finally:
+        sink.close()
+    assert columns_of(conn, table) == {
+        "id": "bigint",
+        "small": "integer",
+        "ratio": "double precision",
+        "big": "bigint",
+    }
+    assert rows_of(conn, table) == [(1, 2, 0.5, 3), (2**40, 70_000, 0.1, 4)]
+
+
+def test_workers_add_the_column_in_their_own_transaction_and_never_wait_on_each_other(
+    postgres: PostgresEndpoint, conn: Conn, table: str, job_id: str, tmp_path: Path
+) -> None:
+    """The first part adds the column and commits that at once; the second part, while the
+    first is prepared (holding its lock on the table), finds the column there and writes
+    without an ALTER. A rollback of the epoch keeps the column (nullable, empty)."""
+    config = PostgresSinkConfig(postgres.conninfo(), table, participants_in_flight=4)
+    coordinator = Coordinator(
+        job_id,
+        [PostgresSink(config)],
+        LocalDirectoryStore(tmp_path / "store"),
+        executor_mode=True,
+        one_phase=False,
+        policy=ADD,
+    )
+    coordinator.start()
+
+    def prepare(generation: int) -> list[CommitHandle]:
+        handles = []
+        for part, ids in (("p0-t1", [1, 2]), ("p1-t2", [3])):
+            handles += prepare_part(
+                job_id,
+                generation,
+                0,
+                part,
+                lambda: [PostgresSink(config)],
+                [batch(ids, score=pa.array([float(i) for i in ids]))],
+                policy=ADD,
+            )
+            assert "score" in columns_of(conn, table)  # committed by the first part
+        return handles
+
+    assert coordinator.run_distributed_epoch(0, prepare).outcome is EpochOutcome.COMMITTED
+    coordinator.close()
+    assert rows_of(conn, table) == [(1, "n1", 1.0), (2, "n2", 2.0), (3, "n3", 3.0)]
+    assert coordinator.sinks[0].metrics().get("columns_changed", 0) == 0  # the driver's: none
