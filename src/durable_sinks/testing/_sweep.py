@@ -7,8 +7,10 @@ sample from one machine to the next: a run of 100 examples once crashed 65 times
 step kind, an example that commits an epoch, crashes the next at that step, recovers, replays,
 wakes the crashed coordinator as a zombie and replays the committed epoch with other data; for
 every recovery step kind, one that crashes recovery after an undecided and after a decided
-epoch. The machine's invariants are checked after every step, exactly as in a generated
-example; a step kind the scenario never reaches (e.g. `after-commit` with two-phase sinks) is
+epoch. With a dead-letter target, one more example per participant after the first, for each
+step kind a participant passes (begin, write, prepare, commit): a crash then falls on the dead
+letters' own steps, wherever the coordinator puts them. The machine's invariants are checked
+after every step, exactly as in a generated example; a step kind the scenario never reaches (e.g. `after-commit` with two-phase sinks) is
 simply not crashed at, and `ConformanceStats.crashes` shows what was.
 """
 
@@ -31,24 +33,41 @@ _OTHER: list[list[tuple[Any, ...]]] = [[(7, "other", 2.0, None)]]
 _BEFORE_RECOVERY = ("after-pre-commit", "after-decision")
 
 
+#: Step kinds every participant passes: with a dead letter, crashed at each participant's.
+_PER_PARTICIPANT = ("after-begin", "after-write", "after-pre-commit", "after-commit")
+
+
 def sweep(machine_class: type[SinkContractMachine]) -> None:
     """Run the scripted examples against `machine_class` (its `stats` count them as
     `scripted`, not as examples); raise on the first broken invariant."""
+    participants = 1
     for kind in EPOCH_STEP_KINDS:
-        _scripted(machine_class, epoch_crash=kind, recovery_crash=None)
+        participants = _scripted(machine_class, epoch_crash=kind, recovery_crash=None)
     for kind in RECOVERY_STEP_KINDS:
         for before in _BEFORE_RECOVERY:
             _scripted(machine_class, epoch_crash=before, recovery_crash=kind)
+    if participants > 1:  # a dead-letter target: each participant's step is crashed at
+        for kind in _PER_PARTICIPANT:
+            for nth in range(1, participants):
+                _scripted(machine_class, epoch_crash=kind, recovery_crash=None, nth=nth)
 
 
 def _scripted(
-    machine_class: type[SinkContractMachine], *, epoch_crash: str, recovery_crash: str | None
-) -> None:
+    machine_class: type[SinkContractMachine],
+    *,
+    epoch_crash: str,
+    recovery_crash: str | None,
+    nth: int = 0,
+) -> int:
+    """One scripted example, crashing the second epoch after the `nth` step of the kind
+    `epoch_crash`; returns how many participants the scenario has if it has a dead-letter
+    target (its targets and the dead letter), else 1."""
     machine = machine_class(scripted=True)
+    dead_letter = machine.scenario.dead_letter is not None
     try:
         _step(machine, machine.start_coordinator, None)
         _step(machine, machine.run_epoch, _FIRST, None)
-        _step(machine, machine.run_epoch, _SECOND, (epoch_crash, 0))
+        _step(machine, machine.run_epoch, _SECOND, (epoch_crash, nth))
         if machine.live is None:
             crash = None if recovery_crash is None else (recovery_crash, 0)
             _step(machine, machine.start_coordinator, crash)
@@ -64,11 +83,12 @@ def _scripted(
     except AssertionError as exc:
         steps = "\n".join(f"  {line}" for line in machine.history)
         raise AssertionError(
-            f"scripted example (crash at {epoch_crash}, then in recovery at "
+            f"scripted example (crash at {epoch_crash} #{nth}, then in recovery at "
             f"{recovery_crash}): {exc}\nits steps:\n{steps}"
         ) from exc
     finally:
         machine.teardown()
+    return len(machine.scenario.targets) + 1 if dead_letter else 1
 
 
 def _step(machine: SinkContractMachine, rule: Any, *args: Any) -> None:
