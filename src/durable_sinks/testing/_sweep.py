@@ -10,8 +10,9 @@ every recovery step kind, one that crashes recovery after an undecided and after
 epoch. With a dead-letter target, one more example per participant after the first, for each
 step kind a participant passes (begin, write, prepare, commit): a crash then falls on the dead
 letters' own steps, wherever the coordinator puts them. The machine's invariants are checked
-after every step, exactly as in a generated example; a step kind the scenario never reaches (e.g. `after-commit` with two-phase sinks) is
-simply not crashed at, and `ConformanceStats.crashes` shows what was.
+after every step, exactly as in a generated example; a step kind the scenario never reaches
+(e.g. `after-commit` with two-phase sinks) is simply not crashed at, and
+`ConformanceStats.crashes` shows what was.
 """
 
 from __future__ import annotations
