@@ -14,6 +14,7 @@ from typing import Any
 import pgpq
 import psycopg
 import pyarrow as pa
+import pyarrow.compute as pc
 from psycopg import sql
 
 from durable_sinks.core.bad_rows import Refusal, RefusedRows
@@ -33,6 +34,11 @@ from .isolation import ROW, refused_by_rules, rules, stage_name, with_rows
 COPY_SLICE_ROWS = 16_384
 #: Keys an upsert epoch holds twice that its refusal names.
 DUPLICATES_SHOWN = 5
+
+
+def _all_rows(count: int) -> pa.Array:
+    """0, 1, ..., count - 1 as Arrow int64, without a Python loop."""
+    return pc.indices_nonzero(pc.is_null(pa.nulls(count))).cast(pa.int64())
 
 
 class PostgresParticipant(OpenParticipant):
@@ -100,17 +106,20 @@ class PostgresParticipant(OpenParticipant):
         # as much as the others together, and a key twice is rarer than the rest.
         unique = isinstance(error, psycopg.errors.UniqueViolation)
         refused: dict[int, Refusal] = {}
-        index = list(range(batch.num_rows))  # rows of `rest` -> rows of `batch`
+        index = _all_rows(batch.num_rows)  # rows of `rest` -> rows of `batch`
         rest = batch
         while True:
             by_rules = self._refused_by_rules(conn, rest, unique=unique)
-            if by_rules is None:
-                break  # cannot stage: find them by COPYing pieces
-            if by_rules:
-                kept = [i for i in range(rest.num_rows) if i not in by_rules]
-                refused.update((index[i], why) for i, why in by_rules.items())
-                index = [index[i] for i in kept]
-                rest = rest.take(pa.array(kept, pa.int64()))
+            if not by_rules:
+                # Cannot stage, or the rules refuse none of the rows (COPYing them again
+                # would fail as before): find them by COPYing pieces.
+                break
+            refused.update((index[i].as_py(), why) for i, why in by_rules.items())
+            kept = pc.indices_nonzero(
+                pc.invert(pc.is_in(_all_rows(rest.num_rows), pa.array(list(by_rules), pa.int64())))
+            )
+            index = index.take(kept)
+            rest = rest.take(kept)
             if rest.num_rows == 0:
                 return 0, 0, RefusedRows.of(refused.items())
             try:
@@ -122,7 +131,8 @@ class PostgresParticipant(OpenParticipant):
                 break
             unique = True
         rows, sent, more = self._isolate_by_copies(conn, rest, error)
-        return rows, sent, RefusedRows.of(refused.items()).merged(more.through(index))
+        by_copies = more.through(index.to_pylist()) if more else more
+        return rows, sent, RefusedRows.of(refused.items()).merged(by_copies)
 
     def _copy_under_savepoint(
         self, conn: psycopg.Connection[Any], batch: pa.RecordBatch

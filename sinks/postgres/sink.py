@@ -538,7 +538,11 @@ def _through(inner: RefusedRows, outer: RefusedRows, rows: int) -> RefusedRows:
     indices of that batch."""
     if not outer:
         return inner
+    import pyarrow as pa
     import pyarrow.compute as pc
 
-    kept = pc.indices_nonzero(outer.kept_mask(rows)).to_pylist()
-    return inner.through(kept)
+    every = pc.indices_nonzero(pc.is_null(pa.nulls(rows)))
+    left = pc.invert(pc.is_in(every, pa.array(outer.rows, pa.uint64())))
+    kept = pc.indices_nonzero(left)
+    mapped = kept.take(pa.array(inner.rows, pa.int64())).to_pylist()
+    return RefusedRows(tuple(mapped), inner.refusals)
