@@ -101,6 +101,8 @@ class TargetTable:
             return
         self._columns = columns
         self._check_privileges(conn)
+        if self.context.policy.adds_columns:
+            self._check_owner(conn)
         if self.config.mode == "upsert":
             self._check_upsert_key(conn, columns)
 
@@ -125,6 +127,23 @@ class TargetTable:
                 f"the job's user lacks {', '.join(missing)} on {self.config.table}",
                 fix=f"GRANT {', '.join(m for m in missing if ' ' not in m)} ON "
                 f"{self.config.table} TO <the job's user>",
+            )
+
+    def _check_owner(self, conn: psycopg.Connection[Any]) -> None:
+        """Schema evolution alters the table, which only its owner's role may."""
+        row = conn.execute(
+            "SELECT pg_has_role(c.relowner, 'USAGE'), pg_get_userbyid(c.relowner)::text "
+            "FROM pg_class c WHERE c.oid = %s::regclass",
+            (self.config.qualified,),
+        ).fetchone()
+        if row is not None and not row[0]:
+            raise config_error(
+                self.context,
+                f"schema_evolution='add_columns' alters {self.config.table}, which only its "
+                f"owner ({row[1]}) may: the job's user is not a member of that role",
+                fix=f"GRANT {row[1]} TO <the job's user>, or ALTER TABLE {self.config.table} "
+                "OWNER TO <the job's user>, or leave schema_evolution out (new columns are "
+                "then refused)",
             )
 
     def _check_upsert_key(

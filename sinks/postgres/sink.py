@@ -54,6 +54,7 @@ from durable_sinks.core.errors import (
     ConfigError,
     DurableSinkError,
     ParticipantLostError,
+    SchemaMismatchError,
     UsageError,
 )
 from durable_sinks.core.naming import ParticipantName, owner_prefix
@@ -313,6 +314,17 @@ class PostgresSink(SinkBase[Postgres]):
         current = self._require_current()
         table = self._state().table
         if self.context.worker:
+            if current.rows:
+                # Its own transaction holds the table's lock since its first COPY: an ALTER on
+                # another session would wait on it.
+                raise SchemaMismatchError(
+                    f"the batches of part {current.name.part} changed columns after its first "
+                    f"COPY ({', '.join(c.column for c in changes)}): in executor mode a part "
+                    "adds columns before it writes",
+                    **self._where(current.epoch),
+                    fix="give every batch of a partition the same columns (Spark does), or "
+                    "run the query in driver mode; nothing of the epoch was committed",
+                )
             columns = table.evolve(self._admin_conn(), changes)
         else:
             columns = table.evolve(current.conn(), changes)

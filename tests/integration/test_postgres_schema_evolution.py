@@ -7,6 +7,7 @@ parts of the epoch, prepared and holding their locks, never wait on it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,11 +19,12 @@ from psycopg import sql
 from durable_sinks.coordinator import Coordinator, EpochOutcome, prepare_part
 from durable_sinks.core import CommitHandle, OpenContext
 from durable_sinks.core.bad_rows import SchemaEvolution, WritePolicy
-from durable_sinks.core.errors import SchemaMismatchError
+from durable_sinks.core.errors import ConfigError, SchemaMismatchError
 from durable_sinks.manifest import LocalDirectoryStore
 from durable_sinks.sinks.postgres import PostgresSink, PostgresSinkConfig
 from tests.conftest import UniqueNames
 from tests.services import PostgresEndpoint
+from tests.support.pg_access import Role
 
 Conn = psycopg.Connection[Any]
 ADD = WritePolicy(schema_evolution=SchemaEvolution.ADD_COLUMNS)
@@ -195,3 +197,44 @@ def test_workers_add_the_column_in_their_own_transaction_and_never_wait_on_each_
     coordinator.close()
     assert rows_of(conn, table) == [(1, "n1", 1.0), (2, "n2", 2.0), (3, "n3", 3.0)]
     assert coordinator.sinks[0].metrics().get("columns_changed", 0) == 0  # the driver's: none
+
+
+def test_a_job_user_that_cannot_alter_the_table_is_refused_at_open(
+    postgres: PostgresEndpoint,
+    table: str,
+    unique: UniqueNames,
+    roles: Callable[..., Role],
+) -> None:
+    role = roles()
+    role.grant_table("events", "SELECT, INSERT")
+    sink = PostgresSink(PostgresSinkConfig(role.dsn(), table))
+    with pytest.raises(ConfigError, match="only its owner") as raised:
+        sink.open(OpenContext(unique.job_id, "postgres", 1, policy=ADD))
+    assert "leave schema_evolution out" in (raised.value.fix or "")
+    sink.close()
+    # Without schema evolution the same user runs the job.
+    sink = PostgresSink(PostgresSinkConfig(role.dsn(), table))
+    sink.open(OpenContext(unique.job_id, "postgres", 2))
+    sink.close()
+
+
+def test_a_part_whose_batches_change_columns_after_its_first_copy_is_refused(
+    postgres: PostgresEndpoint, conn: Conn, table: str, unique: UniqueNames
+) -> None:
+    """A worker's own transaction holds the table's lock after its first COPY: it refuses a
+    later batch with a new column at once, rather than wait on itself."""
+    config = PostgresSinkConfig(postgres.conninfo(), table)
+    driver = PostgresSink(config)
+    driver.open(OpenContext(unique.job_id, "postgres", 1, policy=ADD))
+    worker = PostgresSink(config)
+    worker.open(OpenContext(unique.job_id, "postgres", 1, worker=True, part="p0-t1", policy=ADD))
+    try:
+        worker.begin_epoch(0)
+        worker.write_batch(batch([1]))
+        with pytest.raises(SchemaMismatchError, match="changed columns after its first COPY"):
+            worker.write_batch(batch([2], score=pa.array([1.0])))
+        worker.rollback_epoch(0, None)
+    finally:
+        worker.close()
+        driver.close()
+    assert columns_of(conn, table) == {"id": "bigint", "name": "text"}
