@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 from psycopg import sql
 
 from durable_sinks.core.bad_rows import Refusal, RefusedRows
+from durable_sinks.core.connecting import connection_lost
 from durable_sinks.core.errors import SchemaMismatchError
 from durable_sinks.core.naming import ParticipantName
 from durable_sinks.core.protocol import CommitHandle, OpenContext
@@ -157,8 +158,10 @@ class PostgresParticipant(OpenParticipant):
     ) -> dict[int, Refusal] | None:
         """The rows of `batch` the table's foreign keys and checks (and unique keys, with
         `unique`) refuse, found on a staging table of the columns they read, made under the
-        (empty) savepoint and rolled back with it. None when the batch cannot be staged: a
-        value the column types refuse, or no CREATE privilege on the table's schema."""
+        (empty) savepoint and rolled back with it; {} when no rule applies to the batch's
+        columns. None when the server refused any of it (a value the column types refuse, no
+        CREATE on the table's schema, no SELECT on a referenced table): nothing of it stays.
+        A lost session is raised."""
         stage = sql.Identifier(self.config.schema_name, stage_name(str(self.name)))
         found = [
             rule
@@ -187,11 +190,16 @@ class PostgresParticipant(OpenParticipant):
                 )
             )
             self._send(conn, with_rows(batch.select(names)), 0, stage)
-            return refused_by_rules(conn, found, stage)
-        except (*ROW_ERRORS, psycopg.errors.InsufficientPrivilege):
+            refused = refused_by_rules(conn, found, stage)
+        except psycopg.Error as exc:
+            # A value the column types refuse, no CREATE on the schema, no SELECT on a
+            # referenced table, a column named like the row numbers: COPY pieces instead.
+            if connection_lost(exc):
+                raise
+            conn.execute("ROLLBACK TO SAVEPOINT ds_rows")
             return None
-        finally:
-            conn.execute("ROLLBACK TO SAVEPOINT ds_rows")  # the staging table goes with it
+        conn.execute("ROLLBACK TO SAVEPOINT ds_rows")  # the staging table goes with it
+        return refused
 
     def _isolate_by_copies(
         self, conn: psycopg.Connection[Any], batch: pa.RecordBatch, error: psycopg.Error
