@@ -19,7 +19,7 @@ from psycopg import sql
 
 from durable_sinks.core.bad_rows import Refusal, RefusedRows
 from durable_sinks.core.connecting import connection_lost
-from durable_sinks.core.errors import SchemaMismatchError
+from durable_sinks.core.errors import SchemaMismatchError, TransientError
 from durable_sinks.core.naming import ParticipantName
 from durable_sinks.core.protocol import CommitHandle, OpenContext
 from durable_sinks.core.sink_base import OpenParticipant
@@ -27,12 +27,16 @@ from durable_sinks.core.sink_base import OpenParticipant
 from .catalog import alter_clauses
 from .columns import Evolution
 from .config import Postgres
-from .errors import ROW_ERRORS, row_named, server_refusal
+from .errors import ROW_ERRORS, first_line, row_named, server_refusal
 from .isolation import ROW, refused_by_rules, rules, stage_name, with_rows
 
 #: Rows encoded per COPY write: small enough to overlap encoding with sending, large enough that
 #: per-call overhead does not show (measured in benchmarks/postgres_sink.py).
 COPY_SLICE_ROWS = 16_384
+#: Dead-letter mode: rows COPYed under one savepoint before a new one is taken. A refused COPY
+#: rolls back the batches under its savepoint, which are COPYed again; fewer savepoints keep
+#: an epoch within Postgres's cache of 64 subtransactions per session (docs/postgres.md).
+GROUP_ROWS = 100_000
 #: Keys an upsert epoch holds twice that its refusal names.
 DUPLICATES_SHOWN = 5
 
@@ -56,9 +60,15 @@ class PostgresParticipant(OpenParticipant):
         self.bytes = 0
         self.checksum = 0  # CRC-32 of the COPY bytes, for audits
         self.stage: sql.Identifier | None = None
-        #: Dead-letter mode: the savepoint each COPY runs under ("none" before the first,
+        #: Dead-letter mode: the savepoint the COPYs run under ("none" before the first,
         #: "empty" when nothing was written since it was set or rolled back to, "used").
         self.savepoint = "none"
+        #: The batches COPYed under the savepoint since it was set: a refused COPY rolls
+        #: them back with it, and they are COPYed again (GROUP_ROWS bounds them).
+        self.group: list[pa.RecordBatch] = []
+        #: Take a new savepoint before the next COPY (what ran since, e.g. schema evolution's
+        #: ALTER, must not be rolled back with a later refused COPY).
+        self.seal_next = False
         #: COPYs that the server refused in dead-letter mode (each then split and retried).
         self.isolation_copies = 0
         #: Strings a refusal's message must not show (the DSN's passwords).
@@ -136,18 +146,38 @@ class PostgresParticipant(OpenParticipant):
         return rows, sent, RefusedRows.of(refused.items()).merged(by_copies)
 
     def _copy_under_savepoint(
-        self, conn: psycopg.Connection[Any], batch: pa.RecordBatch
+        self, conn: psycopg.Connection[Any], batch: pa.RecordBatch, *, alone: bool = False
     ) -> tuple[int, int, RefusedRows]:
-        """COPY `batch` under the savepoint; on a refusal (raised), roll back to it."""
-        self._savepoint(conn)
+        """COPY `batch` under the savepoint (a new one first when `alone`, or when the
+        batches under the current one hold GROUP_ROWS rows). On a refusal (raised), roll back
+        to it, COPY again the batches that were under it, and leave an empty savepoint."""
+        self._savepoint(conn, alone=alone)
         try:
             sent, checksum = self._send(conn, batch, self.checksum, self.table)
         except ROW_ERRORS:
             conn.execute("ROLLBACK TO SAVEPOINT ds_rows")  # stays, empty
             self.savepoint = "empty"
             self.isolation_copies += 1
+            if self.group:
+                # Written and reported before: the same rows again, then sealed.
+                try:
+                    for earlier in self.group:
+                        self._send(conn, earlier, 0, self.table)
+                except ROW_ERRORS as exc:
+                    raise TransientError(
+                        f"rows of epoch {self.epoch} the server took before were refused when "
+                        f"written again after a refused COPY: {first_line(exc)}",
+                        job=self.context.job_id,
+                        sink=self.context.sink,
+                        epoch=self.epoch,
+                        fix="another writer changed the table meanwhile (e.g. took a key): "
+                        "the epoch is written again; nothing of it was committed",
+                    ) from exc
+                self.group = []
+                conn.execute("RELEASE SAVEPOINT ds_rows; SAVEPOINT ds_rows")
             raise
         self.savepoint = "used"
+        self.group.append(batch)
         self.checksum = checksum
         self.rows += batch.num_rows
         self.bytes += sent
@@ -216,19 +246,13 @@ class PostgresParticipant(OpenParticipant):
         while failed is not None or pieces:
             if failed is None:
                 first, end = pieces.pop()
-                self._savepoint(conn)
                 try:
-                    piece_sent, checksum = self._send(
-                        conn, batch.slice(first, end - first), self.checksum, self.table
+                    _, piece_sent, _ = self._copy_under_savepoint(
+                        conn, batch.slice(first, end - first), alone=True
                     )
                 except ROW_ERRORS as refusal:
-                    conn.execute("ROLLBACK TO SAVEPOINT ds_rows")  # stays, empty
-                    self.savepoint = "empty"
-                    self.isolation_copies += 1
                     failed = (first, end, refusal)
                     continue
-                self.savepoint = "used"
-                self.checksum = checksum
                 rows += end - first
                 sent += piece_sent
                 continue
@@ -242,18 +266,25 @@ class PostgresParticipant(OpenParticipant):
             else:
                 middle = (first + end) // 2
                 pieces.extend(((middle, end), (first, middle)))
-        self.rows += rows
-        self.bytes += sent
         return rows, sent, RefusedRows.of(refused)
 
-    def _savepoint(self, conn: psycopg.Connection[Any]) -> None:
-        """A savepoint holding nothing yet, for the next COPY: one round trip at most (none
-        after a rollback to it, which leaves it in place and empty)."""
+    def _savepoint(self, conn: psycopg.Connection[Any], *, alone: bool = False) -> None:
+        """The savepoint for the next COPY: kept while the batches under it hold fewer than
+        GROUP_ROWS rows (each savepoint is a subtransaction, and Postgres caches only 64 of
+        them per session), else released and a new one taken (one round trip); none after a
+        rollback to it, which leaves it in place and empty. `alone`: a new one unless empty."""
         if self.savepoint == "none":
             conn.execute("SAVEPOINT ds_rows")
-        elif self.savepoint == "used":
+        elif self.seal_next or (
+            self.savepoint == "used"
+            and (alone or sum(b.num_rows for b in self.group) >= GROUP_ROWS)
+        ):
             conn.execute("RELEASE SAVEPOINT ds_rows; SAVEPOINT ds_rows")
+        else:
+            return
         self.savepoint = "empty"
+        self.group = []
+        self.seal_next = False
 
     def _send(
         self,

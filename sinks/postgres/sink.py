@@ -329,10 +329,9 @@ class PostgresSink(SinkBase[Postgres]):
         else:
             columns = table.evolve(current.conn(), changes)
             self._evolved.add(current.epoch)
-            if current.savepoint == "empty":
-                # The change ran under the dead-letter mode's savepoint: released before the
-                # next COPY, so that a refused row never rolls it back.
-                current.savepoint = "used"
+            # The change ran under the dead-letter mode's savepoint: released before the
+            # next COPY, so that a refused row never rolls it back.
+            current.seal_next = current.savepoint != "none"
         current.evolve_stage(current.conn(), changes)
         self._count("columns_changed", len(changes))
         return columns

@@ -18,7 +18,7 @@ from psycopg import sql
 
 from durable_sinks.coordinator import Coordinator, EpochOutcome, prepare_part
 from durable_sinks.core import CommitHandle, OpenContext
-from durable_sinks.core.bad_rows import SchemaEvolution, WritePolicy
+from durable_sinks.core.bad_rows import BadRowPolicy, SchemaEvolution, WritePolicy
 from durable_sinks.core.errors import ConfigError, SchemaMismatchError
 from durable_sinks.manifest import LocalDirectoryStore
 from durable_sinks.sinks.postgres import PostgresSink, PostgresSinkConfig
@@ -238,3 +238,32 @@ def test_a_part_whose_batches_change_columns_after_its_first_copy_is_refused(
         worker.close()
         driver.close()
     assert columns_of(conn, table) == {"id": "bigint", "name": "text"}
+
+
+def test_a_column_added_in_dead_letter_mode_stays_when_a_later_batch_has_refused_rows(
+    postgres: PostgresEndpoint, conn: Conn, table: str, unique: UniqueNames
+) -> None:
+    """The ALTER runs under dead-letter mode's savepoint: it is sealed before the next COPY,
+    so rolling back a refused COPY never takes the new column away."""
+    conn.execute(sql.SQL("ALTER TABLE {} ADD CHECK (id > 0)").format(sql.SQL(table)))
+    sink = PostgresSink(PostgresSinkConfig(postgres.conninfo(), table))
+    policy = WritePolicy(BadRowPolicy.DEAD_LETTER, SchemaEvolution.ADD_COLUMNS)
+    sink.open(OpenContext(unique.job_id, "postgres", 1, commit_point=True, policy=policy))
+    try:
+        sink.begin_epoch(0)
+        assert sink.write_batch(batch([1, 2])).rows == 2
+        # A new column, then a batch whose COPY the check refuses (row 1): the group of
+        # batches under the savepoint is written again, the column stays.
+        assert sink.write_batch(batch([3], score=pa.array([3.0]))).rows == 1
+        later = sink.write_batch(batch([4, -5, 6], score=pa.array([4.0, 5.0, 6.0])))
+        assert (later.rows, later.refused.rows) == (2, (1,))
+        sink.commit_with_decision(0, sink.pre_commit(0), {"epoch": 0})
+    finally:
+        sink.close()
+    assert rows_of(conn, table) == [
+        (1, "n1", None),
+        (2, "n2", None),
+        (3, "n3", 3.0),
+        (4, "n4", 4.0),
+        (6, "n6", 6.0),
+    ]
