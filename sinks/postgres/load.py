@@ -37,6 +37,8 @@ COPY_SLICE_ROWS = 16_384
 #: rolls back the batches under its savepoint, which are COPYed again; fewer savepoints keep
 #: an epoch within Postgres's cache of 64 subtransactions per session (docs/postgres.md).
 GROUP_ROWS = 100_000
+#: ... and at most this many bytes of them (they are kept in memory until the next savepoint).
+GROUP_BYTES = 32 * 2**20
 #: Keys an upsert epoch holds twice that its refusal names.
 DUPLICATES_SHOWN = 5
 
@@ -270,14 +272,19 @@ class PostgresParticipant(OpenParticipant):
 
     def _savepoint(self, conn: psycopg.Connection[Any], *, alone: bool = False) -> None:
         """The savepoint for the next COPY: kept while the batches under it hold fewer than
-        GROUP_ROWS rows (each savepoint is a subtransaction, and Postgres caches only 64 of
-        them per session), else released and a new one taken (one round trip); none after a
-        rollback to it, which leaves it in place and empty. `alone`: a new one unless empty."""
+        GROUP_ROWS rows and GROUP_BYTES bytes (each savepoint is a subtransaction, and
+        Postgres caches only 64 of them per session), else released and a new one taken (one
+        round trip); none after a rollback to it, which leaves it in place and empty.
+        `alone`: a new one unless empty."""
         if self.savepoint == "none":
             conn.execute("SAVEPOINT ds_rows")
         elif self.seal_next or (
             self.savepoint == "used"
-            and (alone or sum(b.num_rows for b in self.group) >= GROUP_ROWS)
+            and (
+                alone
+                or sum(b.num_rows for b in self.group) >= GROUP_ROWS
+                or sum(b.nbytes for b in self.group) >= GROUP_BYTES
+            )
         ):
             conn.execute("RELEASE SAVEPOINT ds_rows; SAVEPOINT ds_rows")
         else:
