@@ -71,6 +71,9 @@ class PostgresParticipant(OpenParticipant):
         #: Take a new savepoint before the next COPY (what ran since, e.g. schema evolution's
         #: ALTER, must not be rolled back with a later refused COPY).
         self.seal_next = False
+        #: Whether batches share a savepoint: until the first refused COPY of the epoch
+        #: (refusals come in runs, and each would write the batches under it again).
+        self.grouping = True
         #: COPYs that the server refused in dead-letter mode (each then split and retried).
         self.isolation_copies = 0
         #: Strings a refusal's message must not show (the DSN's passwords).
@@ -160,6 +163,7 @@ class PostgresParticipant(OpenParticipant):
             conn.execute("ROLLBACK TO SAVEPOINT ds_rows")  # stays, empty
             self.savepoint = "empty"
             self.isolation_copies += 1
+            self.grouping = False
             if self.group:
                 # Written and reported before: the same rows again, then sealed.
                 try:
@@ -282,6 +286,7 @@ class PostgresParticipant(OpenParticipant):
             self.savepoint == "used"
             and (
                 alone
+                or not self.grouping
                 or sum(b.num_rows for b in self.group) >= GROUP_ROWS
                 or sum(b.nbytes for b in self.group) >= GROUP_BYTES
             )
