@@ -15,7 +15,7 @@ from durable_sinks.core.bad_rows import dead_letter_schema
 from durable_sinks.core.errors import ConfigError, SchemaMismatchError
 from durable_sinks.core.protocol import OpenContext
 
-from .columns import Evolution, TableColumn, ddl_type, evolution, mismatches
+from .columns import Evolution, TableColumn, cast_up, ddl_type, evolution, mismatches
 from .config import Postgres
 from .errors import config_error
 
@@ -206,6 +206,13 @@ class TargetTable:
                 )
             self.checked_schema = batch.schema
         return self._columns
+
+    def cast_up(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """Schema evolution: `batch` with columns narrower than the table's cast up
+        (`columns.cast_up`); as given while the table is not there yet."""
+        if self._columns is None:
+            self._columns = self._read_columns(self._connect())
+        return batch if self._columns is None else cast_up(batch, self._columns)
 
     def _refuse_bad_names(self, schema: pa.Schema, epoch: int) -> None:
         """Column names Postgres cannot hold as given: with a NUL, or longer than 63 bytes

@@ -276,8 +276,12 @@ class PostgresSink(SinkBase[Postgres]):
                 "the epoch was pre-committed; no more batches", **self._where(current.epoch)
             )
         with self._errors("write_batch (COPY)", current.epoch, in_epoch=True):
-            evolve = self._evolve if self.context.policy.adds_columns else None
-            columns = self._state().table.columns_for(batch, current.epoch, evolve)
+            table = self._state().table
+            evolve = None
+            if self.context.policy.adds_columns:
+                evolve = self._evolve
+                batch = table.cast_up(batch)  # same rows: refusals name the batch given
+            columns = table.columns_for(batch, current.epoch, evolve)
             refused = bad_values(batch, columns)
             try:
                 kept = self._refuse(batch, refused, current.epoch)

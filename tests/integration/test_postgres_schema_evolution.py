@@ -113,7 +113,7 @@ def test_an_epoch_rolled_back_takes_its_new_column_with_it(
     assert rows_of(conn, table) == [(1, "n1", 1.5)]
 
 
-def test_narrow_columns_are_widened_and_other_changes_refused_with_the_fix(
+def test_narrow_columns_are_widened_narrower_batches_cast_up_and_other_changes_refused(
     postgres: PostgresEndpoint, conn: Conn, pg_schema: str, unique: UniqueNames
 ) -> None:
     table = f"{pg_schema}.narrow"
@@ -139,17 +139,26 @@ def test_narrow_columns_are_widened_and_other_changes_refused_with_the_fix(
         )
         sink.write_batch(wide)
         sink.commit_with_decision(0, sink.pre_commit(0), {"epoch": 0})
-        # A narrowing (bigint from Arrow int32) and another type are refused as before.
+        # A batch narrower than the (widened) columns, as before the widening, is cast up.
         sink.begin_epoch(1)
-        narrower = pa.record_batch({"big": pa.array([1], pa.int32())})
-        with pytest.raises(SchemaMismatchError, match="column 'big' is bigint") as raised:
-            sink.write_batch(narrower)
-        assert 'col("big").cast("bigint")' in (raised.value.fix or "")
-        sink.rollback_epoch(1, None)
-        sink.begin_epoch(1)
-        with pytest.raises(SchemaMismatchError, match="column 'id' is bigint in the table"):
+        narrower = pa.record_batch(
+            {
+                "id": pa.array([5], pa.int32()),
+                "small": pa.array([6], pa.int16()),
+                "ratio": pa.array([0.25], pa.float32()),
+                "big": pa.array([7], pa.int32()),
+            }
+        )
+        assert sink.write_batch(narrower).rows == 1
+        sink.commit_with_decision(1, sink.pre_commit(1), {"epoch": 1})
+        # Another type is refused as without evolution, with the fix.
+        sink.begin_epoch(2)
+        with pytest.raises(
+            SchemaMismatchError, match="column 'id' is bigint in the table"
+        ) as raised:
             sink.write_batch(pa.record_batch({"id": pa.array(["x"], pa.string())}))
-        sink.rollback_epoch(1, None)
+        assert 'col("id").cast("bigint")' in (raised.value.fix or "")
+        sink.rollback_epoch(2, None)
     finally:
         sink.close()
     assert columns_of(conn, table) == {
@@ -158,7 +167,7 @@ def test_narrow_columns_are_widened_and_other_changes_refused_with_the_fix(
         "ratio": "double precision",
         "big": "bigint",
     }
-    assert rows_of(conn, table) == [(1, 2, 0.5, 3), (2**40, 70_000, 0.1, 4)]
+    assert rows_of(conn, table) == [(1, 2, 0.5, 3), (5, 6, 0.25, 7), (2**40, 70_000, 0.1, 4)]
 
 
 def test_workers_add_the_column_in_their_own_transaction_and_never_wait_on_each_other(
