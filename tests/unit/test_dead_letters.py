@@ -466,3 +466,30 @@ def test_metrics_and_the_epoch_record_count_dead_letters_per_sink_and_reason(
     summed = add_totals(job.totals, job.totals)
     assert summed.dead_letters.by_sink == {"t": {"check": 4}}
     assert add_totals(JobTotals(), None).dead_letters.by_sink == {}
+
+
+def test_the_data_source_reads_the_dead_letter_options_from_strings() -> None:
+    from durable_sinks.spark._datasource import parse_options
+
+    listed = '[{"kind": "files", "path": "/data/out"}]'
+    specs, job = parse_options(
+        {
+            "sinks": listed,
+            "job_id": "orders",
+            "on_bad_rows": "dead_letter",
+            "dead_letter": '{"kind": "files", "path": "/data/dead"}',
+            "max_bad_rows": "0.05",
+            "schema_evolution": "add_columns",
+        }
+    )
+    assert [s.name for s in specs] == ["files"]
+    assert job.dead_letter.name == "dead_letters"
+    assert job.dead_letter.config["path"] == "/data/dead"
+    assert job.bad_row_cap == BadRowCap(0.05)
+    assert job.write_policy == WritePolicy(BadRowPolicy.DEAD_LETTER, SchemaEvolution.ADD_COLUMNS)
+    _, counted = parse_options({"sinks": listed, "job_id": "orders", "max_bad_rows": "10"})
+    assert counted.max_bad_rows == 10
+    with pytest.raises(ConfigError, match="not a valid JSON object"):
+        parse_options(
+            {"sinks": listed, "job_id": "o", "on_bad_rows": "dead_letter", "dead_letter": "{kind"}
+        )
