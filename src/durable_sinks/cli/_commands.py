@@ -190,7 +190,7 @@ def inspect(epochs: int, **params: Any) -> None:
         for epoch, sink, reason, n in letters:
             table.add_row(str(epoch), sink, reason, f"{n:,}")
         out.print(table)
-    elif epochs:
+    elif epochs and op.options.dead_letter is not None:
         out.print(f"no dead letters in the latest {epochs} decided epochs")
 
 
