@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     import pyarrow.dataset as ds
 
 
-def _committed_parts(root: Path, epochs: range | None) -> list[Path]:
+def committed_parts(root: Path, epochs: range | None) -> list[Path]:
     """The published part folders (those with a marker), in epoch and part order."""
     parts: list[tuple[int, Path]] = []
     for folder in root.glob("epoch=*"):
@@ -36,7 +36,7 @@ def _committed_parts(root: Path, epochs: range | None) -> list[Path]:
     return [p for _, p in sorted(parts)]
 
 
-def _schemas(part: Path) -> list[pa.Schema]:
+def part_schemas(part: Path) -> list[pa.Schema]:
     """The schemas of a part's files: from its marker, or their footers if it has none."""
     import pyarrow.parquet as pq
 
@@ -52,7 +52,7 @@ def committed_schema(path: str | Path, *, epochs: range | None = None) -> pa.Sch
     schema unified, without the `epoch` and `part` columns; None when no epoch holds a file.
     Spark readers give it as the read schema (`mergeSchema` does not merge int32 with int64
     files): `spark.read.schema(from_arrow_schema(committed_schema(path))).parquet(path)`."""
-    return unify(s for part in _committed_parts(Path(path), epochs) for s in _schemas(part))
+    return unify(s for part in committed_parts(Path(path), epochs) for s in part_schemas(part))
 
 
 def committed_dataset(path: str | Path, *, epochs: range | None = None) -> ds.Dataset:
@@ -62,10 +62,10 @@ def committed_dataset(path: str | Path, *, epochs: range | None = None) -> ds.Da
     import pyarrow.dataset as ds
 
     root = Path(path)
-    parts = _committed_parts(root, epochs)
+    parts = committed_parts(root, epochs)
     files = [str(f) for part in parts for f in sorted(part.glob("*.parquet"))]
     partitions = pa.schema([("epoch", pa.int32()), ("part", pa.string())])
-    schema = unify(s for part in parts for s in _schemas(part))
+    schema = unify(s for part in parts for s in part_schemas(part))
     if schema is not None:
         for field in partitions:
             if field.name not in schema.names:

@@ -46,7 +46,7 @@ from durable_sinks.core.errors import (
     ParticipantLostError,
     SchemaMismatchError,
 )
-from durable_sinks.core.evolution import conform, evolve, schema_of_text, schema_text, unify
+from durable_sinks.core.evolution import conform, evolve, schema_text, unify
 from durable_sinks.core.handles import HandleDetails
 from durable_sinks.core.naming import ParticipantName, component
 from durable_sinks.core.operations import Holding, Prepared
@@ -60,7 +60,7 @@ from durable_sinks.core.protocol import (
 from durable_sinks.core.schemas import schema_difference
 from durable_sinks.core.sink_base import OpenParticipant, SinkBase, Step
 
-from . import operations
+from . import operations, reader
 from .config import Files
 
 if TYPE_CHECKING:
@@ -151,16 +151,10 @@ class FileSink(SinkBase[Files]):
             self._schema = self._epoch_schema(self._last_committed)
 
     def _epoch_schema(self, epoch: int) -> pa.Schema | None:
-        """The schema of a committed epoch: its parts' files' schemas unified; None if a
-        marker does not record them."""
-        schemas: list[pa.Schema] = []
-        for part in sorted((self.root / f"epoch={epoch}").glob("part=*")):
-            marker = self._read_marker(part)
-            recorded = (marker or {}).get("details", {}).get("schemas")
-            if not recorded:
-                return None
-            schemas += [schema_of_text(str(text)) for text in recorded]
-        return unify(schemas, **self._where(epoch))
+        """The schema of a committed epoch: its parts' files' schemas unified (None if it
+        has no file)."""
+        parts = reader.committed_parts(self.root, range(epoch, epoch + 1))
+        return unify((s for part in parts for s in reader.part_schemas(part)), **self._where(epoch))
 
     def close(self) -> None:
         current, self._current = self._current, None
