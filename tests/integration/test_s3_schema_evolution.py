@@ -13,7 +13,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from durable_sinks.coordinator import Coordinator, EpochOutcome
+from durable_sinks.coordinator import Coordinator, EpochOutcome, prepare_part
 from durable_sinks.core.bad_rows import SchemaEvolution, WritePolicy
 from durable_sinks.core.errors import SchemaMismatchError
 from durable_sinks.manifest import LocalDirectoryStore
@@ -94,6 +94,54 @@ def test_new_missing_and_widened_columns_evolve_the_dataset_and_readers_unify_th
         {"id": 1, "body": "b", "extra": None, "more": None, "epoch": 0},
         {"id": 2, "body": "c", "extra": "x", "more": None, "epoch": 0},
         {"id": 3, "body": None, "extra": None, "more": 1.5, "epoch": 1},
+    ]
+
+
+def test_executor_parts_of_different_schemas_publish_one_marker_readers_unify(
+    s3: S3Endpoint, path: str, tmp_path: Path
+) -> None:
+    """Each task's part evolves on its own; the marker lists each distinct schema once."""
+    job = Coordinator(
+        "job",
+        [S3Sink(s3_sink_config(s3, path))],
+        LocalDirectoryStore(tmp_path / "store"),
+        executor_mode=True,
+        policy=EVOLVING,
+    )
+    job.start()
+    parts = {
+        "p0-t1": [pa.record_batch({"id": pa.array([0, 1], pa.int32())})],
+        "p1-t2": [pa.record_batch({"id": pa.array([2], pa.int64()), "extra": ["x"]})],
+        "p2-t3": [pa.record_batch({"id": pa.array([3], pa.int32())})],
+    }
+
+    def prepare(generation: int) -> list[Any]:
+        return [
+            handle
+            for part, batches in parts.items()
+            for handle in prepare_part(
+                "job",
+                generation,
+                0,
+                part,
+                lambda: [S3Sink(s3_sink_config(s3, path))],
+                batches,
+                policy=EVOLVING,
+            )
+        ]
+
+    assert job.run_distributed_epoch(0, prepare).outcome is EpochOutcome.COMMITTED
+    job.close()
+    [marker] = committed_markers(path, s3_sink_config(s3, path).connection)
+    assert len(marker.objects) == 3
+    assert len(marker.schemas) == 2
+    assert marker.schema() == pa.schema([("id", pa.int64()), ("extra", pa.string())])
+    table = committed_dataset(path, **reader(s3)).to_table().sort_by("id")
+    assert table.select(["id", "extra"]).to_pylist() == [
+        {"id": 0, "extra": None},
+        {"id": 1, "extra": None},
+        {"id": 2, "extra": "x"},
+        {"id": 3, "extra": None},
     ]
 
 
