@@ -28,7 +28,7 @@ Evolve = Callable[[list[Evolution]], dict[str, TableColumn]]
 #: How long an ALTER TABLE of schema evolution waits for the table's lock before it gives up
 #: (TransientError: the epoch is retried), so that it never waits on a reader or another
 #: participant for long.
-EVOLUTION_LOCK_TIMEOUT_S = 5
+EVOLUTION_LOCK_TIMEOUT_S = 5.0
 #: The primary key of a table the sink creates for dead letters.
 DEAD_LETTER_KEY = ("job_id", "sink", "epoch", "part", "row_number")
 #: Postgres keeps at most NAMEDATALEN - 1 = 63 bytes of an identifier.
@@ -292,7 +292,7 @@ class TargetTable:
         wanted = [c for c in changes if c.needed(found)]
         if wanted:
             clauses = alter_clauses(wanted)
-            timeout = sql.Literal(f"{EVOLUTION_LOCK_TIMEOUT_S}s")
+            timeout = sql.Literal(f"{round(EVOLUTION_LOCK_TIMEOUT_S * 1000)}ms")
             if conn.autocommit:
                 with conn.transaction():
                     conn.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(timeout))

@@ -7,6 +7,7 @@ parts of the epoch, prepared and holding their locks, never wait on it."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,9 +20,9 @@ from psycopg import sql
 from durable_sinks.coordinator import Coordinator, EpochOutcome, prepare_part
 from durable_sinks.core import CommitHandle, OpenContext
 from durable_sinks.core.bad_rows import BadRowPolicy, SchemaEvolution, WritePolicy
-from durable_sinks.core.errors import ConfigError, SchemaMismatchError
+from durable_sinks.core.errors import ConfigError, SchemaMismatchError, TransientError
 from durable_sinks.manifest import LocalDirectoryStore
-from durable_sinks.sinks.postgres import PostgresSink, PostgresSinkConfig
+from durable_sinks.sinks.postgres import PostgresSink, PostgresSinkConfig, catalog
 from tests.conftest import UniqueNames
 from tests.services import PostgresEndpoint
 from tests.support.pg_access import Role
@@ -276,3 +277,34 @@ def test_a_column_added_in_dead_letter_mode_stays_when_a_later_batch_has_refused
         (4, "n4", 4.0),
         (6, "n6", 6.0),
     ]
+
+
+def test_an_alter_behind_a_reader_gives_up_after_the_lock_timeout_and_changes_nothing(
+    postgres: PostgresEndpoint,
+    conn: Conn,
+    table: str,
+    job_id: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A reader holding the table (an open transaction that read it) makes the ALTER wait;
+    it gives up after the lock timeout with a TransientError, nothing of the epoch written,
+    and the epoch succeeds once the reader is gone."""
+    monkeypatch.setattr(catalog, "EVOLUTION_LOCK_TIMEOUT_S", 0.3)
+    sink = PostgresSink(PostgresSinkConfig(postgres.conninfo(), table))
+    coordinator = Coordinator(
+        job_id, [sink], LocalDirectoryStore(tmp_path / "store"), one_phase=False, policy=ADD
+    )
+    coordinator.start()
+    new = batch([1], score=pa.array([1.5]))
+    with psycopg.connect(postgres.conninfo()) as reader:
+        reader.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.SQL(table)))  # holds it
+        started = time.monotonic()
+        with pytest.raises(TransientError, match="lock timeout"):
+            coordinator.run_epoch(0, [new])
+        assert time.monotonic() - started < 5
+        reader.rollback()
+    assert columns_of(conn, table) == {"id": "bigint", "name": "text"}
+    assert coordinator.run_epoch(0, [new]).outcome is EpochOutcome.COMMITTED
+    coordinator.close()
+    assert rows_of(conn, table) == [(1, "n1", 1.5)]
