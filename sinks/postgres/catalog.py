@@ -1,6 +1,7 @@
 """The target table as the server has it: checked at start (settings, privileges, the upsert
-key), created from the first batch's schema on request, and compared with each new batch
-schema before anything of the batch is written."""
+key, the owner's role for schema evolution), created from the first batch's schema on
+request, compared with each new batch schema before anything of the batch is written, and
+altered by schema evolution (`TargetTable.evolve`)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
-"""Arrow -> Postgres type mapping for binary COPY (through pgpq), and the checks that turn a
-batch that does not fit its table into a SchemaMismatchError naming the column."""
+"""Arrow -> Postgres type mapping for binary COPY (through pgpq); the checks that turn a batch
+that does not fit its table into a SchemaMismatchError naming the column; the checks of
+values before COPY that name the rows a table cannot take (`bad_values`); and what schema
+evolution changes in a table (`evolution`) or in a batch (`cast_up`)."""
 
 from __future__ import annotations
 

@@ -2,6 +2,9 @@
 binary COPY (encoded by pgpq), straight into the table (append) or into a per-epoch UNLOGGED
 staging table merged into the table with INSERT ... ON CONFLICT at pre-commit (upsert).
 
+In dead-letter mode the COPYs run under a savepoint, and a COPY the server refuses is undone
+to it while the refused rows are found (`copy_isolating`; isolation.py).
+
 Nothing here commits: every statement runs in the epoch's transaction, which pre-commit
 prepares (or one-phase commit commits)."""
 
