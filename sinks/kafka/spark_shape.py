@@ -14,11 +14,11 @@ row becomes):
 - any other column: ignored, as Spark ignores it.
 Strings are sent UTF-8 encoded, binary values byte for byte.
 
-What Spark would fail a task on mid-write is refused here for the whole batch before any of
-its records is produced (so nothing of the epoch becomes visible): a header with a null key
-or a null header entry, a negative partition (a partition the topic does not have is refused
-by the sink, which knows the topic's partitions). A wrong column type is refused from the
-schema alone, once per schema.
+What Spark would fail a task on mid-write is a refused row here (`row_refusals`), found
+before any record of the batch is produced: a header with a null key or a null header entry,
+a partition the topic does not have (negative, or beyond its count). By the job's bad-row
+policy such a row fails the epoch (nothing of it becomes visible) or goes to the dead letter.
+A wrong column type is refused from the schema alone, once per schema.
 
 The sink writes one topic: its `topic` option, which, as in Spark, takes precedence over a
 `topic` column. Spark then sends every row to the option's topic whatever the column says;

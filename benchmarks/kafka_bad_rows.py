@@ -1,0 +1,185 @@
+"""What bad-row handling costs the Kafka sink, at the coordinator (no Spark).
+
+    .venv/bin/python -m benchmarks.kafka_bad_rows [--epoch-records 100000] [--epochs 4]
+        [--rounds 5] [--oversize 0.01]
+
+Needs the test bed's Kafka (`python -m tests.services up kafka`). Each epoch is
+`--epoch-records` records (a 16-byte key, a 200-byte value, the `ds-epoch` header) into a
+fresh two-partition topic whose max.message.bytes is 16,384 (the producer's batches
+stay below it), through the coordinator into
+`KafkaSink` (value_column, key_column), one Kafka transaction per epoch. Three variants:
+- clean, fail: on_bad_rows="fail" (the default), no bad row;
+- clean, dead letter: on_bad_rows="dead_letter" with a files dead-letter sink, no bad row (the
+  checks run, nothing is refused: the dead-letter sink takes no part);
+- oversize, dead letter: the same with `--oversize` of the rows 20,000 bytes long: refused
+  before anything is produced (RECORD_TOO_LARGE) and written to the dead letter, a second
+  participant of the epoch.
+The variants alternate (their order rotates) for `--rounds` rounds, `--epochs` epochs each
+after a warm-up epoch; the median epoch time of each round, then the median over the rounds,
+is reported, with the goals: clean dead letter <= 1.03x clean fail, oversize <= 1.5x clean.
+Then, in this process and without the broker, where an oversize epoch's extra time goes: the
+sink's own part (encode, size and partition checks, refused rows dropped, Python lists for
+`produce`) for the clean and the oversize epoch, and the coordinator's dead-letter batch
+(one row per refused row, the whole row as JSON).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import pyarrow as pa
+from confluent_kafka.admin import AdminClient
+
+from durable_sinks.coordinator import Coordinator
+from durable_sinks.coordinator._dead_letters import DeadLetterPass
+from durable_sinks.core.bad_rows import BadRowCap, BadRowPolicy, WritePolicy
+from durable_sinks.manifest import LocalDirectoryStore
+from durable_sinks.sinks.files import Files, FileSink
+from durable_sinks.sinks.kafka import KafkaSink, KafkaSinkConfig
+from durable_sinks.sinks.kafka.admin import TopicFacts
+from durable_sinks.sinks.kafka.records import RecordLayout, encode_records
+from tests.services import Testbed
+from tests.support.targets import create_topic
+
+VALUE_BYTES = 200
+OVERSIZE_BYTES = 20_000
+TOPIC_LIMIT = 16_384
+PARTITIONS = 2
+VARIANTS = ("clean, fail", "clean, dead letter", "oversize, dead letter")
+
+
+def make_epoch(count: int, oversize: float) -> pa.RecordBatch:
+    """`count` records; every round(1 / oversize)-th one OVERSIZE_BYTES long (none at 0)."""
+    every = round(1 / oversize) if oversize > 0 else 0
+    body = bytes(range(256)) * (OVERSIZE_BYTES // 256 + 1)
+    keys = [f"key-{i:012d}" for i in range(count)]
+    values = [
+        (b"%012d" % i)
+        + body[: (OVERSIZE_BYTES if every and i % every == every - 1 else VALUE_BYTES) - 12]
+        for i in range(count)
+    ]
+    return pa.record_batch({"key": pa.array(keys), "value": pa.array(values, pa.binary())})
+
+
+def run(
+    variant: str, bootstrap: str, topic: str, batch: pa.RecordBatch, epochs: int, work: Path
+) -> list[float]:
+    """Seconds per epoch (after one warm-up epoch)."""
+    sink = KafkaSink(
+        KafkaSinkConfig(bootstrap, topic, value_column="value", key_column="key", name="bench")
+    )
+    isolating = variant != "clean, fail"
+    coordinator = Coordinator(
+        f"bench-{uuid.uuid4().hex[:8]}",
+        [sink],
+        LocalDirectoryStore(work / "store"),
+        policy=WritePolicy(on_bad_rows=BadRowPolicy.DEAD_LETTER) if isolating else None,
+        dead_letter=FileSink(Files(str(work / "dead"), name="dead")) if isolating else None,
+        bad_row_cap=BadRowCap(0.05),
+    )
+    coordinator.start()
+    seconds = []
+    try:
+        for epoch in range(epochs + 1):
+            started = time.perf_counter()
+            coordinator.run_epoch(epoch, [batch])
+            if epoch:
+                seconds.append(time.perf_counter() - started)
+    finally:
+        coordinator.close()
+    return seconds
+
+
+def breakdown(clean: pa.RecordBatch, bad: pa.RecordBatch, repeats: int = 7) -> None:
+    """Median ms of the sink's own part per epoch, clean and oversize, and of the dead-letter
+    batch of the oversize epoch."""
+    sink = KafkaSink(
+        KafkaSinkConfig("127.0.0.1:9", "t", value_column="value", key_column="key", name="k")
+    )
+    facts = TopicFacts(PARTITIONS, TOPIC_LIMIT)
+    layout = RecordLayout("value", "key")
+    parts: dict[str, list[float]] = {"clean": [], "oversize": [], "dead letters": []}
+    for _ in range(repeats):
+        for name, batch in (("clean", clean), ("oversize", bad)):
+            started = time.perf_counter()
+            encoded = encode_records(batch, layout)
+            refused = sink._size_refusals(encoded, facts)
+            if refused:
+                encoded = encoded.kept(refused.kept_mask(len(encoded)))
+                batch.filter(refused.kept_mask(batch.num_rows))  # what _refuse returns
+            encoded.records(0)
+            parts[name].append(time.perf_counter() - started)
+            if refused:
+                started = time.perf_counter()
+                letters = DeadLetterPass("bench", 0, BadRowCap(0.05), isolating=True)
+                letters.read(0, batch)
+                letters.add("bench", 0, batch, refused)
+                letters.batch()
+                parts["dead letters"].append(time.perf_counter() - started)
+    print(
+        "in-process, medians: the sink's part (encode, checks, drop refused rows, lists): "
+        f"clean {statistics.median(parts['clean']) * 1e3:.1f} ms, oversize "
+        f"{statistics.median(parts['oversize']) * 1e3:.1f} ms; the dead-letter batch of the "
+        f"oversize epoch {statistics.median(parts['dead letters']) * 1e3:.1f} ms; epoch bytes: "
+        f"clean {clean.nbytes / 1e6:.0f} MB, oversize {bad.nbytes / 1e6:.0f} MB"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--epoch-records", type=int, default=100_000)
+    parser.add_argument("--epochs", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--oversize", type=float, default=0.01)
+    parser.add_argument("--settle", type=float, default=1.0, help="seconds of rest before a run")
+    args = parser.parse_args()
+    bootstrap = Testbed.create().kafka.endpoint().bootstrap_servers
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    work = Path(tempfile.mkdtemp(prefix="ds-kafka-bad-rows-"))
+    clean = make_epoch(args.epoch_records, 0)
+    bad = make_epoch(args.epoch_records, args.oversize)
+    topics: list[str] = []
+    medians: dict[str, list[float]] = {name: [] for name in VARIANTS}
+    try:
+        for round_ in range(args.rounds):
+            shift = round_ % len(VARIANTS)
+            for variant in VARIANTS[shift:] + VARIANTS[:shift]:
+                topic = f"bench-{uuid.uuid4().hex[:10]}"
+                create_topic(admin, topic, PARTITIONS, **{"max.message.bytes": str(TOPIC_LIMIT)})
+                topics.extend([topic, f"{topic}-ds-progress"])
+                time.sleep(args.settle)
+                batch = bad if variant.startswith("oversize") else clean
+                seconds = run(variant, bootstrap, topic, batch, args.epochs, work / topic)
+                medians[variant].append(statistics.median(seconds))
+    finally:
+        existing = set(admin.list_topics(timeout=30).topics)
+        doomed = [t for t in topics if t in existing]
+        if doomed:
+            for future in admin.delete_topics(doomed, request_timeout=30).values():
+                future.result(timeout=30)
+
+    middle = {name: statistics.median(runs) for name, runs in medians.items()}
+    print(
+        f"epochs of {args.epoch_records:,} records ({VALUE_BYTES}-byte values, 16-byte keys); "
+        f"oversize: {args.oversize:.0%} of them {OVERSIZE_BYTES:,} bytes (topic limit "
+        f"{TOPIC_LIMIT:,}); {args.rounds} rounds of {args.epochs} epochs; medians"
+    )
+    for name, runs in medians.items():
+        print(
+            f"{name:24s} median {middle[name] * 1e3:7.1f} ms per epoch  rounds "
+            + ", ".join(f"{t * 1e3:.1f}" for t in runs)
+        )
+    dead = middle["clean, dead letter"] / middle["clean, fail"]
+    oversize = middle["oversize, dead letter"] / middle["clean, dead letter"]
+    print(f"clean, dead letter / clean, fail: {dead:.3f}x (goal <= 1.03x)")
+    print(f"oversize / clean (both dead letter): {oversize:.3f}x (goal <= 1.5x)")
+    breakdown(clean, bad)
+
+
+if __name__ == "__main__":
+    main()
