@@ -285,11 +285,16 @@ def fold_crc(array: pa.Array, checksum: int) -> int:
 def epoch_millis(array: pa.Array) -> list[int]:
     """Milliseconds since the Unix epoch (0, meaning "now", for null); finer digits are
     dropped, as Spark's Kafka sink drops microseconds."""
+    result: list[int] = pc.fill_null(millis(array), 0).to_pylist()
+    return result
+
+
+def millis(array: pa.Array) -> pa.Array:
+    """Milliseconds since the Unix epoch as int64 (null stays null; finer digits dropped)."""
     if pa.types.is_timestamp(array.type):
         in_ms = pc.cast(array, pa.timestamp("ms", array.type.tz), safe=False)
-        array = pc.cast(in_ms, pa.int64())
-    result: list[int] = pc.fill_null(array.cast(pa.int64()), 0).to_pylist()
-    return result
+        return pc.cast(in_ms, pa.int64())
+    return array.cast(pa.int64())
 
 
 def _json_values(batch: pa.RecordBatch, columns: Sequence[str]) -> pa.Array:

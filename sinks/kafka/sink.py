@@ -73,7 +73,11 @@ from .progress import (
     progress_key,
     transactional_id,
 )
-from .records import Encoded, encode_records
+from .records import Encoded, encode_records, millis
+
+#: How much nearer than the topic's timestamp limits a record's timestamp must be to now (the
+#: broker checks against its own clock, later): rows within it of a limit are refused.
+TIMESTAMP_MARGIN_MS = 60_000
 
 #: What settles a commit whose outcome a failure left unknown.
 _COMMIT_IN_DOUBT = (
@@ -321,7 +325,9 @@ class KafkaSink(SinkBase[Kafka]):
         else:
             encoded = encode_records(batch, self.config.layout)
             refused = self._partition_refusals(encoded, state.topic)
-        refused = self._size_refusals(encoded, state.topic).merged(refused)
+        refused = self._size_refusals(encoded, state.topic).merged(
+            refused, self._timestamp_refusals(encoded, state.topic, shape)
+        )
         if refused:
             self._refused(batch, refused, current.epoch)
             encoded = encoded.kept(refused.kept_mask(len(encoded)))
@@ -405,6 +411,48 @@ class KafkaSink(SinkBase[Kafka]):
             ),
         )
 
+    def _timestamp_refusals(self, encoded: Encoded, topic: TopicFacts, shape: str) -> RefusedRows:
+        """Records whose timestamp the topic would refuse (TIMESTAMP_OUT_OF_RANGE): before
+        1970, or outside its window around now (message.timestamp.before/after.max.ms), less
+        a margin for the clocks of this host and the broker, which checks later."""
+        if encoded.timestamps is None:
+            return RefusedRows()
+        stamps = millis(encoded.timestamps)
+        outside = pc.less(stamps, 0)
+        window = topic.timestamps
+        now = int(time.time() * 1000)
+        if window is not None and window.before_ms is not None:
+            earliest = now - window.before_ms + TIMESTAMP_MARGIN_MS
+            outside = pc.or_(outside, pc.less(stamps, earliest))
+        if window is not None and window.after_ms is not None:
+            latest = now + window.after_ms - TIMESTAMP_MARGIN_MS
+            outside = pc.or_(outside, pc.greater(stamps, latest))
+        outside = pc.fill_null(outside, False)
+        if not pc.any(outside).as_py():
+            return RefusedRows()
+        rows = pc.indices_nonzero(outside)
+        column = (
+            spark_shape.TIMESTAMP if shape == SPARK_SHAPE else self.config.layout.timestamp_column
+        )
+
+        def why(ms: int) -> str:
+            if ms < 0:
+                return f"timestamp {ms} ms is before 1970: Kafka takes no negative timestamp"
+            return (
+                f"timestamp {ms} ms is {(ms - now) / 1000:+.0f} s from now, outside what topic "
+                f"{self.config.topic!r} takes (message.timestamp.before.max.ms "
+                f"{_limit(window.before_ms if window else None)}, after.max.ms "
+                f"{_limit(window.after_ms if window else None)})"
+            )
+
+        return RefusedRows(
+            tuple(rows.to_pylist()),
+            tuple(
+                Refusal(RefusalReason.TIMESTAMP_OUT_OF_RANGE, why(ms), column)
+                for ms in pc.take(stamps, rows).to_pylist()
+            ),
+        )
+
     def _refused(self, batch: pa.RecordBatch, refused: RefusedRows, epoch: int) -> None:
         """Apply the job's bad-row policy to `refused` (SinkBase._refuse): with "fail", raise
         BadRowsError with the fix for what was refused; nothing of the batch was produced."""
@@ -439,6 +487,12 @@ class KafkaSink(SinkBase[Kafka]):
             )
         if spark_shape.HEADERS in columns:
             fixes.append("give every header a key")
+        if RefusalReason.TIMESTAMP_OUT_OF_RANGE in refused.counts():
+            fixes.append(
+                "check the timestamp column: integers are milliseconds since the Unix epoch "
+                "(not microseconds or nanoseconds); or widen the topic's "
+                "message.timestamp.before.max.ms / after.max.ms"
+            )
         fixes.append(
             "or route such rows to a dead letter: durable_sink(..., on_bad_rows='dead_letter', "
             "dead_letter=sink(...)); nothing of the epoch was committed"
@@ -604,3 +658,7 @@ class KafkaSink(SinkBase[Kafka]):
 
 def _any(value: bytes, offset: int) -> bool:
     return True
+
+
+def _limit(ms: int | None) -> str:
+    return "unlimited" if ms is None else f"{ms} ms"

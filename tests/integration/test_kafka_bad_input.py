@@ -286,12 +286,12 @@ BAD_BATCHES: dict[str, tuple[dict[str, Any], pa.RecordBatch, str, str]] = {
         "first: row 0: partition -5, but topic",
         "modulo the topic's partition count",
     ),
-    "timestamp far in the future (was a TransientError)": (
+    "timestamp far in the future": (
         {"timestamp_column": "ts"},
         pa.record_batch(
             {"ts": pa.array([0, 2**62], pa.int64()), "n": pa.array([1, 2], pa.int64())}
         ),
-        "the broker refused a record's timestamp",
+        "timestamp_out_of_range (column 'ts'): 1 row (first: row 1: timestamp",
         "milliseconds since the Unix epoch",
     ),
 }

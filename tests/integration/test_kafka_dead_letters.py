@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -152,6 +153,41 @@ def test_refused_rows_go_to_the_dead_letter_and_the_rest_to_the_topic(
         coordinator.run_epoch(1, [rows([50], [10], [0])])
         assert len(read_committed(kafka, admin, small_topic)) == 42
         assert len(dead_letters_in(letters_path)) == 3
+    finally:
+        coordinator.close()
+
+
+def test_timestamps_the_topic_refuses_go_to_the_dead_letter(
+    kafka: KafkaEndpoint, admin: AdminClient, topic: str, unique: UniqueNames, tmp_path: Path
+) -> None:
+    """Kafka 4 takes timestamps up to an hour ahead of its clock, none before 1970."""
+    letters_path = tmp_path / "dead"
+    coordinator = started(
+        Coordinator(
+            unique.job_id,
+            [kafka_sink(kafka, topic, key_column="id", timestamp_column="ts")],
+            LocalDirectoryStore(tmp_path / "store"),
+            policy=DEAD_LETTERS,
+            dead_letter=FileSink(Files(str(letters_path), name="dead")),
+            bad_row_cap=BadRowCap(5),
+        )
+    )
+    try:
+        now = int(time.time() * 1000)
+        stamps = [now, now * 1000, -5, None, now - 86_400_000]  # the second: microseconds
+        batch = pa.record_batch(
+            {"id": [str(i) for i in range(5)], "n": range(5), "ts": pa.array(stamps, pa.int64())}
+        )
+        coordinator.run_epoch(0, [batch])
+        landed = sorted(int(m.key() or b"") for m in read_committed(kafka, admin, topic))
+        assert landed == [0, 3, 4]
+        letters = dead_letters_in(letters_path)
+        assert [(r["row_number"], r["reason"], r["column_name"]) for r in letters] == [
+            (1, "timestamp_out_of_range", "ts"),
+            (2, "timestamp_out_of_range", "ts"),
+        ]
+        assert "after.max.ms 3600000 ms" in letters[0]["message"]
+        assert "before 1970" in letters[1]["message"]
     finally:
         coordinator.close()
 
