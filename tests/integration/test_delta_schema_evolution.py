@@ -175,3 +175,43 @@ def test_a_delta_table_created_from_the_dead_letter_schema_takes_dead_letters(
     assert folder_leftovers(letters) == []
     landed = pq.read_table(tmp_path / "target").column("id").to_pylist()
     assert sorted(landed) == [1, 4]
+
+
+@pytest.mark.parametrize(
+    ("crash_after", "added"), [("after-pre-commit:delta", False), ("after-decision", True)]
+)
+def test_a_crash_in_an_epoch_that_adds_a_column(
+    tmp_path: Path, crash_after: str, added: bool
+) -> None:
+    """Undecided, the next start rolls it back and the schema stays; decided, the next start
+    commits it (the column with it) from the participant's files, then deletes them."""
+    table = tmp_path / "table"
+
+    def coordinator() -> Coordinator:
+        sink = create("delta", {"path": str(table), "create_table": True})
+        store = LocalDirectoryStore(tmp_path / "store")
+        made = Coordinator("delta-crash", [sink], store, policy=ADD_COLUMNS)
+        made.start()
+        return made
+
+    first = coordinator()
+    first.run_epoch(0, [pa.record_batch({"id": [1]})])
+    steps = first.epoch_steps(1, [pa.record_batch({"id": [2], "extra": ["x"]})])
+    for step in steps:
+        if step == crash_after:
+            break  # the driver dies here: nothing cleaned up
+    else:
+        raise AssertionError(f"the epoch never reached {crash_after}")
+    second = coordinator()
+    assert columns(table) == (["id", "extra"] if added else ["id"])
+    second.run_epoch(1, [pa.record_batch({"id": [2], "extra": ["x"]})])
+    second.run_epoch(2, [pa.record_batch({"id": [3]})])
+    second.close()
+    assert columns(table) == ["id", "extra"]
+    assert table_rows(table) == [
+        {"id": 1, "extra": None},
+        {"id": 2, "extra": "x"},
+        {"id": 3, "extra": None},
+    ]
+    assert log_epochs(table) == [0, 1, 2]
+    assert folder_leftovers(table) == []
