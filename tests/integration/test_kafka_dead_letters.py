@@ -1,7 +1,8 @@
 """Bad rows and dead letters with Kafka, against the test bed's real Kafka, read by
 read_committed consumers: rows a topic cannot take (a record over its max.message.bytes, a
-partition it does not have) fail the epoch with the row, the limit and the fix, or go to a
-files dead letter while every other row lands in the topic; a Kafka topic as the dead-letter
+partition it does not have, a timestamp outside its window, a Spark-shape row Spark's sink
+would fail on) fail the epoch with the row, the limit and the fix, or go to a files dead
+letter while every other row lands in the topic; a Kafka topic as the dead-letter
 sink of a files target is the job's commit point; a Kafka target cannot have a Kafka dead
 letter; and a new column flows through with schema_evolution='add_columns'."""
 
@@ -188,6 +189,51 @@ def test_timestamps_the_topic_refuses_go_to_the_dead_letter(
         ]
         assert "after.max.ms 3600000 ms" in letters[0]["message"]
         assert "before 1970" in letters[1]["message"]
+    finally:
+        coordinator.close()
+
+
+def test_spark_shape_rows_the_sink_cannot_write_go_to_the_dead_letter(
+    kafka: KafkaEndpoint, admin: AdminClient, topic: str, unique: UniqueNames, tmp_path: Path
+) -> None:
+    letters_path = tmp_path / "dead"
+    coordinator = started(
+        Coordinator(
+            unique.job_id,
+            [kafka_sink(kafka, topic)],
+            LocalDirectoryStore(tmp_path / "store"),
+            policy=DEAD_LETTERS,
+            dead_letter=FileSink(Files(str(letters_path), name="dead")),
+            bad_row_cap=BadRowCap(5),
+        )
+    )
+    header = pa.struct([("key", pa.string()), ("value", pa.binary())])
+    try:
+        batch = pa.record_batch(
+            {
+                "value": ["ok", "far", "elsewhere", "keyless", "also ok"],
+                "partition": pa.array([1, 2, None, None, 0], pa.int32()),
+                "topic": [topic, None, "elsewhere", None, None],
+                "headers": pa.array(
+                    [[{"key": "h", "value": b"1"}], None, None, [{"value": b"2"}], []],
+                    pa.list_(header),
+                ),
+            }
+        )
+        coordinator.run_epoch(0, [batch])
+        written = {(m.value() or b"").decode(): m for m in read_committed(kafka, admin, topic)}
+        assert sorted(written) == ["also ok", "ok"]
+        assert (written["ok"].partition(), written["ok"].headers()) == (
+            1,
+            [("h", b"1"), ("ds-epoch", b"0")],
+        )
+        letters = dead_letters_in(letters_path)
+        assert [(r["row_number"], r["column_name"]) for r in letters] == [
+            (1, "partition"),
+            (2, "topic"),
+            (3, "headers"),
+        ]
+        assert {r["reason"] for r in letters} == {"invalid_value"}
     finally:
         coordinator.close()
 
