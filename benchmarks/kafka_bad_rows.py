@@ -1,26 +1,27 @@
 """What bad-row handling costs the Kafka sink, at the coordinator (no Spark).
 
-    .venv/bin/python -m benchmarks.kafka_bad_rows [--epoch-records 100000] [--epochs 4]
-        [--rounds 5] [--oversize 0.01]
+    .venv/bin/python -m benchmarks.kafka_bad_rows [--epoch-records 100000] [--pairs 15]
+        [--oversize 0.01]
 
 Needs the test bed's Kafka (`python -m tests.services up kafka`). Each epoch is
-`--epoch-records` records (a 16-byte key, a 200-byte value, the `ds-epoch` header) into a
-fresh two-partition topic whose max.message.bytes is 16,384 (the producer's batches
-stay below it), through the coordinator into
-`KafkaSink` (value_column, key_column), one Kafka transaction per epoch. Three variants:
+`--epoch-records` records (a 16-byte key, a 200-byte value, the `ds-epoch` header) through
+the coordinator into `KafkaSink` (value_column, key_column), one Kafka transaction per epoch,
+into a two-partition topic whose max.message.bytes is 16,384 (the producer's batches stay
+below it). Three jobs, each with a topic of its own:
 - clean, fail: on_bad_rows="fail" (the default), no bad row;
 - clean, dead letter: on_bad_rows="dead_letter" with a files dead-letter sink, no bad row (the
   checks run, nothing is refused: the dead-letter sink takes no part);
 - oversize, dead letter: the same with `--oversize` of the rows 20,000 bytes long: refused
   before anything is produced (RECORD_TOO_LARGE) and written to the dead letter, a second
   participant of the epoch.
-The variants alternate (their order rotates) for `--rounds` rounds, `--epochs` epochs each
-after a warm-up epoch; the median epoch time of each round, then the median over the rounds,
-is reported, with the goals: clean dead letter <= 1.03x clean fail, oversize <= 1.5x clean.
-Then, in this process and without the broker, where an oversize epoch's extra time goes: the
-sink's own part (encode, size and partition checks, refused rows dropped, Python lists for
-`produce`) for the clean and the oversize epoch, and the coordinator's dead-letter batch
-(one row per refused row, the whole row as JSON).
+Two comparisons, each `--pairs` rounds after a warm-up epoch of each job: in a round the two
+jobs each run one epoch, back to back (which goes first alternates), so both see the same
+moment of a shared machine. Reported: the median epoch of each job and the median of the
+rounds' ratios, against the goals: clean dead letter <= 1.03x clean fail, oversize <= 1.5x
+clean. Then, in this process and without the broker, where an oversize epoch's extra time
+goes: the sink's own part (encode, size checks, refused rows dropped, Python lists for
+`produce`) for the clean and the oversize epoch, and the coordinator's dead-letter batch (one
+row per refused row, the whole row as JSON).
 """
 
 from __future__ import annotations
@@ -50,7 +51,6 @@ VALUE_BYTES = 200
 OVERSIZE_BYTES = 20_000
 TOPIC_LIMIT = 16_384
 PARTITIONS = 2
-VARIANTS = ("clean, fail", "clean, dead letter", "oversize, dead letter")
 
 
 def make_epoch(count: int, oversize: float) -> pa.RecordBatch:
@@ -66,33 +66,58 @@ def make_epoch(count: int, oversize: float) -> pa.RecordBatch:
     return pa.record_batch({"key": pa.array(keys), "value": pa.array(values, pa.binary())})
 
 
-def run(
-    variant: str, bootstrap: str, topic: str, batch: pa.RecordBatch, epochs: int, work: Path
-) -> list[float]:
-    """Seconds per epoch (after one warm-up epoch)."""
-    sink = KafkaSink(
-        KafkaSinkConfig(bootstrap, topic, value_column="value", key_column="key", name="bench")
+class Job:
+    """One benchmark job: a coordinator writing `batch` as each of its epochs."""
+
+    def __init__(
+        self, bootstrap: str, topic: str, batch: pa.RecordBatch, work: Path, *, isolating: bool
+    ) -> None:
+        sink = KafkaSink(
+            KafkaSinkConfig(bootstrap, topic, value_column="value", key_column="key", name="k")
+        )
+        self.batch = batch
+        self.epoch = 0
+        self.coordinator = Coordinator(
+            f"bench-{uuid.uuid4().hex[:8]}",
+            [sink],
+            LocalDirectoryStore(work / "store"),
+            policy=WritePolicy(on_bad_rows=BadRowPolicy.DEAD_LETTER) if isolating else None,
+            dead_letter=FileSink(Files(str(work / "dead"), name="dead")) if isolating else None,
+            bad_row_cap=BadRowCap(0.05),
+        )
+        self.coordinator.start()
+
+    def run(self) -> float:
+        """Seconds of the next epoch."""
+        started = time.perf_counter()
+        self.coordinator.run_epoch(self.epoch, [self.batch])
+        self.epoch += 1
+        return time.perf_counter() - started
+
+
+def paired(first: Job, second: Job, pairs: int) -> tuple[list[float], list[float]]:
+    """Each job's epoch seconds over `pairs` rounds (after a warm-up epoch of each)."""
+    first.run()
+    second.run()
+    times: tuple[list[float], list[float]] = ([], [])
+    for round_ in range(pairs):
+        if round_ % 2:
+            times[1].append(second.run())
+            times[0].append(first.run())
+        else:
+            times[0].append(first.run())
+            times[1].append(second.run())
+    return times
+
+
+def report(name: str, base: str, times: tuple[list[float], list[float]], goal: float) -> None:
+    ratios = [b / a for a, b in zip(*times, strict=True)]
+    print(
+        f"{name} / {base}: median of the rounds' ratios {statistics.median(ratios):.3f}x "
+        f"(goal <= {goal}x; ratios {min(ratios):.2f}-{max(ratios):.2f}); medians "
+        f"{statistics.median(times[1]) * 1e3:.1f} vs {statistics.median(times[0]) * 1e3:.1f} "
+        "ms per epoch"
     )
-    isolating = variant != "clean, fail"
-    coordinator = Coordinator(
-        f"bench-{uuid.uuid4().hex[:8]}",
-        [sink],
-        LocalDirectoryStore(work / "store"),
-        policy=WritePolicy(on_bad_rows=BadRowPolicy.DEAD_LETTER) if isolating else None,
-        dead_letter=FileSink(Files(str(work / "dead"), name="dead")) if isolating else None,
-        bad_row_cap=BadRowCap(0.05),
-    )
-    coordinator.start()
-    seconds = []
-    try:
-        for epoch in range(epochs + 1):
-            started = time.perf_counter()
-            coordinator.run_epoch(epoch, [batch])
-            if epoch:
-                seconds.append(time.perf_counter() - started)
-    finally:
-        coordinator.close()
-    return seconds
 
 
 def breakdown(clean: pa.RecordBatch, bad: pa.RecordBatch, repeats: int = 7) -> None:
@@ -133,10 +158,8 @@ def breakdown(clean: pa.RecordBatch, bad: pa.RecordBatch, repeats: int = 7) -> N
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--epoch-records", type=int, default=100_000)
-    parser.add_argument("--epochs", type=int, default=4)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--pairs", type=int, default=15)
     parser.add_argument("--oversize", type=float, default=0.01)
-    parser.add_argument("--settle", type=float, default=1.0, help="seconds of rest before a run")
     args = parser.parse_args()
     bootstrap = Testbed.create().kafka.endpoint().bootstrap_servers
     admin = AdminClient({"bootstrap.servers": bootstrap})
@@ -144,40 +167,39 @@ def main() -> None:
     clean = make_epoch(args.epoch_records, 0)
     bad = make_epoch(args.epoch_records, args.oversize)
     topics: list[str] = []
-    medians: dict[str, list[float]] = {name: [] for name in VARIANTS}
+    jobs: list[Job] = []
+
+    def job(batch: pa.RecordBatch, *, isolating: bool) -> Job:
+        topic = f"bench-{uuid.uuid4().hex[:10]}"
+        create_topic(admin, topic, PARTITIONS, **{"max.message.bytes": str(TOPIC_LIMIT)})
+        topics.extend([topic, f"{topic}-ds-progress"])
+        jobs.append(Job(bootstrap, topic, batch, work / topic, isolating=isolating))
+        return jobs[-1]
+
     try:
-        for round_ in range(args.rounds):
-            shift = round_ % len(VARIANTS)
-            for variant in VARIANTS[shift:] + VARIANTS[:shift]:
-                topic = f"bench-{uuid.uuid4().hex[:10]}"
-                create_topic(admin, topic, PARTITIONS, **{"max.message.bytes": str(TOPIC_LIMIT)})
-                topics.extend([topic, f"{topic}-ds-progress"])
-                time.sleep(args.settle)
-                batch = bad if variant.startswith("oversize") else clean
-                seconds = run(variant, bootstrap, topic, batch, args.epochs, work / topic)
-                medians[variant].append(statistics.median(seconds))
+        failing = job(clean, isolating=False)
+        isolating = job(clean, isolating=True)
+        oversize = job(bad, isolating=True)
+        print(
+            f"epochs of {args.epoch_records:,} records ({VALUE_BYTES}-byte values, 16-byte "
+            f"keys); oversize: {args.oversize:.0%} of them {OVERSIZE_BYTES:,} bytes (topic "
+            f"limit {TOPIC_LIMIT:,}); {args.pairs} rounds per comparison"
+        )
+        report("clean, dead letter", "clean, fail", paired(failing, isolating, args.pairs), 1.03)
+        report(
+            "oversize, dead letter",
+            "clean, dead letter",
+            paired(isolating, oversize, args.pairs),
+            1.5,
+        )
     finally:
+        for made in jobs:
+            made.coordinator.close()
         existing = set(admin.list_topics(timeout=30).topics)
         doomed = [t for t in topics if t in existing]
         if doomed:
             for future in admin.delete_topics(doomed, request_timeout=30).values():
                 future.result(timeout=30)
-
-    middle = {name: statistics.median(runs) for name, runs in medians.items()}
-    print(
-        f"epochs of {args.epoch_records:,} records ({VALUE_BYTES}-byte values, 16-byte keys); "
-        f"oversize: {args.oversize:.0%} of them {OVERSIZE_BYTES:,} bytes (topic limit "
-        f"{TOPIC_LIMIT:,}); {args.rounds} rounds of {args.epochs} epochs; medians"
-    )
-    for name, runs in medians.items():
-        print(
-            f"{name:24s} median {middle[name] * 1e3:7.1f} ms per epoch  rounds "
-            + ", ".join(f"{t * 1e3:.1f}" for t in runs)
-        )
-    dead = middle["clean, dead letter"] / middle["clean, fail"]
-    oversize = middle["oversize, dead letter"] / middle["clean, dead letter"]
-    print(f"clean, dead letter / clean, fail: {dead:.3f}x (goal <= 1.03x)")
-    print(f"oversize / clean (both dead letter): {oversize:.3f}x (goal <= 1.5x)")
     breakdown(clean, bad)
 
 
