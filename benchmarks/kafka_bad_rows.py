@@ -1,7 +1,7 @@
 """What bad-row handling costs the Kafka sink, at the coordinator (no Spark).
 
     .venv/bin/python -m benchmarks.kafka_bad_rows [--epoch-records 100000] [--pairs 15]
-        [--oversize 0.01]
+        [--oversize 0.01] [--chart PNG]
 
 Needs the test bed's Kafka (`python -m tests.services up kafka`). Each epoch is
 `--epoch-records` records (a 16-byte key, a 200-byte value, the `ds-epoch` header) through
@@ -110,7 +110,8 @@ def paired(first: Job, second: Job, pairs: int) -> tuple[list[float], list[float
     return times
 
 
-def report(name: str, base: str, times: tuple[list[float], list[float]], goal: float) -> None:
+def report(name: str, base: str, times: tuple[list[float], list[float]], goal: float) -> float:
+    """Print the comparison; the median of the rounds' ratios."""
     ratios = [b / a for a, b in zip(*times, strict=True)]
     print(
         f"{name} / {base}: median of the rounds' ratios {statistics.median(ratios):.3f}x "
@@ -118,6 +119,26 @@ def report(name: str, base: str, times: tuple[list[float], list[float]], goal: f
         f"{statistics.median(times[1]) * 1e3:.1f} vs {statistics.median(times[0]) * 1e3:.1f} "
         "ms per epoch"
     )
+    return statistics.median(ratios)
+
+
+def chart(path: Path, args: argparse.Namespace, ratios: list[float]) -> None:
+    from benchmarks.charts import RATIO, grouped_bar_chart
+
+    written = grouped_bar_chart(
+        path,
+        f"Kafka sink, bad rows: epochs of {args.epoch_records:,} records, {args.pairs} paired "
+        "rounds per comparison\nmedian of the rounds' epoch-time ratios (lower is better)",
+        [
+            "clean, on_bad_rows='dead_letter' / clean, 'fail' (goal <= 1.03x)",
+            f"{args.oversize:.0%} oversize rows to the dead letter / clean (goal <= 1.5x)",
+        ],
+        [("median ratio", ratios)],
+        "x the other job's epoch time",
+        references=[("same = 1x", 1.0), ("goal 1.5x", 1.5)],
+        value_format=RATIO,
+    )
+    print(f"chart: {written}")
 
 
 def breakdown(clean: pa.RecordBatch, bad: pa.RecordBatch, repeats: int = 7) -> None:
@@ -160,6 +181,7 @@ def main() -> None:
     parser.add_argument("--epoch-records", type=int, default=100_000)
     parser.add_argument("--pairs", type=int, default=15)
     parser.add_argument("--oversize", type=float, default=0.01)
+    parser.add_argument("--chart", type=Path, help="also draw the ratios into this PNG")
     args = parser.parse_args()
     bootstrap = Testbed.create().kafka.endpoint().bootstrap_servers
     admin = AdminClient({"bootstrap.servers": bootstrap})
@@ -185,13 +207,17 @@ def main() -> None:
             f"keys); oversize: {args.oversize:.0%} of them {OVERSIZE_BYTES:,} bytes (topic "
             f"limit {TOPIC_LIMIT:,}); {args.pairs} rounds per comparison"
         )
-        report("clean, dead letter", "clean, fail", paired(failing, isolating, args.pairs), 1.03)
-        report(
-            "oversize, dead letter",
-            "clean, dead letter",
-            paired(isolating, oversize, args.pairs),
-            1.5,
-        )
+        ratios = [
+            report(
+                "clean, dead letter", "clean, fail", paired(failing, isolating, args.pairs), 1.03
+            ),
+            report(
+                "oversize, dead letter",
+                "clean, dead letter",
+                paired(isolating, oversize, args.pairs),
+                1.5,
+            ),
+        ]
     finally:
         for made in jobs:
             made.coordinator.close()
@@ -201,6 +227,8 @@ def main() -> None:
             for future in admin.delete_topics(doomed, request_timeout=30).values():
                 future.result(timeout=30)
     breakdown(clean, bad)
+    if args.chart is not None:
+        chart(args.chart, args, ratios)
 
 
 if __name__ == "__main__":
