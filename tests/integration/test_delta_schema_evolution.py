@@ -171,7 +171,8 @@ def test_a_delta_table_created_from_the_dead_letter_schema_takes_dead_letters(
         (2, "target", 0, "check"),
     ]
     assert [json.loads(r["row_json"])["id"] for r in found] == [2, 3, 5]
-    assert {0, 2} <= set(log_epochs(letters))
+    # epoch 1 had no dead letter: the dead-letter table has no commit of it
+    assert sorted(set(log_epochs(letters))) == [0, 2]
     assert folder_leftovers(letters) == []
     landed = pq.read_table(tmp_path / "target").column("id").to_pylist()
     assert sorted(landed) == [1, 4]
