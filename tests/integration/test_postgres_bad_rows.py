@@ -30,7 +30,8 @@ UTC = timezone.utc
 Conn = psycopg.Connection[Any]
 
 #: (column, Postgres type, Arrow type, the last values Postgres holds, the first it does not).
-EDGES = [
+#: (column, Postgres type, Arrow type, the last values Postgres holds, the first it does not)
+EDGES: list[tuple[str, str, pa.DataType, list[Any], list[Any]]] = [
     ("d", "date", pa.date32(), [-2_440_588, 2_145_042_905], [-2_440_589, 2_145_042_906]),
     (
         "d_min",
@@ -74,7 +75,7 @@ EDGES = [
 ]
 
 
-def _copy_one(conn: Conn, table: sql.Composed, name: str, array: pa.Array) -> str | None:
+def _copy_one(conn: Conn, table: sql.Identifier, name: str, array: pa.Array) -> str | None:
     """COPY one value, bypassing the sink's checks: None when Postgres took it as a finite
     value, else what went wrong (pgpq's encoding, the server, or an infinity stored)."""
     batch = pa.record_batch({name: array})
@@ -283,7 +284,7 @@ def test_rows_the_server_refuses_are_isolated_inside_the_epoch(
     masked); the other rows land, once, in the same transaction. Without CREATE on the
     table's schema (no staging table) the rows are found by COPYing pieces again."""
     children = server_judged_table(conn, pg_schema)
-    dsn, options = postgres.conninfo(), {}
+    dsn, options = postgres.conninfo(), dict[str, Any]()
     if not staged:
         role = roles(create=False)
         role.grant_table("children", "SELECT, INSERT")
