@@ -2,14 +2,15 @@
 and a batch with bad rows against a clean one, through the coordinator (no Spark).
 
     .venv/bin/python -m benchmarks.postgres_bad_rows [--rows 100000] [--rounds 5]
-        [--bad-fraction 0.01]
+        [--bad-fraction 0.01] [--batch-rows 100000]
 
 Needs the test bed's Postgres (`python -m tests.services up postgres`). The target has what
 makes rows bad: `id bigint PRIMARY KEY, parent bigint REFERENCES parents, name varchar(40)
 NOT NULL, amount numeric(8,2), score double precision CHECK (score >= 0), at timestamptz`.
-Each run writes one epoch of `--rows` rows into a fresh table (one-phase, the job's only
-target; with dead letters, a Postgres dead-letter table). Runs, alternated in each round so
-that drift in the machine hits all alike, medians over the rounds:
+Each run writes one epoch of `--rows` rows, in record batches of `--batch-rows`, into a fresh
+table (one-phase, the job's only target; with dead letters, a Postgres dead-letter table).
+Runs, alternated in each round so that drift in the machine hits all alike, medians over the
+rounds:
 
 - clean, fail: on_bad_rows="fail" (no savepoint, no dead-letter sink);
 - clean, dead_letter: the same rows with on_bad_rows="dead_letter" (goal: <= 3% more);
@@ -91,13 +92,20 @@ def spread(count: int, fraction: float, kinds: list[str]) -> dict[int, str]:
 
 
 def reset(conn: psycopg.Connection[Any]) -> None:
-    conn.execute(f"DROP TABLE IF EXISTS {SCHEMA}.events, {SCHEMA}.dead_letters")
+    """A fresh target; the dead-letter table (made by the first run with dead letters) is
+    emptied, as a job's would be there already."""
+    conn.execute(f"DROP TABLE IF EXISTS {SCHEMA}.events")
+    if conn.execute("SELECT to_regclass(%s)", (f"{SCHEMA}.dead_letters",)).fetchone() != (None,):
+        conn.execute(f"TRUNCATE {SCHEMA}.dead_letters")
     conn.execute(f"CREATE TABLE {SCHEMA}.events {TABLE_DDL.format(schema=SCHEMA)}")
     conn.execute("CHECKPOINT")
 
 
-def run(dsn: str, batch: pa.RecordBatch, store: Path, *, dead_letter: bool) -> dict[str, float]:
-    """One epoch of `batch`: its seconds (whole epoch, write phase) and the sink's counters."""
+def run(
+    dsn: str, batch: pa.RecordBatch, store: Path, *, dead_letter: bool, batch_rows: int
+) -> dict[str, float]:
+    """One epoch of `batch`, in record batches of `batch_rows`: its seconds (whole epoch,
+    write phase) and the sink's counters."""
     shutil.rmtree(store, ignore_errors=True)
     target = PostgresSink(PostgresSinkConfig(dsn, f"{SCHEMA}.events", name="events"))
     options: dict[str, Any] = {}
@@ -116,7 +124,8 @@ def run(dsn: str, batch: pa.RecordBatch, store: Path, *, dead_letter: bool) -> d
     )
     coordinator.start()
     started = time.perf_counter()
-    result = coordinator.run_epoch(0, [batch])
+    parts = [batch.slice(o, batch_rows) for o in range(0, batch.num_rows, batch_rows)]
+    result = coordinator.run_epoch(0, parts)
     elapsed = time.perf_counter() - started
     metrics = target.metrics()
     coordinator.close()
@@ -134,6 +143,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--bad-fraction", type=float, default=0.01)
+    parser.add_argument("--batch-rows", type=int, default=100_000)
     args = parser.parse_args()
     dsn = Testbed.create().postgres.endpoint().conninfo()
     work = Path(tempfile.mkdtemp(prefix="ds-pg-bad-rows-"))
@@ -170,14 +180,18 @@ def main() -> None:
     for round_ in range(args.rounds):
         for name, (batch, dead_letter) in cases.items():
             reset(conn)
-            results[name].append(run(dsn, batch, work / f"store-{round_}", dead_letter=dead_letter))
+            store = work / f"store-{round_}"
+            results[name].append(
+                run(dsn, batch, store, dead_letter=dead_letter, batch_rows=args.batch_rows)
+            )
 
     def median(name: str, key: str) -> float:
         return statistics.median(r[key] for r in results[name])
 
     print(
-        f"{n:,} rows per epoch (bigint PK, FK, varchar(40) NOT NULL, numeric(8,2), "
-        f"float8 CHECK, timestamptz), one-phase; medians of {args.rounds} rounds"
+        f"{n:,} rows per epoch in batches of {args.batch_rows:,} (bigint PK, FK, varchar(40) "
+        f"NOT NULL, numeric(8,2), float8 CHECK, timestamptz), one-phase; medians of "
+        f"{args.rounds} rounds"
     )
     clean_fail = median("clean, fail", "seconds")
     clean_dl = median("clean, dead_letter", "seconds")

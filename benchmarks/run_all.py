@@ -43,6 +43,7 @@ STEPS = (
     Step("postgres_sink", "benchmarks.postgres_sink", quick=("--rounds", "5")),
     Step("kafka_sink", "benchmarks.kafka_sink"),
     Step("kafka_startup", "benchmarks.kafka_startup"),
+    Step("kafka_bad_rows", "benchmarks.kafka_bad_rows", quick=("--pairs", "9")),
     Step("spark_end_to_end", "benchmarks.spark_end_to_end", quick=("--rounds", "1")),
     Step("executor_profile", "benchmarks.executor_profile", quick=("--batches", "5")),
     Step("driver_profile", "benchmarks.driver_profile", quick=("--batches", "5")),

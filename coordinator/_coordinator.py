@@ -143,7 +143,9 @@ class Coordinator:
         #: before start() has finished; None until then).
         self.claimed_generation: int | None = None
         self.decisions = DecisionBook(job_id, store, self.sinks, None)
-        self.participants = Participants(job_id, self.sinks, commit_retry, concurrent_writes)
+        self.participants = Participants(
+            job_id, self.sinks, commit_retry, concurrent_writes, occasional=dead_letter
+        )
         self._in_use = threading.Lock()
         self.replay = ReplayCheck(job_id, replay_check)
 

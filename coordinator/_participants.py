@@ -46,9 +46,13 @@ class Participants:
         sinks: Sequence[SinkConnector],
         retry: RetryPolicy,
         concurrent_writes: bool = True,
+        occasional: SinkConnector | None = None,
     ) -> None:
         self.job_id = job_id
         self.sinks = sinks
+        #: A sink that takes part only in some epochs (the dead-letter sink): an epoch whose
+        #: decision names none of its participants is not published on it.
+        self.occasional = occasional
         self.retry = retry
         self.concurrent_writes = concurrent_writes
 
@@ -136,7 +140,8 @@ class Participants:
         """Commit every participant `decision` names, except those of `skip` (the last
         resource, whose participant committed with the decision itself), then publish the
         epoch on every PublishingSink (each of them, even one without a participant: an
-        empty epoch is published too)."""
+        empty epoch is published too; but not on the `occasional` sink, which took no part
+        in it)."""
         by_name = {s.name: s for s in self.sinks}
         for handle in decision.handles:
             sink = by_name.get(handle.sink)
@@ -153,7 +158,7 @@ class Participants:
                 self.commit(sink, handle)
             yield f"after-commit:{sink.name}"
         for sink in self.sinks:
-            if sink is skip:
+            if sink is skip or (sink is self.occasional and not decision.handles_for(sink.name)):
                 continue
             with metrics.phase("commit"):
                 published = self.publish(sink, decision)

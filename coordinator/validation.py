@@ -125,6 +125,19 @@ def _commit_point(
             )
         if not caps.resumable_prepare:
             last_resources.append(sink)
+    if len(last_resources) > 1 and dead_letter in last_resources:
+        others = [s.name for s in last_resources if s is not dead_letter]
+        raise CapabilityError(
+            f"the dead-letter sink {dead_letter.name!r} and the target(s) {others} cannot "
+            "resume a prepared epoch after a crash (Kafka topics); at most one such sink "
+            "(committed last, as the commit point) fits in a job",
+            job=job_id,
+            sink=dead_letter.name,
+            fix="give the job a dead letter that can resume a prepared epoch: "
+            "dead_letter=sink('postgres', dsn=..., table='events_dead_letters', "
+            "create_table=True), an S3 prefix (sink('s3', ...)) or a files path "
+            "(sink('files', path=...))",
+        )
     if len(last_resources) > 1:
         raise CapabilityError(
             f"sinks {[s.name for s in last_resources]} cannot resume a prepared epoch after a "

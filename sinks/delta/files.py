@@ -152,6 +152,13 @@ class DeltaParticipant(OpenParticipant):
             }
         )
 
+    def reshape(self, shape: Shape) -> None:
+        """Write the next batches in `shape` (the table's with columns added): the files
+        begun in the older shape are finished first (a file has one schema)."""
+        for key in list(self._open):
+            self._finish(key)
+        self.shape = shape
+
     def finish(self) -> list[dict[str, Any]]:
         for key in list(self._open):
             self._finish(key)

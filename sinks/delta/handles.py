@@ -12,7 +12,7 @@ from durable_sinks.core.handles import HandleDetails
 from durable_sinks.core.naming import ParticipantName
 from durable_sinks.core.protocol import CommitHandle
 
-from .shape import Shape
+from .shape import Shape, union
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -73,16 +73,18 @@ def leftover(name: ParticipantName, journal: Mapping[str, Any], sink: str) -> Co
 
 
 def handle_shape(handles: Sequence[CommitHandle]) -> Shape | None:
-    """The shape a participant recorded (the table did not exist when it wrote)."""
+    """The shape the participants recorded, their columns together (a participant may have
+    added columns to the table's: schema evolution); None when none recorded one."""
     import pyarrow as pa
     from deltalake import Schema
 
+    shapes = []
     for handle in handles:
         details = DeltaHandleDetails.of(handle)
         if details.schema is not None:
             schema = pa.schema(Schema.from_json(details.schema).to_arrow())
-            return Shape(schema, details.partition_by)
-    return None
+            shapes.append(Shape(schema, details.partition_by))
+    return union(shapes)
 
 
 def last_per_key(rows: pa.Table, key: Sequence[str]) -> pa.Table:

@@ -103,8 +103,12 @@ def creatable(schema: pa.Schema, partition_by: Sequence[str]) -> list[str]:
     return problems
 
 
-def conform(batch: pa.RecordBatch, shape: Shape) -> tuple[pa.RecordBatch | None, list[str]]:
-    """The batch as the table's schema (columns in its order, its types), or the problems."""
+def conform(
+    batch: pa.RecordBatch, shape: Shape, *, fill_missing: bool = False
+) -> tuple[pa.RecordBatch | None, list[str]]:
+    """The batch as the table's schema (columns in its order, its types), or the problems.
+    With `fill_missing`, a nullable column the batch lacks is filled with nulls (as Delta's
+    schema merge reads a file written before a column was added)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -117,6 +121,9 @@ def conform(batch: pa.RecordBatch, shape: Shape) -> tuple[pa.RecordBatch | None,
     for field in shape.schema:
         index = given.get(field.name)
         if index is None:
+            if fill_missing and field.nullable:
+                columns.append(pa.nulls(batch.num_rows, field.type))
+                continue
             problems.append(f"column {field.name!r} of the table is missing from the rows")
             continue
         column = batch.column(index)
@@ -155,3 +162,66 @@ def _fits(given: pa.DataType, wanted: pa.DataType) -> bool:
         return bool(given.bit_width <= wanted.bit_width)
     known = delta_type(given)
     return known is not None and known == delta_type(wanted)
+
+
+def evolved(shape: Shape, schema: pa.Schema) -> tuple[Shape, list[str]]:
+    """The table's shape with the batch's new columns added (schema evolution, add_columns):
+    each as a nullable column of its normalised type, after the table's columns in the
+    batch's order; and why the batch still cannot be taken (a new column Delta has no type
+    for, a column wider than the table's). The shape is unchanged when nothing is new."""
+    import pyarrow as pa
+
+    problems = []
+    added = []
+    known = set(shape.schema.names)
+    for field in schema:
+        kind = normalised_type(field.type)
+        if field.name in known:
+            wanted = shape.schema.field(field.name).type
+            if _widens(kind, wanted):
+                problems.append(
+                    f"column {field.name!r} has type {field.type}, the table {wanted}: widening "
+                    "a Delta column needs the typeWidening table feature, which delta-rs cannot "
+                    "write; cast the column to the table's type in the query, or widen the "
+                    "column with Spark (ALTER TABLE ... SET TBLPROPERTIES "
+                    "('delta.enableTypeWidening' = 'true'), then ALTER COLUMN ... TYPE)"
+                )
+            continue
+        added.append(pa.field(field.name, kind, nullable=True))
+    if not added:
+        return shape, problems
+    problems += creatable(pa.schema(added), ())
+    return Shape(pa.schema([*shape.schema, *added]), shape.partition_by), problems
+
+
+def _widens(given: pa.DataType, wanted: pa.DataType) -> bool:
+    """Whether `given` is a wider integer or float than the table's `wanted`."""
+    import pyarrow as pa
+
+    if pa.types.is_integer(given) and pa.types.is_integer(wanted):
+        return bool(given.bit_width > wanted.bit_width)
+    if pa.types.is_floating(given) and pa.types.is_floating(wanted):
+        return bool(given.bit_width > wanted.bit_width)
+    return False
+
+
+def union(shapes: Sequence[Shape]) -> Shape | None:
+    """The shapes' columns together: the first's in its order, then each later one's new
+    columns (the participants of one epoch may each have added columns)."""
+    import pyarrow as pa
+
+    if not shapes:
+        return None
+    fields = list(shapes[0].schema)
+    names = {f.name for f in fields}
+    for shape in shapes[1:]:
+        for field in shape.schema:
+            if field.name not in names:
+                fields.append(field)
+                names.add(field.name)
+    return Shape(pa.schema(fields), shapes[0].partition_by)
+
+
+def adds_columns(table: pa.Schema, shape: Shape) -> bool:
+    """Whether `shape` has columns the table's schema lacks."""
+    return bool(set(shape.schema.names) - set(table.names))

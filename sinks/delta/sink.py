@@ -59,7 +59,15 @@ from .handles import (
     paths_of,
 )
 from .layout import Layout, app_id
-from .shape import Shape, conform, creatable, normalised_schema
+from .shape import (
+    Shape,
+    adds_columns,
+    conform,
+    creatable,
+    evolved,
+    normalised_schema,
+    union,
+)
 from .storage import TableStorage
 from .table import DeltaLog
 
@@ -80,7 +88,11 @@ class DeltaSink(SinkBase[Delta]):
         self.storage = TableStorage(config)
         self._layout: Layout | None = None
         self._log: DeltaLog | None = None
+        #: The shape this epoch's rows are written in: the table's, with the columns this
+        #: epoch added (schema evolution); before the table exists, the first batch's.
         self._shape: Shape | None = None
+        #: The table's shape as last read or committed by this sink.
+        self._table_shape: Shape | None = None
         self._current: DeltaParticipant | None = None
         self._pending: ParticipantName | None = None
 
@@ -104,7 +116,7 @@ class DeltaSink(SinkBase[Delta]):
                 "first epoch's rows",
             )
         if table is not None:
-            self._shape = self._delta().shape(table)
+            self._shape = self._table_shape = self._delta().shape(table)
             self._last_committed = self._delta().committed_epoch(table)
             problems = checks.table_problems(self.config, self._shape, table)
             if problems:
@@ -162,6 +174,7 @@ class DeltaSink(SinkBase[Delta]):
             resumable_prepare=True,
             distributed_prepare=True,
             partitioned=True,
+            schema_evolution=True,
         )
 
     def schema(self) -> pa.Schema | None:
@@ -175,12 +188,16 @@ class DeltaSink(SinkBase[Delta]):
         if self._current is not None:  # a failed attempt whose rollback did not run
             self._delete_participant(self._current.name, self._current.abandon())
             self._current = None
+        self._shape = self._table_shape  # columns a failed attempt added are not the table's
         self._pending = self._next_participant(epoch)
 
     def write_batch(self, batch: pa.RecordBatch) -> WriteResult:
         name = self._require_epoch()
         shape = self._shape_for(batch, name.epoch)
-        fitted, problems = conform(batch, shape)
+        # With add_columns an append takes rows without a column an epoch added (null);
+        # a merge would overwrite the column's values with null, so it still refuses them.
+        fill = self.context.policy.adds_columns and self.config.mode == "append"
+        fitted, problems = conform(batch, shape, fill_missing=fill)
         if fitted is None:
             raise self._mismatch(problems, name.epoch)
         if self.config.mode == "upsert":
@@ -201,7 +218,21 @@ class DeltaSink(SinkBase[Delta]):
         return self._pending
 
     def _shape_for(self, batch: pa.RecordBatch, epoch: int) -> Shape:
-        """The table's shape; before the table exists, the first batch's (normalised)."""
+        """The table's shape; before the table exists, the first batch's (normalised). With
+        schema evolution (add_columns), the batch's new columns are added to it for this
+        epoch: its files hold them and its commit adds them to the table's schema."""
+        if self._shape is not None and self.context.policy.adds_columns:
+            shape, problems = evolved(self._shape, batch.schema)
+            if problems:
+                raise self._mismatch(problems, epoch)
+            if shape is not self._shape:
+                self._shape = shape
+                if self._current is not None:  # files begun in the older shape are done
+                    self._client_call(
+                        lambda: self._current.reshape(shape) if self._current else None,
+                        "finish the data files",
+                        epoch,
+                    )
         if self._shape is None:
             schema = normalised_schema(batch.schema)
             problems = creatable(schema, self.config.partition_by)
@@ -216,11 +247,14 @@ class DeltaSink(SinkBase[Delta]):
         return self._shape
 
     def _mismatch(self, problems: Sequence[str], epoch: int) -> SchemaMismatchError:
+        adding = self.context.policy.adds_columns
         return SchemaMismatchError(
             f"the rows do not fit the Delta table at {self.storage.where}: " + "; ".join(problems),
             **self._where(epoch),
             fix="select and cast the columns to the table's schema in the query (Delta types: "
-            "docs/delta.md); nothing of the epoch was committed",
+            "docs/delta.md)"
+            + ("" if adding else ", or let new columns be added: schema_evolution='add_columns'")
+            + "; nothing of the epoch was committed",
         )
 
     def _start(self, name: ParticipantName, shape: Shape) -> DeltaParticipant:
@@ -308,7 +342,13 @@ class DeltaSink(SinkBase[Delta]):
     def publish_epoch(self, epoch: int, handles: Sequence[CommitHandle]) -> CommitOutcome:
         """The epoch's one Delta commit (see the module docs); idempotent by the table's
         transaction version. Then the participants' journals and staged rows are deleted."""
-        made = self._client_call(lambda: self._commit(epoch, handles), "commit the epoch", epoch)
+        shape = self._epoch_shape(handles)
+        rewritten = shape is not None and self._rewrites(shape)
+        made = self._client_call(
+            lambda: self._commit(epoch, handles, shape, rewritten), "commit the epoch", epoch
+        )
+        if shape is not None:
+            self._table_shape = self._shape = shape
         if made:
             self._count("epochs_committed")
             log.info(
@@ -322,41 +362,71 @@ class DeltaSink(SinkBase[Delta]):
         for handle in handles:
             name = ParticipantName.parse(handle.participant)
             if name is not None:
-                done += paths_of(handle) if self.config.mode == "upsert" else []
+                done += paths_of(handle) if self.config.mode == "upsert" or rewritten else []
                 done.append(self._paths().journal(name))
         self._client_call(lambda: self.storage.delete(done), "delete the journals", epoch)
         return CommitOutcome.COMMITTED if made else CommitOutcome.ALREADY_COMMITTED
 
-    def _commit(self, epoch: int, handles: Sequence[CommitHandle]) -> bool:
+    def _epoch_shape(self, handles: Sequence[CommitHandle]) -> Shape | None:
+        """The shape of the epoch's commit: the table's, with every column a participant
+        added (schema evolution); the participants' before the table exists."""
+        return union([s for s in (self._table_shape, handle_shape(handles)) if s is not None])
+
+    def _rewrites(self, shape: Shape) -> bool:
+        """Whether an append epoch adds columns to an existing table: delta-rs appends files
+        only with the table's schema, so such an epoch's rows are written again by the one
+        commit that adds the columns (a metaData action beside the add actions)."""
+        table_shape = self._table_shape
+        return (
+            self.config.mode == "append"
+            and table_shape is not None
+            and adds_columns(table_shape.schema, shape)
+        )
+
+    def _commit(
+        self,
+        epoch: int,
+        handles: Sequence[CommitHandle],
+        shape: Shape | None,
+        rewritten: bool,
+    ) -> bool:
         merging = self.config.mode == "upsert"
-        if merging and self._recorded(epoch):  # committed before: its staged rows may be gone
-            return False
-        shape = self._shape or handle_shape(handles)
+        if (merging or rewritten) and self._recorded(epoch):
+            return False  # committed before: its staged rows or files may be gone
         participants = [h.participant for h in handles]
         if shape is None:  # nothing was ever written and there is no table: nothing to record
             return not self._recorded(epoch)
         if merging:
-            rows = self._epoch_rows(handles, shape)
+            rows = last_per_key(self._epoch_rows(handles, shape), self.config.key)
             return self._delta().merge(
                 epoch, rows, self.config.key, shape, participants, self.config.create_table
             )
+        if rewritten:
+            rows = self._epoch_rows(handles, shape)
+            return self._delta().append_rows(epoch, rows, shape, participants)
         files = [f for h in handles for f in files_of(h)]
         return self._delta().append(epoch, files, shape, participants, self.config.create_table)
 
     def _epoch_rows(self, handles: Sequence[CommitHandle], shape: Shape) -> pa.Table:
-        """The epoch's staged rows, one row per key: a later row replaces an earlier one (in
-        participant order, then the order the rows were written)."""
+        """The epoch's rows read back from its participants' files, in participant order,
+        then in the order they were written, as `shape`'s schema (a column a file lacks is
+        null; a partition column comes from the file's partition values)."""
         import pyarrow as pa
         import pyarrow.parquet as pq
 
         tables = []
         for handle in sorted(handles, key=lambda h: h.participant):
-            for path in paths_of(handle):
-                full = self.storage.full_path(path)
+            for file in files_of(handle):
+                full = self.storage.full_path(str(file["path"]))
                 with self.storage.filesystem().open_input_file(full) as f:
-                    tables.append(pq.read_table(f, schema=shape.schema))
-        rows = pa.concat_tables(tables) if tables else shape.schema.empty_table()
-        return last_per_key(rows, self.config.key)
+                    rows = pq.read_table(f, schema=shape.schema)
+                for column, value in dict(file.get("partition_values") or {}).items():
+                    index = rows.schema.get_field_index(column)
+                    kind = shape.schema.field(column).type
+                    filled = pa.array([value] * rows.num_rows, pa.string()).cast(kind)
+                    rows = rows.set_column(index, shape.schema.field(column), filled)
+                tables.append(rows)
+        return pa.concat_tables(tables) if tables else shape.schema.empty_table()
 
     def rollback_epoch(self, epoch: int, handle: CommitHandle | None) -> None:
         """Delete the participant's files and journal (a participant never prepared: what
@@ -369,6 +439,7 @@ class DeltaSink(SinkBase[Delta]):
             elif pending is not None and pending.epoch == epoch:
                 self._delete_participant(pending, [])
             self._pending = None
+            self._shape = self._table_shape
             return
         name = ParticipantName.parse(handle.participant)
         if name is None:

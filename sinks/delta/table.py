@@ -15,7 +15,7 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from .shape import Shape, normalised_schema
+from .shape import Shape, adds_columns, normalised_schema
 from .storage import TableStorage
 
 if TYPE_CHECKING:
@@ -144,6 +144,38 @@ class DeltaLog:
             return True
         raise RuntimeError(f"epoch {epoch}'s commit kept racing another commit of its appId")
 
+    def append_rows(
+        self, epoch: int, rows: pa.Table, shape: Shape, participants: Sequence[str]
+    ) -> bool:
+        """Append `rows` as epoch `epoch`'s one commit, adding the columns of `shape` the
+        table lacks: delta-rs writes the rows' files and commits them with a metaData action
+        carrying the wider schema and the epoch's application transaction, all in one log
+        version. False when the epoch was already recorded."""
+        from deltalake import write_deltalake
+        from deltalake.exceptions import CommitFailedError
+
+        for _ in range(CONCURRENT_CHECKS):
+            table = self.load()
+            if table is None:
+                raise FileNotFoundError(f"no Delta table at {self.storage.where}")
+            if _recorded(self.committed_epoch(table), epoch):
+                return False
+            try:
+                write_deltalake(
+                    table,
+                    rows.cast(normalised_schema(shape.schema)),
+                    mode="append",
+                    schema_mode="merge",
+                    partition_by=list(shape.partition_by) or None,
+                    commit_properties=self._properties(epoch, participants),
+                )
+            except CommitFailedError as exc:
+                if "Concurrent transaction" not in str(exc):
+                    raise
+                continue
+            return True
+        raise RuntimeError(f"epoch {epoch}'s commit kept racing another commit of its appId")
+
     def merge(
         self,
         epoch: int,
@@ -183,6 +215,9 @@ class DeltaLog:
                         predicate,
                         source_alias="s",
                         target_alias="t",
+                        # New columns (schema evolution) join the table's schema in this
+                        # commit's metaData action.
+                        merge_schema=adds_columns(self.shape(table).schema, shape),
                         commit_properties=self._properties(epoch, participants),
                     )
                     .when_matched_update_all()

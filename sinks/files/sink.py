@@ -11,6 +11,14 @@ the data in one atomic rename, so the marker is visible exactly when the data is
 `last_committed_epoch` reads the published markers. Publication is create-only
 (renameat2 RENAME_NOREPLACE): a second commit of the same participant finds its own marker
 and does nothing; a different participant can never overwrite a published epoch.
+
+Schema evolution (`schema_evolution="add_columns"`, core/evolution.py): a batch with new
+columns, missing columns or safely widened types is written in the dataset's evolved schema.
+A Parquet file holds one schema, so a participant whose schema grows mid-epoch closes its
+file and goes on in the next (`part-00001.parquet`, ...). The marker's details list each
+file's schema (`schemas`), where readers find them (reader.py unifies them). The sink starts
+from the last committed epoch's schema, so a column once added or widened stays so in new
+files (Spark's `mergeSchema` merges new columns but not int32 with int64).
 """
 
 from __future__ import annotations
@@ -38,6 +46,7 @@ from durable_sinks.core.errors import (
     ParticipantLostError,
     SchemaMismatchError,
 )
+from durable_sinks.core.evolution import conform, evolve, schema_text, unify
 from durable_sinks.core.handles import HandleDetails
 from durable_sinks.core.naming import ParticipantName, component
 from durable_sinks.core.operations import Holding, Prepared
@@ -51,7 +60,7 @@ from durable_sinks.core.protocol import (
 from durable_sinks.core.schemas import schema_difference
 from durable_sinks.core.sink_base import OpenParticipant, SinkBase, Step
 
-from . import operations
+from . import operations, reader
 from .config import Files
 
 if TYPE_CHECKING:
@@ -63,13 +72,22 @@ STAGING = "_staging"
 PROBE = ".probe"
 
 
+def file_name(number: int) -> str:
+    """The name of a participant's Parquet file number `number` (0 for its first)."""
+    return f"part-{number:05d}.parquet"
+
+
 @dataclass(frozen=True)
 class FileHandleDetails(HandleDetails):
     """A files participant's handle details: the job that wrote it and its part. The staging
-    folder is named by the participant, so nothing more is needed to publish or remove it."""
+    folder is named by the participant, so nothing more is needed to publish or remove it.
+    `schemas` is the Arrow schema (core/evolution.schema_text) of each of its Parquet files,
+    in file order (`part-00000.parquet` first); empty in markers written before schemas were
+    recorded."""
 
     job_id: str
     part: str
+    schemas: tuple[str, ...] = ()
 
 
 class FileParticipant(OpenParticipant):
@@ -82,6 +100,11 @@ class FileParticipant(OpenParticipant):
         self.staging = staging
         self.writer: pq.ParquetWriter | None = None
         self.digest = hashlib.sha256()
+        #: The schema of each file written (the last one's is being written).
+        self.schemas: list[pa.Schema] = []
+
+    def file(self, number: int) -> Path:
+        return self.staging / file_name(number)
 
 
 class FileSink(SinkBase[Files]):
@@ -124,6 +147,14 @@ class FileSink(SinkBase[Files]):
                 fix="point the files sink at a writable folder",
             ) from exc
         self._last_committed = self._scan_last_committed()
+        if context.policy.adds_columns and self._last_committed is not None:
+            self._schema = self._epoch_schema(self._last_committed)
+
+    def _epoch_schema(self, epoch: int) -> pa.Schema | None:
+        """The schema of a committed epoch: its parts' files' schemas unified (None if it
+        has no file)."""
+        parts = reader.committed_parts(self.root, range(epoch, epoch + 1))
+        return unify((s for part in parts for s in reader.part_schemas(part)), **self._where(epoch))
 
     def close(self) -> None:
         current, self._current = self._current, None
@@ -137,6 +168,7 @@ class FileSink(SinkBase[Files]):
             resumable_prepare=True,
             distributed_prepare=True,
             partitioned=True,
+            schema_evolution=True,
         )
 
     def schema(self) -> pa.Schema | None:
@@ -175,20 +207,28 @@ class FileSink(SinkBase[Files]):
             return self._write(current, batch)
 
     def _write(self, current: FileParticipant, batch: pa.RecordBatch) -> WriteResult:
-        if self._schema is None:
+        if self.context.policy.adds_columns:
+            batch = self._evolved(batch, current.epoch)
+        elif self._schema is None:
             self._schema = batch.schema
         elif not batch.schema.equals(self._schema):
             raise SchemaMismatchError(
                 schema_difference(self._schema, batch.schema),
                 **self._where(current.epoch),
-                fix="write batches of one schema to a files sink; give a new path for a new schema",
+                fix="write batches of one schema to a files sink, give a new path for a new "
+                "schema, or let the dataset evolve: durable_sink(..., "
+                "schema_evolution='add_columns')",
             )
+        if current.writer is not None and not current.schemas[-1].equals(batch.schema):
+            current.writer.close()  # one schema per file: the next one is evolved
+            current.writer = None
         if current.writer is None:
             current.writer = pq.ParquetWriter(
-                current.staging / "part-00000.parquet",
+                current.file(len(current.schemas)),
                 batch.schema,
                 compression=self.config.compression,
             )
+            current.schemas.append(batch.schema)
         current.writer.write_batch(batch)
         size = batch.nbytes
         current.rows += batch.num_rows
@@ -197,6 +237,18 @@ class FileSink(SinkBase[Files]):
         self._count("rows", batch.num_rows)
         self._count("bytes", size)
         return WriteResult(batch.num_rows, size)
+
+    def _evolved(self, batch: pa.RecordBatch, epoch: int) -> pa.RecordBatch:
+        """`batch` in the dataset's schema evolved by it (core/evolution.py), which becomes
+        the sink's schema; SchemaMismatchError, before anything is written, for a change
+        that is not an evolution."""
+        if self._schema is None:
+            self._schema = batch.schema
+            return batch
+        evolved = evolve(self._schema, batch.schema, **self._where(epoch))
+        conformed = conform(batch, evolved)
+        self._schema = evolved
+        return conformed
 
     def pre_commit(self, epoch: int) -> CommitHandle:
         current = self._require_current()
@@ -208,8 +260,9 @@ class FileSink(SinkBase[Files]):
         if current.writer is not None:
             current.writer.close()
             current.writer = None
-            if self.config.fsync:
-                fsync_file(current.staging / "part-00000.parquet")
+        if self.config.fsync:
+            for number in range(len(current.schemas)):
+                fsync_file(current.file(number))
         handle = CommitHandle(
             sink=self.name,
             epoch=epoch,
@@ -217,7 +270,9 @@ class FileSink(SinkBase[Files]):
             rows=current.rows,
             bytes=current.bytes,
             checksum=current.digest.hexdigest(),
-            details=FileHandleDetails(ctx.job_id, current.name.part).to_json(),
+            details=FileHandleDetails(
+                ctx.job_id, current.name.part, tuple(schema_text(s) for s in current.schemas)
+            ).to_json(),
         )
         create_exclusive(current.staging / MARKER, handle.dumps().encode(), fsync=self.config.fsync)
         if self.config.fsync:

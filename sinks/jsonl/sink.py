@@ -81,13 +81,16 @@ class JsonlSink(SinkBase[JsonlSinkConfig]):
 
     def capabilities(self) -> SinkCapabilities:
         # A staged folder outlives its writer and any process can rename it (resumable and
-        # distributed prepare); parts of one epoch publish side by side (partitioned).
+        # distributed prepare); parts of one epoch publish side by side (partitioned). Each
+        # line is a JSON object of its own row's columns, whatever the batch's schema: a new
+        # or missing column is just a key more or less (schema evolution).
         return SinkCapabilities(
             exactly_once=True,
             two_phase_commit=True,
             resumable_prepare=True,
             distributed_prepare=True,
             partitioned=True,
+            schema_evolution=True,
         )
 
     def schema(self) -> pa.Schema | None:

@@ -93,6 +93,20 @@ def list_offsets(
         delay = min(delay * 2, 0.5)
 
 
+#: A topic setting of this value or more means "no limit".
+_UNLIMITED = 2**62
+
+
+@dataclass(frozen=True)
+class TimestampWindow:
+    """How far a record's timestamp may lie before and after the broker's clock
+    (milliseconds; None: no limit): the topic's message.timestamp.before.max.ms and
+    after.max.ms (and the older difference.max.ms, both ways)."""
+
+    before_ms: int | None
+    after_ms: int | None
+
+
 @dataclass(frozen=True)
 class TopicFacts:
     """What `open` learned of the sink's topic."""
@@ -100,6 +114,32 @@ class TopicFacts:
     partitions: int
     #: The largest record the topic and the producer accept (bytes).
     record_limit: int
+    #: The timestamps the topic takes from producers; None: any (LogAppendTime, no limits).
+    timestamps: TimestampWindow | None = None
+
+
+def timestamp_window(described: dict[str, Any]) -> TimestampWindow | None:
+    """The timestamps a topic takes from producers, from its described configuration."""
+
+    def setting(name: str) -> int | None:
+        entry = described.get(name)
+        if entry is None or entry.value is None:
+            return None
+        value = int(entry.value)
+        return None if value >= _UNLIMITED else value
+
+    kind = described.get("message.timestamp.type")
+    if kind is not None and str(kind.value) == "LogAppendTime":
+        return None  # the broker stamps every record itself
+    both = setting("message.timestamp.difference.max.ms")
+    limits = [
+        [v for v in (setting("message.timestamp.before.max.ms"), both) if v is not None],
+        [v for v in (setting("message.timestamp.after.max.ms"), both) if v is not None],
+    ]
+    before, after = (min(found) if found else None for found in limits)
+    if before is None and after is None:
+        return None
+    return TimestampWindow(before, after)
 
 
 class Cluster:
@@ -279,7 +319,12 @@ class Cluster:
             metadata = self._wait_for_topics([t.topic for t in wanted])
         allowed = {topic: ("WRITE",), progress: ("READ", "WRITE")}
         check_access(self.admin, allowed, topic, self._timeout, self._where(None))
-        return TopicFacts(len(metadata.topics[topic].partitions), self._record_limit(topic))
+        described = self._describe(topic)
+        return TopicFacts(
+            len(metadata.topics[topic].partitions),
+            self._record_limit(described),
+            timestamp_window(described),
+        )
 
     def _create(self, wanted: list[NewTopic], brokers: int) -> None:
         """Create `wanted` all or none: the broker first validates every one (validate_only
@@ -403,10 +448,10 @@ class Cluster:
                 "progress_topic unset so that the sink creates a compacted one",
             )
 
-    def _record_limit(self, topic: str) -> int:
+    def _record_limit(self, described: dict[str, Any]) -> int:
         """The largest record the topic and the producer accept: the topic's
         max.message.bytes, the producer's message.max.bytes."""
-        limits = [int(self._describe(topic)["max.message.bytes"].value)]
+        limits = [int(described["max.message.bytes"].value)]
         limits.append(int(self.config.producer_config.get("message.max.bytes", 1_000_000)))
         return min(limits)
 

@@ -107,6 +107,10 @@ class TransactionalProducer:
         #: When the open transaction's first record was produced (monotonic), if it has one:
         #: the broker's transaction timer cannot have started before.
         self._first_record: float | None = None
+        #: The largest record batch the topic takes (its max.message.bytes, known once the
+        #: sink checked the topic): `batch.size` is kept at or below it, else librdkafka packs
+        #: small records into batches the broker refuses whole (MSG_SIZE_TOO_LARGE).
+        self.batch_limit: int | None = None
         #: Set once a newer producer took over the id: every later call raises it.
         self.fenced: FencedError | None = None
         #: A fatal, non-fencing error happened: the next epoch starts a new producer.
@@ -118,7 +122,7 @@ class TransactionalProducer:
     # -- life ----------------------------------------------------------------------------------
     def settings(self) -> dict[str, Any]:
         """Every librdkafka setting of the producer (may hold secrets)."""
-        return {
+        settings: dict[str, Any] = {
             **THROUGHPUT_DEFAULTS,
             **RECONNECT_DEFAULTS,
             **resolve_settings(
@@ -134,6 +138,9 @@ class TransactionalProducer:
             "on_delivery": self._on_delivery_error,
             **self._clientlog.settings(),
         }
+        if self.batch_limit is not None:
+            settings["batch.size"] = min(int(settings["batch.size"]), self.batch_limit)
+        return settings
 
     def check_settings(self) -> None:
         """ConfigError naming the producer_config entry librdkafka refuses, before anything

@@ -28,9 +28,14 @@ import pyarrow.compute as pc
 EPOCH_HEADER = "ds-epoch"
 
 
-#: What a record costs beyond its key, value and headers on the wire (record and batch
-#: headers, generously), when checking it against the size limits.
+#: What a record costs beyond its key, value and own headers when checked against the size
+#: limits, generously: librdkafka counts its largest record framing (41 bytes) and the epoch
+#: header (`ds-epoch` and up to 20 digits, with their length varints) against the producer's
+#: message.max.bytes; the broker counts the record batch's 61-byte header and the record
+#: against the topic's max.message.bytes when a record travels alone in its batch.
 RECORD_OVERHEAD = 128
+#: What each of a record's own headers costs beyond its key and value (two length varints).
+HEADER_OVERHEAD = 10
 
 _BYTES_TYPES: tuple[Callable[[pa.DataType], bool], ...] = (
     pa.types.is_binary,
@@ -141,39 +146,114 @@ class Records:
         )
 
 
-def build_records(batch: pa.RecordBatch, layout: RecordLayout, checksum: int) -> Records:
-    """The batch's records. `checksum` is the running CRC-32 of the epoch's values and keys;
-    the returned Records carry it updated with this batch."""
+@dataclass
+class Encoded:
+    """One batch's records as Arrow arrays, before any Python object per row: what the size
+    and partition checks read, vectorized. `kept` drops refused rows in Arrow (no record is
+    encoded twice); `records` makes the Python lists `produce` takes."""
+
+    values: pa.Array
+    keys: pa.Array | None
+    #: Header columns of the JSON record shape: (header key, column of values).
+    header_columns: tuple[tuple[str, pa.Array], ...]
+    #: The `headers` column of Spark's record shape (list<struct<key, value>>).
+    header_lists: pa.Array | None
+    timestamps: pa.Array | None
+    partitions: pa.Array | None
+    #: Bytes of key + value + own headers per record.
+    sizes: pa.Array
+    #: What each record weighs against the size limits (sizes + framing, RECORD_OVERHEAD).
+    wire_sizes: pa.Array
+    own_headers_first: bool = False
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def kept(self, mask: pa.Array) -> Encoded:
+        """These records but those where the boolean `mask` is false."""
+
+        def keep(array: pa.Array | None) -> pa.Array | None:
+            return None if array is None else array.filter(mask)
+
+        return Encoded(
+            self.values.filter(mask),
+            keep(self.keys),
+            tuple((name, column.filter(mask)) for name, column in self.header_columns),
+            keep(self.header_lists),
+            keep(self.timestamps),
+            keep(self.partitions),
+            self.sizes.filter(mask),
+            self.wire_sizes.filter(mask),
+            self.own_headers_first,
+        )
+
+    def records(self, checksum: int) -> Records:
+        """The records `produce` takes. `checksum` is the running CRC-32 of the epoch's values
+        and keys; the returned Records carry it updated with these."""
+        checksum = fold_crc(self.values, checksum)
+        keys = None
+        if self.keys is not None:
+            keys = self.keys.to_pylist()
+            checksum = fold_crc(self.keys, checksum)
+        headers: list[list[tuple[str, Any]]] | None = None
+        if self.header_columns:
+            names = [name for name, _ in self.header_columns]
+            headers = [
+                list(zip(names, row, strict=True))
+                for row in zip(*(c.to_pylist() for _, c in self.header_columns), strict=True)
+            ]
+        elif self.header_lists is not None:
+            headers = [
+                [(entry["key"], entry["value"]) for entry in entries or ()]
+                for entries in self.header_lists.to_pylist()
+            ]
+        timestamps = epoch_millis(self.timestamps) if self.timestamps is not None else None
+        partitions = None
+        if self.partitions is not None:
+            partitions = pc.fill_null(self.partitions, -1).to_pylist()
+        return Records(
+            self.values.to_pylist(),
+            keys,
+            headers,
+            timestamps,
+            partitions,
+            self.sizes,
+            checksum,
+            own_headers_first=self.own_headers_first,
+        )
+
+
+def encode_records(batch: pa.RecordBatch, layout: RecordLayout) -> Encoded:
+    """The batch's records in the JSON record shape (`layout` must fit its schema)."""
     if layout.value_column is not None:
         value_array = batch.column(layout.value_column)
     else:
         value_array = _json_values(batch, layout.json_columns(batch.schema))
-    values = value_array.to_pylist()
     sizes = byte_lengths(value_array)
-    checksum = fold_crc(value_array, checksum)
-    keys = None
+    key_array = None
     if layout.key_column is not None:
         key_array = batch.column(layout.key_column)
-        keys = key_array.to_pylist()
         sizes = pc.add(sizes, byte_lengths(key_array))
-        checksum = fold_crc(key_array, checksum)
-    headers = None
-    if layout.header_columns:
-        columns = [(name, batch.column(name)) for name in layout.header_columns]
-        headers = [
-            list(zip(layout.header_columns, row, strict=True))
-            for row in zip(*(c.to_pylist() for _, c in columns), strict=True)
-        ]
-        for name, column in columns:
-            sizes = pc.add(sizes, pc.add(byte_lengths(column), len(name)))
-    timestamps = None
-    if layout.timestamp_column is not None:
-        timestamps = epoch_millis(batch.column(layout.timestamp_column))
-    partitions = None
-    if layout.partition_column is not None:
-        column = batch.column(layout.partition_column)
-        partitions = [-1 if p is None else p for p in column.to_pylist()]
-    return Records(values, keys, headers, timestamps, partitions, sizes, checksum)
+    columns = tuple((name, batch.column(name)) for name in layout.header_columns)
+    for name, column in columns:
+        sizes = pc.add(sizes, pc.add(byte_lengths(column), len(name.encode())))
+    framing = RECORD_OVERHEAD + HEADER_OVERHEAD * len(columns)
+    return Encoded(
+        value_array,
+        key_array,
+        columns,
+        None,
+        batch.column(layout.timestamp_column) if layout.timestamp_column is not None else None,
+        batch.column(layout.partition_column) if layout.partition_column is not None else None,
+        sizes,
+        pc.add(sizes, framing),
+    )
+
+
+def build_records(batch: pa.RecordBatch, layout: RecordLayout, checksum: int) -> Records:
+    """The batch's records. `checksum` is the running CRC-32 of the epoch's values and keys;
+    the returned Records carry it updated with this batch."""
+    return encode_records(batch, layout).records(checksum)
 
 
 def byte_lengths(array: pa.Array) -> pa.Array:
@@ -205,11 +285,16 @@ def fold_crc(array: pa.Array, checksum: int) -> int:
 def epoch_millis(array: pa.Array) -> list[int]:
     """Milliseconds since the Unix epoch (0, meaning "now", for null); finer digits are
     dropped, as Spark's Kafka sink drops microseconds."""
+    result: list[int] = pc.fill_null(millis(array), 0).to_pylist()
+    return result
+
+
+def millis(array: pa.Array) -> pa.Array:
+    """Milliseconds since the Unix epoch as int64 (null stays null; finer digits dropped)."""
     if pa.types.is_timestamp(array.type):
         in_ms = pc.cast(array, pa.timestamp("ms", array.type.tz), safe=False)
-        array = pc.cast(in_ms, pa.int64())
-    result: list[int] = pc.fill_null(array.cast(pa.int64()), 0).to_pylist()
-    return result
+        return pc.cast(in_ms, pa.int64())
+    return array.cast(pa.int64())
 
 
 def _json_values(batch: pa.RecordBatch, columns: Sequence[str]) -> pa.Array:

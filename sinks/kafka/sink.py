@@ -31,7 +31,9 @@ import time
 from collections.abc import Callable, Mapping
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
+from durable_sinks.core.bad_rows import BadRowsError, Refusal, RefusalReason, RefusedRows
 from durable_sinks.core.errors import (
     DurableSinkError,
     FencedError,
@@ -71,7 +73,11 @@ from .progress import (
     progress_key,
     transactional_id,
 )
-from .records import RECORD_OVERHEAD, Records, build_records
+from .records import Encoded, encode_records, millis
+
+#: How much nearer than the topic's timestamp limits a record's timestamp must be to now (the
+#: broker checks against its own clock, later): rows within it of a limit are refused.
+TIMESTAMP_MARGIN_MS = 60_000
 
 #: What settles a commit whose outcome a failure left unknown.
 _COMMIT_IN_DOUBT = (
@@ -168,6 +174,7 @@ class KafkaSink(SinkBase[Kafka]):
             return
         try:
             opened.topic = opened.cluster.check()
+            opened.producer.batch_limit = opened.topic.record_limit
             self._start_producer(context.generation)
         except BaseException:
             self.close()  # a refused open holds no client
@@ -253,7 +260,9 @@ class KafkaSink(SinkBase[Kafka]):
 
     # -- protocol ------------------------------------------------------------------------------
     def capabilities(self) -> SinkCapabilities:
-        return SinkCapabilities(exactly_once=True, two_phase_commit=True)
+        # New columns need nothing of the topic: the JSON record shape sends every column
+        # the batch has, Spark's record shape ignores columns it does not know.
+        return SinkCapabilities(exactly_once=True, two_phase_commit=True, schema_evolution=True)
 
     def schema(self) -> pa.Schema | None:
         return self._checked_schema
@@ -301,22 +310,34 @@ class KafkaSink(SinkBase[Kafka]):
 
     @guarded("writing a batch")
     def write_batch(self, batch: pa.RecordBatch) -> WriteResult:
+        """Produce the batch's records into the epoch's transaction, but none of a row the
+        topic cannot take (a record over the size limit, a partition the topic does not have,
+        a Spark-shape row Spark's sink would fail on): by the job's bad-row policy such rows
+        fail the batch before any of its records is produced (BadRowsError), or are left out
+        and returned as refused rows."""
         current = self._require_current()
         state = self._state()
         state.producer.require(current.epoch)
         shape = self._check_schema(batch, current.epoch)
         if shape == SPARK_SHAPE:
-            self._check_spark_rows(batch, current.epoch)
-            records = spark_shape.build_spark_records(batch, current.checksum)
+            encoded = spark_shape.encode_spark_records(batch)
+            refused = spark_shape.row_refusals(batch, self.config.topic, state.topic.partitions)
         else:
-            records = build_records(batch, self.config.layout, current.checksum)
-        self._check_records(records, current, state.topic, shape)
+            encoded = encode_records(batch, self.config.layout)
+            refused = self._partition_refusals(encoded, state.topic)
+        refused = self._size_refusals(encoded, state.topic).merged(
+            refused, self._timestamp_refusals(encoded, state.topic, shape)
+        )
+        if refused:
+            self._refused(batch, refused, current.epoch)
+            encoded = encoded.kept(refused.kept_mask(len(encoded)))
+        records = encoded.records(current.checksum)
         state.producer.send(records, current.epoch)
         written = records.total_bytes()
         current.rows += len(records)
         current.bytes += written
         current.checksum = records.checksum
-        return WriteResult(len(records), written)
+        return WriteResult(len(records), written, refused)
 
     def _check_schema(self, batch: pa.RecordBatch, epoch: int) -> str:
         """The batch's record shape, once its schema is checked against it (once per
@@ -344,46 +365,139 @@ class KafkaSink(SinkBase[Kafka]):
         self._checked_schema, self._checked_shape = batch.schema, shape
         return shape
 
-    def _check_spark_rows(self, batch: pa.RecordBatch, epoch: int) -> None:
-        """Refuse, before producing any record of the batch, a row Spark's sink would fail
-        the task on or that names another topic (spark_shape.py)."""
-        problems = spark_shape.row_problems(batch, self.config.topic)
-        if problems:
-            raise SchemaMismatchError(
-                "the batch holds rows the sink cannot write: " + "; ".join(problems),
-                **self._where(epoch),
-                fix="filter or fix those rows before the sink; rows for another topic need a "
-                "job of their own whose Kafka sink writes that topic",
+    def _size_refusals(self, encoded: Encoded, topic: TopicFacts) -> RefusedRows:
+        """Records heavier than the topic or the producer takes (RECORD_TOO_LARGE)."""
+        over = pc.greater(encoded.wire_sizes, topic.record_limit)
+        if not pc.any(over).as_py():
+            return RefusedRows()
+        rows = pc.indices_nonzero(over)
+        limit = topic.record_limit
+        return RefusedRows(
+            tuple(rows.to_pylist()),
+            tuple(
+                Refusal(
+                    RefusalReason.RECORD_TOO_LARGE,
+                    f"the record is about {size} bytes; the limit is {limit} bytes (the "
+                    f"smaller of topic {self.config.topic!r} max.message.bytes and the "
+                    "producer's message.max.bytes)",
+                )
+                for size in pc.take(encoded.wire_sizes, rows).to_pylist()
+            ),
+        )
+
+    def _partition_refusals(self, encoded: Encoded, topic: TopicFacts) -> RefusedRows:
+        """Rows whose partition_column names a partition the topic does not have (null or -1:
+        the partitioner chooses)."""
+        column = encoded.partitions
+        if column is None:
+            return RefusedRows()
+        outside = pc.fill_null(
+            pc.or_(pc.less(column, -1), pc.greater_equal(column, topic.partitions)), False
+        )
+        if not pc.any(outside).as_py():
+            return RefusedRows()
+        rows = pc.indices_nonzero(outside)
+        name = self.config.layout.partition_column
+        return RefusedRows(
+            tuple(rows.to_pylist()),
+            tuple(
+                Refusal(
+                    RefusalReason.INVALID_VALUE,
+                    f"partition {value}, but topic {self.config.topic!r} has partitions "
+                    f"0..{topic.partitions - 1}",
+                    name,
+                )
+                for value in pc.take(column, rows).to_pylist()
+            ),
+        )
+
+    def _timestamp_refusals(self, encoded: Encoded, topic: TopicFacts, shape: str) -> RefusedRows:
+        """Records whose timestamp the topic would refuse (TIMESTAMP_OUT_OF_RANGE): before
+        1970, or outside its window around now (message.timestamp.before/after.max.ms), less
+        a margin for the clocks of this host and the broker, which checks later."""
+        if encoded.timestamps is None:
+            return RefusedRows()
+        stamps = millis(encoded.timestamps)
+        outside = pc.less(stamps, 0)
+        window = topic.timestamps
+        now = int(time.time() * 1000)
+        if window is not None and window.before_ms is not None:
+            earliest = now - window.before_ms + TIMESTAMP_MARGIN_MS
+            outside = pc.or_(outside, pc.less(stamps, earliest))
+        if window is not None and window.after_ms is not None:
+            latest = now + window.after_ms - TIMESTAMP_MARGIN_MS
+            outside = pc.or_(outside, pc.greater(stamps, latest))
+        outside = pc.fill_null(outside, False)
+        if not pc.any(outside).as_py():
+            return RefusedRows()
+        rows = pc.indices_nonzero(outside)
+        column = (
+            spark_shape.TIMESTAMP if shape == SPARK_SHAPE else self.config.layout.timestamp_column
+        )
+
+        def why(ms: int) -> str:
+            if ms < 0:
+                return f"timestamp {ms} ms is before 1970: Kafka takes no negative timestamp"
+            return (
+                f"timestamp {ms} ms is {(ms - now) / 1000:+.0f} s from now, outside what topic "
+                f"{self.config.topic!r} takes (message.timestamp.before.max.ms "
+                f"{_limit(window.before_ms if window else None)}, after.max.ms "
+                f"{_limit(window.after_ms if window else None)})"
             )
 
-    def _check_records(
-        self, records: Records, current: KafkaParticipant, topic: TopicFacts, shape: str
-    ) -> None:
-        """Refuse, before producing any record of the batch, a record over the size limit
-        or a partition the topic does not have."""
-        limit = topic.record_limit - RECORD_OVERHEAD
-        row, biggest = records.largest()
-        if biggest > limit:
-            raise SchemaMismatchError(
-                f"row {current.rows + row} of the epoch makes a record of about "
-                f"{biggest + RECORD_OVERHEAD} bytes; the limit is {topic.record_limit} bytes "
-                f"(min of topic {self.config.topic!r} max.message.bytes and the producer's "
-                "message.max.bytes)",
-                **self._where(current.epoch),
-                fix="filter or split oversize rows before the sink, or raise max.message.bytes "
-                "on the topic and message.max.bytes in producer_config",
+        return RefusedRows(
+            tuple(rows.to_pylist()),
+            tuple(
+                Refusal(RefusalReason.TIMESTAMP_OUT_OF_RANGE, why(ms), column)
+                for ms in pc.take(stamps, rows).to_pylist()
+            ),
+        )
+
+    def _refused(self, batch: pa.RecordBatch, refused: RefusedRows, epoch: int) -> None:
+        """Apply the job's bad-row policy to `refused` (SinkBase._refuse): with "fail", raise
+        BadRowsError with the fix for what was refused; nothing of the batch was produced."""
+        try:
+            self._refuse(batch, refused, epoch)
+        except BadRowsError as exc:
+            raise BadRowsError(
+                exc.message,
+                refused=exc.refused,
+                job=exc.job,
+                sink=exc.sink,
+                epoch=exc.epoch,
+                fix=self._refusal_fix(refused),
+            ) from None
+
+    def _refusal_fix(self, refused: RefusedRows) -> str:
+        columns = {r.column for r in refused.refusals if r.column is not None}
+        fixes = []
+        if RefusalReason.RECORD_TOO_LARGE in refused.counts():
+            fixes.append(
+                "filter or split oversize rows before the sink, or raise max.message.bytes on "
+                "the topic and message.max.bytes in producer_config"
             )
-        if records.partitions is not None:
-            bad = [p for p in records.partitions if p >= topic.partitions or p < -1]
-            if bad:
-                column = "column 'partition'" if shape == SPARK_SHAPE else "partition_column"
-                raise SchemaMismatchError(
-                    f"{column} holds {bad[0]}, but topic {self.config.topic!r} has "
-                    f"partitions 0..{topic.partitions - 1}",
-                    **self._where(current.epoch),
-                    fix="compute partitions modulo the topic's partition count, or leave the "
-                    "column null to let the partitioner choose",
-                )
+        if columns & {spark_shape.PARTITION, self.config.layout.partition_column}:
+            fixes.append(
+                "compute partitions modulo the topic's partition count, or leave the column "
+                "null to let the partitioner choose"
+            )
+        if spark_shape.TOPIC in columns:
+            fixes.append(
+                "rows for another topic need a job of their own whose Kafka sink writes that topic"
+            )
+        if spark_shape.HEADERS in columns:
+            fixes.append("give every header a key")
+        if RefusalReason.TIMESTAMP_OUT_OF_RANGE in refused.counts():
+            fixes.append(
+                "check the timestamp column: integers are milliseconds since the Unix epoch "
+                "(not microseconds or nanoseconds); or widen the topic's "
+                "message.timestamp.before.max.ms / after.max.ms"
+            )
+        fixes.append(
+            "or route such rows to a dead letter: durable_sink(..., on_bad_rows='dead_letter', "
+            "dead_letter=sink(...)); nothing of the epoch was committed"
+        )
+        return "; ".join(fixes)
 
     @guarded("preparing the epoch")
     def pre_commit(self, epoch: int) -> CommitHandle:
@@ -544,3 +658,7 @@ class KafkaSink(SinkBase[Kafka]):
 
 def _any(value: bytes, offset: int) -> bool:
     return True
+
+
+def _limit(ms: int | None) -> str:
+    return "unlimited" if ms is None else f"{ms} ms"

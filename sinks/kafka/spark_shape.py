@@ -14,11 +14,11 @@ row becomes):
 - any other column: ignored, as Spark ignores it.
 Strings are sent UTF-8 encoded, binary values byte for byte.
 
-What Spark would fail a task on mid-write is refused here for the whole batch before any of
-its records is produced (so nothing of the epoch becomes visible): a header with a null key
-or a null header entry, a negative partition (a partition the topic does not have is refused
-by the sink, which knows the topic's partitions). A wrong column type is refused from the
-schema alone, once per schema.
+What Spark would fail a task on mid-write is a refused row here (`row_refusals`), found
+before any record of the batch is produced: a header with a null key or a null header entry,
+a partition the topic does not have (negative, or beyond its count). By the job's bad-row
+policy such a row fails the epoch (nothing of it becomes visible) or goes to the dead letter.
+A wrong column type is refused from the schema alone, once per schema.
 
 The sink writes one topic: its `topic` option, which, as in Spark, takes precedence over a
 `topic` column. Spark then sends every row to the option's topic whatever the column says;
@@ -33,7 +33,9 @@ from collections.abc import Callable
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .records import Records, byte_lengths, epoch_millis, fold_crc
+from durable_sinks.core.bad_rows import Refusal, RefusalReason, RefusedRows
+
+from .records import HEADER_OVERHEAD, RECORD_OVERHEAD, Encoded, Records, byte_lengths
 
 #: Spark's column names.
 VALUE, KEY, HEADERS, PARTITION, TIMESTAMP, TOPIC = (
@@ -117,83 +119,122 @@ def schema_problems(schema: pa.Schema) -> list[str]:
     return found
 
 
-def row_problems(batch: pa.RecordBatch, topic: str) -> list[str]:
-    """What in the rows of `batch` (whose schema passed `schema_problems`) the sink cannot
-    write into `topic`, with the first offending row; empty when every row can be written."""
-    found: list[str] = []
+def row_refusals(batch: pa.RecordBatch, topic: str, partitions: int) -> RefusedRows:
+    """The rows of `batch` (whose schema passed `schema_problems`) the sink cannot write
+    into `topic` (which has `partitions` partitions), each with why (INVALID_VALUE): a row
+    naming another topic, a partition the topic does not have, a null header or a header
+    with a null key. Vectorized; nothing per row in Python but the refused rows' messages."""
+    found: list[RefusedRows] = []
     names = batch.schema.names
     if TOPIC in names:
         column = batch.column(TOPIC)
         other = pc.and_(pc.is_valid(column), pc.not_equal(column, pa.scalar(topic, column.type)))
-        row = _first(other)
-        if row is not None:
-            found.append(
-                f"row {row} has topic {column[row].as_py()!r}, but the sink writes topic "
-                f"{topic!r} only (its topic option takes precedence over the 'topic' column, "
-                "and it does not redirect rows)"
+        found.append(
+            _each(
+                other,
+                lambda row: Refusal(
+                    RefusalReason.INVALID_VALUE,
+                    f"topic {column[row].as_py()!r}, but the sink writes topic {topic!r} only "
+                    "(its topic option takes precedence over the 'topic' column, and it does "
+                    "not redirect rows)",
+                    TOPIC,
+                ),
             )
+        )
     if PARTITION in names:
-        row = _first(pc.less(batch.column(PARTITION), 0))
-        if row is not None:
-            found.append(
-                f"row {row} has partition {batch.column(PARTITION)[row].as_py()}; partitions "
-                "are numbered from 0"
+        column = batch.column(PARTITION)
+        outside = pc.or_(pc.less(column, 0), pc.greater_equal(column, partitions))
+        found.append(
+            _each(
+                outside,
+                lambda row: Refusal(
+                    RefusalReason.INVALID_VALUE,
+                    f"partition {column[row].as_py()}, but topic {topic!r} has partitions "
+                    f"0..{partitions - 1}",
+                    PARTITION,
+                ),
             )
+        )
     if HEADERS in names:
         headers = batch.column(HEADERS)
         entries = pc.list_flatten(headers)
-        null_entry = pc.is_null(entries)
-        null_key = pc.is_null(pc.struct_field(entries, 0))
-        bad = _first(pc.or_(null_entry, null_key))
-        if bad is not None:
-            row = pc.list_parent_indices(headers)[bad].as_py()
-            what = "a null header" if null_entry[bad].as_py() else "a header with a null key"
-            found.append(f"row {row} has {what} in 'headers'; a Kafka header needs a key")
-    return found
+        if len(entries):
+            null_entry = pc.is_null(entries)
+            bad = pc.or_(null_entry, pc.is_null(pc.struct_field(entries, 0)))
+            hits = pc.indices_nonzero(pc.fill_null(bad, True))
+            parents = pc.take(pc.list_parent_indices(headers), hits).to_pylist()
+            nulls = pc.take(null_entry, hits).to_pylist()
+            found.append(
+                RefusedRows.of(
+                    (
+                        row,
+                        Refusal(
+                            RefusalReason.INVALID_VALUE,
+                            ("a null header" if null else "a header with a null key")
+                            + " in 'headers'; a Kafka header needs a key",
+                            HEADERS,
+                        ),
+                    )
+                    for row, null in zip(parents, nulls, strict=True)
+                )
+            )
+    return RefusedRows().merged(*found)
 
 
-def _first(mask: pa.Array) -> int | None:
-    """Index of the first true value of a boolean array (nulls count as false)."""
-    filled = pc.fill_null(mask, False)
-    if not pc.any(filled).as_py():
-        return None
-    return int(pc.index(filled, True).as_py())
+def _each(mask: pa.Array, refusal: Callable[[int], Refusal]) -> RefusedRows:
+    """The rows where `mask` is true (nulls count as false), each with its own refusal."""
+    hits = pc.indices_nonzero(pc.fill_null(mask, False)).to_pylist()
+    return RefusedRows(tuple(hits), tuple(refusal(row) for row in hits))
 
 
-def build_spark_records(batch: pa.RecordBatch, checksum: int) -> Records:
+def encode_spark_records(batch: pa.RecordBatch) -> Encoded:
     """The batch's records as Spark's Kafka sink writes them (the batch must have passed
-    `schema_problems` and `row_problems`). `checksum` is the running CRC-32 of the epoch's
-    values and keys; the returned Records carry it updated with this batch."""
+    `schema_problems`; rows `row_refusals` names are still in)."""
     names = batch.schema.names
     value_array = batch.column(VALUE)
-    values = value_array.to_pylist()
     sizes = byte_lengths(value_array)
-    checksum = fold_crc(value_array, checksum)
-    keys = None
+    key_array = None
     if KEY in names:
         key_array = batch.column(KEY)
-        keys = key_array.to_pylist()
         sizes = pc.add(sizes, byte_lengths(key_array))
-        checksum = fold_crc(key_array, checksum)
-    headers = None
+    header_lists = None
+    wire_sizes = pc.add(sizes, RECORD_OVERHEAD)
     if HEADERS in names:
-        headers, header_sizes = _headers(batch.column(HEADERS))
-        sizes = pc.add(sizes, header_sizes)
-    timestamps = epoch_millis(batch.column(TIMESTAMP)) if TIMESTAMP in names else None
-    partitions = None
-    if PARTITION in names:
-        partitions = pc.fill_null(batch.column(PARTITION), -1).to_pylist()
-    return Records(
-        values, keys, headers, timestamps, partitions, sizes, checksum, own_headers_first=True
+        header_lists = batch.column(HEADERS)
+        header_bytes, count = _header_sizes(header_lists)
+        sizes = pc.add(sizes, header_bytes)
+        wire_sizes = pc.add(pc.add(wire_sizes, header_bytes), pc.multiply(count, HEADER_OVERHEAD))
+    return Encoded(
+        value_array,
+        key_array,
+        (),
+        header_lists,
+        batch.column(TIMESTAMP) if TIMESTAMP in names else None,
+        batch.column(PARTITION) if PARTITION in names else None,
+        sizes,
+        wire_sizes,
+        own_headers_first=True,
     )
 
 
-def _headers(array: pa.Array) -> tuple[list[list[tuple[str, bytes | None]]], pa.Array]:
-    """Each row's headers as (key, value) pairs in order, and their bytes (keys UTF-8)."""
-    rows: list[list[tuple[str, bytes | None]]] = []
-    sizes: list[int] = []
-    for entries in array.to_pylist():
-        pairs = [(entry["key"], entry["value"]) for entry in entries or ()]
-        rows.append(pairs)
-        sizes.append(sum(len(k.encode()) + len(v or b"") for k, v in pairs))
-    return rows, pa.array(sizes, pa.int64())
+def build_spark_records(batch: pa.RecordBatch, checksum: int) -> Records:
+    """The batch's records as Spark's Kafka sink writes them. `checksum` is the running
+    CRC-32 of the epoch's values and keys; the returned Records carry it updated."""
+    return encode_spark_records(batch).records(checksum)
+
+
+def _header_sizes(array: pa.Array) -> tuple[pa.Array, pa.Array]:
+    """Each row's headers' bytes (keys UTF-8, values as given) and count, as int64 arrays."""
+    import numpy as np
+
+    entries = pc.list_flatten(array)
+    counts = pc.fill_null(pc.list_value_length(array), 0).cast(pa.int64())
+    if len(entries) == 0:
+        return pa.array(np.zeros(len(array), dtype=np.int64)), counts
+    each = pc.add(
+        byte_lengths(pc.struct_field(entries, 0)), byte_lengths(pc.struct_field(entries, 1))
+    )
+    parents = pc.list_parent_indices(array).to_numpy(zero_copy_only=False)
+    weights = each.to_numpy(zero_copy_only=False)
+    summed = np.bincount(parents, weights=weights, minlength=len(array))
+    return pa.array(summed.astype(np.int64)), counts

@@ -1,6 +1,7 @@
 """The target table as the server has it: checked at start (settings, privileges, the upsert
-key), created from the first batch's schema on request, and compared with each new batch
-schema before anything of the batch is written."""
+key, the owner's role for schema evolution), created from the first batch's schema on
+request, compared with each new batch schema before anything of the batch is written, and
+altered by schema evolution (`TargetTable.evolve`)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from durable_sinks.core.bad_rows import dead_letter_schema
 from durable_sinks.core.errors import ConfigError, SchemaMismatchError
 from durable_sinks.core.protocol import OpenContext
 
-from .columns import Evolution, TableColumn, ddl_type, evolution, mismatches
+from .columns import Evolution, TableColumn, cast_up, ddl_type, evolution, mismatches
 from .config import Postgres
 from .errors import config_error
 
@@ -28,7 +29,7 @@ Evolve = Callable[[list[Evolution]], dict[str, TableColumn]]
 #: How long an ALTER TABLE of schema evolution waits for the table's lock before it gives up
 #: (TransientError: the epoch is retried), so that it never waits on a reader or another
 #: participant for long.
-EVOLUTION_LOCK_TIMEOUT_S = 5
+EVOLUTION_LOCK_TIMEOUT_S = 5.0
 #: The primary key of a table the sink creates for dead letters.
 DEAD_LETTER_KEY = ("job_id", "sink", "epoch", "part", "row_number")
 #: Postgres keeps at most NAMEDATALEN - 1 = 63 bytes of an identifier.
@@ -101,6 +102,8 @@ class TargetTable:
             return
         self._columns = columns
         self._check_privileges(conn)
+        if self.context.policy.adds_columns:
+            self._check_owner(conn)
         if self.config.mode == "upsert":
             self._check_upsert_key(conn, columns)
 
@@ -125,6 +128,23 @@ class TargetTable:
                 f"the job's user lacks {', '.join(missing)} on {self.config.table}",
                 fix=f"GRANT {', '.join(m for m in missing if ' ' not in m)} ON "
                 f"{self.config.table} TO <the job's user>",
+            )
+
+    def _check_owner(self, conn: psycopg.Connection[Any]) -> None:
+        """Schema evolution alters the table, which only its owner's role may."""
+        row = conn.execute(
+            "SELECT pg_has_role(c.relowner, 'USAGE'), pg_get_userbyid(c.relowner)::text "
+            "FROM pg_class c WHERE c.oid = %s::regclass",
+            (self.config.qualified,),
+        ).fetchone()
+        if row is not None and not row[0]:
+            raise config_error(
+                self.context,
+                f"schema_evolution='add_columns' alters {self.config.table}, which only its "
+                f"owner ({row[1]}) may: the job's user is not a member of that role",
+                fix=f"GRANT {row[1]} TO <the job's user>, or ALTER TABLE {self.config.table} "
+                "OWNER TO <the job's user>, or leave schema_evolution out (new columns are "
+                "then refused)",
             )
 
     def _check_upsert_key(
@@ -187,6 +207,13 @@ class TargetTable:
                 )
             self.checked_schema = batch.schema
         return self._columns
+
+    def cast_up(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """Schema evolution: `batch` with columns narrower than the table's cast up
+        (`columns.cast_up`); as given while the table is not there yet."""
+        if self._columns is None:
+            self._columns = self._read_columns(self._connect())
+        return batch if self._columns is None else cast_up(batch, self._columns)
 
     def _refuse_bad_names(self, schema: pa.Schema, epoch: int) -> None:
         """Column names Postgres cannot hold as given: with a NUL, or longer than 63 bytes
@@ -266,7 +293,7 @@ class TargetTable:
         wanted = [c for c in changes if c.needed(found)]
         if wanted:
             clauses = alter_clauses(wanted)
-            timeout = sql.Literal(f"{EVOLUTION_LOCK_TIMEOUT_S}s")
+            timeout = sql.Literal(f"{round(EVOLUTION_LOCK_TIMEOUT_S * 1000)}ms")
             if conn.autocommit:
                 with conn.transaction():
                     conn.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(timeout))

@@ -1,5 +1,7 @@
-"""Arrow -> Postgres type mapping for binary COPY (through pgpq), and the checks that turn a
-batch that does not fit its table into a SchemaMismatchError naming the column."""
+"""Arrow -> Postgres type mapping for binary COPY (through pgpq); the checks that turn a batch
+that does not fit its table into a SchemaMismatchError naming the column; the checks of
+values before COPY that name the rows a table cannot take (`bad_values`); and what schema
+evolution changes in a table (`evolution`) or in a batch (`cast_up`)."""
 
 from __future__ import annotations
 
@@ -186,6 +188,44 @@ _WIDENINGS = {
     ("integer", "bigint"),
     ("real", "double precision"),
 }
+
+
+def _cast_ups() -> dict[tuple[pa.DataType, str], pa.DataType]:
+    return {
+        (pa.int16(), "integer"): pa.int32(),
+        (pa.int16(), "bigint"): pa.int64(),
+        (pa.int32(), "bigint"): pa.int64(),
+        (pa.float32(), "double precision"): pa.float64(),
+    }
+
+
+#: (a batch column's Arrow type, the table column's base type) -> the Arrow type it is cast
+#: to under schema evolution: a batch narrower than a column widened before (every value of
+#: the narrower type is one of the wider).
+CAST_UPS = _cast_ups()
+
+
+def cast_up(batch: pa.RecordBatch, table: dict[str, TableColumn]) -> pa.RecordBatch:
+    """`batch` with each column narrower than its (widened) table column cast to the wider
+    type (schema_evolution="add_columns"); the same batch when none is."""
+    wider = {}
+    for field in batch.schema:
+        column = table.get(field.name)
+        if column is not None:
+            target = CAST_UPS.get((field.type, column.base_type))
+            if target is not None:
+                wider[field.name] = target
+    if not wider:
+        return batch
+    return pa.record_batch(
+        [
+            array.cast(wider[name]) if name in wider else array
+            for name, array in zip(batch.schema.names, batch.columns, strict=True)
+        ],
+        schema=pa.schema(
+            [f.with_type(wider[f.name]) if f.name in wider else f for f in batch.schema]
+        ),
+    )
 
 
 @dataclass(frozen=True)

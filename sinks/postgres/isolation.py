@@ -167,22 +167,23 @@ def rules(
 def refused_by_rules(
     conn: psycopg.Connection[Any], found: list[Rule], stage: sql.Identifier
 ) -> dict[int, Refusal]:
-    """The staged rows the rules refuse (row -> refusal), deleted from `stage`: foreign keys
-    and checks first, then each unique key among the rows left (a row refused for another
-    reason is not inserted, so its key is free)."""
+    """The staged rows the rules refuse (row -> refusal): foreign keys and checks first, then
+    each unique key among the rows left (a row refused for another reason is not inserted,
+    so its key is free: refused rows are deleted from `stage` before the next rule)."""
     refused: dict[int, Refusal] = {}
     delete = sql.SQL("DELETE FROM {} s USING unnest(%s::bigint[]) AS u(r) WHERE s.{} = u.r").format(
         stage, sql.Identifier(ROW)
     )
     checks = [r for r in found if not r.unique]
-    for group in [checks, *([r] for r in found if r.unique)]:
+    groups = [checks, *([r] for r in found if r.unique)]
+    for number, group in enumerate(groups, 1):
         now: list[int] = []
         for rule in group:
             for (row,) in conn.execute(rule.query).fetchall():
                 if int(row) not in refused:
                     refused[int(row)] = rule.refusal
                     now.append(int(row))
-        if now:
+        if now and number < len(groups):  # the next group judges the rows left
             conn.execute(delete, (now,))
     return refused
 

@@ -2,6 +2,9 @@
 binary COPY (encoded by pgpq), straight into the table (append) or into a per-epoch UNLOGGED
 staging table merged into the table with INSERT ... ON CONFLICT at pre-commit (upsert).
 
+In dead-letter mode the COPYs run under a savepoint, and a COPY the server refuses is undone
+to it while the refused rows are found (`copy_isolating`; isolation.py).
+
 Nothing here commits: every statement runs in the epoch's transaction, which pre-commit
 prepares (or one-phase commit commits)."""
 
@@ -14,10 +17,12 @@ from typing import Any
 import pgpq
 import psycopg
 import pyarrow as pa
+import pyarrow.compute as pc
 from psycopg import sql
 
 from durable_sinks.core.bad_rows import Refusal, RefusedRows
-from durable_sinks.core.errors import SchemaMismatchError
+from durable_sinks.core.connecting import connection_lost
+from durable_sinks.core.errors import SchemaMismatchError, TransientError
 from durable_sinks.core.naming import ParticipantName
 from durable_sinks.core.protocol import CommitHandle, OpenContext
 from durable_sinks.core.sink_base import OpenParticipant
@@ -25,14 +30,25 @@ from durable_sinks.core.sink_base import OpenParticipant
 from .catalog import alter_clauses
 from .columns import Evolution
 from .config import Postgres
-from .errors import ROW_ERRORS, row_named, server_refusal
+from .errors import ROW_ERRORS, first_line, row_named, server_refusal
 from .isolation import ROW, refused_by_rules, rules, stage_name, with_rows
 
 #: Rows encoded per COPY write: small enough to overlap encoding with sending, large enough that
 #: per-call overhead does not show (measured in benchmarks/postgres_sink.py).
 COPY_SLICE_ROWS = 16_384
+#: Dead-letter mode: rows COPYed under one savepoint before a new one is taken. A refused COPY
+#: rolls back the batches under its savepoint, which are COPYed again; fewer savepoints keep
+#: an epoch within Postgres's cache of 64 subtransactions per session (docs/postgres.md).
+GROUP_ROWS = 100_000
+#: ... and at most this many bytes of them (they are kept in memory until the next savepoint).
+GROUP_BYTES = 32 * 2**20
 #: Keys an upsert epoch holds twice that its refusal names.
 DUPLICATES_SHOWN = 5
+
+
+def _all_rows(count: int) -> pa.Array:
+    """0, 1, ..., count - 1 as Arrow int64, without a Python loop."""
+    return pc.indices_nonzero(pc.is_null(pa.nulls(count))).cast(pa.int64())
 
 
 class PostgresParticipant(OpenParticipant):
@@ -49,9 +65,18 @@ class PostgresParticipant(OpenParticipant):
         self.bytes = 0
         self.checksum = 0  # CRC-32 of the COPY bytes, for audits
         self.stage: sql.Identifier | None = None
-        #: Dead-letter mode: the savepoint each COPY runs under ("none" before the first,
+        #: Dead-letter mode: the savepoint the COPYs run under ("none" before the first,
         #: "empty" when nothing was written since it was set or rolled back to, "used").
         self.savepoint = "none"
+        #: The batches COPYed under the savepoint since it was set: a refused COPY rolls
+        #: them back with it, and they are COPYed again (GROUP_ROWS bounds them).
+        self.group: list[pa.RecordBatch] = []
+        #: Take a new savepoint before the next COPY (what ran since, e.g. schema evolution's
+        #: ALTER, must not be rolled back with a later refused COPY).
+        self.seal_next = False
+        #: Whether batches share a savepoint: until the first refused COPY of the epoch
+        #: (refusals come in runs, and each would write the batches under it again).
+        self.grouping = True
         #: COPYs that the server refused in dead-letter mode (each then split and retried).
         self.isolation_copies = 0
         #: Strings a refusal's message must not show (the DSN's passwords).
@@ -100,17 +125,20 @@ class PostgresParticipant(OpenParticipant):
         # as much as the others together, and a key twice is rarer than the rest.
         unique = isinstance(error, psycopg.errors.UniqueViolation)
         refused: dict[int, Refusal] = {}
-        index = list(range(batch.num_rows))  # rows of `rest` -> rows of `batch`
+        index = _all_rows(batch.num_rows)  # rows of `rest` -> rows of `batch`
         rest = batch
         while True:
             by_rules = self._refused_by_rules(conn, rest, unique=unique)
-            if by_rules is None:
-                break  # cannot stage: find them by COPYing pieces
-            if by_rules:
-                kept = [i for i in range(rest.num_rows) if i not in by_rules]
-                refused.update((index[i], why) for i, why in by_rules.items())
-                index = [index[i] for i in kept]
-                rest = rest.take(pa.array(kept, pa.int64()))
+            if not by_rules:
+                # Cannot stage, or the rules refuse none of the rows (COPYing them again
+                # would fail as before): find them by COPYing pieces.
+                break
+            refused.update((index[i].as_py(), why) for i, why in by_rules.items())
+            kept = pc.indices_nonzero(
+                pc.invert(pc.is_in(_all_rows(rest.num_rows), pa.array(list(by_rules), pa.int64())))
+            )
+            index = index.take(kept)
+            rest = rest.take(kept)
             if rest.num_rows == 0:
                 return 0, 0, RefusedRows.of(refused.items())
             try:
@@ -122,21 +150,43 @@ class PostgresParticipant(OpenParticipant):
                 break
             unique = True
         rows, sent, more = self._isolate_by_copies(conn, rest, error)
-        return rows, sent, RefusedRows.of(refused.items()).merged(more.through(index))
+        by_copies = more.through(index.to_pylist()) if more else more
+        return rows, sent, RefusedRows.of(refused.items()).merged(by_copies)
 
     def _copy_under_savepoint(
-        self, conn: psycopg.Connection[Any], batch: pa.RecordBatch
+        self, conn: psycopg.Connection[Any], batch: pa.RecordBatch, *, alone: bool = False
     ) -> tuple[int, int, RefusedRows]:
-        """COPY `batch` under the savepoint; on a refusal (raised), roll back to it."""
-        self._savepoint(conn)
+        """COPY `batch` under the savepoint (a new one first when `alone`, or when the
+        batches under the current one hold GROUP_ROWS rows). On a refusal (raised), roll back
+        to it, COPY again the batches that were under it, and leave an empty savepoint."""
+        self._savepoint(conn, alone=alone)
         try:
             sent, checksum = self._send(conn, batch, self.checksum, self.table)
         except ROW_ERRORS:
             conn.execute("ROLLBACK TO SAVEPOINT ds_rows")  # stays, empty
             self.savepoint = "empty"
             self.isolation_copies += 1
+            self.grouping = False
+            if self.group:
+                # Written and reported before: the same rows again, then sealed.
+                try:
+                    for earlier in self.group:
+                        self._send(conn, earlier, 0, self.table)
+                except ROW_ERRORS as exc:
+                    raise TransientError(
+                        f"rows of epoch {self.epoch} the server took before were refused when "
+                        f"written again after a refused COPY: {first_line(exc)}",
+                        job=self.context.job_id,
+                        sink=self.context.sink,
+                        epoch=self.epoch,
+                        fix="another writer changed the table meanwhile (e.g. took a key): "
+                        "the epoch is written again; nothing of it was committed",
+                    ) from exc
+                self.group = []
+                conn.execute("RELEASE SAVEPOINT ds_rows; SAVEPOINT ds_rows")
             raise
         self.savepoint = "used"
+        self.group.append(batch)
         self.checksum = checksum
         self.rows += batch.num_rows
         self.bytes += sent
@@ -147,8 +197,10 @@ class PostgresParticipant(OpenParticipant):
     ) -> dict[int, Refusal] | None:
         """The rows of `batch` the table's foreign keys and checks (and unique keys, with
         `unique`) refuse, found on a staging table of the columns they read, made under the
-        (empty) savepoint and rolled back with it. None when the batch cannot be staged: a
-        value the column types refuse, or no CREATE privilege on the table's schema."""
+        (empty) savepoint and rolled back with it; {} when no rule applies to the batch's
+        columns. None when the server refused any of it (a value the column types refuse, no
+        CREATE on the table's schema, no SELECT on a referenced table): nothing of it stays.
+        A lost session is raised."""
         stage = sql.Identifier(self.config.schema_name, stage_name(str(self.name)))
         found = [
             rule
@@ -177,11 +229,16 @@ class PostgresParticipant(OpenParticipant):
                 )
             )
             self._send(conn, with_rows(batch.select(names)), 0, stage)
-            return refused_by_rules(conn, found, stage)
-        except (*ROW_ERRORS, psycopg.errors.InsufficientPrivilege):
+            refused = refused_by_rules(conn, found, stage)
+        except psycopg.Error as exc:
+            # A value the column types refuse, no CREATE on the schema, no SELECT on a
+            # referenced table, a column named like the row numbers: COPY pieces instead.
+            if connection_lost(exc):
+                raise
+            conn.execute("ROLLBACK TO SAVEPOINT ds_rows")
             return None
-        finally:
-            conn.execute("ROLLBACK TO SAVEPOINT ds_rows")  # the staging table goes with it
+        conn.execute("ROLLBACK TO SAVEPOINT ds_rows")  # the staging table goes with it
+        return refused
 
     def _isolate_by_copies(
         self, conn: psycopg.Connection[Any], batch: pa.RecordBatch, error: psycopg.Error
@@ -198,19 +255,13 @@ class PostgresParticipant(OpenParticipant):
         while failed is not None or pieces:
             if failed is None:
                 first, end = pieces.pop()
-                self._savepoint(conn)
                 try:
-                    piece_sent, checksum = self._send(
-                        conn, batch.slice(first, end - first), self.checksum, self.table
+                    _, piece_sent, _ = self._copy_under_savepoint(
+                        conn, batch.slice(first, end - first), alone=True
                     )
                 except ROW_ERRORS as refusal:
-                    conn.execute("ROLLBACK TO SAVEPOINT ds_rows")  # stays, empty
-                    self.savepoint = "empty"
-                    self.isolation_copies += 1
                     failed = (first, end, refusal)
                     continue
-                self.savepoint = "used"
-                self.checksum = checksum
                 rows += end - first
                 sent += piece_sent
                 continue
@@ -224,18 +275,31 @@ class PostgresParticipant(OpenParticipant):
             else:
                 middle = (first + end) // 2
                 pieces.extend(((middle, end), (first, middle)))
-        self.rows += rows
-        self.bytes += sent
         return rows, sent, RefusedRows.of(refused)
 
-    def _savepoint(self, conn: psycopg.Connection[Any]) -> None:
-        """A savepoint holding nothing yet, for the next COPY: one round trip at most (none
-        after a rollback to it, which leaves it in place and empty)."""
+    def _savepoint(self, conn: psycopg.Connection[Any], *, alone: bool = False) -> None:
+        """The savepoint for the next COPY: kept while the batches under it hold fewer than
+        GROUP_ROWS rows and GROUP_BYTES bytes (each savepoint is a subtransaction, and
+        Postgres caches only 64 of them per session), else released and a new one taken (one
+        round trip); none after a rollback to it, which leaves it in place and empty.
+        `alone`: a new one unless empty."""
         if self.savepoint == "none":
             conn.execute("SAVEPOINT ds_rows")
-        elif self.savepoint == "used":
+        elif self.seal_next or (
+            self.savepoint == "used"
+            and (
+                alone
+                or not self.grouping
+                or sum(b.num_rows for b in self.group) >= GROUP_ROWS
+                or sum(b.nbytes for b in self.group) >= GROUP_BYTES
+            )
+        ):
             conn.execute("RELEASE SAVEPOINT ds_rows; SAVEPOINT ds_rows")
+        else:
+            return
         self.savepoint = "empty"
+        self.group = []
+        self.seal_next = False
 
     def _send(
         self,

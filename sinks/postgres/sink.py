@@ -54,6 +54,7 @@ from durable_sinks.core.errors import (
     ConfigError,
     DurableSinkError,
     ParticipantLostError,
+    SchemaMismatchError,
     UsageError,
 )
 from durable_sinks.core.naming import ParticipantName, owner_prefix
@@ -275,8 +276,12 @@ class PostgresSink(SinkBase[Postgres]):
                 "the epoch was pre-committed; no more batches", **self._where(current.epoch)
             )
         with self._errors("write_batch (COPY)", current.epoch, in_epoch=True):
-            evolve = self._evolve if self.context.policy.adds_columns else None
-            columns = self._state().table.columns_for(batch, current.epoch, evolve)
+            table = self._state().table
+            evolve = None
+            if self.context.policy.adds_columns:
+                evolve = self._evolve
+                batch = table.cast_up(batch)  # same rows: refusals name the batch given
+            columns = table.columns_for(batch, current.epoch, evolve)
             refused = bad_values(batch, columns)
             try:
                 kept = self._refuse(batch, refused, current.epoch)
@@ -313,14 +318,24 @@ class PostgresSink(SinkBase[Postgres]):
         current = self._require_current()
         table = self._state().table
         if self.context.worker:
+            if current.rows:
+                # Its own transaction holds the table's lock since its first COPY: an ALTER on
+                # another session would wait on it.
+                raise SchemaMismatchError(
+                    f"the batches of part {current.name.part} changed columns after its first "
+                    f"COPY ({', '.join(c.column for c in changes)}): in executor mode a part "
+                    "adds columns before it writes",
+                    **self._where(current.epoch),
+                    fix="give every batch of a partition the same columns (Spark does), or "
+                    "run the query in driver mode; nothing of the epoch was committed",
+                )
             columns = table.evolve(self._admin_conn(), changes)
         else:
             columns = table.evolve(current.conn(), changes)
             self._evolved.add(current.epoch)
-            if current.savepoint == "empty":
-                # The change ran under the dead-letter mode's savepoint: released before the
-                # next COPY, so that a refused row never rolls it back.
-                current.savepoint = "used"
+            # The change ran under the dead-letter mode's savepoint: released before the
+            # next COPY, so that a refused row never rolls it back.
+            current.seal_next = current.savepoint != "none"
         current.evolve_stage(current.conn(), changes)
         self._count("columns_changed", len(changes))
         return columns
@@ -538,7 +553,11 @@ def _through(inner: RefusedRows, outer: RefusedRows, rows: int) -> RefusedRows:
     indices of that batch."""
     if not outer:
         return inner
+    import pyarrow as pa
     import pyarrow.compute as pc
 
-    kept = pc.indices_nonzero(outer.kept_mask(rows)).to_pylist()
-    return inner.through(kept)
+    every = pc.indices_nonzero(pc.is_null(pa.nulls(rows)))
+    left = pc.invert(pc.is_in(every, pa.array(outer.rows, pa.uint64())))
+    kept = pc.indices_nonzero(left)
+    mapped = kept.take(pa.array(inner.rows, pa.int64())).to_pylist()
+    return RefusedRows(tuple(mapped), inner.refusals)

@@ -15,7 +15,12 @@ from .config import S3, S3SinkConfig
 
 if TYPE_CHECKING:
     from .epochs import EpochMarker, EpochObject
-    from .reader import committed_dataset, committed_markers, committed_objects
+    from .reader import (
+        committed_dataset,
+        committed_markers,
+        committed_objects,
+        committed_schema,
+    )
     from .sink import S3Sink
 
 
@@ -29,6 +34,7 @@ _LAZY = {
     "committed_dataset": ".reader",
     "committed_markers": ".reader",
     "committed_objects": ".reader",
+    "committed_schema": ".reader",
     "S3Sink": ".sink",
 }
 #: Former names, still importable (with a FutureWarning): the epoch's file is its marker.
@@ -57,4 +63,5 @@ __all__ = [
     "committed_dataset",
     "committed_markers",
     "committed_objects",
+    "committed_schema",
 ]

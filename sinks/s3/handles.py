@@ -11,7 +11,9 @@ from durable_sinks.core.handles import HandleDetails
 @dataclass(frozen=True)
 class S3Object:
     """One object of a participant: its multipart upload and, once prepared, the ETag of each
-    part, its size, rows and SHA-256 (a handle that only rolls back holds key and upload id)."""
+    part, its size, rows and SHA-256 (a handle that only rolls back holds key and upload id),
+    and the Arrow schema of its Parquet file (core/evolution.schema_text; None in handles
+    written before the S3 sink recorded schemas)."""
 
     key: str
     upload_id: str
@@ -20,6 +22,7 @@ class S3Object:
     size: int = 0
     rows: int = 0
     sha256: str = ""
+    schema: str | None = None
 
 
 @dataclass(frozen=True)

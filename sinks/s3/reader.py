@@ -8,19 +8,26 @@ from the key), for pyarrow, pandas, Polars or DuckDB::
 
     from durable_sinks.sinks.s3 import committed_dataset
     table = committed_dataset("s3://bucket/events", endpoint_url=...).to_table()
+
+Under schema evolution the objects hold different schemas: the dataset's schema is theirs
+unified (`committed_schema`, core/evolution.py): a column an object lacks reads as null, a
+widened column is read in its widest type.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from durable_sinks.core.evolution import schema_of_text, unify
 from durable_sinks.core.s3 import S3Connection, S3Location, is_missing, s3_failure
 
 from .epochs import EpochMarker, EpochObject
 from .layout import Layout
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     import pyarrow.dataset as ds
+    from pyarrow import fs
 
 
 def committed_markers(
@@ -69,17 +76,64 @@ def committed_dataset(
     """A `pyarrow.dataset` of the committed epochs' objects under `path`, with an `epoch`
     column. `settings` are S3Connection's (endpoint_url, region, access_key_id, ...) when no
     `connection` is given."""
+    import pyarrow as pa
     import pyarrow.dataset as ds
     from pyarrow import fs
 
     connection = connection or S3Connection(**settings)
     location = S3Location.parse(path)
-    objects = committed_objects(path, connection, epochs=epochs)
+    markers = committed_markers(path, connection, epochs=epochs)
     filesystem = fs.S3FileSystem(**connection.arrow_settings())
+    paths = [f"{location.bucket}/{o.key}" for m in markers for o in m.objects]
+    schema = _unified(markers, filesystem, location.bucket)
+    if schema is not None and "epoch" not in schema.names:
+        schema = schema.append(pa.field("epoch", pa.int32()))
     return ds.dataset(
-        [f"{location.bucket}/{o.key}" for o in objects],
+        paths,
+        schema=schema,
         format="parquet",
         filesystem=filesystem,
-        partitioning=ds.partitioning(flavor="hive"),
+        partitioning=ds.partitioning(pa.schema([("epoch", pa.int32())]), flavor="hive"),
         partition_base_dir=f"{location.bucket}/{location.prefix}",
     )
+
+
+def committed_schema(
+    path: str,
+    connection: S3Connection | None = None,
+    *,
+    epochs: range | None = None,
+    **settings: Any,
+) -> pa.Schema | None:
+    """The schema of the committed epochs under `path` (in `epochs` if given): every
+    object's schema unified (core/evolution.py), without the `epoch` column; None when no
+    epoch holds an object. Spark readers give it as the read schema (`mergeSchema` does not
+    merge int32 with int64 files)::
+
+        from pyspark.sql.pandas.types import from_arrow_schema
+        spark.read.schema(from_arrow_schema(committed_schema(path))).parquet(*keys)
+    """
+    from pyarrow import fs
+
+    connection = connection or S3Connection(**settings)
+    markers = committed_markers(path, connection, epochs=epochs)
+    filesystem = fs.S3FileSystem(**connection.arrow_settings())
+    return _unified(markers, filesystem, S3Location.parse(path).bucket)
+
+
+def _unified(
+    markers: list[EpochMarker], filesystem: fs.FileSystem, bucket: str
+) -> pa.Schema | None:
+    """The markers' objects' schemas unified, in epoch order; an object whose marker does
+    not record its schema (written before schemas were recorded) is read from its footer."""
+    import pyarrow.parquet as pq
+
+    schemas = []
+    for marker in markers:
+        schemas += [schema_of_text(text) for text in marker.schemas]
+        schemas += [
+            pq.read_schema(f"{bucket}/{listed.key}", filesystem=filesystem)
+            for listed in marker.objects
+            if listed.schema is None
+        ]
+    return unify(schemas)

@@ -10,6 +10,13 @@
   epoch marker `_epochs/<epoch>.json` (only if absent) once every participant of the epoch
   is complete: the epoch's marker and its readers' proof that it is whole.
 - Rollback: AbortMultipartUpload (idempotent).
+- Schema evolution (`schema_evolution="add_columns"`, core/evolution.py): a batch with new
+  columns, missing columns or safely widened types is written in the dataset's evolved
+  schema; an object is written in one schema, so a participant whose schema grows mid-epoch
+  finishes its object and starts a new one. Every object's schema is in its handle and the
+  epoch marker, where readers unify them (reader.py). The driver's instance starts from the
+  last committed epoch's schema, so a column once added or widened stays so in new objects
+  (Spark's `mergeSchema` merges new columns but not int32 with int64).
 - Recovery: ListMultipartUploads under the prefix; each upload's key names its participant
   and generation (layout.py), so older generations' uploads are handed to the coordinator,
   which completes the decided ones and aborts the rest.
@@ -34,6 +41,7 @@ from durable_sinks.core.errors import (
     ParticipantLostError,
     SchemaMismatchError,
 )
+from durable_sinks.core.evolution import conform, evolve, schema_text
 from durable_sinks.core.naming import ParticipantName
 from durable_sinks.core.operations import Holding, Prepared
 from durable_sinks.core.protocol import (
@@ -71,6 +79,8 @@ class S3Participant(OpenParticipant):
         self.finished: list[S3Object] = []
         self.upload: ObjectUpload | None = None
         self.writer: pq.ParquetWriter | None = None
+        #: The schema of the object being written.
+        self.schema: pa.Schema | None = None
 
     def uploads(self) -> list[tuple[str, str]]:
         """(key, upload id) of every upload this participant started."""
@@ -106,6 +116,9 @@ class S3Sink(SinkBase[S3]):
             return  # a worker only writes its part: the driver's instance did the rest
         claim_prefix(self._s3(), self.layout, context.job_id, self.name, self.failure)
         self._last_committed = highest_marker(self._s3(), self.layout, self.failure)
+        if context.policy.adds_columns and self._last_committed is not None:
+            marker = self._read_marker(self._last_committed)
+            self._schema = marker.schema() if marker is not None else None
 
     def close(self) -> None:
         current, self._current = self._current, None
@@ -124,6 +137,7 @@ class S3Sink(SinkBase[S3]):
             resumable_prepare=True,
             distributed_prepare=True,
             partitioned=True,
+            schema_evolution=True,
         )
 
     def schema(self) -> pa.Schema | None:
@@ -144,16 +158,22 @@ class S3Sink(SinkBase[S3]):
 
     def write_batch(self, batch: pa.RecordBatch) -> WriteResult:
         current = self._require_current()
-        if self._schema is None:
+        if self.context.policy.adds_columns:
+            batch = self._evolved(batch, current.epoch)
+        elif self._schema is None:
             self._schema = batch.schema
         elif not batch.schema.equals(self._schema):
             raise SchemaMismatchError(
                 schema_difference(self._schema, batch.schema),
                 **self._where(current.epoch),
-                fix="write batches of one schema to an S3 sink; give a new path for a new schema",
+                fix="write batches of one schema to an S3 sink, give a new path for a new "
+                "schema, or let the dataset evolve: durable_sink(..., "
+                "schema_evolution='add_columns')",
             )
         if batch.num_rows == 0:
             return WriteResult(0, 0)
+        if current.schema is not None and not current.schema.equals(batch.schema):
+            self._finish_object(current)  # one schema per object: the next one is evolved
         if current.writer is None:
             self._start_object(current, batch.schema)
         assert current.writer is not None
@@ -169,6 +189,18 @@ class S3Sink(SinkBase[S3]):
             self._finish_object(current)
         return WriteResult(batch.num_rows, batch.nbytes)
 
+    def _evolved(self, batch: pa.RecordBatch, epoch: int) -> pa.RecordBatch:
+        """`batch` in the dataset's schema evolved by it (core/evolution.py), which becomes
+        the sink's schema; SchemaMismatchError, before anything is written, for a change
+        that is not an evolution."""
+        if self._schema is None:
+            self._schema = batch.schema
+            return batch
+        evolved = evolve(self._schema, batch.schema, **self._where(epoch))
+        conformed = conform(batch, evolved)
+        self._schema = evolved
+        return conformed
+
     def _start_object(self, current: S3Participant, schema: pa.Schema) -> None:
         key = self.layout.data_key(DataKey.of(current.name, len(current.finished)))
         current.upload = ObjectUpload(
@@ -182,6 +214,7 @@ class S3Sink(SinkBase[S3]):
         current.writer = pq.ParquetWriter(
             current.upload, schema, compression=self.config.compression
         )
+        current.schema = schema
 
     def _upload_failure(
         self, exc: BaseException, action: str, current: S3Participant
@@ -205,6 +238,7 @@ class S3Sink(SinkBase[S3]):
             return
         current.writer.close()
         current.writer = None
+        schema, current.schema = current.schema, None
         upload, current.upload = current.upload, None
         finished = upload.finish()
         current.finished.append(
@@ -216,6 +250,7 @@ class S3Sink(SinkBase[S3]):
                 size=int(finished["size"]),
                 rows=int(finished["rows"]),
                 sha256=str(finished["sha256"]),
+                schema=None if schema is None else schema_text(schema),
             )
         )
         self._count("parts_uploaded", len(upload.etags))
@@ -321,7 +356,10 @@ class S3Sink(SinkBase[S3]):
             if not is_precondition_failed(exc):
                 raise self.failure(exc, f"create the epoch marker {where}", epoch) from exc
             found = self._read_marker(epoch)
-            if found is None or found.objects != marker.objects:
+            if found is None or (found.objects, found.schemas) != (
+                marker.objects,
+                marker.schemas,
+            ):
                 raise CorruptRecordError(
                     f"{where} already exists and lists other objects than epoch {epoch}'s decision",
                     **self._where(epoch),

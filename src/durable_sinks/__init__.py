@@ -24,6 +24,7 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
 from .core.errors import (
+    BadRowsError,
     BatchChangedError,
     CapabilityError,
     CommitIncompleteError,
@@ -40,6 +41,7 @@ from .core.errors import (
     ParticipantLostError,
     ReplayMismatchError,
     SchemaMismatchError,
+    TooManyBadRowsError,
     TransientError,
     UnreachableError,
     UsageError,
@@ -88,6 +90,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "S3",
+    "BadRowsError",
     "BatchChangedError",
     "CapabilityError",
     "CommitIncompleteError",
@@ -110,6 +113,7 @@ __all__ = [
     "Postgres",
     "ReplayMismatchError",
     "SchemaMismatchError",
+    "TooManyBadRowsError",
     "TransientError",
     "UnreachableError",
     "UsageError",

@@ -277,21 +277,21 @@ BAD_BATCHES: dict[str, tuple[dict[str, Any], pa.RecordBatch, str, str]] = {
     "partition the topic does not have": (
         {"partition_column": "p"},
         pa.record_batch({"p": pa.array([0, 5], pa.int32()), "n": pa.array([1, 2], pa.int64())}),
-        "partition_column holds 5, but topic",
+        "invalid_value (column 'p'): 1 row (first: row 1: partition 5, but topic",
         "modulo the topic's partition count",
     ),
     "negative partition": (
         {"partition_column": "p"},
         pa.record_batch({"p": pa.array([-5], pa.int32()), "n": pa.array([1], pa.int64())}),
-        "partition_column holds -5",
+        "first: row 0: partition -5, but topic",
         "modulo the topic's partition count",
     ),
-    "timestamp far in the future (was a TransientError)": (
+    "timestamp far in the future": (
         {"timestamp_column": "ts"},
         pa.record_batch(
             {"ts": pa.array([0, 2**62], pa.int64()), "n": pa.array([1, 2], pa.int64())}
         ),
-        "the broker refused a record's timestamp",
+        "timestamp_out_of_range (column 'ts'): 1 row (first: row 1: timestamp",
         "milliseconds since the Unix epoch",
     ),
 }

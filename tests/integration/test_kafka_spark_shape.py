@@ -131,18 +131,18 @@ BAD_BATCHES = {
     ),
     "a partition the topic does not have": (
         pa.record_batch({"value": ["v", "w"], "partition": pa.array([1, 2], pa.int32())}),
-        "column 'partition' holds 2, but topic",
+        "invalid_value (column 'partition'): 1 row (first: row 1: partition 2, but topic",
         "modulo the topic's partition count",
     ),
     "another topic": (
         pa.record_batch({"value": ["v", "w"], "topic": ["{topic}", "elsewhere"]}),
-        "row 1 has topic 'elsewhere', but the sink writes topic",
+        "row 1: topic 'elsewhere', but the sink writes topic",
         "a job of their own",
     ),
     "a header without a key": (
         pa.record_batch({"value": ["v"], "headers": pa.array([[{"value": b"1"}]], HEADERS)}),
-        "row 0 has a header with a null key in 'headers'",
-        "filter or fix those rows",
+        "row 0: a header with a null key in 'headers'",
+        "give every header a key",
     ),
 }
 

@@ -30,7 +30,8 @@ UTC = timezone.utc
 Conn = psycopg.Connection[Any]
 
 #: (column, Postgres type, Arrow type, the last values Postgres holds, the first it does not).
-EDGES = [
+#: (column, Postgres type, Arrow type, the last values Postgres holds, the first it does not)
+EDGES: list[tuple[str, str, pa.DataType, list[Any], list[Any]]] = [
     ("d", "date", pa.date32(), [-2_440_588, 2_145_042_905], [-2_440_589, 2_145_042_906]),
     (
         "d_min",
@@ -74,7 +75,7 @@ EDGES = [
 ]
 
 
-def _copy_one(conn: Conn, table: sql.Composed, name: str, array: pa.Array) -> str | None:
+def _copy_one(conn: Conn, table: sql.Identifier, name: str, array: pa.Array) -> str | None:
     """COPY one value, bypassing the sink's checks: None when Postgres took it as a finite
     value, else what went wrong (pgpq's encoding, the server, or an infinity stored)."""
     batch = pa.record_batch({name: array})
@@ -283,7 +284,7 @@ def test_rows_the_server_refuses_are_isolated_inside_the_epoch(
     masked); the other rows land, once, in the same transaction. Without CREATE on the
     table's schema (no staging table) the rows are found by COPYing pieces again."""
     children = server_judged_table(conn, pg_schema)
-    dsn, options = postgres.conninfo(), {}
+    dsn, options = postgres.conninfo(), dict[str, Any]()
     if not staged:
         role = roles(create=False)
         role.grant_table("children", "SELECT, INSERT")
@@ -356,3 +357,43 @@ def test_nul_characters_are_found_in_a_slice_of_a_larger_batch_and_only_there() 
     assert bad_values(whole.slice(1, 3), columns).rows == (0,)
     assert bad_values(whole.slice(3), columns).rows == (1,)
     assert bad_values(whole.slice(5), columns).rows == ()
+
+
+def test_a_key_is_free_when_its_first_row_was_refused_for_another_reason(
+    postgres: PostgresEndpoint, conn: Conn, pg_schema: str, unique: UniqueNames
+) -> None:
+    """As a COPY would: a row refused by a check does not take its key, so the next row with
+    that key lands; the later of two rows with one key is refused, and a key already in the
+    table too."""
+    table = sql.Identifier(pg_schema, "scores")
+    conn.execute(
+        sql.SQL("CREATE TABLE {} (id bigint PRIMARY KEY, score int CHECK (score > 0))").format(
+            table
+        )
+    )
+    conn.execute(sql.SQL("INSERT INTO {} VALUES (9, 9)").format(table))
+    sink = PostgresSink(PostgresSinkConfig(postgres.conninfo(), f"{pg_schema}.scores"))
+    policy = WritePolicy(on_bad_rows=BadRowPolicy.DEAD_LETTER)
+    sink.open(OpenContext(unique.job_id, "postgres", 1, commit_point=True, policy=policy))
+    try:
+        sink.begin_epoch(0)
+        result = sink.write_batch(
+            pa.record_batch(
+                {
+                    "id": pa.array([1, 1, 2, 2, 9, 3], pa.int64()),
+                    "score": pa.array([-1, 1, 2, 3, 1, 4], pa.int32()),
+                }
+            )
+        )
+        assert [
+            (r, f.reason) for r, f in zip(result.refused.rows, result.refused.refusals, strict=True)
+        ] == [
+            (0, RefusalReason.CHECK),
+            (3, RefusalReason.UNIQUE),
+            (4, RefusalReason.UNIQUE),
+        ]
+        sink.commit_with_decision(0, sink.pre_commit(0), {"epoch": 0})
+    finally:
+        sink.close()
+    found = conn.execute(sql.SQL("SELECT id, score FROM {} ORDER BY id").format(table)).fetchall()
+    assert found == [(1, 1), (2, 2), (3, 4), (9, 9)]

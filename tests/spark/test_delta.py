@@ -129,3 +129,30 @@ def test_executor_mode_merges_by_key_with_one_commit_per_batch(
     assert len(result.decision.handles_for("delta")) == 3
     assert sorted(spark_commits(spark, delta)) == ["MERGE", "MERGE", "WRITE"]
     assert folder_leftovers(delta) == []
+
+
+def test_spark_reads_a_table_whose_epochs_added_a_column(spark: Any, tmp_path: Path) -> None:
+    """schema_evolution='add_columns' on a partitioned table: Spark's Delta reader sees the
+    added column, null in the rows written before it."""
+    import pyarrow as pa
+
+    from durable_sinks.coordinator import Coordinator
+    from durable_sinks.core.bad_rows import SchemaEvolution, WritePolicy
+    from durable_sinks.manifest import LocalDirectoryStore
+    from durable_sinks.sinks import create
+
+    path = tmp_path / "evolved"
+    coordinator = Coordinator(
+        "spark-reads-evolved",
+        [create("delta", {"path": str(path), "create_table": True, "partition_by": ["day"]})],
+        LocalDirectoryStore(tmp_path / "store"),
+        policy=WritePolicy(schema_evolution=SchemaEvolution.ADD_COLUMNS),
+    )
+    coordinator.start()
+    coordinator.run_epoch(0, [pa.record_batch({"id": [1], "day": ["a"]})])
+    coordinator.run_epoch(1, [pa.record_batch({"id": [2], "day": ["b"], "score": [2.5]})])
+    coordinator.close()
+    frame = spark.read.format("delta").load(str(path))
+    assert frame.columns == ["id", "day", "score"]
+    rows = sorted((r["id"], r["day"], r["score"]) for r in frame.collect())
+    assert rows == [(1, "a", None), (2, "b", 2.5)]

@@ -90,6 +90,27 @@ def test_two_sinks_that_cannot_resume_a_prepared_epoch_are_refused(
         )
 
 
+def test_a_kafka_dead_letter_topic_beside_a_kafka_target_is_refused_with_the_fix(
+    kafka: KafkaEndpoint, kafka_topic: str, job_id: str, tmp_path: Path
+) -> None:
+    with pytest.raises(CapabilityError, match="dead-letter sink 'dead_letters'") as caught:
+        durable_sink(
+            "kafka",
+            bootstrap_servers=kafka.bootstrap_servers,
+            topic=kafka_topic,
+            job_id=job_id,
+            decision_store=str(tmp_path / "decisions"),
+            on_bad_rows="dead_letter",
+            dead_letter=sink(
+                "kafka",
+                bootstrap_servers=kafka.bootstrap_servers,
+                topic=f"{kafka_topic}-dlq",
+                create_topic=True,
+            ),
+        )
+    assert "dead_letter=sink('postgres'" in (caught.value.fix or "")
+
+
 def test_a_wrong_password_is_named_without_showing_it(
     postgres: PostgresEndpoint, pg_schema: str, job_id: str
 ) -> None:

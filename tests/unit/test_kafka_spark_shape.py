@@ -10,12 +10,13 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from durable_sinks.core.bad_rows import RefusalReason
 from durable_sinks.core.errors import ConfigError
 from durable_sinks.sinks.kafka import KafkaSinkConfig
 from durable_sinks.sinks.kafka.config import JSON_SHAPE, SPARK_SHAPE
 from durable_sinks.sinks.kafka.spark_shape import (
     build_spark_records,
-    row_problems,
+    row_refusals,
     schema_problems,
 )
 
@@ -113,8 +114,10 @@ def test_large_arrow_types_are_the_same_spark_types() -> None:
         }
     )
     assert schema_problems(batch.schema) == []
-    assert row_problems(batch, "events") == []
-    assert build_spark_records(batch, 0).headers == [[("h", b"x")]]
+    assert problems(batch, "events") == []
+    records = build_spark_records(batch, 0)
+    assert records.headers == [[("h", b"x")]]
+    assert records.sizes.to_pylist() == [1 + 1 + 1 + 1]
 
 
 # -- refused ---------------------------------------------------------------------------------
@@ -165,17 +168,30 @@ def test_other_columns_are_ignored_whatever_their_type() -> None:
     assert build_spark_records(batch, 0).values == ["v"]
 
 
+def problems(batch: pa.RecordBatch, topic: str, partitions: int = 2) -> list[tuple[int, str]]:
+    refused = row_refusals(batch, topic, partitions)
+    assert {r.reason for r in refused.refusals} <= {RefusalReason.INVALID_VALUE}
+    return [(row, r.message) for row, r in zip(refused.rows, refused.refusals, strict=True)]
+
+
 def test_a_row_for_another_topic_is_refused_and_a_null_topic_is_the_sinks() -> None:
-    assert row_problems(spark_batch(), "events") == []
-    [problem] = row_problems(spark_batch(), "orders")
-    assert problem.startswith("row 0 has topic 'events', but the sink writes topic 'orders'")
+    assert problems(spark_batch(), "events") == []
+    found = problems(spark_batch(), "orders")
+    assert [row for row, _ in found] == [0, 2]  # row 1's topic is null: the sink's
+    assert found[0][1].startswith("topic 'events', but the sink writes topic 'orders'")
 
 
 def test_rows_sparks_sink_fails_on_are_refused_with_the_row() -> None:
-    negative = pa.record_batch(
-        {"value": pa.array(["a", "b"]), "partition": pa.array([0, -1], pa.int32())}
+    partitions = pa.record_batch(
+        {
+            "value": pa.array(["a", "b", "c", "d"]),
+            "partition": pa.array([0, -1, 2, None], pa.int32()),
+        }
     )
-    assert row_problems(negative, "t") == ["row 1 has partition -1; partitions are numbered from 0"]
+    assert problems(partitions, "t") == [
+        (1, "partition -1, but topic 't' has partitions 0..1"),
+        (2, "partition 2, but topic 't' has partitions 0..1"),
+    ]
     null_key = pa.record_batch(
         {
             "value": pa.array(["a", "b"]),
@@ -185,10 +201,12 @@ def test_rows_sparks_sink_fails_on_are_refused_with_the_row() -> None:
             ),
         }
     )
-    assert row_problems(null_key, "t") == [
-        "row 1 has a header with a null key in 'headers'; a Kafka header needs a key"
+    assert problems(null_key, "t") == [
+        (1, "a header with a null key in 'headers'; a Kafka header needs a key")
     ]
-    null_entry = pa.record_batch({"value": pa.array(["a"]), "headers": pa.array([[None]], HEADERS)})
-    assert row_problems(null_entry, "t") == [
-        "row 0 has a null header in 'headers'; a Kafka header needs a key"
+    null_entry = pa.record_batch(
+        {"value": pa.array(["a", "b"]), "headers": pa.array([[], [None]], HEADERS)}
+    )
+    assert problems(null_entry, "t") == [
+        (1, "a null header in 'headers'; a Kafka header needs a key")
     ]

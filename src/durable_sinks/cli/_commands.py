@@ -171,11 +171,27 @@ def _doubt_table(op: Operator, verb: str | None = None) -> int:
 
 @main.command()
 @_job_options
-def inspect(**params: Any) -> None:
+@click.option(
+    "--epochs",
+    type=click.IntRange(min=0),
+    default=10,
+    show_default=True,
+    help="how many of the latest decided epochs to list dead letters of",
+)
+def inspect(epochs: int, **params: Any) -> None:
     """What is in doubt: prepared participants of the job, each with the decision that
-    governs it (or "none: presumed abort")."""
+    governs it (or "none: presumed abort"); then the rows sinks refused that the latest
+    epochs committed into the dead-letter sink, per epoch, sink and reason."""
     with _operator(params) as op:
         _doubt_table(op)
+        letters = op.dead_letters(epochs) if epochs else []
+    if letters:
+        table = Table("epoch", "sink", "reason", "dead letters")
+        for epoch, sink, reason, n in letters:
+            table.add_row(str(epoch), sink, reason, f"{n:,}")
+        out.print(table)
+    elif epochs and op.options.dead_letter is not None:
+        out.print(f"no dead letters in the latest {epochs} decided epochs")
 
 
 @main.command()

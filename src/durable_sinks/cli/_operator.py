@@ -101,15 +101,18 @@ class Operator:
     """A job's store and sinks, opened read only. Use as a context manager."""
 
     def __init__(self, specs: Sequence[SinkSpec], options: JobOptions) -> None:
+        dead_letter = [options.dead_letter] if options.dead_letter is not None else []
+        #: The job's targets (its dead-letter sink, if any, is in `options`).
         self.specs = list(specs)
         self.options = options
         self.job = options.job_id
         self.store: DecisionStore = decision_store(self.specs, options)
+        #: Every sink of the job, opened: the targets, then the dead-letter sink.
         self.sinks: list[SinkConnector] = []
-        self.kinds = {s.name: s.kind for s in self.specs}
+        self.kinds = {s.name: s.kind for s in [*self.specs, *dead_letter]}
         try:
             self.generation = self.store.peek_generation(self.job)
-            built = [s.build() for s in self.specs]
+            built = [s.build() for s in [*self.specs, *dead_letter]]
             self.commit_point = validate(
                 self.job,
                 built,
@@ -117,6 +120,8 @@ class Operator:
                 options.guarantee,
                 executor_mode=options.execution == "executor",
                 one_phase=options.one_phase,
+                dead_letter=built[-1] if dead_letter else None,
+                policy=options.write_policy,
             )
             for sink in built:
                 sink.open(OpenContext(self.job, sink.name, self.generation, inspect=True))
@@ -228,6 +233,20 @@ class Operator:
                 )
         return doubts
 
+    def dead_letters(self, epochs: int) -> list[tuple[int, str, str, int]]:
+        """(epoch, sink, reason, rows) for every dead letter the latest `epochs` decided
+        epochs committed, newest first (read from their decisions)."""
+        latest = self.latest_decision()
+        found = []
+        for epoch in range(latest, max(latest - epochs, -1), -1) if latest is not None else ():
+            decision = self.decision(epoch)
+            if decision is None:
+                continue
+            for sink, reasons in sorted(decision.dead_letters.items()):
+                for reason, n in sorted(reasons.items()):
+                    found.append((epoch, sink, reason, n))
+        return found
+
     def not_inspectable(self) -> list[str]:
         return [s.name for s in self.sinks if not isinstance(s, OperableSink)]
 
@@ -282,6 +301,9 @@ class Operator:
                 shown += " (decision expired)"
             return Check(epoch, sink.name, "none", shown, problems + holding.problems)
         handles = decision.handles_for(sink.name)
+        if not handles and holding is None:
+            # not a participant of the epoch (the dead-letter sink of an epoch without any)
+            return Check(epoch, sink.name, "no participant", shown, ())
         rows = sum(h.rows for h in handles)
         decided = f"{rows} rows, {len(handles)} part{'s' if len(handles) != 1 else ''}"
         if holding is None and isinstance(sink, ExpiringSink) and epoch < min(held, default=0):

@@ -27,8 +27,23 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from .errors import ConfigError, SchemaMismatchError
+from .errors import BadRowsError, ConfigError, TooManyBadRowsError
 from .text_enum import TextEnum
+
+__all__ = [
+    "DEFAULT_MAX_BAD_ROWS",
+    "BadRowCap",
+    "BadRowPolicy",
+    "BadRowsError",
+    "Refusal",
+    "RefusalCounts",
+    "RefusalReason",
+    "RefusedRows",
+    "SchemaEvolution",
+    "TooManyBadRowsError",
+    "WritePolicy",
+    "dead_letter_schema",
+]
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -191,43 +206,6 @@ class RefusedRows:
         for row in self.rows:
             keep[row] = False
         return pa.array(keep, type=pa.bool_())
-
-
-class BadRowsError(SchemaMismatchError):
-    """Rows of the batch cannot be written to the target (its reasons, counted, with the
-    first row of each). Raised before anything of the epoch is prepared; nothing of it is
-    committed. `refused` holds the rows of the record batch that was being written."""
-
-    default_fix = (
-        "fix or filter the rows in the query, or route them to a dead-letter sink: "
-        "durable_sink(..., on_bad_rows='dead_letter', dead_letter=sink(...)); nothing of "
-        "the epoch was committed"
-    )
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        refused: RefusedRows | None = None,
-        job: str | None = None,
-        sink: str | None = None,
-        epoch: int | None = None,
-        fix: str | None = None,
-    ) -> None:
-        super().__init__(message, job=job, sink=sink, epoch=epoch, fix=fix)
-        self.refused = refused if refused is not None else RefusedRows()
-
-
-class TooManyBadRowsError(BadRowsError):
-    """A sink refused more rows of an epoch than the job's `max_bad_rows` allows: the data or
-    the schema is wrong, not a few rows. Raised before the decision; nothing of the epoch is
-    committed anywhere, not even in the dead letter."""
-
-    default_fix = (
-        "the first reasons say what is wrong: fix the query or the target's schema; if this "
-        "many bad rows is expected, raise max_bad_rows (a count, or a fraction of the epoch "
-        "such as 0.2); nothing of the epoch was committed"
-    )
 
 
 #: The default of `max_bad_rows`: at most this fraction of a sink's rows in an epoch (rounded

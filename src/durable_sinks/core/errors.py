@@ -11,6 +11,8 @@ executors back to the driver).
     ├── ConfigError                  bad configuration; fix it and restart (not retriable)
     │   └── CapabilityError          a sink or store cannot give the requested guarantee/mode
     ├── SchemaMismatchError          the data does not fit the sink (not retriable)
+    │   └── BadRowsError             rows the target cannot take (their reasons counted)
+    │       └── TooManyBadRowsError  more than max_bad_rows of them, with dead letters on
     ├── BatchChangedError            a batch's rows changed while it was being read (a
     │                                non-deterministic recomputation); nothing was committed
     ├── ReplayMismatchError          a replayed batch's rows differ from those its epoch
@@ -40,7 +42,10 @@ option is given by an older name, unit or value that is still accepted (core/set
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from .bad_rows import RefusedRows
 
 
 class DurableSinkError(Exception):
@@ -118,6 +123,47 @@ class CapabilityError(ConfigError):
 
 class SchemaMismatchError(DurableSinkError):
     """The batch's columns or types do not fit the sink; raised before anything is prepared."""
+
+
+class BadRowsError(SchemaMismatchError):
+    """Rows of the batch cannot be written to the target (its reasons, counted, with the
+    first row of each). Raised before anything of the epoch is prepared; nothing of it is
+    committed. `refused` holds the rows of the record batch that was being written."""
+
+    default_fix = (
+        "fix or filter the rows in the query, or route them to a dead-letter sink: "
+        "durable_sink(..., on_bad_rows='dead_letter', dead_letter=sink(...)); nothing of "
+        "the epoch was committed"
+    )
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        refused: RefusedRows | None = None,
+        job: str | None = None,
+        sink: str | None = None,
+        epoch: int | None = None,
+        fix: str | None = None,
+    ) -> None:
+        super().__init__(message, job=job, sink=sink, epoch=epoch, fix=fix)
+        if refused is None:
+            from .bad_rows import RefusedRows
+
+            refused = RefusedRows()
+        self.refused = refused
+
+
+class TooManyBadRowsError(BadRowsError):
+    """A sink refused more rows of an epoch than the job's `max_bad_rows` allows: the data or
+    the schema is wrong, not a few rows. Raised before the decision; nothing of the epoch is
+    committed anywhere, not even in the dead letter."""
+
+    default_fix = (
+        "the first reasons say what is wrong: fix the query or the target's schema; if this "
+        "many bad rows is expected, raise max_bad_rows (a count, or a fraction of the epoch "
+        "such as 0.2); nothing of the epoch was committed"
+    )
 
 
 class BatchChangedError(DurableSinkError):

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from durable_sinks.coordinator import EpochResult, JobTotals, RecoveryReport
 from durable_sinks.coordinator._metrics import PHASES
+from durable_sinks.core.bad_rows import RefusalCounts
 from durable_sinks.core.joblog import JobLogger
 
 if TYPE_CHECKING:
@@ -34,12 +35,16 @@ def add_totals(a: JobTotals, b: JobTotals | None) -> JobTotals:
     """`a + b`, field by field (every integer field of JobTotals, including any added later)."""
     if b is None:
         return dataclasses.replace(a)
-    summed = {
+    summed: dict[str, Any] = {
         f.name: getattr(a, f.name) + getattr(b, f.name)
         for f in dataclasses.fields(JobTotals)
         if isinstance(getattr(a, f.name), int)
     }
-    return JobTotals(**summed)
+    letters = RefusalCounts()
+    for totals in (a, b):
+        for sink, reasons in totals.dead_letters.by_sink.items():
+            letters.add(sink, reasons)
+    return JobTotals(**summed, dead_letters=letters)
 
 
 def in_doubt(report: RecoveryReport | None) -> int:
@@ -66,6 +71,8 @@ class Observation:
     #: Seconds per phase the epoch went through, and TOTAL for the whole call.
     seconds: Mapping[str, float] = field(default_factory=dict)
     in_doubt: int = 0
+    #: Rows each sink refused that this call committed into the dead letter, by reason.
+    dead_letters: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
 
     @property
     def committed(self) -> bool:
@@ -112,6 +119,7 @@ def observe(
         bytes=dict(result.metrics.bytes),
         seconds=timing,
         in_doubt=in_doubt(recovery),
+        dead_letters=result.metrics.dead_letters.by_sink,
     )
 
 
@@ -161,6 +169,8 @@ def epoch_record(
             ms={p: round(metrics.seconds.get(p, 0.0) * 1e3, 3) for p in PHASES},
             protocol_ms=round(metrics.protocol_seconds * 1e3, 3),
         )
+        if metrics.dead_letters:
+            record["dead_letters"] = {s: dict(r) for s, r in metrics.dead_letters.by_sink.items()}
     if error is not None:
         record["error"] = type(error).__name__
     return record
@@ -174,6 +184,9 @@ def log_epoch(log: JobLogger, record: Mapping[str, Any]) -> None:
     text = f"{record['outcome']}: {rows} rows in {record['total_ms']:.1f} ms"
     if "protocol_ms" in record:
         text += f" (protocol {record['protocol_ms']:.1f} ms)"
+    letters = sum(sum(r.values()) for r in record.get("dead_letters", {}).values())
+    if letters:
+        text += f", {letters} rows to the dead letter"
     if record.get("error"):
         text += f": {record['error']}"
     if record["attempts"] > 1:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import typing
 from collections.abc import Mapping
@@ -308,6 +309,15 @@ def _dead_letter_spec(given: Any, job: str) -> Any:
     from ._specs import SinkSpec
 
     spec: SinkSpec | None
+    if isinstance(given, str) and given.lstrip().startswith("{"):
+        try:  # the data source's string option
+            given = json.loads(given)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(
+                f"dead_letter is not a valid JSON object ({exc.msg} at character {exc.pos})",
+                job=job,
+                fix='.option("dead_letter", \'{"kind": "files", "path": "/data/dead-letters"}\')',
+            ) from None
     if isinstance(given, SinkSpec):
         spec = given
     elif isinstance(given, Mapping) and isinstance(given.get("kind"), str):

@@ -83,6 +83,12 @@ class Families:
             ["job", "sink"],
             registry=registry,
         )
+        self.dead_letters = Counter(
+            PREFIX + "dead_letters",
+            "Rows a sink refused that committed into the job's dead-letter sink, by reason",
+            ["job", "sink", "reason"],
+            registry=registry,
+        )
         self.seconds = Histogram(
             PREFIX + "epoch_phase_seconds",
             f"Seconds per epoch in each phase ({', '.join(PHASES)}) and in all ({TOTAL}: the "
@@ -125,6 +131,9 @@ class Families:
                 self.rows.labels(job=job, sink=sink).inc(n)
             for sink, n in seen.bytes.items():
                 self.bytes.labels(job=job, sink=sink).inc(n)
+            for sink, reasons in seen.dead_letters.items():
+                for reason, n in reasons.items():
+                    self.dead_letters.labels(job=job, sink=sink, reason=reason).inc(n)
             for phase, seconds in seen.seconds.items():
                 self.seconds.labels(job=job, phase=phase).observe(seconds)
             if seen.committed and seen.epoch >= self._newest.get(job, -1):

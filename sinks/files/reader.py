@@ -1,0 +1,79 @@
+"""Reading a files sink's committed epochs: its published part folders (each moved into place
+with its marker in one rename, so a part folder with a marker is whole; `_staging` is never
+read), as one `pyarrow.dataset` with `epoch` and `part` columns from the folders::
+
+    from durable_sinks.sinks.files import committed_dataset
+    table = committed_dataset("/data/events").to_table()
+
+Under schema evolution the files hold different schemas: the dataset's schema is theirs
+unified (`committed_schema`, core/evolution.py): a column a file lacks reads as null, a
+widened column is read in its widest type.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from durable_sinks.core.evolution import schema_of_text, unify
+
+from .operations import MARKER
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+
+
+def committed_parts(root: Path, epochs: range | None) -> list[Path]:
+    """The published part folders (those with a marker), in epoch and part order."""
+    parts: list[tuple[int, Path]] = []
+    for folder in root.glob("epoch=*"):
+        text = folder.name.partition("=")[2]
+        if not text.isdigit() or (epochs is not None and int(text) not in epochs):
+            continue
+        parts += [(int(text), p) for p in folder.glob("part=*") if (p / MARKER).is_file()]
+    return [p for _, p in sorted(parts)]
+
+
+def part_schemas(part: Path) -> list[pa.Schema]:
+    """The schemas of a part's files: from its marker, or their footers if it has none."""
+    import pyarrow.parquet as pq
+
+    marker = json.loads((part / MARKER).read_bytes())
+    recorded = marker.get("details", {}).get("schemas")
+    if recorded:
+        return [schema_of_text(str(text)) for text in recorded]
+    return [pq.read_schema(f) for f in sorted(part.glob("*.parquet"))]
+
+
+def committed_schema(path: str | Path, *, epochs: range | None = None) -> pa.Schema | None:
+    """The schema of the committed epochs under `path` (in `epochs` if given): every file's
+    schema unified, without the `epoch` and `part` columns; None when no epoch holds a file.
+    Spark readers give it as the read schema (`mergeSchema` does not merge int32 with int64
+    files): `spark.read.schema(from_arrow_schema(committed_schema(path))).parquet(path)`."""
+    return unify(s for part in committed_parts(Path(path), epochs) for s in part_schemas(part))
+
+
+def committed_dataset(path: str | Path, *, epochs: range | None = None) -> ds.Dataset:
+    """A `pyarrow.dataset` of the committed epochs' files under `path` (in `epochs` if
+    given), in their unified schema, with `epoch` and `part` columns."""
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+
+    root = Path(path)
+    parts = committed_parts(root, epochs)
+    files = [str(f) for part in parts for f in sorted(part.glob("*.parquet"))]
+    partitions = pa.schema([("epoch", pa.int32()), ("part", pa.string())])
+    schema = unify(s for part in parts for s in part_schemas(part))
+    if schema is not None:
+        for field in partitions:
+            if field.name not in schema.names:
+                schema = schema.append(field)
+    return ds.dataset(
+        files,
+        schema=schema,
+        format="parquet",
+        partitioning=ds.partitioning(partitions, flavor="hive"),
+        partition_base_dir=str(root),
+    )
