@@ -32,6 +32,7 @@ one table with `on_bad_rows="dead_letter"` into the Postgres dead-letter table
 preparing).
 
 Without a kill the query runs until every file is processed (availableNow) and exits 0.
+`"trace": true` prints every coordinator step (to find the step names of a new job shape).
 With `"target": "cluster"` the executors run on the test bed's Spark standalone cluster
 instead of `local[2]` / `local[2,3]` (Spark retries failed tasks there by default).
 """
