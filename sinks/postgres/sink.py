@@ -83,6 +83,11 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 
+#: How long an executor's part waits for a row lock (a key held by another transaction)
+#: before its epoch fails with a TransientError (see `_tx_conn`).
+WORKER_LOCK_TIMEOUT_S = 30
+
+
 @dataclass(frozen=True)
 class _Opened:
     """What `open` sets up for one generation."""
@@ -141,6 +146,18 @@ class PostgresSink(SinkBase[Postgres]):
     def _tx_conn(self) -> psycopg.Connection[Any]:
         if self._tx is None or self._tx.closed:
             self._tx = self._connect(autocommit=False)
+            if self.context.worker:
+                # A part's rows may wait on keys that a dead attempt of the same part holds in
+                # a prepared transaction (a unique index): only the driver's decision, which
+                # waits for this part, would end it. Waiting a bounded time turns that into a
+                # TransientError; the driver's next attempt recovers (rolls the dead attempt
+                # back) and writes the batch.
+                self._tx.execute(
+                    sql.SQL("SET lock_timeout = {}").format(
+                        sql.Literal(f"{WORKER_LOCK_TIMEOUT_S * 1000}ms")
+                    )
+                )
+                self._tx.commit()
         return self._tx
 
     def _errors(
