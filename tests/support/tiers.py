@@ -21,7 +21,7 @@ def _count(variable: str, default: int) -> int:
 
 #: Generated conformance examples per scenario after the scripted sweep. The conformance
 #: suite itself reads EXAMPLES_ENV (DS_CONFORMANCE_EXAMPLES), which replaces this count.
-CONFORMANCE_SAMPLE = 10
+CONFORMANCE_SAMPLE = 5
 #: What the examples count is in this run (for assertions on what a run exercised).
 CONFORMANCE_EXAMPLES = _count(EXAMPLES_ENV, CONFORMANCE_SAMPLE)
 #: Generated examples of each dead-letter conformance scenario (on_bad_rows="dead_letter")
