@@ -13,11 +13,13 @@ below it). Three jobs, each with a topic of its own:
   checks run, nothing is refused: the dead-letter sink takes no part);
 - oversize, dead letter: the same with `--oversize` of the rows 20,000 bytes long: refused
   before anything is produced (RECORD_TOO_LARGE) and written to the dead letter, a second
-  participant of the epoch.
-Two comparisons, each `--pairs` rounds after a warm-up epoch of each job: in a round the two
+  participant of the epoch;
+- misrouted, dead letter: the same share of the rows, of the usual size, naming a partition
+  the topic does not have (INVALID_VALUE): bad rows that do not double the epoch's bytes.
+Three comparisons, each `--pairs` rounds after a warm-up epoch of each job: in a round the two
 jobs each run one epoch, back to back (which goes first alternates), so both see the same
 moment of a shared machine. Reported: the median epoch of each job and the median of the
-rounds' ratios, against the goals: clean dead letter <= 1.03x clean fail, oversize <= 1.5x
+rounds' ratios, against the goals: clean dead letter <= 1.03x clean fail, bad rows <= 1.5x
 clean. Then, in this process and without the broker, where an oversize epoch's extra time
 goes: the sink's own part (encode, size checks, refused rows dropped, Python lists for
 `produce`) for the clean and the oversize epoch, and the coordinator's dead-letter batch (one
@@ -53,9 +55,12 @@ TOPIC_LIMIT = 16_384
 PARTITIONS = 2
 
 
-def make_epoch(count: int, oversize: float) -> pa.RecordBatch:
-    """`count` records; every round(1 / oversize)-th one OVERSIZE_BYTES long (none at 0)."""
+def make_epoch(count: int, oversize: float, misrouted: float = 0.0) -> pa.RecordBatch:
+    """`count` records; every round(1 / oversize)-th one OVERSIZE_BYTES long, every
+    round(1 / misrouted)-th one naming a partition the topic does not have (none at 0); the
+    others name none (the partitioner's choice)."""
     every = round(1 / oversize) if oversize > 0 else 0
+    astray = round(1 / misrouted) if misrouted > 0 else 0
     body = bytes(range(256)) * (OVERSIZE_BYTES // 256 + 1)
     keys = [f"key-{i:012d}" for i in range(count)]
     values = [
@@ -63,7 +68,14 @@ def make_epoch(count: int, oversize: float) -> pa.RecordBatch:
         + body[: (OVERSIZE_BYTES if every and i % every == every - 1 else VALUE_BYTES) - 12]
         for i in range(count)
     ]
-    return pa.record_batch({"key": pa.array(keys), "value": pa.array(values, pa.binary())})
+    partitions = [PARTITIONS if astray and i % astray == astray - 1 else None for i in range(count)]
+    return pa.record_batch(
+        {
+            "key": pa.array(keys),
+            "value": pa.array(values, pa.binary()),
+            "partition": pa.array(partitions, pa.int32()),
+        }
+    )
 
 
 class Job:
@@ -73,7 +85,14 @@ class Job:
         self, bootstrap: str, topic: str, batch: pa.RecordBatch, work: Path, *, isolating: bool
     ) -> None:
         sink = KafkaSink(
-            KafkaSinkConfig(bootstrap, topic, value_column="value", key_column="key", name="k")
+            KafkaSinkConfig(
+                bootstrap,
+                topic,
+                value_column="value",
+                key_column="key",
+                partition_column="partition",
+                name="k",
+            )
         )
         self.batch = batch
         self.epoch = 0
@@ -132,6 +151,7 @@ def chart(path: Path, args: argparse.Namespace, ratios: list[float]) -> None:
         [
             "clean, on_bad_rows='dead_letter' / clean, 'fail' (goal <= 1.03x)",
             f"{args.oversize:.0%} oversize rows to the dead letter / clean (goal <= 1.5x)",
+            f"{args.oversize:.0%} misrouted rows to the dead letter / clean (goal <= 1.5x)",
         ],
         [("median ratio", ratios)],
         "x the other job's epoch time",
@@ -148,7 +168,7 @@ def breakdown(clean: pa.RecordBatch, bad: pa.RecordBatch, repeats: int = 7) -> N
         KafkaSinkConfig("127.0.0.1:9", "t", value_column="value", key_column="key", name="k")
     )
     facts = TopicFacts(PARTITIONS, TOPIC_LIMIT)
-    layout = RecordLayout("value", "key")
+    layout = RecordLayout("value", "key", partition_column="partition")
     parts: dict[str, list[float]] = {"clean": [], "oversize": [], "dead letters": []}
     for _ in range(repeats):
         for name, batch in (("clean", clean), ("oversize", bad)):
@@ -202,6 +222,7 @@ def main() -> None:
         failing = job(clean, isolating=False)
         isolating = job(clean, isolating=True)
         oversize = job(bad, isolating=True)
+        misrouted = job(make_epoch(args.epoch_records, 0, args.oversize), isolating=True)
         print(
             f"epochs of {args.epoch_records:,} records ({VALUE_BYTES}-byte values, 16-byte "
             f"keys); oversize: {args.oversize:.0%} of them {OVERSIZE_BYTES:,} bytes (topic "
@@ -215,6 +236,12 @@ def main() -> None:
                 "oversize, dead letter",
                 "clean, dead letter",
                 paired(isolating, oversize, args.pairs),
+                1.5,
+            ),
+            report(
+                "misrouted, dead letter",
+                "clean, dead letter",
+                paired(isolating, misrouted, args.pairs),
                 1.5,
             ),
         ]
