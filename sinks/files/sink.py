@@ -46,7 +46,7 @@ from durable_sinks.core.errors import (
     ParticipantLostError,
     SchemaMismatchError,
 )
-from durable_sinks.core.evolution import conform, evolve, schema_text, unify
+from durable_sinks.core.evolution import evolved, schema_text, unify
 from durable_sinks.core.handles import HandleDetails
 from durable_sinks.core.naming import ParticipantName, component
 from durable_sinks.core.operations import Holding, Prepared
@@ -208,7 +208,7 @@ class FileSink(SinkBase[Files]):
 
     def _write(self, current: FileParticipant, batch: pa.RecordBatch) -> WriteResult:
         if self.context.policy.adds_columns:
-            batch = self._evolved(batch, current.epoch)
+            self._schema, batch = evolved(self._schema, batch, **self._where(current.epoch))
         elif self._schema is None:
             self._schema = batch.schema
         elif not batch.schema.equals(self._schema):
@@ -237,18 +237,6 @@ class FileSink(SinkBase[Files]):
         self._count("rows", batch.num_rows)
         self._count("bytes", size)
         return WriteResult(batch.num_rows, size)
-
-    def _evolved(self, batch: pa.RecordBatch, epoch: int) -> pa.RecordBatch:
-        """`batch` in the dataset's schema evolved by it (core/evolution.py), which becomes
-        the sink's schema; SchemaMismatchError, before anything is written, for a change
-        that is not an evolution."""
-        if self._schema is None:
-            self._schema = batch.schema
-            return batch
-        evolved = evolve(self._schema, batch.schema, **self._where(epoch))
-        conformed = conform(batch, evolved)
-        self._schema = evolved
-        return conformed
 
     def pre_commit(self, epoch: int) -> CommitHandle:
         current = self._require_current()

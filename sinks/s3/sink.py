@@ -41,7 +41,7 @@ from durable_sinks.core.errors import (
     ParticipantLostError,
     SchemaMismatchError,
 )
-from durable_sinks.core.evolution import conform, evolve, schema_text
+from durable_sinks.core.evolution import evolved, schema_text
 from durable_sinks.core.naming import ParticipantName
 from durable_sinks.core.operations import Holding, Prepared
 from durable_sinks.core.protocol import (
@@ -159,7 +159,7 @@ class S3Sink(SinkBase[S3]):
     def write_batch(self, batch: pa.RecordBatch) -> WriteResult:
         current = self._require_current()
         if self.context.policy.adds_columns:
-            batch = self._evolved(batch, current.epoch)
+            self._schema, batch = evolved(self._schema, batch, **self._where(current.epoch))
         elif self._schema is None:
             self._schema = batch.schema
         elif not batch.schema.equals(self._schema):
@@ -188,18 +188,6 @@ class S3Sink(SinkBase[S3]):
         if current.upload.size >= self.config.max_file_bytes:
             self._finish_object(current)
         return WriteResult(batch.num_rows, batch.nbytes)
-
-    def _evolved(self, batch: pa.RecordBatch, epoch: int) -> pa.RecordBatch:
-        """`batch` in the dataset's schema evolved by it (core/evolution.py), which becomes
-        the sink's schema; SchemaMismatchError, before anything is written, for a change
-        that is not an evolution."""
-        if self._schema is None:
-            self._schema = batch.schema
-            return batch
-        evolved = evolve(self._schema, batch.schema, **self._where(epoch))
-        conformed = conform(batch, evolved)
-        self._schema = evolved
-        return conformed
 
     def _start_object(self, current: S3Participant, schema: pa.Schema) -> None:
         key = self.layout.data_key(DataKey.of(current.name, len(current.finished)))

@@ -131,6 +131,18 @@ def conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
+def evolved(
+    current: pa.Schema | None, batch: pa.RecordBatch, **where: Any
+) -> tuple[pa.Schema, pa.RecordBatch]:
+    """A dataset sink's next batch: the dataset's schema evolved by `batch` (the batch's own
+    when the dataset has none yet) and `batch` conformed to it. SchemaMismatchError, naming
+    `where`, for a change that is not an evolution: raised before anything is written."""
+    if current is None:
+        return batch.schema, batch
+    schema = evolve(current, batch.schema, **where)
+    return schema, conform(batch, schema)
+
+
 def schema_text(schema: pa.Schema) -> str:
     """A schema as text (base64 of its Arrow IPC form), for JSON markers."""
     import base64
