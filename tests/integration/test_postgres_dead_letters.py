@@ -289,3 +289,36 @@ def test_executor_mode_workers_create_the_dead_letter_table_and_fill_it(
     assert result.outcome is EpochOutcome.COMMITTED
     coordinator.close()
     assert_each_row_in_one_place(conn, job, parts=("p0-t1", "p1-t2"))
+
+
+def test_dead_letters_replay_into_the_target_as_the_docs_show(job: Job, conn: Conn) -> None:
+    """docs/dead-letters.md, "Replaying dead letters": once the cause is fixed, Postgres
+    rebuilds the rows from row_json itself and moves them into the target."""
+    coordinator = job.coordinator()
+    coordinator.run_epoch(0, batches())
+    coordinator.close()
+    conn.execute(sql.SQL("INSERT INTO {} VALUES (9)").format(sql.Identifier(job.schema, "parents")))
+    events = sql.Identifier(job.schema, "events")
+    letters = sql.Identifier(job.schema, "events_dead_letters")
+    with conn.transaction():
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO {e} SELECT (jsonb_populate_record(NULL::{e}, row_json::jsonb)).* "
+                "FROM {d} WHERE job_id = %s AND sink = 'events' AND reason = 'foreign_key' "
+                "AND epoch <= 0"
+            ).format(e=events, d=letters),
+            (job.job_id,),
+        )
+        conn.execute(
+            sql.SQL(
+                "DELETE FROM {d} WHERE job_id = %s AND sink = 'events' "
+                "AND reason = 'foreign_key' AND epoch <= 0"
+            ).format(d=letters),
+            (job.job_id,),
+        )
+    assert target_ids(conn, job) == sorted([*GOOD, 7, 100])
+    replayed = conn.execute(
+        sql.SQL("SELECT parent, name, amount, at, score FROM {} WHERE id = 7").format(events)
+    ).fetchone()
+    assert replayed == (9, "ok", Decimal("1.0"), datetime(1970, 1, 1, tzinfo=UTC), 1)
+    assert {letter[5] for letter in dead_letters(conn, job)} == set(BAD.values()) - {"foreign_key"}
