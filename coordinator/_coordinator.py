@@ -21,7 +21,7 @@ from collections.abc import Callable, Collection, Generator, Iterable, Iterator,
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
-from durable_sinks.core.bad_rows import BadRowCap, WritePolicy
+from durable_sinks.core.bad_rows import BadRowCap, RefusalCounts, WritePolicy
 from durable_sinks.core.errors import ConfigError, InDoubtError, UsageError
 from durable_sinks.core.joblog import JobLogger
 from durable_sinks.core.protocol import (
@@ -34,7 +34,7 @@ from durable_sinks.core.protocol import (
 from durable_sinks.core.text_enum import TextEnum
 from durable_sinks.manifest import DecisionRecord, DecisionStore
 
-from ._dead_letters import DeadLetterPass
+from ._dead_letters import DeadLetterPass, write_dead_letters
 from ._decisions import DecisionBook
 from ._metrics import EpochMetrics, JobTotals
 from ._participants import Participants, brief, require_part_of
@@ -377,7 +377,7 @@ class Coordinator:
             self.decisions.cache(record, log)
         if winner != record:
             log.info("generation %d decided this epoch first: yielding to it", winner.generation)
-            metrics.dead_letters = type(metrics.dead_letters)()
+            metrics.dead_letters = RefusalCounts()
             self.participants.undo(epoch, begun, handles, log)
             self.decisions.check_source(winner, self.source)
             yield from self._finish(winner, metrics)
@@ -524,17 +524,7 @@ class Coordinator:
                 begun.append(lazy)
             yield f"after-begin:{lazy.name}"
         with metrics.phase("write"):
-            result = dead_letter.write_batch(batch)
-        if result.refused:
-            raise ConfigError(
-                f"the dead-letter sink refused {len(result.refused)} dead letters: "
-                f"{result.refused.summary()}",
-                job=self.job_id,
-                sink=dead_letter.name,
-                epoch=epoch,
-                fix="give the dead-letter sink a target that takes every dead letter (e.g. a "
-                "table created by the sink: create_table=True; see docs/dead-letters.md)",
-            )
+            result = write_dead_letters(dead_letter, batch, self.job_id, epoch)
         metrics.rows[dead_letter.name] = metrics.rows.get(dead_letter.name, 0) + result.rows
         metrics.bytes[dead_letter.name] = metrics.bytes.get(dead_letter.name, 0) + result.bytes
         metrics.dead_letters = letters.counts

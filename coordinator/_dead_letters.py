@@ -31,6 +31,8 @@ from durable_sinks.core.bad_rows import (
     TooManyBadRowsError,
     dead_letter_schema,
 )
+from durable_sinks.core.errors import ConfigError
+from durable_sinks.core.protocol import SinkConnector, WriteResult
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -132,10 +134,6 @@ class DeadLetterPass:
                 counts.add(sink, refused.counts())
         return counts
 
-    @property
-    def refused_rows(self) -> int:
-        return sum(t.refused_rows for t in self._sinks.values())
-
     def batch(self) -> pa.RecordBatch | None:
         """The dead letters of the pass, one row per refused row (None when there are none),
         in the order of the sinks' first refusals, then of the rows."""
@@ -222,6 +220,25 @@ def _civil(days: int) -> str:
     year = yoe + era * 400 + (month <= 2)
     shown = f"{year:04d}" if 0 <= year <= 9999 else f"{year:+05d}"
     return f"{shown}-{month:02d}-{day:02d}"
+
+
+def write_dead_letters(
+    sink: SinkConnector, batch: pa.RecordBatch, job_id: str, epoch: int
+) -> WriteResult:
+    """Write a pass's dead letters into the dead-letter sink (begun for `epoch`); ConfigError
+    when it refuses any of them (a dead letter must never become a dead letter itself)."""
+    result = sink.write_batch(batch)
+    if result.refused:
+        raise ConfigError(
+            f"the dead-letter sink refused {len(result.refused)} dead letters: "
+            f"{result.refused.summary()}",
+            job=job_id,
+            sink=sink.name,
+            epoch=epoch,
+            fix="give the dead-letter sink a target that takes every dead letter (e.g. a "
+            "table created by the sink: create_table=True; see docs/dead-letters.md)",
+        )
+    return result
 
 
 def row_json(row: dict[str, Any]) -> str:

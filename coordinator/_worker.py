@@ -8,7 +8,6 @@ commits (Coordinator.run_distributed_epoch). A worker never commits anything.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
@@ -16,7 +15,7 @@ from durable_sinks.core import CommitHandle, OpenContext, SinkConnector
 from durable_sinks.core.bad_rows import BadRowCap, WritePolicy
 from durable_sinks.core.joblog import JobLogger
 
-from ._dead_letters import DeadLetterPass
+from ._dead_letters import DeadLetterPass, write_dead_letters
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -66,8 +65,9 @@ def prepare_part(
     handles: dict[str, CommitHandle] = {}
     try:
         for sink in sinks:
-            context = OpenContext(job_id, sink.name, generation, worker=True, part=part)
-            sink.open(dataclasses.replace(context, policy=policy))
+            sink.open(
+                OpenContext(job_id, sink.name, generation, worker=True, part=part, policy=policy)
+            )
             sink.begin_epoch(epoch)
             begun.append(sink)
         batch: pa.RecordBatch | None = first
@@ -86,7 +86,7 @@ def prepare_part(
             )
             letters_sink.begin_epoch(epoch)
             begun.append(letters_sink)
-            letters_sink.write_batch(dead)
+            write_dead_letters(letters_sink, dead, job_id, epoch)
             sinks.append(letters_sink)
         for sink in sinks:
             handles[sink.name] = sink.pre_commit(epoch)

@@ -200,11 +200,11 @@ class RefusedRows:
 
     def kept_mask(self, num_rows: int) -> pa.Array:
         """A boolean mask of the batch's rows that were not refused."""
+        import numpy as np
         import pyarrow as pa
 
-        keep = [True] * num_rows
-        for row in self.rows:
-            keep[row] = False
+        keep = np.ones(num_rows, dtype=bool)
+        keep[list(self.rows)] = False
         return pa.array(keep, type=pa.bool_())
 
 
