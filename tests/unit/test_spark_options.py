@@ -4,8 +4,10 @@ Spark, no servers: these all fail before anything is contacted)."""
 from __future__ import annotations
 
 import pickle
+from collections.abc import Iterator
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from durable_sinks.core import DeliveryGuarantee
@@ -14,7 +16,7 @@ from durable_sinks.manifest import LocalDirectoryStore, store_from
 from durable_sinks.manifest._choose import is_postgres_dsn
 from durable_sinks.manifest.postgres import PostgresDecisionStore
 from durable_sinks.spark import JobOptions, durable_sink, sink
-from durable_sinks.spark._arrow import plan_chunks
+from durable_sinks.spark._arrow import grouped, plan_chunks
 
 
 def test_chunks_hold_whole_partitions_and_at_most_max_rows() -> None:
@@ -25,6 +27,46 @@ def test_chunks_hold_whole_partitions_and_at_most_max_rows() -> None:
     assert plan_chunks({}, 10) == []
     with pytest.raises(ValueError, match="max_rows"):
         plan_chunks({0: 1}, 0)
+
+
+def _batches(*sizes: int, start: int = 0) -> list[pa.RecordBatch]:
+    out, n = [], start
+    for size in sizes:
+        out.append(pa.record_batch({"id": pa.array(range(n, n + size), pa.int64())}))
+        n += size
+    return out
+
+
+def test_record_batches_are_grouped_in_order_up_to_the_limits() -> None:
+    source = _batches(4, 4, 4, 1, 0, 3)
+    groups = list(grouped(iter(source), rows=8, nbytes=1 << 20))
+    assert [g.num_rows for g in groups] == [8, 8]
+    assert [v for g in groups for v in g.column(0).to_pylist()] == list(range(16))
+    by_bytes = list(grouped(iter(_batches(4, 4, 4)), rows=100, nbytes=40))
+    assert [g.num_rows for g in by_bytes] == [8, 4]  # 8 bytes a row: 64 >= 40 bytes
+    assert [g.num_rows for g in grouped(iter(source), rows=0)] == [4, 4, 4, 1, 0, 3]
+    other = pa.record_batch({"name": pa.array(["a"])})
+    mixed = list(grouped(iter([*_batches(2), other, *_batches(2)]), rows=10))
+    assert [(g.schema.names, g.num_rows) for g in mixed] == [
+        (["id"], 2),
+        (["name"], 1),
+        (["id"], 2),
+    ]
+
+
+def test_closing_the_groups_closes_the_read_under_them() -> None:
+    closed: list[bool] = []
+
+    def read() -> Iterator[pa.RecordBatch]:
+        try:
+            yield from _batches(5, 5, 5)
+        finally:
+            closed.append(True)
+
+    groups = grouped(read(), rows=5)
+    assert next(groups).num_rows == 5
+    groups.close()
+    assert closed == [True]
 
 
 def test_job_options_are_split_from_sink_options() -> None:

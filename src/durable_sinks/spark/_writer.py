@@ -29,6 +29,7 @@ from durable_sinks.core.settings import closest, unknown_option
 from ._arrow import (
     ResultTooLargeError,
     chunked_batches,
+    grouped,
     partition_batches,
     socket_batches,
     socket_read_problem,
@@ -337,7 +338,7 @@ class DurableBatchWriter:
         read = self._choose_read(df.sparkSession)
         if read == "socket":
             try:
-                streamed = socket_batches(df, job=self.options.job_id, epoch=epoch)
+                streamed = grouped(socket_batches(df, job=self.options.job_id, epoch=epoch))
                 with closing(streamed):
                     return coordinator.run_epoch(epoch, streamed)
             except ResultTooLargeError as exc:
@@ -353,10 +354,12 @@ class DurableBatchWriter:
                 self.close()
                 coordinator = self._start()  # (built with this query's id as its source)
         if read == "partitions":
-            with closing(partition_batches(df)) as batches:
+            with closing(grouped(partition_batches(df))) as batches:
                 return coordinator.run_epoch(epoch, batches)
-        chunked = chunked_batches(
-            df, self.options.max_rows_in_memory, job=self.options.job_id, epoch=epoch
+        chunked = grouped(
+            chunked_batches(
+                df, self.options.max_rows_in_memory, job=self.options.job_id, epoch=epoch
+            )
         )
         with closing(chunked):
             return coordinator.run_epoch(epoch, chunked)
