@@ -56,6 +56,7 @@ STEPS = (
             "1",
         ),
     ),
+    Step("record_batch_groups", "benchmarks.record_batch_groups"),
     Step("driver_memory", "benchmarks.driver_memory", quick=("--rounds", "1")),
     Step("cost_model", "benchmarks.cost_model", quick=("--parts", "1,8,32")),
     Step("executor_profile", "benchmarks.executor_profile", quick=("--batches", "5")),
