@@ -115,6 +115,23 @@ def test_a_streamed_batch_arrives_partition_by_partition_and_lands_whole(
     assert result.decision.rows() == {"postgres": 400}
 
 
+def test_spark_default_record_batches_reach_the_sinks_joined_into_groups(
+    spark: Any, postgres: PostgresEndpoint, pg_schema: str, job_id: str, tmp_path: Path
+) -> None:
+    source, checkpoint, table = tmp_path / "in", tmp_path / "checkpoint", f"{pg_schema}.events"
+    dsn = postgres.conninfo()
+    write_input(source, "part-0.json", range(400))
+    assert spark.conf.get("spark.sql.execution.arrow.maxRecordsPerBatch", None) is None
+    writer = durable_sink("postgres", dsn=dsn, table=table, job_id=job_id, create_table=True)
+    run_available_now(source_stream(spark, source).repartition(8), writer, checkpoint)
+    assert postgres_ids(dsn, table) == list(range(400))
+    result = writer.last_result
+    assert result is not None
+    # 8 partitions, at least 8 record batches from Spark: one group of 400 rows, one COPY.
+    assert result.metrics.batches == 1
+    assert result.decision.rows() == {"postgres": 400}
+
+
 def test_a_large_batch_is_read_in_bounded_chunks_and_lands_whole(
     spark: Any, postgres: PostgresEndpoint, pg_schema: str, job_id: str, tmp_path: Path
 ) -> None:

@@ -50,10 +50,12 @@ if TYPE_CHECKING:
 IPC_COLUMN = "arrow_ipc"
 
 #: `grouped`: Spark's consecutive record batches are joined until a group holds this many
-#: rows or GROUP_BYTES bytes. Each record batch costs a sink a fixed amount (for Postgres one
-#: COPY statement and its round trip: 100,000 rows as ten COPYs of 10,000 took 76 ms, as one
-#: 54 ms; docs/benchmarks.md, "Postgres vs Spark's JDBC sink"), and Spark sends
-#: `spark.sql.execution.arrow.maxRecordsPerBatch` rows per record batch, 10,000 by default.
+#: rows or GROUP_BYTES bytes (driver mode's streamed and partitions reads, where the session
+#: leaves RECORDS_PER_BATCH at Spark's default; the chunked read keeps its chunks' bound).
+#: Each record batch costs a sink a fixed amount (for Postgres one COPY statement and its
+#: round trip: an epoch of 100,000 rows as ten COPYs of 10,000 took 84 ms, as one 63 ms;
+#: docs/benchmarks.md, "Does grouping Spark's record batches save the Postgres sink time?"),
+#: and Spark sends 10,000 rows per record batch by default.
 GROUP_ROWS = 100_000
 GROUP_BYTES = 16 * 2**20
 
@@ -117,6 +119,17 @@ def arrow_schema(df: Any, large: bool | None = None) -> pa.Schema:
         )
     except TypeError:  # pyspark 3.5: the schema alone (its timestamps are UTC already)
         return to_arrow_schema(df.schema)
+
+
+#: The Spark setting of the rows per record batch the executors send.
+RECORDS_PER_BATCH = "spark.sql.execution.arrow.maxRecordsPerBatch"
+
+
+def group_rows(df: Any) -> int | None:
+    """`grouped`'s `rows` for a batch of `df`: None (GROUP_ROWS) under Spark's default record
+    batches; 0 (the record batches as they are) when the session sets RECORDS_PER_BATCH,
+    whose choice of size then reaches the sinks unchanged."""
+    return None if df.sparkSession.conf.get(RECORDS_PER_BATCH, None) is None else 0
 
 
 def grouped(

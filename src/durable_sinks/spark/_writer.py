@@ -29,6 +29,7 @@ from durable_sinks.core.settings import closest, unknown_option
 from ._arrow import (
     ResultTooLargeError,
     chunked_batches,
+    group_rows,
     grouped,
     partition_batches,
     socket_batches,
@@ -338,7 +339,9 @@ class DurableBatchWriter:
         read = self._choose_read(df.sparkSession)
         if read == "socket":
             try:
-                streamed = grouped(socket_batches(df, job=self.options.job_id, epoch=epoch))
+                streamed = grouped(
+                    socket_batches(df, job=self.options.job_id, epoch=epoch), group_rows(df)
+                )
                 with closing(streamed):
                     return coordinator.run_epoch(epoch, streamed)
             except ResultTooLargeError as exc:
@@ -354,12 +357,10 @@ class DurableBatchWriter:
                 self.close()
                 coordinator = self._start()  # (built with this query's id as its source)
         if read == "partitions":
-            with closing(grouped(partition_batches(df))) as batches:
+            with closing(grouped(partition_batches(df), group_rows(df))) as batches:
                 return coordinator.run_epoch(epoch, batches)
-        chunked = grouped(
-            chunked_batches(
-                df, self.options.max_rows_in_memory, job=self.options.job_id, epoch=epoch
-            )
+        chunked = chunked_batches(
+            df, self.options.max_rows_in_memory, job=self.options.job_id, epoch=epoch
         )
         with closing(chunked):
             return coordinator.run_epoch(epoch, chunked)
