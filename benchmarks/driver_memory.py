@@ -155,7 +155,7 @@ def main() -> None:
         arrow = arrow_bytes[-1] / MIB
         written = bar_chart(
             args.chart,
-            f"Driver's Python: peak RSS growth over one batch of {args.rows:,} rows "
+            f"Driver's Python: peak RSS growth over one batch of {args.rows:,} rows\n"
             f"(Arrow size {arrow:.1f} MiB), median of {args.rounds} rounds",
             [
                 (LABELS[n], statistics.median(r["python"] for r in runs))
