@@ -53,10 +53,12 @@ IPC_COLUMN = "arrow_ipc"
 #: rows or GROUP_BYTES bytes (driver mode's streamed and partitions reads, where the session
 #: leaves RECORDS_PER_BATCH at Spark's default; the chunked read keeps its chunks' bound).
 #: Each record batch costs a sink a fixed amount (for Postgres one COPY statement and its
-#: round trip: an epoch of 100,000 rows as ten COPYs of 10,000 took 84 ms, as one 63 ms;
+#: round trip: an epoch of 100,000 rows as ten COPYs of 10,000 took 106 ms, as three 83 ms;
 #: docs/benchmarks.md, "Does grouping Spark's record batches save the Postgres sink time?"),
-#: and Spark sends 10,000 rows per record batch by default.
-GROUP_ROWS = 100_000
+#: and Spark sends 10,000 rows per record batch by default. A group is handed on only once
+#: complete, so its size is also how long the first write waits for Spark's later record
+#: batches: 100,000 rows lost that wait what the fewer COPYs saved, 32,768 did not.
+GROUP_ROWS = 32_768
 GROUP_BYTES = 16 * 2**20
 
 
