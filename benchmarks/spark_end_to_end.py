@@ -81,6 +81,17 @@ SPARK_SCHEMA = "id BIGINT, body STRING, score DOUBLE, at TIMESTAMP"
 FILES_PER_BATCH = 2
 PARTITIONS = 2
 JDBC_BATCH_SIZE = "10000"
+#: With a Delta variant: delta-spark's extension and catalog (static settings); its log
+#: replay on 2 partitions, as many as the cores (its default, 50, costs ~1.7 s per batch
+#: here); and zstd at level 1 for Spark's Parquet writer, the codec and level ours writes
+#: (pyarrow's default level), so both sides compress alike.
+DELTA_CONF = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    "spark.databricks.delta.snapshotPartitions": "2",
+    "spark.sql.parquet.compression.codec": "zstd",
+    "spark.hadoop.parquet.compression.codec.zstd.level": "1",
+}
 
 VARIANTS = {
     "pg-ours-eo": "postgres, ours exactly-once",
@@ -98,6 +109,9 @@ VARIANTS = {
     "pg-kafka-ours-eo": "postgres + kafka in one job, ours exactly-once",
     "pg-kafka-ours-eo-serial": "postgres + kafka in one job, ours, concurrent_writes=False",
     "kafka-spark": "kafka, Spark's Kafka sink",
+    "delta-ours-eo": "delta, ours exactly-once",
+    "delta-ours-executor": "delta, ours exactly-once, executor mode",
+    "delta-spark": "delta, delta-spark's streaming sink",
     "floor": "floor: foreachBatch streaming the batch as Arrow only",
 }
 
@@ -185,6 +199,12 @@ class Bench:
             return self.kafka_ours(source, rows, batches, _guarantee(variant))
         if variant == "kafka-spark":
             return self.kafka_spark(source, rows, batches)
+        if variant == "delta-ours-eo":
+            return self.delta_ours(source, rows, batches, "driver")
+        if variant == "delta-ours-executor":
+            return self.delta_ours(source, rows, batches, "executor")
+        if variant == "delta-spark":
+            return self.delta_spark(source, rows, batches)
         if variant == "floor":
             return self.floor(source, rows, batches)
         raise ValueError(variant)
@@ -401,6 +421,63 @@ class Bench:
         self.check_topic(topic, rows, markers=0)
         return run
 
+    # -- Delta ----------------------------------------------------------------------------------
+    def delta_ours(self, source: Path, rows: int, batches: int, execution: str) -> Run:
+        """Our Delta sink (zstd), its decisions in the table's folder (the default)."""
+        path = self.work / f"delta-ours-{uuid.uuid4().hex[:12]}"
+        run = self.ours(
+            source,
+            rows,
+            batches,
+            "delta",
+            path=str(path),
+            create_table=True,
+            compression="zstd",
+            execution=execution,
+        )
+        self.check_delta(path, rows, batches, ours=True)
+        return run
+
+    def delta_spark(self, source: Path, rows: int, batches: int) -> Run:
+        """delta-spark's streaming sink (`format("delta")`, its own exactly-once through the
+        checkpoint and the table's txn action), zstd at the level ours writes (DELTA_CONF)."""
+        path = self.work / f"delta-spark-{uuid.uuid4().hex[:12]}"
+        run = self.query(
+            source, rows, batches, lambda w: w.format("delta").outputMode("append").start(str(path))
+        )
+        self.check_delta(path, rows, batches, ours=False)
+        return run
+
+    def check_delta(self, path: Path, rows: int, batches: int, *, ours: bool) -> None:
+        """The table read back with delta-rs: `rows` distinct ids, one commit per micro-batch
+        (plus the creating one for delta-spark's first, if separate); ours: each epoch's
+        application transaction in its commit. Then the table is deleted."""
+        import pyarrow.compute as pc
+        from deltalake import DeltaTable
+
+        table = DeltaTable(str(path))
+        ids = table.to_pyarrow_table(columns=["id"]).column("id")
+        if len(ids) != rows or pc.count_distinct(ids).as_py() != rows:
+            raise RuntimeError(f"{path}: {len(ids)} rows, {rows} distinct written")
+        history = table.history()
+        if ours:
+            epochs = sorted(
+                int(str(h["durable_sinks.epoch"])) for h in history if "durable_sinks.epoch" in h
+            )
+            if epochs != list(range(batches)):
+                raise RuntimeError(f"{path}: commits by epoch {epochs}")
+        else:
+            streamed = [h for h in history if h.get("operation") == "STREAMING UPDATE"]
+            if len(streamed) != batches:
+                raise RuntimeError(f"{path}: {len(streamed)} streaming commits, {batches} batches")
+        codecs = {
+            pq.ParquetFile(uri.removeprefix("file://")).metadata.row_group(0).column(0).compression
+            for uri in table.file_uris()
+        }
+        if codecs != {"ZSTD"}:
+            raise RuntimeError(f"{path}: data files compressed with {codecs}, not ZSTD alone")
+        shutil.rmtree(path, ignore_errors=True)
+
     # -- floor ----------------------------------------------------------------------------------
     def floor(self, source: Path, rows: int, batches: int) -> Run:
         def fn(df: Any, batch_id: int) -> None:
@@ -501,6 +578,8 @@ def main() -> None:
             conf = testbed.spark_cluster.driver_conf()
             os.environ.update(testbed.spark_cluster.driver_env())
             conf["spark.cores.max"] = str(args.cluster_workers)
+        if any(v.startswith("delta-") for v in variants):
+            conf.update(DELTA_CONF)
         spark = testbed.spark.session("bench", **conf)
         spark.sparkContext.setLogLevel("ERROR")  # not the cached producer on deleted topics
     bench = Bench(
@@ -664,6 +743,18 @@ def report_batch_ratios(runs: dict[str, list[Run]]) -> None:
             f"  {VARIANTS[both]} / the slower sink alone: {ratio:.2f}x / {rounds:.2f}x "
             "(goal <= 1.15x)"
         )
+    delta: list[str] = [v for v in ("delta-ours-eo", "delta-ours-executor") if v in runs]
+    if delta and "delta-spark" in runs:
+        print("  delta, delta-spark's sink per batch / ours (higher is better; goal >= 1.0x):")
+        for variant in delta:
+            ratio = median_ms("delta-spark") / median_ms(variant)
+            rounds = 1 / per_round(variant, round_ms("delta-spark"))
+            print(f"    {VARIANTS[variant]}: {ratio:.2f}x / {rounds:.2f}x")
+    if delta and "floor" in runs:
+        for variant in delta:
+            ratio = median_ms(variant) / median_ms("floor")
+            rounds = per_round(variant, round_ms("floor"))
+            print(f"  {VARIANTS[variant]} / floor: {ratio:.2f}x / {rounds:.2f}x")
     kafka = [v for v in runs if v.startswith("kafka-ours-eo")]
     if kafka and "kafka-spark" in runs:
         print("  kafka, Spark's sink per batch / ours (higher is better; goal >= 1.2x):")

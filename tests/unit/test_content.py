@@ -266,3 +266,19 @@ def test_count_only_tally_and_the_summary_json() -> None:
     for bad in ({}, {"rows": -1, "algorithm": "x"}, {"rows": "3", "algorithm": "x"}, [1]):
         with pytest.raises((KeyError, TypeError, ValueError)):
             ContentSummary.from_json(bad)  # type: ignore[arg-type]
+
+
+def test_through_adds_a_batch_after_the_consumer_took_it() -> None:
+    """The digest of a batch is computed when the consumer asks for the next one (its writers
+    work on the batch meanwhile); `summary` adds one taken last, also when the consumer never
+    asked past it."""
+    batches = events(60).to_batches(max_chunksize=20)
+    tally = ContentTally()
+    seen: list[int] = []
+    for _batch in tally.through(batches):
+        seen.append(tally.rows)
+        if len(seen) == len(batches):
+            break  # the last batch taken, the iterator not run to its end
+    assert seen == [0, 20, 40]
+    assert tally.summary() == summarise(batches)
+    assert tally.summary() == summarise(batches)  # (added once)

@@ -101,6 +101,7 @@ class ContentTally:
         self._digest = digest
         self._sum = 0
         self._seeds: dict[pa.Schema, int] = {}
+        self._taken: pa.RecordBatch | None = None  # passed `through`, not added yet
 
     def add(self, batch: pa.RecordBatch) -> None:
         self.rows += batch.num_rows
@@ -111,16 +112,26 @@ class ContentTally:
             self._sum = (self._sum + row_hash_sum(batch, seed)) & _MASK
 
     def through(self, batches: Iterable[Any]) -> Iterator[Any]:
-        """`batches` unchanged, each record batch added on its way (anything else passes
-        untouched for the consumer to refuse)."""
+        """`batches` unchanged, each record batch added once the consumer has taken it and
+        asks for the next one (or by `summary`), so that its digest is computed while the
+        consumer works on it (the coordinator's writer threads encode it meanwhile).
+        Anything else passes untouched for the consumer to refuse."""
         import pyarrow as pa
 
         for batch in batches:
             if isinstance(batch, pa.RecordBatch):
-                self.add(batch)
+                self._taken = batch
             yield batch
+            self._add_taken()
+
+    def _add_taken(self) -> None:
+        taken, self._taken = self._taken, None
+        if taken is not None:
+            self.add(taken)
 
     def summary(self) -> ContentSummary:
+        """Every batch added or passed `through` so far."""
+        self._add_taken()
         return ContentSummary(self.rows, f"{self._sum:016x}" if self._digest else None)
 
 
