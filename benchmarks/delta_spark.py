@@ -177,9 +177,9 @@ def chart(runs: dict[int, dict[str, list[Run]]], args: argparse.Namespace) -> No
     ]
     written = grouped_bar_chart(
         args.chart,
-        f"Delta in a Spark job (local[2]): per micro-batch time relative to delta-spark's "
-        f"streaming sink\nmedian of Spark's addBatch, {args.batches} batches x {args.rounds} "
-        "rounds per size (lower is better)",
+        "Delta in a Spark job (local[2]): time per micro-batch / delta-spark's\n"
+        f"median of Spark's addBatch, {args.batches} batches x {args.rounds} rounds per size "
+        "(lower is better)",
         [VARIANTS[v] for v in variants],
         series,
         "time per micro-batch / delta-spark's",

@@ -55,6 +55,7 @@ STEPS = (
         ("--only", "files", "--rounds", "3", "--profile", "0"),
     ),
     Step("s3_sink", "benchmarks.s3_sink", ("--only", "s3"), ("--only", "s3", "--profile", "0")),
+    Step("delta_sink", "benchmarks.delta_spark", quick=("--rounds", "1", "--batches", "3")),
 )
 #: The test bed's servers the benchmarks above use.
 SERVERS = ["postgres", "kafka", "s3", "spark"]
