@@ -44,7 +44,7 @@ class DeltaLog:
         table the last commit started from, with the log versions written since then (by this
         sink or any other writer) applied, instead of the whole log since its last checkpoint
         (which grows by one version per epoch until the next checkpoint: about 2 ms at 10
-        versions, 18-30 ms at 98, against 1-4 ms to catch up). Loaded afresh when there is no
+        versions, 18-32 ms at 98, against 1-4 ms to catch up). Loaded afresh when there is no
         such table yet, when catching up fails, or when the version it is at is no longer in
         the log (the table was deleted or replaced)."""
         table = self._latest
