@@ -25,6 +25,9 @@ Variants:
   same bytes-building as the next variant.
 - kafka, Spark: `selectExpr("to_json(struct(*)) AS value").writeStream.format("kafka")` (the
   connector's defaults: idempotent producer, acks=all, no transactions).
+- delta (on request, `--variants delta-ours-eo,...`; benchmarks/delta_spark.py runs them at
+  several batch sizes): ours in driver and executor mode, delta-spark's streaming sink
+  (`format("delta")`), with the session settings of DELTA_CONF.
 - floor: a foreachBatch that only streams the batch to the driver as Arrow record batches
   (`durable_sinks.spark._arrow.socket_batches`, what our driver mode reads with) and drops
   them: the least any writer fed through the driver's Python pays. Its ratio to JDBC bounds
@@ -530,7 +533,10 @@ def main() -> None:
     parser.add_argument("--settle", type=float, default=1.0, help="seconds of rest before a run")
     parser.add_argument("--timeout", type=float, default=600.0, help="per query, seconds")
     parser.add_argument(
-        "--variants", default=",".join(VARIANTS), help="comma-separated subset to run"
+        "--variants",
+        default=",".join(v for v in VARIANTS if not v.startswith("delta-")),
+        help="comma-separated subset to run (default: all but the Delta ones, which "
+        "benchmarks/delta_spark.py runs)",
     )
     parser.add_argument(
         "--connect", action="store_true", help="run the queries on the test bed's Connect server"
@@ -558,6 +564,8 @@ def main() -> None:
 
     if args.master not in ("local[2]", "cluster"):
         parser.error("--master is local[2] or cluster")
+    if args.connect and any(v.startswith("delta-") for v in variants):
+        parser.error("the Delta variants need delta-spark's session settings: no --connect")
     if args.connect and args.master == "cluster":
         parser.error("--connect runs on the Connect server's own local[2]: no --master cluster")
     servers = ["postgres", "kafka", "spark"]
