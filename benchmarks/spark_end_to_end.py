@@ -21,7 +21,9 @@ Variants:
   taken against the faster of the two.
 - kafka, ours: `foreachBatch(durable_sink("kafka", ..., decision_store=<temp dir>))`, the value
   a JSON object of the columns (the default), exactly-once and at-least-once; exactly-once
-  with `epoch_header=True` (a `ds-epoch` header on every record); and, exactly-once, with the
+  with `epoch_header=True` (a `ds-epoch` header on every record); exactly-once with
+  `compression.type=none` (the sink's default is lz4; Spark's sink, with the Kafka client's
+  defaults, compresses nothing); and, exactly-once, with the
   value made by Spark (`to_json(struct(*)) AS value`, `value_column="value"`), the same
   bytes-building as the next variant, with or without the header.
 - kafka, Spark: `selectExpr("to_json(struct(*)) AS value").writeStream.format("kafka")` (the
@@ -113,6 +115,7 @@ VARIANTS = {
     "kafka-ours-alo": "kafka, ours at-least-once",
     "kafka-ours-eo-tojson": "kafka, ours exactly-once, value by Spark's to_json",
     "kafka-ours-eo-header": "kafka, ours exactly-once, epoch_header=True",
+    "kafka-ours-eo-uncompressed": "kafka, ours exactly-once, compression.type=none",
     "kafka-ours-eo-tojson-header": "kafka, ours exactly-once, value by to_json, epoch_header=True",
     "pg-kafka-ours-eo": "postgres + kafka in one job, ours exactly-once",
     "pg-kafka-ours-eo-serial": "postgres + kafka in one job, ours, concurrent_writes=False",
@@ -198,6 +201,8 @@ class Bench:
             return self.pg_jdbc(source, rows, batches, rewrite=variant.endswith("-rewrite"))
         if variant == "kafka-ours-eo-header":
             return self.kafka_ours(source, rows, batches, "exactly-once", epoch_header=True)
+        if variant == "kafka-ours-eo-uncompressed":
+            return self.kafka_ours(source, rows, batches, "exactly-once", compression="none")
         if variant.startswith("kafka-ours-eo-tojson"):
             header = True if variant.endswith("-header") else None
             return self.kafka_ours(
@@ -411,6 +416,7 @@ class Bench:
         *,
         spark_json: bool = False,
         epoch_header: bool | None = None,
+        compression: str | None = None,
     ) -> Run:
         topic = self.topic()
         store = self.work / f"store-{uuid.uuid4().hex[:12]}"
@@ -419,6 +425,8 @@ class Bench:
             options = {"select": _to_json, "value_column": "value"}
         if epoch_header is not None:
             options["epoch_header"] = epoch_header
+        if compression is not None:
+            options["producer_config"] = {"compression.type": compression}
         job = f"bench-spark-{uuid.uuid4().hex[:12]}"
         run = self.ours(
             source,
