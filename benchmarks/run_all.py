@@ -38,6 +38,10 @@ class Step:
         return ["-m", self.module, *arguments, "--chart", str(img / f"{self.name}.png")]
 
 
+#: A Spark query into Kafka: ours (defaults, with the epoch header, uncompressed), Spark's
+#: Kafka sink and the floor, in a chart of their own (docs/benchmarks.md, Kafka).
+KAFKA_SPARK = "kafka-ours-eo,kafka-ours-eo-header,kafka-ours-eo-uncompressed,kafka-spark,floor"
+
 STEPS = (
     Step("protocol_overhead", "benchmarks.protocol_overhead"),
     Step("postgres_sink", "benchmarks.postgres_sink", quick=("--rounds", "5")),
@@ -45,6 +49,12 @@ STEPS = (
     Step("kafka_startup", "benchmarks.kafka_startup"),
     Step("kafka_bad_rows", "benchmarks.kafka_bad_rows", quick=("--pairs", "9")),
     Step("spark_end_to_end", "benchmarks.spark_end_to_end", quick=("--rounds", "1")),
+    Step(
+        "kafka_spark",
+        "benchmarks.spark_end_to_end",
+        ("--variants", KAFKA_SPARK),
+        ("--variants", KAFKA_SPARK, "--rounds", "1"),
+    ),
     Step("executor_profile", "benchmarks.executor_profile", quick=("--batches", "5")),
     Step("driver_profile", "benchmarks.driver_profile", quick=("--batches", "5")),
     Step("driver_reads", "benchmarks.driver_reads", quick=("--rows", "300000")),
