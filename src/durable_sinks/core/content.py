@@ -32,7 +32,10 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import os
+import threading
 from collections.abc import Iterable, Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -101,27 +104,53 @@ class ContentTally:
         self._digest = digest
         self._sum = 0
         self._seeds: dict[pa.Schema, int] = {}
+        #: Row-hash sums being computed on the hashing thread (`through`).
+        self._pending: list[Future[int]] = []
+
+    def _seed(self, schema: pa.Schema) -> int:
+        seed = self._seeds.get(schema)
+        if seed is None:
+            seed = self._seeds.setdefault(schema, _schema_seed(schema))
+        return seed
 
     def add(self, batch: pa.RecordBatch) -> None:
         self.rows += batch.num_rows
         if self._digest and batch.num_rows:
-            seed = self._seeds.get(batch.schema)
-            if seed is None:
-                seed = self._seeds.setdefault(batch.schema, _schema_seed(batch.schema))
-            self._sum = (self._sum + row_hash_sum(batch, seed)) & _MASK
+            self._sum = (self._sum + row_hash_sum(batch, self._seed(batch.schema))) & _MASK
 
     def through(self, batches: Iterable[Any]) -> Iterator[Any]:
         """`batches` unchanged, each record batch added on its way (anything else passes
-        untouched for the consumer to refuse)."""
+        untouched for the consumer to refuse). The rows are hashed on a thread of their own
+        while the consumer writes them (the sum does not depend on the order): `summary`
+        waits for it, and raises what it raised."""
         import pyarrow as pa
 
         for batch in batches:
             if isinstance(batch, pa.RecordBatch):
-                self.add(batch)
+                self.rows += batch.num_rows
+                if self._digest and batch.num_rows:
+                    seed = self._seed(batch.schema)
+                    self._pending.append(_hashing().submit(row_hash_sum, batch, seed))
             yield batch
 
     def summary(self) -> ContentSummary:
+        pending, self._pending = self._pending, []
+        for done in pending:
+            self._sum = (self._sum + done.result()) & _MASK
         return ContentSummary(self.rows, f"{self._sum:016x}" if self._digest else None)
+
+
+_HASHING: tuple[int, ThreadPoolExecutor] | None = None
+_HASHING_LOCK = threading.Lock()
+
+
+def _hashing() -> ThreadPoolExecutor:
+    """This process's hashing thread (a forked process makes its own)."""
+    global _HASHING
+    with _HASHING_LOCK:
+        if _HASHING is None or _HASHING[0] != os.getpid():
+            _HASHING = (os.getpid(), ThreadPoolExecutor(1, "durable-sinks-tally"))
+        return _HASHING[1]
 
 
 def summarise(batches: Iterable[pa.RecordBatch], *, digest: bool = True) -> ContentSummary:
