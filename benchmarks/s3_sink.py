@@ -60,8 +60,9 @@ each round; every run's output is read back (ours through its epoch markers, wit
 left incomplete) and must hold exactly the input's ids. Reported: per-epoch medians and the
 ratios against ours; ours' coordinator phases; with `--profile N`, each piece of an epoch's
 work (encoding, hashing, each request) alone, N times. `--s3-variants` adds ours-before (10,000-
-row row groups and every request in turn: the sink before row groups were gathered and
-requests overlapped the encoding) for an A/B in the same run.
+row row groups, every request and the replay check's row hashes in turn: the sink before row
+groups were gathered and requests and hashes overlapped the encoding) and ours-inline-tally
+(only the row hashes in turn) for an A/B in the same run.
 """
 
 from __future__ import annotations
@@ -93,6 +94,7 @@ import pyarrow.parquet as pq
 from benchmarks.spark_end_to_end import timed_call
 from durable_sinks.coordinator import Coordinator
 from durable_sinks.core import OpenContext
+from durable_sinks.core.content import summarise
 from durable_sinks.manifest import LocalDirectoryStore
 from durable_sinks.sinks.files import MARKER, STAGING, FileSink, FileSinkConfig
 from durable_sinks.spark import durable_sink
@@ -789,7 +791,9 @@ S3_VARIANTS = {
     "write_dataset": "pyarrow dataset.write_dataset via S3FileSystem",
     "floor-put": "floor: encode + one PUT",
     "floor-multipart": "floor: encode + multipart upload",
-    "ours-before": "ours as before: 10,000-row row groups, requests in turn (diagnostic)",
+    "ours-inline-tally": "ours, the replay check's row hashes in turn (diagnostic)",
+    "ours-before": "ours as before: 10,000-row row groups, requests and row hashes in turn "
+    "(diagnostic)",
 }
 S3_DEFAULT_VARIANTS = ("ours", "write_table", "write_dataset", "floor-put", "floor-multipart")
 S3_PEERS = ("write_table", "write_dataset")
@@ -807,8 +811,9 @@ class S3Run:
 
 
 class _Inline:
-    """An executor that runs each request at once, in the caller's thread: the S3 sink's
-    uploads as they were before requests overlapped the encoding (ours-before)."""
+    """An executor that runs each task at once, in the caller's thread: the S3 sink's
+    requests and the replay check's row hashes as they were before they overlapped the
+    encoding (ours-before, ours-inline-tally)."""
 
     def submit(self, fn: Callable[..., Any], /, *args: Any) -> Any:
         from concurrent.futures import Future
@@ -846,8 +851,8 @@ class S3Bench:
 
     def run(self, variant: str) -> S3Run:
         prefix = f"bench-s3-{variant}-{uuid.uuid4().hex[:8]}"
-        if variant in ("ours", "ours-before"):
-            run = self.ours(prefix, before=variant == "ours-before")
+        if variant.startswith("ours"):
+            run = self.ours(prefix, variant)
         else:
             write = {
                 "write_table": self.write_table,
@@ -867,17 +872,21 @@ class S3Bench:
         return run
 
     # -- ours --------------------------------------------------------------------------------
-    def ours(self, prefix: str, *, before: bool) -> S3Run:
+    def ours(self, prefix: str, variant: str) -> S3Run:
+        import durable_sinks.core.content as content
         import durable_sinks.sinks.s3.upload as upload
         from durable_sinks.sinks.s3 import S3Sink
         from tests.support.s3_target import s3_sink_config
 
+        before = variant == "ours-before"
         options = {"row_group_rows": self.batch_rows} if before else {}
         config = s3_sink_config(self.endpoint, f"s3://{self.bucket}/{prefix}", **options)
         store = Path(tempfile.mkdtemp(prefix="ds-bench-s3-"))
-        pool = upload._pool
+        pool, hashing = upload._pool, content._hashing
         if before:
             upload._pool = lambda: _Inline()  # type: ignore[assignment,return-value]
+        if variant in ("ours-before", "ours-inline-tally"):
+            content._hashing = lambda: _Inline()  # type: ignore[assignment,return-value]
         try:
             coordinator = Coordinator(
                 f"bench-s3-{prefix}", [S3Sink(config)], LocalDirectoryStore(store)
@@ -894,7 +903,7 @@ class S3Bench:
                     phases.setdefault(phase, []).append(seconds * 1e3)
             coordinator.close()
         finally:
-            upload._pool = pool
+            upload._pool, content._hashing = pool, hashing
             shutil.rmtree(store, ignore_errors=True)
         run = S3Run(sum(times), [t * 1e3 for t in times], phases)
         run.row_groups = self.check_ours(prefix)
@@ -1081,7 +1090,7 @@ def report_s3(runs: dict[str, list[S3Run]], args: argparse.Namespace) -> None:
     phases = runs["ours"][0].phases
     print("\n| phase | " + " | ".join(phases) + " |")
     print("|---|" + "---|" * len(phases))
-    for variant in (v for v in ("ours", "ours-before") if v in runs):
+    for variant in (v for v in runs if v.startswith("ours")):
         cells = [
             statistics.median(ms for r in runs[variant] for ms in r.phases.get(p, [0.0]))
             for p in phases
@@ -1110,6 +1119,7 @@ def report_s3_pieces(bench: S3Bench, repeats: int) -> None:
         timed("encode, one row group (as write_table)", _parquet_bytes, epoch)
         timed("encode, 10,000-row row groups (ours before)", _parquet_bytes, epoch, 10_000)
         timed("SHA-256 of the object", lambda: hashlib.sha256(body).digest())
+        timed("the replay check's row hashes of the epoch", summarise, batches)
         timed("PUT of the object", client.put_object, Bucket=bucket, Key=key, Body=body)
         upload = timed(
             "CreateMultipartUpload", client.create_multipart_upload, Bucket=bucket, Key=key + "-mp"
