@@ -280,3 +280,16 @@ def test_batches_passed_through_are_hashed_aside_to_the_same_summary() -> None:
     list(tally.through(more.to_batches()))
     both = summarise([*table.to_batches(), *more.to_batches()])
     assert tally.summary() == both
+
+
+def test_the_hashing_falls_behind_by_a_bounded_number_of_bytes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With the bound below one batch, every batch is hashed before the next is given."""
+    monkeypatch.setattr(content, "HASH_AHEAD_BYTES", 0)
+    table = events(200)
+    tally = ContentTally()
+    for batch in tally.through(table.to_batches(max_chunksize=50)):
+        assert isinstance(batch, pa.RecordBatch)
+        assert not tally._pending  # the bound is what is tested
+    assert tally.summary() == summarise(table.to_batches())

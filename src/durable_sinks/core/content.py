@@ -34,6 +34,7 @@ import functools
 import hashlib
 import os
 import threading
+from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -104,8 +105,10 @@ class ContentTally:
         self._digest = digest
         self._sum = 0
         self._seeds: dict[pa.Schema, int] = {}
-        #: Row-hash sums being computed on the hashing thread (`through`).
-        self._pending: list[Future[int]] = []
+        #: Row-hash sums being computed on the hashing thread (`through`), with the bytes
+        #: of the batches they hold.
+        self._pending: deque[tuple[Future[int], int]] = deque()
+        self._pending_bytes = 0
 
     def _seed(self, schema: pa.Schema) -> int:
         seed = self._seeds.get(schema)
@@ -121,8 +124,9 @@ class ContentTally:
     def through(self, batches: Iterable[Any]) -> Iterator[Any]:
         """`batches` unchanged, each record batch added on its way (anything else passes
         untouched for the consumer to refuse). The rows are hashed on a thread of their own
-        while the consumer writes them (the sum does not depend on the order): `summary`
-        waits for it, and raises what it raised."""
+        while the consumer writes them (the sum does not depend on the order), at most
+        HASH_AHEAD_BYTES of batches behind (then this waits): `summary` waits for the rest,
+        and raises what the hashing raised."""
         import pyarrow as pa
 
         for batch in batches:
@@ -130,15 +134,27 @@ class ContentTally:
                 self.rows += batch.num_rows
                 if self._digest and batch.num_rows:
                     seed = self._seed(batch.schema)
-                    self._pending.append(_hashing().submit(row_hash_sum, batch, seed))
+                    hashing = _hashing().submit(row_hash_sum, batch, seed)
+                    self._pending.append((hashing, batch.nbytes))
+                    self._pending_bytes += batch.nbytes
+                    while self._pending_bytes > HASH_AHEAD_BYTES:
+                        self._fold_oldest()
             yield batch
 
+    def _fold_oldest(self) -> None:
+        hashing, size = self._pending.popleft()
+        self._pending_bytes -= size
+        self._sum = (self._sum + hashing.result()) & _MASK
+
     def summary(self) -> ContentSummary:
-        pending, self._pending = self._pending, []
-        for done in pending:
-            self._sum = (self._sum + done.result()) & _MASK
+        while self._pending:
+            self._fold_oldest()
         return ContentSummary(self.rows, f"{self._sum:016x}" if self._digest else None)
 
+
+#: Bytes of record batches `ContentTally.through` lets the hashing thread fall behind by (they
+#: stay in memory until hashed).
+HASH_AHEAD_BYTES = 64 * 1024 * 1024
 
 _HASHING: tuple[int, ThreadPoolExecutor] | None = None
 _HASHING_LOCK = threading.Lock()
