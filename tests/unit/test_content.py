@@ -268,17 +268,28 @@ def test_count_only_tally_and_the_summary_json() -> None:
             ContentSummary.from_json(bad)  # type: ignore[arg-type]
 
 
-def test_through_adds_a_batch_after_the_consumer_took_it() -> None:
-    """The digest of a batch is computed when the consumer asks for the next one (its writers
-    work on the batch meanwhile); `summary` adds one taken last, also when the consumer never
-    asked past it."""
-    batches = events(60).to_batches(max_chunksize=20)
+def test_batches_passed_through_are_hashed_aside_to_the_same_summary() -> None:
+    """`through` hashes on a thread of its own; the summary waits for it and equals the one
+    of `add`, and a tally can go on after a summary."""
+    table = events(500)
     tally = ContentTally()
-    seen: list[int] = []
-    for _batch in tally.through(batches):
-        seen.append(tally.rows)
-        if len(seen) == len(batches):
-            break  # the last batch taken, the iterator not run to its end
-    assert seen == [0, 20, 40]
-    assert tally.summary() == summarise(batches)
-    assert tally.summary() == summarise(batches)  # (added once)
+    passed = list(tally.through(table.to_batches(max_chunksize=64)))
+    assert pa.Table.from_batches(passed).equals(table)
+    assert tally.summary() == summarise(table.to_batches(max_chunksize=100))
+    more = events(50, seed=2)
+    list(tally.through(more.to_batches()))
+    both = summarise([*table.to_batches(), *more.to_batches()])
+    assert tally.summary() == both
+
+
+def test_the_hashing_falls_behind_by_a_bounded_number_of_bytes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With the bound below one batch, every batch is hashed before the next is given."""
+    monkeypatch.setattr(content, "HASH_AHEAD_BYTES", 0)
+    table = events(200)
+    tally = ContentTally()
+    for batch in tally.through(table.to_batches(max_chunksize=50)):
+        assert isinstance(batch, pa.RecordBatch)
+        assert not tally._pending  # the bound is what is tested
+    assert tally.summary() == summarise(table.to_batches())
