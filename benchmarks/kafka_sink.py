@@ -99,8 +99,15 @@ def _fail_on_error(error: Any, message: Any) -> None:
 def ours(
     bootstrap: str, topic: str, records: pa.Table, epoch_records: int, store: Path
 ) -> tuple[float, list[float], dict[str, float]]:
-    sink = KafkaSink(
-        KafkaSinkConfig(bootstrap, topic, value_column="value", key_column="key", name="bench")
+    sink = KafkaSink(  # with the header the baseline sends too: the same records on both sides
+        KafkaSinkConfig(
+            bootstrap,
+            topic,
+            value_column="value",
+            key_column="key",
+            name="bench",
+            epoch_header=True,
+        )
     )
     coordinator = Coordinator(f"bench-{uuid.uuid4().hex[:8]}", [sink], LocalDirectoryStore(store))
     coordinator.start()

@@ -38,6 +38,13 @@ class Step:
         return ["-m", self.module, *arguments, "--chart", str(img / f"{self.name}.png")]
 
 
+#: A Spark query into Kafka: ours (defaults, with the epoch header, uncompressed), Spark's
+#: Kafka sink and the floor, in a chart of their own (docs/benchmarks.md, Kafka).
+KAFKA_SPARK = "kafka-ours-eo,kafka-ours-eo-header,kafka-ours-eo-uncompressed,kafka-spark,floor"
+#: A Spark query into Postgres: ours (grouped record batches and not), Spark's JDBC sink
+#: (plain and with reWriteBatchedInserts) and the floor (docs/benchmarks.md, Postgres).
+POSTGRES_SPARK = "pg-ours-eo,pg-ours-eo-ungrouped,pg-jdbc,pg-jdbc-rewrite,floor"
+
 STEPS = (
     Step("protocol_overhead", "benchmarks.protocol_overhead"),
     Step("postgres_sink", "benchmarks.postgres_sink", quick=("--rounds", "5")),
@@ -46,15 +53,16 @@ STEPS = (
     Step("kafka_bad_rows", "benchmarks.kafka_bad_rows", quick=("--pairs", "9")),
     Step("spark_end_to_end", "benchmarks.spark_end_to_end", quick=("--rounds", "1")),
     Step(
+        "kafka_spark",
+        "benchmarks.spark_end_to_end",
+        ("--variants", KAFKA_SPARK),
+        ("--variants", KAFKA_SPARK, "--rounds", "1"),
+    ),
+    Step(
         "postgres_spark",
         "benchmarks.spark_end_to_end",
-        ("--variants", "pg-ours-eo,pg-ours-eo-ungrouped,pg-jdbc,pg-jdbc-rewrite,floor"),
-        (
-            "--variants",
-            "pg-ours-eo,pg-ours-eo-ungrouped,pg-jdbc,pg-jdbc-rewrite,floor",
-            "--rounds",
-            "1",
-        ),
+        ("--variants", POSTGRES_SPARK),
+        ("--variants", POSTGRES_SPARK, "--rounds", "1"),
     ),
     Step("record_batch_groups", "benchmarks.record_batch_groups"),
     Step("driver_memory", "benchmarks.driver_memory", quick=("--rounds", "1")),
@@ -69,6 +77,7 @@ STEPS = (
         ("--only", "files", "--rounds", "3", "--profile", "0"),
     ),
     Step("s3_sink", "benchmarks.s3_sink", ("--only", "s3"), ("--only", "s3", "--profile", "0")),
+    Step("delta_sink", "benchmarks.delta_spark", quick=("--rounds", "1", "--batches", "3")),
 )
 #: The test bed's servers the benchmarks above use.
 SERVERS = ["postgres", "kafka", "s3", "spark"]

@@ -1,6 +1,7 @@
 """Our files sink vs Spark's own exactly-once file sink; our S3 sink vs raw boto3.
 
     .venv/bin/python -m benchmarks.s3_sink            # --only files|s3|all, --rounds 5, --chart PNG
+    .venv/bin/python -m benchmarks.s3_sink --only s3 --rounds 3 --profile 5
 
 Section "files" (`--only files`, the default): whole Spark streaming queries in one `local[2]`
 session over the same micro-batches. The input, 1,000,000 events (id bigint, ts timestamp,
@@ -46,9 +47,22 @@ through a coordinator with the files sink and a local-directory store (its phase
 `--history` epochs are published and a worker's `FileSink.open()`, which every executor-mode
 task runs, is timed on them.
 
-Section "s3" (`--only s3`): 1M rows as zstd Parquet through our S3 sink in epochs of
-`--rows-per-batch` against a raw boto3 multipart upload of the same Parquet bytes with the same
-part size, alternating, on the test bed's SeaweedFS; and Parquet encoding alone (the floor).
+Section "s3" (`--only s3`): `--batches` epochs of `--rows-per-batch` events, each handed over
+as 10,000-row record batches (what Spark hands a writer), written as zstd Parquet to the test
+bed's SeaweedFS by each variant into a fresh prefix: ours (a coordinator with the S3 sink and
+its default local-directory decision store, fsync on: multipart upload, decision, completion,
+epoch marker); what a user would write instead, pyarrow's `pq.write_table` and
+`dataset.write_dataset` of the epoch through `pyarrow.fs.S3FileSystem`; and the floors,
+Parquet encoding of the epoch plus one raw boto3 upload of its bytes (one PUT, or a multipart
+upload), no protocol. Every side encodes at pyarrow's defaults (zstd level 1, dictionaries,
+statistics). After a warm-up run of each, the variants run `--rounds` times, the order rotating
+each round; every run's output is read back (ours through its epoch markers, with no upload
+left incomplete) and must hold exactly the input's ids. Reported: per-epoch medians and the
+ratios against ours; ours' coordinator phases; with `--profile N`, each piece of an epoch's
+work (encoding, hashing, each request) alone, N times. `--s3-variants` adds ours-before (10,000-
+row row groups, every request and the replay check's row hashes in turn: the sink before row
+groups were gathered and requests and hashes overlapped the encoding) and ours-inline-tally
+(only the row hashes in turn) for an A/B in the same run.
 """
 
 from __future__ import annotations
@@ -80,6 +94,7 @@ import pyarrow.parquet as pq
 from benchmarks.spark_end_to_end import timed_call
 from durable_sinks.coordinator import Coordinator
 from durable_sinks.core import OpenContext
+from durable_sinks.core.content import summarise
 from durable_sinks.manifest import LocalDirectoryStore
 from durable_sinks.sinks.files import MARKER, STAGING, FileSink, FileSinkConfig
 from durable_sinks.spark import durable_sink
@@ -770,92 +785,412 @@ def report_profile(timings: dict[str, list[float]], args: argparse.Namespace) ->
 
 
 # -- the S3 section -----------------------------------------------------------------------------
-def s3_section(args: argparse.Namespace) -> None:
-    """Our S3 sink (coordinator + S3 sink + local-directory store, fsync on) against a raw
-    boto3 multipart upload of the same Parquet bytes (encoded beforehand, one object per
-    epoch, the same part size), alternating in each round, on the test bed's SeaweedFS."""
-    from durable_sinks.sinks.s3 import S3Sink
-    from tests.support.s3_target import s3_sink_config
+S3_VARIANTS = {
+    "ours": "ours: coordinator + S3 sink, exactly-once",
+    "write_table": "pyarrow pq.write_table via S3FileSystem",
+    "write_dataset": "pyarrow dataset.write_dataset via S3FileSystem",
+    "floor-put": "floor: encode + one PUT",
+    "floor-multipart": "floor: encode + multipart upload",
+    "ours-inline-tally": "ours, the replay check's row hashes in turn (diagnostic)",
+    "ours-before": "ours as before: 10,000-row row groups, requests and row hashes in turn "
+    "(diagnostic)",
+}
+S3_DEFAULT_VARIANTS = ("ours", "write_table", "write_dataset", "floor-put", "floor-multipart")
+S3_PEERS = ("write_table", "write_dataset")
+S3_FLOORS = ("floor-put", "floor-multipart")
 
-    endpoint = up(["s3"]).s3.endpoint()
+
+@dataclass
+class S3Run:
+    """One variant's run over every epoch: the whole time, each epoch's, and ours' phases."""
+
+    seconds: float
+    epoch_ms: list[float]
+    phases: dict[str, list[float]] = field(default_factory=dict)
+    row_groups: int = 0
+
+
+class _Inline:
+    """An executor that runs each task at once, in the caller's thread: the S3 sink's
+    requests and the replay check's row hashes as they were before they overlapped the
+    encoding (ours-before, ours-inline-tally)."""
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any) -> Any:
+        from concurrent.futures import Future
+
+        done: Future[Any] = Future()
+        try:
+            done.set_result(fn(*args))
+        except Exception as exc:  # noqa: BLE001 - raised where the result is asked for, as a pool's
+            done.set_exception(exc)
+        return done
+
+
+class S3Bench:
+    """The server, the epochs and one fresh prefix per run; `run(variant)` runs one checked
+    variant over every epoch."""
+
+    def __init__(self, epochs: list[pa.Table], batch_rows: int) -> None:
+        from pyarrow import fs
+
+        from tests.support.s3_target import s3_sink_config
+
+        self.endpoint = up(["s3"]).s3.endpoint()
+        self.bucket = self.endpoint.bucket
+        self.epochs = epochs
+        self.batch_rows = batch_rows
+        self.connection = s3_sink_config(self.endpoint, f"s3://{self.bucket}/bench").connection
+        self.client = self.connection.client()
+        self.fs = fs.S3FileSystem(**self.connection.arrow_settings())
+        self.expected = sum(e.num_rows for e in epochs)
+        self.id_sum = sum(int(pc.sum(e.column("id")).as_py()) for e in epochs)
+
+    def batches(self, epoch: pa.Table) -> list[pa.RecordBatch]:
+        """An epoch as a writer receives it (Spark hands over 10,000-row batches)."""
+        return list(epoch.to_batches(self.batch_rows))
+
+    def run(self, variant: str) -> S3Run:
+        prefix = f"bench-s3-{variant}-{uuid.uuid4().hex[:8]}"
+        if variant.startswith("ours"):
+            run = self.ours(prefix, variant)
+        else:
+            write = {
+                "write_table": self.write_table,
+                "write_dataset": self.write_dataset,
+                "floor-put": self.floor_put,
+                "floor-multipart": self.floor_multipart,
+            }[variant]
+            times = []
+            for n, epoch in enumerate(self.epochs):
+                batches = self.batches(epoch)
+                started = time.perf_counter()
+                write(f"{prefix}/{n:05d}", batches)
+                times.append(time.perf_counter() - started)
+            run = S3Run(sum(times), [t * 1e3 for t in times])
+            run.row_groups = self.check_objects(prefix, variant)
+        self.delete(prefix)
+        return run
+
+    # -- ours --------------------------------------------------------------------------------
+    def ours(self, prefix: str, variant: str) -> S3Run:
+        import durable_sinks.core.content as content
+        import durable_sinks.sinks.s3.upload as upload
+        from durable_sinks.sinks.s3 import S3Sink
+        from tests.support.s3_target import s3_sink_config
+
+        before = variant == "ours-before"
+        options = {"row_group_rows": self.batch_rows} if before else {}
+        config = s3_sink_config(self.endpoint, f"s3://{self.bucket}/{prefix}", **options)
+        store = Path(tempfile.mkdtemp(prefix="ds-bench-s3-"))
+        pool, hashing = upload._pool, content._hashing
+        if before:
+            upload._pool = lambda: _Inline()  # type: ignore[assignment,return-value]
+        if variant in ("ours-before", "ours-inline-tally"):
+            content._hashing = lambda: _Inline()  # type: ignore[assignment,return-value]
+        try:
+            coordinator = Coordinator(
+                f"bench-s3-{prefix}", [S3Sink(config)], LocalDirectoryStore(store)
+            )
+            coordinator.start()
+            times: list[float] = []
+            phases: dict[str, list[float]] = {}
+            for n, epoch in enumerate(self.epochs):
+                batches = self.batches(epoch)
+                started = time.perf_counter()
+                result = coordinator.run_epoch(n, batches)
+                times.append(time.perf_counter() - started)
+                for phase, seconds in result.metrics.seconds.items():
+                    phases.setdefault(phase, []).append(seconds * 1e3)
+            coordinator.close()
+        finally:
+            upload._pool, content._hashing = pool, hashing
+            shutil.rmtree(store, ignore_errors=True)
+        run = S3Run(sum(times), [t * 1e3 for t in times], phases)
+        run.row_groups = self.check_ours(prefix)
+        return run
+
+    def check_ours(self, prefix: str) -> int:
+        """Every epoch committed (its marker), exactly the input's rows read through the
+        markers, no upload left incomplete; the row groups of epoch 0's object."""
+        from durable_sinks.sinks.s3 import committed_dataset, committed_markers
+        from tests.support.s3_objects import incomplete_uploads
+
+        path = f"s3://{self.bucket}/{prefix}"
+        markers = committed_markers(path, self.connection)
+        if [m.epoch for m in markers] != list(range(len(self.epochs))):
+            raise RuntimeError(f"{path}: markers of epochs {[m.epoch for m in markers]}")
+        left = incomplete_uploads(self.client, self.bucket, f"{prefix}/")
+        if left:
+            raise RuntimeError(f"{path}: {len(left)} uploads left incomplete")
+        table = committed_dataset(path, self.connection).to_table(columns=["id"])
+        self.check_ids(table.column("id"), f"ours at {path}")
+        first = self.client.list_objects_v2(Bucket=self.bucket, Prefix=f"{prefix}/epoch=")
+        key = min(o["Key"] for o in first.get("Contents", []))
+        return self.row_groups(key)
+
+    def row_groups(self, key: str) -> int:
+        with self.fs.open_input_file(f"{self.bucket}/{key}") as file:
+            return int(pq.ParquetFile(file).num_row_groups)
+
+    # -- the peers and the floors --------------------------------------------------------------
+    def write_table(self, key: str, batches: list[pa.RecordBatch]) -> None:
+        table = pa.Table.from_batches(batches)
+        pq.write_table(table, f"{self.bucket}/{key}.parquet", filesystem=self.fs, compression=CODEC)
+
+    def write_dataset(self, key: str, batches: list[pa.RecordBatch]) -> None:
+        import pyarrow.dataset as ds
+
+        table = pa.Table.from_batches(batches)
+        ds.write_dataset(
+            table,
+            f"{self.bucket}/{key}",
+            format="parquet",
+            filesystem=self.fs,
+            file_options=ds.ParquetFileFormat().make_write_options(compression=CODEC),
+            basename_template="part-{i}.parquet",
+            use_threads=False,  # one file per epoch: keep the batches' order
+        )
+
+    def floor_put(self, key: str, batches: list[pa.RecordBatch]) -> None:
+        body = _parquet_bytes(pa.Table.from_batches(batches))
+        self.client.put_object(Bucket=self.bucket, Key=f"{key}.parquet", Body=body)
+
+    def floor_multipart(self, key: str, batches: list[pa.RecordBatch]) -> None:
+        body = _parquet_bytes(pa.Table.from_batches(batches))
+        _raw_upload(self.client, self.bucket, f"{key}.parquet", body, 8 * 1024 * 1024)
+
+    def check_objects(self, prefix: str, variant: str) -> int:
+        """Exactly the input's rows in the variant's objects; the row groups of the first."""
+        keys = sorted(
+            o["Key"]
+            for page in self.client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket, Prefix=f"{prefix}/"
+            )
+            for o in page.get("Contents", [])
+            if not o["Key"].endswith("/")  # pyarrow's folder markers
+        )
+        if len(keys) != len(self.epochs):
+            raise RuntimeError(f"{variant}: {len(keys)} objects for {len(self.epochs)} epochs")
+        ids = [
+            pq.read_table(f"{self.bucket}/{k}", filesystem=self.fs, columns=["id"]).column("id")
+            for k in keys
+        ]
+        self.check_ids(pa.chunked_array([c for i in ids for c in i.chunks]), variant)
+        return self.row_groups(keys[0])
+
+    def check_ids(self, ids: pa.ChunkedArray, what: str) -> None:
+        distinct = int(pc.count_distinct(ids).as_py())
+        total = int(pc.sum(ids).as_py())
+        if len(ids) != self.expected or distinct != self.expected or total != self.id_sum:
+            raise RuntimeError(
+                f"{what}: {len(ids)} rows, {distinct} distinct ids, id sum {total}; "
+                f"{self.expected} rows written, id sum {self.id_sum}"
+            )
+
+    def delete(self, prefix: str) -> None:
+        from tests.support.s3_objects import delete_prefix
+
+        delete_prefix(self.client, self.bucket, f"{prefix}/")
+
+
+def s3_section(args: argparse.Namespace) -> None:
+    """Ours (coordinator + S3 sink + local-directory store, fsync on) against what a user
+    would write instead (pyarrow's `pq.write_table` and `dataset.write_dataset` through its
+    S3FileSystem) and the floor (encoding + one raw upload), the same epochs on the test
+    bed's SeaweedFS, alternating in each round."""
+    variants = [v for v in args.s3_variants.split(",") if v]
+    unknown = [v for v in variants if v not in S3_VARIANTS]
+    if unknown or "ours" not in variants or "write_table" not in variants:
+        raise SystemExit(f"--s3-variants: of {', '.join(S3_VARIANTS)}, with ours and write_table")
     rows, epoch_rows = args.batches * args.rows_per_batch, args.rows_per_batch
     table = make_events(rows)
     epochs = [table.slice(start, epoch_rows) for start in range(0, rows, epoch_rows)]
-    encoded = [_parquet_bytes(epoch) for epoch in epochs]
-    part_size = 8 * 1024 * 1024
+    encoded = sum(len(_parquet_bytes(e)) for e in epochs)
+    bench = S3Bench(epochs, 10_000)
     print(
-        f"\n## S3: {rows} rows, {len(epochs)} epochs of {epoch_rows}, "
-        f"{sum(map(len, encoded)) / 1e6:.1f} MB of zstd Parquet, part size {part_size >> 20} MiB"
+        f"\n## S3: {rows:,} rows (id bigint, ts timestamp, user text, amount float8, payload "
+        f"text ~80 B), {len(epochs)} epochs of {epoch_rows:,} handed over as 10,000-row "
+        f"batches, {encoded / 1e6:.1f} MB of zstd Parquet (one row group per epoch); "
+        f"{args.rounds} rounds, the variants' order rotating each round; uptime: "
+        f"{_uptime()}",
+        flush=True,
     )
-    client = s3_sink_config(endpoint, f"s3://{endpoint.bucket}/bench").connection.client()
-    raw: list[float] = []
-    ours: list[float] = []
-    for _ in range(args.rounds):
-        prefix = f"bench-s3-{uuid.uuid4().hex[:8]}"
-        started = time.perf_counter()
-        for n, body in enumerate(encoded):
-            _raw_upload(client, endpoint.bucket, f"{prefix}/raw/{n}.parquet", body, part_size)
-        raw.append(time.perf_counter() - started)
-        store = Path(tempfile.mkdtemp(prefix="ds-bench-s3-"))
-        config = s3_sink_config(
-            endpoint, f"s3://{endpoint.bucket}/{prefix}/ours", part_size_bytes=part_size
-        )
-        coordinator = Coordinator("bench-s3", [S3Sink(config)], LocalDirectoryStore(store))
-        coordinator.start()
-        started = time.perf_counter()
-        for n, epoch in enumerate(epochs):
-            coordinator.run_epoch(n, epoch.to_batches(10_000))
-        ours.append(time.perf_counter() - started)
-        coordinator.close()
-        shutil.rmtree(store, ignore_errors=True)
-    encode = min(_timed(lambda: [_parquet_bytes(e) for e in epochs]) for _ in range(3))
-    median_raw, median_ours = statistics.median(raw), statistics.median(ours)
-    print("| variant | median s | best s |\n|---|---|---|")
-    print(f"| raw boto3 multipart upload | {median_raw:.3f} | {min(raw):.3f} |")
-    print(f"| our S3 sink (exactly-once) | {median_ours:.3f} | {min(ours):.3f} |")
-    print(f"| Parquet encoding alone | {encode:.3f} | |")
-    print(
-        f"\nratio raw/ours {median_raw / median_ours:.2f}x (goal >= 0.9x); floor without "
-        f"overlap (encode + raw upload) {encode + median_raw:.3f} s = "
-        f"{median_raw / (encode + median_raw):.2f}x"
-    )
+    for variant in variants:  # warm-up: clients, connections, the store's folders
+        bench.run(variant)
+    runs: dict[str, list[S3Run]] = {v: [] for v in variants}
+    for round_ in range(args.rounds):
+        order = variants[round_ % len(variants) :] + variants[: round_ % len(variants)]
+        for variant in order:
+            run = bench.run(variant)
+            runs[variant].append(run)
+            print(
+                f"round {round_ + 1} {variant:16s} {run.seconds:6.3f} s  per epoch median "
+                f"{statistics.median(run.epoch_ms):5.1f} ms",
+                flush=True,
+            )
+    print(f"uptime after: {_uptime()}")
+    report_s3(runs, args)
+    if args.profile:
+        report_s3_pieces(bench, args.profile)
     chart = chart_path(args, "s3")
     if chart is not None:
-        from benchmarks.charts import RATIO, bar_chart
+        chart_s3(runs, args, chart)
 
-        written = bar_chart(
-            chart,
-            f"S3 sink vs a raw boto3 multipart upload of Parquet encoded beforehand: {rows:,} rows"
-            f", {len(epochs)} epochs, {args.rounds} rounds\nraw's time / ours (medians; higher "
-            "is better)",
-            [
-                ("our S3 sink, exactly-once", median_raw / median_ours),
-                (
-                    "floor: Parquet encoding + raw upload, no overlap",
-                    median_raw / (encode + median_raw),
-                ),
-            ],
-            "x the raw upload's throughput",
-            highlight=["our S3 sink, exactly-once"],
-            references=[("raw = 1x", 1.0), ("goal 0.9x", 0.9)],
-            value_format=RATIO,
+
+def _uptime() -> str:
+    with open("/proc/loadavg") as loadavg:
+        return "load average " + ", ".join(loadavg.read().split()[:3])
+
+
+def _per_epoch(done: list[S3Run]) -> float:
+    return float(statistics.median(ms for r in done for ms in r.epoch_ms))
+
+
+def _s3_ratio(baseline: list[S3Run], ours: list[S3Run]) -> tuple[float, float]:
+    """Baseline's time / ours (> 1: ours faster): of the per-epoch medians, and the median
+    of the rounds' ratios of whole runs."""
+    pooled = _per_epoch(baseline) / _per_epoch(ours)
+    rounds = statistics.median(b.seconds / o.seconds for b, o in zip(baseline, ours, strict=True))
+    return pooled, rounds
+
+
+def _floor(runs: dict[str, list[S3Run]]) -> str | None:
+    """The faster floor run."""
+    floors = [v for v in S3_FLOORS if v in runs]
+    return min(floors, key=lambda v: _per_epoch(runs[v])) if floors else None
+
+
+def report_s3(runs: dict[str, list[S3Run]], args: argparse.Namespace) -> None:
+    floor = _floor(runs)
+    print(
+        "\nper-epoch medians over every round's epochs; ratios = the other's time / ours "
+        "(> 1: ours faster), of the per-epoch medians (median of the rounds' ratios of whole "
+        "runs)"
+    )
+    print("\n| variant | per epoch | whole run (median) | row groups | vs ours | runs (s) |")
+    print("|---|---|---|---|---|---|")
+    for variant, done in runs.items():
+        pooled, rounds = _s3_ratio(done, runs["ours"])
+        print(
+            f"| {S3_VARIANTS[variant]} | {_per_epoch(done):.1f} ms "
+            f"| {statistics.median(r.seconds for r in done):.3f} s | {done[0].row_groups} "
+            f"| {pooled:.2f}x ({rounds:.2f}x) | {', '.join(f'{r.seconds:.3f}' for r in done)} |"
         )
-        print(f"chart: {written}")
+    print()
+    for peer in (v for v in S3_PEERS if v in runs):
+        pooled, rounds = _s3_ratio(runs[peer], runs["ours"])
+        print(f"ours vs {S3_VARIANTS[peer]}: {pooled:.2f}x ({rounds:.2f}x per round); goal >= 1x")
+    if floor is not None:
+        pooled, rounds = _s3_ratio(runs[floor], runs["ours"])
+        print(
+            f"ours vs the floor ({S3_VARIANTS[floor]}, the faster): ours takes "
+            f"{1 / pooled:.2f}x its time ({1 / rounds:.2f}x per round); goal <= 1.25x"
+        )
+    print("\nours per epoch, the coordinator's phases (medians, ms):")
+    phases = runs["ours"][0].phases
+    print("\n| phase | " + " | ".join(phases) + " |")
+    print("|---|" + "---|" * len(phases))
+    for variant in (v for v in runs if v.startswith("ours")):
+        cells = [
+            statistics.median(ms for r in runs[variant] for ms in r.phases.get(p, [0.0]))
+            for p in phases
+        ]
+        print(f"| {variant} | " + " | ".join(f"{c:.1f}" for c in cells) + " |")
 
 
-def _parquet_bytes(table: pa.Table) -> bytes:
+def report_s3_pieces(bench: S3Bench, repeats: int) -> None:
+    """Each piece of an epoch's work alone, `repeats` times on epoch 0: what the variants'
+    times are made of."""
+    epoch = bench.epochs[0]
+    batches = bench.batches(epoch)
+    body = _parquet_bytes(pa.Table.from_batches(batches))
+    client, bucket = bench.client, bench.bucket
+    prefix = f"bench-s3-pieces-{uuid.uuid4().hex[:8]}"
+    pieces: dict[str, list[float]] = {}
+
+    def timed(name: str, step: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        started = time.perf_counter()
+        value = step(*args, **kwargs)
+        pieces.setdefault(name, []).append((time.perf_counter() - started) * 1e3)
+        return value
+
+    for n in range(repeats):
+        key = f"{prefix}/{n}.parquet"
+        timed("encode, one row group (as write_table)", _parquet_bytes, epoch)
+        timed("encode, 10,000-row row groups (ours before)", _parquet_bytes, epoch, 10_000)
+        timed("SHA-256 of the object", lambda: hashlib.sha256(body).digest())
+        timed("the replay check's row hashes of the epoch", summarise, batches)
+        timed("PUT of the object", client.put_object, Bucket=bucket, Key=key, Body=body)
+        upload = timed(
+            "CreateMultipartUpload", client.create_multipart_upload, Bucket=bucket, Key=key + "-mp"
+        )["UploadId"]
+        etag = timed(
+            "UploadPart of the object",
+            client.upload_part,
+            Bucket=bucket,
+            Key=key + "-mp",
+            UploadId=upload,
+            PartNumber=1,
+            Body=body,
+        )["ETag"]
+        timed(
+            "CompleteMultipartUpload (If-None-Match)",
+            client.complete_multipart_upload,
+            Bucket=bucket,
+            Key=key + "-mp",
+            UploadId=upload,
+            MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": etag}]},
+            IfNoneMatch="*",
+        )
+        timed(
+            "PUT of a 1 KB marker (If-None-Match)",
+            client.put_object,
+            Bucket=bucket,
+            Key=key + ".json",
+            Body=b"{}" * 512,
+            IfNoneMatch="*",
+        )
+    bench.delete(prefix)
+    print(f"\nthe pieces of one epoch alone (epoch 0, {len(body) / 1e6:.2f} MB; {repeats} times):")
+    print("\n| piece | median ms | min ms |\n|---|---|---|")
+    for name, ms in pieces.items():
+        print(f"| {name} | {statistics.median(ms):.1f} | {min(ms):.1f} |")
+
+
+def chart_s3(runs: dict[str, list[S3Run]], args: argparse.Namespace, path: Path) -> None:
+    """pq.write_table's time / each variant's (higher is faster), per epoch."""
+    from benchmarks.charts import RATIO, bar_chart
+
+    peer = runs["write_table"]
+    floor = _floor(runs)
+    bars = [
+        (S3_VARIANTS[v], _s3_ratio(peer, runs[v])[0])
+        for v in runs
+        if v != "write_table" and (v not in S3_FLOORS or v == floor)
+    ]
+    references = [("pq.write_table = 1x = goal", 1.0)]
+    if floor is not None:
+        references.append(("1.25x the floor's time", _s3_ratio(peer, runs[floor])[0] / 1.25))
+    written = bar_chart(
+        path,
+        f"S3 sink vs pyarrow's S3 writes: {len(runs['ours'][0].epoch_ms)} epochs of "
+        f"{args.rows_per_batch:,} rows, zstd, {args.rounds} rounds\n"
+        "pq.write_table's time / each one's, per-epoch medians (higher is faster)",
+        bars,
+        "x (pq.write_table's time / the variant's)",
+        highlight=[S3_VARIANTS["ours"]],
+        references=references,
+        value_format=RATIO,
+    )
+    print(f"chart: {written}")
+
+
+def _parquet_bytes(table: pa.Table, row_group_rows: int | None = None) -> bytes:
+    """The table as zstd Parquet, as `pq.write_table` encodes it (one row group up to pyarrow's
+    1,048,576 rows), or in row groups of `row_group_rows`."""
     sink = pa.BufferOutputStream()
-    writer = pq.ParquetWriter(sink, table.schema, compression="zstd")
-    for batch in table.to_batches(10_000):
-        writer.write_batch(batch)
-    writer.close()
+    pq.write_table(table, sink, compression=CODEC, row_group_size=row_group_rows)
     return bytes(sink.getvalue())
-
-
-def _timed(step: Callable[[], object]) -> float:
-    started = time.perf_counter()
-    step()
-    return time.perf_counter() - started
 
 
 def _raw_upload(client: Any, bucket: str, key: str, body: bytes, part_size: int) -> None:
@@ -915,6 +1250,11 @@ def main() -> None:
         default=10_000,
         help="with --profile: epochs already published when an executor-mode task opens the "
         "files sink (0: skip it)",
+    )
+    parser.add_argument(
+        "--s3-variants",
+        default=",".join(S3_DEFAULT_VARIANTS),
+        help=f"the S3 section's, in the order of the first round; of {', '.join(S3_VARIANTS)}",
     )
     parser.add_argument(
         "--chart",

@@ -20,11 +20,17 @@ Variants:
   on the URL (the table created by Spark on the first batch, as `append` does); the ratio is
   taken against the faster of the two.
 - kafka, ours: `foreachBatch(durable_sink("kafka", ..., decision_store=<temp dir>))`, the value
-  a JSON object of the columns (the default), exactly-once and at-least-once; and, exactly-once,
-  with the value made by Spark (`to_json(struct(*)) AS value`, `value_column="value"`), the
-  same bytes-building as the next variant.
+  a JSON object of the columns (the default), exactly-once and at-least-once; exactly-once
+  with `epoch_header=True` (a `ds-epoch` header on every record); exactly-once with
+  `compression.type=none` (the sink's default is lz4; Spark's sink, with the Kafka client's
+  defaults, compresses nothing); and, exactly-once, with the
+  value made by Spark (`to_json(struct(*)) AS value`, `value_column="value"`), the same
+  bytes-building as the next variant, with or without the header.
 - kafka, Spark: `selectExpr("to_json(struct(*)) AS value").writeStream.format("kafka")` (the
   connector's defaults: idempotent producer, acks=all, no transactions).
+- delta (on request, `--variants delta-ours-eo,...`; benchmarks/delta_spark.py runs them at
+  several batch sizes): ours in driver and executor mode, delta-spark's streaming sink
+  (`format("delta")`), with the session settings of DELTA_CONF.
 - floor: a foreachBatch that only streams the batch to the driver as Arrow record batches
   (`durable_sinks.spark._arrow.socket_batches`, what our driver mode reads with) and drops
   them: the least any writer fed through the driver's Python pays. Its ratio to JDBC bounds
@@ -45,7 +51,9 @@ Connect's driver mode does (`chunked_batches`: persist, count, `toArrow()`), the
 public Arrow stream under Connect.
 Every run is checked: Spark's progress reports must show every batch with its rows, and the
 table's row count, or the topic's end offsets (plus at most one commit marker per partition
-per batch for ours), must equal the rows written; anything else raises.
+per batch for ours), must equal the rows written; for ours exactly-once into Kafka, the audit
+`durable-sinks verify` runs (sinks/kafka/operations.py `holdings`) must also count each
+epoch's committed records, once, equal to its batch's rows. Anything else raises.
 """
 
 from __future__ import annotations
@@ -70,6 +78,8 @@ from psycopg import sql
 
 from benchmarks.postgres_sink import make_rows
 from durable_sinks.sinks.kafka.admin import list_offsets
+from durable_sinks.sinks.kafka.operations import holdings
+from durable_sinks.sinks.kafka.progress import progress_key
 from durable_sinks.spark import _arrow, durable_sink, sink
 from durable_sinks.spark._arrow import chunked_batches, socket_batches
 from durable_sinks.spark._options import DEFAULT_MAX_ROWS_IN_MEMORY
@@ -81,6 +91,17 @@ SPARK_SCHEMA = "id BIGINT, body STRING, score DOUBLE, at TIMESTAMP"
 FILES_PER_BATCH = 2
 PARTITIONS = 2
 JDBC_BATCH_SIZE = "10000"
+#: With a Delta variant: delta-spark's extension and catalog (static settings); its log
+#: replay on 2 partitions, as many as the cores (its default, 50, costs ~1.7 s per batch
+#: here); and zstd at level 1 for Spark's Parquet writer, the codec and level ours writes
+#: (pyarrow's default level), so both sides compress alike.
+DELTA_CONF = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    "spark.databricks.delta.snapshotPartitions": "2",
+    "spark.sql.parquet.compression.codec": "zstd",
+    "spark.hadoop.parquet.compression.codec.zstd.level": "1",
+}
 
 VARIANTS = {
     "pg-ours-eo": "postgres, ours exactly-once",
@@ -94,13 +115,17 @@ VARIANTS = {
     "kafka-ours-eo": "kafka, ours exactly-once",
     "kafka-ours-alo": "kafka, ours at-least-once",
     "kafka-ours-eo-tojson": "kafka, ours exactly-once, value by Spark's to_json",
-    "kafka-ours-eo-noheader": "kafka, ours exactly-once, epoch_header=False",
-    "kafka-ours-eo-tojson-noheader": "kafka, ours exactly-once, value by to_json, no header",
+    "kafka-ours-eo-header": "kafka, ours exactly-once, epoch_header=True",
+    "kafka-ours-eo-uncompressed": "kafka, ours exactly-once, compression.type=none",
+    "kafka-ours-eo-tojson-header": "kafka, ours exactly-once, value by to_json, epoch_header=True",
     "pg-kafka-ours-eo": "postgres + kafka in one job, ours exactly-once",
     "pg-kafka-ours-eo-serial": "postgres + kafka in one job, ours, concurrent_writes=False",
     "pg-kafka-ours-eo-ungrouped": "postgres + kafka in one job, ours, record batches not grouped",
     "kafka-ours-eo-ungrouped": "kafka, ours exactly-once, Spark's record batches not grouped",
     "kafka-spark": "kafka, Spark's Kafka sink",
+    "delta-ours-eo": "delta, ours exactly-once",
+    "delta-ours-executor": "delta, ours exactly-once, executor mode",
+    "delta-spark": "delta, delta-spark's streaming sink",
     "floor": "floor: foreachBatch streaming the batch as Arrow only",
 }
 
@@ -185,10 +210,12 @@ class Bench:
             return self.pg_ours(source, rows, batches, _guarantee(variant))
         if variant.startswith("pg-jdbc"):
             return self.pg_jdbc(source, rows, batches, rewrite=variant.endswith("-rewrite"))
-        if variant == "kafka-ours-eo-noheader":
-            return self.kafka_ours(source, rows, batches, "exactly-once", epoch_header=False)
+        if variant == "kafka-ours-eo-header":
+            return self.kafka_ours(source, rows, batches, "exactly-once", epoch_header=True)
+        if variant == "kafka-ours-eo-uncompressed":
+            return self.kafka_ours(source, rows, batches, "exactly-once", compression="none")
         if variant.startswith("kafka-ours-eo-tojson"):
-            header = not variant.endswith("-noheader")
+            header = True if variant.endswith("-header") else None
             return self.kafka_ours(
                 source, rows, batches, "exactly-once", spark_json=True, epoch_header=header
             )
@@ -196,6 +223,12 @@ class Bench:
             return self.kafka_ours(source, rows, batches, _guarantee(variant))
         if variant == "kafka-spark":
             return self.kafka_spark(source, rows, batches)
+        if variant == "delta-ours-eo":
+            return self.delta_ours(source, rows, batches, "driver")
+        if variant == "delta-ours-executor":
+            return self.delta_ours(source, rows, batches, "executor")
+        if variant == "delta-spark":
+            return self.delta_spark(source, rows, batches)
         if variant == "floor":
             return self.floor(source, rows, batches)
         raise ValueError(variant)
@@ -245,14 +278,16 @@ class Bench:
         batches: int,
         kind: str | list[Any],
         select: Callable[[Any], Any] = lambda stream: stream,
+        job_id: str | None = None,
         **options: Any,
     ) -> Run:
         """A durable_sink of `kind` in foreachBatch; the writer is built inside the clock."""
         parts: dict[str, list[float]] = {name: [] for name in PARTS}
         writers: list[Any] = []
+        job = job_id or f"bench-spark-{uuid.uuid4().hex[:12]}"
 
         def start(stream_writer: Any) -> Any:
-            writer = durable_sink(kind, job_id=f"bench-spark-{uuid.uuid4().hex[:12]}", **options)
+            writer = durable_sink(kind, job_id=job, **options)
             writers.append(writer)
 
             def fn(df: Any, batch_id: int) -> None:
@@ -363,6 +398,30 @@ class Bench:
         for future in self.admin.delete_topics(doomed, request_timeout=30).values():
             future.result(timeout=30)
 
+    def audit_topic(self, topic: str, job: str, rows: int, batches: int, header: bool) -> None:
+        """What `durable-sinks verify` checks, per epoch: each of the run's epochs has one
+        progress record and its committed records, counted (by offset range, or by header),
+        equal the epoch's rows; anything else raises."""
+        held = holdings(
+            {"bootstrap.servers": self.kafka.bootstrap_servers},
+            self.admin,
+            topic,
+            f"{topic}-ds-progress",
+            progress_key(job, "kafka"),
+            header,
+            0,
+            batches,
+            30,
+        )
+        wrong = {
+            epoch: h
+            for epoch, h in held.items()
+            if not (h.marker and h.counted and h.rows == rows and not h.problems)
+            or len(h.participants) != 1
+        }
+        if sorted(held) != list(range(batches)) or wrong:
+            raise RuntimeError(f"{topic}: epochs {sorted(held)} held, wrong: {wrong}")
+
     def kafka_ours(
         self,
         source: Path,
@@ -371,25 +430,33 @@ class Bench:
         guarantee: str,
         *,
         spark_json: bool = False,
-        epoch_header: bool = True,
+        epoch_header: bool | None = None,
+        compression: str | None = None,
     ) -> Run:
         topic = self.topic()
         store = self.work / f"store-{uuid.uuid4().hex[:12]}"
         options: dict[str, Any] = {}
         if spark_json:
             options = {"select": _to_json, "value_column": "value"}
+        if epoch_header is not None:
+            options["epoch_header"] = epoch_header
+        if compression is not None:
+            options["producer_config"] = {"compression.type": compression}
+        job = f"bench-spark-{uuid.uuid4().hex[:12]}"
         run = self.ours(
             source,
             rows,
             batches,
             "kafka",
+            job_id=job,
             **options,
             bootstrap_servers=self.kafka.bootstrap_servers,
             topic=topic,
             decision_store=str(store),
             guarantee=guarantee,
-            epoch_header=epoch_header,
         )
+        if guarantee == "exactly-once":
+            self.audit_topic(topic, job, rows // batches, batches, bool(epoch_header))
         # At-least-once may or may not use transactions: allow the markers either way.
         self.check_topic(topic, rows, markers=PARTITIONS * batches)
         shutil.rmtree(store, ignore_errors=True)
@@ -415,6 +482,63 @@ class Bench:
         )
         self.check_topic(topic, rows, markers=0)
         return run
+
+    # -- Delta ----------------------------------------------------------------------------------
+    def delta_ours(self, source: Path, rows: int, batches: int, execution: str) -> Run:
+        """Our Delta sink (zstd), its decisions in the table's folder (the default)."""
+        path = self.work / f"delta-ours-{uuid.uuid4().hex[:12]}"
+        run = self.ours(
+            source,
+            rows,
+            batches,
+            "delta",
+            path=str(path),
+            create_table=True,
+            compression="zstd",
+            execution=execution,
+        )
+        self.check_delta(path, rows, batches, ours=True)
+        return run
+
+    def delta_spark(self, source: Path, rows: int, batches: int) -> Run:
+        """delta-spark's streaming sink (`format("delta")`, its own exactly-once through the
+        checkpoint and the table's txn action), zstd at the level ours writes (DELTA_CONF)."""
+        path = self.work / f"delta-spark-{uuid.uuid4().hex[:12]}"
+        run = self.query(
+            source, rows, batches, lambda w: w.format("delta").outputMode("append").start(str(path))
+        )
+        self.check_delta(path, rows, batches, ours=False)
+        return run
+
+    def check_delta(self, path: Path, rows: int, batches: int, *, ours: bool) -> None:
+        """The table read back with delta-rs: `rows` distinct ids, one commit per micro-batch
+        (plus the creating one for delta-spark's first, if separate); ours: each epoch's
+        application transaction in its commit. Then the table is deleted."""
+        import pyarrow.compute as pc
+        from deltalake import DeltaTable
+
+        table = DeltaTable(str(path))
+        ids = table.to_pyarrow_table(columns=["id"]).column("id")
+        if len(ids) != rows or pc.count_distinct(ids).as_py() != rows:
+            raise RuntimeError(f"{path}: {len(ids)} rows, {rows} distinct written")
+        history = table.history()
+        if ours:
+            epochs = sorted(
+                int(str(h["durable_sinks.epoch"])) for h in history if "durable_sinks.epoch" in h
+            )
+            if epochs != list(range(batches)):
+                raise RuntimeError(f"{path}: commits by epoch {epochs}")
+        else:
+            streamed = [h for h in history if h.get("operation") == "STREAMING UPDATE"]
+            if len(streamed) != batches:
+                raise RuntimeError(f"{path}: {len(streamed)} streaming commits, {batches} batches")
+        codecs = {
+            pq.ParquetFile(uri.removeprefix("file://")).metadata.row_group(0).column(0).compression
+            for uri in table.file_uris()
+        }
+        if codecs != {"ZSTD"}:
+            raise RuntimeError(f"{path}: data files compressed with {codecs}, not ZSTD alone")
+        shutil.rmtree(path, ignore_errors=True)
 
     # -- floor ----------------------------------------------------------------------------------
     def floor(self, source: Path, rows: int, batches: int) -> Run:
@@ -468,7 +592,10 @@ def main() -> None:
     parser.add_argument("--settle", type=float, default=1.0, help="seconds of rest before a run")
     parser.add_argument("--timeout", type=float, default=600.0, help="per query, seconds")
     parser.add_argument(
-        "--variants", default=",".join(VARIANTS), help="comma-separated subset to run"
+        "--variants",
+        default=",".join(v for v in VARIANTS if not v.startswith("delta-")),
+        help="comma-separated subset to run (default: all but the Delta ones, which "
+        "benchmarks/delta_spark.py runs)",
     )
     parser.add_argument(
         "--connect", action="store_true", help="run the queries on the test bed's Connect server"
@@ -496,6 +623,8 @@ def main() -> None:
 
     if args.master not in ("local[2]", "cluster"):
         parser.error("--master is local[2] or cluster")
+    if args.connect and any(v.startswith("delta-") for v in variants):
+        parser.error("the Delta variants need delta-spark's session settings: no --connect")
     if args.connect and args.master == "cluster":
         parser.error("--connect runs on the Connect server's own local[2]: no --master cluster")
     servers = ["postgres", "kafka", "spark"]
@@ -516,6 +645,8 @@ def main() -> None:
             conf = testbed.spark_cluster.driver_conf()
             os.environ.update(testbed.spark_cluster.driver_env())
             conf["spark.cores.max"] = str(args.cluster_workers)
+        if any(v.startswith("delta-") for v in variants):
+            conf.update(DELTA_CONF)
         spark = testbed.spark.session("bench", **conf)
         spark.sparkContext.setLogLevel("ERROR")  # not the cached producer on deleted topics
     bench = Bench(
@@ -626,7 +757,7 @@ def report(runs: dict[str, list[Run]], rows: int, args: argparse.Namespace) -> N
         ("kafka-ours-eo", "kafka-ours-alo", "kafka: ours exactly-once / at-least-once", 0.95),
     ]
     ratios += [
-        ("kafka-ours-eo-noheader", "kafka-spark", "kafka: ours, epoch_header=False / Spark's", 1.2),
+        ("kafka-ours-eo-header", "kafka-spark", "kafka: ours, epoch_header=True / Spark's", 1.0),
         ("pg-ours-eo", "pg-ours-eo-serial", "postgres: concurrent writes / in turn (A/B)", 1.0),
         ("pg-kafka-ours-eo", "pg-kafka-ours-eo-serial", "pg + kafka: concurrent / in turn", 1.0),
         ("pg-ours-executor", "pg-ours-eo", "postgres: executor mode / driver mode", 1.0),
@@ -696,12 +827,30 @@ def report_batch_ratios(runs: dict[str, list[Run]]) -> None:
             f"  {VARIANTS[both]} / the slower sink alone: {ratio:.2f}x / {rounds:.2f}x "
             "(goal <= 1.15x)"
         )
+    delta: list[str] = [v for v in ("delta-ours-eo", "delta-ours-executor") if v in runs]
+    if delta and "delta-spark" in runs:
+        print("  delta, delta-spark's sink per batch / ours (higher is better; goal >= 1.0x):")
+        for variant in delta:
+            ratio = median_ms("delta-spark") / median_ms(variant)
+            rounds = 1 / per_round(variant, round_ms("delta-spark"))
+            print(f"    {VARIANTS[variant]}: {ratio:.2f}x / {rounds:.2f}x")
+    if delta and "floor" in runs:
+        for variant in delta:
+            ratio = median_ms(variant) / median_ms("floor")
+            rounds = per_round(variant, round_ms("floor"))
+            print(f"  {VARIANTS[variant]} / floor: {ratio:.2f}x / {rounds:.2f}x")
     kafka = [v for v in runs if v.startswith("kafka-ours-eo")]
     if kafka and "kafka-spark" in runs:
-        print("  kafka, Spark's sink per batch / ours (higher is better; goal >= 1.2x):")
+        print("  kafka, Spark's sink per batch / ours (higher is better; goal >= 1.5x):")
         for variant in kafka:
             ratio = median_ms("kafka-spark") / median_ms(variant)
             rounds = 1 / per_round(variant, round_ms("kafka-spark"))
+            print(f"    {VARIANTS[variant]}: {ratio:.2f}x / {rounds:.2f}x")
+    if kafka and "floor" in runs:
+        print("  kafka, per batch / floor (lower is better):")
+        for variant in [*kafka, *(["kafka-spark"] if "kafka-spark" in runs else [])]:
+            ratio = median_ms(variant) / median_ms("floor")
+            rounds = per_round(variant, round_ms("floor"))
             print(f"    {VARIANTS[variant]}: {ratio:.2f}x / {rounds:.2f}x")
 
 

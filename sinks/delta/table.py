@@ -29,12 +29,34 @@ CONCURRENT_CHECKS = 3
 
 
 class DeltaLog:
-    """One table's log, loaded afresh for each question (another writer may have moved it)."""
+    """One table's log, loaded afresh for each question (another writer may have moved it);
+    the epoch's commit starts from the table this log committed to last, brought up to date
+    (`latest`)."""
 
     def __init__(self, storage: TableStorage, app_id: str, max_commit_retries: int) -> None:
         self.storage = storage
         self.app_id = app_id
         self.max_commit_retries = max_commit_retries
+        self._latest: DeltaTable | None = None
+
+    def latest(self) -> DeltaTable | None:
+        """The table at its newest version, as `load` gives it, but read incrementally: the
+        table the last commit started from, with the log versions written since then (by this
+        sink or any other writer) applied, instead of the whole log since its last checkpoint
+        (which grows by one version per epoch until the next checkpoint: about 2 ms at 10
+        versions, 18-32 ms at 98, against 1-4 ms to catch up). Loaded afresh when there is no
+        such table yet, when catching up fails, or when the version it is at is no longer in
+        the log (the table was deleted or replaced)."""
+        table = self._latest
+        if table is not None:
+            try:
+                table.update_incremental()
+                if self.storage.exists(f"_delta_log/{table.version():020d}.json"):
+                    return table
+            except Exception as exc:  # noqa: BLE001 - any failure: read the log afresh
+                log.debug("catching up with the Delta log failed (%s): loading it afresh", exc)
+        self._latest = table = self.load()
+        return table
 
     def load(self) -> DeltaTable | None:
         """The table at its newest version, or None when there is none at the path."""
@@ -108,7 +130,7 @@ class DeltaLog:
             for f in files
         ]
         for _ in range(CONCURRENT_CHECKS):
-            table = self.load()
+            table = self.latest()
             if table is None:
                 if not create:
                     raise FileNotFoundError(f"no Delta table at {self.storage.where}")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, wait
 from dataclasses import dataclass
 from typing import Any
@@ -219,11 +219,13 @@ class Cluster:
         epoch: int | None = None,
         *,
         earliest: bool = False,
+        timeout: float | None = None,
     ) -> dict[TopicPartition, int]:
         """list_offsets, typed: TransientError (UnreachableError when the cluster cannot be
-        reached) once request_timeout_s has passed."""
+        reached) once `timeout` (request_timeout_s) has passed."""
+        timeout = self._timeout if timeout is None else timeout
         try:
-            return list_offsets(self.admin, partitions, level, self._timeout, earliest=earliest)
+            return list_offsets(self.admin, partitions, level, timeout, earliest=earliest)
         except KafkaException as exc:
             names = ", ".join(sorted({p.topic for p in partitions}))
             what = f"cannot read the offsets of {names}"
@@ -479,6 +481,43 @@ class Cluster:
         for the commit markers by itself."""
         topic = [TopicPartition(self.config.topic, p) for p in range(partitions)]
         return self.offsets(topic, IsolationLevel.READ_UNCOMMITTED, epoch)
+
+    def high_watermarks_soon(
+        self, partitions: int, epoch: int | None = None
+    ) -> Callable[[], dict[TopicPartition, int]]:
+        """`high_watermarks`, asked now and awaited when the returned function is first
+        called: each offset is the high watermark at some moment before that call (a failed
+        request is asked again then; the call waits request_timeout_s at most in all). An
+        epoch's records produced after the call lie at or above them."""
+        topic = [TopicPartition(self.config.topic, p) for p in range(partitions)]
+        spec = _spec(False)
+        try:
+            futures: dict[TopicPartition, Future[Any]] | None = self.admin.list_offsets(
+                {p: spec for p in topic},
+                isolation_level=IsolationLevel.READ_UNCOMMITTED,
+                request_timeout=self._timeout,
+            )
+        except KafkaException:
+            futures = None
+        answer: list[dict[TopicPartition, int]] = []
+
+        def result() -> dict[TopicPartition, int]:
+            if answer:
+                return answer[0]
+            deadline = time.monotonic() + self._timeout  # what this call may wait, in all
+            found = None
+            if futures is not None:
+                try:
+                    found = {p: f.result(self._timeout).offset for p, f in futures.items()}
+                except Exception:  # noqa: BLE001 - asked again below, and typed there
+                    found = None
+            if found is None:
+                left = max(deadline - time.monotonic(), 0.1)
+                found = self.offsets(topic, IsolationLevel.READ_UNCOMMITTED, epoch, timeout=left)
+            answer.append(found)
+            return found
+
+        return result
 
     def await_visible(self, written: dict[TopicPartition, int], epoch: int) -> None:
         """Wait until read_committed readers can see the epoch (the commit markers landed on

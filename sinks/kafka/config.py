@@ -158,10 +158,11 @@ class Kafka:
     visibility_timeout_s: float = 10.0
     """Seconds the sink waits for committed records to become readable when it checks them.
     Default 10."""
-    epoch_header: bool = True
-    """Every record carries the header `ds-epoch` (the epoch that wrote it). Default True;
-    False halves the producer's per-record cost (docs/kafka.md, "The epoch header");
-    read_committed readers still see each epoch exactly once."""
+    epoch_header: bool = False
+    """True: every record also carries the header `ds-epoch` (the epoch that wrote it), at
+    twice the producer's per-record cost (docs/kafka.md, "The epoch header"). Either way
+    read_committed readers see each epoch exactly once, and each progress record names the
+    offset ranges its epoch's records occupy, which the audit counts. Default False."""
     record_shape: str | None = None
     """How a row becomes a record (docs/kafka.md, "Record shape"): "spark", Spark's Kafka
     sink's columns `value`, `key`, `headers`, `partition`, `topic`, `timestamp`, written as

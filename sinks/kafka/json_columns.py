@@ -7,8 +7,9 @@ array, and Arrow joins the columns into objects:
 - integers and booleans: Arrow's cast to text (the digits, `true`/`false`);
 - floats: one `orjson.dumps` of the whole column as a list, split at the commas (a float's
   JSON never holds one), so every value is written by orjson itself;
-- strings: quoted in Arrow when no value needs escaping (no `"`, `\\` or control character),
-  else each value by orjson;
+- strings: written as they are when no value needs escaping (no `"`, `\\` or control
+  character: one scan of the column's bytes), their quotes joined into the text around them
+  (no array of quoted copies), else each value by orjson;
 - anything else (timestamps in other zones, decimals, binary, nested types): each value by
   orjson with the same `default` as the reference path.
 A null is `null` in every column. Non-finite floats are not handled here (the caller sends
@@ -20,12 +21,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
-
-#: A character JSON requires escaped (RE2 syntax, as Arrow's regex kernels take it).
-_NEEDS_ESCAPE = '["\\\\\x00-\x1f]'
 
 
 def json_objects(
@@ -34,32 +33,53 @@ def json_objects(
     """One compact JSON object per row (a string array without nulls): `names[i]` holds
     `arrays[i]`'s value, in that order. Timestamps and dates should already be ISO strings."""
     parts: list[Any] = []
+    closing = ""  # text owed to the previous column (its closing quote)
     for n, (name, array) in enumerate(zip(names, arrays, strict=True)):
-        parts.append(("{" if n == 0 else ",") + orjson.dumps(name).decode() + ":")
-        parts.append(_json_text(array, default))
-    parts.append("}")
+        text, bare = _json_text(array, default)
+        opening = '"' if bare else ""
+        parts.append(
+            closing + ("{" if n == 0 else ",") + orjson.dumps(name).decode() + ":" + opening
+        )
+        parts.append(text)
+        closing = opening
+    parts.append(closing + "}")
     joined: pa.Array = pc.binary_join_element_wise(*parts, "")
     return joined
 
 
-def _json_text(array: pa.Array, default: Callable[[Any], Any]) -> pa.Array:
-    """The JSON text of each value of `array` (null: `null`)."""
+def _json_text(array: pa.Array, default: Callable[[Any], Any]) -> tuple[pa.Array, bool]:
+    """The JSON text of each value of `array` (null: `null`), and whether it still needs
+    its quotes around it (a string column written as it is)."""
     kind = array.type
     if len(array) == 0:
-        return pa.array([], pa.string())
+        return pa.array([], pa.string()), False
     if pa.types.is_integer(kind) or pa.types.is_boolean(kind):
         text = array.cast(pa.string())
     elif pa.types.is_floating(kind):
         dumped = orjson.dumps(array.to_pylist())  # "[v,v,...]", null for None
-        return pa.array(dumped[1:-1].split(b","), pa.binary()).cast(pa.string())
-    elif (pa.types.is_string(kind) or pa.types.is_large_string(kind)) and not pc.any(
-        pc.match_substring_regex(array, _NEEDS_ESCAPE)
-    ).as_py():
+        return pa.array(dumped[1:-1].split(b","), pa.binary()).cast(pa.string()), False
+    elif (pa.types.is_string(kind) or pa.types.is_large_string(kind)) and not _needs_escape(array):
+        if array.null_count == 0:
+            return array.cast(pa.string()), True
         text = pc.binary_join_element_wise('"', array.cast(pa.string()), '"', "")
     else:
         dumps = orjson.dumps
-        return pa.array([dumps(v, default=default) for v in array.to_pylist()], pa.binary()).cast(
-            pa.string()
-        )
+        values = [dumps(v, default=default) for v in array.to_pylist()]
+        return pa.array(values, pa.binary()).cast(pa.string()), False
     filled: pa.Array = pc.fill_null(text, "null")
-    return filled
+    return filled, False
+
+
+def _needs_escape(array: pa.Array) -> bool:
+    """Whether any value of a string array holds a byte JSON escapes (one pass over the
+    bytes the array's values occupy; null values occupy none)."""
+    offsets, data = array.buffers()[1], array.buffers()[2]
+    if offsets is None or data is None:
+        return False
+    wide = pa.types.is_large_string(array.type)
+    ends = np.frombuffer(offsets, dtype=np.int64 if wide else np.int32)
+    start, end = int(ends[array.offset]), int(ends[array.offset + len(array)])
+    used = np.frombuffer(data, dtype=np.uint8)[start:end]
+    # JSON escapes control characters, `"` and `\\` (no byte of a multi-byte character is
+    # below 0x80).
+    return bool(((used < 0x20) | (used == 0x22) | (used == 0x5C)).any())

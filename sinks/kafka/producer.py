@@ -359,6 +359,13 @@ class TransactionalProducer:
                     except BufferError:
                         poll(0.05)
                         produce(topic, value, key, headers=headers)
+            elif plain and records.keys is None:  # no key argument: ~0.1 us less per record
+                for value in records.values:
+                    try:
+                        produce(topic, value)
+                    except BufferError:
+                        poll(0.05)
+                        produce(topic, value)
             elif plain:  # its own loop: even `headers=None` costs ~0.27 us per record
                 for value, key in zip(records.values, keys, strict=True):
                     try:

@@ -3,7 +3,10 @@ transaction, which epoch it committed and the decision that epoch carried.
 
 One partition, compacted. Two keys per (job, sink):
 - `<owner>progress`: one record per committed epoch `{epoch, generation, participant, rows,
-  checksum, decision}`; compaction keeps at least the latest, which is all recovery needs;
+  checksum, decision, ranges}`; compaction keeps at least the latest, which is all recovery
+  needs. `ranges` maps each data partition to `[start, end)`: the partition's high watermark
+  read before the epoch's first record was produced and after its last was acknowledged, so
+  every record of the epoch lies inside (the audit counts them there: operations.py);
 - `<owner>fence`: `{generation}`, written when a coordinator opens the sink, so an older
   coordinator that opens it later refuses to start instead of fencing the newer producer;
 - `<owner>generation`: `{generation}`, written only by a generation claim of the job's
@@ -72,21 +75,29 @@ class ProgressRecord:
     rows: int
     checksum: str
     decision: Mapping[str, JSON] | None
+    #: Data partition -> (start, end) offsets holding every record of the epoch (others'
+    #: records may share them: see the module docstring); None in records of older versions.
+    ranges: Mapping[int, tuple[int, int]] | None = None
 
     def encode(self) -> bytes:
-        return json.dumps(
-            {
-                "version": PROGRESS_VERSION,
-                "epoch": self.epoch,
-                "generation": self.generation,
-                "participant": self.participant,
-                "rows": self.rows,
-                "checksum": self.checksum,
-                "decision": self.decision,
-            },
-            sort_keys=True,
-            separators=(",", ":"),
-        ).encode()
+        fields: dict[str, Any] = {
+            "version": PROGRESS_VERSION,
+            "epoch": self.epoch,
+            "generation": self.generation,
+            "participant": self.participant,
+            "rows": self.rows,
+            "checksum": self.checksum,
+            "decision": self.decision,
+        }
+        if self.ranges is not None:
+            fields["ranges"] = {str(p): [s, e] for p, (s, e) in sorted(self.ranges.items())}
+        return json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
+
+    def span(self) -> int | None:
+        """Offsets the ranges cover (the epoch's records, and whatever shares them)."""
+        if self.ranges is None:
+            return None
+        return sum(end - start for start, end in self.ranges.values())
 
     @classmethod
     def decode(cls, value: bytes, where: str) -> ProgressRecord:
@@ -100,6 +111,7 @@ class ProgressRecord:
                 rows=int(data["rows"]),
                 checksum=str(data["checksum"]),
                 decision=data.get("decision"),
+                ranges=_ranges(data.get("ranges")),
             )
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise ManifestCorruptError(
@@ -107,6 +119,15 @@ class ProgressRecord:
                 fix="the progress topic holds a record this version cannot read; do not write "
                 "to a progress topic by hand",
             ) from None
+
+
+def _ranges(data: Any) -> dict[int, tuple[int, int]] | None:
+    if data is None:
+        return None
+    ranges = {int(p): (int(r[0]), int(r[1])) for p, r in data.items()}
+    if any(end < start for start, end in ranges.values()):
+        raise ValueError(f"an offset range ends before it starts: {data!r}")
+    return ranges
 
 
 def _check_version(data: Mapping[str, Any]) -> None:

@@ -24,7 +24,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-#: Header every record carries: the epoch that wrote it (decimal ASCII).
+#: The header every record carries with `epoch_header=True`: the epoch that wrote it (decimal
+#: ASCII).
 EPOCH_HEADER = "ds-epoch"
 
 

@@ -32,6 +32,7 @@ from collections.abc import Callable, Mapping
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from confluent_kafka import TopicPartition
 
 from durable_sinks.core.bad_rows import BadRowsError, Refusal, RefusalReason, RefusedRows
 from durable_sinks.core.errors import (
@@ -95,6 +96,9 @@ class KafkaParticipant(OpenParticipant):
         self.bytes = 0
         self.checksum = 0
         self.prepared: CommitHandle | None = None
+        #: The data partitions' high watermarks from before the attempt's first record
+        #: (awaited before it is produced): where the epoch's offset ranges start.
+        self.starts: Callable[[], dict[TopicPartition, int]] | None = None
 
 
 class _Opened:
@@ -300,7 +304,10 @@ class KafkaSink(SinkBase[Kafka]):
             self._abort()
         name = self._next_participant(epoch)
         producer.begin(epoch)
-        self._current = KafkaParticipant(epoch, name)
+        current = KafkaParticipant(epoch, name)
+        state = self._state()
+        current.starts = state.cluster.high_watermarks_soon(state.topic.partitions, epoch)
+        self._current = current
 
     def _require_current(self, epoch: int | None = None) -> KafkaParticipant:
         current = self._current
@@ -332,6 +339,8 @@ class KafkaSink(SinkBase[Kafka]):
             self._refused(batch, refused, current.epoch)
             encoded = encoded.kept(refused.kept_mask(len(encoded)))
         records = encoded.records(current.checksum)
+        if current.starts is not None:
+            current.starts()  # the ranges' starts are known before the first record is sent
         state.producer.send(records, current.epoch)
         written = records.total_bytes()
         current.rows += len(records)
@@ -541,6 +550,9 @@ class KafkaSink(SinkBase[Kafka]):
         producer = state.producer
         producer.require(epoch)
         started = time.perf_counter()
+        key = progress_key(state.context.job_id, self.name)
+        written = state.cluster.high_watermarks(state.topic.partitions, epoch)
+        starts = current.starts() if current.starts is not None else written
         record = ProgressRecord(
             epoch,
             state.context.generation,
@@ -548,9 +560,8 @@ class KafkaSink(SinkBase[Kafka]):
             handle.rows,
             handle.checksum,
             decision,
+            {p.partition: (starts.get(p, end), end) for p, end in written.items()},
         )
-        key = progress_key(state.context.job_id, self.name)
-        written = state.cluster.high_watermarks(state.topic.partitions, epoch)
         try:
             producer.send_one(
                 "writing the progress record",

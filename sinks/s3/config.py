@@ -67,10 +67,19 @@ class S3:
     system's CAs."""
     part_size_bytes: int = 8 * MiB
     """Bytes per multipart-upload part, 5 MiB to 5 GiB. Default 8 MiB. The sink holds about
-    one part (plus the row group being encoded) in memory per object."""
+    two parts (one on its way, one filling) in memory per object, plus the rows gathered for
+    the next row group (row_group_bytes)."""
     max_file_bytes: int = 1024 * MiB
     """An epoch's object larger than this rolls over to a new object, in bytes. Default
     1 GiB; at most part_size_bytes x 10,000 parts (S3's limit)."""
+    row_group_rows: int = 1024 * 1024
+    """Rows gathered into one Parquet row group, whatever the size of the batches written
+    (Spark hands over 10,000-row batches). Default 1,048,576, pyarrow's own; the row group
+    closes earlier at row_group_bytes, max_file_bytes or the end of the epoch. Larger row
+    groups encode faster and compress better."""
+    row_group_bytes: int = 64 * MiB
+    """Arrow bytes gathered at most before they are encoded as a row group: the memory the
+    gathered rows take. Default 64 MiB."""
     compression: str = "zstd"
     """Parquet codec: none, snappy, gzip, zstd (default), lz4 or brotli."""
     recovery_window_s: float = 7 * DAY_S
@@ -103,6 +112,14 @@ class S3:
                 "parts of part_size_bytes, and 5 TiB, per object)",
                 fix="leave the default (1 GiB), or raise part_size_bytes for larger objects",
             )
+        for option in ("row_group_rows", "row_group_bytes"):
+            value = getattr(self, option)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(
+                    f"{where}: {option} must be a positive whole number, not {value!r}",
+                    fix=f"leave the default or give a count of at least 1: {option}="
+                    f"{getattr(type(self), option)}",
+                )
         if self.compression not in COMPRESSIONS:
             raise ConfigError(
                 f"{where}: compression {self.compression!r} is not one of {COMPRESSIONS}",

@@ -32,6 +32,7 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from durable_sinks.core.errors import (
@@ -64,7 +65,6 @@ from .layout import DataKey, Layout, epoch_text
 from .upload import PARTICIPANT_METADATA, ObjectUpload
 
 if TYPE_CHECKING:
-    import pyarrow as pa
     from mypy_boto3_s3 import S3Client
 
 log = logging.getLogger(__name__)
@@ -79,14 +79,21 @@ class S3Participant(OpenParticipant):
         self.finished: list[S3Object] = []
         self.upload: ObjectUpload | None = None
         self.writer: pq.ParquetWriter | None = None
-        #: The schema of the object being written.
+        #: The schema of the object being written (and of the rows gathered for it).
         self.schema: pa.Schema | None = None
+        #: Batches gathered for the next row group, not yet encoded, and their size.
+        self.gathered: list[pa.RecordBatch] = []
+        self.gathered_rows = 0
+        self.gathered_bytes = 0
 
     def uploads(self) -> list[tuple[str, str]]:
-        """(key, upload id) of every upload this participant started."""
+        """(key, upload id) of every upload this participant started (waiting for requests
+        in flight; an upload whose creation failed has nothing to abort)."""
         started = [(o.key, o.upload_id) for o in self.finished]
         if self.upload is not None:
-            started.append((self.upload.key, self.upload.upload_id))
+            upload_id = self.upload.started()
+            if upload_id is not None:
+                started.append((self.upload.key, upload_id))
         return started
 
 
@@ -174,20 +181,38 @@ class S3Sink(SinkBase[S3]):
             return WriteResult(0, 0)
         if current.schema is not None and not current.schema.equals(batch.schema):
             self._finish_object(current)  # one schema per object: the next one is evolved
+        current.schema = batch.schema
+        current.gathered.append(batch)
+        current.gathered_rows += batch.num_rows
+        current.gathered_bytes += batch.nbytes
+        current.rows += batch.num_rows
+        self._count("rows", batch.num_rows)
+        config = self.config
+        if current.gathered_rows >= config.row_group_rows or current.gathered_bytes >= min(
+            config.row_group_bytes, config.max_file_bytes
+        ):
+            self._write_row_group(current)
+        return WriteResult(batch.num_rows, batch.nbytes)
+
+    def _write_row_group(self, current: S3Participant) -> None:
+        """Encode the gathered batches as one row group (as pyarrow's own `write_table` of
+        them would) into the object being uploaded; a full object is finished."""
+        if not current.gathered:
+            return
+        assert current.schema is not None
         if current.writer is None:
-            self._start_object(current, batch.schema)
+            self._start_object(current, current.schema)
         assert current.writer is not None
         assert current.upload is not None
+        table = pa.Table.from_batches(current.gathered, current.schema)
+        rows = current.gathered_rows
+        current.gathered, current.gathered_rows, current.gathered_bytes = [], 0, 0
         before = current.upload.size
-        current.writer.write_batch(batch)
-        current.upload.rows += batch.num_rows
-        current.rows += batch.num_rows
-        written = current.upload.size - before
-        self._count("rows", batch.num_rows)
-        self._count("bytes", written)
+        current.writer.write_table(table, row_group_size=max(rows, 1))
+        current.upload.rows += rows
+        self._count("bytes", current.upload.size - before)
         if current.upload.size >= self.config.max_file_bytes:
             self._finish_object(current)
-        return WriteResult(batch.num_rows, batch.nbytes)
 
     def _start_object(self, current: S3Participant, schema: pa.Schema) -> None:
         key = self.layout.data_key(DataKey.of(current.name, len(current.finished)))
@@ -202,7 +227,6 @@ class S3Sink(SinkBase[S3]):
         current.writer = pq.ParquetWriter(
             current.upload, schema, compression=self.config.compression
         )
-        current.schema = schema
 
     def _upload_failure(
         self, exc: BaseException, action: str, current: S3Participant
@@ -222,11 +246,12 @@ class S3Sink(SinkBase[S3]):
         return self.failure(exc, action, current.epoch)
 
     def _finish_object(self, current: S3Participant) -> None:
+        self._write_row_group(current)
         if current.writer is None or current.upload is None:
             return
         current.writer.close()
         current.writer = None
-        schema, current.schema = current.schema, None
+        schema = current.schema
         upload, current.upload = current.upload, None
         finished = upload.finish()
         current.finished.append(

@@ -249,7 +249,11 @@ def test_verify_counts_kafka_records_by_their_epoch_header(
 ) -> None:
     table = f"{pg_schema}.events"
     store = tmp_path / "decisions"
-    kafka_options = {"bootstrap_servers": kafka.bootstrap_servers, "topic": kafka_topic}
+    kafka_options = {
+        "bootstrap_servers": kafka.bootstrap_servers,
+        "topic": kafka_topic,
+        "epoch_header": True,
+    }
     specs = [
         sink("postgres", dsn=postgres.conninfo(), table=table, create_table=True),
         sink("kafka", **kafka_options),

@@ -164,6 +164,28 @@ def test_two_jobs_append_to_one_table_each_with_its_own_transaction(tmp_path: Pa
     second.close()
 
 
+def test_a_table_replaced_between_epochs_is_read_afresh(tmp_path: Path) -> None:
+    """The epoch's commit starts from the table the last one committed to, caught up with the
+    log; when the version it was at is gone (the table deleted and made again by someone
+    else), the log is read afresh and the epoch appended to the table that is there now."""
+    import shutil
+
+    from deltalake import DeltaTable, write_deltalake
+
+    job = coordinator(tmp_path, create_table=True)
+    job.start()
+    for epoch in range(3):  # versions 0 to 2
+        job.run_epoch(epoch, [events([epoch])])
+    shutil.rmtree(tmp_path / "table")
+    write_deltalake(str(tmp_path / "table"), pa.Table.from_batches([events([10])]))
+    job.run_epoch(3, [events([3])])
+    table = DeltaTable(str(tmp_path / "table"))
+    assert table.version() == 1  # not 3, after a gap
+    assert table.transaction_version("durable-sinks:" + job.job_id + ":delta") == 3
+    assert [r["id"] for r in rows(tmp_path / "table")] == [3, 10]
+    job.close()
+
+
 def _log_lines(table: Path) -> list[str]:
     return [
         line

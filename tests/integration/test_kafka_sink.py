@@ -92,8 +92,7 @@ def test_epochs_become_records_once(
     assert ids(messages) == [1, 2, 3, 4]
     by_key = {(m.key() or b"").decode(): m for m in messages}
     assert json.loads(by_key["3"].value() or b"") == {"n": 3, "text": "x" * 8}
-    assert dict(by_key["3"].headers() or []) == {"ds-epoch": b"0"}
-    assert dict(by_key["4"].headers() or []) == {"ds-epoch": b"1"}
+    assert by_key["3"].headers() is None  # the default: no epoch header (epoch_header=False)
     assert coordinator.sinks[0].last_committed_epoch() == 2
     coordinator.close()
 
@@ -127,6 +126,7 @@ def test_value_key_headers_timestamp_and_partition_columns(
         header_columns=("trace",),
         timestamp_column="at",
         partition_column="p",
+        epoch_header=True,
     )
     coordinator.run_epoch(7, [batch])
     messages = {(m.key() or b"").decode(): m for m in read_committed(kafka, admin, topic)}

@@ -65,7 +65,7 @@ def records(messages: list[Message]) -> list[tuple[Any, ...]]:
 def test_spark_shaped_rows_become_records_with_their_bytes_headers_and_partitions(
     kafka: KafkaEndpoint, admin: AdminClient, topic: str, unique: UniqueNames, tmp_path: Any
 ) -> None:
-    coordinator = job(kafka, topic, unique, tmp_path)
+    coordinator = job(kafka, topic, unique, tmp_path, epoch_header=True)
     assert coordinator.run_epoch(3, [spark_rows(topic)]).outcome is EpochOutcome.COMMITTED
     coordinator.close()
     found = records(read_committed(kafka, admin, topic))

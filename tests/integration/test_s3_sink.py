@@ -11,12 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from botocore.exceptions import ClientError
 
 from durable_sinks.coordinator import Coordinator, EpochOutcome, prepare_part
 from durable_sinks.core.errors import (
     ConfigError,
+    FencedError,
     ParticipantLostError,
     SchemaMismatchError,
     UnreachableError,
@@ -130,6 +132,51 @@ def test_a_large_epoch_is_uploaded_in_parts_and_rolls_over_to_new_objects(
     assert leftovers(s3, path) == []
 
 
+@pytest.mark.parametrize(
+    ("options", "row_groups"), [({}, [500]), ({"row_group_rows": 200}, [200, 200, 100])]
+)
+def test_batches_are_gathered_into_row_groups(
+    s3: S3Endpoint, path: str, tmp_path: Path, options: dict[str, Any], row_groups: list[int]
+) -> None:
+    """Five batches of 100 rows: one row group by default (as pyarrow's own write_table of
+    the epoch), or row groups of row_group_rows, in the batches' order."""
+    coordinator = started(s3, path, tmp_path, **options)
+    coordinator.run_epoch(0, [events(n * 100, 100) for n in range(5)])
+    coordinator.close()
+    [key] = data_keys(s3, path)
+    body = s3.client().get_object(Bucket=s3.bucket, Key=key)["Body"].read()
+    parquet = pq.ParquetFile(pa.BufferReader(body))
+    counts = [parquet.metadata.row_group(i).num_rows for i in range(parquet.num_row_groups)]
+    assert counts == row_groups
+    assert parquet.read().column("id").to_pylist() == list(range(500))
+
+
+def test_an_upload_aborted_while_its_parts_are_sent_fences_the_epoch(
+    s3: S3Endpoint, path: str, tmp_path: Path
+) -> None:
+    """Someone aborts the upload while parts travel in the background: the next part (or
+    the last) fails, the epoch is refused as fenced, and nothing is visible or left."""
+    coordinator = started(s3, path, tmp_path, part_size_bytes=5 * MiB, row_group_rows=10)
+    blobs = [os.urandom(64 * 1024) for _ in range(20)]
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        for n in range(30):  # ~19 MiB of incompressible rows, a row group per batch
+            if n == 12:  # a part is on its way or sent
+                for upload in leftovers(s3, path):
+                    s3.client().abort_multipart_upload(
+                        Bucket=s3.bucket, Key=upload.key, UploadId=upload.upload_id
+                    )
+            yield pa.record_batch({"id": list(range(n * 10, n * 10 + 10)), "blob": blobs[:10]})
+
+    with pytest.raises(FencedError, match="aborted by someone else") as caught:
+        coordinator.run_epoch(0, batches())
+    assert caught.value.fix
+    coordinator.close()
+    assert leftovers(s3, path) == []
+    assert data_keys(s3, path) == []
+    assert committed_markers(path, s3_sink_config(s3, path).connection) == []
+
+
 def test_a_batch_of_another_schema_is_refused_and_nothing_is_left(
     s3: S3Endpoint, path: str, tmp_path: Path
 ) -> None:
@@ -236,6 +283,8 @@ def test_a_lifecycle_rule_shorter_than_the_recovery_window_is_refused(
         ({"max_file_bytes": 6 * 1024**4}, "5 TiB"),
         ({"compression": "lzo"}, "compression 'lzo'"),
         ({"recovery_window_s": 3600}, "recovery_window_s"),
+        ({"row_group_rows": 0}, "row_group_rows must be a positive whole number"),
+        ({"row_group_bytes": 1.5}, "row_group_bytes must be a positive whole number"),
     ],
 )
 def test_settings_beyond_s3s_limits_are_refused_when_built(

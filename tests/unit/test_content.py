@@ -266,3 +266,30 @@ def test_count_only_tally_and_the_summary_json() -> None:
     for bad in ({}, {"rows": -1, "algorithm": "x"}, {"rows": "3", "algorithm": "x"}, [1]):
         with pytest.raises((KeyError, TypeError, ValueError)):
             ContentSummary.from_json(bad)  # type: ignore[arg-type]
+
+
+def test_batches_passed_through_are_hashed_aside_to_the_same_summary() -> None:
+    """`through` hashes on a thread of its own; the summary waits for it and equals the one
+    of `add`, and a tally can go on after a summary."""
+    table = events(500)
+    tally = ContentTally()
+    passed = list(tally.through(table.to_batches(max_chunksize=64)))
+    assert pa.Table.from_batches(passed).equals(table)
+    assert tally.summary() == summarise(table.to_batches(max_chunksize=100))
+    more = events(50, seed=2)
+    list(tally.through(more.to_batches()))
+    both = summarise([*table.to_batches(), *more.to_batches()])
+    assert tally.summary() == both
+
+
+def test_the_hashing_falls_behind_by_a_bounded_number_of_bytes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With the bound below one batch, every batch is hashed before the next is given."""
+    monkeypatch.setattr(content, "HASH_AHEAD_BYTES", 0)
+    table = events(200)
+    tally = ContentTally()
+    for batch in tally.through(table.to_batches(max_chunksize=50)):
+        assert isinstance(batch, pa.RecordBatch)
+        assert not tally._pending  # the bound is what is tested
+    assert tally.summary() == summarise(table.to_batches())
