@@ -739,14 +739,14 @@ def report(runs: dict[str, list[Run]], rows: int, args: argparse.Namespace) -> N
     jdbc: list[str] = [v for v in ("pg-jdbc", "pg-jdbc-rewrite") if v in runs]
     best_jdbc = min(jdbc, key=lambda v: min(r.seconds for r in runs[v])) if jdbc else None
     ratios: list[tuple[str, str | None, str, float]] = [
-        ("pg-ours-eo", best_jdbc, "postgres: ours exactly-once / best JDBC", 5.0),
+        ("pg-ours-eo", best_jdbc, "postgres: ours exactly-once / best JDBC", 2.0),
         (
             "pg-ours-executor",
             best_jdbc,
             "postgres: ours exactly-once, executor mode / best JDBC",
-            5.0,
+            2.0,
         ),
-        ("kafka-ours-eo", "kafka-spark", "kafka: ours exactly-once / Spark's Kafka sink", 1.0),
+        ("kafka-ours-eo", "kafka-spark", "kafka: ours exactly-once / Spark's Kafka sink", 1.5),
         (
             "kafka-ours-eo-tojson",
             "kafka-spark",
@@ -764,7 +764,7 @@ def report(runs: dict[str, list[Run]], rows: int, args: argparse.Namespace) -> N
     ]
     if best_jdbc is not None and "floor" in runs:
         # No foreachBatch writer that brings the batch to the driver can beat the floor.
-        ratios.append(("floor", best_jdbc, "ceiling: floor / best JDBC", 5.0))
+        ratios.append(("floor", best_jdbc, "ceiling: floor / best JDBC", 2.0))
     print("\nthroughput ratios (best / median / median of the per-round ratios; goal):")
     for mine, other, label, goal in ratios:
         if mine not in runs or other is None or other not in runs:
