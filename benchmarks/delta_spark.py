@@ -40,11 +40,11 @@ from pathlib import Path
 
 from benchmarks.spark_end_to_end import (
     DELTA_CONF,
-    PARTS,
     VARIANTS,
     Bench,
     Run,
     median_batch_ms,
+    report_phases,
     write_source,
 )
 from tests.services import up
@@ -146,20 +146,12 @@ def report(size: int, done: dict[str, list[Run]], args: argparse.Namespace) -> N
             cells.append("")
         print("| " + " | ".join(cells) + " |")
     print("(in brackets: the median of the per-round ratios)")
-    ours = [v for v, runs in done.items() if runs and runs[0].parts]
-    if ours:
-        print(
-            "\nours per micro-batch, median (ms): addBatch; our foreachBatch call; in it, "
-            "outside the coordinator's phases; the sink's writes (driver mode: with waiting "
-            "for Spark's record batches; executor mode: the tasks); the protocol"
-        )
-        print("\n| variant | addBatch | call | outside phases | sink write | protocol |")
-        print("|---|---|---|---|---|---|")
-        for variant in ours:
-            timed = done[variant]
-            parts = [median_batch_ms(timed)]
-            parts += [statistics.median(ms for r in timed for ms in r.parts[p]) for p in PARTS]
-            print(f"| {VARIANTS[variant]} | " + " | ".join(f"{c:,.0f}" for c in parts) + " |")
+    report_phases(
+        {variant: runs for variant, runs in done.items() if runs},
+        "\nours per micro-batch, median (ms): addBatch; our foreachBatch call; in it, "
+        "outside the coordinator's phases; the sink's writes (driver mode: with waiting "
+        "for Spark's record batches; executor mode: the tasks); the protocol",
+    )
 
 
 def chart(runs: dict[int, dict[str, list[Run]]], args: argparse.Namespace) -> None:

@@ -702,6 +702,21 @@ def where(args: argparse.Namespace) -> str:
     return "local[2]"
 
 
+def report_phases(runs: dict[str, list[Run]], title: str) -> None:
+    """The table of our variants' per-batch phases (medians over every batch of every run)."""
+    ours = [v for v, done in runs.items() if done[0].parts]
+    if not ours:
+        return
+    print(title)
+    print("\n| variant | addBatch | call | outside phases | sink write | protocol |")
+    print("|---|---|---|---|---|---|")
+    for variant in ours:
+        done = runs[variant]
+        cells = [median_batch_ms(done)]
+        cells += [statistics.median(ms for r in done for ms in r.parts[p]) for p in PARTS]
+        print(f"| {VARIANTS[variant]} | " + " | ".join(f"{c:,.0f}" for c in cells) + " |")
+
+
 def report(runs: dict[str, list[Run]], rows: int, args: argparse.Namespace) -> None:
     print(
         f"\n{rows:,} rows (bigint, text, float8, timestamp) in {args.batches} micro-batches of "
@@ -720,21 +735,13 @@ def report(runs: dict[str, list[Run]], rows: int, args: argparse.Namespace) -> N
             f"| {batch:.0f} ms | {', '.join(f'{r.seconds:.2f}' for r in done)} |"
         )
 
-    ours = [v for v, done in runs.items() if done[0].parts]
-    if ours:
-        print(
-            "\nours per micro-batch, median over all rounds (ms): Spark's addBatch; our "
-            "foreachBatch call; in it, outside the coordinator's phases (streamed: starting the "
-            "job; chunked: persist, count, toArrow), the sink's writes (streamed: with waiting "
-            "for Spark's record batches), the protocol (pre_commit + decision + commit)"
-        )
-        print("\n| variant | addBatch | call | outside phases | sink write | protocol |")
-        print("|---|---|---|---|---|---|")
-        for variant in ours:
-            done = runs[variant]
-            cells = [median_batch_ms(done)]
-            cells += [statistics.median(ms for r in done for ms in r.parts[p]) for p in PARTS]
-            print(f"| {VARIANTS[variant]} | " + " | ".join(f"{c:.0f}" for c in cells) + " |")
+    report_phases(
+        runs,
+        "\nours per micro-batch, median over all rounds (ms): Spark's addBatch; our "
+        "foreachBatch call; in it, outside the coordinator's phases (streamed: starting the "
+        "job; chunked: persist, count, toArrow), the sink's writes (streamed: with waiting "
+        "for Spark's record batches), the protocol (pre_commit + decision + commit)",
+    )
 
     jdbc: list[str] = [v for v in ("pg-jdbc", "pg-jdbc-rewrite") if v in runs]
     best_jdbc = min(jdbc, key=lambda v: min(r.seconds for r in runs[v])) if jdbc else None
@@ -827,25 +834,25 @@ def report_batch_ratios(runs: dict[str, list[Run]]) -> None:
             f"  {VARIANTS[both]} / the slower sink alone: {ratio:.2f}x / {rounds:.2f}x "
             "(goal <= 1.15x)"
         )
-    delta: list[str] = [v for v in ("delta-ours-eo", "delta-ours-executor") if v in runs]
-    if delta and "delta-spark" in runs:
-        print("  delta, delta-spark's sink per batch / ours (higher is better; goal >= 1.0x):")
-        for variant in delta:
-            ratio = median_ms("delta-spark") / median_ms(variant)
-            rounds = 1 / per_round(variant, round_ms("delta-spark"))
+
+    def peer_over_ours(label: str, peer: str, ours: list[str], goal: float) -> None:
+        if not ours or peer not in runs:
+            return
+        print(f"  {label}, {VARIANTS[peer]} per batch / ours (higher is better; goal >= {goal}x):")
+        for variant in ours:
+            ratio = median_ms(peer) / median_ms(variant)
+            rounds = 1 / per_round(variant, round_ms(peer))
             print(f"    {VARIANTS[variant]}: {ratio:.2f}x / {rounds:.2f}x")
+
+    delta: list[str] = [v for v in ("delta-ours-eo", "delta-ours-executor") if v in runs]
+    peer_over_ours("delta", "delta-spark", delta, 1.0)
     if delta and "floor" in runs:
         for variant in delta:
             ratio = median_ms(variant) / median_ms("floor")
             rounds = per_round(variant, round_ms("floor"))
             print(f"  {VARIANTS[variant]} / floor: {ratio:.2f}x / {rounds:.2f}x")
     kafka = [v for v in runs if v.startswith("kafka-ours-eo")]
-    if kafka and "kafka-spark" in runs:
-        print("  kafka, Spark's sink per batch / ours (higher is better; goal >= 1.5x):")
-        for variant in kafka:
-            ratio = median_ms("kafka-spark") / median_ms(variant)
-            rounds = 1 / per_round(variant, round_ms("kafka-spark"))
-            print(f"    {VARIANTS[variant]}: {ratio:.2f}x / {rounds:.2f}x")
+    peer_over_ours("kafka", "kafka-spark", kafka, 1.5)
     if kafka and "floor" in runs:
         print("  kafka, per batch / floor (lower is better):")
         for variant in [*kafka, *(["kafka-spark"] if "kafka-spark" in runs else [])]:
