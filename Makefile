@@ -66,10 +66,12 @@ test-crash: install
 # The fault matrix (docs/reliability.md): each fault (Postgres -m immediate / -m fast restarts
 # of 30 s, pg_terminate_backend of the job's sessions, a Kafka broker SIGKILL and restart) at
 # every protocol step of a batch and during recovery, in real Spark jobs on the faults bed.
-# About 35 minutes (130 cases); `make test` runs one instance of each fault.
+# About 35 minutes (130 cases); `make test` runs one instance of each fault. Then the tests
+# marked `fault_tier`: the test bed's Spark cluster with an executor and a worker killed.
 test-faults: install
 	$(PY) -m tests.services up postgres kafka spark faults
 	DS_FAULT_MATRIX=1 $(PY) -m pytest --timeout=3600 tests/faults $(PYTEST_ARGS)
+	DS_FAULT_MATRIX=1 $(PY) -m pytest --timeout=3600 -m fault_tier tests $(PYTEST_ARGS)
 
 # The soak (docs/reliability.md, "Soak"): a streaming job on the test bed's Spark cluster
 # into Postgres + Kafka + S3, a random fault every ~20 s (driver or executor killed, the faults

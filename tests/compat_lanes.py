@@ -42,10 +42,12 @@ LANE_TESTS = (
     "tests/unit/test_install_keeps_spark.py",
 )
 #: What `make test` runs of each lane (tests/spark/test_compat_lanes.py): both reads and a
-#: writer, a driver SIGKILLed in each mode, the data source or its refusal, the install.
+#: writer in driver mode, a driver SIGKILLed with an executor-mode writer (the lane's workers
+#: start Python with the package), the data source or its refusal, the install. A SIGKILL in
+#: driver mode on each lane is in the whole set; `make test` runs it on the project's pyspark.
 SMOKE_TESTS = (
     "tests/spark/test_driver_reads.py",
-    "tests/spark/test_crash.py::test_spark_driver_killed_at_random_moments_then_restarted",
+    "tests/spark/test_crash.py::test_spark_driver_killed_at_random_moments_then_restarted[executor]",
     "tests/spark/test_datasource.py::test_format_durable_works_or_names_the_pyspark_it_needs",
     "tests/unit/test_install_keeps_spark.py",
 )

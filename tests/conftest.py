@@ -40,6 +40,7 @@ from tests.support.kafka_access import KafkaAccess
 from tests.support.pg_access import Role
 from tests.support.s3_access import S3Access
 from tests.support.targets import create_topic
+from tests.support.tiers import FAULT_TIER_ENV
 from tests.support.xdist_groups import add_group_marks, mark_groups
 
 if TYPE_CHECKING:
@@ -257,6 +258,13 @@ def pytest_collection_modifyitems(
     (tests/support/xdist_groups.py): marked before any other hook (xdist's worker reads the
     marks in its own), and the groups written into the node ids after all of them."""
     add_group_marks(items)
+    if os.environ.get(FAULT_TIER_ENV) != "1":
+        # The fault tier's own tests (`fault_tier` mark) run in `make test-faults` only:
+        # deselected here, not skipped.
+        dropped = [item for item in items if item.get_closest_marker("fault_tier")]
+        if dropped:
+            items[:] = [item for item in items if not item.get_closest_marker("fault_tier")]
+            config.hook.pytest_deselected(items=dropped)
     yield
     mark_groups(config, items)
 

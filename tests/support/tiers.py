@@ -35,3 +35,7 @@ SIGKILL_RUNS = _count("DS_SIGKILL_RUNS", 2)
 SPARK_KILLS = _count("DS_SPARK_KILLS", 1)
 #: Runs of two queries started at once on one writer (tests/spark/test_shared_writer.py).
 SHARED_WRITER_RUNS = _count("DS_SHARED_WRITER_RUNS", 1)
+#: Set to "1" by `make test-faults`: the whole fault matrix (every fault at every step), and the
+#: tests marked `fault_tier` (the test bed's own fault handling, which the Spark cluster tests
+#: of the default suite also go through), which the default suite deselects.
+FAULT_TIER_ENV = "DS_FAULT_MATRIX"

@@ -383,6 +383,7 @@ def test_a_job_runs_on_both_workers_with_this_interpreter(
 
 
 @pytest.mark.slow
+@pytest.mark.fault_tier  # the default suite's tests/spark/test_cluster.py kills them too
 def test_a_killed_executor_is_replaced_and_its_tasks_run_again(
     spark_cluster: SparkCluster, tmp_path: Path, drivers: list[Driver]
 ) -> None:
@@ -418,6 +419,7 @@ def test_a_killed_executor_is_replaced_and_its_tasks_run_again(
 
 
 @pytest.mark.slow
+@pytest.mark.fault_tier  # the default suite's tests/spark/test_cluster.py kills them too
 def test_a_killed_worker_comes_back_and_serves_the_application_again(
     spark_cluster: SparkCluster, tmp_path: Path, drivers: list[Driver]
 ) -> None:
