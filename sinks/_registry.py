@@ -42,6 +42,7 @@ SinkFactory = Callable[[Mapping[str, Any]], SinkConnector]
 _BUILT_IN: dict[str, tuple[str, str | None]] = {
     "delta": (".delta", "delta"),
     "files": (".files", None),
+    "iceberg": (".iceberg", "iceberg"),
     "jsonl": (".jsonl", None),
     "kafka": (".kafka", "kafka"),
     "postgres": (".postgres", "postgres"),

@@ -33,6 +33,7 @@ SINK_EXTRAS = {
     "kafka": {"confluent-kafka", "orjson"},
     "s3": {"boto3"},
     "delta": {"deltalake"},
+    "iceberg": {"pyiceberg", "sqlalchemy"},
 }
 CLIENTS = set().union(*SINK_EXTRAS.values()) | {"botocore", "psycopg-binary"}
 

@@ -26,6 +26,7 @@ EXTRAS: dict[str, dict[str, str]] = {
     "kafka": {"confluent_kafka": "confluent-kafka", "orjson": "orjson"},
     "s3": {"boto3": "boto3", "botocore": "botocore, installed with boto3"},
     "delta": {"deltalake": "deltalake"},
+    "iceberg": {"pyiceberg": "pyiceberg[pyarrow]"},
 }
 
 

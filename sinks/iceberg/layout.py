@@ -1,0 +1,65 @@
+"""Names of an Iceberg sink's data files and table properties.
+
+A participant's data files are named by pyiceberg's writer `00000-<task>-<write_uuid>.parquet`;
+the write uuid is built from the participant (not random) and reads back to it, so recovery
+finds a participant's files by listing the table's data folder, even those of a participant
+that crashed before it prepared:
+
+    bits 127..96  the job and sink (a hash)
+    bits  95..64  the generation
+    bits  63..48  the attempt
+    bits  47..0   the epoch
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import uuid
+from dataclasses import dataclass
+
+from durable_sinks.core.naming import ParticipantName, component
+
+PREFIX = "durable-sinks"
+#: The snapshot summary keys of an epoch's commit.
+SUMMARY_JOB = f"{PREFIX}.job"
+SUMMARY_SINK = f"{PREFIX}.sink"
+SUMMARY_EPOCH = f"{PREFIX}.epoch"
+_FILE = re.compile(
+    r"/\d+-\d+-(?P<uuid>[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})\.parquet$"
+)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The names one job's sink uses in its table."""
+
+    job_id: str
+    sink: str
+
+    @property
+    def epoch_property(self) -> str:
+        """The table property holding the highest epoch committed by this job's sink."""
+        return f"{PREFIX}.{component(self.job_id)}.{component(self.sink)}.epoch"
+
+    @property
+    def _tag(self) -> int:
+        digest = hashlib.sha256(f"{self.job_id}\0{self.sink}".encode()).digest()
+        return int.from_bytes(digest[:4], "big")
+
+    def write_uuid(self, name: ParticipantName) -> uuid.UUID:
+        if name.generation >= 1 << 32 or name.attempt >= 1 << 16 or name.epoch >= 1 << 48:
+            raise ValueError(f"participant {name} is beyond the data file naming's range")
+        return uuid.UUID(
+            int=(self._tag << 96) | (name.generation << 64) | (name.attempt << 48) | name.epoch
+        )
+
+    def parse(self, path: str) -> tuple[int, int, int] | None:
+        """(epoch, generation, attempt) of a data file of this job's sink, else None."""
+        found = _FILE.search(path)
+        if found is None:
+            return None
+        value = uuid.UUID(found["uuid"]).int
+        if value >> 96 != self._tag:
+            return None
+        return value & ((1 << 48) - 1), (value >> 64) & 0xFFFFFFFF, (value >> 48) & 0xFFFF

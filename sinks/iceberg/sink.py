@@ -1,0 +1,511 @@
+"""Exactly-once rows in an Apache Iceberg table, one Iceberg commit per epoch.
+
+- Phase 1 (`write_batch`, `pre_commit`): the participant's rows are written as Parquet data
+  files of the table (its schema's field ids, its partition spec) by pyiceberg's writer, named
+  from the participant (layout.py), under the table's data folder. No snapshot references
+  them, so no reader sees them. `pre_commit` hands their records over in the handle.
+- Phase 2 (`commit_epoch`): one transaction that sets the table property
+  `durable-sinks.<job>.<sink>.epoch` to the epoch and fast-appends the epoch's files (snapshot
+  summary `durable-sinks.job`, `.sink`, `.epoch`). Before it, the table is re-read: if the
+  property already shows the epoch, nothing is done. pyiceberg's own retries are off for it
+  (they would rebase a replayed append onto a newer head without re-checking); a commit that
+  lost a race is retried here, after re-reading and re-checking, up to `commit_retries`.
+  Any other failure leaves the outcome unknown (InDoubtError): nothing is deleted then.
+- Rollback deletes the participant's files only when the table proves they are not part of
+  it: the property shows the epoch not committed, or the epoch's snapshot does not list them.
+- Recovery lists the table's data folder: every participant of an older generation whose
+  files are there is handed to the coordinator, which commits it (if its epoch's decision
+  names it) or rolls it back. A participant that never prepared is in no decision.
+- `last_committed_epoch` is the table property.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from durable_sinks.core.errors import (
+    ConfigError,
+    DurableSinkError,
+    InDoubtError,
+    SchemaMismatchError,
+    TransientError,
+    UnreachableError,
+)
+from durable_sinks.core.naming import ParticipantName
+from durable_sinks.core.protocol import (
+    CommitHandle,
+    CommitOutcome,
+    OpenContext,
+    SinkCapabilities,
+    WriteResult,
+)
+from durable_sinks.core.sink_base import SinkBase, Step
+
+from . import _pyiceberg
+from .config import Iceberg, redacted
+from .handles import IcebergHandleDetails, data_files_of, file_entry, paths_of
+from .layout import SUMMARY_EPOCH, SUMMARY_JOB, SUMMARY_SINK, Layout
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyiceberg.catalog import Catalog
+    from pyiceberg.manifest import DataFile
+    from pyiceberg.table import Table
+
+log = logging.getLogger(__name__)
+
+
+class CommitConflictError(TransientError):
+    """An epoch's Iceberg commit kept losing races with other writers of the table."""
+
+
+class IcebergSink(SinkBase[Iceberg]):
+    """Exactly-once appends into one Iceberg table (see the module docs)."""
+
+    def __init__(self, config: Iceberg) -> None:
+        super().__init__(config, counters=("files", "commit_conflicts"))
+        self._catalog: Catalog | None = None
+        self._table: Table | None = None
+        self._layout: Layout | None = None
+        self._pending: ParticipantName | None = None
+        self._files: list[DataFile] = []
+        self._counter: itertools.count[int] = itertools.count(0)
+
+    def _target(self) -> str:
+        return f"table={self.config.where!r}"
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    def open(self, context: OpenContext) -> None:
+        from pyiceberg.catalog import load_catalog
+        from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+
+        self._opening(context)
+        self._layout = Layout(context.job_id, self.name)
+        config = self.config
+        self._catalog = self._client_call(
+            lambda: load_catalog(config.catalog_name, **config.catalog_properties()),
+            "load the catalog",
+        )
+        try:
+            self._client_call(
+                lambda: self._cat().load_namespace_properties(config.namespace),
+                "read the namespace",
+            )
+        except ConfigError:
+            raise
+        except DurableSinkError as exc:
+            if not isinstance(exc.__cause__, NoSuchNamespaceError):
+                raise
+            raise ConfigError(
+                f"the catalog {config.catalog_name!r} ({redacted(config.catalog)}) has no "
+                f"namespace {config.namespace!r}",
+                job=context.job_id,
+                sink=self.name,
+                fix=f"create it first (pyiceberg: catalog.create_namespace({config.namespace!r}); "
+                f"Spark SQL: CREATE NAMESPACE {config.namespace})",
+            ) from exc.__cause__
+        try:
+            self._table = self._client_call(
+                lambda: self._cat().load_table(config.identifier), "load the table"
+            )
+        except DurableSinkError as exc:
+            if not isinstance(exc.__cause__, NoSuchTableError):
+                raise
+            self._table = None
+        if self._table is None and not config.create_table and not context.inspect:
+            raise ConfigError(
+                f"no Iceberg table {config.where}",
+                job=context.job_id,
+                sink=self.name,
+                fix="create the table first, or set create_table=True to create it from the "
+                "first epoch's rows",
+            )
+        if self._table is not None:
+            self._last_committed = self._committed_epoch(self._table)
+
+    def close(self) -> None:
+        self._files = []
+        self._pending = None
+
+    def _cat(self) -> Catalog:
+        if self._catalog is None:
+            raise self._not_open()
+        return self._catalog
+
+    def _paths(self) -> Layout:
+        if self._layout is None:
+            raise self._not_open()
+        return self._layout
+
+    def _translate(self, exc: Exception, step: Step) -> DurableSinkError | None:
+        from pyiceberg.exceptions import (
+            CommitFailedException,
+            CommitStateUnknownException,
+            ForbiddenError,
+            NoSuchNamespaceError,
+            NoSuchTableError,
+            OAuthError,
+            UnauthorizedError,
+        )
+
+        where = self._where(step.epoch)
+        text = f"could not {step.action} ({self.config.where}): {type(exc).__name__}: {exc}"
+        text = _hide_secrets(text, self.config)
+        if isinstance(exc, (NoSuchNamespaceError, NoSuchTableError)):
+            return ConfigError(text, **where, fix="check the catalog, namespace and table")
+        if isinstance(exc, (OAuthError, UnauthorizedError, ForbiddenError)):
+            return ConfigError(text, **where, fix="check the catalog's credentials")
+        if isinstance(exc, CommitFailedException):
+            return CommitConflictError(text, **where, fix="another writer committed meanwhile")
+        if step.in_doubt is not None or isinstance(exc, CommitStateUnknownException):
+            return InDoubtError(text, **where, fix=step.in_doubt)
+        kind = _failure_kind(exc)
+        if kind == "config":
+            return ConfigError(
+                text, **where, fix="check the catalog's properties (its uri and warehouse)"
+            )
+        if kind == "unreachable":
+            return UnreachableError(text, **where, fix="check that the catalog's server answers")
+        if isinstance(exc, OSError):
+            return TransientError(text, **where, fix="check the table's storage")
+        return None
+
+    def capabilities(self) -> SinkCapabilities:
+        return SinkCapabilities(
+            exactly_once=True,
+            two_phase_commit=True,
+            resumable_prepare=True,
+            partitioned=True,
+        )
+
+    def schema(self) -> pa.Schema | None:
+        return self._table.schema().as_arrow() if self._table is not None else None
+
+    def health_check(self) -> None:
+        self._client_call(
+            lambda: self._cat().load_namespace_properties(self.config.namespace),
+            "reach the catalog",
+        )
+
+    # -- the epoch marker ----------------------------------------------------------------------
+    def _committed_epoch(self, table: Table) -> int | None:
+        value = table.metadata.properties.get(self._paths().epoch_property)
+        return int(value) if value is not None else None
+
+    def _reload(self, epoch: int | None = None) -> Table:
+        table = self._client_call(
+            lambda: self._cat().load_table(self.config.identifier), "load the table", epoch
+        )
+        self._table = table
+        committed = self._committed_epoch(table)
+        if committed is not None:
+            self._committed_up_to(committed)
+        return table
+
+    # -- phase 1 -------------------------------------------------------------------------------
+    def begin_epoch(self, epoch: int) -> None:
+        if self._pending is not None and self._files:  # a failed attempt not rolled back
+            self._delete_unless_committed(
+                self._pending.epoch, [str(f.file_path) for f in self._files]
+            )
+        self._files = []
+        self._counter = itertools.count(0)
+        self._pending = self._next_participant(epoch)
+
+    def write_batch(self, batch: pa.RecordBatch) -> WriteResult:
+        import pyarrow as pa
+
+        name = self._pending
+        if name is None:
+            raise self._no_epoch()
+        if batch.num_rows == 0:
+            return WriteResult(0, 0)
+        table = self._table or self._create(batch.schema, name.epoch)
+        rows = self._fitted(pa.Table.from_batches([batch]), table, name.epoch)
+        written = self._client_call(
+            lambda: _pyiceberg.write_data_files(
+                table, rows, self._paths().write_uuid(name), self._counter
+            ),
+            "write a data file",
+            name.epoch,
+        )
+        self._files += written
+        size = sum(int(f.file_size_in_bytes) for f in written)
+        self._count("rows", rows.num_rows)
+        self._count("bytes", size)
+        return WriteResult(rows.num_rows, size)
+
+    def _create(self, schema: pa.Schema, epoch: int) -> Table:
+        table = self._client_call(
+            lambda: self._cat().create_table_if_not_exists(self.config.identifier, schema=schema),
+            "create the table",
+            epoch,
+        )
+        self._table = table
+        return table
+
+    def _fitted(self, rows: pa.Table, table: Table, epoch: int) -> pa.Table:
+        """`rows` as the table's Arrow schema (same columns, safely cast), else
+        SchemaMismatchError naming every problem."""
+        import pyarrow as pa
+
+        wanted = table.schema().as_arrow()
+        problems = [f"column {n!r} is missing" for n in wanted.names if n not in rows.schema.names]
+        problems += [
+            f"column {n!r} is not in the table" for n in rows.schema.names if n not in wanted.names
+        ]
+        if not problems:
+            for field in wanted:
+                column = rows.column(field.name)
+                if not field.nullable and column.null_count:
+                    problems.append(f"column {field.name!r} is required but holds null")
+                elif not _castable(column.type, field.type):
+                    problems.append(
+                        f"column {field.name!r} is {column.type}, the table's is {field.type}"
+                    )
+        if problems:
+            raise SchemaMismatchError(
+                f"the rows do not fit the Iceberg table {self.config.where}: "
+                + "; ".join(problems),
+                **self._where(epoch),
+                fix="select and cast the columns to the table's schema in the query; nothing "
+                "of the epoch was committed",
+            )
+        try:
+            return rows.select(wanted.names).cast(wanted)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            raise SchemaMismatchError(
+                f"the rows do not fit the Iceberg table {self.config.where}: {exc}",
+                **self._where(epoch),
+                fix="cast the columns to the table's types in the query",
+            ) from exc
+
+    def pre_commit(self, epoch: int) -> CommitHandle:
+        name = self._pending
+        if name is None or name.epoch != epoch:
+            raise self._no_epoch(epoch)
+        files = [file_entry(f) for f in self._files]
+        handle = CommitHandle(
+            sink=self.name,
+            epoch=epoch,
+            participant=str(name),
+            rows=sum(f["rows"] for f in files),
+            bytes=sum(f["size"] for f in files),
+            checksum="",
+            details=IcebergHandleDetails(tuple(files), self.context.job_id).to_json(),
+        )
+        self._count("files", len(files))
+        self._pending = None
+        self._files = []
+        return handle
+
+    # -- phase 2 -------------------------------------------------------------------------------
+    def commit_epoch(self, epoch: int, handle: CommitHandle) -> CommitOutcome:
+        files = data_files_of(handle)
+        for _ in range(self.config.commit_retries + 1):
+            table = self._reload(epoch) if self._table is not None or files else None
+            if table is None:  # no table and nothing written: nothing to record
+                return CommitOutcome.COMMITTED
+            committed = self._committed_epoch(table)
+            if committed is not None and committed >= epoch:
+                return CommitOutcome.ALREADY_COMMITTED
+            try:
+                self._client_call(
+                    lambda t=table: self._commit(t, epoch, files),  # type: ignore[misc]
+                    Step(
+                        "commit the epoch",
+                        epoch,
+                        in_doubt="the next start's recovery (or the epoch's replay) reads the "
+                        "table's epoch property and commits or skips the epoch",
+                    ),
+                )
+            except CommitConflictError:
+                self._count("commit_conflicts")
+                continue
+            self._committed_up_to(epoch)
+            self._count("epochs_committed")
+            return CommitOutcome.COMMITTED
+        raise CommitConflictError(
+            f"the commit of epoch {epoch} to {self.config.where} lost the race with other "
+            f"writers {self.config.commit_retries + 1} times",
+            **self._where(epoch),
+            fix="nothing of the epoch is visible; it is retried. If other writers commit "
+            "this often, raise commit_retries",
+        )
+
+    def _commit(self, table: Table, epoch: int, files: list[DataFile]) -> None:
+        summary = {
+            SUMMARY_JOB: self.context.job_id,
+            SUMMARY_SINK: self.name,
+            SUMMARY_EPOCH: str(epoch),
+        }
+        _pyiceberg.without_commit_retries(table)
+        with table.transaction() as tx:
+            tx.set_properties({self._paths().epoch_property: str(epoch)})
+            with tx.update_snapshot(snapshot_properties=summary).fast_append() as append:
+                for data_file in files:
+                    append.append_data_file(data_file)
+
+    def rollback_epoch(self, epoch: int, handle: CommitHandle | None) -> None:
+        if handle is None:
+            pending, files = self._pending, self._files
+            self._pending, self._files = None, []
+            if pending is not None and pending.epoch == epoch:
+                self._delete_unless_committed(epoch, [str(f.file_path) for f in files])
+            return
+        self._delete_unless_committed(epoch, paths_of(handle))
+        self._count("rollbacks")
+
+    def _delete_unless_committed(self, epoch: int, paths: list[str]) -> None:
+        """Delete `paths` unless the table holds them: when its property shows `epoch`
+        committed, only files the epoch's snapshot does not list (a losing attempt's) go; if
+        that snapshot is gone (expired), nothing is deleted."""
+        if not paths:
+            return
+        table = self._existing_table(epoch)
+        if table is None:  # no table: nothing references the files, and none were written
+            return
+        committed = self._committed_epoch(table)
+        doomed = list(paths)
+        if committed is not None and committed >= epoch:
+            added = self._client_call(
+                lambda: self._added_by(table, epoch), "read the epoch's snapshot", epoch
+            )
+            if added is None:
+                log.warning(
+                    "epoch %d is committed and its snapshot is gone: its other files are kept",
+                    epoch,
+                    extra={"job": self.context.job_id, "sink": self.name, "epoch": epoch},
+                )
+                return
+            doomed = [p for p in paths if p not in added]
+        for path in doomed:
+            self._delete_file(table, path, epoch)
+
+    def _delete_file(self, table: Table, path: str, epoch: int) -> None:
+        try:
+            self._client_call(lambda: table.io.delete(path), "delete a data file", epoch)
+        except DurableSinkError as exc:
+            if not isinstance(exc.__cause__, FileNotFoundError):
+                raise
+
+    def _existing_table(self, epoch: int) -> Table | None:
+        """The table re-read, or None if it does not exist."""
+        from pyiceberg.exceptions import NoSuchTableError
+
+        try:
+            return self._reload(epoch)
+        except ConfigError as exc:
+            if isinstance(exc.__cause__, NoSuchTableError):
+                return None
+            raise
+
+    def _added_by(self, table: Table, epoch: int) -> set[str] | None:
+        """The data files the snapshot that committed `epoch` for this job's sink added;
+        None if no such snapshot is left."""
+        for snapshot in table.snapshots():
+            summary = snapshot.summary
+            if (
+                summary is not None
+                and summary.get(SUMMARY_JOB) == self.context.job_id
+                and summary.get(SUMMARY_SINK) == self.name
+                and summary.get(SUMMARY_EPOCH) == str(epoch)
+            ):
+                return {
+                    str(entry.data_file.file_path)
+                    for manifest in snapshot.manifests(table.io)
+                    for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True)
+                    if entry.snapshot_id == snapshot.snapshot_id
+                }
+        return None
+
+    # -- recovery ------------------------------------------------------------------------------
+    def recover_prepared(self) -> list[CommitHandle]:
+        """Every participant of an older generation with files in the table's data folder, as
+        a handle naming its files (the coordinator commits the decision's own handle)."""
+        if self._table is None:
+            return []
+        table = self._reload()
+        found: dict[tuple[int, int, int], list[str]] = {}
+        for path in self._client_call(lambda: list(self._data_files(table)), "list the data files"):
+            parsed = self._paths().parse(path)
+            if parsed is not None and parsed[1] < self.context.generation:
+                found.setdefault(parsed, []).append(path)
+        leftovers = []
+        for (epoch, generation, attempt), paths in sorted(found.items()):
+            name = ParticipantName.build(
+                self.context.job_id, self.name, epoch, self.context.part, generation, attempt
+            )
+            entries = tuple({"path": p, "size": 0, "rows": 0, "record": ""} for p in sorted(paths))
+            leftovers.append(
+                CommitHandle(
+                    sink=self.name,
+                    epoch=epoch,
+                    participant=str(name),
+                    rows=0,
+                    bytes=0,
+                    checksum="",
+                    details=IcebergHandleDetails(entries, self.context.job_id).to_json(),
+                )
+            )
+        return leftovers
+
+    def _data_files(self, table: Table) -> Iterator[str]:
+        return _pyiceberg.list_files(table, table.location().rstrip("/") + "/data")
+
+
+def _castable(given: Any, wanted: Any) -> bool:
+    """Whether a column of type `given` goes into one of `wanted` without losing values."""
+    import pyarrow as pa
+
+    if given == wanted:
+        return True
+    strings = (pa.string(), pa.large_string(), pa.string_view())
+    if given in strings and wanted in strings:
+        return True
+    binaries = (pa.binary(), pa.large_binary())
+    if given in binaries and wanted in binaries:
+        return True
+    if pa.types.is_integer(given) and pa.types.is_integer(wanted):
+        return bool(given.bit_width <= wanted.bit_width) and (
+            pa.types.is_signed_integer(wanted) or not pa.types.is_signed_integer(given)
+        )
+    if pa.types.is_floating(given) and pa.types.is_floating(wanted):
+        return bool(given.bit_width <= wanted.bit_width)
+    if pa.types.is_timestamp(given) and pa.types.is_timestamp(wanted):
+        return (given.tz is None) == (wanted.tz is None)
+    if pa.types.is_list(given) or pa.types.is_struct(given) or pa.types.is_map(given):
+        return given.equals(wanted, check_metadata=False) or str(given) == str(wanted)
+    return False
+
+
+def _failure_kind(exc: Exception) -> str | None:
+    """ "config" for a catalog URI or driver that cannot work, "unreachable" for a server
+    that does not answer, else None."""
+    module = type(exc).__module__
+    name = type(exc).__name__
+    if module.startswith("sqlalchemy"):
+        if name in ("ArgumentError", "NoSuchModuleError"):
+            return "config"
+        if name in ("OperationalError", "InterfaceError", "TimeoutError"):
+            text = str(exc).lower()
+            if "password" in text or "does not exist" in text or "authentication" in text:
+                return "config"
+            return "unreachable"
+    if module.startswith(("requests", "urllib3")) and "Connection" in name:
+        return "unreachable"
+    if isinstance(exc, (ConnectionError, TimeoutError)):
+        return "unreachable"
+    return None
+
+
+def _hide_secrets(text: str, config: Iceberg) -> str:
+    for key, value in config.catalog_properties().items():
+        if isinstance(value, str) and value and key.lower() not in ("type", "warehouse"):
+            shown = redacted({key: value})[key]
+            if shown != value:
+                text = text.replace(value, shown)
+    return text
