@@ -94,8 +94,6 @@ class IcebergSink(SinkBase[Iceberg]):
                 lambda: self._cat().load_namespace_properties(config.namespace),
                 "read the namespace",
             )
-        except ConfigError:
-            raise
         except DurableSinkError as exc:
             if not isinstance(exc.__cause__, NoSuchNamespaceError):
                 raise
@@ -239,6 +237,21 @@ class IcebergSink(SinkBase[Iceberg]):
         return WriteResult(rows.num_rows, size)
 
     def _create(self, schema: pa.Schema, epoch: int) -> Table:
+        """The table, made from the first batch's schema (unpartitioned). A catalog that
+        answers with an existing table keeps its own schema: the rows are checked against it.
+        A column type Iceberg has no counterpart for is a SchemaMismatchError."""
+        try:
+            return self._made(schema, epoch)
+        except (TypeError, ValueError) as exc:
+            raise SchemaMismatchError(
+                f"cannot create the Iceberg table {self.config.where} from the rows: {exc}",
+                **self._where(epoch),
+                fix="cast the columns to types Iceberg has (no null-typed or nanosecond "
+                "columns in format version 2), or create the table first; nothing of the "
+                "epoch was committed",
+            ) from exc
+
+    def _made(self, schema: pa.Schema, epoch: int) -> Table:
         table = self._client_call(
             lambda: self._cat().create_table_if_not_exists(self.config.identifier, schema=schema),
             "create the table",
