@@ -3,6 +3,7 @@ Postgres, with a local warehouse folder; readers read with pyiceberg scans."""
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from pathlib import Path
 from typing import Any
@@ -68,3 +69,64 @@ class IcebergCatalog:
     def drop(self) -> None:
         with psycopg.connect(self.postgres.conninfo(), autocommit=True) as conn:
             conn.execute(f'DROP SCHEMA IF EXISTS "{self.schema}" CASCADE')
+
+
+class IcebergTarget:
+    """The conformance suite's target: a fresh table (the suite's schema) in `catalog`, read
+    with a pyiceberg scan of its current snapshot.
+
+    Leftovers are what no snapshot explains: a data file under the table's folder that the
+    current snapshot does not reference (a prepared or half-written participant, or a losing
+    attempt), and an epoch committed by more than one snapshot."""
+
+    def __init__(self, catalog: IcebergCatalog, name: str = "iceberg") -> None:
+        from durable_sinks.testing import SCHEMA
+
+        self.name = name
+        self.catalog = catalog
+        self.table = f"t_{uuid.uuid4().hex[:12]}"
+        self._catalog = catalog.catalog()
+        self.location = str(
+            self._catalog.create_table(("ds", self.table), schema=SCHEMA).location()
+        )
+
+    def connector(self) -> Any:
+        from durable_sinks.sinks import create
+
+        return create("iceberg", {**self.catalog.sink_options(self.table), "name": self.name})
+
+    def _loaded(self) -> Any:
+        return self._catalog.load_table(("ds", self.table))
+
+    def committed_rows(self) -> list[tuple[Any, ...]]:
+        from durable_sinks.testing import COLUMNS
+
+        scanned = self._loaded().scan().to_arrow()
+        return [tuple(row[c] for c in COLUMNS) for row in scanned.to_pylist()]
+
+    def committed_epochs(self) -> list[int]:
+        return [
+            int(s.summary["durable-sinks.epoch"])
+            for s in self._loaded().snapshots()
+            if s.summary is not None and "durable-sinks.epoch" in s.summary
+        ]
+
+    def leftovers(self) -> list[str]:
+        table = self._loaded()
+        referenced = {str(t.file.file_path) for t in table.scan().plan_files()}
+        folder = Path(self.location.removeprefix("file://")) / "data"
+        found = (
+            [f"file://{p}" for p in sorted(folder.rglob("*.parquet"))] if folder.exists() else []
+        )
+        problems = [f"data file {p} is in no snapshot" for p in found if p not in referenced]
+        epochs = self.committed_epochs()
+        problems += [
+            f"epoch {e} committed twice" for e in sorted({e for e in epochs if epochs.count(e) > 1})
+        ]
+        return problems
+
+    def cleanup(self) -> None:
+        from pyiceberg.exceptions import NoSuchTableError
+
+        with contextlib.suppress(NoSuchTableError):
+            self._catalog.purge_table(("ds", self.table))
