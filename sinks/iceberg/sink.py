@@ -442,11 +442,18 @@ class IcebergSink(SinkBase[Iceberg]):
         if self._table is None:
             return []
         table = self._reload()
+        committed = self._committed_epoch(table)
         found: dict[tuple[int, int, int], list[str]] = {}
         for path in self._client_call(lambda: list(self._data_files(table)), "list the data files"):
             parsed = self._paths().parse(path)
             if parsed is not None and parsed[1] < self.context.generation:
                 found.setdefault(parsed, []).append(path)
+        if any(committed is not None and epoch <= committed for epoch, _, _ in found):
+            # Files the table holds are not leftovers (else every start would hand back every
+            # committed participant); what it does not hold of a committed epoch is a losing
+            # attempt's, whose rollback re-checks against the epoch's snapshot.
+            held = self._client_call(lambda: self._referenced(table), "read the table's files")
+            found = {k: v for k, v in found.items() if not set(v) & held}
         leftovers = []
         for (epoch, generation, attempt), paths in sorted(found.items()):
             name = ParticipantName.build(
@@ -465,6 +472,11 @@ class IcebergSink(SinkBase[Iceberg]):
                 )
             )
         return leftovers
+
+    @staticmethod
+    def _referenced(table: Table) -> set[str]:
+        """The data files of the table's current snapshot."""
+        return {str(task.file.file_path) for task in table.scan().plan_files()}
 
     def _data_files(self, table: Table) -> Iterator[str]:
         return _pyiceberg.list_files(table, table.location().rstrip("/") + "/data")

@@ -276,3 +276,27 @@ def test_rows_that_do_not_fit_the_table_are_refused_with_nothing_written(
     job.run_epoch(1, [narrow])
     job.close()
     assert ids(catalog) == [1, 2]
+
+
+def test_recovery_hands_back_only_what_the_table_does_not_hold(catalog: IcebergCatalog) -> None:
+    catalog.create_namespace()
+    catalog.catalog().create_table(("ds", "events"), schema=events([]).schema)
+    sink = opened(catalog)
+    sink.begin_epoch(0)
+    sink.write_batch(events([1]))
+    loser = sink.pre_commit(0)
+    sink.begin_epoch(0)
+    sink.write_batch(events([1]))
+    winner = sink.pre_commit(0)
+    sink.commit_epoch(0, winner)
+    sink.begin_epoch(1)
+    sink.write_batch(events([2]))
+    pending = sink.pre_commit(1)
+    later = opened(catalog, generation=2)
+    found = later.recover_prepared()
+    assert sorted(h.participant for h in found) == sorted([loser.participant, pending.participant])
+    for handle in found:
+        later.rollback_epoch(handle.epoch, handle)
+    assert later.recover_prepared() == []
+    assert ids(catalog) == [1]
+    assert len(catalog.data_files()) == 1
