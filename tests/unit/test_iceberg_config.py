@@ -1,0 +1,49 @@
+"""The Iceberg sink's configuration: checked when built, its secrets never shown."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+from durable_sinks.core.errors import ConfigError
+from durable_sinks.sinks import create
+from durable_sinks.sinks.iceberg import Iceberg
+from durable_sinks.sinks.iceberg.config import redacted
+
+CATALOG = {
+    "type": "sql",
+    "uri": "postgresql+psycopg://writer:s3cr3t-pw@db.example:5432/lake",
+    "warehouse": "s3://lake/warehouse",
+    "s3.secret-access-key": "AKIA-SECRET",
+    "credential": "client:client-secret",
+}
+
+
+def test_secrets_are_hidden_in_the_repr_and_the_catalog_is_kept_whole() -> None:
+    config = Iceberg(table="events", namespace="analytics", catalog=CATALOG)
+    shown = repr(config)
+    for secret in ("s3cr3t-pw", "AKIA-SECRET", "client-secret"):
+        assert secret not in shown
+    assert "db.example" in shown
+    assert config.catalog_properties()["uri"] == CATALOG["uri"]
+    assert pickle.loads(pickle.dumps(config)) == config  # noqa: S301 - our own bytes
+    assert config.identifier == ("analytics", "events")
+    assert redacted({"uri": "http://a:b@h/x"}) == {"uri": "http://a:***@h/x"}
+
+
+@pytest.mark.parametrize(
+    ("options", "complaint"),
+    [
+        ({"catalog": {}}, "catalog is empty"),
+        ({"catalog": {"type": 1}}, "must be a string"),
+        ({"table": "a.b"}, "table 'a.b' must be a plain name"),
+        ({"namespace": "a..b"}, "namespace"),
+        ({"commit_retries": -1}, "commit_retries"),
+    ],
+)
+def test_bad_settings_are_refused_when_built(options: dict[str, object], complaint: str) -> None:
+    settings: dict[str, object] = {"table": "events", "namespace": "ds", "catalog": CATALOG}
+    with pytest.raises(ConfigError, match=complaint) as refused:
+        create("iceberg", {**settings, **options})
+    assert "s3cr3t-pw" not in str(refused.value)
