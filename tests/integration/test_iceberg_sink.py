@@ -14,11 +14,16 @@ import pyarrow as pa
 import pytest
 
 from durable_sinks.coordinator import Coordinator
-from durable_sinks.core.errors import ConfigError, SchemaMismatchError, UnreachableError
+from durable_sinks.core.errors import (
+    ConfigError,
+    InDoubtError,
+    SchemaMismatchError,
+    UnreachableError,
+)
 from durable_sinks.core.protocol import CommitOutcome, OpenContext
 from durable_sinks.manifest import LocalDirectoryStore
 from durable_sinks.sinks import create
-from durable_sinks.sinks.iceberg.handles import IcebergHandleDetails
+from durable_sinks.sinks.iceberg.handles import IcebergHandleDetails, paths_of
 from durable_sinks.sinks.iceberg.sink import IcebergSink
 from tests.services import PostgresEndpoint
 from tests.support.iceberg_target import IcebergCatalog
@@ -300,3 +305,53 @@ def test_recovery_hands_back_only_what_the_table_does_not_hold(catalog: IcebergC
     assert later.recover_prepared() == []
     assert ids(catalog) == [1]
     assert len(catalog.data_files()) == 1
+
+
+def test_a_commit_whose_outcome_is_unknown_is_in_doubt_and_keeps_its_files(
+    catalog: IcebergCatalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    catalog.create_namespace()
+    catalog.catalog().create_table(("ds", "events"), schema=events([]).schema)
+    sink = opened(catalog)
+    sink.begin_epoch(0)
+    sink.write_batch(events([1]))
+    handle = sink.pre_commit(0)
+    commit = IcebergSink._commit
+
+    def lost_answer(self: IcebergSink, table: Any, epoch: int, files: Any) -> None:
+        commit(self, table, epoch, files)  # the catalog took it, the answer never came
+        raise ConnectionResetError("connection reset by peer")
+
+    monkeypatch.setattr(IcebergSink, "_commit", lost_answer)
+    with pytest.raises(InDoubtError):
+        sink.commit_epoch(0, handle)
+    monkeypatch.setattr(IcebergSink, "_commit", commit)
+    assert len(catalog.data_files()) == 1
+    assert opened(catalog, generation=2).commit_epoch(0, handle) is (
+        CommitOutcome.ALREADY_COMMITTED
+    )
+    assert ids(catalog) == [1]
+
+
+def test_a_partitioned_table_gets_files_per_partition(catalog: IcebergCatalog) -> None:
+    from pyiceberg.transforms import IdentityTransform
+
+    catalog.create_namespace()
+    schema = pa.schema([("id", pa.int64()), ("body", pa.string()), ("day", pa.string())])
+    made = catalog.catalog().create_table(("ds", "events"), schema=schema)
+    day = made.schema().find_field("day").field_id
+    with made.update_spec() as spec:
+        spec.add_field("day", IdentityTransform(), "day")
+    sink = opened(catalog)
+    sink.begin_epoch(0)
+    batch = pa.record_batch(
+        {"id": [1, 2, 3], "body": ["a", "b", "c"], "day": ["d1", "d2", "d1"]}, schema=schema
+    )
+    sink.write_batch(batch)
+    handle = sink.pre_commit(0)
+    assert sorted("day=" in p for p in paths_of(handle)) == [True, True]
+    sink.commit_epoch(0, handle)
+    table = catalog.catalog().load_table(("ds", "events"))
+    assert table.spec().fields[0].source_id == day
+    d1 = table.scan(row_filter="day == 'd1'").to_arrow()
+    assert sorted(d1.column("id").to_pylist()) == [1, 3]
