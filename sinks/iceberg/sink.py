@@ -212,6 +212,8 @@ class IcebergSink(SinkBase[Iceberg]):
         self._files = []
         self._counter = itertools.count(0)
         self._pending = self._next_participant(epoch)
+        if self._table is not None:  # the table's schema and spec as they are now
+            self._reload(epoch)
 
     def write_batch(self, batch: pa.RecordBatch) -> WriteResult:
         import pyarrow as pa
