@@ -8,7 +8,7 @@ S3 and local files, several sinks at once, by two-phase commit.
     ).option("checkpointLocation", "...").start()
 
 This is the canonical import path of what a streaming job calls: `durable_sink`, `sink`, the
-sinks' typed configurations (`Postgres`, `Kafka`, `S3`, `Delta`, `Files`),
+sinks' typed configurations (`Postgres`, `Kafka`, `S3`, `Delta`, `Iceberg`, `Files`),
 `register_data_source` (for `format("durable")`), `DeliveryGuarantee`, every error
 durable-sinks raises (to catch them) and `DeprecatedOptionWarning`. The Spark entry points
 and the configurations load on first use, so this import loads neither Spark nor any database
@@ -51,6 +51,7 @@ from .core.protocol import DeliveryGuarantee
 if TYPE_CHECKING:
     from .sinks.delta.config import Delta
     from .sinks.files.config import Files
+    from .sinks.iceberg.config import Iceberg
     from .sinks.kafka.config import Kafka
     from .sinks.postgres.config import Postgres
     from .sinks.s3.config import S3
@@ -69,6 +70,7 @@ _SPARK_NAMES = frozenset({"durable_sink", "sink", "register_data_source", "Durab
 _CONFIGS = {
     "Delta": ".sinks.delta.config",
     "Files": ".sinks.files.config",
+    "Iceberg": ".sinks.iceberg.config",
     "Kafka": ".sinks.kafka.config",
     "Postgres": ".sinks.postgres.config",
     "S3": ".sinks.s3.config",
@@ -104,6 +106,7 @@ __all__ = [
     "EpochOrderError",
     "FencedError",
     "Files",
+    "Iceberg",
     "InDoubtError",
     "Kafka",
     "ManifestCorruptError",

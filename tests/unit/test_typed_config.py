@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 import durable_sinks
-from durable_sinks import S3, Delta, Files, Kafka, Postgres, durable_sink, sink
+from durable_sinks import S3, Delta, Files, Iceberg, Kafka, Postgres, durable_sink, sink
 from durable_sinks.core.errors import ConfigError
 from durable_sinks.spark import JobOptions, SinkSpec
 
@@ -32,6 +32,15 @@ EXAMPLES: list[tuple[Any, str, dict[str, Any]]] = [
     (S3, "s3", {"path": "s3://lake/events", "part_size_bytes": 16 * 1024 * 1024}),
     (Delta, "delta", {"path": "/tmp/delta-events", "mode": "upsert", "key": ("id",)}),
     (Files, "files", {"path": "/tmp/files-events", "compression": "snappy"}),
+    (
+        Iceberg,
+        "iceberg",
+        {
+            "table": "events",
+            "namespace": "ds",
+            "catalog": {"type": "sql", "uri": "postgresql+psycopg://u:hunter2-secret@h/db"},
+        },
+    ),
 ]
 IDS = [kind for _, kind, _ in EXAMPLES]
 
