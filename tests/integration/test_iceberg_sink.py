@@ -24,7 +24,7 @@ from durable_sinks.core.protocol import CommitOutcome, OpenContext
 from durable_sinks.manifest import LocalDirectoryStore
 from durable_sinks.sinks import create
 from durable_sinks.sinks.iceberg.handles import IcebergHandleDetails, paths_of
-from durable_sinks.sinks.iceberg.sink import IcebergSink
+from durable_sinks.sinks.iceberg.sink import CommitConflictError, IcebergSink
 from tests.services import PostgresEndpoint
 from tests.support.iceberg_target import IcebergCatalog
 
@@ -355,3 +355,31 @@ def test_a_partitioned_table_gets_files_per_partition(catalog: IcebergCatalog) -
     assert table.spec().fields[0].source_id == day
     d1 = table.scan(row_filter="day == 'd1'").to_arrow()
     assert sorted(d1.column("id").to_pylist()) == [1, 3]
+
+
+def test_a_commit_that_keeps_losing_races_stops_at_the_bound(
+    catalog: IcebergCatalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    catalog.create_namespace()
+    catalog.catalog().create_table(("ds", "events"), schema=events([]).schema)
+    sink = create("iceberg", catalog.sink_options(commit_retries=2))
+    assert isinstance(sink, IcebergSink)
+    sink.open(OpenContext("orders", sink.name, 1))
+    sink.begin_epoch(0)
+    sink.write_batch(events([1]))
+    handle = sink.pre_commit(0)
+    commit = IcebergSink._commit
+    others = iter(range(100, 200))
+
+    def always_raced(self: IcebergSink, table: Any, epoch: int, files: Any) -> None:
+        catalog.catalog().load_table(("ds", "events")).append(pa.table(events([next(others)])))
+        commit(self, table, epoch, files)
+
+    monkeypatch.setattr(IcebergSink, "_commit", always_raced)
+    with pytest.raises(CommitConflictError, match="lost the race with other writers 3 times"):
+        sink.commit_epoch(0, handle)
+    assert sink.metrics()["commit_conflicts"] == 3
+    assert ids(catalog) == [100, 101, 102]  # nothing of the epoch
+    monkeypatch.setattr(IcebergSink, "_commit", commit)
+    assert sink.commit_epoch(0, handle) is CommitOutcome.COMMITTED  # the retry of the epoch
+    assert ids(catalog) == [1, 100, 101, 102]
