@@ -18,14 +18,13 @@ A request that failed is raised, translated, by the next call that needs its res
 from __future__ import annotations
 
 import hashlib
-import os
-import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from durable_sinks.core.errors import DurableSinkError
 from durable_sinks.core.s3 import multipart_etag
+from durable_sinks.core.threads import process_pool
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -41,18 +40,10 @@ POOL_THREADS = 4
 
 Failure = Callable[[BaseException, str], DurableSinkError]
 
-_POOL: tuple[int, ThreadPoolExecutor] | None = None
-_POOL_LOCK = threading.Lock()
-
 
 def _pool() -> ThreadPoolExecutor:
-    """This process's request threads (a forked process, such as a Spark Python worker, makes
-    its own: threads do not survive a fork)."""
-    global _POOL
-    with _POOL_LOCK:
-        if _POOL is None or _POOL[0] != os.getpid():
-            _POOL = (os.getpid(), ThreadPoolExecutor(POOL_THREADS, "durable-sinks-s3"))
-        return _POOL[1]
+    """This process's request threads."""
+    return process_pool("durable-sinks-s3", POOL_THREADS)
 
 
 class ObjectUpload:

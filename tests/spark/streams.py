@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from confluent_kafka import Consumer, IsolationLevel, TopicPartition
 from confluent_kafka.admin import AdminClient
 from psycopg import sql
 
+from durable_sinks.coordinator import EpochOutcome
 from durable_sinks.core.naming import job_prefix
 from durable_sinks.sinks.kafka.admin import list_offsets
 from durable_sinks.sinks.s3 import committed_dataset
@@ -56,6 +58,38 @@ def run_available_now(stream: Any, fn: Any, checkpoint: Path, timeout: float = 1
     if not finished:
         query.stop()
         raise AssertionError(f"the streaming query did not finish within {timeout} s")
+
+
+def restart_with_a_new_column(
+    spark: Any, source: Path, checkpoint: Path, writer: Callable[[], Any]
+) -> None:
+    """Ids 0-9 as `id, body` in two micro-batches by a writer from `writer()`; then the query
+    changed to carry `extra` (`e<id>`) for ids 10-19 and restarted from its checkpoint with a
+    new writer, which must write epochs 2 and 3 and find epoch 1, replayed in the old schema,
+    already committed."""
+
+    def write_rows(name: str, rows: list[dict[str, Any]]) -> None:
+        source.mkdir(parents=True, exist_ok=True)
+        staging = source.parent / f".{source.name}-{name}"
+        staging.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        staging.rename(source / name)
+
+    def stream(schema: str) -> Any:
+        return spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).json(str(source))
+
+    for n in range(2):
+        write_rows(f"part-{n}.json", [{"id": i, "body": f"r{i}"} for i in range(n * 5, n * 5 + 5)])
+    run_available_now(stream("id LONG, body STRING"), writer(), checkpoint)
+    for n in range(2, 4):
+        rows = [{"id": i, "body": f"r{i}", "extra": f"e{i}"} for i in range(n * 5, n * 5 + 5)]
+        write_rows(f"part-{n}.json", rows)
+    restarted = writer()
+    run_available_now(stream("id LONG, body STRING, extra STRING"), restarted, checkpoint)
+    assert restarted.last_result is not None
+    assert restarted.last_result.epoch == 3
+    # A batch of the old schema replayed after the restart is not written again.
+    restarted(spark.read.schema("id LONG, body STRING").json(str(source / "part-1.json")), 1)
+    assert restarted.last_result.outcome is EpochOutcome.ALREADY_COMMITTED
 
 
 def postgres_ids(dsn: str, table: str) -> list[int]:

@@ -19,6 +19,7 @@ from .streams import (
     kafka_ids,
     postgres_ids,
     prepared_transactions,
+    restart_with_a_new_column,
     run_available_now,
     source_stream,
     write_input,
@@ -164,13 +165,7 @@ def test_a_query_restarted_with_a_new_column_goes_on_exactly_once_into_delta(
     """A Delta-alone job (its decisions in the table's folder), schema_evolution='add_columns':
     the query changed to carry a new column and restarted from its checkpoint writes its next
     epochs once, and Spark's Delta reader sees every row once, the new column null before."""
-    import json
-
     source, checkpoint, path = tmp_path / "in", tmp_path / "checkpoint", tmp_path / "table"
-    source.mkdir()
-
-    def write_rows(name: str, rows: list[dict[str, Any]]) -> None:
-        (source / name).write_text("".join(json.dumps(r) + "\n" for r in rows))
 
     def writer() -> Any:
         return durable_sink(
@@ -181,22 +176,7 @@ def test_a_query_restarted_with_a_new_column_goes_on_exactly_once_into_delta(
             schema_evolution="add_columns",
         )
 
-    def stream(schema: str) -> Any:
-        return spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).json(str(source))
-
-    for n in range(2):
-        write_rows(f"part-{n}.json", [{"id": i, "body": f"r{i}"} for i in range(n * 5, n * 5 + 5)])
-    run_available_now(stream("id LONG, body STRING"), writer(), checkpoint)
-    for n in range(2, 4):
-        rows = [{"id": i, "body": f"r{i}", "extra": f"e{i}"} for i in range(n * 5, n * 5 + 5)]
-        write_rows(f"part-{n}.json", rows)
-    restarted = writer()
-    run_available_now(stream("id LONG, body STRING, extra STRING"), restarted, checkpoint)
-    assert restarted.last_result is not None
-    assert restarted.last_result.epoch == 3
-    # A batch of the old schema replayed after the restart is not written again.
-    restarted(spark.read.schema("id LONG, body STRING").json(str(source / "part-1.json")), 1)
-    assert restarted.last_result.outcome is EpochOutcome.ALREADY_COMMITTED
+    restart_with_a_new_column(spark, source, checkpoint, writer)
 
     frame = spark.read.format("delta").load(str(path))
     assert frame.columns == ["id", "body", "extra"]

@@ -9,7 +9,6 @@ under the same keys: what is tested is how Spark reads the files the sink wrote.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +31,7 @@ from durable_sinks.spark import durable_sink
 from tests.services import S3Endpoint
 from tests.support.s3_target import s3_options, s3_sink_config
 
-from .streams import run_available_now, s3_committed_ids
+from .streams import restart_with_a_new_column, s3_committed_ids
 
 
 def local_copy(s3: S3Endpoint, path: str, into: Path) -> list[str]:
@@ -103,13 +102,6 @@ def test_spark_reads_an_evolved_s3_dataset_every_row_once(
     ]
 
 
-def write_rows(folder: Path, name: str, rows: list[dict[str, Any]]) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    staging = folder.parent / f".{folder.name}-{name}"
-    staging.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    staging.rename(folder / name)
-
-
 def test_a_query_restarted_with_a_new_column_goes_on_exactly_once_into_s3_and_files(
     spark: Any, s3: S3Endpoint, s3_prefix: str, job_id: str, tmp_path: Path
 ) -> None:
@@ -124,27 +116,7 @@ def test_a_query_restarted_with_a_new_column_goes_on_exactly_once_into_s3_and_fi
             schema_evolution="add_columns",
         )
 
-    def stream(schema: str) -> Any:
-        return spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).json(str(source))
-
-    for n in range(2):
-        write_rows(
-            source, f"part-{n}.json", [{"id": i, "body": f"r{i}"} for i in range(n * 5, n * 5 + 5)]
-        )
-    run_available_now(stream("id LONG, body STRING"), writer(), checkpoint)
-
-    # The query is changed to carry a new column and restarted from its checkpoint.
-    for n in range(2, 4):
-        rows = [{"id": i, "body": f"r{i}", "extra": f"e{i}"} for i in range(n * 5, n * 5 + 5)]
-        write_rows(source, f"part-{n}.json", rows)
-    restarted = writer()
-    run_available_now(stream("id LONG, body STRING, extra STRING"), restarted, checkpoint)
-    assert restarted.last_result is not None
-    assert restarted.last_result.epoch == 3
-    # A batch of the old schema replayed after the restart is not written again.
-    restarted(spark.read.schema("id LONG, body STRING").json(str(source / "part-1.json")), 1)
-    assert restarted.last_result.outcome is EpochOutcome.ALREADY_COMMITTED
-
+    restart_with_a_new_column(spark, source, checkpoint, writer)
     assert s3_committed_ids(s3, s3_path) == list(range(20))
     table = files_reader.committed_dataset(out).to_table().sort_by("id")
     assert table.column("id").to_pylist() == list(range(20))

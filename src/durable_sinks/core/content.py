@@ -32,8 +32,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import os
-import threading
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -41,6 +39,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .protocol import JSON
+from .threads import process_pool
 
 if TYPE_CHECKING:
     import numpy as np
@@ -156,17 +155,10 @@ class ContentTally:
 #: stay in memory until hashed).
 HASH_AHEAD_BYTES = 64 * 1024 * 1024
 
-_HASHING: tuple[int, ThreadPoolExecutor] | None = None
-_HASHING_LOCK = threading.Lock()
-
 
 def _hashing() -> ThreadPoolExecutor:
-    """This process's hashing thread (a forked process makes its own)."""
-    global _HASHING
-    with _HASHING_LOCK:
-        if _HASHING is None or _HASHING[0] != os.getpid():
-            _HASHING = (os.getpid(), ThreadPoolExecutor(1, "durable-sinks-tally"))
-        return _HASHING[1]
+    """This process's hashing thread."""
+    return process_pool("durable-sinks-tally", 1)
 
 
 def summarise(batches: Iterable[pa.RecordBatch], *, digest: bool = True) -> ContentSummary:

@@ -148,33 +148,26 @@ def grouped(
 
     rows = GROUP_ROWS if rows is None else rows
     nbytes = GROUP_BYTES if nbytes is None else nbytes
-
     held: list[pa.RecordBatch] = []
-    count = size = 0
 
-    def joined() -> pa.RecordBatch:
-        return held[0] if len(held) == 1 else pa.concat_batches(held)
+    def taken() -> pa.RecordBatch:
+        """The held batches as one group; none held afterwards."""
+        group = held[0] if len(held) == 1 else pa.concat_batches(held)
+        held.clear()
+        return group
 
     try:
+        if rows <= 0:
+            yield from batches
+            return
         for batch in batches:
-            if rows <= 0:
-                yield batch
-                continue
             if held and batch.schema != held[0].schema:
-                group = joined()
-                held, count, size = [], 0, 0
-                yield group
+                yield taken()
             held.append(batch)
-            count += batch.num_rows
-            size += batch.nbytes
-            if count >= rows or size >= nbytes:
-                group = joined()
-                held, count, size = [], 0, 0
-                yield group
+            if sum(b.num_rows for b in held) >= rows or sum(b.nbytes for b in held) >= nbytes:
+                yield taken()
         if held:
-            group = joined()
-            held = []
-            yield group
+            yield taken()
     finally:
         close = getattr(batches, "close", None)
         if close is not None:
