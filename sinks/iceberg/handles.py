@@ -53,10 +53,25 @@ class DataFileEntry:
 
 @dataclass(frozen=True)
 class IcebergHandleDetails(HandleDetails):
-    """The participant's data files and the job."""
+    """The participant's data files and the job.
+
+    Version 1 held each file's pyiceberg record pickled (`record`): such a handle reads as
+    naming its files only, enough to roll it back; its commit is refused."""
+
+    VERSION = 2
 
     files: tuple[DataFileEntry, ...]
     job_id: str = ""
+
+    @classmethod
+    def _upgrade(cls, version: int, data: dict[str, Any]) -> dict[str, Any]:
+        if version == 1 and isinstance(data.get("files"), list):
+            files = [
+                {"path": f.get("path"), "complete": False} if isinstance(f, dict) else f
+                for f in data["files"]
+            ]
+            return {**data, "files": files}
+        return data
 
 
 def file_entry(data_file: DataFile, table: Table) -> DataFileEntry:
