@@ -18,6 +18,7 @@ from durable_sinks.coordinator import Coordinator, prepare_part
 from durable_sinks.core.errors import (
     ConfigError,
     InDoubtError,
+    ParticipantLostError,
     SchemaMismatchError,
     UnreachableError,
 )
@@ -487,3 +488,20 @@ def test_a_handle_is_typed_json_that_appends_to_a_partitioned_table(
     assert nulls.column("id").to_pylist() == [2]
     planned = {str(t.file.file_path) for t in table.scan(row_filter="id == 2").plan_files()}
     assert len(planned) == 1  # the bounds and the partition tuple prune the other files
+
+
+def test_a_decided_participant_whose_file_is_gone_is_data_loss_not_a_commit(
+    catalog: IcebergCatalog,
+) -> None:
+    catalog.create_namespace()
+    catalog.catalog().create_table(("ds", "events"), schema=events([]).schema)
+    sink = opened(catalog)
+    sink.begin_epoch(0)
+    sink.write_batch(events([1]))
+    handle = sink.pre_commit(0)
+    (path,) = paths_of(handle)
+    Path(path.removeprefix("file://")).unlink()  # e.g. an orphan-file cleanup ran meanwhile
+    with pytest.raises(ParticipantLostError, match="data loss"):
+        opened(catalog, generation=2).commit_epoch(0, handle)
+    table = catalog.catalog().load_table(("ds", "events"))
+    assert table.current_snapshot() is None  # nothing was committed
