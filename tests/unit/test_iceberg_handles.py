@@ -3,14 +3,16 @@ pyiceberg records) reads as naming its files only, and a newer one is refused by
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import pytest
 
 from durable_sinks.core.errors import CorruptRecordError
-from durable_sinks.core.protocol import CommitHandle
+from durable_sinks.core.protocol import JSON, CommitHandle
 from durable_sinks.sinks.iceberg.handles import DataFileEntry, IcebergHandleDetails, paths_of
 
 
-def handle(details: dict[str, object]) -> CommitHandle:
+def handle(details: Mapping[str, JSON]) -> CommitHandle:
     return CommitHandle("iceberg", 3, "ds:j:iceberg:3:p0-t1:1-0", 2, 10, "", details)
 
 
@@ -29,7 +31,9 @@ def test_details_read_back_as_written() -> None:
 
 
 def test_a_version_1_handle_names_its_files_only() -> None:
-    old = {"files": [{"path": "file:///w/a.parquet", "size": 5, "rows": 1, "record": "gASV"}]}
+    old: dict[str, JSON] = {
+        "files": [{"path": "file:///w/a.parquet", "size": 5, "rows": 1, "record": "gASV"}]
+    }
     read = IcebergHandleDetails.of(handle(old))
     assert [f.complete for f in read.files] == [False]
     assert paths_of(handle(old)) == ["file:///w/a.parquet"]
