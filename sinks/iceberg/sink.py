@@ -90,7 +90,8 @@ class IcebergSink(SinkBase[Iceberg]):
         self._pending: ParticipantName | None = None
         self._files: list[DataFileEntry] = []
         self._counter: itertools.count[int] = itertools.count(0)
-        #: The table was read by `open` and not since: the first epoch needs no re-read.
+        #: On a worker (one task's part: open, one epoch, close), the table `open` read is
+        #: the epoch's: `begin_epoch` need not read it again.
         self._fresh = False
 
     def _target(self) -> str:
