@@ -91,6 +91,10 @@ def test_inspect_resolve_verify_an_iceberg_sink_after_a_crash(
     steps.close()
     coordinator.close()
 
+    status = run("status")
+    assert status.exit_code == 0, status.output
+    assert "epochs in flight 1" in status.output
+
     inspect = run("inspect")
     assert inspect.exit_code == 0, inspect.output
     assert inspect.output.count("1 data file outside the table") == 2
@@ -111,6 +115,8 @@ def test_inspect_resolve_verify_an_iceberg_sink_after_a_crash(
     assert verify.exit_code == 0, verify.output
     assert "verify passed: epochs 0..1, 2 checks" in verify.output
     assert "20 rows counted" in verify.output
+    doctor = run("doctor", "--read-only")
+    assert doctor.exit_code == 0, doctor.output
 
     table = catalog.catalog().load_table(("ds", "events"))
     first = next(s for s in table.snapshots() if s.summary["durable-sinks.epoch"] == "0")
