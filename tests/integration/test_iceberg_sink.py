@@ -5,6 +5,7 @@ back with pyiceberg scans."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,14 +14,15 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from durable_sinks.coordinator import Coordinator
+from durable_sinks.coordinator import Coordinator, prepare_part
 from durable_sinks.core.errors import (
     ConfigError,
     InDoubtError,
+    ParticipantLostError,
     SchemaMismatchError,
     UnreachableError,
 )
-from durable_sinks.core.protocol import CommitOutcome, OpenContext
+from durable_sinks.core.protocol import CommitHandle, CommitOutcome, OpenContext
 from durable_sinks.manifest import LocalDirectoryStore
 from durable_sinks.sinks import create
 from durable_sinks.sinks.iceberg.handles import IcebergHandleDetails, paths_of
@@ -55,6 +57,12 @@ def coordinator(
     made = Coordinator(job, [sink], LocalDirectoryStore(tmp_path / f"store-{job}"))
     made.start()
     return made
+
+
+def committed(sink: IcebergSink, epoch: int, handle: CommitHandle) -> CommitOutcome:
+    """The participant's commit, then the epoch's (what the coordinator does for one)."""
+    sink.commit_epoch(epoch, handle)
+    return sink.publish_epoch(epoch, [handle])
 
 
 def opened(catalog: IcebergCatalog, job: str = "orders", generation: int = 1) -> IcebergSink:
@@ -94,13 +102,11 @@ def test_a_replayed_commit_and_a_replayed_epoch_are_no_ops(
     sink.write_batch(events([1, 2]))
     handle = sink.pre_commit(0)
     files = IcebergHandleDetails.of(handle).files
-    assert [(f["rows"], f["size"] > 0, f["path"].startswith("file://")) for f in files] == [
-        (2, True, True)
-    ]
-    assert sink.commit_epoch(0, handle) is CommitOutcome.COMMITTED
-    assert sink.commit_epoch(0, handle) is CommitOutcome.ALREADY_COMMITTED
+    assert [(f.rows, f.size > 0, f.path.startswith("file://")) for f in files] == [(2, True, True)]
+    assert committed(sink, 0, handle) is CommitOutcome.COMMITTED
+    assert committed(sink, 0, handle) is CommitOutcome.ALREADY_COMMITTED
     other = opened(catalog, generation=2)  # another process, from the handle alone
-    assert other.commit_epoch(0, handle) is CommitOutcome.ALREADY_COMMITTED
+    assert committed(other, 0, handle) is CommitOutcome.ALREADY_COMMITTED
     assert other.last_committed_epoch() == 0
     assert ids(catalog) == [1, 2]
     first = coordinator(catalog, tmp_path, job="replayed")
@@ -172,7 +178,7 @@ def test_a_commit_of_a_committed_epoch_never_deletes_its_files(catalog: IcebergC
     sink.begin_epoch(0)
     sink.write_batch(events([1]))
     loser = sink.pre_commit(0)
-    sink.commit_epoch(0, winner)
+    committed(sink, 0, winner)
     sink.rollback_epoch(0, winner)  # a wrong rollback of the committed participant: refused
     sink.rollback_epoch(0, loser)  # the losing attempt's files go
     assert ids(catalog) == [1]
@@ -191,14 +197,14 @@ def test_a_stale_writer_is_retried_after_rechecking_the_epoch(
     commit = IcebergSink._commit
     raced: list[int] = []
 
-    def racing(self: IcebergSink, table: Any, epoch: int, files: Any) -> None:
+    def racing(self: IcebergSink, table: Any, epoch: int, files: Any, names: Any) -> None:
         if not raced:  # another writer appends between our read and our commit
             raced.append(epoch)
             catalog.catalog().load_table(("ds", "events")).append(pa.table(events([100])))
-        commit(self, table, epoch, files)
+        commit(self, table, epoch, files, names)
 
     monkeypatch.setattr(IcebergSink, "_commit", racing)
-    assert sink.commit_epoch(0, handle) is CommitOutcome.COMMITTED
+    assert committed(sink, 0, handle) is CommitOutcome.COMMITTED
     assert sink.metrics()["commit_conflicts"] == 1
     assert ids(catalog) == [1, 100]
 
@@ -208,14 +214,14 @@ def test_a_stale_writer_is_retried_after_rechecking_the_epoch(
     handle = sink.pre_commit(1)
     raced.clear()
 
-    def replayed(self: IcebergSink, table: Any, epoch: int, files: Any) -> None:
+    def replayed(self: IcebergSink, table: Any, epoch: int, files: Any, names: Any) -> None:
         if not raced:
             raced.append(epoch)
-            assert opened(catalog, generation=2).commit_epoch(1, handle) is CommitOutcome.COMMITTED
-        commit(self, table, epoch, files)
+            assert committed(opened(catalog, generation=2), 1, handle) is CommitOutcome.COMMITTED
+        commit(self, table, epoch, files, names)
 
     monkeypatch.setattr(IcebergSink, "_commit", replayed)
-    assert sink.commit_epoch(1, handle) is CommitOutcome.ALREADY_COMMITTED
+    assert committed(sink, 1, handle) is CommitOutcome.ALREADY_COMMITTED
     assert ids(catalog) == [1, 2, 100]
 
 
@@ -293,7 +299,7 @@ def test_recovery_hands_back_only_what_the_table_does_not_hold(catalog: IcebergC
     sink.begin_epoch(0)
     sink.write_batch(events([1]))
     winner = sink.pre_commit(0)
-    sink.commit_epoch(0, winner)
+    committed(sink, 0, winner)
     sink.begin_epoch(1)
     sink.write_batch(events([2]))
     pending = sink.pre_commit(1)
@@ -318,18 +324,16 @@ def test_a_commit_whose_outcome_is_unknown_is_in_doubt_and_keeps_its_files(
     handle = sink.pre_commit(0)
     commit = IcebergSink._commit
 
-    def lost_answer(self: IcebergSink, table: Any, epoch: int, files: Any) -> None:
-        commit(self, table, epoch, files)  # the catalog took it, the answer never came
+    def lost_answer(self: IcebergSink, table: Any, epoch: int, files: Any, names: Any) -> None:
+        commit(self, table, epoch, files, names)  # the catalog took it, the answer never came
         raise ConnectionResetError("connection reset by peer")
 
     monkeypatch.setattr(IcebergSink, "_commit", lost_answer)
     with pytest.raises(InDoubtError):
-        sink.commit_epoch(0, handle)
+        committed(sink, 0, handle)
     monkeypatch.setattr(IcebergSink, "_commit", commit)
     assert len(catalog.data_files()) == 1
-    assert opened(catalog, generation=2).commit_epoch(0, handle) is (
-        CommitOutcome.ALREADY_COMMITTED
-    )
+    assert committed(opened(catalog, generation=2), 0, handle) is (CommitOutcome.ALREADY_COMMITTED)
     assert ids(catalog) == [1]
 
 
@@ -350,7 +354,7 @@ def test_a_partitioned_table_gets_files_per_partition(catalog: IcebergCatalog) -
     sink.write_batch(batch)
     handle = sink.pre_commit(0)
     assert sorted("day=" in p for p in paths_of(handle)) == [True, True]
-    sink.commit_epoch(0, handle)
+    committed(sink, 0, handle)
     table = catalog.catalog().load_table(("ds", "events"))
     assert table.spec().fields[0].source_id == day
     d1 = table.scan(row_filter="day == 'd1'").to_arrow()
@@ -371,15 +375,133 @@ def test_a_commit_that_keeps_losing_races_stops_at_the_bound(
     commit = IcebergSink._commit
     others = iter(range(100, 200))
 
-    def always_raced(self: IcebergSink, table: Any, epoch: int, files: Any) -> None:
+    def always_raced(self: IcebergSink, table: Any, epoch: int, files: Any, names: Any) -> None:
         catalog.catalog().load_table(("ds", "events")).append(pa.table(events([next(others)])))
-        commit(self, table, epoch, files)
+        commit(self, table, epoch, files, names)
 
     monkeypatch.setattr(IcebergSink, "_commit", always_raced)
     with pytest.raises(CommitConflictError, match="lost the race with other writers 3 times"):
-        sink.commit_epoch(0, handle)
+        committed(sink, 0, handle)
     assert sink.metrics()["commit_conflicts"] == 3
     assert ids(catalog) == [100, 101, 102]  # nothing of the epoch
     monkeypatch.setattr(IcebergSink, "_commit", commit)
-    assert sink.commit_epoch(0, handle) is CommitOutcome.COMMITTED  # the retry of the epoch
+    assert committed(sink, 0, handle) is CommitOutcome.COMMITTED  # the retry of the epoch
     assert ids(catalog) == [1, 100, 101, 102]
+
+
+def test_executor_parts_are_one_commit_and_losing_attempts_are_deleted(
+    catalog: IcebergCatalog, tmp_path: Path
+) -> None:
+    catalog.create_namespace()
+    catalog.catalog().create_table(("ds", "events"), schema=events([]).schema)
+
+    def build() -> list[Any]:
+        return [create("iceberg", catalog.sink_options())]
+
+    def prepare(epoch: int, parts: dict[str, list[int]], losers: dict[str, list[int]]) -> Any:
+        def run(generation: int) -> list[CommitHandle]:
+            winners = []
+            for part, rows in parts.items():
+                winners += prepare_part("orders", generation, epoch, part, build, [events(rows)])
+            for part, rows in losers.items():  # a failed or speculative twin of a part
+                prepare_part("orders", generation, epoch, part, build, [events(rows)])
+            return winners
+
+        return run
+
+    store = tmp_path / "store"
+    job = Coordinator("orders", build(), LocalDirectoryStore(store), executor_mode=True)
+    job.start()
+    job.run_distributed_epoch(0, prepare(0, {"p0-t0": [1, 2], "p1-t1": [3]}, {"p1-t2": [3]}))
+    job.run_distributed_epoch(1, prepare(1, {"p0-t3": [4]}, {}))
+    assert ids(catalog) == [1, 2, 3, 4]
+    table = catalog.catalog().load_table(("ds", "events"))
+    summaries = [s.summary for s in table.snapshots() if s.summary is not None]
+    assert [s.get("durable-sinks.epoch") for s in summaries] == ["0", "1"]
+    assert len(json.loads(summaries[0]["durable-sinks.participants"])) == 2
+    assert len(catalog.data_files()) == 3  # the losing twin's file is gone
+
+    # A driver that dies after its tasks prepared: the next start rolls the parts back, and
+    # the replayed epoch lands once.
+    steps = job.distributed_epoch_steps(2, prepare(2, {"p0-t4": [5], "p1-t5": [6]}, {}))
+    while next(steps) != "after-prepare":
+        pass
+    assert len(catalog.data_files()) == 5
+    again = Coordinator("orders", build(), LocalDirectoryStore(store), executor_mode=True)
+    report = again.start()
+    assert len(report.rolled_back) == 2
+    assert len(catalog.data_files()) == 3
+    again.run_distributed_epoch(2, prepare(2, {"p0-t6": [5], "p1-t7": [6]}, {}))
+    again.close()
+    assert ids(catalog) == [1, 2, 3, 4, 5, 6]
+    assert len(catalog.data_files()) == 5
+
+
+def test_a_handle_is_typed_json_that_appends_to_a_partitioned_table(
+    catalog: IcebergCatalog,
+) -> None:
+    from decimal import Decimal
+
+    from pyiceberg.transforms import IdentityTransform
+
+    catalog.create_namespace()
+    schema = pa.schema(
+        [
+            ("id", pa.int64()),
+            ("at", pa.timestamp("us")),
+            ("kind", pa.string()),
+            ("price", pa.decimal128(9, 2)),
+            ("day", pa.date32()),
+        ]
+    )
+    made = catalog.catalog().create_table(("ds", "events"), schema=schema)
+    with made.update_spec() as spec:
+        spec.add_field("at", IdentityTransform(), "at")
+        spec.add_field("kind", IdentityTransform(), "kind")
+        spec.add_field("price", IdentityTransform(), "price")
+        spec.add_field("day", IdentityTransform(), "day")
+    rows = pa.table(
+        {
+            "id": [1, 2, 3],
+            "at": pa.array(
+                [1_700_000_000_000_000, 1_700_100_000_000_000, None], pa.timestamp("us")
+            ),
+            "kind": ["a", None, "a"],
+            "price": pa.array([Decimal("1.50"), Decimal("2.00"), Decimal("1.50")], schema[3].type),
+            "day": pa.array([19000, 19001, 19000], pa.date32()),
+        },
+        schema=schema,
+    )
+    sink = opened(catalog)
+    sink.begin_epoch(0)
+    sink.write_batch(rows.to_batches()[0])
+    handle = CommitHandle.from_json(
+        json.loads(sink.pre_commit(0).dumps())
+    )  # through JSON, as a task returns it
+    assert "record" not in handle.dumps()
+    later = opened(catalog, generation=2)  # another process commits from the handle alone
+    assert committed(later, 0, handle) is CommitOutcome.COMMITTED
+    table = catalog.catalog().load_table(("ds", "events"))
+    assert table.scan().to_arrow().num_rows == 3
+    assert table.scan(row_filter="kind == 'a'").to_arrow().column("id").to_pylist() == [1, 3]
+    nulls = table.scan(row_filter="kind is null").to_arrow()
+    assert nulls.column("id").to_pylist() == [2]
+    planned = {str(t.file.file_path) for t in table.scan(row_filter="id == 2").plan_files()}
+    assert len(planned) == 1  # the bounds and the partition tuple prune the other files
+
+
+def test_a_decided_participant_whose_file_is_gone_is_data_loss_not_a_commit(
+    catalog: IcebergCatalog,
+) -> None:
+    catalog.create_namespace()
+    catalog.catalog().create_table(("ds", "events"), schema=events([]).schema)
+    sink = opened(catalog)
+    sink.begin_epoch(0)
+    sink.write_batch(events([1]))
+    handle = sink.pre_commit(0)
+    (path,) = paths_of(handle)
+    Path(path.removeprefix("file://")).unlink()  # e.g. an orphan-file cleanup ran meanwhile
+    with pytest.raises(ParticipantLostError, match="data loss"):
+        opened(catalog, generation=2).commit_epoch(0, handle)
+    table = catalog.catalog().load_table(("ds", "events"))
+    assert table.current_snapshot() is None  # nothing was committed
