@@ -24,6 +24,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from psycopg import sql
 
 from tests.services import (
+    IcebergRestEndpoint,
     KafkaEndpoint,
     PostgresEndpoint,
     S3Endpoint,
@@ -88,6 +89,14 @@ def kafka(testbed: Testbed) -> KafkaEndpoint:
 def s3(testbed: Testbed) -> S3Endpoint:
     up(["s3"], testbed)
     return testbed.s3.endpoint()
+
+
+@pytest.fixture(scope="session")
+def iceberg_rest(testbed: Testbed) -> IcebergRestEndpoint:
+    """SeaweedFS's Iceberg REST catalog (the `s3` server's), its warehouse an S3 Tables
+    bucket on the same gateway."""
+    up(["s3"], testbed)
+    return testbed.s3.iceberg_endpoint()
 
 
 @pytest.fixture(scope="session")
