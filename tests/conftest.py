@@ -23,6 +23,7 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 from psycopg import sql
 
+from durable_sinks.testing import EXAMPLES_ENV
 from tests.services import (
     IcebergRestEndpoint,
     KafkaEndpoint,
@@ -273,6 +274,13 @@ def pytest_collection_modifyitems(
         dropped = [item for item in items if item.get_closest_marker("fault_tier")]
         if dropped:
             items[:] = [item for item in items if not item.get_closest_marker("fault_tier")]
+            config.hook.pytest_deselected(items=dropped)
+    if not os.environ.get(EXAMPLES_ENV):
+        # Conformance scenarios too long for the default suite's budget (`crash_tier` mark)
+        # run where the examples count is given: `make test-crash`.
+        dropped = [item for item in items if item.get_closest_marker("crash_tier")]
+        if dropped:
+            items[:] = [item for item in items if not item.get_closest_marker("crash_tier")]
             config.hook.pytest_deselected(items=dropped)
     yield
     mark_groups(config, items)
