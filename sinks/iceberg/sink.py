@@ -103,7 +103,8 @@ class IcebergSink(SinkBase[Iceberg]):
                 job=context.job_id,
                 sink=self.name,
                 fix=f"create it first (pyiceberg: catalog.create_namespace({config.namespace!r}); "
-                f"Spark SQL: CREATE NAMESPACE {config.namespace})",
+                f"Spark SQL: CREATE NAMESPACE {config.namespace}), or check the catalog's "
+                "warehouse (a REST catalog serves the namespaces of the warehouse it is given)",
             ) from exc.__cause__
         try:
             self._table = self._client_call(
@@ -123,6 +124,12 @@ class IcebergSink(SinkBase[Iceberg]):
             )
         if self._table is not None:
             self._last_committed = self._committed_epoch(self._table)
+            table = self._table
+            # The table's storage, reached with the FileIO's own settings (endpoint, keys):
+            # what recovery lists, so that wrong storage settings are refused here.
+            self._client_call(
+                lambda: next(iter(self._data_files(table)), None), "list the table's data files"
+            )
 
     def close(self) -> None:
         self._files = []
@@ -146,6 +153,8 @@ class IcebergSink(SinkBase[Iceberg]):
             NoSuchNamespaceError,
             NoSuchTableError,
             OAuthError,
+            RESTError,
+            ServerError,
             UnauthorizedError,
         )
 
@@ -160,10 +169,32 @@ class IcebergSink(SinkBase[Iceberg]):
             return CommitConflictError(text, **where, fix="another writer committed meanwhile")
         if step.in_doubt is not None or isinstance(exc, CommitStateUnknownException):
             return InDoubtError(text, **where, fix=step.in_doubt)
+        if isinstance(exc, RESTError) and step.action == "load the catalog":
+            return ConfigError(
+                text,
+                **where,
+                fix="the uri does not answer as an Iceberg REST catalog: give the catalog's "
+                "base URL (e.g. http://host:8181, SeaweedFS's -s3.port.iceberg), not the S3 "
+                "gateway's or another server's",
+            )
+        if isinstance(exc, ServerError):
+            return TransientError(text, **where, fix="the catalog's server failed; it is retried")
         kind = _failure_kind(exc)
         if kind == "config":
             return ConfigError(
                 text, **where, fix="check the catalog's properties (its uri and warehouse)"
+            )
+        if kind == "storage-config":
+            return ConfigError(
+                text,
+                **where,
+                fix="the table's storage refused these settings: check the catalog's FileIO "
+                "properties (s3.endpoint, s3.access-key-id, s3.secret-access-key, s3.region) "
+                "and that the keys may read and write the table's location",
+            )
+        if kind == "storage-unreachable":
+            return UnreachableError(
+                text, **where, fix="check that the table's storage (s3.endpoint) answers"
             )
         if kind == "unreachable":
             return UnreachableError(text, **where, fix="check that the catalog's server answers")
@@ -509,9 +540,20 @@ def _castable(given: Any, wanted: Any) -> bool:
     return False
 
 
+#: pyarrow's S3 errors that settings, not time, will cure (its `AWS Error <CODE>` texts).
+_S3_REFUSALS = (
+    "ACCESS_DENIED",
+    "SIGNATURE_DOES_NOT_MATCH",
+    "INVALID_ACCESS_KEY_ID",
+    "NO_SUCH_BUCKET",
+    "UNRECOGNIZED_CLIENT",
+)
+
+
 def _failure_kind(exc: Exception) -> str | None:
     """ "config" for a catalog URI or driver that cannot work, "unreachable" for a server
-    that does not answer, else None."""
+    that does not answer, "storage-config" for S3 that refuses the FileIO's settings,
+    "storage-unreachable" for S3 that does not answer, else None."""
     module = type(exc).__module__
     name = type(exc).__name__
     if module.startswith("sqlalchemy"):
@@ -524,6 +566,12 @@ def _failure_kind(exc: Exception) -> str | None:
             return "unreachable"
     if module.startswith(("requests", "urllib3")) and "Connection" in name:
         return "unreachable"
+    if isinstance(exc, OSError) and "AWS Error" in str(exc):  # pyarrow's S3 filesystem
+        text = str(exc)
+        if any(code in text for code in _S3_REFUSALS):
+            return "storage-config"
+        if "NETWORK_CONNECTION" in text:
+            return "storage-unreachable"
     if isinstance(exc, (ConnectionError, TimeoutError)):
         return "unreachable"
     return None
