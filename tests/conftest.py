@@ -97,7 +97,7 @@ def iceberg_rest(testbed: Testbed) -> IcebergRestEndpoint:
     """SeaweedFS's Iceberg REST catalog (the `s3` server's), its warehouse an S3 Tables
     bucket on the same gateway."""
     up(["s3"], testbed)
-    return testbed.s3.iceberg_endpoint()
+    return testbed.s3.catalog_endpoint()
 
 
 @pytest.fixture(scope="session")

@@ -163,13 +163,18 @@ class IcebergSink(SinkBase[Iceberg]):
         text = _hide_secrets(text, self.config)
         if isinstance(exc, (NoSuchNamespaceError, NoSuchTableError)):
             return ConfigError(text, **where, fix="check the catalog, namespace and table")
-        if isinstance(exc, (OAuthError, UnauthorizedError, ForbiddenError)):
+        foreign = isinstance(exc, RESTError) and _NOT_REST in str(exc)  # not a catalog's answer
+        if isinstance(exc, (OAuthError, UnauthorizedError, ForbiddenError)) and not foreign:
             return ConfigError(text, **where, fix="check the catalog's credentials")
         if isinstance(exc, CommitFailedException):
             return CommitConflictError(text, **where, fix="another writer committed meanwhile")
         if step.in_doubt is not None or isinstance(exc, CommitStateUnknownException):
             return InDoubtError(text, **where, fix=step.in_doubt)
-        if isinstance(exc, RESTError) and step.action == "load the catalog":
+        if foreign or (
+            isinstance(exc, RESTError)
+            and not isinstance(exc, ServerError)
+            and step.action == "load the catalog"
+        ):
             return ConfigError(
                 text,
                 **where,
@@ -540,6 +545,8 @@ def _castable(given: Any, wanted: Any) -> bool:
     return False
 
 
+#: pyiceberg's words for an answer that is not an Iceberg REST catalog's JSON.
+_NOT_REST = "unexpected JSON Payload"
 #: pyarrow's S3 errors that settings, not time, will cure (its `AWS Error <CODE>` texts).
 _S3_REFUSALS = (
     "ACCESS_DENIED",

@@ -515,6 +515,7 @@ def rest_catalog(iceberg_rest: IcebergRestEndpoint) -> Iterator[RestIcebergCatal
     [
         ("unreachable uri", UnreachableError, "catalog's server answers"),
         ("not a catalog", ConfigError, "does not answer as an Iceberg REST catalog"),
+        ("not a catalog, nor its tokens", ConfigError, "does not answer as an Iceberg REST"),
         ("wrong credential", ConfigError, "catalog's credentials"),
         ("no credential", ConfigError, "catalog's credentials"),
         ("wrong S3 secret", ConfigError, "s3.secret-access-key"),
@@ -533,6 +534,10 @@ def test_bad_rest_catalog_settings_are_refused_at_start_with_nothing_written(
     settings: dict[str, dict[str, str | None]] = {
         "unreachable uri": {"uri": "http://127.0.0.1:1"},
         "not a catalog": {"uri": endpoint.s3.endpoint_url},
+        "not a catalog, nor its tokens": {
+            "uri": endpoint.s3.endpoint_url,
+            "oauth2-server-uri": f"{endpoint.s3.endpoint_url}/v1/oauth/tokens",
+        },
         "wrong credential": {"credential": f"{endpoint.s3.access_key_id}:not-the-secret"},
         "no credential": {"credential": None},
         "wrong S3 secret": {"s3.secret-access-key": "not-the-secret"},

@@ -131,6 +131,7 @@ class IcebergRestEndpoint:
             "uri": self.uri,
             "warehouse": self.warehouse,
             "credential": self.credential,
+            "oauth2-server-uri": f"{self.uri}/v1/oauth/tokens",
             "s3.endpoint": self.s3.endpoint_url,
             "s3.region": self.s3.region,
             "s3.access-key-id": self.s3.access_key_id,

@@ -19,6 +19,7 @@ from typing import Any
 from ._layout import Layout
 from ._process import (
     ServiceError,
+    port_accepts,
     require_free_ports,
     start_daemon,
     wait_until,
@@ -74,7 +75,8 @@ class S3(Daemon):
         )
 
     def up(self) -> None:
-        if self.pid() is None:
+        started = self.pid() is None
+        if started:
             require_free_ports(NAME, self.ports())
             self._start()
         wait_until(
@@ -98,6 +100,8 @@ class S3(Daemon):
             log=self.log,
             alive=lambda: self.pid() is not None,
         )
+        if not started and not port_accepts(self.layout.s3.iceberg):
+            return  # a server started without the catalog: `catalog_endpoint` says so
         wait_until(
             NAME,
             self._catalog_answers,
@@ -117,6 +121,19 @@ class S3(Daemon):
             s3=plain,
             credential=f"{plain.access_key_id}:{plain.secret_access_key}",
         )
+
+    def catalog_endpoint(self) -> IcebergRestEndpoint:
+        """`iceberg_endpoint()` of a running server whose catalog answers (after `up`); a
+        server started before the test bed served the catalog is a ServiceError naming the
+        restart that fixes it."""
+        if not port_accepts(self.layout.s3.iceberg):
+            raise ServiceError(
+                NAME,
+                f"nothing listens on the Iceberg REST catalog's port {self.layout.s3.iceberg}: "
+                "this SeaweedFS was started without it; restart it "
+                "(`python -m tests.services down s3 && python -m tests.services up s3`)",
+            )
+        return self.iceberg_endpoint()
 
     def _catalog_answers(self) -> bool:
         """An OAuth token for the test bed's user, then the table bucket's namespaces listed
