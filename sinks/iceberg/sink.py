@@ -125,10 +125,11 @@ class IcebergSink(SinkBase[Iceberg]):
         if self._table is not None:
             self._last_committed = self._committed_epoch(self._table)
             table = self._table
-            # The table's storage, reached with the FileIO's own settings (endpoint, keys):
-            # what recovery lists, so that wrong storage settings are refused here.
+            # The table's storage, asked once with the FileIO's own settings (endpoint, keys),
+            # so that settings it refuses are refused here, before anything is written.
             self._client_call(
-                lambda: next(iter(self._data_files(table)), None), "list the table's data files"
+                lambda: _pyiceberg.reach(table),
+                "reach the table's storage",
             )
 
     def close(self) -> None:
