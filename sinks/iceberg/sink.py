@@ -518,7 +518,9 @@ class IcebergSink(SinkBase[Iceberg]):
         return {str(task.file.file_path) for task in table.scan().plan_files()}
 
     def _data_files(self, table: Table) -> Iterator[str]:
-        return _pyiceberg.list_files(table, table.location().rstrip("/") + "/data")
+        """The files under the folder the table's data files are written to: `<location>/data`,
+        or the table's `write.data.path`."""
+        return _pyiceberg.list_files(table, table.location_provider().data_path)
 
 
 def _castable(given: Any, wanted: Any) -> bool:

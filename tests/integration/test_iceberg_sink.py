@@ -327,6 +327,26 @@ def test_recovery_hands_back_only_what_the_table_does_not_hold(catalog: CatalogU
     assert len(catalog.data_locations()) == 1
 
 
+def test_recovery_finds_the_files_where_the_table_writes_them(sql_catalog: IcebergCatalog) -> None:
+    """A table whose `write.data.path` is not `<location>/data`: recovery lists that folder."""
+    catalog = sql_catalog
+    catalog.create_namespace()
+    elsewhere = f"file://{catalog.warehouse}/elsewhere"
+    catalog.catalog().create_table(
+        catalog.identifier(), schema=events([]).schema, properties={"write.data.path": elsewhere}
+    )
+    sink = opened(catalog)
+    sink.begin_epoch(0)
+    sink.write_batch(events([1]))
+    pending = sink.pre_commit(0)
+    assert all(p.startswith(elsewhere) for p in paths_of(pending))
+    later = opened(catalog, generation=2)
+    found = later.recover_prepared()
+    assert [h.participant for h in found] == [pending.participant]
+    later.rollback_epoch(0, found[0])
+    assert catalog.data_locations() == []
+
+
 def test_a_commit_whose_outcome_is_unknown_is_in_doubt_and_keeps_its_files(
     catalog: CatalogUnderTest, monkeypatch: pytest.MonkeyPatch
 ) -> None:
