@@ -10,6 +10,8 @@
   epoch would land twice; the sink retries itself, re-checking the epoch first.
 - `list_files`: the files under a folder of the table's location (recovery of half-written
   participants; pyiceberg's FileIO has no listing).
+- `reach`: one request to the table's storage with the FileIO's own settings (endpoint,
+  keys), so that settings the storage refuses show at start.
 """
 
 from __future__ import annotations
@@ -69,3 +71,16 @@ def list_files(table: Table, folder: str) -> Iterator[str]:
     for info in fs.get_file_info(FileSelector(path, recursive=True, allow_not_found=True)):
         if info.type == FileType.File:
             yield f"{prefix}{info.path}" if prefix else f"file://{info.path}"
+
+
+def reach(table: Table) -> None:
+    """Ask the storage once for the table's current metadata file (an object that exists: an
+    S3 table bucket answers 403, not 404, for a key that does not): an OSError when it
+    refuses the FileIO's settings or does not answer."""
+    from pyiceberg.io.pyarrow import PyArrowFileIO
+
+    io = table.io
+    if not isinstance(io, PyArrowFileIO):
+        return
+    scheme, netloc, path = PyArrowFileIO.parse_location(table.metadata_location, io.properties)
+    io.fs_by_scheme(scheme, netloc).get_file_info(path)

@@ -124,7 +124,8 @@ class IcebergSink(SinkBase[Iceberg]):
                 job=context.job_id,
                 sink=self.name,
                 fix=f"create it first (pyiceberg: catalog.create_namespace({config.namespace!r}); "
-                f"Spark SQL: CREATE NAMESPACE {config.namespace})",
+                f"Spark SQL: CREATE NAMESPACE {config.namespace}), or check the catalog's "
+                "warehouse (a REST catalog serves the namespaces of the warehouse it is given)",
             ) from exc.__cause__
         try:
             self._table = self._client_call(
@@ -145,6 +146,15 @@ class IcebergSink(SinkBase[Iceberg]):
         if self._table is not None:
             self._last_committed = self._committed_epoch(self._table)
             self._fresh = context.worker
+            if not context.worker:
+                table = self._table
+                # The table's storage, asked once with the FileIO's own settings (endpoint,
+                # keys), so that settings it refuses are refused here, before anything is
+                # written. A task's open skips it: the driver's open already asked.
+                self._client_call(
+                    lambda: _pyiceberg.reach(table),
+                    "reach the table's storage",
+                )
 
     def close(self) -> None:
         self._files = []
@@ -168,6 +178,8 @@ class IcebergSink(SinkBase[Iceberg]):
             NoSuchNamespaceError,
             NoSuchTableError,
             OAuthError,
+            RESTError,
+            ServerError,
             UnauthorizedError,
         )
 
@@ -176,16 +188,43 @@ class IcebergSink(SinkBase[Iceberg]):
         text = _hide_secrets(text, self.config)
         if isinstance(exc, (NoSuchNamespaceError, NoSuchTableError)):
             return ConfigError(text, **where, fix="check the catalog, namespace and table")
-        if isinstance(exc, (OAuthError, UnauthorizedError, ForbiddenError)):
+        foreign = isinstance(exc, RESTError) and _NOT_REST in str(exc)  # not a catalog's answer
+        if isinstance(exc, (OAuthError, UnauthorizedError, ForbiddenError)) and not foreign:
             return ConfigError(text, **where, fix="check the catalog's credentials")
         if isinstance(exc, CommitFailedException):
             return CommitConflictError(text, **where, fix="another writer committed meanwhile")
         if step.in_doubt is not None or isinstance(exc, CommitStateUnknownException):
             return InDoubtError(text, **where, fix=step.in_doubt)
+        if foreign or (
+            isinstance(exc, RESTError)
+            and not isinstance(exc, ServerError)
+            and step.action == "load the catalog"
+        ):
+            return ConfigError(
+                text,
+                **where,
+                fix="the uri does not answer as an Iceberg REST catalog: give the catalog's "
+                "base URL (e.g. http://host:8181, SeaweedFS's -s3.port.iceberg), not the S3 "
+                "gateway's or another server's",
+            )
+        if isinstance(exc, ServerError):
+            return TransientError(text, **where, fix="the catalog's server failed; it is retried")
         kind = _failure_kind(exc)
         if kind == "config":
             return ConfigError(
                 text, **where, fix="check the catalog's properties (its uri and warehouse)"
+            )
+        if kind == "storage-config":
+            return ConfigError(
+                text,
+                **where,
+                fix="the table's storage refused these settings: check the catalog's FileIO "
+                "properties (s3.endpoint, s3.access-key-id, s3.secret-access-key, s3.region) "
+                "and that the keys may read and write the table's location",
+            )
+        if kind == "storage-unreachable":
+            return UnreachableError(
+                text, **where, fix="check that the table's storage (s3.endpoint) answers"
             )
         if kind == "unreachable":
             return UnreachableError(text, **where, fix="check that the catalog's server answers")
@@ -601,7 +640,9 @@ class IcebergSink(SinkBase[Iceberg]):
         return {str(task.file.file_path) for task in table.scan().plan_files()}
 
     def _data_files(self, table: Table) -> Iterator[str]:
-        return _pyiceberg.list_files(table, table.location().rstrip("/") + "/data")
+        """The files under the folder the table's data files are written to: `<location>/data`,
+        or the table's `write.data.path`."""
+        return _pyiceberg.list_files(table, table.location_provider().data_path)
 
 
 def _castable(given: Any, wanted: Any) -> bool:
@@ -629,9 +670,22 @@ def _castable(given: Any, wanted: Any) -> bool:
     return False
 
 
+#: pyiceberg's words for an answer that is not an Iceberg REST catalog's JSON.
+_NOT_REST = "unexpected JSON Payload"
+#: pyarrow's S3 errors that settings, not time, will cure (its `AWS Error <CODE>` texts).
+_S3_REFUSALS = (
+    "ACCESS_DENIED",
+    "SIGNATURE_DOES_NOT_MATCH",
+    "INVALID_ACCESS_KEY_ID",
+    "NO_SUCH_BUCKET",
+    "UNRECOGNIZED_CLIENT",
+)
+
+
 def _failure_kind(exc: Exception) -> str | None:
     """ "config" for a catalog URI or driver that cannot work, "unreachable" for a server
-    that does not answer, else None."""
+    that does not answer, "storage-config" for S3 that refuses the FileIO's settings,
+    "storage-unreachable" for S3 that does not answer, else None."""
     module = type(exc).__module__
     name = type(exc).__name__
     if module.startswith("sqlalchemy"):
@@ -644,6 +698,12 @@ def _failure_kind(exc: Exception) -> str | None:
             return "unreachable"
     if module.startswith(("requests", "urllib3")) and "Connection" in name:
         return "unreachable"
+    if isinstance(exc, OSError) and "AWS Error" in str(exc):  # pyarrow's S3 filesystem
+        text = str(exc)
+        if any(code in text for code in _S3_REFUSALS):
+            return "storage-config"
+        if "NETWORK_CONNECTION" in text:
+            return "storage-unreachable"
     if isinstance(exc, (ConnectionError, TimeoutError)):
         return "unreachable"
     return None
