@@ -1,0 +1,76 @@
+"""Spark's own Iceberg runtime, for reading the Iceberg sink's tables with an independent reader
+and for benchmarking beside Spark's Iceberg streaming sink.
+
+Maven Central has no `iceberg-spark-runtime` for the main lane's Spark (4.2); the 4.1 runtime
+fails on pyspark 4.2 and works with pyspark 4.1. So this is an interpreter of its own: a
+virtualenv with pyspark 4.1.4 and the checkout's dev extras (the `iceberg` extra among them),
+built by the compatibility lanes' builder (tests/services/compat.py, cached by digest under
+`<cache>/compat/iceberg-spark-<digest>`), plus the jars Spark's Iceberg catalog needs, from
+Maven Central (maven/spark-iceberg-4.1.xml, cached under `<cache>/maven/`):
+
+    iceberg-spark-runtime-4.1_2.13   the catalog, reader and streaming sink
+    iceberg-aws-bundle               S3FileIO, for tables on S3 (the REST catalog's warehouse)
+    postgresql                       Iceberg's JdbcCatalog on the test bed's Postgres
+
+It is not a compatibility lane (`make test-compat` does not run the Spark tests in it): only
+the Iceberg reader (tests/support/iceberg_spark_reader.py) and benchmarks/iceberg_spark.py use
+it. Inside that interpreter `Spark(layout).session()` puts these jars on the classpath (its
+pom is the one for pyspark's 4.1 line, tests/services/spark.py). Both are set-up steps: `up`
+builds what is missing and starts nothing; `down` has nothing to stop.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ._layout import Layout
+from ._maven import classpath, require_java
+from ._service import Status
+from ._steps import is_complete
+from .compat import CompatLanes, Lane
+
+NAME = "iceberg-spark"
+#: The interpreter: the main venv's Python line, the newest pyspark Maven Central has an
+#: Iceberg runtime for.
+LANE = Lane(NAME, "3.11", "4.1.4")
+#: The jars, by the pom that lists them (the pom of pyspark's 4.1 line in tests/services/spark.py).
+POM = "spark-iceberg-4.1.xml"
+
+
+class IcebergSpark:
+    """The interpreter and jars, as a set-up step of the test bed (`python -m tests.services up
+    iceberg-spark`)."""
+
+    name = NAME
+
+    def __init__(self, layout: Layout) -> None:
+        self.layout = layout
+        self.lanes = CompatLanes(layout)
+
+    def python(self) -> Path:
+        """The interpreter with pyspark 4.1.4 (its virtualenv's `bin/python`), built if need
+        be. The durable-sinks installed in it is whatever was last installed (see
+        compat.install_wheel); the reader needs none of it."""
+        return self.lanes.python(LANE)
+
+    def jars(self) -> Path:
+        """The folder of Spark's Iceberg jars, fetched if need be."""
+        return classpath(NAME, POM, self.layout.cache)
+
+    # -- the Service protocol ---------------------------------------------------------------
+
+    def up(self) -> None:
+        require_java(NAME)
+        self.jars()
+        self.python()
+
+    def down(self) -> None:
+        """Nothing runs between uses."""
+
+    def reset(self) -> None:
+        """Nothing of the test bed's data lives here; the cached builds are kept."""
+
+    def status(self) -> Status:
+        built = is_complete(self.lanes.folder(LANE))
+        detail = f"{LANE.describe()}, jars of maven/{POM} ({'ready' if built else 'not built'})"
+        return Status(NAME, built, None, detail, ())
