@@ -24,7 +24,10 @@ backward, ...):
   sink: each task writes its partition's files, the driver commits one snapshot per batch,
   skipping epochs its snapshots already record);
 - floor: a foreachBatch that only streams the batch to the driver as Arrow (what driver mode
-  reads with) and drops it.
+  reads with) and drops it;
+- iceberg-ours-whole-batch (diagnostic, on request): ours with driver mode handing the sink
+  the whole batch as one group (the sink writes each group it is handed as data files of
+  their own; by default a group is about 32,768 rows).
 Each variant first runs once on one micro-batch of the first size (class loading, JIT).
 Every run is checked: Spark's progress shows every batch and its rows; Spark's Iceberg reader
 reads back exactly the rows written, distinct ids; one snapshot per batch (ours: each naming
@@ -55,6 +58,7 @@ from benchmarks.spark_end_to_end import (
     report_phases,
     write_source,
 )
+from durable_sinks.spark import _arrow
 
 #: The Iceberg table properties both sinks write under.
 TABLE_PROPERTIES = {
@@ -66,9 +70,12 @@ TABLE_PROPERTIES = {
 }
 ICEBERG_VARIANTS = {
     "iceberg-ours": "iceberg, ours exactly-once (driver mode)",
+    "iceberg-ours-whole-batch": "iceberg, ours, the batch handed to the sink as one group",
     "iceberg-spark": "iceberg, Spark's Iceberg streaming sink",
     "floor": "floor: foreachBatch streaming the batch as Arrow only",
 }
+#: What runs unless `--variants` says otherwise (the rest are diagnostics).
+DEFAULT_VARIANTS = ("iceberg-ours", "iceberg-spark", "floor")
 PEER = "iceberg-spark"
 OURS = "iceberg-ours"
 NAMESPACE = "bench"
@@ -106,7 +113,7 @@ def main() -> None:
     parser.add_argument("--settle", type=float, default=1.0, help="seconds of rest before a run")
     parser.add_argument("--timeout", type=float, default=600.0, help="per query, seconds")
     parser.add_argument("--driver-memory", default="1g")
-    parser.add_argument("--variants", default=",".join(ICEBERG_VARIANTS))
+    parser.add_argument("--variants", default=",".join(DEFAULT_VARIANTS))
     parser.add_argument("--chart", type=Path, help="also draw the per-batch ratios into this PNG")
     args = parser.parse_args()
     variants = [v for v in args.variants.split(",") if v]
@@ -155,6 +162,11 @@ def run(args: argparse.Namespace, variants: list[str]) -> None:
         shutil.rmtree(work, ignore_errors=True)
     for size in sizes:
         report(size, runs[size], args)
+        files = {v: bench.files.get((size, v)) for v in variants if v != "floor"}
+        print(
+            "data files per micro-batch, median over runs: "
+            + ", ".join(f"{v} {statistics.median(n):.1f}" for v, n in files.items() if n)
+        )
     if args.chart is not None:
         chart(runs, args)
     print(f"whole script: {time.perf_counter() - began:.0f} s")
@@ -182,6 +194,8 @@ class IcebergBench:
             f"spark.sql.catalog.{self.catalog.name}.cache-enabled": "false",
         }
         self.spark = testbed.spark.session("bench-iceberg", **settings)
+        #: Data files per micro-batch of each run, by (rows per micro-batch, variant).
+        self.files: dict[tuple[int, str], list[float]] = {}
         self.spark.sparkContext.setLogLevel("ERROR")
         self.bench = Bench(
             self.spark,
@@ -207,7 +221,24 @@ class IcebergBench:
             f"CREATE TABLE {name} (id BIGINT, body STRING, score DOUBLE, at TIMESTAMP) "
             f"USING iceberg TBLPROPERTIES ({properties})"
         )
-        if variant == OURS:
+        if variant == "iceberg-ours-whole-batch":
+            # Diagnostic: driver mode hands the sink the whole batch as one group (one
+            # write_batch, so pyiceberg writes it as few files as the target size allows)
+            # instead of groups of GROUP_ROWS rows, each written as files of its own.
+            saved = _arrow.GROUP_ROWS, _arrow.GROUP_BYTES
+            _arrow.GROUP_ROWS, _arrow.GROUP_BYTES = 2**40, 2**40
+            try:
+                done = self.bench.ours(
+                    source,
+                    rows,
+                    batches,
+                    "iceberg",
+                    decision_store=str(self.work / f"decisions-{table}"),
+                    **self.catalog.sink_options(table, namespace=NAMESPACE),
+                )
+            finally:
+                _arrow.GROUP_ROWS, _arrow.GROUP_BYTES = saved
+        elif variant == OURS:
             done = self.bench.ours(
                 source,
                 rows,
@@ -231,13 +262,14 @@ class IcebergBench:
             )
         else:
             raise ValueError(variant)
-        self.check(name, rows, batches, ours=variant == OURS)
+        count = self.check(name, rows, batches, ours=variant != PEER)
+        self.files.setdefault((rows // batches, variant), []).append(count / batches)
         self.spark.sql(f"DROP TABLE {name} PURGE")
         return done
 
-    def check(self, name: str, rows: int, batches: int, *, ours: bool) -> None:
+    def check(self, name: str, rows: int, batches: int, *, ours: bool) -> int:
         """Spark's Iceberg reader: `rows` distinct ids, one snapshot per micro-batch (ours:
-        each naming its epoch), every data file zstd."""
+        each naming its epoch), every data file zstd. Returns the number of data files."""
         import pyarrow.parquet as pq
 
         counted = self.spark.sql(f"SELECT count(*) AS n, count(DISTINCT id) AS d FROM {name}")
@@ -267,6 +299,7 @@ class IcebergBench:
         }
         if codecs != {"ZSTD"}:
             raise RuntimeError(f"{name}: data files compressed with {codecs}, not ZSTD alone")
+        return len(files)
 
 
 def per_round(done: dict[str, list[Run]], variant: str, yardstick: str) -> float:
