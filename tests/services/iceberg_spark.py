@@ -4,8 +4,9 @@ and for benchmarking beside Spark's Iceberg streaming sink.
 Maven Central has no `iceberg-spark-runtime` for the main lane's Spark (4.2); the 4.1 runtime
 fails on pyspark 4.2 and works with pyspark 4.1. So this is an interpreter of its own: a
 virtualenv with pyspark 4.1.4 and the checkout's dev extras (the `iceberg` extra among them),
-built by the compatibility lanes' builder (tests/services/compat.py, cached by digest under
-`<cache>/compat/iceberg-spark-<digest>`), plus the jars Spark's Iceberg catalog needs, from
+on the Python line of the interpreter running the test bed, built by the compatibility lanes'
+builder (tests/services/compat.py, cached by digest under `<cache>/compat/iceberg-spark-
+<digest>`; `reset compat` deletes it too), plus the jars Spark's Iceberg catalog needs, from
 Maven Central (maven/spark-iceberg-4.1.xml, cached under `<cache>/maven/`):
 
     iceberg-spark-runtime-4.1_2.13   the catalog, reader and streaming sink
@@ -21,6 +22,7 @@ builds what is missing and starts nothing; `down` has nothing to stop.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from ._layout import Layout
@@ -30,9 +32,9 @@ from ._steps import is_complete
 from .compat import CompatLanes, Lane
 
 NAME = "iceberg-spark"
-#: The interpreter: the main venv's Python line, the newest pyspark Maven Central has an
-#: Iceberg runtime for.
-LANE = Lane(NAME, "3.11", "4.1.4")
+#: The interpreter: the Python line of the one running the test bed (the main venv's: nothing
+#: more to install), the newest pyspark Maven Central has an Iceberg runtime for.
+LANE = Lane(NAME, f"{sys.version_info.major}.{sys.version_info.minor}", "4.1.4")
 #: The jars, by the pom that lists them (the pom of pyspark's 4.1 line in tests/services/spark.py).
 POM = "spark-iceberg-4.1.xml"
 
