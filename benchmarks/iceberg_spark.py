@@ -108,7 +108,7 @@ def relaunch(argv: list[str]) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--sizes", default="100000,1000000", help="rows per micro-batch, a list")
-    parser.add_argument("--batches", type=int, default=5)
+    parser.add_argument("--batches", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--settle", type=float, default=1.0, help="seconds of rest before a run")
     parser.add_argument("--timeout", type=float, default=600.0, help="per query, seconds")
@@ -119,6 +119,8 @@ def main() -> None:
     variants = [v for v in args.variants.split(",") if v]
     if set(variants) - set(ICEBERG_VARIANTS):
         parser.error(f"variants are among {', '.join(ICEBERG_VARIANTS)}")
+    if args.chart is not None and PEER not in variants:
+        parser.error(f"the chart is relative to {PEER}: include it in --variants")
     args.sizes = [int(size) for size in args.sizes.split(",") if size]
     if not args.sizes or any(size % 2 for size in args.sizes):
         parser.error("every size must be even (two input files per micro-batch)")
