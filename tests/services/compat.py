@@ -54,9 +54,6 @@ class Lane:
     #: Tests that need what this pyspark lacks (tests/compat_lanes.py deselects them; what
     #: the lane does instead is tested, e.g. the data source's ConfigError on 3.5).
     lacks: tuple[str, ...] = ()
-    #: What the virtualenv installs from the checkout (the tests import what the dev extras
-    #: bring).
-    extras: str = "dev"
 
     def describe(self) -> str:
         return f"Python {self.python}, pyspark {self.pyspark}"
@@ -73,6 +70,8 @@ LANES = (
     Lane("oldest", "3.10", "3.5.0", lacks=NO_DATA_SOURCE),
     Lane("newest", "3.13", "4.3.0"),
 )
+#: What a lane installs from the checkout (the tests import what the dev extras bring).
+EXTRAS = "dev"
 #: Raise it when `_build` changes: the lanes' virtualenvs are built again.
 RECIPE = 1
 
@@ -126,7 +125,7 @@ class CompatLanes:
             "\n".join(
                 [
                     repr((chosen.name, chosen.python, chosen.pyspark, chosen.pins)),
-                    chosen.extras,
+                    EXTRAS,
                     str(RECIPE),
                     _dependencies(),
                 ]
@@ -165,11 +164,11 @@ class CompatLanes:
                 *pip,
                 "install",
                 "--quiet",
-                f"{REPO_ROOT}[{chosen.extras}]",
+                f"{REPO_ROOT}[{EXTRAS}]",
                 "-c",
                 str(constraints),
             ],
-            f"installing durable-sinks[{chosen.extras}] with pyspark {chosen.pyspark}",
+            f"installing durable-sinks[{EXTRAS}] with pyspark {chosen.pyspark}",
         )
 
     # -- the Service protocol ---------------------------------------------------------------
