@@ -195,7 +195,9 @@ class IcebergBench:
             # created it (Spark's catalog caches loaded tables by default).
             f"spark.sql.catalog.{self.catalog.name}.cache-enabled": "false",
         }
-        self.spark = testbed.spark.session("bench-iceberg", **settings)
+        self.spark = testbed.spark.session(
+            "bench-iceberg", **testbed.iceberg_spark.session_conf(**settings)
+        )
         #: Data files per micro-batch of each run, by (rows per micro-batch, variant).
         self.files: dict[tuple[int, str], list[float]] = {}
         self.spark.sparkContext.setLogLevel("ERROR")

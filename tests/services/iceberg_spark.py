@@ -15,8 +15,8 @@ Maven Central (maven/spark-iceberg-4.1.xml, cached under `<cache>/maven/`):
 
 It is not a compatibility lane (`make test-compat` does not run the Spark tests in it): only
 the Iceberg reader (tests/support/iceberg_spark_reader.py) and benchmarks/iceberg_spark.py use
-it. Inside that interpreter `Spark(layout).session()` puts these jars on the classpath (its
-pom is the one for pyspark's 4.1 line, tests/services/spark.py). Both are set-up steps: `up`
+it, with the session settings `session_conf` gives (the test bed's `local[2]` defaults and
+these jars). Both are set-up steps: `up`
 builds what is missing and starts nothing; `down` has nothing to stop.
 """
 
@@ -30,12 +30,13 @@ from ._maven import classpath, require_java
 from ._service import Status
 from ._steps import is_complete
 from .compat import CompatLanes, Lane
+from .spark import DEFAULT_CONF, java_options
 
 NAME = "iceberg-spark"
 #: The interpreter: the Python line of the one running the test bed (the main venv's: nothing
 #: more to install), the newest pyspark Maven Central has an Iceberg runtime for.
 LANE = Lane(NAME, f"{sys.version_info.major}.{sys.version_info.minor}", "4.1.4")
-#: The jars, by the pom that lists them (the pom of pyspark's 4.1 line in tests/services/spark.py).
+#: The jars, by the pom that lists them.
 POM = "spark-iceberg-4.1.xml"
 
 
@@ -58,6 +59,18 @@ class IcebergSpark:
     def jars(self) -> Path:
         """The folder of Spark's Iceberg jars, fetched if need be."""
         return classpath(NAME, POM, self.layout.cache)
+
+    def session_conf(self, **conf: str) -> dict[str, str]:
+        """The settings of a `local[2]` session in the interpreter (what `Spark.session()`
+        gives there: the test bed's defaults, its JVM options, the Iceberg jars), `conf`
+        over them, for a child that builds its session from them alone."""
+        settings = {
+            **DEFAULT_CONF,
+            "spark.jars": ",".join(str(jar) for jar in sorted(self.jars().glob("*.jar"))),
+            **conf,
+        }
+        settings.update(java_options(settings))
+        return settings
 
     # -- the Service protocol ---------------------------------------------------------------
 

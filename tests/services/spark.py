@@ -28,11 +28,7 @@ if TYPE_CHECKING:
 NAME = "spark"
 #: The pom of the extra jars, by the pyspark line (major.minor) installed; a line without one
 #: gets no extra jars (its wheel has what the tests it runs need).
-POMS = {
-    "4.2": "spark-extras.xml",
-    "3.5": "spark-compat-3.5.xml",
-    "4.1": "spark-iceberg-4.1.xml",  # the Iceberg interpreter's (tests/services/iceberg_spark.py)
-}
+POMS = {"4.2": "spark-extras.xml", "3.5": "spark-compat-3.5.xml"}
 _VERSIONED_JAR = re.compile(r"^(?P<artifact>.+?)-\d[\w.\-]*\.jar$")
 
 # Small, predictable, and kind to a 2-core, shared machine.

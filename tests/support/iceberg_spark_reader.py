@@ -18,8 +18,9 @@ catalog properties the sink was given (`spark_catalog_settings`), under the same
   (what SeaweedFS and moto serve), `s3.region` as `client.region`.
 
 Run as `python -m tests.support.iceberg_spark_reader PLAN.json` in that interpreter, the child
-writes the table's rows (an Arrow IPC file), its current snapshot's data files and every
-snapshot's summary beside the plan.
+builds its session from the plan's settings alone (the test bed's `local[2]` defaults, the
+Iceberg jars, the catalog) and writes the table's rows (an Arrow IPC file), its current
+snapshot's data files and every snapshot's summary beside the plan.
 """
 
 from __future__ import annotations
@@ -131,10 +132,11 @@ def read_with_spark(
     folder.mkdir(parents=True, exist_ok=True)
     plan = folder / "iceberg-spark-read.json"
     plan.touch(mode=0o600)  # holds the catalog's credentials
+    settings = spark_catalog_settings(catalog_name, properties)
     plan.write_text(
         json.dumps(
             {
-                "settings": spark_catalog_settings(catalog_name, properties),
+                "conf": testbed.iceberg_spark.session_conf(**settings),
                 "table": ".".join([catalog_name, *identifier]),
                 "out": str(folder),
             }
@@ -162,14 +164,19 @@ def read_with_spark(
 
 
 def _child(plan_file: Path) -> None:
-    """In the pyspark 4.1 interpreter: read the plan's table, write what was read."""
+    """In the pyspark 4.1 interpreter: read the plan's table, write what was read. Imports
+    only pyspark and pyarrow: the durable-sinks installed there may be older than the
+    checkout."""
     import pyarrow as pa
-
-    from tests.services import Testbed
+    from pyspark.sql import SparkSession
 
     plan = json.loads(plan_file.read_text())
     out = Path(plan["out"])
-    session = Testbed.create().spark.session("iceberg-spark-read", **plan["settings"])
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder: Any = SparkSession.builder.appName("iceberg-spark-read")
+    for key, value in plan["conf"].items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     try:
         table = plan["table"]
