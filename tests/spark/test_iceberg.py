@@ -76,7 +76,7 @@ def test_iceberg_and_postgres_in_one_job_land_each_batch_once(
     assert loaded.properties[Layout(job_id, "iceberg").epoch_property] == "3"
 
     # Java's Iceberg, through Spark's catalog on the same SQL catalog: the same rows, each
-    # once, and one snapshot per epoch, each naming its epoch.
+    # once, the same data files, and one snapshot per epoch, each naming its epoch.
     read = read_with_spark(
         testbed, catalog.name, catalog.properties(), ("ds", "events"), tmp_path / "spark-read"
     )
@@ -84,3 +84,5 @@ def test_iceberg_and_postgres_in_one_job_land_each_batch_once(
     assert sorted(read.data_files) == sorted(t.file.file_path for t in loaded.scan().plan_files())
     epochs = [s["durable-sinks.epoch"] for s in read.snapshots if "durable-sinks.epoch" in s]
     assert epochs == ["0", "1", "2", "3"]
+    # No data file in the warehouse that the current snapshot does not hold.
+    assert catalog.data_files() == sorted(Path(f.removeprefix("file://")) for f in read.data_files)
