@@ -78,9 +78,14 @@ STEPS = (
     ),
     Step("s3_sink", "benchmarks.s3_sink", ("--only", "s3"), ("--only", "s3", "--profile", "0")),
     Step("delta_sink", "benchmarks.delta_spark", quick=("--rounds", "1", "--batches", "3")),
+    # Runs itself in the pyspark 4.1 interpreter of tests/services/iceberg_spark.py (Spark's
+    # Iceberg runtime has no build for the main lane's Spark), the checkout's wheel installed.
+    Step(
+        "iceberg_spark", "benchmarks.iceberg_spark", quick=("--sizes", "100000", "--batches", "3")
+    ),
 )
 #: The test bed's servers the benchmarks above use.
-SERVERS = ["postgres", "kafka", "s3", "spark"]
+SERVERS = ["postgres", "kafka", "s3", "spark", "iceberg-spark"]
 
 
 def clock(seconds: float) -> str:

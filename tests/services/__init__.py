@@ -4,7 +4,9 @@ plus the faults bed: a second Postgres and Kafka that fault tests may restart an
 Toxiproxy, a second Spark Connect server that crash tests may kill, and a Spark standalone
 cluster (a master and two workers) whose executors and workers tests may kill; and `compat`,
 the compatibility lanes' virtualenvs (the oldest and newest supported pyspark and Python,
-tests/services/compat.py), which `make test-compat` runs the Spark tests in.
+tests/services/compat.py), which `make test-compat` runs the Spark tests in; and
+`iceberg-spark`, a pyspark 4.1 interpreter with Spark's Iceberg jars
+(tests/services/iceberg_spark.py), in which Spark reads the Iceberg sink's tables.
 
     python -m tests.services up [NAME ...]     start (idempotent), wait until each answers
     python -m tests.services status            what runs, where, pids, logs
@@ -36,6 +38,7 @@ from .compat import CompatLanes
 from .connect import FAULTS_NAME as CONNECT_FAULTS_NAME
 from .connect import SparkConnect
 from .endpoints import IcebergRestEndpoint, KafkaEndpoint, PostgresEndpoint, S3Endpoint
+from .iceberg_spark import IcebergSpark
 from .kafka import FAULTS_SETTINGS as KAFKA_FAULTS_SETTINGS
 from .kafka import Kafka, KafkaTransaction
 from .moto import Moto
@@ -51,6 +54,7 @@ __all__ = [
     "S3",
     "CompatLanes",
     "IcebergRestEndpoint",
+    "IcebergSpark",
     "Kafka",
     "KafkaEndpoint",
     "KafkaTransaction",
@@ -85,6 +89,7 @@ NAMES = (
     "faults-connect",
     "spark-cluster",
     "compat",
+    "iceberg-spark",
 )
 #: Names that stand for several servers.
 GROUPS = {"faults": ("faults-postgres", "faults-kafka", "toxiproxy")}
@@ -125,6 +130,7 @@ class Testbed:
     faults_connect: SparkConnect
     spark_cluster: SparkCluster
     compat: CompatLanes
+    iceberg_spark: IcebergSpark
 
     @classmethod
     def create(cls, layout: Layout | None = None) -> Testbed:
@@ -144,6 +150,7 @@ class Testbed:
             SparkConnect(layout, name=CONNECT_FAULTS_NAME, port=layout.connect.killable),
             SparkCluster(layout),
             CompatLanes(layout),
+            IcebergSpark(layout),
         )
 
     def select(
