@@ -72,6 +72,7 @@ class IcebergSink(SinkBase[Iceberg]):
         self._layout: Layout | None = None
         self._pending: ParticipantName | None = None
         self._files: list[DataFile] = []
+        self._open_file: _pyiceberg.OpenDataFile | None = None
         self._counter: itertools.count[int] = itertools.count(0)
 
     def _target(self) -> str:
@@ -125,6 +126,7 @@ class IcebergSink(SinkBase[Iceberg]):
             self._last_committed = self._committed_epoch(self._table)
 
     def close(self) -> None:
+        self._leftovers()  # closes an open file: a later start's recovery deletes it
         self._files = []
         self._pending = None
 
@@ -205,10 +207,9 @@ class IcebergSink(SinkBase[Iceberg]):
 
     # -- phase 1 -------------------------------------------------------------------------------
     def begin_epoch(self, epoch: int) -> None:
-        if self._pending is not None and self._files:  # a failed attempt not rolled back
-            self._delete_unless_committed(
-                self._pending.epoch, [str(f.file_path) for f in self._files]
-            )
+        pending, paths = self._pending, self._leftovers()
+        if pending is not None and paths:  # a failed attempt not rolled back
+            self._delete_unless_committed(pending.epoch, paths)
         self._files = []
         self._counter = itertools.count(0)
         self._pending = self._next_participant(epoch)
@@ -225,18 +226,58 @@ class IcebergSink(SinkBase[Iceberg]):
             return WriteResult(0, 0)
         table = self._table or self._create(batch.schema, name.epoch)
         rows = self._fitted(pa.Table.from_batches([batch]), table, name.epoch)
-        written = self._client_call(
-            lambda: _pyiceberg.write_data_files(
-                table, rows, self._paths().write_uuid(name), self._counter
-            ),
-            "write a data file",
-            name.epoch,
-        )
-        self._files += written
-        size = sum(int(f.file_size_in_bytes) for f in written)
+        if table.spec().is_unpartitioned():
+            size = self._client_call(
+                lambda: self._append_rows(table, rows, name), "write a data file", name.epoch
+            )
+        else:
+            written = self._client_call(
+                lambda: _pyiceberg.write_data_files(
+                    table, rows, self._paths().write_uuid(name), self._counter
+                ),
+                "write a data file",
+                name.epoch,
+            )
+            self._files += written
+            size = sum(int(f.file_size_in_bytes) for f in written)
         self._count("rows", rows.num_rows)
         self._count("bytes", size)
         return WriteResult(rows.num_rows, size)
+
+    def _append_rows(self, table: Table, rows: pa.Table, name: ParticipantName) -> int:
+        """Append `rows` to the participant's open data file (begun if none is open), which
+        is finished once it holds the table's target file size (in Arrow bytes, as pyiceberg
+        counts it); the bytes written."""
+        current = self._open_file
+        if current is None:
+            current = _pyiceberg.OpenDataFile(
+                table, self._paths().write_uuid(name), next(self._counter)
+            )
+            self._open_file = current
+        grown = current.write(rows)
+        if current.arrow_bytes >= _pyiceberg.target_file_bytes(table):
+            grown += self._finish_file()
+        return grown
+
+    def _finish_file(self) -> int:
+        """Finish the open data file, if any (complete on storage from now on); the bytes its
+        footer added."""
+        current = self._open_file
+        if current is None:
+            return 0
+        data_file, grown = current.finish()
+        self._open_file = None
+        self._files.append(data_file)
+        return grown
+
+    def _leftovers(self) -> list[str]:
+        """The paths of the participant's data files, the open one closed as it is."""
+        paths = [str(f.file_path) for f in self._files]
+        if self._open_file is not None:
+            self._open_file.abandon()
+            paths.append(self._open_file.path)
+            self._open_file = None
+        return paths
 
     def _create(self, schema: pa.Schema, epoch: int) -> Table:
         """The table, made from the first batch's schema (unpartitioned). A catalog that
@@ -302,6 +343,7 @@ class IcebergSink(SinkBase[Iceberg]):
         name = self._pending
         if name is None or name.epoch != epoch:
             raise self._no_epoch(epoch)
+        self._count("bytes", self._client_call(self._finish_file, "write a data file", epoch))
         files = [file_entry(f) for f in self._files]
         handle = CommitHandle(
             sink=self.name,
@@ -366,10 +408,10 @@ class IcebergSink(SinkBase[Iceberg]):
 
     def rollback_epoch(self, epoch: int, handle: CommitHandle | None) -> None:
         if handle is None:
-            pending, files = self._pending, self._files
+            pending, paths = self._pending, self._leftovers()
             self._pending, self._files = None, []
             if pending is not None and pending.epoch == epoch:
-                self._delete_unless_committed(epoch, [str(f.file_path) for f in files])
+                self._delete_unless_committed(epoch, paths)
             return
         self._delete_unless_committed(epoch, paths_of(handle))
         self._count("rollbacks")

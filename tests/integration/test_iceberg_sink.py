@@ -151,15 +151,41 @@ def test_a_rollback_leaves_no_file_of_the_epoch(catalog: IcebergCatalog) -> None
     sink.write_batch(events([1]))
     sink.write_batch(events([2]))
     handle = sink.pre_commit(0)
-    assert len(catalog.data_files()) == 2
+    assert len(catalog.data_files()) == 1  # the epoch's record batches are one data file
+    assert [f["rows"] for f in IcebergHandleDetails.of(handle).files] == [2]
     sink.rollback_epoch(0, handle)
     sink.rollback_epoch(0, handle)  # again: the files are gone already
     assert catalog.data_files() == []
     sink.begin_epoch(1)
     sink.write_batch(events([3]))
+    assert len(catalog.data_files()) == 1  # still being written
     sink.rollback_epoch(1, None)  # never prepared
     assert catalog.data_files() == []
+    sink.begin_epoch(2)
+    sink.write_batch(events([4]))
+    sink.begin_epoch(2)  # the attempt before was neither prepared nor rolled back
+    assert catalog.data_files() == []
+    sink.close()
     assert ids(catalog) == []
+
+
+def test_a_data_file_ends_at_the_tables_target_file_size(
+    catalog: IcebergCatalog, tmp_path: Path
+) -> None:
+    catalog.create_namespace()
+    catalog.catalog().create_table(
+        ("ds", "events"),
+        schema=events([]).schema,
+        properties={"write.target-file-size-bytes": "1"},
+    )
+    job = coordinator(catalog, tmp_path)
+    job.run_epoch(0, [events([1, 2]), events([3]), events([4])])
+    job.close()
+    assert ids(catalog) == [1, 2, 3, 4]
+    table = catalog.catalog().load_table(("ds", "events"))
+    rows = sorted(t.file.record_count for t in table.scan().plan_files())
+    assert rows == [1, 1, 2]
+    assert len(catalog.data_files()) == 3
 
 
 def test_a_commit_of_a_committed_epoch_never_deletes_its_files(catalog: IcebergCatalog) -> None:
