@@ -6,8 +6,11 @@
   them, so no reader sees them. `pre_commit` hands their records over in the handle.
 - Phase 2 (`commit_epoch`): one transaction that sets the table property
   `durable-sinks.<job>.<sink>.epoch` to the epoch and fast-appends the epoch's files (snapshot
-  summary `durable-sinks.job`, `.sink`, `.epoch`). Before it, the table is re-read: if the
-  property already shows the epoch, nothing is done. pyiceberg's own retries are off for it
+  summary `durable-sinks.job`, `.sink`, `.epoch`). If the table as last read (at the epoch's
+  start) shows the epoch in the property, nothing is done; the commit asserts that the
+  table's main branch has not moved since that read (pyiceberg's AssertRefSnapshotId, part of
+  every append), so any commit of another writer or process meanwhile, which always adds a
+  snapshot, fails it as a lost race. pyiceberg's own retries are off for it
   (they would rebase a replayed append onto a newer head without re-checking); a commit that
   lost a race is retried here, after re-reading and re-checking, up to `commit_retries`.
   Any other failure leaves the outcome unknown (InDoubtError): nothing is deleted then.
@@ -362,10 +365,15 @@ class IcebergSink(SinkBase[Iceberg]):
     # -- phase 2 -------------------------------------------------------------------------------
     def commit_epoch(self, epoch: int, handle: CommitHandle) -> CommitOutcome:
         files = data_files_of(handle)
-        for _ in range(self.config.commit_retries + 1):
-            table = self._reload(epoch) if self._table is not None or files else None
-            if table is None:  # no table and nothing written: nothing to record
+        for attempt in range(self.config.commit_retries + 1):
+            if self._table is None and not files:  # no table, nothing written: nothing to record
                 return CommitOutcome.COMMITTED
+            # The table as last read (at the epoch's start, or as the last commit left it) is
+            # enough for the first try: its epoch property only ever rises, and the commit
+            # asserts that the main branch is still where this read saw it, so a commit of
+            # anyone else since (an epoch's replay in another process included) makes it
+            # fail as a lost race, retried below after a fresh read.
+            table = self._table if attempt == 0 and self._table is not None else self._reload(epoch)
             committed = self._committed_epoch(table)
             if committed is not None and committed >= epoch:
                 return CommitOutcome.ALREADY_COMMITTED

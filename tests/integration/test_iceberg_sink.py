@@ -244,6 +244,17 @@ def test_a_stale_writer_is_retried_after_rechecking_the_epoch(
     assert sink.commit_epoch(1, handle) is CommitOutcome.ALREADY_COMMITTED
     assert ids(catalog) == [1, 2, 100]
 
+    # Committed by another process after this one last read the table (at the epoch's start):
+    # the commit from that read loses the race, and the fresh read shows the epoch.
+    monkeypatch.setattr(IcebergSink, "_commit", commit)
+    sink.begin_epoch(2)
+    sink.write_batch(events([3]))
+    handle = sink.pre_commit(2)
+    assert opened(catalog, generation=3).commit_epoch(2, handle) is CommitOutcome.COMMITTED
+    assert sink.commit_epoch(2, handle) is CommitOutcome.ALREADY_COMMITTED
+    assert sink.metrics()["commit_conflicts"] == 3
+    assert ids(catalog) == [1, 2, 3, 100]
+
 
 def test_a_bad_catalog_uri_is_refused_at_start_with_nothing_written(
     catalog: IcebergCatalog, tmp_path: Path
