@@ -57,6 +57,8 @@ from tests.support.iceberg_target import IcebergCatalog
 
 PEER = "pyiceberg"
 FLOORS = ("files only", "commit only")
+#: Per variant of ours, each epoch's seconds per coordinator phase (EpochMetrics.seconds).
+PHASES: dict[str, list[dict[str, float]]] = {}
 
 
 @dataclass(frozen=True)
@@ -155,12 +157,14 @@ def run_ours(
         replay_check=replay_check,
     )
     seconds = []
+    phases = PHASES.setdefault("ours" if replay_check != "off" else "ours-no-replay-check", [])
     try:
         coordinator.start()
         for epoch, batches in enumerate(epochs):
             start = time.perf_counter()
-            coordinator.run_epoch(epoch, batches)
+            result = coordinator.run_epoch(epoch, batches)
             seconds.append(time.perf_counter() - start)
+            phases.append(dict(result.metrics.seconds))
     finally:
         coordinator.close()
     return seconds
@@ -253,6 +257,7 @@ def measure(place: Place, shape: Shape, rounds: int, variants: list[str]) -> dic
             VARIANTS[name](catalog, epochs[:1])
         finally:
             place.cleanup(catalog)
+    PHASES.clear()
     runs: dict[str, list[Run]] = {name: [] for name in variants}
     for round_ in range(rounds):
         for name in variants if round_ % 2 == 0 else variants[::-1]:
@@ -304,6 +309,14 @@ def report(shape: Shape, runs: dict[str, list[Run]]) -> None:
         print(f"floor (files only + commit only): {floor * 1e3:.1f} ms per epoch")
         for name in (n for n in runs if n not in FLOORS):
             print(f"  {name}: {per_epoch(runs[name]) / floor:.2f}x the floor's time")
+    for name, epochs in PHASES.items():
+        if name in runs and epochs:
+            shown = ", ".join(
+                f"{phase} {statistics.median(e.get(phase, 0.0) for e in epochs) * 1e3:.1f}"
+                for phase in epochs[0]
+            )
+            print(f"{name}, median ms per epoch by phase: {shown}")
+    PHASES.clear()
     if peer is not None and "ours" in runs:
         ours, theirs = runs["ours"][-1], peer[-1]
         if (ours.files, ours.codecs) != (theirs.files, theirs.codecs):

@@ -7,13 +7,15 @@
 - Phase 2 (`commit_epoch`): one transaction that sets the table property
   `durable-sinks.<job>.<sink>.epoch` to the epoch and fast-appends the epoch's files (snapshot
   summary `durable-sinks.job`, `.sink`, `.epoch`). If the table as last read (at the epoch's
-  start) shows the epoch in the property, nothing is done; the commit asserts that the
-  table's main branch has not moved since that read (pyiceberg's AssertRefSnapshotId, part of
-  every append), so any commit of another writer or process meanwhile, which always adds a
-  snapshot, fails it as a lost race. pyiceberg's own retries are off for it
-  (they would rebase a replayed append onto a newer head without re-checking); a commit that
-  lost a race is retried here, after re-reading and re-checking, up to `commit_retries`.
-  Any other failure leaves the outcome unknown (InDoubtError): nothing is deleted then.
+  start, or as the catalog answered the sink's own last commit: the table's metadata then,
+  every writer's changes included) shows the epoch in the property, nothing is done; the
+  commit asserts that the table's main branch has not moved since that read (pyiceberg's
+  AssertRefSnapshotId, part of every append), so any commit of another writer or process
+  meanwhile, which always adds a snapshot, fails it as a lost race. pyiceberg's own retries
+  are off for it (they would rebase a replayed append onto a newer head without re-checking);
+  a commit that lost a race is retried here, after re-reading and re-checking, up to
+  `commit_retries`. Any other failure leaves the outcome unknown (InDoubtError): nothing is
+  deleted then.
 - Rollback deletes the participant's files only when the table proves they are not part of
   it: the property shows the epoch not committed, or the epoch's snapshot does not list them.
 - Recovery lists the table's data folder: every participant of an older generation whose
@@ -76,6 +78,10 @@ class IcebergSink(SinkBase[Iceberg]):
         self._pending: ParticipantName | None = None
         self._files: list[DataFile] = []
         self._open_file: _pyiceberg.OpenDataFile | None = None
+        #: Whether `_table` is what this sink's last commit left: the catalog's answer to a
+        #: commit is the table's metadata as of that commit, every other writer's changes
+        #: included, so the next epoch need not read it again.
+        self._as_committed = False
         self._counter: itertools.count[int] = itertools.count(0)
 
     def _target(self) -> str:
@@ -216,8 +222,9 @@ class IcebergSink(SinkBase[Iceberg]):
         self._files = []
         self._counter = itertools.count(0)
         self._pending = self._next_participant(epoch)
-        if self._table is not None:  # the table's schema and spec as they are now
+        if self._table is not None and not self._as_committed:  # its schema and spec now
             self._reload(epoch)
+        self._as_committed = False
 
     def write_batch(self, batch: pa.RecordBatch) -> WriteResult:
         import pyarrow as pa
@@ -391,6 +398,7 @@ class IcebergSink(SinkBase[Iceberg]):
                 self._count("commit_conflicts")
                 continue
             self._committed_up_to(epoch)
+            self._as_committed = True
             self._count("epochs_committed")
             return CommitOutcome.COMMITTED
         raise CommitConflictError(
