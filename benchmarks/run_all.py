@@ -78,6 +78,7 @@ STEPS = (
     ),
     Step("s3_sink", "benchmarks.s3_sink", ("--only", "s3"), ("--only", "s3", "--profile", "0")),
     Step("delta_sink", "benchmarks.delta_spark", quick=("--rounds", "1", "--batches", "3")),
+    Step("iceberg_sink", "benchmarks.iceberg_sink", quick=("--shapes", "10x100000/10000")),
 )
 #: The test bed's servers the benchmarks above use.
 SERVERS = ["postgres", "kafka", "s3", "spark"]
