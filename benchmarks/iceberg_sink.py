@@ -4,7 +4,9 @@
         # --shapes 10x100000/10000,3x1000000/100000 --variants pyiceberg,ours,...
 
 Needs the test bed's Postgres (`python -m tests.services up postgres`): every run's table is
-in a SQL catalog of its own (a fresh Postgres schema) with a local warehouse folder.
+in a SQL catalog of its own (a fresh Postgres schema) with a local warehouse folder, or with
+`--target s3` a warehouse prefix in the test bed's S3 bucket (SeaweedFS; `up s3`), reached
+through pyiceberg's `s3.*` FileIO properties.
 
 The input, per shape `EPOCHSxROWS/BATCH`: EPOCHS epochs of ROWS rows each, every epoch
 handed over as record batches of BATCH rows (id bigint, ts timestamp[us, UTC], user string,
@@ -52,7 +54,7 @@ import pyarrow.parquet as pq
 from durable_sinks.coordinator import Coordinator
 from durable_sinks.manifest import LocalDirectoryStore
 from durable_sinks.sinks import create
-from tests.services import Testbed
+from tests.services import PostgresEndpoint, S3Endpoint, Testbed
 from tests.support.iceberg_target import IcebergCatalog
 
 PEER = "pyiceberg"
@@ -113,22 +115,55 @@ class Run:
         return sum(self.seconds)
 
 
+class S3Catalog(IcebergCatalog):
+    """A SQL catalog whose warehouse is a prefix of the test bed's S3 bucket."""
+
+    def __init__(self, postgres: PostgresEndpoint, folder: Path, s3: S3Endpoint) -> None:
+        super().__init__(postgres, folder)
+        self.s3 = s3
+        self.prefix = f"iceberg-bench-{uuid.uuid4().hex[:8]}"
+
+    def properties(self, **overrides: str) -> dict[str, str]:
+        return super().properties(
+            **{
+                "warehouse": f"s3://{self.s3.bucket}/{self.prefix}",
+                "s3.endpoint": self.s3.endpoint_url,
+                "s3.region": self.s3.region,
+                "s3.access-key-id": self.s3.access_key_id,
+                "s3.secret-access-key": self.s3.secret_access_key,
+                "s3.force-virtual-addressing": "false",
+                **overrides,
+            }
+        )
+
+
 class Place:
     """A SQL catalog per run (a fresh schema in the test bed's Postgres), its tables' data
-    under one temporary warehouse folder."""
+    under one temporary warehouse folder or, for `target` "s3", a prefix of the S3 bucket."""
 
-    def __init__(self) -> None:
-        self.postgres = Testbed.create().postgres.endpoint()
+    def __init__(self, target: str) -> None:
+        testbed = Testbed.create()
+        self.postgres = testbed.postgres.endpoint()
+        self.s3 = testbed.s3.endpoint() if target == "s3" else None
         self.root = Path(tempfile.mkdtemp(prefix="ds-iceberg-bench-"))
 
     def catalog(self) -> IcebergCatalog:
-        made = IcebergCatalog(self.postgres, self.root / uuid.uuid4().hex[:8])
+        folder = self.root / uuid.uuid4().hex[:8]
+        made = (
+            IcebergCatalog(self.postgres, folder)
+            if self.s3 is None
+            else S3Catalog(self.postgres, folder, self.s3)
+        )
         made.create_namespace()
         return made
 
     def cleanup(self, catalog: IcebergCatalog) -> None:
         catalog.drop()
         shutil.rmtree(catalog.warehouse.parent, ignore_errors=True)
+        if isinstance(catalog, S3Catalog):
+            from tests.support.s3_objects import delete_prefix
+
+            delete_prefix(catalog.s3.client(), catalog.s3.bucket, catalog.prefix + "/")
 
 
 def new_table(catalog: IcebergCatalog, schema: pa.Schema) -> Any:
@@ -210,10 +245,18 @@ VARIANTS: dict[str, Callable[[IcebergCatalog, list[list[pa.RecordBatch]]], list[
 
 def check(catalog: IcebergCatalog, shape: Shape, variant: str, run: Run) -> None:
     """Raise AssertionError unless the run left what it should; fill in its files' shape."""
+    from durable_sinks.sinks.iceberg import _pyiceberg
+
     expected = shape.epochs * shape.rows
-    found = sorted(catalog.warehouse.rglob("*.parquet"))
+    table = catalog.catalog().load_table(("ds", "events"))
+    found = sorted(_pyiceberg.list_files(table, table.location().rstrip("/") + "/data"))
+
+    def parquet(path: str) -> pq.FileMetaData:
+        with table.io.new_input(path).open() as stream:
+            return pq.ParquetFile(stream).metadata
+
     for path in found:
-        metadata = pq.ParquetFile(path).metadata
+        metadata = parquet(path)
         run.row_groups += metadata.num_row_groups
         run.codecs |= {
             metadata.row_group(g).column(c).compression
@@ -224,11 +267,10 @@ def check(catalog: IcebergCatalog, shape: Shape, variant: str, run: Run) -> None
     if variant == "commit only":
         return
     if variant == "files only":
-        rows = sum(pq.ParquetFile(p).metadata.num_rows for p in found)
+        rows = sum(parquet(p).num_rows for p in found)
         if rows != expected:
             raise AssertionError(f"{variant}: {rows} rows in its files, expected {expected}")
         return
-    table = catalog.catalog().load_table(("ds", "events"))
     ids = table.scan(selected_fields=("id",)).to_arrow().column("id")
     if len(ids) != expected or pc.count_distinct(ids).as_py() != expected:
         raise AssertionError(f"{variant}: {len(ids)} rows, expected {expected} distinct")
@@ -240,16 +282,18 @@ def check(catalog: IcebergCatalog, shape: Shape, variant: str, run: Run) -> None
         )
         if epochs != list(range(shape.epochs)) or len(table.snapshots()) != shape.epochs:
             raise AssertionError(f"{variant}: snapshots by epoch {epochs}")
-        held = {str(t.file.file_path).removeprefix("file://") for t in table.scan().plan_files()}
-        orphans = [str(p) for p in found if str(p) not in held]
+        held = {str(t.file.file_path) for t in table.scan().plan_files()}
+        orphans = [p for p in found if p not in held]
         if orphans:
             raise AssertionError(f"{variant}: data files in no snapshot: {orphans}")
 
 
-def measure(place: Place, shape: Shape, rounds: int, variants: list[str]) -> dict[str, list[Run]]:
+def measure(
+    place: Place, shape: Shape, rounds: int, variants: list[str], target: str
+) -> dict[str, list[Run]]:
     epochs = make_epochs(shape)
     megabytes = sum(b.nbytes for batches in epochs for b in batches) / 1e6
-    print(f"\n{shape} ({megabytes:.0f} MB in Arrow), {rounds} rounds")
+    print(f"\n{shape} ({megabytes:.0f} MB in Arrow), warehouse {target}, {rounds} rounds")
     # A warm-up of each (library loading, the first catalog), not timed.
     for name in variants:
         catalog = place.catalog()
@@ -361,16 +405,17 @@ def main() -> None:
         help="comma-separated EPOCHSxROWS/BATCH_ROWS",
     )
     parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--target", choices=("local", "s3"), default="local")
     parser.add_argument("--chart", type=Path, default=None)
     args = parser.parse_args()
     variants = [v for v in args.variants.split(",") if v]
     unknown = set(variants) - set(VARIANTS)
     if unknown:
         parser.error(f"unknown variants {sorted(unknown)}; choose from {', '.join(VARIANTS)}")
-    place = Place()
+    place = Place(args.target)
     try:
         results = {
-            shape: measure(place, shape, args.rounds, variants)
+            shape: measure(place, shape, args.rounds, variants, args.target)
             for shape in map(Shape.parse, args.shapes.split(","))
         }
     finally:
