@@ -173,6 +173,35 @@ def test_a_rollback_leaves_no_file_of_the_epoch(catalog: IcebergCatalog) -> None
     assert ids(catalog) == []
 
 
+def test_an_epochs_data_file_is_the_one_pyicebergs_writer_makes_of_its_rows(
+    catalog: IcebergCatalog,
+) -> None:
+    import itertools
+
+    import pyarrow.parquet as pq
+
+    from durable_sinks.sinks.iceberg import _pyiceberg
+    from durable_sinks.sinks.iceberg.handles import data_files_of
+
+    catalog.create_namespace()
+    table = catalog.catalog().create_table(("ds", "events"), schema=events([]).schema)
+    batches = [events(list(range(at, at + 500))) for at in range(0, 1500, 500)]
+    sink = opened(catalog)
+    sink.begin_epoch(0)
+    for batch in batches:
+        sink.write_batch(batch)
+    [ours] = data_files_of(sink.pre_commit(0))
+    [theirs] = _pyiceberg.write_data_files(
+        table, pa.Table.from_batches(batches), uuid.uuid4(), itertools.count(0)
+    )
+    fields = ["record_count", "value_counts", "null_value_counts", "lower_bounds"]
+    fields += ["upper_bounds", "column_sizes", "file_format", "split_offsets"]
+    assert {f: getattr(ours, f) for f in fields} == {f: getattr(theirs, f) for f in fields}
+    assert ours.file_size_in_bytes == theirs.file_size_in_bytes
+    path = str(ours.file_path).removeprefix("file://")
+    assert pq.ParquetFile(path).metadata.num_row_groups == 1
+
+
 def test_a_data_file_ends_at_the_tables_target_file_size(
     catalog: IcebergCatalog, tmp_path: Path
 ) -> None:
