@@ -58,6 +58,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyiceberg.catalog import Catalog
     from pyiceberg.manifest import DataFile
+    from pyiceberg.schema import Schema
     from pyiceberg.table import Table
 
 log = logging.getLogger(__name__)
@@ -82,6 +83,7 @@ class IcebergSink(SinkBase[Iceberg]):
         #: commit is the table's metadata as of that commit, every other writer's changes
         #: included, so the next epoch need not read it again.
         self._as_committed = False
+        self._arrow: tuple[Schema, pa.Schema] | None = None
         self._counter: itertools.count[int] = itertools.count(0)
 
     def _target(self) -> str:
@@ -318,7 +320,7 @@ class IcebergSink(SinkBase[Iceberg]):
         SchemaMismatchError naming every problem."""
         import pyarrow as pa
 
-        wanted = table.schema().as_arrow()
+        wanted = self._arrow_schema(table)
         problems = [f"column {n!r} is missing" for n in wanted.names if n not in rows.schema.names]
         problems += [
             f"column {n!r} is not in the table" for n in rows.schema.names if n not in wanted.names
@@ -348,6 +350,14 @@ class IcebergSink(SinkBase[Iceberg]):
                 **self._where(epoch),
                 fix="cast the columns to the table's types in the query",
             ) from exc
+
+    def _arrow_schema(self, table: Table) -> pa.Schema:
+        """The table's schema in Arrow, converted once per schema object (a new one comes with
+        each read of the table)."""
+        schema = table.schema()
+        if self._arrow is None or self._arrow[0] is not schema:
+            self._arrow = (schema, schema.as_arrow())
+        return self._arrow[1]
 
     def pre_commit(self, epoch: int) -> CommitHandle:
         name = self._pending
