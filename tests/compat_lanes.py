@@ -42,12 +42,14 @@ LANE_TESTS = (
     "tests/unit/test_install_keeps_spark.py",
 )
 #: What `make test` runs of each lane (tests/spark/test_compat_lanes.py): both reads and a
-#: writer in driver mode, a driver SIGKILLed with an executor-mode writer (the lane's workers
-#: start Python with the package), the data source or its refusal, the install. A SIGKILL in
-#: driver mode on each lane is in the whole set; `make test` runs it on the project's pyspark.
+#: writer in driver mode, an executor-mode writer (the lane's workers start Python with the
+#: package and prepare in their tasks), the data source or its refusal, the install. The
+#: SIGKILLed drivers of both modes are in the whole set; `make test` runs them on the
+#: project's pyspark.
 SMOKE_TESTS = (
     "tests/spark/test_driver_reads.py",
-    "tests/spark/test_crash.py::test_spark_driver_killed_at_random_moments_then_restarted[executor]",
+    "tests/spark/test_durable_sink.py::"
+    "test_executor_mode_prepares_each_partition_in_its_task_and_commits_them_atomically",
     "tests/spark/test_datasource.py::test_format_durable_works_or_names_the_pyspark_it_needs",
     "tests/unit/test_install_keeps_spark.py",
 )

@@ -23,7 +23,9 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 from psycopg import sql
 
+from durable_sinks.testing import EXAMPLES_ENV
 from tests.services import (
+    IcebergRestEndpoint,
     KafkaEndpoint,
     PostgresEndpoint,
     S3Endpoint,
@@ -88,6 +90,14 @@ def kafka(testbed: Testbed) -> KafkaEndpoint:
 def s3(testbed: Testbed) -> S3Endpoint:
     up(["s3"], testbed)
     return testbed.s3.endpoint()
+
+
+@pytest.fixture(scope="session")
+def iceberg_rest(testbed: Testbed) -> IcebergRestEndpoint:
+    """SeaweedFS's Iceberg REST catalog (the `s3` server's), its warehouse an S3 Tables
+    bucket on the same gateway."""
+    up(["s3"], testbed)
+    return testbed.s3.catalog_endpoint()
 
 
 @pytest.fixture(scope="session")
@@ -264,6 +274,13 @@ def pytest_collection_modifyitems(
         dropped = [item for item in items if item.get_closest_marker("fault_tier")]
         if dropped:
             items[:] = [item for item in items if not item.get_closest_marker("fault_tier")]
+            config.hook.pytest_deselected(items=dropped)
+    if not os.environ.get(EXAMPLES_ENV):
+        # Conformance scenarios too long for the default suite's budget (`crash_tier` mark)
+        # run where the examples count is given: `make test-crash`.
+        dropped = [item for item in items if item.get_closest_marker("crash_tier")]
+        if dropped:
+            items[:] = [item for item in items if not item.get_closest_marker("crash_tier")]
             config.hook.pytest_deselected(items=dropped)
     yield
     mark_groups(config, items)

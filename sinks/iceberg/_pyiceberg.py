@@ -13,6 +13,8 @@
   epoch would land twice; the sink retries itself, re-checking the epoch first.
 - `list_files`: the files under a folder of the table's location (recovery of half-written
   participants; pyiceberg's FileIO has no listing).
+- `reach`: one request to the table's storage with the FileIO's own settings (endpoint,
+  keys), so that settings the storage refuses show at start.
 """
 
 from __future__ import annotations
@@ -96,6 +98,8 @@ class OpenDataFile:
         from pyiceberg.table.locations import load_location_provider
         from pyiceberg.utils.properties import property_as_int
 
+        #: The table as the file is written for (its schema, spec and properties).
+        self.table = table
         metadata = table.metadata
         self._metadata = metadata
         self._format = FileFormatFactory.get(FileFormat.PARQUET)
@@ -237,3 +241,16 @@ def target_file_bytes(table: Table) -> int:
         TableProperties.WRITE_TARGET_FILE_SIZE_BYTES_DEFAULT,
     )
     return int(found) if found is not None else 512 * 2**20
+
+
+def reach(table: Table) -> None:
+    """Ask the storage once for the table's current metadata file (an object that exists: an
+    S3 table bucket answers 403, not 404, for a key that does not): an OSError when it
+    refuses the FileIO's settings or does not answer."""
+    from pyiceberg.io.pyarrow import PyArrowFileIO
+
+    io = table.io
+    if not isinstance(io, PyArrowFileIO):
+        return
+    scheme, netloc, path = PyArrowFileIO.parse_location(table.metadata_location, io.properties)
+    io.fs_by_scheme(scheme, netloc).get_file_info(path)

@@ -1,19 +1,25 @@
 """Names of an Iceberg sink's data files and table properties.
 
 A participant's data files are named by pyiceberg's writer `00000-<task>-<write_uuid>.parquet`;
-the write uuid is built from the participant (not random) and reads back to it, so recovery
-finds a participant's files by listing the table's data folder, even those of a participant
-that crashed before it prepared:
+the write uuid and the task numbers are built from the participant (not random) and read back
+to it, so recovery finds a participant's files by listing the table's data folder, even those
+of a participant that crashed before it prepared:
 
-    bits 127..96  the job and sink (a hash)
-    bits  95..64  the generation
-    bits  63..48  the attempt
-    bits  47..0   the epoch
+    write uuid, bits 127..96  the job and sink (a hash)
+                bits  95..64  the generation
+                bits  63..48  the attempt
+                bits  47..0   the epoch
+    task number               the part (its ASCII bytes as one integer) << 32, plus the
+                              file's number within the participant
+
+The part tells the participants of one epoch apart in executor mode (one per Spark task
+attempt, `p<partition>-t<attempt id>`); in driver mode it is the driver's part, "0".
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import re
 import uuid
 from dataclasses import dataclass
@@ -25,8 +31,12 @@ PREFIX = "durable-sinks"
 SUMMARY_JOB = f"{PREFIX}.job"
 SUMMARY_SINK = f"{PREFIX}.sink"
 SUMMARY_EPOCH = f"{PREFIX}.epoch"
+#: The participants the commit appended (a JSON list of participant names).
+SUMMARY_PARTICIPANTS = f"{PREFIX}.participants"
+#: Bits of a task number that count the participant's files (below them: the part).
+_FILE_BITS = 32
 _FILE = re.compile(
-    r"/\d+-\d+-(?P<uuid>[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})\.parquet$"
+    r"/\d+-(?P<task>\d+)-(?P<uuid>[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})\.parquet$"
 )
 
 
@@ -54,12 +64,29 @@ class Layout:
             int=(self._tag << 96) | (name.generation << 64) | (name.attempt << 48) | name.epoch
         )
 
-    def parse(self, path: str) -> tuple[int, int, int] | None:
-        """(epoch, generation, attempt) of a data file of this job's sink, else None."""
+    @staticmethod
+    def task_numbers(name: ParticipantName) -> itertools.count[int]:
+        """The task numbers of the participant's files, in the order they are written."""
+        return itertools.count(int.from_bytes(name.part.encode("ascii"), "big") << _FILE_BITS)
+
+    def parse(self, path: str) -> ParticipantName | None:
+        """The participant that wrote a data file of this job's sink, else None."""
         found = _FILE.search(path)
         if found is None:
             return None
         value = uuid.UUID(found["uuid"]).int
         if value >> 96 != self._tag:
             return None
-        return value & ((1 << 48) - 1), (value >> 64) & 0xFFFFFFFF, (value >> 48) & 0xFFFF
+        encoded = int(found["task"]) >> _FILE_BITS
+        try:
+            part = encoded.to_bytes((encoded.bit_length() + 7) // 8, "big").decode("ascii")
+            return ParticipantName.build(
+                self.job_id,
+                self.sink,
+                value & ((1 << 48) - 1),
+                part,
+                (value >> 64) & 0xFFFFFFFF,
+                (value >> 48) & 0xFFFF,
+            )
+        except ValueError:  # not a part this sink wrote
+            return None

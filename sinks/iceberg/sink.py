@@ -3,8 +3,13 @@
 - Phase 1 (`write_batch`, `pre_commit`): the participant's rows are written as Parquet data
   files of the table (its schema's field ids, its partition spec) by pyiceberg's writer, named
   from the participant (layout.py), under the table's data folder. No snapshot references
-  them, so no reader sees them. `pre_commit` hands their records over in the handle.
-- Phase 2 (`commit_epoch`): one transaction that sets the table property
+  them, so no reader sees them. `pre_commit` hands their records over in the handle (typed
+  JSON, handles.py). A participant is the driver's whole epoch (driver mode) or one Spark
+  task attempt's part of it (executor mode: the task opens the sink with `worker=True` and
+  reads the table's schema and spec itself).
+- Phase 2: `commit_epoch` has nothing to move (the files are in place): it checks that the
+  participant's files are there. `publish_epoch` is the epoch's one Iceberg commit, of every
+  decided participant together: one transaction that sets the table property
   `durable-sinks.<job>.<sink>.epoch` to the epoch and fast-appends the epoch's files (snapshot
   summary `durable-sinks.job`, `.sink`, `.epoch`). If the table as last read (at the epoch's
   start, or as the catalog answered the sink's own last commit: the table's metadata then,
@@ -20,26 +25,32 @@
   it: the property shows the epoch not committed, or the epoch's snapshot does not list them.
 - Recovery lists the table's data folder: every participant of an older generation whose
   files are there is handed to the coordinator, which commits it (if its epoch's decision
-  names it) or rolls it back. A participant that never prepared is in no decision.
+  names it) or rolls it back. A participant that never prepared is in no decision. After a
+  distributed epoch, `prepared_participants` lists the epoch's participants the same way, so
+  the coordinator rolls back the losing task attempts.
 - `last_committed_epoch` is the table property.
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from durable_sinks.core.errors import (
     ConfigError,
+    CorruptRecordError,
     DurableSinkError,
     InDoubtError,
+    ParticipantLostError,
     SchemaMismatchError,
     TransientError,
     UnreachableError,
 )
 from durable_sinks.core.naming import ParticipantName
+from durable_sinks.core.operations import Holding, Prepared
 from durable_sinks.core.protocol import (
     CommitHandle,
     CommitOutcome,
@@ -49,10 +60,17 @@ from durable_sinks.core.protocol import (
 )
 from durable_sinks.core.sink_base import SinkBase, Step
 
-from . import _pyiceberg
+from . import _pyiceberg, operations
 from .config import Iceberg, redacted
-from .handles import IcebergHandleDetails, data_files_of, file_entry, paths_of
-from .layout import SUMMARY_EPOCH, SUMMARY_JOB, SUMMARY_SINK, Layout
+from .handles import (
+    DataFileEntry,
+    IcebergHandleDetails,
+    data_files_of,
+    file_entry,
+    path_entry,
+    paths_of,
+)
+from .layout import SUMMARY_EPOCH, SUMMARY_JOB, SUMMARY_PARTICIPANTS, SUMMARY_SINK, Layout
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -77,14 +95,13 @@ class IcebergSink(SinkBase[Iceberg]):
         self._table: Table | None = None
         self._layout: Layout | None = None
         self._pending: ParticipantName | None = None
-        self._files: list[DataFile] = []
+        self._files: list[DataFileEntry] = []
         self._open_file: _pyiceberg.OpenDataFile | None = None
-        #: Whether `_table` is what this sink's last commit left: the catalog's answer to a
-        #: commit is the table's metadata as of that commit, every other writer's changes
-        #: included, so the next epoch need not read it again.
-        self._as_committed = False
         self._arrow: tuple[Schema, pa.Schema] | None = None
         self._counter: itertools.count[int] = itertools.count(0)
+        #: On a worker (one task's part: open, one epoch, close), the table `open` read is
+        #: the epoch's: `begin_epoch` need not read it again.
+        self._fresh = False
 
     def _target(self) -> str:
         return f"table={self.config.where!r}"
@@ -102,10 +119,11 @@ class IcebergSink(SinkBase[Iceberg]):
             "load the catalog",
         )
         try:
-            self._client_call(
-                lambda: self._cat().load_namespace_properties(config.namespace),
-                "read the namespace",
-            )
+            if not context.worker:  # the driver checked it at start
+                self._client_call(
+                    lambda: self._cat().load_namespace_properties(config.namespace),
+                    "read the namespace",
+                )
         except DurableSinkError as exc:
             if not isinstance(exc.__cause__, NoSuchNamespaceError):
                 raise
@@ -115,7 +133,8 @@ class IcebergSink(SinkBase[Iceberg]):
                 job=context.job_id,
                 sink=self.name,
                 fix=f"create it first (pyiceberg: catalog.create_namespace({config.namespace!r}); "
-                f"Spark SQL: CREATE NAMESPACE {config.namespace})",
+                f"Spark SQL: CREATE NAMESPACE {config.namespace}), or check the catalog's "
+                "warehouse (a REST catalog serves the namespaces of the warehouse it is given)",
             ) from exc.__cause__
         try:
             self._table = self._client_call(
@@ -135,6 +154,16 @@ class IcebergSink(SinkBase[Iceberg]):
             )
         if self._table is not None:
             self._last_committed = self._committed_epoch(self._table)
+            self._fresh = context.worker
+            if not context.worker:
+                table = self._table
+                # The table's storage, asked once with the FileIO's own settings (endpoint,
+                # keys), so that settings it refuses are refused here, before anything is
+                # written. A task's open skips it: the driver's open already asked.
+                self._client_call(
+                    lambda: _pyiceberg.reach(table),
+                    "reach the table's storage",
+                )
 
     def close(self) -> None:
         self._leftovers()  # closes an open file: a later start's recovery deletes it
@@ -159,6 +188,8 @@ class IcebergSink(SinkBase[Iceberg]):
             NoSuchNamespaceError,
             NoSuchTableError,
             OAuthError,
+            RESTError,
+            ServerError,
             UnauthorizedError,
         )
 
@@ -167,16 +198,43 @@ class IcebergSink(SinkBase[Iceberg]):
         text = _hide_secrets(text, self.config)
         if isinstance(exc, (NoSuchNamespaceError, NoSuchTableError)):
             return ConfigError(text, **where, fix="check the catalog, namespace and table")
-        if isinstance(exc, (OAuthError, UnauthorizedError, ForbiddenError)):
+        foreign = isinstance(exc, RESTError) and _NOT_REST in str(exc)  # not a catalog's answer
+        if isinstance(exc, (OAuthError, UnauthorizedError, ForbiddenError)) and not foreign:
             return ConfigError(text, **where, fix="check the catalog's credentials")
         if isinstance(exc, CommitFailedException):
             return CommitConflictError(text, **where, fix="another writer committed meanwhile")
         if step.in_doubt is not None or isinstance(exc, CommitStateUnknownException):
             return InDoubtError(text, **where, fix=step.in_doubt)
+        if foreign or (
+            isinstance(exc, RESTError)
+            and not isinstance(exc, ServerError)
+            and step.action == "load the catalog"
+        ):
+            return ConfigError(
+                text,
+                **where,
+                fix="the uri does not answer as an Iceberg REST catalog: give the catalog's "
+                "base URL (e.g. http://host:8181, SeaweedFS's -s3.port.iceberg), not the S3 "
+                "gateway's or another server's",
+            )
+        if isinstance(exc, ServerError):
+            return TransientError(text, **where, fix="the catalog's server failed; it is retried")
         kind = _failure_kind(exc)
         if kind == "config":
             return ConfigError(
                 text, **where, fix="check the catalog's properties (its uri and warehouse)"
+            )
+        if kind == "storage-config":
+            return ConfigError(
+                text,
+                **where,
+                fix="the table's storage refused these settings: check the catalog's FileIO "
+                "properties (s3.endpoint, s3.access-key-id, s3.secret-access-key, s3.region) "
+                "and that the keys may read and write the table's location",
+            )
+        if kind == "storage-unreachable":
+            return UnreachableError(
+                text, **where, fix="check that the table's storage (s3.endpoint) answers"
             )
         if kind == "unreachable":
             return UnreachableError(text, **where, fix="check that the catalog's server answers")
@@ -189,6 +247,7 @@ class IcebergSink(SinkBase[Iceberg]):
             exactly_once=True,
             two_phase_commit=True,
             resumable_prepare=True,
+            distributed_prepare=True,
             partitioned=True,
         )
 
@@ -222,11 +281,11 @@ class IcebergSink(SinkBase[Iceberg]):
         if pending is not None and paths:  # a failed attempt not rolled back
             self._delete_unless_committed(pending.epoch, paths)
         self._files = []
-        self._counter = itertools.count(0)
         self._pending = self._next_participant(epoch)
-        if self._table is not None and not self._as_committed:  # its schema and spec now
+        self._counter = self._paths().task_numbers(self._pending)
+        if self._table is not None and not self._fresh:  # its schema and spec as they are now
             self._reload(epoch)
-        self._as_committed = False
+        self._fresh = False
 
     def write_batch(self, batch: pa.RecordBatch) -> WriteResult:
         import pyarrow as pa
@@ -250,7 +309,7 @@ class IcebergSink(SinkBase[Iceberg]):
                 "write a data file",
                 name.epoch,
             )
-            self._files += written
+            self._files += [file_entry(f, table) for f in written]
             size = sum(int(f.file_size_in_bytes) for f in written)
         self._count("rows", rows.num_rows)
         self._count("bytes", size)
@@ -279,12 +338,12 @@ class IcebergSink(SinkBase[Iceberg]):
             return 0
         data_file, grown = current.finish()
         self._open_file = None
-        self._files.append(data_file)
+        self._files.append(file_entry(data_file, current.table))
         return grown
 
     def _leftovers(self) -> list[str]:
         """The paths of the participant's data files, the open one closed as it is."""
-        paths = [str(f.file_path) for f in self._files]
+        paths = [f.path for f in self._files]
         if self._open_file is not None:
             self._open_file.abandon()
             paths.append(self._open_file.path)
@@ -364,13 +423,13 @@ class IcebergSink(SinkBase[Iceberg]):
         if name is None or name.epoch != epoch:
             raise self._no_epoch(epoch)
         self._count("bytes", self._client_call(self._finish_file, "write a data file", epoch))
-        files = [file_entry(f) for f in self._files]
+        files = self._files
         handle = CommitHandle(
             sink=self.name,
             epoch=epoch,
             participant=str(name),
-            rows=sum(f["rows"] for f in files),
-            bytes=sum(f["size"] for f in files),
+            rows=sum(f.rows for f in files),
+            bytes=sum(f.size for f in files),
             checksum="",
             details=IcebergHandleDetails(tuple(files), self.context.job_id).to_json(),
         )
@@ -381,9 +440,56 @@ class IcebergSink(SinkBase[Iceberg]):
 
     # -- phase 2 -------------------------------------------------------------------------------
     def commit_epoch(self, epoch: int, handle: CommitHandle) -> CommitOutcome:
-        files = data_files_of(handle)
+        """The participant's files are in place already: COMMITTED while they are there (the
+        epoch's Iceberg commit is `publish_epoch`'s), ALREADY_COMMITTED once the table's
+        property covers the epoch. A decided participant whose files are gone before the
+        epoch's commit is data loss (ParticipantLostError)."""
+        if self._last_committed is not None and self._last_committed >= epoch:
+            return CommitOutcome.ALREADY_COMMITTED
+        files = IcebergHandleDetails.of(handle).files
+        if not files:
+            return CommitOutcome.COMMITTED
+        io = self._table.io if self._table is not None else self._io(epoch)
+        for entry in files:
+            there = self._client_call(
+                lambda e=entry: io.new_input(e.path).exists(),  # type: ignore[misc]
+                "find a data file",
+                epoch,
+            )
+            if there:
+                continue
+            table = self._existing_table(epoch)
+            committed = None if table is None else self._committed_epoch(table)
+            if committed is not None and committed >= epoch:
+                return CommitOutcome.ALREADY_COMMITTED
+            raise ParticipantLostError(
+                f"data loss: participant {handle.participant} is decided to commit, but its "
+                f"data file {entry.path} is gone",
+                **self._where(epoch),
+                fix="someone deleted it (orphan file removal while the job was down?): "
+                "restore the epoch's rows from the source; keep the decision record",
+            )
+        return CommitOutcome.COMMITTED
+
+    def _io(self, epoch: int) -> Any:
+        """The FileIO of the table (read now; before the first epoch it may not be loaded)."""
+        table = self._existing_table(epoch)
+        if table is None:
+            raise ConfigError(
+                f"no Iceberg table {self.config.where}, yet a participant of epoch {epoch} "
+                "wrote data files into it",
+                **self._where(epoch),
+                fix="the table was dropped while the job ran: restore it or start a new job",
+            )
+        return table.io
+
+    def publish_epoch(self, epoch: int, handles: Sequence[CommitHandle]) -> CommitOutcome:
+        """The epoch's one Iceberg commit of every participant in `handles` (see the module
+        docs); idempotent by the table's epoch property."""
+        writes = any(IcebergHandleDetails.of(h).files for h in handles)
+        names = sorted(h.participant for h in handles)
         for attempt in range(self.config.commit_retries + 1):
-            if self._table is None and not files:  # no table, nothing written: nothing to record
+            if self._table is None and not writes:  # no table, nothing written: nothing to record
                 return CommitOutcome.COMMITTED
             # The table as last read (at the epoch's start, or as the last commit left it) is
             # enough for the first try: its epoch property only ever rises, and the commit
@@ -395,8 +501,20 @@ class IcebergSink(SinkBase[Iceberg]):
             if committed is not None and committed >= epoch:
                 return CommitOutcome.ALREADY_COMMITTED
             try:
+                files = [f for h in handles for f in data_files_of(h, table)]
+            except CorruptRecordError:
+                if attempt > 0:
+                    raise
+                # Files written under a partition spec newer than this read (a task's own
+                # read of the table): read it again before deciding they do not fit.
+                table = self._reload(epoch)
+                committed = self._committed_epoch(table)
+                if committed is not None and committed >= epoch:
+                    return CommitOutcome.ALREADY_COMMITTED
+                files = [f for h in handles for f in data_files_of(h, table)]
+            try:
                 self._client_call(
-                    lambda t=table: self._commit(t, epoch, files),  # type: ignore[misc]
+                    lambda t=table, f=files: self._commit(t, epoch, f, names),  # type: ignore[misc]
                     Step(
                         "commit the epoch",
                         epoch,
@@ -408,7 +526,7 @@ class IcebergSink(SinkBase[Iceberg]):
                 self._count("commit_conflicts")
                 continue
             self._committed_up_to(epoch)
-            self._as_committed = True
+            self._fresh = True  # the catalog's answer: the table as of this commit
             self._count("epochs_committed")
             return CommitOutcome.COMMITTED
         raise CommitConflictError(
@@ -419,11 +537,14 @@ class IcebergSink(SinkBase[Iceberg]):
             "this often, raise commit_retries",
         )
 
-    def _commit(self, table: Table, epoch: int, files: list[DataFile]) -> None:
+    def _commit(
+        self, table: Table, epoch: int, files: list[DataFile], participants: Sequence[str]
+    ) -> None:
         summary = {
             SUMMARY_JOB: self.context.job_id,
             SUMMARY_SINK: self.name,
             SUMMARY_EPOCH: str(epoch),
+            SUMMARY_PARTICIPANTS: json.dumps(list(participants)),
         }
         _pyiceberg.without_commit_retries(table)
         with table.transaction() as tx:
@@ -500,6 +621,7 @@ class IcebergSink(SinkBase[Iceberg]):
                 return {
                     str(entry.data_file.file_path)
                     for manifest in snapshot.manifests(table.io)
+                    if manifest.added_snapshot_id == snapshot.snapshot_id
                     for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True)
                     if entry.snapshot_id == snapshot.snapshot_id
                 }
@@ -512,36 +634,82 @@ class IcebergSink(SinkBase[Iceberg]):
         if self._table is None:
             return []
         table = self._reload()
+        found = {
+            name: paths
+            for name, paths in self._listed(table).items()
+            if name.generation < self.context.generation
+        }
         committed = self._committed_epoch(table)
-        found: dict[tuple[int, int, int], list[str]] = {}
-        for path in self._client_call(lambda: list(self._data_files(table)), "list the data files"):
-            parsed = self._paths().parse(path)
-            if parsed is not None and parsed[1] < self.context.generation:
-                found.setdefault(parsed, []).append(path)
-        if any(committed is not None and epoch <= committed for epoch, _, _ in found):
+        if any(committed is not None and name.epoch <= committed for name in found):
             # Files the table holds are not leftovers (else every start would hand back every
             # committed participant); what it does not hold of a committed epoch is a losing
             # attempt's, whose rollback re-checks against the epoch's snapshot.
             held = self._client_call(lambda: self._referenced(table), "read the table's files")
             found = {k: v for k, v in found.items() if not set(v) & held}
-        leftovers = []
-        for (epoch, generation, attempt), paths in sorted(found.items()):
-            name = ParticipantName.build(
-                self.context.job_id, self.name, epoch, self.context.part, generation, attempt
+        return [self._leftover(name, paths) for name, paths in sorted(found.items())]
+
+    def prepared_participants(self, epoch: int) -> list[CommitHandle]:
+        """Every participant of `epoch` with files in the data folder that the table does not
+        hold (any generation): after a distributed epoch, its losing task attempts."""
+        table = self._existing_table(epoch)
+        if table is None:
+            return []
+        found = {n: p for n, p in self._listed(table).items() if n.epoch == epoch}
+        committed = self._committed_epoch(table)
+        if found and committed is not None and committed >= epoch:
+            added = self._client_call(
+                lambda: self._added_by(table, epoch), "read the epoch's snapshot", epoch
             )
-            entries = tuple({"path": p, "size": 0, "rows": 0, "record": ""} for p in sorted(paths))
-            leftovers.append(
-                CommitHandle(
-                    sink=self.name,
-                    epoch=epoch,
-                    participant=str(name),
-                    rows=0,
-                    bytes=0,
-                    checksum="",
-                    details=IcebergHandleDetails(entries, self.context.job_id).to_json(),
-                )
-            )
-        return leftovers
+            found = {k: v for k, v in found.items() if added is None or not set(v) & added}
+        return [self._leftover(name, paths) for name, paths in sorted(found.items())]
+
+    def _listed(self, table: Table) -> dict[ParticipantName, list[str]]:
+        """The data files of this job's sink in the table's data folder, by participant."""
+        found: dict[ParticipantName, list[str]] = {}
+        for path in self._client_call(lambda: list(self._data_files(table)), "list the data files"):
+            name = self._paths().parse(path)
+            if name is not None:
+                found.setdefault(name, []).append(path)
+        return found
+
+    def _leftover(self, name: ParticipantName, paths: list[str]) -> CommitHandle:
+        """A handle naming a participant's files (enough to roll it back)."""
+        entries = tuple(path_entry(p) for p in sorted(paths))
+        return CommitHandle(
+            sink=self.name,
+            epoch=name.epoch,
+            participant=str(name),
+            rows=0,
+            bytes=0,
+            checksum="",
+            details=IcebergHandleDetails(entries, self.context.job_id).to_json(),
+        )
+
+    # -- operations (durable-sinks status/inspect/verify; operations.py) -----------------------
+    def in_doubt(self) -> list[Prepared]:
+        """Every participant with files in the data folder that the table does not hold."""
+        if self._table is None:
+            return []
+        table = self._reload()
+        listed = self._listed(table)
+        held = self._client_call(lambda: self._referenced(table), "read the table's files")
+        return operations.in_doubt(
+            {n: p for n, p in listed.items() if not set(p) & held},
+            self._leftover,
+            lambda path: table.io.new_input(path),
+        )
+
+    def holdings(self, first: int, last: int) -> dict[int, Holding]:
+        if self._table is None:
+            return {}
+        table = self._reload()
+        return self._client_call(
+            lambda: operations.holdings(table, self.context.job_id, self.name, first, last),
+            "read the table's snapshots",
+        )
+
+    def live_generations(self) -> list[int]:
+        return []  # a table keeps no sessions
 
     @staticmethod
     def _referenced(table: Table) -> set[str]:
@@ -549,7 +717,9 @@ class IcebergSink(SinkBase[Iceberg]):
         return {str(task.file.file_path) for task in table.scan().plan_files()}
 
     def _data_files(self, table: Table) -> Iterator[str]:
-        return _pyiceberg.list_files(table, table.location().rstrip("/") + "/data")
+        """The files under the folder the table's data files are written to: `<location>/data`,
+        or the table's `write.data.path`."""
+        return _pyiceberg.list_files(table, table.location_provider().data_path)
 
 
 def _castable(given: Any, wanted: Any) -> bool:
@@ -577,9 +747,22 @@ def _castable(given: Any, wanted: Any) -> bool:
     return False
 
 
+#: pyiceberg's words for an answer that is not an Iceberg REST catalog's JSON.
+_NOT_REST = "unexpected JSON Payload"
+#: pyarrow's S3 errors that settings, not time, will cure (its `AWS Error <CODE>` texts).
+_S3_REFUSALS = (
+    "ACCESS_DENIED",
+    "SIGNATURE_DOES_NOT_MATCH",
+    "INVALID_ACCESS_KEY_ID",
+    "NO_SUCH_BUCKET",
+    "UNRECOGNIZED_CLIENT",
+)
+
+
 def _failure_kind(exc: Exception) -> str | None:
     """ "config" for a catalog URI or driver that cannot work, "unreachable" for a server
-    that does not answer, else None."""
+    that does not answer, "storage-config" for S3 that refuses the FileIO's settings,
+    "storage-unreachable" for S3 that does not answer, else None."""
     module = type(exc).__module__
     name = type(exc).__name__
     if module.startswith("sqlalchemy"):
@@ -592,6 +775,12 @@ def _failure_kind(exc: Exception) -> str | None:
             return "unreachable"
     if module.startswith(("requests", "urllib3")) and "Connection" in name:
         return "unreachable"
+    if isinstance(exc, OSError) and "AWS Error" in str(exc):  # pyarrow's S3 filesystem
+        text = str(exc)
+        if any(code in text for code in _S3_REFUSALS):
+            return "storage-config"
+        if "NETWORK_CONNECTION" in text:
+            return "storage-unreachable"
     if isinstance(exc, (ConnectionError, TimeoutError)):
         return "unreachable"
     return None

@@ -1,10 +1,13 @@
 """The Iceberg sink on pyiceberg's SQL catalog (a schema of its own in the test bed's Postgres,
-a local warehouse): each epoch one commit, exactly once, whatever is replayed, crashes or
+a local warehouse) and on the test bed's SeaweedFS Iceberg REST catalog (a namespace of its
+own, data files on S3): each epoch one commit, exactly once, whatever is replayed, crashes or
 races; refusals at start with nothing written; rollbacks leave no file of the epoch. Read
 back with pyiceberg scans."""
 
 from __future__ import annotations
 
+import json
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,24 +16,41 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from durable_sinks.coordinator import Coordinator
+from durable_sinks.coordinator import Coordinator, prepare_part
 from durable_sinks.core.errors import (
     ConfigError,
     InDoubtError,
+    ParticipantLostError,
     SchemaMismatchError,
     UnreachableError,
 )
-from durable_sinks.core.protocol import CommitOutcome, OpenContext
+from durable_sinks.core.protocol import CommitHandle, CommitOutcome, OpenContext
 from durable_sinks.manifest import LocalDirectoryStore
 from durable_sinks.sinks import create
 from durable_sinks.sinks.iceberg.handles import IcebergHandleDetails, paths_of
 from durable_sinks.sinks.iceberg.sink import CommitConflictError, IcebergSink
-from tests.services import PostgresEndpoint
-from tests.support.iceberg_target import IcebergCatalog
+from tests.services import IcebergRestEndpoint, PostgresEndpoint
+from tests.support.iceberg_target import CatalogUnderTest, IcebergCatalog, RestIcebergCatalog
+
+
+def made_catalog(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> CatalogUnderTest:
+    if kind == "sql":
+        return IcebergCatalog(request.getfixturevalue("postgres"), tmp_path)
+    return RestIcebergCatalog(request.getfixturevalue("iceberg_rest"))
+
+
+@pytest.fixture(params=["sql", "rest"])
+def catalog(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[CatalogUnderTest]:
+    """Each catalog kind: a SQL catalog with a local warehouse, the REST catalog on S3."""
+    made = made_catalog(request.param, request, tmp_path)
+    try:
+        yield made
+    finally:
+        made.drop()
 
 
 @pytest.fixture
-def catalog(postgres: PostgresEndpoint, tmp_path: Path) -> Iterator[IcebergCatalog]:
+def sql_catalog(postgres: PostgresEndpoint, tmp_path: Path) -> Iterator[IcebergCatalog]:
     made = IcebergCatalog(postgres, tmp_path)
     try:
         yield made
@@ -44,12 +64,12 @@ def events(ids: list[int]) -> pa.RecordBatch:
     )
 
 
-def ids(catalog: IcebergCatalog) -> list[int]:
+def ids(catalog: CatalogUnderTest) -> list[int]:
     return sorted(r["id"] for r in catalog.rows())
 
 
 def coordinator(
-    catalog: IcebergCatalog, tmp_path: Path, job: str = "orders", **options: Any
+    catalog: CatalogUnderTest, tmp_path: Path, job: str = "orders", **options: Any
 ) -> Coordinator:
     sink = create("iceberg", catalog.sink_options(**options))
     made = Coordinator(job, [sink], LocalDirectoryStore(tmp_path / f"store-{job}"))
@@ -57,7 +77,13 @@ def coordinator(
     return made
 
 
-def opened(catalog: IcebergCatalog, job: str = "orders", generation: int = 1) -> IcebergSink:
+def committed(sink: IcebergSink, epoch: int, handle: CommitHandle) -> CommitOutcome:
+    """The participant's commit, then the epoch's (what the coordinator does for one)."""
+    sink.commit_epoch(epoch, handle)
+    return sink.publish_epoch(epoch, [handle])
+
+
+def opened(catalog: CatalogUnderTest, job: str = "orders", generation: int = 1) -> IcebergSink:
     sink = create("iceberg", catalog.sink_options())
     assert isinstance(sink, IcebergSink)
     sink.open(OpenContext(job, sink.name, generation))
@@ -65,7 +91,7 @@ def opened(catalog: IcebergCatalog, job: str = "orders", generation: int = 1) ->
 
 
 def test_each_epoch_is_one_commit_with_the_epoch_property_and_summary(
-    catalog: IcebergCatalog, tmp_path: Path
+    catalog: CatalogUnderTest, tmp_path: Path
 ) -> None:
     catalog.create_namespace()
     job = coordinator(catalog, tmp_path, create_table=True)
@@ -74,7 +100,7 @@ def test_each_epoch_is_one_commit_with_the_epoch_property_and_summary(
     job.run_epoch(2, [])
     job.close()
     assert ids(catalog) == [1, 2, 3, 4]
-    table = catalog.catalog().load_table(("ds", "events"))
+    table = catalog.catalog().load_table(catalog.identifier())
     assert table.properties["durable-sinks.orders.iceberg.epoch"] == "2"
     summaries = [s.summary for s in table.snapshots() if s.summary is not None]
     epochs = [s.get("durable-sinks.epoch") for s in summaries]
@@ -85,22 +111,21 @@ def test_each_epoch_is_one_commit_with_the_epoch_property_and_summary(
 
 
 def test_a_replayed_commit_and_a_replayed_epoch_are_no_ops(
-    catalog: IcebergCatalog, tmp_path: Path
+    catalog: CatalogUnderTest, tmp_path: Path
 ) -> None:
     catalog.create_namespace()
-    catalog.catalog().create_table(("ds", "events"), schema=events([]).schema)
+    catalog.catalog().create_table(catalog.identifier(), schema=events([]).schema)
     sink = opened(catalog)
     sink.begin_epoch(0)
     sink.write_batch(events([1, 2]))
     handle = sink.pre_commit(0)
     files = IcebergHandleDetails.of(handle).files
-    assert [(f["rows"], f["size"] > 0, f["path"].startswith("file://")) for f in files] == [
-        (2, True, True)
-    ]
-    assert sink.commit_epoch(0, handle) is CommitOutcome.COMMITTED
-    assert sink.commit_epoch(0, handle) is CommitOutcome.ALREADY_COMMITTED
+    scheme = "file://" if catalog.kind == "sql" else "s3://"
+    assert [(f.rows, f.size > 0, f.path.startswith(scheme)) for f in files] == [(2, True, True)]
+    assert committed(sink, 0, handle) is CommitOutcome.COMMITTED
+    assert committed(sink, 0, handle) is CommitOutcome.ALREADY_COMMITTED
     other = opened(catalog, generation=2)  # another process, from the handle alone
-    assert other.commit_epoch(0, handle) is CommitOutcome.ALREADY_COMMITTED
+    assert committed(other, 0, handle) is CommitOutcome.ALREADY_COMMITTED
     assert other.last_committed_epoch() == 0
     assert ids(catalog) == [1, 2]
     first = coordinator(catalog, tmp_path, job="replayed")
@@ -118,7 +143,7 @@ def test_a_replayed_commit_and_a_replayed_epoch_are_no_ops(
     [("after-pre-commit:iceberg", False), ("after-decision", True)],
 )
 def test_a_crash_after_prepare_is_settled_by_the_next_start(
-    catalog: IcebergCatalog, tmp_path: Path, crash_after: str, committed: bool
+    catalog: CatalogUnderTest, tmp_path: Path, crash_after: str, committed: bool
 ) -> None:
     catalog.create_namespace()
     first = coordinator(catalog, tmp_path, create_table=True)
@@ -129,24 +154,24 @@ def test_a_crash_after_prepare_is_settled_by_the_next_start(
     else:
         raise AssertionError(f"the epoch never reached {crash_after}")
     assert ids(catalog) == [1]
-    files_before = catalog.data_files()
+    files_before = catalog.data_locations()
     second = coordinator(catalog, tmp_path, create_table=True)
     assert ids(catalog) == ([1, 2, 3] if committed else [1])
     if not committed:  # rolled back: the epoch's files are gone
-        assert len(catalog.data_files()) < len(files_before)
+        assert len(catalog.data_locations()) < len(files_before)
     second.run_epoch(1, [events([2, 3])])
     second.run_epoch(2, [events([4])])
     second.close()
     assert ids(catalog) == [1, 2, 3, 4]
-    table = catalog.catalog().load_table(("ds", "events"))
-    referenced = {str(t.file.file_path).removeprefix("file://") for t in table.scan().plan_files()}
-    assert {str(p) for p in catalog.data_files()} == referenced  # no orphan is left
+    table = catalog.catalog().load_table(catalog.identifier())
+    referenced = {str(t.file.file_path) for t in table.scan().plan_files()}
+    assert set(catalog.data_locations()) == referenced  # no orphan is left
 
 
-def test_a_rollback_leaves_no_file_of_the_epoch(catalog: IcebergCatalog) -> None:
+def test_a_rollback_leaves_no_file_of_the_epoch(catalog: CatalogUnderTest) -> None:
     catalog.create_namespace()
     catalog.catalog().create_table(  # each record batch a row group: the file exists at once
-        ("ds", "events"),
+        catalog.identifier(),
         schema=events([]).schema,
         properties={"write.parquet.row-group-limit": "1"},
     )
@@ -155,26 +180,27 @@ def test_a_rollback_leaves_no_file_of_the_epoch(catalog: IcebergCatalog) -> None
     sink.write_batch(events([1]))
     sink.write_batch(events([2]))
     handle = sink.pre_commit(0)
-    assert len(catalog.data_files()) == 1  # the epoch's record batches are one data file
-    assert [f["rows"] for f in IcebergHandleDetails.of(handle).files] == [2]
+    assert len(catalog.data_locations()) == 1  # the epoch's record batches are one data file
+    assert [f.rows for f in IcebergHandleDetails.of(handle).files] == [2]
     sink.rollback_epoch(0, handle)
     sink.rollback_epoch(0, handle)  # again: the files are gone already
-    assert catalog.data_files() == []
+    assert catalog.data_locations() == []
     sink.begin_epoch(1)
     sink.write_batch(events([3]))
-    assert len(catalog.data_files()) == 1  # still being written
+    if catalog.kind == "sql":  # (on S3 an object is there once its upload completes)
+        assert len(catalog.data_locations()) == 1  # still being written
     sink.rollback_epoch(1, None)  # never prepared
-    assert catalog.data_files() == []
+    assert catalog.data_locations() == []
     sink.begin_epoch(2)
     sink.write_batch(events([4]))
     sink.begin_epoch(2)  # the attempt before was neither prepared nor rolled back
-    assert catalog.data_files() == []
+    assert catalog.data_locations() == []
     sink.close()
     assert ids(catalog) == []
 
 
 def test_an_epochs_data_file_is_the_one_pyicebergs_writer_makes_of_its_rows(
-    catalog: IcebergCatalog,
+    catalog: CatalogUnderTest,
 ) -> None:
     import itertools
 
@@ -184,30 +210,35 @@ def test_an_epochs_data_file_is_the_one_pyicebergs_writer_makes_of_its_rows(
     from durable_sinks.sinks.iceberg.handles import data_files_of
 
     catalog.create_namespace()
-    table = catalog.catalog().create_table(("ds", "events"), schema=events([]).schema)
+    table = catalog.catalog().create_table(catalog.identifier(), schema=events([]).schema)
     batches = [events(list(range(at, at + 500))) for at in range(0, 1500, 500)]
     sink = opened(catalog)
     sink.begin_epoch(0)
     for batch in batches:
         sink.write_batch(batch)
-    [ours] = data_files_of(sink.pre_commit(0))
+    handle = sink.pre_commit(0)
+    [ours] = data_files_of(handle, table)
     [theirs] = _pyiceberg.write_data_files(
         table, pa.Table.from_batches(batches), uuid.uuid4(), itertools.count(0)
     )
-    fields = ["record_count", "value_counts", "null_value_counts", "lower_bounds"]
-    fields += ["upper_bounds", "column_sizes", "file_format", "split_offsets"]
-    assert {f: getattr(ours, f) for f in fields} == {f: getattr(theirs, f) for f in fields}
-    assert ours.file_size_in_bytes == theirs.file_size_in_bytes
-    path = str(ours.file_path).removeprefix("file://")
-    assert pq.ParquetFile(path).metadata.num_row_groups == 1
+    try:
+        fields = ["record_count", "value_counts", "null_value_counts", "lower_bounds"]
+        fields += ["upper_bounds", "column_sizes", "file_format", "split_offsets"]
+        assert {f: getattr(ours, f) for f in fields} == {f: getattr(theirs, f) for f in fields}
+        assert ours.file_size_in_bytes == theirs.file_size_in_bytes
+        with table.io.new_input(str(ours.file_path)).open() as stream:
+            assert pq.ParquetFile(stream).metadata.num_row_groups == 1
+    finally:
+        table.io.delete(str(theirs.file_path))
+        sink.rollback_epoch(0, handle)
 
 
 def test_a_data_file_ends_at_the_tables_target_file_size(
-    catalog: IcebergCatalog, tmp_path: Path
+    catalog: CatalogUnderTest, tmp_path: Path
 ) -> None:
     catalog.create_namespace()
     catalog.catalog().create_table(
-        ("ds", "events"),
+        catalog.identifier(),
         schema=events([]).schema,
         properties={"write.target-file-size-bytes": "1"},
     )
@@ -215,15 +246,15 @@ def test_a_data_file_ends_at_the_tables_target_file_size(
     job.run_epoch(0, [events([1, 2]), events([3]), events([4])])
     job.close()
     assert ids(catalog) == [1, 2, 3, 4]
-    table = catalog.catalog().load_table(("ds", "events"))
+    table = catalog.catalog().load_table(catalog.identifier())
     rows = sorted(t.file.record_count for t in table.scan().plan_files())
     assert rows == [1, 1, 2]
-    assert len(catalog.data_files()) == 3
+    assert len(catalog.data_locations()) == 3
 
 
-def test_a_commit_of_a_committed_epoch_never_deletes_its_files(catalog: IcebergCatalog) -> None:
+def test_a_commit_of_a_committed_epoch_never_deletes_its_files(catalog: CatalogUnderTest) -> None:
     catalog.create_namespace()
-    catalog.catalog().create_table(("ds", "events"), schema=events([]).schema)
+    catalog.catalog().create_table(catalog.identifier(), schema=events([]).schema)
     sink = opened(catalog)
     sink.begin_epoch(0)
     sink.write_batch(events([1]))
@@ -231,18 +262,18 @@ def test_a_commit_of_a_committed_epoch_never_deletes_its_files(catalog: IcebergC
     sink.begin_epoch(0)
     sink.write_batch(events([1]))
     loser = sink.pre_commit(0)
-    sink.commit_epoch(0, winner)
+    committed(sink, 0, winner)
     sink.rollback_epoch(0, winner)  # a wrong rollback of the committed participant: refused
     sink.rollback_epoch(0, loser)  # the losing attempt's files go
     assert ids(catalog) == [1]
-    assert len(catalog.data_files()) == 1
+    assert len(catalog.data_locations()) == 1
 
 
 def test_a_stale_writer_is_retried_after_rechecking_the_epoch(
-    catalog: IcebergCatalog, monkeypatch: pytest.MonkeyPatch
+    catalog: CatalogUnderTest, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     catalog.create_namespace()
-    catalog.catalog().create_table(("ds", "events"), schema=events([]).schema)
+    catalog.catalog().create_table(catalog.identifier(), schema=events([]).schema)
     sink = opened(catalog)
     sink.begin_epoch(0)
     sink.write_batch(events([1]))
@@ -250,14 +281,14 @@ def test_a_stale_writer_is_retried_after_rechecking_the_epoch(
     commit = IcebergSink._commit
     raced: list[int] = []
 
-    def racing(self: IcebergSink, table: Any, epoch: int, files: Any) -> None:
+    def racing(self: IcebergSink, table: Any, epoch: int, files: Any, names: Any) -> None:
         if not raced:  # another writer appends between our read and our commit
             raced.append(epoch)
-            catalog.catalog().load_table(("ds", "events")).append(pa.table(events([100])))
-        commit(self, table, epoch, files)
+            catalog.catalog().load_table(catalog.identifier()).append(pa.table(events([100])))
+        commit(self, table, epoch, files, names)
 
     monkeypatch.setattr(IcebergSink, "_commit", racing)
-    assert sink.commit_epoch(0, handle) is CommitOutcome.COMMITTED
+    assert committed(sink, 0, handle) is CommitOutcome.COMMITTED
     assert sink.metrics()["commit_conflicts"] == 1
     assert ids(catalog) == [1, 100]
 
@@ -267,14 +298,14 @@ def test_a_stale_writer_is_retried_after_rechecking_the_epoch(
     handle = sink.pre_commit(1)
     raced.clear()
 
-    def replayed(self: IcebergSink, table: Any, epoch: int, files: Any) -> None:
+    def replayed(self: IcebergSink, table: Any, epoch: int, files: Any, names: Any) -> None:
         if not raced:
             raced.append(epoch)
-            assert opened(catalog, generation=2).commit_epoch(1, handle) is CommitOutcome.COMMITTED
-        commit(self, table, epoch, files)
+            assert committed(opened(catalog, generation=2), 1, handle) is CommitOutcome.COMMITTED
+        commit(self, table, epoch, files, names)
 
     monkeypatch.setattr(IcebergSink, "_commit", replayed)
-    assert sink.commit_epoch(1, handle) is CommitOutcome.ALREADY_COMMITTED
+    assert committed(sink, 1, handle) is CommitOutcome.ALREADY_COMMITTED
     assert ids(catalog) == [1, 2, 100]
 
     # Committed by another process after this one last read the table (at the epoch's start):
@@ -283,15 +314,16 @@ def test_a_stale_writer_is_retried_after_rechecking_the_epoch(
     sink.begin_epoch(2)
     sink.write_batch(events([3]))
     handle = sink.pre_commit(2)
-    assert opened(catalog, generation=3).commit_epoch(2, handle) is CommitOutcome.COMMITTED
-    assert sink.commit_epoch(2, handle) is CommitOutcome.ALREADY_COMMITTED
+    assert committed(opened(catalog, generation=3), 2, handle) is CommitOutcome.COMMITTED
+    assert committed(sink, 2, handle) is CommitOutcome.ALREADY_COMMITTED
     assert sink.metrics()["commit_conflicts"] == 3
     assert ids(catalog) == [1, 2, 3, 100]
 
 
 def test_a_bad_catalog_uri_is_refused_at_start_with_nothing_written(
-    catalog: IcebergCatalog, tmp_path: Path
+    sql_catalog: IcebergCatalog, tmp_path: Path
 ) -> None:
+    catalog = sql_catalog
     catalog.create_namespace()
     closed = {**catalog.sink_options(create_table=True)}
     closed["catalog"] = {**closed["catalog"], "uri": catalog.uri(port=1)}
@@ -303,19 +335,19 @@ def test_a_bad_catalog_uri_is_refused_at_start_with_nothing_written(
     job = Coordinator("orders", [create("iceberg", unknown)], LocalDirectoryStore(tmp_path / "t"))
     with pytest.raises(ConfigError):
         job.start()
-    assert catalog.data_files() == []
+    assert catalog.data_locations() == []
     assert catalog.postgres.password not in repr(create("iceberg", closed))
 
 
 def test_a_missing_namespace_or_table_is_refused_at_start(
-    catalog: IcebergCatalog, tmp_path: Path
+    catalog: CatalogUnderTest, tmp_path: Path
 ) -> None:
     job = Coordinator(
         "orders",
         [create("iceberg", catalog.sink_options(create_table=True))],
         LocalDirectoryStore(tmp_path / "s"),
     )
-    with pytest.raises(ConfigError, match="no namespace 'ds'") as refused:
+    with pytest.raises(ConfigError, match=f"no namespace '{catalog.namespace}'") as refused:
         job.start()
     assert "create_namespace" in str(refused.value)
     catalog.create_namespace()
@@ -325,14 +357,14 @@ def test_a_missing_namespace_or_table_is_refused_at_start(
     with pytest.raises(ConfigError, match="no Iceberg table") as refused:
         job.start()
     assert "create_table=True" in str(refused.value)
-    assert catalog.data_files() == []
+    assert catalog.data_locations() == []
 
 
 def test_rows_that_do_not_fit_the_table_are_refused_with_nothing_written(
-    catalog: IcebergCatalog, tmp_path: Path
+    catalog: CatalogUnderTest, tmp_path: Path
 ) -> None:
     catalog.create_namespace()
-    catalog.catalog().create_table(("ds", "events"), schema=events([]).schema)
+    catalog.catalog().create_table(catalog.identifier(), schema=events([]).schema)
     job = coordinator(catalog, tmp_path, job=f"j{uuid.uuid4().hex[:6]}")
     job.run_epoch(0, [events([1])])
     bad = {
@@ -340,22 +372,22 @@ def test_rows_that_do_not_fit_the_table_are_refused_with_nothing_written(
         "column 'body' is missing": pa.record_batch({"id": pa.array([2], pa.int64())}),
         "column 'id' is string": pa.record_batch({"id": ["2"], "body": ["x"]}),
     }
-    before = catalog.data_files()
+    before = catalog.data_locations()
     for expected, batch in bad.items():
         with pytest.raises(SchemaMismatchError, match=expected) as refused:
             job.run_epoch(1, [events([5]), batch])
         assert "nothing of the epoch was committed" in str(refused.value)
         assert ids(catalog) == [1]
-        assert catalog.data_files() == before
+        assert catalog.data_locations() == before
     narrow = pa.record_batch({"id": pa.array([2], pa.int32()), "body": pa.array(["x"])})
     job.run_epoch(1, [narrow])
     job.close()
     assert ids(catalog) == [1, 2]
 
 
-def test_recovery_hands_back_only_what_the_table_does_not_hold(catalog: IcebergCatalog) -> None:
+def test_recovery_hands_back_only_what_the_table_does_not_hold(catalog: CatalogUnderTest) -> None:
     catalog.create_namespace()
-    catalog.catalog().create_table(("ds", "events"), schema=events([]).schema)
+    catalog.catalog().create_table(catalog.identifier(), schema=events([]).schema)
     sink = opened(catalog)
     sink.begin_epoch(0)
     sink.write_batch(events([1]))
@@ -363,7 +395,7 @@ def test_recovery_hands_back_only_what_the_table_does_not_hold(catalog: IcebergC
     sink.begin_epoch(0)
     sink.write_batch(events([1]))
     winner = sink.pre_commit(0)
-    sink.commit_epoch(0, winner)
+    committed(sink, 0, winner)
     sink.begin_epoch(1)
     sink.write_batch(events([2]))
     pending = sink.pre_commit(1)
@@ -374,41 +406,59 @@ def test_recovery_hands_back_only_what_the_table_does_not_hold(catalog: IcebergC
         later.rollback_epoch(handle.epoch, handle)
     assert later.recover_prepared() == []
     assert ids(catalog) == [1]
-    assert len(catalog.data_files()) == 1
+    assert len(catalog.data_locations()) == 1
+
+
+def test_recovery_finds_the_files_where_the_table_writes_them(sql_catalog: IcebergCatalog) -> None:
+    """A table whose `write.data.path` is not `<location>/data`: recovery lists that folder."""
+    catalog = sql_catalog
+    catalog.create_namespace()
+    elsewhere = f"file://{catalog.warehouse}/elsewhere"
+    catalog.catalog().create_table(
+        catalog.identifier(), schema=events([]).schema, properties={"write.data.path": elsewhere}
+    )
+    sink = opened(catalog)
+    sink.begin_epoch(0)
+    sink.write_batch(events([1]))
+    pending = sink.pre_commit(0)
+    assert all(p.startswith(elsewhere) for p in paths_of(pending))
+    later = opened(catalog, generation=2)
+    found = later.recover_prepared()
+    assert [h.participant for h in found] == [pending.participant]
+    later.rollback_epoch(0, found[0])
+    assert catalog.data_locations() == []
 
 
 def test_a_commit_whose_outcome_is_unknown_is_in_doubt_and_keeps_its_files(
-    catalog: IcebergCatalog, monkeypatch: pytest.MonkeyPatch
+    catalog: CatalogUnderTest, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     catalog.create_namespace()
-    catalog.catalog().create_table(("ds", "events"), schema=events([]).schema)
+    catalog.catalog().create_table(catalog.identifier(), schema=events([]).schema)
     sink = opened(catalog)
     sink.begin_epoch(0)
     sink.write_batch(events([1]))
     handle = sink.pre_commit(0)
     commit = IcebergSink._commit
 
-    def lost_answer(self: IcebergSink, table: Any, epoch: int, files: Any) -> None:
-        commit(self, table, epoch, files)  # the catalog took it, the answer never came
+    def lost_answer(self: IcebergSink, table: Any, epoch: int, files: Any, names: Any) -> None:
+        commit(self, table, epoch, files, names)  # the catalog took it, the answer never came
         raise ConnectionResetError("connection reset by peer")
 
     monkeypatch.setattr(IcebergSink, "_commit", lost_answer)
     with pytest.raises(InDoubtError):
-        sink.commit_epoch(0, handle)
+        committed(sink, 0, handle)
     monkeypatch.setattr(IcebergSink, "_commit", commit)
-    assert len(catalog.data_files()) == 1
-    assert opened(catalog, generation=2).commit_epoch(0, handle) is (
-        CommitOutcome.ALREADY_COMMITTED
-    )
+    assert len(catalog.data_locations()) == 1
+    assert committed(opened(catalog, generation=2), 0, handle) is (CommitOutcome.ALREADY_COMMITTED)
     assert ids(catalog) == [1]
 
 
-def test_a_partitioned_table_gets_files_per_partition(catalog: IcebergCatalog) -> None:
+def test_a_partitioned_table_gets_files_per_partition(catalog: CatalogUnderTest) -> None:
     from pyiceberg.transforms import IdentityTransform
 
     catalog.create_namespace()
     schema = pa.schema([("id", pa.int64()), ("body", pa.string()), ("day", pa.string())])
-    made = catalog.catalog().create_table(("ds", "events"), schema=schema)
+    made = catalog.catalog().create_table(catalog.identifier(), schema=schema)
     day = made.schema().find_field("day").field_id
     with made.update_spec() as spec:
         spec.add_field("day", IdentityTransform(), "day")
@@ -420,18 +470,18 @@ def test_a_partitioned_table_gets_files_per_partition(catalog: IcebergCatalog) -
     sink.write_batch(batch)
     handle = sink.pre_commit(0)
     assert sorted("day=" in p for p in paths_of(handle)) == [True, True]
-    sink.commit_epoch(0, handle)
-    table = catalog.catalog().load_table(("ds", "events"))
+    committed(sink, 0, handle)
+    table = catalog.catalog().load_table(catalog.identifier())
     assert table.spec().fields[0].source_id == day
     d1 = table.scan(row_filter="day == 'd1'").to_arrow()
     assert sorted(d1.column("id").to_pylist()) == [1, 3]
 
 
 def test_a_commit_that_keeps_losing_races_stops_at_the_bound(
-    catalog: IcebergCatalog, monkeypatch: pytest.MonkeyPatch
+    catalog: CatalogUnderTest, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     catalog.create_namespace()
-    catalog.catalog().create_table(("ds", "events"), schema=events([]).schema)
+    catalog.catalog().create_table(catalog.identifier(), schema=events([]).schema)
     sink = create("iceberg", catalog.sink_options(commit_retries=2))
     assert isinstance(sink, IcebergSink)
     sink.open(OpenContext("orders", sink.name, 1))
@@ -441,15 +491,284 @@ def test_a_commit_that_keeps_losing_races_stops_at_the_bound(
     commit = IcebergSink._commit
     others = iter(range(100, 200))
 
-    def always_raced(self: IcebergSink, table: Any, epoch: int, files: Any) -> None:
-        catalog.catalog().load_table(("ds", "events")).append(pa.table(events([next(others)])))
-        commit(self, table, epoch, files)
+    def always_raced(self: IcebergSink, table: Any, epoch: int, files: Any, names: Any) -> None:
+        catalog.catalog().load_table(catalog.identifier()).append(pa.table(events([next(others)])))
+        commit(self, table, epoch, files, names)
 
     monkeypatch.setattr(IcebergSink, "_commit", always_raced)
     with pytest.raises(CommitConflictError, match="lost the race with other writers 3 times"):
-        sink.commit_epoch(0, handle)
+        committed(sink, 0, handle)
     assert sink.metrics()["commit_conflicts"] == 3
     assert ids(catalog) == [100, 101, 102]  # nothing of the epoch
     monkeypatch.setattr(IcebergSink, "_commit", commit)
-    assert sink.commit_epoch(0, handle) is CommitOutcome.COMMITTED  # the retry of the epoch
+    assert committed(sink, 0, handle) is CommitOutcome.COMMITTED  # the retry of the epoch
     assert ids(catalog) == [1, 100, 101, 102]
+
+
+def test_executor_parts_are_one_commit_and_losing_attempts_are_deleted(
+    catalog: CatalogUnderTest, tmp_path: Path
+) -> None:
+    catalog.create_namespace()
+    catalog.catalog().create_table(catalog.identifier(), schema=events([]).schema)
+
+    def build() -> list[Any]:
+        return [create("iceberg", catalog.sink_options())]
+
+    def prepare(epoch: int, parts: dict[str, list[int]], losers: dict[str, list[int]]) -> Any:
+        def run(generation: int) -> list[CommitHandle]:
+            winners = []
+            for part, rows in parts.items():
+                winners += prepare_part("orders", generation, epoch, part, build, [events(rows)])
+            for part, rows in losers.items():  # a failed or speculative twin of a part
+                prepare_part("orders", generation, epoch, part, build, [events(rows)])
+            return winners
+
+        return run
+
+    store = tmp_path / "store"
+    job = Coordinator("orders", build(), LocalDirectoryStore(store), executor_mode=True)
+    job.start()
+    job.run_distributed_epoch(0, prepare(0, {"p0-t0": [1, 2], "p1-t1": [3]}, {"p1-t2": [3]}))
+    job.run_distributed_epoch(1, prepare(1, {"p0-t3": [4]}, {}))
+    assert ids(catalog) == [1, 2, 3, 4]
+    table = catalog.catalog().load_table(catalog.identifier())
+    summaries = [s.summary for s in table.snapshots() if s.summary is not None]
+    assert [s.get("durable-sinks.epoch") for s in summaries] == ["0", "1"]
+    assert len(json.loads(summaries[0]["durable-sinks.participants"])) == 2
+    assert len(catalog.data_locations()) == 3  # the losing twin's file is gone
+
+    # A driver that dies after its tasks prepared: the next start rolls the parts back, and
+    # the replayed epoch lands once.
+    steps = job.distributed_epoch_steps(2, prepare(2, {"p0-t4": [5], "p1-t5": [6]}, {}))
+    while next(steps) != "after-prepare":
+        pass
+    assert len(catalog.data_locations()) == 5
+    again = Coordinator("orders", build(), LocalDirectoryStore(store), executor_mode=True)
+    report = again.start()
+    assert len(report.rolled_back) == 2
+    assert len(catalog.data_locations()) == 3
+    again.run_distributed_epoch(2, prepare(2, {"p0-t6": [5], "p1-t7": [6]}, {}))
+    again.close()
+    assert ids(catalog) == [1, 2, 3, 4, 5, 6]
+    assert len(catalog.data_locations()) == 5
+
+
+def test_a_handle_is_typed_json_that_appends_to_a_partitioned_table(
+    catalog: CatalogUnderTest,
+) -> None:
+    from decimal import Decimal
+
+    from pyiceberg.transforms import IdentityTransform
+
+    catalog.create_namespace()
+    schema = pa.schema(
+        [
+            ("id", pa.int64()),
+            ("at", pa.timestamp("us")),
+            ("kind", pa.string()),
+            ("price", pa.decimal128(9, 2)),
+            ("day", pa.date32()),
+        ]
+    )
+    made = catalog.catalog().create_table(catalog.identifier(), schema=schema)
+    with made.update_spec() as spec:
+        spec.add_field("at", IdentityTransform(), "at")
+        spec.add_field("kind", IdentityTransform(), "kind")
+        spec.add_field("price", IdentityTransform(), "price")
+        spec.add_field("day", IdentityTransform(), "day")
+    rows = pa.table(
+        {
+            "id": [1, 2, 3],
+            "at": pa.array(
+                [1_700_000_000_000_000, 1_700_100_000_000_000, None], pa.timestamp("us")
+            ),
+            "kind": ["a", None, "a"],
+            "price": pa.array([Decimal("1.50"), Decimal("2.00"), Decimal("1.50")], schema[3].type),
+            "day": pa.array([19000, 19001, 19000], pa.date32()),
+        },
+        schema=schema,
+    )
+    sink = opened(catalog)
+    sink.begin_epoch(0)
+    sink.write_batch(rows.to_batches()[0])
+    handle = CommitHandle.from_json(
+        json.loads(sink.pre_commit(0).dumps())
+    )  # through JSON, as a task returns it
+    assert "record" not in handle.dumps()
+    later = opened(catalog, generation=2)  # another process commits from the handle alone
+    assert committed(later, 0, handle) is CommitOutcome.COMMITTED
+    table = catalog.catalog().load_table(catalog.identifier())
+    assert table.scan().to_arrow().num_rows == 3
+    assert table.scan(row_filter="kind == 'a'").to_arrow().column("id").to_pylist() == [1, 3]
+    nulls = table.scan(row_filter="kind is null").to_arrow()
+    assert nulls.column("id").to_pylist() == [2]
+    planned = {str(t.file.file_path) for t in table.scan(row_filter="id == 2").plan_files()}
+    assert len(planned) == 1  # the bounds and the partition tuple prune the other files
+
+
+def test_a_decided_participant_whose_file_is_gone_is_data_loss_not_a_commit(
+    catalog: CatalogUnderTest,
+) -> None:
+    catalog.create_namespace()
+    catalog.catalog().create_table(catalog.identifier(), schema=events([]).schema)
+    sink = opened(catalog)
+    sink.begin_epoch(0)
+    sink.write_batch(events([1]))
+    handle = sink.pre_commit(0)
+    (path,) = paths_of(handle)
+    # e.g. an orphan-file cleanup ran meanwhile
+    catalog.catalog().load_table(catalog.identifier()).io.delete(path)
+    with pytest.raises(ParticipantLostError, match="data loss"):
+        opened(catalog, generation=2).commit_epoch(0, handle)
+    table = catalog.catalog().load_table(catalog.identifier())
+    assert table.current_snapshot() is None  # nothing was committed
+
+
+def stale_transaction(catalog: CatalogUnderTest, key: str) -> Any:
+    """A transaction on the table as read now that appends a row and sets a property, with
+    pyiceberg's own retries off: committed later, its base may be stale."""
+    from durable_sinks.sinks.iceberg import _pyiceberg
+
+    table = _pyiceberg.without_commit_retries(catalog.catalog().load_table(catalog.identifier()))
+    tx = table.transaction()
+    tx.set_properties({"writer": key})
+    tx.append(pa.table(events([int(key)])))
+    return tx
+
+
+@pytest.mark.parametrize("first_snapshot", [True, False], ids=["empty-table", "with-snapshot"])
+def test_the_catalog_refuses_every_commit_but_one_from_the_same_base(
+    catalog: CatalogUnderTest, first_snapshot: bool
+) -> None:
+    """What exactly-once rests on: of commits racing from one snapshot (each asserting the
+    branch's head it read, or that there is none yet), the catalog takes one and refuses the
+    others with CommitFailedException (HTTP 409 from a REST catalog), at the same moment."""
+    from pyiceberg.exceptions import CommitFailedException
+
+    catalog.create_namespace()
+    catalog.catalog().create_table(catalog.identifier(), schema=events([]).schema)
+    if not first_snapshot:
+        catalog.catalog().load_table(catalog.identifier()).append(pa.table(events([0])))
+    racers = [stale_transaction(catalog, str(n)) for n in range(1, 5)]
+    start = threading.Barrier(len(racers))
+    outcomes: list[str] = [""] * len(racers)
+
+    def commit(n: int) -> None:
+        start.wait(timeout=30)
+        try:
+            racers[n].commit_transaction()
+            outcomes[n] = "committed"
+        except CommitFailedException:
+            outcomes[n] = "refused"
+
+    threads = [threading.Thread(target=commit, args=(n,)) for n in range(len(racers))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert sorted(outcomes) == ["committed", "refused", "refused", "refused"]
+    winner = str(outcomes.index("committed") + 1)
+    table = catalog.catalog().load_table(catalog.identifier())
+    assert table.properties["writer"] == winner
+    assert ids(catalog) == sorted([int(winner)] + ([] if first_snapshot else [0]))
+    assert len(table.snapshots()) == (1 if first_snapshot else 2)
+
+
+def test_two_processes_committing_one_epoch_at_once_land_it_once(
+    catalog: CatalogUnderTest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A replay and a zombie of the same epoch, each with its own files, commit at the same
+    moment from the same table state: one commits, the other loses the race, re-reads the
+    table, finds the epoch committed and stands down; its files are rolled back."""
+    catalog.create_namespace()
+    catalog.catalog().create_table(catalog.identifier(), schema=events([]).schema)
+    sinks = [opened(catalog, generation=g) for g in (1, 2)]
+    handles = []
+    for sink in sinks:
+        sink.begin_epoch(0)
+        sink.write_batch(events([1, 2]))
+        handles.append(sink.pre_commit(0))
+    commit = IcebergSink._commit
+    together = threading.Barrier(2)
+    waited: set[int] = set()
+
+    def at_once(self: IcebergSink, table: Any, epoch: int, files: Any, names: Any) -> None:
+        if id(self) not in waited:  # both read the table before either commits
+            waited.add(id(self))
+            together.wait(timeout=30)
+        commit(self, table, epoch, files, names)
+
+    monkeypatch.setattr(IcebergSink, "_commit", at_once)
+    outcomes: dict[int, CommitOutcome] = {}
+
+    def run(n: int) -> None:
+        outcomes[n] = committed(sinks[n], 0, handles[n])
+
+    threads = [threading.Thread(target=run, args=(n,)) for n in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert sorted(o.name for o in outcomes.values()) == ["ALREADY_COMMITTED", "COMMITTED"]
+    assert sum(s.metrics()["commit_conflicts"] for s in sinks) == 1
+    loser = next(n for n, o in outcomes.items() if o is CommitOutcome.ALREADY_COMMITTED)
+    sinks[loser].rollback_epoch(0, handles[loser])
+    assert ids(catalog) == [1, 2]
+    table = catalog.catalog().load_table(catalog.identifier())
+    referenced = {str(t.file.file_path) for t in table.scan().plan_files()}
+    assert set(catalog.data_locations()) == referenced == set(paths_of(handles[1 - loser]))
+
+
+@pytest.fixture
+def rest_catalog(iceberg_rest: IcebergRestEndpoint) -> Iterator[RestIcebergCatalog]:
+    made = RestIcebergCatalog(iceberg_rest)
+    made.create_namespace()
+    try:
+        yield made
+    finally:
+        made.drop()
+
+
+@pytest.mark.parametrize(
+    ("setting", "refusal", "fix"),
+    [
+        ("unreachable uri", UnreachableError, "catalog's server answers"),
+        ("not a catalog", ConfigError, "does not answer as an Iceberg REST catalog"),
+        ("not a catalog, nor its tokens", ConfigError, "does not answer as an Iceberg REST"),
+        ("wrong credential", ConfigError, "catalog's credentials"),
+        ("no credential", ConfigError, "catalog's credentials"),
+        ("wrong S3 secret", ConfigError, "s3.secret-access-key"),
+    ],
+)
+def test_bad_rest_catalog_settings_are_refused_at_start_with_nothing_written(
+    rest_catalog: RestIcebergCatalog,
+    tmp_path: Path,
+    setting: str,
+    refusal: type[Exception],
+    fix: str,
+) -> None:
+    endpoint = rest_catalog.endpoint
+    rest_catalog.catalog().create_table(rest_catalog.identifier(), schema=events([]).schema)
+    options = rest_catalog.sink_options()
+    settings: dict[str, dict[str, str | None]] = {
+        "unreachable uri": {"uri": "http://127.0.0.1:1"},
+        "not a catalog": {"uri": endpoint.s3.endpoint_url},
+        "not a catalog, nor its tokens": {
+            "uri": endpoint.s3.endpoint_url,
+            "oauth2-server-uri": f"{endpoint.s3.endpoint_url}/v1/oauth/tokens",
+        },
+        "wrong credential": {"credential": f"{endpoint.s3.access_key_id}:not-the-secret"},
+        "no credential": {"credential": None},
+        "wrong S3 secret": {"s3.secret-access-key": "not-the-secret"},
+    }
+    wrong = settings[setting]
+    options["catalog"] = {k: v for k, v in {**options["catalog"], **wrong}.items() if v is not None}
+    job = Coordinator("orders", [create("iceberg", options)], LocalDirectoryStore(tmp_path / "s"))
+    with pytest.raises(refusal) as refused:
+        job.start()
+    text = str(refused.value)
+    assert fix in text
+    assert endpoint.s3.secret_access_key not in text
+    assert endpoint.credential not in text
+    assert rest_catalog.data_locations() == []
+    assert rest_catalog.catalog().load_table(rest_catalog.identifier()).snapshots() == []

@@ -35,7 +35,7 @@ from ._steps import SetupStepError, describe
 from .compat import CompatLanes
 from .connect import FAULTS_NAME as CONNECT_FAULTS_NAME
 from .connect import SparkConnect
-from .endpoints import KafkaEndpoint, PostgresEndpoint, S3Endpoint
+from .endpoints import IcebergRestEndpoint, KafkaEndpoint, PostgresEndpoint, S3Endpoint
 from .kafka import FAULTS_SETTINGS as KAFKA_FAULTS_SETTINGS
 from .kafka import Kafka, KafkaTransaction
 from .moto import Moto
@@ -50,6 +50,7 @@ __all__ = [
     "NAMES",
     "S3",
     "CompatLanes",
+    "IcebergRestEndpoint",
     "Kafka",
     "KafkaEndpoint",
     "KafkaTransaction",

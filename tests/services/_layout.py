@@ -88,15 +88,20 @@ class S3Ports:
     #: The S3 gateway's HTTPS port (the test bed's certificate); DS_S3_HTTPS_PORT, by default
     #: the S3 port + 1.
     https: int = 18334
+    #: The Iceberg REST catalog (HTTP, no gRPC port); DS_S3_ICEBERG_PORT, by default the S3
+    #: port + 2.
+    iceberg: int = 18335
 
     def all(self) -> dict[str, int]:
-        """Every port the server listens on, by role (`https` is the S3 gateway's second)."""
+        """Every port the server listens on, by role (`https` is the S3 gateway's second,
+        `iceberg` its Iceberg REST catalog)."""
         ports: dict[str, int] = {}
         for role in ("s3", "master", "volume", "filer", "admin"):
             http = getattr(self, role)
             ports[role] = http
             ports[f"{role}.grpc"] = http + 10000
         ports["https"] = self.https
+        ports["iceberg"] = self.iceberg
         return ports
 
 
@@ -255,6 +260,7 @@ class Layout:
             s3=S3Ports(
                 s3=s3,
                 https=_env_int("DS_S3_HTTPS_PORT", s3 + 1),
+                iceberg=_env_int("DS_S3_ICEBERG_PORT", s3 + 2),
                 master=_env_int("DS_S3_MASTER_PORT", S3Ports.master),
                 volume=_env_int("DS_S3_VOLUME_PORT", S3Ports.volume),
                 filer=_env_int("DS_S3_FILER_PORT", S3Ports.filer),
@@ -296,6 +302,7 @@ class Layout:
             s3=S3Ports(
                 s3=s3.s3 + offset,
                 https=s3.https + offset,
+                iceberg=s3.iceberg + offset,
                 master=s3.master + offset,
                 volume=s3.volume + offset,
                 filer=s3.filer + offset,

@@ -108,3 +108,33 @@ class S3Endpoint:
             ),
         )
         return client
+
+
+@dataclass(frozen=True)
+class IcebergRestEndpoint:
+    """SeaweedFS's Iceberg REST catalog, its tables kept in an S3 Tables bucket (`warehouse`)
+    whose data files pyiceberg's FileIO reads and writes through `s3`.
+
+    The catalog authenticates with OAuth client credentials (`credential` is
+    `ACCESS_KEY:SECRET_KEY` of the S3 gateway's user): never shown."""
+
+    uri: str
+    warehouse: str
+    s3: S3Endpoint
+    credential: str = field(repr=False)
+
+    def catalog_properties(self, **overrides: str) -> dict[str, str]:
+        """pyiceberg's properties for this catalog and its FileIO, plus `overrides` (hold
+        secrets: never log them)."""
+        return {
+            "type": "rest",
+            "uri": self.uri,
+            "warehouse": self.warehouse,
+            "credential": self.credential,
+            "oauth2-server-uri": f"{self.uri}/v1/oauth/tokens",
+            "s3.endpoint": self.s3.endpoint_url,
+            "s3.region": self.s3.region,
+            "s3.access-key-id": self.s3.access_key_id,
+            "s3.secret-access-key": self.s3.secret_access_key,
+            **overrides,
+        }

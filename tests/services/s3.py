@@ -14,22 +14,26 @@ import shutil
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from ._layout import Layout
 from ._process import (
     ServiceError,
+    port_accepts,
     require_free_ports,
     start_daemon,
     wait_until,
 )
 from ._service import Daemon
 from ._steps import publish_file
-from .endpoints import S3Endpoint
+from .endpoints import IcebergRestEndpoint, S3Endpoint
 from .tls import SERVER_NAME, TestbedTls
 
 NAME = "s3"
 REGION = "us-east-1"
 BUCKET = "durable-sinks-test"
+#: The S3 Tables bucket the Iceberg REST catalog keeps its tables in (its warehouse).
+TABLE_BUCKET = "durable-sinks-tables"
 START_TIMEOUT = 90.0
 HEALTH_KEY = "_testbed/health"  # written once, read back after every start
 HEALTH_BODY = bytes(range(256)) * 256
@@ -71,7 +75,8 @@ class S3(Daemon):
         )
 
     def up(self) -> None:
-        if self.pid() is None:
+        started = self.pid() is None
+        if started:
             require_free_ports(NAME, self.ports())
             self._start()
         wait_until(
@@ -83,6 +88,7 @@ class S3(Daemon):
             alive=lambda: self.pid() is not None,
         )
         self._ensure_bucket()
+        self._ensure_table_bucket()
         # ListBuckets answers from the filer's metadata before the volume server has told the
         # master where its volumes are; until then reads of existing objects fail (seen).
         wait_until(
@@ -94,6 +100,71 @@ class S3(Daemon):
             log=self.log,
             alive=lambda: self.pid() is not None,
         )
+        if not started and not port_accepts(self.layout.s3.iceberg):
+            return  # a server started without the catalog: `catalog_endpoint` says so
+        wait_until(
+            NAME,
+            self._catalog_answers,
+            timeout=START_TIMEOUT,
+            what="the Iceberg REST catalog to hand out a token and list the table bucket's "
+            "namespaces",
+            log=self.log,
+            alive=lambda: self.pid() is not None,
+        )
+
+    def iceberg_endpoint(self) -> IcebergRestEndpoint:
+        """The Iceberg REST catalog, its warehouse the table bucket."""
+        plain = self.endpoint()
+        return IcebergRestEndpoint(
+            uri=f"http://127.0.0.1:{self.layout.s3.iceberg}",
+            warehouse=f"s3://{TABLE_BUCKET}",
+            s3=plain,
+            credential=f"{plain.access_key_id}:{plain.secret_access_key}",
+        )
+
+    def catalog_endpoint(self) -> IcebergRestEndpoint:
+        """`iceberg_endpoint()` of a running server whose catalog answers (after `up`); a
+        server started before the test bed served the catalog is a ServiceError naming the
+        restart that fixes it."""
+        if not port_accepts(self.layout.s3.iceberg):
+            raise ServiceError(
+                NAME,
+                f"nothing listens on the Iceberg REST catalog's port {self.layout.s3.iceberg}: "
+                "this SeaweedFS was started without it; restart it "
+                "(`python -m tests.services down s3 && python -m tests.services up s3`)",
+            )
+        return self.iceberg_endpoint()
+
+    def _catalog_answers(self) -> bool:
+        """An OAuth token for the test bed's user, then the table bucket's namespaces listed
+        with it (the REST protocol's own calls, so that `up` needs no Iceberg client)."""
+        import urllib.error
+        import urllib.parse
+        import urllib.request
+
+        catalog = self.iceberg_endpoint()
+        user, secret = catalog.credential.split(":", 1)
+        form = urllib.parse.urlencode(
+            {
+                "grant_type": "client_credentials",
+                "client_id": user,
+                "client_secret": secret,
+                "scope": "catalog",
+            }
+        ).encode()
+        # The test bed's own http:// address (S310: no file: or custom scheme can come in).
+        asking = urllib.request.Request(f"{catalog.uri}/v1/oauth/tokens", data=form)  # noqa: S310
+        try:
+            with urllib.request.urlopen(asking, timeout=5) as answer:  # noqa: S310
+                token = json.load(answer)["access_token"]
+            listing = urllib.request.Request(  # noqa: S310
+                f"{catalog.uri}/v1/{TABLE_BUCKET}/namespaces",
+                headers={"Authorization": f"Bearer {token}"},
+            )
+            with urllib.request.urlopen(listing, timeout=5) as answer:  # noqa: S310
+                return "namespaces" in json.load(answer)
+        except (OSError, ValueError, KeyError):
+            return False
 
     def _start(self) -> None:
         weed = weed_binary()
@@ -106,7 +177,7 @@ class S3(Daemon):
             "-ip.bind=127.0.0.1",
             "-master.telemetry=false",
             "-webdav=false",
-            "-s3.port.iceberg=0",
+            f"-s3.port.iceberg={ports.iceberg}",
             "-s3.port.lance=0",
         ]
         tls = TestbedTls(self.layout.service_dir("tls")).ensure()
@@ -116,7 +187,7 @@ class S3(Daemon):
             f"-s3.key.file={tls.server_key}",
         ]
         for role, port in ports.all().items():
-            if role == "https":
+            if role in ("https", "iceberg"):
                 continue
             flags.append(
                 f"-{role.replace('.grpc', '.port.grpc')}={port}"
@@ -183,13 +254,31 @@ class S3(Daemon):
         except ClientError:
             client.create_bucket(Bucket=BUCKET)
 
+    def _ensure_table_bucket(self) -> None:
+        """The S3 Tables bucket the Iceberg REST catalog serves (SeaweedFS's S3 Tables API on
+        the S3 port); its objects are only tables' `data/` and `metadata/` files."""
+        import boto3
+
+        plain = self.endpoint()
+        client: Any = boto3.client(
+            "s3tables",
+            endpoint_url=plain.endpoint_url,
+            region_name=plain.region,
+            aws_access_key_id=plain.access_key_id,
+            aws_secret_access_key=plain.secret_access_key,
+        )
+        names = {b["name"] for b in client.list_table_buckets().get("tableBuckets", [])}
+        if TABLE_BUCKET not in names:
+            client.create_table_bucket(name=TABLE_BUCKET)
+
     def ports(self) -> dict[str, int]:
         return self.layout.s3.all()
 
     def describe(self) -> str:
         return (
             f"http://127.0.0.1:{self.layout.s3.s3}, https://{SERVER_NAME}:{self.layout.s3.https} "
-            f"bucket {BUCKET}"
+            f"bucket {BUCKET}; Iceberg REST catalog http://127.0.0.1:{self.layout.s3.iceberg} "
+            f"warehouse s3://{TABLE_BUCKET}"
         )
 
     def log_files(self) -> tuple[Path, ...]:

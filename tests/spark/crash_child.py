@@ -3,9 +3,10 @@
     python -m tests.spark.crash_child PLAN.json
 
 The query reads the JSON files of `source` (one file per batch) and writes them through
-`durable_sink` into Postgres, S3 and Kafka (one atomic job) with `checkpoint` as its Spark
-checkpoint. With a kill in the plan, the process SIGKILLs its whole process group (the Python
-driver and Spark's JVM: the driver machine dies) at that moment of batch `kill_epoch`:
+`durable_sink` into Postgres, S3, a Delta table, an Iceberg table (`iceberg`: the sink's
+options) and Kafka (one atomic job) with `checkpoint` as its Spark checkpoint. With a kill
+in the plan, the process SIGKILLs its whole process group (the Python driver and Spark's JVM:
+the driver machine dies) at that moment of batch `kill_epoch`:
 
 - `step:<name>`: right after the coordinator step `<name>` (prefix match): inside `fn`, e.g.
   after a sink's write, after the decision (Kafka committed, Postgres not yet), between
@@ -16,7 +17,8 @@ driver and Spark's JVM: the driver machine dies) at that moment of batch `kill_e
 - `task:after-prepare` (executor mode): inside a Spark task, right after its part is
   prepared, before its handle reaches the driver.
 
-Executor mode (`"mode": "executor"`) writes Postgres, S3 and the files sink from the tasks, on
+Executor mode (`"mode": "executor"`) writes Postgres, S3, Delta, Iceberg and the files sink
+from the tasks, on
 `local[2,3]` (tasks are retried), and the first attempt of partition 0 of every even batch
 dies right after preparing (its Python worker exits): a prepared attempt that the driver's
 decision must leave out and roll back.
@@ -184,6 +186,7 @@ def main(plan_path: str) -> int:
             FlakySpec("postgres", pg, plan=text),
             FlakySpec("s3", plan["s3"], plan=text),
             FlakySpec("delta", {"path": plan["delta"], "create_table": True}, plan=text),
+            FlakySpec("iceberg", plan["iceberg"], plan=text),
             FlakySpec("files", {"path": plan["files"]}, plan=text, last=True),
         ]
     else:
@@ -191,6 +194,7 @@ def main(plan_path: str) -> int:
             sink("postgres", dsn=plan["dsn"], table=plan["table"], create_table=True),
             sink("s3", **plan["s3"]),
             sink("delta", path=plan["delta"], create_table=True),
+            sink("iceberg", **plan["iceberg"]),
             sink(
                 "kafka",
                 bootstrap_servers=plan["bootstrap_servers"],

@@ -1,11 +1,12 @@
 """Helpers of the Spark tests: a replayable file source, and the sinks read as their readers
-would (Postgres committed rows, Kafka read_committed records)."""
+would (Postgres committed rows, Kafka read_committed records, an Iceberg table's current
+snapshot)."""
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -186,3 +187,43 @@ def delta_leftovers(path: Path) -> list[str]:
     from tests.support.delta_target import folder_leftovers
 
     return folder_leftovers(path)
+
+
+def _iceberg_table(options: Mapping[str, Any]) -> Any:
+    from pyiceberg.catalog import load_catalog
+
+    catalog = load_catalog(options["catalog_name"], **options["catalog"])
+    return catalog.load_table((options["namespace"], options["table"]))
+
+
+def iceberg_ids(options: Mapping[str, Any]) -> list[int]:
+    """The ids in the Iceberg table the sink `options` name (`catalog`, `catalog_name`,
+    `namespace`, `table`), sorted, as a reader of its current snapshot sees them (pyiceberg's
+    scan). The one place the Spark tests read an Iceberg table back."""
+    scanned = _iceberg_table(options).scan(selected_fields=("id",)).to_arrow()
+    return sorted(scanned.column("id").to_pylist())
+
+
+def iceberg_orphans(options: Mapping[str, Any], job_id: str, sink: str = "iceberg") -> list[str]:
+    """The data files of the job's sink under the table's data folder that its current
+    snapshot does not hold (a participant neither committed nor rolled back)."""
+    from durable_sinks.sinks.iceberg import _pyiceberg
+    from durable_sinks.sinks.iceberg.layout import Layout
+
+    table = _iceberg_table(options)
+    held = {str(task.file.file_path) for task in table.scan().plan_files()}
+    layout = Layout(job_id, sink)
+    listed = _pyiceberg.list_files(table, table.location().rstrip("/") + "/data")
+    return sorted(p for p in listed if layout.parse(p) is not None and p not in held)
+
+
+def iceberg_epochs(options: Mapping[str, Any], job_id: str) -> list[int]:
+    """The epochs of the job's commits in the table's snapshots, one per commit, oldest
+    first."""
+    from durable_sinks.sinks.iceberg.layout import SUMMARY_EPOCH, SUMMARY_JOB
+
+    return [
+        int(s.summary[SUMMARY_EPOCH])
+        for s in _iceberg_table(options).snapshots()
+        if s.summary is not None and s.summary.get(SUMMARY_JOB) == job_id
+    ]

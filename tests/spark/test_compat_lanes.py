@@ -1,8 +1,7 @@
 """The compatibility lanes' smoke subset (tests/compat_lanes.py --smoke), part of every run:
 on Python 3.10 with pyspark 3.5.0 and on Python 3.13 with pyspark 4.3.0, both driver-mode
-reads, a writer, a SIGKILLed driver with an executor-mode writer, `format("durable")` or its
-refusal, and the install that keeps the user's pyspark. `make test-compat` runs the lanes'
-whole set."""
+reads, a writer in each mode, `format("durable")` or its refusal, and the install that keeps
+the user's pyspark. `make test-compat` runs the lanes' whole set, SIGKILLed drivers included."""
 
 from __future__ import annotations
 

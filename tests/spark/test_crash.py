@@ -1,10 +1,12 @@
 """A real Spark driver killed with SIGKILL, restarted from its checkpoint, again and again:
 every sink of the job must hold every source row exactly once. Driver mode writes Postgres,
-S3, a Delta table and Kafka (Kafka is the commit point); executor mode writes Postgres, S3, a
-Delta table and the files sink from the Spark tasks, with task attempts that die after
-preparing (tests/spark/crash_child.py). A lone Kafka sink and a lone Delta table run with no
-decision_store: the sink keeps the job's decisions. A Postgres table with a dead-letter table
-runs in both modes on a stream carrying rows of every kind the table refuses
+S3, a Delta table, an Iceberg table and Kafka (Kafka is the commit point); executor mode writes
+Postgres, S3, a Delta table, an Iceberg table and the files sink from the Spark tasks, with
+task attempts that die after preparing (tests/spark/crash_child.py). The Iceberg table (SQL
+catalog in the test bed's Postgres, a local warehouse) must also hold no data file of the job
+outside its current snapshot, and one commit per epoch. A lone Kafka sink and a lone Delta
+table run with no decision_store: the sink keeps the job's decisions. A Postgres table with a
+dead-letter table runs in both modes on a stream carrying rows of every kind the table refuses
 (tests/spark/bad_rows.py): every row must end in exactly one of the table or the dead letter.
 
 Each run is a child process (tests/spark/crash_child.py) running a streaming query; a random
@@ -22,11 +24,13 @@ import random
 import subprocess
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from durable_sinks.sinks.files import STAGING
 from tests.services import KafkaEndpoint, PostgresEndpoint, S3Endpoint
 from tests.support.child_process import start_child
+from tests.support.iceberg_target import IcebergCatalog
 from tests.support.s3_objects import incomplete_uploads
 from tests.support.s3_target import s3_options
 from tests.support.tiers import SPARK_KILLS
@@ -36,6 +40,9 @@ from .streams import (
     delta_epochs,
     delta_ids,
     delta_leftovers,
+    iceberg_epochs,
+    iceberg_ids,
+    iceberg_orphans,
     kafka_ids,
     kafka_open_transactions,
     postgres_ids,
@@ -46,6 +53,8 @@ from .streams import (
 )
 
 KILLS = SPARK_KILLS
+#: The source's rows (tests/spark/streams.py's SCHEMA), as the Iceberg table is made.
+SOURCE_SCHEMA = pa.schema([("id", pa.int64()), ("body", pa.string())])
 ROWS_PER_FILE = 20
 ONLY = [p for p in os.environ.get("DS_SPARK_POINTS", "").split(",") if p]
 SEED = int(os.environ.get("DS_SPARK_SEED", random.SystemRandom().randrange(10**6)))
@@ -61,12 +70,14 @@ IN_BATCH = [
     "step:after-pre-commit:postgres",
     "step:after-pre-commit:s3",
     "step:after-pre-commit:delta",
+    "step:after-pre-commit:iceberg",  # its data files written, in no snapshot
     "step:after-pre-commit:kafka",
-    "step:after-decision",  # Kafka committed, Postgres, S3 and Delta still prepared
+    "step:after-decision",  # Kafka committed, Postgres, S3, Delta and Iceberg still prepared
     "step:after-commit:postgres",
     "step:after-commit:s3",
     "step:after-commit:delta",  # the epoch's Delta commit made, its journals maybe not gone
-    "step:after-finish",
+    "step:after-commit:iceberg",  # its files checked, the epoch's Iceberg commit not made
+    "step:after-finish",  # every sink's epoch published (Iceberg's commit made)
     "after-fn",  # fn returned, Spark's commit log not written yet
 ]
 #: Executor mode (Postgres, files; the decision store is the commit point).
@@ -78,11 +89,13 @@ IN_EXECUTOR_BATCH = [
     "step:after-commit:postgres",
     "step:after-commit:s3",
     "step:after-commit:delta",
+    "step:after-commit:iceberg",
     "step:after-commit:files",
     "step:after-finish",
     "step:after-discard:postgres",  # losing attempts of Postgres rolled back, files' not yet
     "step:after-discard:s3",
     "step:after-discard:delta",
+    "step:after-discard:iceberg",  # the losing attempts' Iceberg data files deleted
     "after-fn",
 ]
 #: Moments of start-up that every restart passes through.
@@ -92,6 +105,7 @@ RECOVERY = {
         "recovery:after-open:postgres",
         "recovery:after-open:s3",
         "recovery:after-open:delta",
+        "recovery:after-open:iceberg",
         "recovery:after-open:kafka",
     ],
     "executor": [
@@ -99,6 +113,7 @@ RECOVERY = {
         "recovery:after-open:postgres",
         "recovery:after-open:s3",
         "recovery:after-open:delta",
+        "recovery:after-open:iceberg",
         "recovery:after-open:files",
     ],
 }
@@ -171,6 +186,7 @@ LEAVE_PREPARED = {
     "step:after-pre-commit:dead_letters",
     "step:after-pre-commit:s3",
     "step:after-pre-commit:delta",
+    "step:after-pre-commit:iceberg",
     "step:after-pre-commit:kafka",
     "step:after-decision",
     "task:after-prepare",
@@ -273,6 +289,10 @@ def test_spark_driver_killed_at_random_moments_then_restarted(
 ) -> None:
     if TARGET == "cluster":
         request.getfixturevalue("spark_cluster")  # up, both workers alive, held by this test
+    lake = IcebergCatalog(postgres, tmp_path)
+    request.addfinalizer(lake.drop)
+    lake.create_namespace()
+    lake.catalog().create_table(("ds", "events"), schema=SOURCE_SCHEMA)
     rng = random.Random(SEED)
     s3_path = f"s3://{s3.bucket}/{s3_prefix.rstrip('/')}"
     files = 2 * KILLS + 4
@@ -291,6 +311,7 @@ def test_spark_driver_killed_at_random_moments_then_restarted(
         "files": str(tmp_path / "out"),
         "s3": s3_options(s3, s3_path),
         "delta": str(tmp_path / "delta"),
+        "iceberg": lake.sink_options(),
         "flags": str(tmp_path),
         "target": TARGET,
     }
@@ -313,6 +334,9 @@ def test_spark_driver_killed_at_random_moments_then_restarted(
     found["S3"] = s3_committed_ids(s3, s3_path)
     found["Delta"] = delta_ids(tmp_path / "delta")
     assert delta_leftovers(tmp_path / "delta") == [], context
+    found["Iceberg"] = iceberg_ids(lake.sink_options())
+    orphans = iceberg_orphans(lake.sink_options(), job_id)
+    assert orphans == [], f"Iceberg data files outside the table ({context}): {orphans}"
     uploads = incomplete_uploads(s3.client(), s3.bucket, s3_prefix)
     assert uploads == [], f"incomplete S3 uploads left ({context}): {uploads}"
     for sink, ids in found.items():
@@ -321,6 +345,8 @@ def test_spark_driver_killed_at_random_moments_then_restarted(
     assert prepared_transactions(dsn, job_id) == [], context
     epochs = delta_epochs(tmp_path / "delta")
     assert epochs == sorted(set(epochs)), f"not one Delta commit per epoch ({context}): {epochs}"
+    epochs = iceberg_epochs(lake.sink_options(), job_id)
+    assert epochs == sorted(set(epochs)), f"not one Iceberg commit per epoch ({context}): {epochs}"
 
 
 @pytest.mark.timeout(max(900, 90 * LONE_KILLS))

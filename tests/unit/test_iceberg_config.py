@@ -17,13 +17,14 @@ CATALOG = {
     "warehouse": "s3://lake/warehouse",
     "s3.secret-access-key": "AKIA-SECRET",
     "credential": "client:client-secret",
+    "token": "bearer-token-value",
 }
 
 
 def test_secrets_are_hidden_in_the_repr_and_the_catalog_is_kept_whole() -> None:
     config = Iceberg(table="events", namespace="analytics", catalog=CATALOG)
     shown = repr(config)
-    for secret in ("s3cr3t-pw", "AKIA-SECRET", "client-secret"):
+    for secret in ("s3cr3t-pw", "AKIA-SECRET", "client-secret", "bearer-token-value"):
         assert secret not in shown
     assert "db.example" in shown
     assert config.catalog_properties()["uri"] == CATALOG["uri"]
