@@ -78,6 +78,7 @@ STEPS = (
     ),
     Step("s3_sink", "benchmarks.s3_sink", ("--only", "s3"), ("--only", "s3", "--profile", "0")),
     Step("delta_sink", "benchmarks.delta_spark", quick=("--rounds", "1", "--batches", "3")),
+    Step("iceberg_sink", "benchmarks.iceberg_sink", quick=("--shapes", "10x100000/10000")),
     # Runs itself in the pyspark 4.1 interpreter of tests/services/iceberg_spark.py (Spark's
     # Iceberg runtime has no build for the main lane's Spark), the checkout's wheel installed.
     Step(

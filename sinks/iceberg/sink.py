@@ -11,11 +11,16 @@
   participant's files are there. `publish_epoch` is the epoch's one Iceberg commit, of every
   decided participant together: one transaction that sets the table property
   `durable-sinks.<job>.<sink>.epoch` to the epoch and fast-appends the epoch's files (snapshot
-  summary `durable-sinks.job`, `.sink`, `.epoch`). Before it, the table is re-read: if the
-  property already shows the epoch, nothing is done. pyiceberg's own retries are off for it
-  (they would rebase a replayed append onto a newer head without re-checking); a commit that
-  lost a race is retried here, after re-reading and re-checking, up to `commit_retries`.
-  Any other failure leaves the outcome unknown (InDoubtError): nothing is deleted then.
+  summary `durable-sinks.job`, `.sink`, `.epoch`). If the table as last read (at the epoch's
+  start, or as the catalog answered the sink's own last commit: the table's metadata then,
+  every writer's changes included) shows the epoch in the property, nothing is done; the
+  commit asserts that the table's main branch has not moved since that read (pyiceberg's
+  AssertRefSnapshotId, part of every append), so any commit of another writer or process
+  meanwhile, which always adds a snapshot, fails it as a lost race. pyiceberg's own retries
+  are off for it (they would rebase a replayed append onto a newer head without re-checking);
+  a commit that lost a race is retried here, after re-reading and re-checking, up to
+  `commit_retries`. Any other failure leaves the outcome unknown (InDoubtError): nothing is
+  deleted then.
 - Rollback deletes the participant's files only when the table proves they are not part of
   it: the property shows the epoch not committed, or the epoch's snapshot does not list them.
 - Recovery lists the table's data folder: every participant of an older generation whose
@@ -36,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from durable_sinks.core.errors import (
     ConfigError,
+    CorruptRecordError,
     DurableSinkError,
     InDoubtError,
     ParticipantLostError,
@@ -70,6 +76,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyiceberg.catalog import Catalog
     from pyiceberg.manifest import DataFile
+    from pyiceberg.schema import Schema
     from pyiceberg.table import Table
 
 log = logging.getLogger(__name__)
@@ -89,6 +96,8 @@ class IcebergSink(SinkBase[Iceberg]):
         self._layout: Layout | None = None
         self._pending: ParticipantName | None = None
         self._files: list[DataFileEntry] = []
+        self._open_file: _pyiceberg.OpenDataFile | None = None
+        self._arrow: tuple[Schema, pa.Schema] | None = None
         self._counter: itertools.count[int] = itertools.count(0)
         #: On a worker (one task's part: open, one epoch, close), the table `open` read is
         #: the epoch's: `begin_epoch` need not read it again.
@@ -157,6 +166,7 @@ class IcebergSink(SinkBase[Iceberg]):
                 )
 
     def close(self) -> None:
+        self._leftovers()  # closes an open file: a later start's recovery deletes it
         self._files = []
         self._pending = None
 
@@ -267,8 +277,9 @@ class IcebergSink(SinkBase[Iceberg]):
 
     # -- phase 1 -------------------------------------------------------------------------------
     def begin_epoch(self, epoch: int) -> None:
-        if self._pending is not None and self._files:  # a failed attempt not rolled back
-            self._delete_unless_committed(self._pending.epoch, [f.path for f in self._files])
+        pending, paths = self._pending, self._leftovers()
+        if pending is not None and paths:  # a failed attempt not rolled back
+            self._delete_unless_committed(pending.epoch, paths)
         self._files = []
         self._pending = self._next_participant(epoch)
         self._counter = self._paths().task_numbers(self._pending)
@@ -286,18 +297,58 @@ class IcebergSink(SinkBase[Iceberg]):
             return WriteResult(0, 0)
         table = self._table or self._create(batch.schema, name.epoch)
         rows = self._fitted(pa.Table.from_batches([batch]), table, name.epoch)
-        written = self._client_call(
-            lambda: _pyiceberg.write_data_files(
-                table, rows, self._paths().write_uuid(name), self._counter
-            ),
-            "write a data file",
-            name.epoch,
-        )
-        self._files += [file_entry(f, table) for f in written]
-        size = sum(int(f.file_size_in_bytes) for f in written)
+        if table.spec().is_unpartitioned():
+            size = self._client_call(
+                lambda: self._append_rows(table, rows, name), "write a data file", name.epoch
+            )
+        else:
+            written = self._client_call(
+                lambda: _pyiceberg.write_data_files(
+                    table, rows, self._paths().write_uuid(name), self._counter
+                ),
+                "write a data file",
+                name.epoch,
+            )
+            self._files += [file_entry(f, table) for f in written]
+            size = sum(int(f.file_size_in_bytes) for f in written)
         self._count("rows", rows.num_rows)
         self._count("bytes", size)
         return WriteResult(rows.num_rows, size)
+
+    def _append_rows(self, table: Table, rows: pa.Table, name: ParticipantName) -> int:
+        """Append `rows` to the participant's open data file (begun if none is open), which
+        is finished once it holds the table's target file size (in Arrow bytes, as pyiceberg
+        counts it); the bytes written."""
+        current = self._open_file
+        if current is None:
+            current = _pyiceberg.OpenDataFile(
+                table, self._paths().write_uuid(name), next(self._counter)
+            )
+            self._open_file = current
+        grown = current.write(rows)
+        if current.arrow_bytes >= _pyiceberg.target_file_bytes(table):
+            grown += self._finish_file()
+        return grown
+
+    def _finish_file(self) -> int:
+        """Finish the open data file, if any (complete on storage from now on); the bytes its
+        footer added."""
+        current = self._open_file
+        if current is None:
+            return 0
+        data_file, grown = current.finish()
+        self._open_file = None
+        self._files.append(file_entry(data_file, current.table))
+        return grown
+
+    def _leftovers(self) -> list[str]:
+        """The paths of the participant's data files, the open one closed as it is."""
+        paths = [f.path for f in self._files]
+        if self._open_file is not None:
+            self._open_file.abandon()
+            paths.append(self._open_file.path)
+            self._open_file = None
+        return paths
 
     def _create(self, schema: pa.Schema, epoch: int) -> Table:
         """The table, made from the first batch's schema (unpartitioned). A catalog that
@@ -328,7 +379,7 @@ class IcebergSink(SinkBase[Iceberg]):
         SchemaMismatchError naming every problem."""
         import pyarrow as pa
 
-        wanted = table.schema().as_arrow()
+        wanted = self._arrow_schema(table)
         problems = [f"column {n!r} is missing" for n in wanted.names if n not in rows.schema.names]
         problems += [
             f"column {n!r} is not in the table" for n in rows.schema.names if n not in wanted.names
@@ -359,10 +410,19 @@ class IcebergSink(SinkBase[Iceberg]):
                 fix="cast the columns to the table's types in the query",
             ) from exc
 
+    def _arrow_schema(self, table: Table) -> pa.Schema:
+        """The table's schema in Arrow, converted once per schema object (a new one comes with
+        each read of the table)."""
+        schema = table.schema()
+        if self._arrow is None or self._arrow[0] is not schema:
+            self._arrow = (schema, schema.as_arrow())
+        return self._arrow[1]
+
     def pre_commit(self, epoch: int) -> CommitHandle:
         name = self._pending
         if name is None or name.epoch != epoch:
             raise self._no_epoch(epoch)
+        self._count("bytes", self._client_call(self._finish_file, "write a data file", epoch))
         files = self._files
         handle = CommitHandle(
             sink=self.name,
@@ -428,14 +488,30 @@ class IcebergSink(SinkBase[Iceberg]):
         docs); idempotent by the table's epoch property."""
         writes = any(IcebergHandleDetails.of(h).files for h in handles)
         names = sorted(h.participant for h in handles)
-        for _ in range(self.config.commit_retries + 1):
-            table = self._reload(epoch) if self._table is not None or writes else None
-            if table is None:  # no table and nothing written: nothing to record
+        for attempt in range(self.config.commit_retries + 1):
+            if self._table is None and not writes:  # no table, nothing written: nothing to record
                 return CommitOutcome.COMMITTED
+            # The table as last read (at the epoch's start, or as the last commit left it) is
+            # enough for the first try: its epoch property only ever rises, and the commit
+            # asserts that the main branch is still where this read saw it, so a commit of
+            # anyone else since (an epoch's replay in another process included) makes it
+            # fail as a lost race, retried below after a fresh read.
+            table = self._table if attempt == 0 and self._table is not None else self._reload(epoch)
             committed = self._committed_epoch(table)
             if committed is not None and committed >= epoch:
                 return CommitOutcome.ALREADY_COMMITTED
-            files = [f for h in handles for f in data_files_of(h, table)]
+            try:
+                files = [f for h in handles for f in data_files_of(h, table)]
+            except CorruptRecordError:
+                if attempt > 0:
+                    raise
+                # Files written under a partition spec newer than this read (a task's own
+                # read of the table): read it again before deciding they do not fit.
+                table = self._reload(epoch)
+                committed = self._committed_epoch(table)
+                if committed is not None and committed >= epoch:
+                    return CommitOutcome.ALREADY_COMMITTED
+                files = [f for h in handles for f in data_files_of(h, table)]
             try:
                 self._client_call(
                     lambda t=table, f=files: self._commit(t, epoch, f, names),  # type: ignore[misc]
@@ -450,6 +526,7 @@ class IcebergSink(SinkBase[Iceberg]):
                 self._count("commit_conflicts")
                 continue
             self._committed_up_to(epoch)
+            self._fresh = True  # the catalog's answer: the table as of this commit
             self._count("epochs_committed")
             return CommitOutcome.COMMITTED
         raise CommitConflictError(
@@ -478,10 +555,10 @@ class IcebergSink(SinkBase[Iceberg]):
 
     def rollback_epoch(self, epoch: int, handle: CommitHandle | None) -> None:
         if handle is None:
-            pending, files = self._pending, self._files
+            pending, paths = self._pending, self._leftovers()
             self._pending, self._files = None, []
             if pending is not None and pending.epoch == epoch:
-                self._delete_unless_committed(epoch, [f.path for f in files])
+                self._delete_unless_committed(epoch, paths)
             return
         self._delete_unless_committed(epoch, paths_of(handle))
         self._count("rollbacks")

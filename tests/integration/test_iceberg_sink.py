@@ -170,21 +170,86 @@ def test_a_crash_after_prepare_is_settled_by_the_next_start(
 
 def test_a_rollback_leaves_no_file_of_the_epoch(catalog: CatalogUnderTest) -> None:
     catalog.create_namespace()
-    catalog.catalog().create_table(catalog.identifier(), schema=events([]).schema)
+    catalog.catalog().create_table(  # each record batch a row group: the file exists at once
+        catalog.identifier(),
+        schema=events([]).schema,
+        properties={"write.parquet.row-group-limit": "1"},
+    )
     sink = opened(catalog)
     sink.begin_epoch(0)
     sink.write_batch(events([1]))
     sink.write_batch(events([2]))
     handle = sink.pre_commit(0)
-    assert len(catalog.data_locations()) == 2
+    assert len(catalog.data_locations()) == 1  # the epoch's record batches are one data file
+    assert [f.rows for f in IcebergHandleDetails.of(handle).files] == [2]
     sink.rollback_epoch(0, handle)
     sink.rollback_epoch(0, handle)  # again: the files are gone already
     assert catalog.data_locations() == []
     sink.begin_epoch(1)
     sink.write_batch(events([3]))
+    if catalog.kind == "sql":  # (on S3 an object is there once its upload completes)
+        assert len(catalog.data_locations()) == 1  # still being written
     sink.rollback_epoch(1, None)  # never prepared
     assert catalog.data_locations() == []
+    sink.begin_epoch(2)
+    sink.write_batch(events([4]))
+    sink.begin_epoch(2)  # the attempt before was neither prepared nor rolled back
+    assert catalog.data_locations() == []
+    sink.close()
     assert ids(catalog) == []
+
+
+def test_an_epochs_data_file_is_the_one_pyicebergs_writer_makes_of_its_rows(
+    catalog: CatalogUnderTest,
+) -> None:
+    import itertools
+
+    import pyarrow.parquet as pq
+
+    from durable_sinks.sinks.iceberg import _pyiceberg
+    from durable_sinks.sinks.iceberg.handles import data_files_of
+
+    catalog.create_namespace()
+    table = catalog.catalog().create_table(catalog.identifier(), schema=events([]).schema)
+    batches = [events(list(range(at, at + 500))) for at in range(0, 1500, 500)]
+    sink = opened(catalog)
+    sink.begin_epoch(0)
+    for batch in batches:
+        sink.write_batch(batch)
+    handle = sink.pre_commit(0)
+    [ours] = data_files_of(handle, table)
+    [theirs] = _pyiceberg.write_data_files(
+        table, pa.Table.from_batches(batches), uuid.uuid4(), itertools.count(0)
+    )
+    try:
+        fields = ["record_count", "value_counts", "null_value_counts", "lower_bounds"]
+        fields += ["upper_bounds", "column_sizes", "file_format", "split_offsets"]
+        assert {f: getattr(ours, f) for f in fields} == {f: getattr(theirs, f) for f in fields}
+        assert ours.file_size_in_bytes == theirs.file_size_in_bytes
+        with table.io.new_input(str(ours.file_path)).open() as stream:
+            assert pq.ParquetFile(stream).metadata.num_row_groups == 1
+    finally:
+        table.io.delete(str(theirs.file_path))
+        sink.rollback_epoch(0, handle)
+
+
+def test_a_data_file_ends_at_the_tables_target_file_size(
+    catalog: CatalogUnderTest, tmp_path: Path
+) -> None:
+    catalog.create_namespace()
+    catalog.catalog().create_table(
+        catalog.identifier(),
+        schema=events([]).schema,
+        properties={"write.target-file-size-bytes": "1"},
+    )
+    job = coordinator(catalog, tmp_path)
+    job.run_epoch(0, [events([1, 2]), events([3]), events([4])])
+    job.close()
+    assert ids(catalog) == [1, 2, 3, 4]
+    table = catalog.catalog().load_table(catalog.identifier())
+    rows = sorted(t.file.record_count for t in table.scan().plan_files())
+    assert rows == [1, 1, 2]
+    assert len(catalog.data_locations()) == 3
 
 
 def test_a_commit_of_a_committed_epoch_never_deletes_its_files(catalog: CatalogUnderTest) -> None:
@@ -242,6 +307,17 @@ def test_a_stale_writer_is_retried_after_rechecking_the_epoch(
     monkeypatch.setattr(IcebergSink, "_commit", replayed)
     assert committed(sink, 1, handle) is CommitOutcome.ALREADY_COMMITTED
     assert ids(catalog) == [1, 2, 100]
+
+    # Committed by another process after this one last read the table (at the epoch's start):
+    # the commit from that read loses the race, and the fresh read shows the epoch.
+    monkeypatch.setattr(IcebergSink, "_commit", commit)
+    sink.begin_epoch(2)
+    sink.write_batch(events([3]))
+    handle = sink.pre_commit(2)
+    assert committed(opened(catalog, generation=3), 2, handle) is CommitOutcome.COMMITTED
+    assert committed(sink, 2, handle) is CommitOutcome.ALREADY_COMMITTED
+    assert sink.metrics()["commit_conflicts"] == 3
+    assert ids(catalog) == [1, 2, 3, 100]
 
 
 def test_a_bad_catalog_uri_is_refused_at_start_with_nothing_written(
