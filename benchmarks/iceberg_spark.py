@@ -183,7 +183,8 @@ class IcebergBench:
         from tests.support.iceberg_target import IcebergCatalog
 
         self.catalog = IcebergCatalog(testbed.postgres.endpoint(), work)
-        self.catalog.create_namespace(NAMESPACE)
+        self.catalog.namespace = NAMESPACE
+        self.catalog.create_namespace()
         self.work = work
         settings = {
             "spark.sql.extensions": (
@@ -238,7 +239,7 @@ class IcebergBench:
                     batches,
                     "iceberg",
                     decision_store=str(self.work / f"decisions-{table}"),
-                    **self.catalog.sink_options(table, namespace=NAMESPACE),
+                    **self.catalog.sink_options(table),
                 )
             finally:
                 _arrow.GROUP_ROWS, _arrow.GROUP_BYTES = saved
@@ -249,7 +250,7 @@ class IcebergBench:
                 batches,
                 "iceberg",
                 decision_store=str(self.work / f"decisions-{table}"),
-                **self.catalog.sink_options(table, namespace=NAMESPACE),
+                **self.catalog.sink_options(table),
             )
         elif variant == PEER:
             checkpoint = self.work / f"checkpoint-{table}"
