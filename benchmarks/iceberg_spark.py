@@ -20,6 +20,9 @@ backward, ...):
 - iceberg-ours: `foreachBatch(durable_sink("iceberg", ...))`, driver mode (each batch streamed
   to the driver as Arrow, written by pyiceberg's Parquet writer, one Iceberg commit per epoch;
   the decision store: a local folder);
+- iceberg-ours-executor: the same in executor mode (`execution="executor"`: each task writes
+  its partition's data files and hands the driver its handle; the driver decides and makes
+  the epoch's one Iceberg commit);
 - iceberg-spark: `writeStream.format("iceberg").toTable(...)` (Spark's Iceberg streaming
   sink: each task writes its partition's files, the driver commits one snapshot per batch,
   skipping epochs its snapshots already record);
@@ -70,12 +73,13 @@ TABLE_PROPERTIES = {
 }
 ICEBERG_VARIANTS = {
     "iceberg-ours": "iceberg, ours exactly-once (driver mode)",
+    "iceberg-ours-executor": "iceberg, ours exactly-once (executor mode)",
     "iceberg-ours-whole-batch": "iceberg, ours, the batch handed to the sink as one group",
     "iceberg-spark": "iceberg, Spark's Iceberg streaming sink",
     "floor": "floor: foreachBatch streaming the batch as Arrow only",
 }
 #: What runs unless `--variants` says otherwise (the rest are diagnostics).
-DEFAULT_VARIANTS = ("iceberg-ours", "iceberg-spark", "floor")
+DEFAULT_VARIANTS = ("iceberg-ours", "iceberg-ours-executor", "iceberg-spark", "floor")
 PEER = "iceberg-spark"
 OURS = "iceberg-ours"
 NAMESPACE = "bench"
@@ -243,13 +247,14 @@ class IcebergBench:
                 )
             finally:
                 _arrow.GROUP_ROWS, _arrow.GROUP_BYTES = saved
-        elif variant == OURS:
+        elif variant in (OURS, "iceberg-ours-executor"):
             done = self.bench.ours(
                 source,
                 rows,
                 batches,
                 "iceberg",
                 decision_store=str(self.work / f"decisions-{table}"),
+                execution="executor" if variant == "iceberg-ours-executor" else "driver",
                 **self.catalog.sink_options(table),
             )
         elif variant == PEER:
