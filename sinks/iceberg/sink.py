@@ -43,11 +43,8 @@ from durable_sinks.core.errors import (
     ConfigError,
     CorruptRecordError,
     DurableSinkError,
-    InDoubtError,
     ParticipantLostError,
     SchemaMismatchError,
-    TransientError,
-    UnreachableError,
 )
 from durable_sinks.core.naming import ParticipantName
 from durable_sinks.core.operations import Holding, Prepared
@@ -62,6 +59,7 @@ from durable_sinks.core.sink_base import SinkBase, Step
 
 from . import _pyiceberg, operations
 from .config import Iceberg, redacted
+from .errors import CommitConflictError, translate
 from .handles import (
     DataFileEntry,
     IcebergHandleDetails,
@@ -71,6 +69,7 @@ from .handles import (
     paths_of,
 )
 from .layout import SUMMARY_EPOCH, SUMMARY_JOB, SUMMARY_PARTICIPANTS, SUMMARY_SINK, Layout
+from .shape import fitted
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -80,10 +79,6 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table
 
 log = logging.getLogger(__name__)
-
-
-class CommitConflictError(TransientError):
-    """An epoch's Iceberg commit kept losing races with other writers of the table."""
 
 
 class IcebergSink(SinkBase[Iceberg]):
@@ -181,66 +176,7 @@ class IcebergSink(SinkBase[Iceberg]):
         return self._layout
 
     def _translate(self, exc: Exception, step: Step) -> DurableSinkError | None:
-        from pyiceberg.exceptions import (
-            CommitFailedException,
-            CommitStateUnknownException,
-            ForbiddenError,
-            NoSuchNamespaceError,
-            NoSuchTableError,
-            OAuthError,
-            RESTError,
-            ServerError,
-            UnauthorizedError,
-        )
-
-        where = self._where(step.epoch)
-        text = f"could not {step.action} ({self.config.where}): {type(exc).__name__}: {exc}"
-        text = _hide_secrets(text, self.config)
-        if isinstance(exc, (NoSuchNamespaceError, NoSuchTableError)):
-            return ConfigError(text, **where, fix="check the catalog, namespace and table")
-        foreign = isinstance(exc, RESTError) and _NOT_REST in str(exc)  # not a catalog's answer
-        if isinstance(exc, (OAuthError, UnauthorizedError, ForbiddenError)) and not foreign:
-            return ConfigError(text, **where, fix="check the catalog's credentials")
-        if isinstance(exc, CommitFailedException):
-            return CommitConflictError(text, **where, fix="another writer committed meanwhile")
-        if step.in_doubt is not None or isinstance(exc, CommitStateUnknownException):
-            return InDoubtError(text, **where, fix=step.in_doubt)
-        if foreign or (
-            isinstance(exc, RESTError)
-            and not isinstance(exc, ServerError)
-            and step.action == "load the catalog"
-        ):
-            return ConfigError(
-                text,
-                **where,
-                fix="the uri does not answer as an Iceberg REST catalog: give the catalog's "
-                "base URL (e.g. http://host:8181, SeaweedFS's -s3.port.iceberg), not the S3 "
-                "gateway's or another server's",
-            )
-        if isinstance(exc, ServerError):
-            return TransientError(text, **where, fix="the catalog's server failed; it is retried")
-        kind = _failure_kind(exc)
-        if kind == "config":
-            return ConfigError(
-                text, **where, fix="check the catalog's properties (its uri and warehouse)"
-            )
-        if kind == "storage-config":
-            return ConfigError(
-                text,
-                **where,
-                fix="the table's storage refused these settings: check the catalog's FileIO "
-                "properties (s3.endpoint, s3.access-key-id, s3.secret-access-key, s3.region) "
-                "and that the keys may read and write the table's location",
-            )
-        if kind == "storage-unreachable":
-            return UnreachableError(
-                text, **where, fix="check that the table's storage (s3.endpoint) answers"
-            )
-        if kind == "unreachable":
-            return UnreachableError(text, **where, fix="check that the catalog's server answers")
-        if isinstance(exc, OSError):
-            return TransientError(text, **where, fix="check the table's storage")
-        return None
+        return translate(exc, step, self.config, self._where(step.epoch))
 
     def capabilities(self) -> SinkCapabilities:
         return SinkCapabilities(
@@ -375,40 +311,7 @@ class IcebergSink(SinkBase[Iceberg]):
         return table
 
     def _fitted(self, rows: pa.Table, table: Table, epoch: int) -> pa.Table:
-        """`rows` as the table's Arrow schema (same columns, safely cast), else
-        SchemaMismatchError naming every problem."""
-        import pyarrow as pa
-
-        wanted = self._arrow_schema(table)
-        problems = [f"column {n!r} is missing" for n in wanted.names if n not in rows.schema.names]
-        problems += [
-            f"column {n!r} is not in the table" for n in rows.schema.names if n not in wanted.names
-        ]
-        if not problems:
-            for field in wanted:
-                column = rows.column(field.name)
-                if not field.nullable and column.null_count:
-                    problems.append(f"column {field.name!r} is required but holds null")
-                elif not _castable(column.type, field.type):
-                    problems.append(
-                        f"column {field.name!r} is {column.type}, the table's is {field.type}"
-                    )
-        if problems:
-            raise SchemaMismatchError(
-                f"the rows do not fit the Iceberg table {self.config.where}: "
-                + "; ".join(problems),
-                **self._where(epoch),
-                fix="select and cast the columns to the table's schema in the query; nothing "
-                "of the epoch was committed",
-            )
-        try:
-            return rows.select(wanted.names).cast(wanted)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-            raise SchemaMismatchError(
-                f"the rows do not fit the Iceberg table {self.config.where}: {exc}",
-                **self._where(epoch),
-                fix="cast the columns to the table's types in the query",
-            ) from exc
+        return fitted(rows, self._arrow_schema(table), self.config.where, self._where(epoch))
 
     def _arrow_schema(self, table: Table) -> pa.Schema:
         """The table's schema in Arrow, converted once per schema object (a new one comes with
@@ -720,76 +623,3 @@ class IcebergSink(SinkBase[Iceberg]):
         """The files under the folder the table's data files are written to: `<location>/data`,
         or the table's `write.data.path`."""
         return _pyiceberg.list_files(table, table.location_provider().data_path)
-
-
-def _castable(given: Any, wanted: Any) -> bool:
-    """Whether a column of type `given` goes into one of `wanted` without losing values."""
-    import pyarrow as pa
-
-    if given == wanted:
-        return True
-    strings = (pa.string(), pa.large_string(), pa.string_view())
-    if given in strings and wanted in strings:
-        return True
-    binaries = (pa.binary(), pa.large_binary())
-    if given in binaries and wanted in binaries:
-        return True
-    if pa.types.is_integer(given) and pa.types.is_integer(wanted):
-        return bool(given.bit_width <= wanted.bit_width) and (
-            pa.types.is_signed_integer(wanted) or not pa.types.is_signed_integer(given)
-        )
-    if pa.types.is_floating(given) and pa.types.is_floating(wanted):
-        return bool(given.bit_width <= wanted.bit_width)
-    if pa.types.is_timestamp(given) and pa.types.is_timestamp(wanted):
-        return (given.tz is None) == (wanted.tz is None)
-    if pa.types.is_list(given) or pa.types.is_struct(given) or pa.types.is_map(given):
-        return given.equals(wanted, check_metadata=False) or str(given) == str(wanted)
-    return False
-
-
-#: pyiceberg's words for an answer that is not an Iceberg REST catalog's JSON.
-_NOT_REST = "unexpected JSON Payload"
-#: pyarrow's S3 errors that settings, not time, will cure (its `AWS Error <CODE>` texts).
-_S3_REFUSALS = (
-    "ACCESS_DENIED",
-    "SIGNATURE_DOES_NOT_MATCH",
-    "INVALID_ACCESS_KEY_ID",
-    "NO_SUCH_BUCKET",
-    "UNRECOGNIZED_CLIENT",
-)
-
-
-def _failure_kind(exc: Exception) -> str | None:
-    """ "config" for a catalog URI or driver that cannot work, "unreachable" for a server
-    that does not answer, "storage-config" for S3 that refuses the FileIO's settings,
-    "storage-unreachable" for S3 that does not answer, else None."""
-    module = type(exc).__module__
-    name = type(exc).__name__
-    if module.startswith("sqlalchemy"):
-        if name in ("ArgumentError", "NoSuchModuleError"):
-            return "config"
-        if name in ("OperationalError", "InterfaceError", "TimeoutError"):
-            text = str(exc).lower()
-            if "password" in text or "does not exist" in text or "authentication" in text:
-                return "config"
-            return "unreachable"
-    if module.startswith(("requests", "urllib3")) and "Connection" in name:
-        return "unreachable"
-    if isinstance(exc, OSError) and "AWS Error" in str(exc):  # pyarrow's S3 filesystem
-        text = str(exc)
-        if any(code in text for code in _S3_REFUSALS):
-            return "storage-config"
-        if "NETWORK_CONNECTION" in text:
-            return "storage-unreachable"
-    if isinstance(exc, (ConnectionError, TimeoutError)):
-        return "unreachable"
-    return None
-
-
-def _hide_secrets(text: str, config: Iceberg) -> str:
-    for key, value in config.catalog_properties().items():
-        if isinstance(value, str) and value and key.lower() not in ("type", "warehouse"):
-            shown = redacted({key: value})[key]
-            if shown != value:
-                text = text.replace(value, shown)
-    return text

@@ -27,8 +27,9 @@ from durable_sinks.core.errors import (
 from durable_sinks.core.protocol import CommitHandle, CommitOutcome, OpenContext
 from durable_sinks.manifest import LocalDirectoryStore
 from durable_sinks.sinks import create
+from durable_sinks.sinks.iceberg.errors import CommitConflictError
 from durable_sinks.sinks.iceberg.handles import IcebergHandleDetails, paths_of
-from durable_sinks.sinks.iceberg.sink import CommitConflictError, IcebergSink
+from durable_sinks.sinks.iceberg.sink import IcebergSink
 from tests.services import IcebergRestEndpoint, PostgresEndpoint
 from tests.support.iceberg_target import CatalogUnderTest, IcebergCatalog, RestIcebergCatalog
 
