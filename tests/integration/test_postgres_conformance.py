@@ -85,7 +85,7 @@ def scenario_of(
 
     def make() -> Scenario:
         folder = Path(tempfile.mkdtemp(prefix="ds-pg-conformance-"))
-        job = f"pgconf-{uuid.uuid4().hex[:10]}"
+        job = f"{job_prefix(schema)}{uuid.uuid4().hex[:10]}"
         target = (
             PostgresTarget(
                 postgres, schema, job, definition=REFUSING_TABLE, bad_rows=POSTGRES_BAD_ROWS
@@ -134,9 +134,19 @@ def scenario_of(
     return make
 
 
-def prepared_count(postgres: PostgresEndpoint) -> int:
+def job_prefix(schema: str) -> str:
+    """The start of the job ids of the scenarios writing into `schema` (one test's own): the
+    other worker runs other tests of this file at the same time."""
+    return f"pgconf-{schema[-10:]}-"
+
+
+def prepared_count(postgres: PostgresEndpoint, schema: str) -> int:
+    """Prepared transactions left by the jobs of the test writing into `schema`."""
     with psycopg.connect(postgres.conninfo()) as conn:
-        row = conn.execute("SELECT count(*) FROM pg_prepared_xacts WHERE gid LIKE 'ds:pgconf-%'")
+        row = conn.execute(
+            "SELECT count(*) FROM pg_prepared_xacts WHERE gid LIKE %s",
+            (f"ds:{job_prefix(schema)}%",),
+        )
         return int(row.fetchone()[0])  # type: ignore[index]
 
 
@@ -145,7 +155,7 @@ def test_postgres_sink_alone(postgres: PostgresEndpoint, pg_schema: str) -> None
     separate commit step to crash after)."""
     stats = run_conformance(scenario_of(postgres, pg_schema), max_examples=CONFORMANCE_SAMPLE)
     check_exercised(stats, without=ONE_PHASE_ABSENT)
-    assert prepared_count(postgres) == 0
+    assert prepared_count(postgres, pg_schema) == 0
 
 
 def test_postgres_sink_alone_two_phase(postgres: PostgresEndpoint, pg_schema: str) -> None:
@@ -155,7 +165,7 @@ def test_postgres_sink_alone_two_phase(postgres: PostgresEndpoint, pg_schema: st
         scenario_of(postgres, pg_schema, one_phase=False), max_examples=CONFORMANCE_SAMPLE
     )
     check_exercised(stats)
-    assert prepared_count(postgres) == 0
+    assert prepared_count(postgres, pg_schema) == 0
 
 
 def test_postgres_sink_with_postgres_decision_store(
@@ -165,7 +175,7 @@ def test_postgres_sink_with_postgres_decision_store(
         scenario_of(postgres, pg_schema, store="postgres"), max_examples=CONFORMANCE_SAMPLE
     )
     check_exercised(stats, without=ONE_PHASE_ABSENT)
-    assert prepared_count(postgres) == 0
+    assert prepared_count(postgres, pg_schema) == 0
 
 
 def test_postgres_and_files_in_one_job(postgres: PostgresEndpoint, pg_schema: str) -> None:
@@ -173,7 +183,7 @@ def test_postgres_and_files_in_one_job(postgres: PostgresEndpoint, pg_schema: st
         scenario_of(postgres, pg_schema, with_files=True), max_examples=CONFORMANCE_SAMPLE
     )
     check_exercised(stats)
-    assert prepared_count(postgres) == 0
+    assert prepared_count(postgres, pg_schema) == 0
 
 
 def test_postgres_refusing_rows_into_a_postgres_dead_letter(
@@ -187,4 +197,4 @@ def test_postgres_refusing_rows_into_a_postgres_dead_letter(
         scenario_of(postgres, pg_schema, refusing=True), max_examples=DEAD_LETTER_SAMPLE
     )
     check_dead_letters(stats, {"nul_character", "not_null", "check"})
-    assert prepared_count(postgres) == 0
+    assert prepared_count(postgres, pg_schema) == 0
