@@ -42,6 +42,7 @@ from typing import TextIO
 from tests.services._layout import REPO_ROOT, Layout
 from tests.services._process import port_is_free
 from tests.support.checkout import checkout_files
+from tests.support.tiers import COMPAT_SMOKE_ENV
 
 #: Tests that, after the README's set-up, start and use every server (the on-demand Spark
 #: Connect server and Spark cluster too) and the set-up steps' own tests.
@@ -58,6 +59,9 @@ SMOKE = (
     "tests/testbed/test_connect.py::test_killable_server_down_leaves_nothing_and_up_brings_it_back",
     "tests/testbed/test_spark_cluster.py::test_a_job_runs_on_both_workers_with_this_interpreter",
     "tests/spark/test_compat_lanes.py",
+    "tests/spark/test_iceberg.py",
+    "tests/integration/test_iceberg_sink.py::"
+    "test_each_epoch_is_one_commit_with_the_epoch_property_and_summary",
 )
 #: The variables the test bed's ports derive from (docs/testbed.md), with their defaults.
 BASE_PORTS = {
@@ -169,7 +173,8 @@ def fresh_environment(home: Path, offset: int) -> dict[str, str]:
         env["PATH"] = os.pathsep.join(
             p for p in env.get("PATH", "").split(os.pathsep) if not p.startswith(venv)
         )
-    env.update(HOME=str(home), CI="true", **port_environment(offset))
+    # The compatibility lanes' smoke subset too: a fresh machine builds the lanes.
+    env.update(HOME=str(home), CI="true", **port_environment(offset), **{COMPAT_SMOKE_ENV: "1"})
     return env
 
 

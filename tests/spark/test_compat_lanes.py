@@ -1,4 +1,4 @@
-"""The compatibility lanes' smoke subset (tests/compat_lanes.py --smoke), part of every run:
+"""The compatibility lanes' smoke subset (tests/compat_lanes.py --smoke), run by `make test-fresh`:
 on Python 3.10 with pyspark 3.5.0 and on Python 3.13 with pyspark 4.3.0, both driver-mode
 reads, a writer in each mode, `format("durable")` or its refusal, and the install that keeps
 the user's pyspark. `make test-compat` runs the lanes' whole set, SIGKILLed drivers included."""
@@ -16,6 +16,7 @@ from tests.services.compat import LANES
 
 
 @pytest.mark.slow
+@pytest.mark.compat_tier
 def test_the_oldest_and_newest_supported_spark_and_python_pass_the_smoke_subset(
     postgres: PostgresEndpoint, kafka: KafkaEndpoint, s3: S3Endpoint
 ) -> None:

@@ -40,6 +40,7 @@ def test_demo_kills_its_driver_and_reports_zero_duplicates_and_losses(
 
 
 @pytest.mark.timeout(900)
+@pytest.mark.fault_tier  # the default suite's tests/spark/test_connect.py kills the server too
 def test_demo_through_spark_connect_kills_the_server_and_reports_exactly_once(
     postgres: PostgresEndpoint, kafka: KafkaEndpoint
 ) -> None:

@@ -21,7 +21,7 @@ def _count(variable: str, default: int) -> int:
 
 #: Generated conformance examples per scenario after the scripted sweep. The conformance
 #: suite itself reads EXAMPLES_ENV (DS_CONFORMANCE_EXAMPLES), which replaces this count.
-CONFORMANCE_SAMPLE = 5
+CONFORMANCE_SAMPLE = 3
 #: What the examples count is in this run (for assertions on what a run exercised).
 CONFORMANCE_EXAMPLES = _count(EXAMPLES_ENV, CONFORMANCE_SAMPLE)
 #: Generated examples of each dead-letter conformance scenario (on_bad_rows="dead_letter")
@@ -39,3 +39,8 @@ SHARED_WRITER_RUNS = _count("DS_SHARED_WRITER_RUNS", 1)
 #: tests marked `fault_tier` (the test bed's own fault handling, which the Spark cluster tests
 #: of the default suite also go through), which the default suite deselects.
 FAULT_TIER_ENV = "DS_FAULT_MATRIX"
+#: Set to "1" to run the compatibility lanes' smoke subset (the test marked `compat_tier`,
+#: tests/spark/test_compat_lanes.py) in a pytest run: `make test-fresh` sets it, so a fresh
+#: machine builds the lanes and runs them; the default suite deselects it, and `make
+#: test-compat` runs the lanes' whole set.
+COMPAT_SMOKE_ENV = "DS_COMPAT_SMOKE"

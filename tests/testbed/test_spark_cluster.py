@@ -307,6 +307,7 @@ def test_up_refuses_a_cluster_started_from_another_spark(tmp_path: Path) -> None
 
 @pytest.mark.usefixtures("private_ports")
 @pytest.mark.slow
+@pytest.mark.fault_tier  # the test bed's own lifecycle; `make test-fresh` starts it from nothing
 def test_up_twice_is_harmless_and_down_leaves_nothing(
     tmp_path: Path, drivers: list[Driver]
 ) -> None:
