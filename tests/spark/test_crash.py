@@ -3,8 +3,9 @@ every sink of the job must hold every source row exactly once. Driver mode write
 S3, a Delta table, an Iceberg table and Kafka (Kafka is the commit point); executor mode writes
 Postgres, S3, a Delta table, an Iceberg table and the files sink from the Spark tasks, with
 task attempts that die after preparing (tests/spark/crash_child.py). The Iceberg table (SQL
-catalog in the test bed's Postgres, a local warehouse) must also hold no data file of the job
-outside its current snapshot, and one commit per epoch. A lone Kafka sink and a lone Delta
+catalog in the test bed's Postgres, a local warehouse) is read back by pyiceberg and by Spark's
+own Iceberg reader (a pyspark 4.1 interpreter, tests/support/iceberg_spark_reader.py); it must
+also hold no data file of the job outside its current snapshot, and one commit per epoch. A lone Kafka sink and a lone Delta
 table run with no decision_store: the sink keeps the job's decisions. A Postgres table with a
 dead-letter table runs in both modes on a stream carrying rows of every kind the table refuses
 (tests/spark/bad_rows.py): every row must end in exactly one of the table or the dead letter.
@@ -28,8 +29,9 @@ import pyarrow as pa
 import pytest
 
 from durable_sinks.sinks.files import STAGING
-from tests.services import KafkaEndpoint, PostgresEndpoint, S3Endpoint
+from tests.services import KafkaEndpoint, PostgresEndpoint, S3Endpoint, Testbed
 from tests.support.child_process import start_child
+from tests.support.iceberg_spark_reader import read_with_spark
 from tests.support.iceberg_target import IcebergCatalog
 from tests.support.s3_objects import incomplete_uploads
 from tests.support.s3_target import s3_options
@@ -285,6 +287,7 @@ def test_spark_driver_killed_at_random_moments_then_restarted(
     s3_prefix: str,
     job_id: str,
     tmp_path: Path,
+    testbed: Testbed,
     request: pytest.FixtureRequest,
 ) -> None:
     if TARGET == "cluster":
@@ -335,6 +338,11 @@ def test_spark_driver_killed_at_random_moments_then_restarted(
     found["Delta"] = delta_ids(tmp_path / "delta")
     assert delta_leftovers(tmp_path / "delta") == [], context
     found["Iceberg"] = iceberg_ids(lake.sink_options())
+    # Java's Iceberg too: Spark's own reader, through its catalog on the same SQL catalog.
+    read = read_with_spark(
+        testbed, lake.name, lake.properties(), lake.identifier(), tmp_path / "spark-read"
+    )
+    found["Iceberg, read by Spark's Iceberg reader"] = sorted(read.column("id"))
     orphans = iceberg_orphans(lake.sink_options(), job_id)
     assert orphans == [], f"Iceberg data files outside the table ({context}): {orphans}"
     uploads = incomplete_uploads(s3.client(), s3.bucket, s3_prefix)
