@@ -5,10 +5,11 @@ Postgres, S3, a Delta table, an Iceberg table and the files sink from the Spark 
 task attempts that die after preparing (tests/spark/crash_child.py). The Iceberg table (SQL
 catalog in the test bed's Postgres, a local warehouse) is read back by pyiceberg and by Spark's
 own Iceberg reader (a pyspark 4.1 interpreter, tests/support/iceberg_spark_reader.py); it must
-also hold no data file of the job outside its current snapshot, and one commit per epoch. A lone Kafka sink and a lone Delta
-table run with no decision_store: the sink keeps the job's decisions. A Postgres table with a
-dead-letter table runs in both modes on a stream carrying rows of every kind the table refuses
-(tests/spark/bad_rows.py): every row must end in exactly one of the table or the dead letter.
+also hold no data file of the job outside its current snapshot, and one commit per epoch. A
+lone Kafka sink and a lone Delta table run with no decision_store: the sink keeps the job's
+decisions. A Postgres table with a dead-letter table runs in both modes on a stream carrying
+rows of every kind the table refuses (tests/spark/bad_rows.py): every row must end in exactly
+one of the table or the dead letter.
 
 Each run is a child process (tests/spark/crash_child.py) running a streaming query; a random
 plan kills its process group (Python driver and JVM) at one moment: inside `fn` after a
