@@ -38,19 +38,27 @@ import time
 import uuid
 from pathlib import Path
 
+from benchmarks.peer_sizes import Peer, chart, report
 from benchmarks.spark_end_to_end import (
     DELTA_CONF,
     VARIANTS,
     Bench,
     Run,
-    median_batch_ms,
-    report_phases,
     write_source,
 )
 from tests.services import up
 
 DELTA_VARIANTS = ("delta-ours-eo", "delta-ours-executor", "delta-spark", "floor")
 PEER = "delta-spark"
+DELTA_SPARK = Peer(
+    PEER,
+    "delta-spark",
+    VARIANTS,
+    "Delta in a Spark job (local[2])",
+    "\nours per micro-batch, median (ms): addBatch; our foreachBatch call; in it, outside the "
+    "coordinator's phases; the sink's writes (driver mode: with waiting for Spark's record "
+    "batches; executor mode: the tasks); the protocol",
+)
 
 
 def main() -> None:
@@ -110,76 +118,10 @@ def main() -> None:
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)
     for size in sizes:
-        report(size, runs[size], args)
+        report(size, runs[size], args, DELTA_SPARK)
     if args.chart is not None:
-        chart(runs, args)
+        chart(runs, args, DELTA_SPARK)
     print(f"whole script: {time.perf_counter() - began:.0f} s")
-
-
-def per_round(done: dict[str, list[Run]], variant: str, yardstick: str) -> float:
-    """The median over rounds of (variant's median addBatch / yardstick's) in that round."""
-    return statistics.median(
-        statistics.median(a.batch_ms) / statistics.median(b.batch_ms)
-        for a, b in zip(done[variant], done[yardstick], strict=True)
-    )
-
-
-def report(size: int, done: dict[str, list[Run]], args: argparse.Namespace) -> None:
-    print(
-        f"\n{size:,} rows per micro-batch, {args.batches} micro-batches, {args.rounds} rounds, "
-        f"local[2], driver heap {args.driver_memory}; Spark's addBatch per micro-batch"
-    )
-    print("\n| variant | addBatch median | vs delta-spark (its time / ours) | vs floor |")
-    print("|---|---|---|---|")
-    for variant, runs in done.items():
-        ms = median_batch_ms(runs)
-        cells = [VARIANTS[variant], f"{ms:,.0f} ms"]
-        if PEER in done:
-            peer = median_batch_ms(done[PEER])
-            cells.append(f"{peer / ms:.2f}x ({1 / per_round(done, variant, PEER):.2f}x)")
-        else:
-            cells.append("")
-        if "floor" in done:
-            floor = median_batch_ms(done["floor"])
-            cells.append(f"{ms / floor:.2f}x ({per_round(done, variant, 'floor'):.2f}x)")
-        else:
-            cells.append("")
-        print("| " + " | ".join(cells) + " |")
-    print("(in brackets: the median of the per-round ratios)")
-    report_phases(
-        {variant: runs for variant, runs in done.items() if runs},
-        "\nours per micro-batch, median (ms): addBatch; our foreachBatch call; in it, "
-        "outside the coordinator's phases; the sink's writes (driver mode: with waiting "
-        "for Spark's record batches; executor mode: the tasks); the protocol",
-    )
-
-
-def chart(runs: dict[int, dict[str, list[Run]]], args: argparse.Namespace) -> None:
-    """Each variant's median addBatch relative to delta-spark's, one series per batch size."""
-    from benchmarks.charts import RATIO, grouped_bar_chart
-
-    sizes = list(runs)
-    variants = list(runs[sizes[0]])
-    series = [
-        (
-            f"{size:,} rows per batch",
-            [median_batch_ms(runs[size][v]) / median_batch_ms(runs[size][PEER]) for v in variants],
-        )
-        for size in sizes
-    ]
-    written = grouped_bar_chart(
-        args.chart,
-        "Delta in a Spark job (local[2]): time per micro-batch / delta-spark's\n"
-        f"median of Spark's addBatch, {args.batches} batches x {args.rounds} rounds per size "
-        "(lower is better)",
-        [VARIANTS[v] for v in variants],
-        series,
-        "time per micro-batch / delta-spark's",
-        highlight=[VARIANTS[v] for v in variants if "-ours-" in v],
-        references=[("delta-spark", 1.0)],
-        value_format=RATIO,
-    )
-    print(f"chart: {written}")
 
 
 if __name__ == "__main__":

@@ -53,12 +53,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from benchmarks.peer_sizes import Peer, chart, report
 from benchmarks.spark_end_to_end import (
-    VARIANTS,
     Bench,
     Run,
-    median_batch_ms,
-    report_phases,
     write_source,
 )
 from durable_sinks.spark import _arrow
@@ -81,6 +79,15 @@ ICEBERG_VARIANTS = {
 #: What runs unless `--variants` says otherwise (the rest are diagnostics).
 DEFAULT_VARIANTS = ("iceberg-ours", "iceberg-ours-executor", "iceberg-spark", "floor")
 PEER = "iceberg-spark"
+ICEBERG_SPARK = Peer(
+    PEER,
+    "Spark's Iceberg sink",
+    ICEBERG_VARIANTS,
+    "Iceberg in a Spark job (local[2])",
+    "\nours per micro-batch, median (ms): addBatch; our foreachBatch call; in it, outside the "
+    "coordinator's phases; the sink's writes (driver mode: with waiting for Spark's record "
+    "batches; executor mode: the tasks); the protocol (prepare, decision, the Iceberg commit)",
+)
 OURS = "iceberg-ours"
 NAMESPACE = "bench"
 
@@ -167,14 +174,14 @@ def run(args: argparse.Namespace, variants: list[str]) -> None:
         bench.close()
         shutil.rmtree(work, ignore_errors=True)
     for size in sizes:
-        report(size, runs[size], args)
+        report(size, runs[size], args, ICEBERG_SPARK)
         files = {v: bench.files.get((size, v)) for v in variants if v != "floor"}
         print(
             "data files per micro-batch, median over runs: "
             + ", ".join(f"{v} {statistics.median(n):.1f}" for v, n in files.items() if n)
         )
     if args.chart is not None:
-        chart(runs, args)
+        chart(runs, args, ICEBERG_SPARK)
     print(f"whole script: {time.perf_counter() - began:.0f} s")
 
 
@@ -230,12 +237,12 @@ class IcebergBench:
             f"CREATE TABLE {name} (id BIGINT, body STRING, score DOUBLE, at TIMESTAMP) "
             f"USING iceberg TBLPROPERTIES ({properties})"
         )
-        if variant == "iceberg-ours-whole-batch":
-            # Diagnostic: driver mode hands the sink the whole batch as one group (one
-            # write_batch, so pyiceberg writes it as few files as the target size allows)
-            # instead of groups of GROUP_ROWS rows, each written as files of its own.
+        if variant in (OURS, "iceberg-ours-executor", "iceberg-ours-whole-batch"):
+            # The diagnostic whole-batch variant: driver mode hands the sink the whole batch
+            # as one group (one write_batch) instead of groups of GROUP_ROWS rows.
             saved = _arrow.GROUP_ROWS, _arrow.GROUP_BYTES
-            _arrow.GROUP_ROWS, _arrow.GROUP_BYTES = 2**40, 2**40
+            if variant == "iceberg-ours-whole-batch":
+                _arrow.GROUP_ROWS, _arrow.GROUP_BYTES = 2**40, 2**40
             try:
                 done = self.bench.ours(
                     source,
@@ -243,20 +250,11 @@ class IcebergBench:
                     batches,
                     "iceberg",
                     decision_store=str(self.work / f"decisions-{table}"),
+                    execution="executor" if variant == "iceberg-ours-executor" else "driver",
                     **self.catalog.sink_options(table),
                 )
             finally:
                 _arrow.GROUP_ROWS, _arrow.GROUP_BYTES = saved
-        elif variant in (OURS, "iceberg-ours-executor"):
-            done = self.bench.ours(
-                source,
-                rows,
-                batches,
-                "iceberg",
-                decision_store=str(self.work / f"decisions-{table}"),
-                execution="executor" if variant == "iceberg-ours-executor" else "driver",
-                **self.catalog.sink_options(table),
-            )
         elif variant == PEER:
             checkpoint = self.work / f"checkpoint-{table}"
             done = self.bench.query(
@@ -310,74 +308,6 @@ class IcebergBench:
         if codecs != {"ZSTD"}:
             raise RuntimeError(f"{name}: data files compressed with {codecs}, not ZSTD alone")
         return len(files)
-
-
-def per_round(done: dict[str, list[Run]], variant: str, yardstick: str) -> float:
-    """The median over rounds of (variant's median addBatch / yardstick's) in that round."""
-    return statistics.median(
-        statistics.median(a.batch_ms) / statistics.median(b.batch_ms)
-        for a, b in zip(done[variant], done[yardstick], strict=True)
-    )
-
-
-def report(size: int, done: dict[str, list[Run]], args: argparse.Namespace) -> None:
-    print(
-        f"\n{size:,} rows per micro-batch, {args.batches} micro-batches, "
-        f"{args.rounds} rounds, local[2], driver heap {args.driver_memory}; Spark's addBatch "
-        "per micro-batch"
-    )
-    print("\n| variant | addBatch median | vs Spark's Iceberg sink (its time / ours) | vs floor |")
-    print("|---|---|---|---|")
-    for variant, runs in done.items():
-        ms = median_batch_ms(runs)
-        cells = [ICEBERG_VARIANTS[variant], f"{ms:,.0f} ms"]
-        if PEER in done:
-            peer = median_batch_ms(done[PEER])
-            cells.append(f"{peer / ms:.2f}x ({1 / per_round(done, variant, PEER):.2f}x)")
-        else:
-            cells.append("")
-        if "floor" in done:
-            floor = median_batch_ms(done["floor"])
-            cells.append(f"{ms / floor:.2f}x ({per_round(done, variant, 'floor'):.2f}x)")
-        else:
-            cells.append("")
-        print("| " + " | ".join(cells) + " |")
-    print("(in brackets: the median of the per-round ratios)")
-    VARIANTS.update(ICEBERG_VARIANTS)  # report_phases names variants from that table
-    report_phases(
-        {variant: runs for variant, runs in done.items() if runs},
-        "\nours per micro-batch, median (ms): addBatch; our foreachBatch call; in it, "
-        "outside the coordinator's phases; the sink's writes (with waiting for Spark's record "
-        "batches); the protocol (prepare, decision, the Iceberg commit)",
-    )
-
-
-def chart(runs: dict[int, dict[str, list[Run]]], args: argparse.Namespace) -> None:
-    """Each variant's median addBatch relative to Spark's Iceberg sink's, a series per size."""
-    from benchmarks.charts import RATIO, grouped_bar_chart
-
-    sizes = list(runs)
-    variants = list(runs[sizes[0]])
-    series = [
-        (
-            f"{size:,} rows per batch",
-            [median_batch_ms(runs[size][v]) / median_batch_ms(runs[size][PEER]) for v in variants],
-        )
-        for size in sizes
-    ]
-    written = grouped_bar_chart(
-        args.chart,
-        "Iceberg in a Spark job (local[2]): time per micro-batch / Spark's Iceberg sink's\n"
-        f"median of Spark's addBatch, {args.batches} batches x {args.rounds} rounds per size "
-        "(lower is better)",
-        [ICEBERG_VARIANTS[v] for v in variants],
-        series,
-        "time per micro-batch / Spark's Iceberg sink's",
-        highlight=[ICEBERG_VARIANTS[OURS]] if OURS in variants else [],
-        references=[("Spark's Iceberg sink", 1.0)],
-        value_format=RATIO,
-    )
-    print(f"chart: {written}")
 
 
 if __name__ == "__main__":

@@ -65,7 +65,7 @@ import statistics
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -702,8 +702,11 @@ def where(args: argparse.Namespace) -> str:
     return "local[2]"
 
 
-def report_phases(runs: dict[str, list[Run]], title: str) -> None:
-    """The table of our variants' per-batch phases (medians over every batch of every run)."""
+def report_phases(
+    runs: dict[str, list[Run]], title: str, labels: Mapping[str, str] = VARIANTS
+) -> None:
+    """The table of our variants' per-batch phases (medians over every batch of every run),
+    each named by `labels`."""
     ours = [v for v, done in runs.items() if done[0].parts]
     if not ours:
         return
@@ -714,7 +717,7 @@ def report_phases(runs: dict[str, list[Run]], title: str) -> None:
         done = runs[variant]
         cells = [median_batch_ms(done)]
         cells += [statistics.median(ms for r in done for ms in r.parts[p]) for p in PARTS]
-        print(f"| {VARIANTS[variant]} | " + " | ".join(f"{c:,.0f}" for c in cells) + " |")
+        print(f"| {labels[variant]} | " + " | ".join(f"{c:,.0f}" for c in cells) + " |")
 
 
 def report(runs: dict[str, list[Run]], rows: int, args: argparse.Namespace) -> None:
