@@ -84,6 +84,19 @@ def committed(sink: IcebergSink, epoch: int, handle: CommitHandle) -> CommitOutc
     return sink.publish_epoch(epoch, [handle])
 
 
+def with_table(catalog: CatalogUnderTest) -> None:
+    """The catalog's namespace and an empty table of `events`' columns in it."""
+    catalog.create_namespace()
+    catalog.catalog().create_table(catalog.identifier(), schema=events([]).schema)
+
+
+def prepared(sink: IcebergSink, epoch: int, batch: pa.RecordBatch) -> CommitHandle:
+    """One participant of `epoch` holding `batch`, prepared."""
+    sink.begin_epoch(epoch)
+    sink.write_batch(batch)
+    return sink.pre_commit(epoch)
+
+
 def opened(catalog: CatalogUnderTest, job: str = "orders", generation: int = 1) -> IcebergSink:
     sink = create("iceberg", catalog.sink_options())
     assert isinstance(sink, IcebergSink)
@@ -114,12 +127,9 @@ def test_each_epoch_is_one_commit_with_the_epoch_property_and_summary(
 def test_a_replayed_commit_and_a_replayed_epoch_are_no_ops(
     catalog: CatalogUnderTest, tmp_path: Path
 ) -> None:
-    catalog.create_namespace()
-    catalog.catalog().create_table(catalog.identifier(), schema=events([]).schema)
+    with_table(catalog)
     sink = opened(catalog)
-    sink.begin_epoch(0)
-    sink.write_batch(events([1, 2]))
-    handle = sink.pre_commit(0)
+    handle = prepared(sink, 0, events([1, 2]))
     files = IcebergHandleDetails.of(handle).files
     scheme = "file://" if catalog.kind == "sql" else "s3://"
     assert [(f.rows, f.size > 0, f.path.startswith(scheme)) for f in files] == [(2, True, True)]
@@ -254,15 +264,10 @@ def test_a_data_file_ends_at_the_tables_target_file_size(
 
 
 def test_a_commit_of_a_committed_epoch_never_deletes_its_files(catalog: CatalogUnderTest) -> None:
-    catalog.create_namespace()
-    catalog.catalog().create_table(catalog.identifier(), schema=events([]).schema)
+    with_table(catalog)
     sink = opened(catalog)
-    sink.begin_epoch(0)
-    sink.write_batch(events([1]))
-    winner = sink.pre_commit(0)
-    sink.begin_epoch(0)
-    sink.write_batch(events([1]))
-    loser = sink.pre_commit(0)
+    winner = prepared(sink, 0, events([1]))
+    loser = prepared(sink, 0, events([1]))
     committed(sink, 0, winner)
     sink.rollback_epoch(0, winner)  # a wrong rollback of the committed participant: refused
     sink.rollback_epoch(0, loser)  # the losing attempt's files go
@@ -273,12 +278,9 @@ def test_a_commit_of_a_committed_epoch_never_deletes_its_files(catalog: CatalogU
 def test_a_stale_writer_is_retried_after_rechecking_the_epoch(
     catalog: CatalogUnderTest, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    catalog.create_namespace()
-    catalog.catalog().create_table(catalog.identifier(), schema=events([]).schema)
+    with_table(catalog)
     sink = opened(catalog)
-    sink.begin_epoch(0)
-    sink.write_batch(events([1]))
-    handle = sink.pre_commit(0)
+    handle = prepared(sink, 0, events([1]))
     commit = IcebergSink._commit
     raced: list[int] = []
 
@@ -294,9 +296,7 @@ def test_a_stale_writer_is_retried_after_rechecking_the_epoch(
     assert ids(catalog) == [1, 100]
 
     # The race is with our own epoch committed by another process: the retry skips it.
-    sink.begin_epoch(1)
-    sink.write_batch(events([2]))
-    handle = sink.pre_commit(1)
+    handle = prepared(sink, 1, events([2]))
     raced.clear()
 
     def replayed(self: IcebergSink, table: Any, epoch: int, files: Any, names: Any) -> None:
@@ -312,9 +312,7 @@ def test_a_stale_writer_is_retried_after_rechecking_the_epoch(
     # Committed by another process after this one last read the table (at the epoch's start):
     # the commit from that read loses the race, and the fresh read shows the epoch.
     monkeypatch.setattr(IcebergSink, "_commit", commit)
-    sink.begin_epoch(2)
-    sink.write_batch(events([3]))
-    handle = sink.pre_commit(2)
+    handle = prepared(sink, 2, events([3]))
     assert committed(opened(catalog, generation=3), 2, handle) is CommitOutcome.COMMITTED
     assert committed(sink, 2, handle) is CommitOutcome.ALREADY_COMMITTED
     assert sink.metrics()["commit_conflicts"] == 3
@@ -364,8 +362,7 @@ def test_a_missing_namespace_or_table_is_refused_at_start(
 def test_rows_that_do_not_fit_the_table_are_refused_with_nothing_written(
     catalog: CatalogUnderTest, tmp_path: Path
 ) -> None:
-    catalog.create_namespace()
-    catalog.catalog().create_table(catalog.identifier(), schema=events([]).schema)
+    with_table(catalog)
     job = coordinator(catalog, tmp_path, job=f"j{uuid.uuid4().hex[:6]}")
     job.run_epoch(0, [events([1])])
     bad = {
@@ -387,19 +384,12 @@ def test_rows_that_do_not_fit_the_table_are_refused_with_nothing_written(
 
 
 def test_recovery_hands_back_only_what_the_table_does_not_hold(catalog: CatalogUnderTest) -> None:
-    catalog.create_namespace()
-    catalog.catalog().create_table(catalog.identifier(), schema=events([]).schema)
+    with_table(catalog)
     sink = opened(catalog)
-    sink.begin_epoch(0)
-    sink.write_batch(events([1]))
-    loser = sink.pre_commit(0)
-    sink.begin_epoch(0)
-    sink.write_batch(events([1]))
-    winner = sink.pre_commit(0)
+    loser = prepared(sink, 0, events([1]))
+    winner = prepared(sink, 0, events([1]))
     committed(sink, 0, winner)
-    sink.begin_epoch(1)
-    sink.write_batch(events([2]))
-    pending = sink.pre_commit(1)
+    pending = prepared(sink, 1, events([2]))
     later = opened(catalog, generation=2)
     found = later.recover_prepared()
     assert sorted(h.participant for h in found) == sorted([loser.participant, pending.participant])
@@ -419,9 +409,7 @@ def test_recovery_finds_the_files_where_the_table_writes_them(sql_catalog: Icebe
         catalog.identifier(), schema=events([]).schema, properties={"write.data.path": elsewhere}
     )
     sink = opened(catalog)
-    sink.begin_epoch(0)
-    sink.write_batch(events([1]))
-    pending = sink.pre_commit(0)
+    pending = prepared(sink, 0, events([1]))
     assert all(p.startswith(elsewhere) for p in paths_of(pending))
     later = opened(catalog, generation=2)
     found = later.recover_prepared()
@@ -433,12 +421,9 @@ def test_recovery_finds_the_files_where_the_table_writes_them(sql_catalog: Icebe
 def test_a_commit_whose_outcome_is_unknown_is_in_doubt_and_keeps_its_files(
     catalog: CatalogUnderTest, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    catalog.create_namespace()
-    catalog.catalog().create_table(catalog.identifier(), schema=events([]).schema)
+    with_table(catalog)
     sink = opened(catalog)
-    sink.begin_epoch(0)
-    sink.write_batch(events([1]))
-    handle = sink.pre_commit(0)
+    handle = prepared(sink, 0, events([1]))
     commit = IcebergSink._commit
 
     def lost_answer(self: IcebergSink, table: Any, epoch: int, files: Any, names: Any) -> None:
@@ -481,14 +466,11 @@ def test_a_partitioned_table_gets_files_per_partition(catalog: CatalogUnderTest)
 def test_a_commit_that_keeps_losing_races_stops_at_the_bound(
     catalog: CatalogUnderTest, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    catalog.create_namespace()
-    catalog.catalog().create_table(catalog.identifier(), schema=events([]).schema)
+    with_table(catalog)
     sink = create("iceberg", catalog.sink_options(commit_retries=2))
     assert isinstance(sink, IcebergSink)
     sink.open(OpenContext("orders", sink.name, 1))
-    sink.begin_epoch(0)
-    sink.write_batch(events([1]))
-    handle = sink.pre_commit(0)
+    handle = prepared(sink, 0, events([1]))
     commit = IcebergSink._commit
     others = iter(range(100, 200))
 
@@ -509,8 +491,7 @@ def test_a_commit_that_keeps_losing_races_stops_at_the_bound(
 def test_executor_parts_are_one_commit_and_losing_attempts_are_deleted(
     catalog: CatalogUnderTest, tmp_path: Path
 ) -> None:
-    catalog.create_namespace()
-    catalog.catalog().create_table(catalog.identifier(), schema=events([]).schema)
+    with_table(catalog)
 
     def build() -> list[Any]:
         return [create("iceberg", catalog.sink_options())]
@@ -610,12 +591,9 @@ def test_a_handle_is_typed_json_that_appends_to_a_partitioned_table(
 def test_a_decided_participant_whose_file_is_gone_is_data_loss_not_a_commit(
     catalog: CatalogUnderTest,
 ) -> None:
-    catalog.create_namespace()
-    catalog.catalog().create_table(catalog.identifier(), schema=events([]).schema)
+    with_table(catalog)
     sink = opened(catalog)
-    sink.begin_epoch(0)
-    sink.write_batch(events([1]))
-    handle = sink.pre_commit(0)
+    handle = prepared(sink, 0, events([1]))
     (path,) = paths_of(handle)
     # e.g. an orphan-file cleanup ran meanwhile
     catalog.catalog().load_table(catalog.identifier()).io.delete(path)
@@ -646,8 +624,7 @@ def test_the_catalog_refuses_every_commit_but_one_from_the_same_base(
     others with CommitFailedException (HTTP 409 from a REST catalog), at the same moment."""
     from pyiceberg.exceptions import CommitFailedException
 
-    catalog.create_namespace()
-    catalog.catalog().create_table(catalog.identifier(), schema=events([]).schema)
+    with_table(catalog)
     if not first_snapshot:
         catalog.catalog().load_table(catalog.identifier()).append(pa.table(events([0])))
     racers = [stale_transaction(catalog, str(n)) for n in range(1, 5)]
@@ -681,8 +658,7 @@ def test_two_processes_committing_one_epoch_at_once_land_it_once(
     """A replay and a zombie of the same epoch, each with its own files, commit at the same
     moment from the same table state: one commits, the other loses the race, re-reads the
     table, finds the epoch committed and stands down; its files are rolled back."""
-    catalog.create_namespace()
-    catalog.catalog().create_table(catalog.identifier(), schema=events([]).schema)
+    with_table(catalog)
     sinks = [opened(catalog, generation=g) for g in (1, 2)]
     handles = []
     for sink in sinks:
