@@ -22,6 +22,7 @@ import hashlib
 import itertools
 import re
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from durable_sinks.core.naming import ParticipantName, component
@@ -51,6 +52,18 @@ class Layout:
     def epoch_property(self) -> str:
         """The table property holding the highest epoch committed by this job's sink."""
         return f"{PREFIX}.{component(self.job_id)}.{component(self.sink)}.epoch"
+
+    def epoch_of(self, summary: Mapping[str, str] | None) -> int | None:
+        """The epoch a snapshot committed for this job's sink, from its summary; None for a
+        snapshot of anyone else (another job or sink, another writer)."""
+        if (
+            summary is None
+            or summary.get(SUMMARY_JOB) != self.job_id
+            or summary.get(SUMMARY_SINK) != self.sink
+            or not str(summary.get(SUMMARY_EPOCH, "")).isdigit()
+        ):
+            return None
+        return int(str(summary.get(SUMMARY_EPOCH)))
 
     @property
     def _tag(self) -> int:

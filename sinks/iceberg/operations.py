@@ -7,17 +7,29 @@ file checked to be there. Read only."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from durable_sinks.core.naming import ParticipantName
 from durable_sinks.core.operations import Holding, Prepared
 from durable_sinks.core.protocol import CommitHandle
 
-from .layout import SUMMARY_EPOCH, SUMMARY_JOB, SUMMARY_PARTICIPANTS, SUMMARY_SINK, Layout
+from .layout import SUMMARY_PARTICIPANTS, Layout
 
 if TYPE_CHECKING:
+    from pyiceberg.manifest import DataFile
     from pyiceberg.table import Table
+    from pyiceberg.table.snapshots import Snapshot
+
+
+def added_data_files(table: Table, snapshot: Snapshot) -> Iterator[DataFile]:
+    """The data files `snapshot` itself added (from its own manifests, not its parents')."""
+    for manifest in snapshot.manifests(table.io):
+        if manifest.added_snapshot_id != snapshot.snapshot_id:
+            continue
+        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+            if entry.snapshot_id == snapshot.snapshot_id:
+                yield entry.data_file
 
 
 def in_doubt(
@@ -42,33 +54,21 @@ def holdings(table: Table, job_id: str, sink: str, first: int, last: int) -> dic
     layout = Layout(job_id, sink)
     found: dict[int, Holding] = {}
     for snapshot in table.snapshots():
-        summary = snapshot.summary
-        if (
-            summary is None
-            or summary.get(SUMMARY_JOB) != job_id
-            or summary.get(SUMMARY_SINK) != sink
-            or not str(summary.get(SUMMARY_EPOCH, "")).isdigit()
-        ):
+        epoch = layout.epoch_of(snapshot.summary)
+        if epoch is None or not first <= epoch <= last:
             continue
-        epoch = int(str(summary.get(SUMMARY_EPOCH)))
-        if not first <= epoch <= last:
-            continue
-        named = frozenset(json.loads(summary.get(SUMMARY_PARTICIPANTS) or "[]"))
+        listed = snapshot.summary.get(SUMMARY_PARTICIPANTS) if snapshot.summary else None
+        named = frozenset(json.loads(listed or "[]"))
         rows = 0
         problems = []
-        for manifest in snapshot.manifests(table.io):
-            if manifest.added_snapshot_id != snapshot.snapshot_id:
-                continue
-            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
-                if entry.snapshot_id != snapshot.snapshot_id:
-                    continue
-                path = str(entry.data_file.file_path)
-                rows += int(entry.data_file.record_count)
-                writer = layout.parse(path)
-                if writer is None or str(writer) not in named:
-                    problems.append(f"{path} is not a file of the participants the commit names")
-                if not table.io.new_input(path).exists():
-                    problems.append(f"{path} is in the table but missing")
+        for data_file in added_data_files(table, snapshot):
+            path = str(data_file.file_path)
+            rows += int(data_file.record_count)
+            writer = layout.parse(path)
+            if writer is None or str(writer) not in named:
+                problems.append(f"{path} is not a file of the participants the commit names")
+            if not table.io.new_input(path).exists():
+                problems.append(f"{path} is in the table but missing")
         earlier = found.get(epoch)
         if earlier is not None:  # the snapshots come oldest first: keep the first commit's
             twice = f"epoch {epoch} is committed by more than one snapshot"

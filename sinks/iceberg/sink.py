@@ -513,21 +513,10 @@ class IcebergSink(SinkBase[Iceberg]):
     def _added_by(self, table: Table, epoch: int) -> set[str] | None:
         """The data files the snapshot that committed `epoch` for this job's sink added;
         None if no such snapshot is left."""
+        layout = self._paths()
         for snapshot in table.snapshots():
-            summary = snapshot.summary
-            if (
-                summary is not None
-                and summary.get(SUMMARY_JOB) == self.context.job_id
-                and summary.get(SUMMARY_SINK) == self.name
-                and summary.get(SUMMARY_EPOCH) == str(epoch)
-            ):
-                return {
-                    str(entry.data_file.file_path)
-                    for manifest in snapshot.manifests(table.io)
-                    if manifest.added_snapshot_id == snapshot.snapshot_id
-                    for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True)
-                    if entry.snapshot_id == snapshot.snapshot_id
-                }
+            if layout.epoch_of(snapshot.summary) == epoch:
+                return {str(f.file_path) for f in operations.added_data_files(table, snapshot)}
         return None
 
     # -- recovery ------------------------------------------------------------------------------
