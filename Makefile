@@ -11,7 +11,7 @@ PY     := $(VENV)/bin/python
 SOURCES := $(shell find src sinks coordinator manifest -name '*.py' 2>/dev/null | sort)
 STAMP  := $(VENV)/.installed-$(shell (cat pyproject.toml tests/constraints.txt; echo $(SOURCES)) | sha256sum | cut -c1-16)
 
-.PHONY: test test-unit test-compat test-fresh test-crash test-faults soak demo check lint typecheck pytest install \
+.PHONY: test test-unit test-compat test-fresh test-crash test-faults test-replicated soak demo check lint typecheck pytest install \
         services-up services-down services-status services-reset bench
 
 test: install
@@ -72,6 +72,15 @@ test-faults: install
 	$(PY) -m tests.services up postgres kafka spark faults
 	DS_FAULT_MATRIX=1 $(PY) -m pytest --timeout=3600 tests/faults $(PYTEST_ARGS)
 	DS_FAULT_MATRIX=1 $(PY) -m pytest --timeout=3600 -m fault_tier tests $(PYTEST_ARGS)
+
+# The replicated servers' tier (docs/reliability.md, "Replicated servers"): a three-broker
+# KRaft Kafka cluster and a Postgres primary with a streaming standby, started here on demand;
+# Spark jobs with brokers killed at every protocol step, a rolling restart under load, and
+# Postgres failed over to a synchronous and to an asynchronous standby (the tests marked
+# `replicated_tier`, which the default suite deselects).
+test-replicated: install
+	$(PY) -m tests.services up postgres kafka spark
+	DS_REPLICATED=1 $(PY) -m pytest --timeout=3600 -m replicated_tier tests $(PYTEST_ARGS)
 
 # The soak (docs/reliability.md, "Soak"): a streaming job on the test bed's Spark cluster
 # into Postgres + Kafka + S3, a random fault every ~20 s (driver or executor killed, the faults

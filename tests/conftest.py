@@ -42,7 +42,7 @@ from tests.support.kafka_access import KafkaAccess
 from tests.support.pg_access import Role
 from tests.support.s3_access import S3Access
 from tests.support.targets import create_topic
-from tests.support.tiers import COMPAT_SMOKE_ENV, FAULT_TIER_ENV
+from tests.support.tiers import COMPAT_SMOKE_ENV, FAULT_TIER_ENV, REPLICATED_TIER_ENV
 from tests.support.xdist_groups import add_group_marks, mark_groups
 
 if TYPE_CHECKING:
@@ -281,6 +281,12 @@ def pytest_collection_modifyitems(
         dropped = [item for item in items if item.get_closest_marker("compat_tier")]
         if dropped:
             items[:] = [item for item in items if not item.get_closest_marker("compat_tier")]
+            config.hook.pytest_deselected(items=dropped)
+    if os.environ.get(REPLICATED_TIER_ENV) != "1":
+        # The replicated servers' tests (`replicated_tier` mark) run in `make test-replicated`.
+        dropped = [item for item in items if item.get_closest_marker("replicated_tier")]
+        if dropped:
+            items[:] = [item for item in items if not item.get_closest_marker("replicated_tier")]
             config.hook.pytest_deselected(items=dropped)
     if not os.environ.get(EXAMPLES_ENV):
         # Conformance scenarios too long for the default suite's budget (`crash_tier` mark)

@@ -44,3 +44,7 @@ FAULT_TIER_ENV = "DS_FAULT_MATRIX"
 #: machine builds the lanes and runs them; the default suite deselects it, and `make
 #: test-compat` runs the lanes' whole set.
 COMPAT_SMOKE_ENV = "DS_COMPAT_SMOKE"
+#: Set to "1" by `make test-replicated`: the tests marked `replicated_tier`, on the replicated
+#: servers (a three-broker Kafka cluster, a Postgres primary with a streaming standby), which
+#: the default suite deselects.
+REPLICATED_TIER_ENV = "DS_REPLICATED"
