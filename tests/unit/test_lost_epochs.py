@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from click.testing import CliRunner
 
 from durable_sinks import CommittedEpochLostError
+from durable_sinks.cli import main
 from durable_sinks.coordinator import Coordinator, EpochOutcome, prepare_part
 from durable_sinks.core import CommitHandle, DeliveryGuarantee
 from durable_sinks.core.bad_rows import BadRowCap, BadRowPolicy, WritePolicy
@@ -238,3 +240,18 @@ def test_a_new_store_is_still_an_order_error_at_the_first_epoch(tmp_path: Path) 
     restarted = job(tmp_path)  # no decision at all: not a loss the start can tell
     with pytest.raises(EpochOrderError, match="already holds epoch 1"):
         restarted.run_epoch(1, rows(1))
+
+
+def test_repair_epochs_needs_one_way_and_a_sink_kind_that_can(tmp_path: Path) -> None:
+    run(job(tmp_path, "a"), 0)
+    args = ["repair-epochs", "job", "--kind", "files", "-o", f"path={tmp_path / 'a'}"]
+    args += ["--store", str(tmp_path / "store")]
+    both = CliRunner().invoke(main, [*args, "--sink", "a", "--from", "x", "--record-loss"])
+    assert both.exit_code == 2, both.output
+    assert "give either --from SOURCE, or --record-loss with --through EPOCH" in both.output
+    files_sink = CliRunner().invoke(main, [*args, "--sink", "files", "--from", "elsewhere"])
+    assert files_sink.exit_code == 1, files_sink.output
+    assert "has no repair of lost epochs" in files_sink.output
+    unknown = CliRunner().invoke(main, [*args, "--sink", "nope", "--record-loss", "--through", "3"])
+    assert unknown.exit_code == 1, unknown.output
+    assert "the job has no sink 'nope'" in unknown.output
