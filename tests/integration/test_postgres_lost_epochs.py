@@ -151,7 +151,9 @@ def old_and_new(postgres: PostgresEndpoint, unique: UniqueNames) -> Iterator[tup
             )
 
 
+@pytest.mark.parametrize("mode", ["append", "upsert"])
 def test_lost_epochs_are_copied_from_the_old_primarys_data(
+    mode: str,
     tmp_path: Path,
     postgres: PostgresEndpoint,
     conn: psycopg.Connection[Any],
@@ -159,6 +161,7 @@ def test_lost_epochs_are_copied_from_the_old_primarys_data(
     old_and_new: tuple[str, str],
 ) -> None:
     old, new = old_and_new
+    keyed: dict[str, Any] = {"mode": "upsert", "key": ["id"]} if mode == "upsert" else {}
     conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(old)))
     store = tmp_path / "decisions"
     table = sql.Identifier("public", "events")
@@ -170,6 +173,7 @@ def test_lost_epochs_are_copied_from_the_old_primarys_data(
                 dsn=postgres.conninfo(dbname=dbname),
                 table="public.events",
                 create_table=True,
+                **keyed,
             ),
             sink("files", path=str(tmp_path / "files")),
         ]
@@ -186,7 +190,8 @@ def test_lost_epochs_are_copied_from_the_old_primarys_data(
     second = job(old)
     second.start()
     second.run_epoch(1, [rows(10, 10)])
-    second.run_epoch(2, [rows(20, 10)])
+    # Upsert: epoch 2 writes keys 15..19 of epoch 1 again (copied once, their last version).
+    second.run_epoch(2, [rows(15, 15) if keyed else rows(20, 10)])
     steps = second.epoch_steps(3, [rows(30, 10)])
     for step in steps:
         if step == "after-decision":
@@ -210,7 +215,7 @@ def test_lost_epochs_are_copied_from_the_old_primarys_data(
                 "job_id": job_id,
                 "decision_store": str(store),
                 "sinks": [
-                    {"kind": "postgres", "dsn": "${PG}", "table": "public.events"},
+                    {"kind": "postgres", "dsn": "${PG}", "table": "public.events", **keyed},
                     {"kind": "files", "path": str(tmp_path / "files")},
                 ],
             }
