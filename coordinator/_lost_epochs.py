@@ -97,7 +97,7 @@ class LostEpochCheck:
         self._first_pending = True
         self._require_decisions_for_held(newest)
         self._require_held(newest)
-        log.info("lost-epoch check: every sink holds the newest decided epoch %d", newest)
+        log.info("lost-epoch check passed (the newest decided epoch is %d)", newest)
 
     def _require_decisions_for_held(self, newest: int) -> None:
         for sink in self.sinks:
