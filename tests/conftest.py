@@ -28,6 +28,7 @@ from tests.services import (
     IcebergRestEndpoint,
     KafkaEndpoint,
     PostgresEndpoint,
+    PostgresPair,
     S3Endpoint,
     SparkCluster,
     SparkConnect,
@@ -421,6 +422,34 @@ def spark_cluster(spark_cluster_server: SparkCluster) -> Iterator[SparkCluster]:
         cluster.up()
         cluster.wait_idle()
         yield cluster
+
+
+# -- a Postgres primary with a streaming standby, for failover tests (docs/testbed.md) ---------
+
+
+def _postgres_standby_lock(pair: PostgresPair) -> contextlib.AbstractContextManager[None]:
+    return file_lock(pair.home.parent / f"{pair.name}.tests.lock")
+
+
+@pytest.fixture(scope="session")
+def postgres_standby_server(testbed: Testbed) -> PostgresPair:
+    """The primary and standby, started once per session under the tests' lock. Tests take
+    `postgres_standby` instead."""
+    pair = testbed.postgres_standby
+    with _postgres_standby_lock(pair):
+        up([pair.name], testbed)
+    return pair
+
+
+@pytest.fixture
+def postgres_standby(postgres_standby_server: PostgresPair) -> Iterator[PostgresPair]:
+    """The primary and standby for this test alone (other xdist workers' tests of it wait).
+    The test calls `reset("sync")` or `reset("async")` first (a fresh pair in that mode, a new
+    password: take endpoints after it), then may kill, promote and fail over
+    (tests/services/postgres_standby.py)."""
+    pair = postgres_standby_server
+    with _postgres_standby_lock(pair):
+        yield pair
 
 
 @pytest.fixture

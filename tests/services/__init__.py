@@ -6,7 +6,9 @@ cluster (a master and two workers) whose executors and workers tests may kill; a
 the compatibility lanes' virtualenvs (the oldest and newest supported pyspark and Python,
 tests/services/compat.py), which `make test-compat` runs the Spark tests in; and
 `iceberg-spark`, a pyspark 4.1 interpreter with Spark's Iceberg jars
-(tests/services/iceberg_spark.py), in which Spark reads the Iceberg sink's tables.
+(tests/services/iceberg_spark.py), in which Spark reads the Iceberg sink's tables; and
+`postgres-standby`, a Postgres primary with a streaming standby that failover tests kill and
+promote (tests/services/postgres_standby.py).
 
     python -m tests.services up [NAME ...]     start (idempotent), wait until each answers
     python -m tests.services status            what runs, where, pids, logs
@@ -43,6 +45,7 @@ from .kafka import FAULTS_SETTINGS as KAFKA_FAULTS_SETTINGS
 from .kafka import Kafka, KafkaTransaction
 from .moto import Moto
 from .postgres import Postgres, PreparedTransaction
+from .postgres_standby import PostgresPair
 from .s3 import S3
 from .spark import Spark
 from .spark_cluster import SparkCluster
@@ -62,6 +65,7 @@ __all__ = [
     "Moto",
     "Postgres",
     "PostgresEndpoint",
+    "PostgresPair",
     "PreparedTransaction",
     "S3Endpoint",
     "ServiceError",
@@ -90,14 +94,16 @@ NAMES = (
     "spark-cluster",
     "compat",
     "iceberg-spark",
+    "postgres-standby",
 )
 #: Names that stand for several servers.
 GROUPS = {"faults": ("faults-postgres", "faults-kafka", "toxiproxy")}
 #: Started only when their fixtures (or `up NAME`) ask for them: `faults-connect` (a second
 #: Spark JVM of ~1 GB, ~20 s to start, for the few crash tests that kill it) and
-#: `spark-cluster` (three JVMs of ~230 MB, ~11 s, for executor-loss tests). `down`, `status`
+#: `spark-cluster` (three JVMs of ~230 MB, ~11 s, for executor-loss tests) and
+#: `postgres-standby` (a primary and a streaming standby, for failover tests). `down`, `status`
 #: and `reset` without names still cover them.
-ON_DEMAND = ("faults-connect", "spark-cluster")
+ON_DEMAND = ("faults-connect", "spark-cluster", "postgres-standby")
 #: What `up` without names starts.
 DEFAULT_UP = tuple(name for name in NAMES if name not in ON_DEMAND)
 
@@ -131,6 +137,7 @@ class Testbed:
     spark_cluster: SparkCluster
     compat: CompatLanes
     iceberg_spark: IcebergSpark
+    postgres_standby: PostgresPair
 
     @classmethod
     def create(cls, layout: Layout | None = None) -> Testbed:
@@ -151,6 +158,7 @@ class Testbed:
             SparkCluster(layout),
             CompatLanes(layout),
             IcebergSpark(layout),
+            PostgresPair(layout),
         )
 
     def select(

@@ -54,6 +54,24 @@ class PostgresPorts:
 
 
 @dataclass(frozen=True)
+class PostgresStandbyPorts:
+    """The Postgres primary and its streaming standby (service `postgres-standby`): ports
+    of the two servers, which swap roles at a failover (`primary` is the port of the server
+    that starts as primary).
+
+    The default is the main bed's Postgres port + 20 (and + 21), so that a second test bed
+    moved with DS_PG_PORT alone moves it too, and so that no private bed's Postgres (the
+    shared bed's ports + 200 or + 400) takes it.
+    """
+
+    primary: int = 15452  # DS_PG_STANDBY_PORT
+    standby: int = 15453  # DS_PG_STANDBY_PORT + 1
+
+    def shifted(self, offset: int) -> PostgresStandbyPorts:
+        return PostgresStandbyPorts(self.primary + offset, self.standby + offset)
+
+
+@dataclass(frozen=True)
 class KafkaPorts:
     """`broker` is the client and inter-broker listener, advertised as itself.
 
@@ -225,6 +243,7 @@ class Layout:
     root: Path
     cache: Path
     postgres: PostgresPorts = field(default_factory=PostgresPorts)
+    postgres_standby: PostgresStandbyPorts = field(default_factory=PostgresStandbyPorts)
     kafka: KafkaPorts = field(default_factory=KafkaPorts)
     s3: S3Ports = field(default_factory=S3Ports)
     moto: MotoPorts = field(default_factory=MotoPorts)
@@ -242,6 +261,7 @@ class Layout:
         controller = _env_int("DS_KAFKA_CONTROLLER_PORT", KafkaPorts.controller)
         s3 = _env_int("DS_S3_PORT", S3Ports.s3)
         connect = _env_int("DS_CONNECT_PORT", ConnectPorts.port)
+        standby = _env_int("DS_PG_STANDBY_PORT", pg + 20)
         faults = FaultsPorts(
             postgres=_env_int("DS_FAULTS_PG_PORT", pg + 100),
             kafka=_env_int("DS_FAULTS_KAFKA_PORT", broker + 100),
@@ -252,6 +272,7 @@ class Layout:
             root=_env_path("DS_SERVICES_DIR", REPO_ROOT / ".services"),
             cache=_env_path("DS_CACHE_DIR", Path(xdg) / "durable-sinks"),
             postgres=PostgresPorts(port=pg),
+            postgres_standby=PostgresStandbyPorts(primary=standby, standby=standby + 1),
             kafka=KafkaPorts(
                 broker=broker,
                 controller=controller,
@@ -294,6 +315,7 @@ class Layout:
             root=root,
             cache=self.cache,
             postgres=PostgresPorts(port=self.postgres.port + offset),
+            postgres_standby=self.postgres_standby.shifted(offset),
             kafka=KafkaPorts(
                 broker=self.kafka.broker + offset,
                 controller=self.kafka.controller + offset,
@@ -331,6 +353,8 @@ class Layout:
         kafka, faults, proxies = self.kafka, self.faults, self.toxiproxy
         ports = {
             "postgres": self.postgres.port,
+            "postgres-standby.primary": self.postgres_standby.primary,
+            "postgres-standby.standby": self.postgres_standby.standby,
             "kafka.broker": kafka.broker,
             "kafka.controller": kafka.controller,
             **{f"s3.{role}": port for role, port in self.s3.all().items()},
