@@ -26,6 +26,7 @@ from psycopg import sql
 from durable_sinks.testing import EXAMPLES_ENV
 from tests.services import (
     IcebergRestEndpoint,
+    KafkaCluster,
     KafkaEndpoint,
     PostgresEndpoint,
     PostgresPair,
@@ -387,6 +388,51 @@ def killable_connect(killable_connect_server: SparkConnect) -> Iterator[SparkCon
     with _killable_connect_lock(server):
         server.up()
         yield server
+
+
+# -- a three-broker Kafka cluster whose nodes tests may kill (docs/testbed.md) ---------------
+
+
+def _kafka_cluster_lock(cluster: KafkaCluster) -> contextlib.AbstractContextManager[None]:
+    """Held by the test that uses the cluster, and while a session starts it: a session
+    starting it on one xdist worker must not start again a node that a test on the other has
+    just killed."""
+    return file_lock(cluster.home.parent / f"{cluster.name}.tests.lock")
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster_server(testbed: Testbed) -> KafkaCluster:
+    """The three-broker Kafka cluster, started once per session, under the tests' lock.
+    Tests take `kafka_cluster` instead."""
+    cluster = testbed.kafka_cluster
+    with _kafka_cluster_lock(cluster):
+        up([cluster.name], testbed)
+    return cluster
+
+
+@pytest.fixture
+def kafka_cluster(kafka_cluster_server: KafkaCluster) -> Iterator[KafkaCluster]:
+    """The three-broker Kafka cluster for this test alone (other xdist workers' tests of it
+    wait), every node running and every partition's ISR full when the test starts: a node a
+    previous test left killed or stopped is started again. The test may `kill(node)`,
+    `stop(node)`, `start(node)` and `rolling_restart()`; clients reach it at `endpoint()`."""
+    cluster = kafka_cluster_server
+    with _kafka_cluster_lock(cluster):
+        cluster.up()
+        yield cluster
+
+
+@pytest.fixture
+def cluster_topic(kafka_cluster: KafkaCluster, unique: UniqueNames) -> Iterator[str]:
+    """A new topic of three partitions, three replicas, on the Kafka cluster (deleted
+    afterwards, once every node runs again)."""
+    name = unique.name("topic")
+    kafka_cluster.create_topic(name, partitions=3)
+    yield name
+    kafka_cluster.up()
+    admin = AdminClient(kafka_cluster.endpoint().config())
+    for future in admin.delete_topics([name], request_timeout=30).values():
+        future.result(timeout=30)
 
 
 # -- a Spark standalone cluster whose executors and workers tests may kill (docs/testbed.md) --

@@ -17,10 +17,10 @@ promote (tests/services/postgres_standby.py).
     python -m tests.services logs NAME         where a server logs, and its last lines
 
 NAME is one of NAMES, or `faults` for the faults bed (faults-postgres, faults-kafka and
-toxiproxy). Without NAME, `up` starts DEFAULT_UP (everything but `faults-connect` and
-`spark-cluster`, which only their fixtures start); `down`, `status` and `reset` cover every
-name. The pytest fixtures in tests/conftest.py call `up()` once per session for the server
-they need.
+toxiproxy). Without NAME, `up` starts DEFAULT_UP (everything but `faults-connect`,
+`spark-cluster` and `kafka-cluster`, which only their fixtures start); `down`, `status` and
+`reset` cover every name. The pytest fixtures in tests/conftest.py call `up()` once per session
+for the server they need.
 docs/testbed.md describes ports, folders and versions.
 """
 
@@ -43,6 +43,7 @@ from .endpoints import IcebergRestEndpoint, KafkaEndpoint, PostgresEndpoint, S3E
 from .iceberg_spark import IcebergSpark
 from .kafka import FAULTS_SETTINGS as KAFKA_FAULTS_SETTINGS
 from .kafka import Kafka, KafkaTransaction
+from .kafka_cluster import KafkaCluster
 from .moto import Moto
 from .postgres import Postgres, PreparedTransaction
 from .postgres_standby import PostgresPair
@@ -59,6 +60,7 @@ __all__ = [
     "IcebergRestEndpoint",
     "IcebergSpark",
     "Kafka",
+    "KafkaCluster",
     "KafkaEndpoint",
     "KafkaTransaction",
     "Layout",
@@ -95,15 +97,17 @@ NAMES = (
     "compat",
     "iceberg-spark",
     "postgres-standby",
+    "kafka-cluster",
 )
 #: Names that stand for several servers.
 GROUPS = {"faults": ("faults-postgres", "faults-kafka", "toxiproxy")}
 #: Started only when their fixtures (or `up NAME`) ask for them: `faults-connect` (a second
 #: Spark JVM of ~1 GB, ~20 s to start, for the few crash tests that kill it) and
-#: `spark-cluster` (three JVMs of ~230 MB, ~11 s, for executor-loss tests) and
-#: `postgres-standby` (a primary and a streaming standby, for failover tests). `down`, `status`
-#: and `reset` without names still cover them.
-ON_DEMAND = ("faults-connect", "spark-cluster", "postgres-standby")
+#: `spark-cluster` (three JVMs of ~230 MB, ~11 s, for executor-loss tests), `postgres-standby`
+#: (a primary and a streaming standby, for failover tests) and `kafka-cluster` (three Kafka
+#: JVMs of ~330 MB, ~10 s, for the replicated servers' tests). `down`, `status` and `reset`
+#: without names still cover them.
+ON_DEMAND = ("faults-connect", "spark-cluster", "postgres-standby", "kafka-cluster")
 #: What `up` without names starts.
 DEFAULT_UP = tuple(name for name in NAMES if name not in ON_DEMAND)
 
@@ -138,6 +142,7 @@ class Testbed:
     compat: CompatLanes
     iceberg_spark: IcebergSpark
     postgres_standby: PostgresPair
+    kafka_cluster: KafkaCluster
 
     @classmethod
     def create(cls, layout: Layout | None = None) -> Testbed:
@@ -159,6 +164,7 @@ class Testbed:
             CompatLanes(layout),
             IcebergSpark(layout),
             PostgresPair(layout),
+            KafkaCluster(layout),
         )
 
     def select(

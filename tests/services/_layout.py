@@ -91,6 +91,33 @@ class KafkaPorts:
 
 
 @dataclass(frozen=True)
+class KafkaClusterPorts:
+    """The three-broker KRaft cluster (`kafka-cluster`): node i (1-3) listens for clients and
+    its peers at `base` + 2(i - 1) and for the KRaft quorum one port above that, so the
+    defaults are 19492-19497 (DS_KAFKA_CLUSTER_PORT moves them all): clear of the private
+    beds' Kafka and faults bed (the shared bed's + 200: 19292-19396), which may run beside it."""
+
+    base: int = 19492  # DS_KAFKA_CLUSTER_PORT
+    nodes: int = 3
+
+    def node(self, node_id: int) -> KafkaPorts:
+        """Node `node_id`'s (1-based) broker and controller ports."""
+        if not 1 <= node_id <= self.nodes:
+            raise ValueError(f"node ids are 1-{self.nodes}, not {node_id}")
+        broker = self.base + 2 * (node_id - 1)
+        return KafkaPorts(broker=broker, controller=broker + 1)
+
+    def all(self) -> dict[str, int]:
+        """Every port the cluster listens on, by node and role."""
+        ports: dict[str, int] = {}
+        for node_id in range(1, self.nodes + 1):
+            node = self.node(node_id)
+            ports[f"node-{node_id}.broker"] = node.broker
+            ports[f"node-{node_id}.controller"] = node.controller
+        return ports
+
+
+@dataclass(frozen=True)
 class S3Ports:
     """SeaweedFS `weed mini` opens five servers, each with an HTTP and a gRPC port.
 
@@ -252,6 +279,7 @@ class Layout:
     connect: ConnectPorts = field(default_factory=ConnectPorts)
     connect_root: Path | None = None  # DS_CONNECT_DIR
     spark_cluster: SparkClusterPorts = field(default_factory=SparkClusterPorts)
+    kafka_cluster: KafkaClusterPorts = field(default_factory=KafkaClusterPorts)
 
     @classmethod
     def from_env(cls) -> Layout:
@@ -304,6 +332,9 @@ class Layout:
                 master_webui=_env_int_or_none("DS_SPARK_MASTER_WEBUI_PORT"),
                 worker_webui=_env_int_or_none("DS_SPARK_WORKER_WEBUI_PORT"),
             ),
+            kafka_cluster=KafkaClusterPorts(
+                base=_env_int("DS_KAFKA_CLUSTER_PORT", KafkaClusterPorts.base)
+            ),
         )
 
     def shifted(self, offset: int, root: Path) -> Layout:
@@ -346,6 +377,7 @@ class Layout:
                 port=self.connect.port + offset, killable=self.connect.killable + offset
             ),
             spark_cluster=self.spark_cluster.shifted(offset),
+            kafka_cluster=KafkaClusterPorts(base=self.kafka_cluster.base + offset),
         )
 
     def ports(self) -> dict[str, int]:
@@ -369,6 +401,7 @@ class Layout:
             "connect": self.connect.port,
             "faults-connect": self.connect.killable,
             **{f"spark-cluster.{role}": p for role, p in self.spark_cluster.all().items()},
+            **{f"kafka-cluster.{role}": p for role, p in self.kafka_cluster.all().items()},
         }
         if kafka.secure is not None:
             ports["kafka.secure"] = kafka.secure
