@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -109,13 +110,17 @@ class Supervisor(threading.Thread):
             with self._lock:
                 self.starts += 1
                 self.started_at.append(time.time())
-                self._proc = self.launch(self.plan, f"driver-{self.starts:03d}")
+                self._proc = self.launch(self.plan, self.log_of(self.starts).stem)
             code = self._proc.wait()
             reason = "killed" if code == -signal.SIGKILL else f"exit {code}"
             self.exits[reason] = self.exits.get(reason, 0) + 1
             if not self.stop.is_set():
-                log(f"driver {self.starts} ended ({reason}): starting it again")
+                why = "" if code == -signal.SIGKILL else last_error(self.log_of(self.starts))
+                log(f"driver {self.starts} ended ({reason}{why}): starting it again")
                 time.sleep(1)
+
+    def log_of(self, start: int) -> Path:
+        return self.folder / f"driver-{start:03d}.log"
 
     def kill(self) -> bool:
         with self._lock:
@@ -129,6 +134,16 @@ class Supervisor(threading.Thread):
         self.stop.set()
         self.kill()
         self.join(timeout=60)
+
+
+def last_error(log_file: Path) -> str:
+    """`: <the last error line of a driver's log>` (cut to 300 characters), or ''."""
+    errors = [
+        line.strip()
+        for line in log_file.read_text(errors="replace").splitlines()
+        if re.match(r"^[\w.]+(Error|Exception): ", line.strip())
+    ]
+    return f": {errors[-1][:300]}" if errors else ""
 
 
 def arguments(argv: list[str] | None) -> argparse.Namespace:
@@ -300,7 +315,7 @@ def soak(
         bed.heal()  # every server up, nothing cut
     minutes = (time.monotonic() - started) / 60
     log(f"faults over after {minutes:.1f} min; {feeder.rows} rows fed; draining")
-    drained_in = drain(supervisor, plan)
+    drained = drain(supervisor, plan)
     batches = BatchLog(Path(plan["batches"])).batches()
     verdict = audit.verdict(
         expected=feeder.rows,
@@ -309,6 +324,7 @@ def soak(
         batches=batches,
         starts=supervisor.started_at,
     )
+    verdict.rows.append(drained)
     calm = calm_batch(batches)
     verdict.extra = {
         "driver starts": supervisor.starts,
@@ -316,7 +332,6 @@ def soak(
         "batches": f"{len(batches)}; a batch's write took {calm:.1f} s (median)"
         if calm is not None
         else "0",
-        "drain run": f"{drained_in:.0f} s",
         "command": command(args),
     }
     table = verdict.markdown()
@@ -326,15 +341,16 @@ def soak(
     return 0 if verdict.passed else 1
 
 
-def drain(supervisor: Supervisor, plan: dict[str, Any], attempts: int = 3) -> float:
-    """The last run: every file not yet processed, availableNow; seconds it took."""
+def drain(supervisor: Supervisor, plan: dict[str, Any], attempts: int = 3) -> tuple[str, str, bool]:
+    """The last run: every file not yet processed, availableNow; the verdict's row of it
+    (how long it took, or that it failed: the audit then shows what the sinks hold)."""
     start = time.monotonic()
     for attempt in range(1, attempts + 1):
         proc = supervisor.launch({**plan, "drain": True}, f"drain-{attempt}")
         if proc.wait() == 0:
-            return time.monotonic() - start
+            return ("drain run", f"{time.monotonic() - start:.0f} s", True)
         log(f"drain run {attempt} failed (see drain-{attempt}.log)")
-    raise SystemExit(f"the drain run failed {attempts} times; see {supervisor.folder}")
+    return ("drain run", f"failed {attempts} times (drain-1.log .. drain-{attempts}.log)", False)
 
 
 if __name__ == "__main__":
