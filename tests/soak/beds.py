@@ -35,7 +35,6 @@ REPLICATED_SERVICES = ("kafka-cluster", "postgres-standby", *JOB_SERVICES)
 class Bed:
     """One bed's servers as the soak uses them (see the module docstring)."""
 
-    name: str
     job_dsn: str  # the conninfo the job writes Postgres through (holds a password)
     job_bootstrap: str  # the bootstrap servers the job writes Kafka through
     postgres_dsn: str  # where the audit reads Postgres (directly)
@@ -62,6 +61,7 @@ def held(testbed: Testbed, *, replicated: bool) -> Iterator[None]:
 
 
 def create_topic(kafka: KafkaEndpoint, topic: str) -> None:
+    """`topic` on the single broker `kafka`, one partition, with a leader."""
     from confluent_kafka.admin import AdminClient  # (imported once the servers are up)
 
     from tests.support.targets import create_topic as create
@@ -72,9 +72,7 @@ def create_topic(kafka: KafkaEndpoint, topic: str) -> None:
 def faults_bed(testbed: Testbed) -> Bed:
     """The faults bed (its servers started: `FAULTS_BED_SERVICES`)."""
     bed = FaultBed.of(testbed)
-
     return Bed(
-        name="the faults bed",
         job_dsn=bed.postgres_proxied.conninfo(),
         job_bootstrap=bed.kafka_proxied.bootstrap_servers,
         postgres_dsn=bed.postgres_direct.conninfo(),
@@ -106,7 +104,6 @@ def replicated_bed(
 
     dsn = pair.endpoint().conninfo()  # both servers, target_session_attrs=read-write
     return Bed(
-        name="the replicated servers",
         job_dsn=dsn,
         job_bootstrap=cluster.endpoint().bootstrap_servers,
         postgres_dsn=dsn,
