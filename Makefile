@@ -87,7 +87,10 @@ test-replicated: install
 # Postgres or Kafka restarted, a link cut), restarted whenever it stops, then drained and
 # audited; a verdict table, non-zero exit on any duplicate, loss or leftover. 30 minutes by
 # default: `make soak SOAK_ARGS="--minutes 5"` for a short one, `--mode executor` for executor
-# mode (Postgres + S3 + files).
+# mode (Postgres + S3 + files), `--replicated` for Kafka on the three-broker cluster and
+# Postgres on the primary + synchronous standby (leader, coordinator and controller kills, a
+# rolling restart, Postgres restarts and failovers beside the job's own faults; the table
+# gives each kind's pauses), `--own-servers 600` for servers of its own (every port + 600).
 soak: install
 	$(PY) -m tests.soak $(SOAK_ARGS)
 

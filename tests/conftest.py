@@ -26,15 +26,17 @@ from psycopg import sql
 from durable_sinks.testing import EXAMPLES_ENV
 from tests.services import (
     IcebergRestEndpoint,
+    KafkaCluster,
     KafkaEndpoint,
     PostgresEndpoint,
+    PostgresPair,
     S3Endpoint,
     SparkCluster,
     SparkConnect,
     Testbed,
     up,
 )
-from tests.services._process import file_lock
+from tests.services._process import file_lock, tests_lock
 from tests.services.spark import JAVA_OPTIONS_ENV, SHORT_LIVED_JVM
 from tests.support.connect_client import ConnectClient
 from tests.support.fault_bed import FaultBed
@@ -366,13 +368,9 @@ def killable_connect_server(testbed: Testbed) -> SparkConnect:
     worker could start the server again while another worker's test has it killed). Tests
     take `killable_connect` instead."""
     server = testbed.faults_connect
-    with _killable_connect_lock(server):
+    with tests_lock(server):
         up([server.name], testbed)
     return server
-
-
-def _killable_connect_lock(server: SparkConnect) -> contextlib.AbstractContextManager[None]:
-    return file_lock(server.home.parent / f"{server.name}.tests.lock")
 
 
 @pytest.fixture
@@ -383,19 +381,50 @@ def killable_connect(killable_connect_server: SparkConnect) -> Iterator[SparkCon
     of the JVM and its Python workers: a driver host dying), `down()` it and `up()` it again;
     `url` is where clients reach it (`ConnectClient(server.url)`)."""
     server = killable_connect_server
-    with _killable_connect_lock(server):
+    with tests_lock(server):
         server.up()
         yield server
 
 
+# -- a three-broker Kafka cluster whose nodes tests may kill (docs/testbed.md) ---------------
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster_server(testbed: Testbed) -> KafkaCluster:
+    """The three-broker Kafka cluster, started once per session, under the tests' lock.
+    Tests take `kafka_cluster` instead."""
+    cluster = testbed.kafka_cluster
+    with tests_lock(cluster):
+        up([cluster.name], testbed)
+    return cluster
+
+
+@pytest.fixture
+def kafka_cluster(kafka_cluster_server: KafkaCluster) -> Iterator[KafkaCluster]:
+    """The three-broker Kafka cluster for this test alone (other xdist workers' tests of it
+    wait), every node running and every partition's ISR full when the test starts: a node a
+    previous test left killed or stopped is started again. The test may `kill(node)`,
+    `stop(node)`, `start(node)` and `rolling_restart()`; clients reach it at `endpoint()`."""
+    cluster = kafka_cluster_server
+    with tests_lock(cluster):
+        cluster.up()
+        yield cluster
+
+
+@pytest.fixture
+def cluster_topic(kafka_cluster: KafkaCluster, unique: UniqueNames) -> Iterator[str]:
+    """A new topic of three partitions, three replicas, on the Kafka cluster (deleted
+    afterwards, once every node runs again)."""
+    name = unique.name("topic")
+    kafka_cluster.create_topic(name, partitions=3)
+    yield name
+    kafka_cluster.up()
+    admin = AdminClient(kafka_cluster.endpoint().config())
+    for future in admin.delete_topics([name], request_timeout=30).values():
+        future.result(timeout=30)
+
+
 # -- a Spark standalone cluster whose executors and workers tests may kill (docs/testbed.md) --
-
-
-def _spark_cluster_lock(cluster: SparkCluster) -> contextlib.AbstractContextManager[None]:
-    """Held by the test that uses the cluster, and while a session starts it: a session
-    starting it on one xdist worker must not start again a worker that a test on the other
-    has just killed."""
-    return file_lock(cluster.home.parent / f"{cluster.name}.tests.lock")
 
 
 @pytest.fixture(scope="session")
@@ -403,7 +432,7 @@ def spark_cluster_server(testbed: Testbed) -> SparkCluster:
     """The Spark standalone cluster (a master and two workers), started once per session,
     under the tests' lock. Tests take `spark_cluster` instead."""
     cluster = testbed.spark_cluster
-    with _spark_cluster_lock(cluster):
+    with tests_lock(cluster):
         up([cluster.name], testbed)
     return cluster
 
@@ -417,10 +446,34 @@ def spark_cluster(spark_cluster_server: SparkCluster) -> Iterator[SparkCluster]:
     `start_worker`). A test must stop its drivers: an application still running holds the
     cluster's cores, so it fails the next test's start here, named."""
     cluster = spark_cluster_server
-    with _spark_cluster_lock(cluster):
+    with tests_lock(cluster):
         cluster.up()
         cluster.wait_idle()
         yield cluster
+
+
+# -- a Postgres primary with a streaming standby, for failover tests (docs/testbed.md) ---------
+
+
+@pytest.fixture(scope="session")
+def postgres_standby_server(testbed: Testbed) -> PostgresPair:
+    """The primary and standby, started once per session under the tests' lock. Tests take
+    `postgres_standby` instead."""
+    pair = testbed.postgres_standby
+    with tests_lock(pair):
+        up([pair.name], testbed)
+    return pair
+
+
+@pytest.fixture
+def postgres_standby(postgres_standby_server: PostgresPair) -> Iterator[PostgresPair]:
+    """The primary and standby for this test alone (other xdist workers' tests of it wait).
+    The test calls `reset("sync")` or `reset("async")` first (a fresh pair in that mode, a new
+    password: take endpoints after it), then may kill, promote and fail over
+    (tests/services/postgres_standby.py)."""
+    pair = postgres_standby_server
+    with tests_lock(pair):
+        yield pair
 
 
 @pytest.fixture

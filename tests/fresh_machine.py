@@ -75,6 +75,7 @@ BASE_PORTS = {
     "DS_S3_ADMIN_PORT": 13646,
     "DS_CONNECT_PORT": 15602,
     "DS_SPARK_MASTER_PORT": 17077,
+    "DS_KAFKA_CLUSTER_PORT": 19492,
 }
 #: Offsets tried in turn; the first whose ports collide with nothing is taken.
 OFFSETS = (2000, 2500, 1500, 3000, 2200, 1700)

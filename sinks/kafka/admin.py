@@ -68,7 +68,8 @@ def list_offsets(
 ) -> dict[TopicPartition, int]:
     """End (or start) offsets of `partitions` as a reader with `level` sees them. Retries
     what the broker calls retriable (a new partition's leader not known yet) until `timeout`;
-    raises KafkaException otherwise (the sink's callers translate it)."""
+    raises KafkaException otherwise (the sink's callers translate it). Every offset returned
+    is a real one (>= 0): an answer without one is asked again (`_require_offsets`)."""
     deadline = time.monotonic() + timeout
     delay = 0.01
     while True:
@@ -79,7 +80,7 @@ def list_offsets(
                 isolation_level=level,
                 request_timeout=max(deadline - time.monotonic(), 0.1),
             )
-            return {p: f.result().offset for p, f in futures.items()}
+            return _require_offsets({p: f.result().offset for p, f in futures.items()})
         except KafkaException as exc:
             error = exc.args[0] if exc.args else None
             retriable = isinstance(error, KafkaError) and (
@@ -91,6 +92,25 @@ def list_offsets(
             admin.poll(0)  # serves the client's log and error callbacks
         time.sleep(delay)
         delay = min(delay * 2, 0.5)
+
+
+def _require_offsets(found: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
+    """`found`, unless a partition has no offset in it: while a partition's leader moves (a
+    broker killed or restarted in a cluster), list_offsets may answer a partition with
+    OFFSET_INVALID (-1001) and no error. Such an answer raises a retriable
+    LEADER_NOT_AVAILABLE (asked again until the caller's timeout): taken as an offset, it
+    made an epoch's progress record name the range [start, -1001), which every later start
+    refused as unreadable."""
+    missing = sorted(f"{p.topic}[{p.partition}]" for p, offset in found.items() if offset < 0)
+    if missing:
+        raise KafkaException(
+            KafkaError(
+                KafkaError.LEADER_NOT_AVAILABLE,
+                f"list_offsets answered no offset for {', '.join(missing)}",
+                retriable=True,
+            )
+        )
+    return found
 
 
 #: A topic setting of this value or more means "no limit".
@@ -508,7 +528,9 @@ class Cluster:
             found = None
             if futures is not None:
                 try:
-                    found = {p: f.result(self._timeout).offset for p, f in futures.items()}
+                    found = _require_offsets(
+                        {p: f.result(self._timeout).offset for p, f in futures.items()}
+                    )
                 except Exception:  # noqa: BLE001 - asked again below, and typed there
                     found = None
             if found is None:

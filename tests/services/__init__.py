@@ -6,7 +6,9 @@ cluster (a master and two workers) whose executors and workers tests may kill; a
 the compatibility lanes' virtualenvs (the oldest and newest supported pyspark and Python,
 tests/services/compat.py), which `make test-compat` runs the Spark tests in; and
 `iceberg-spark`, a pyspark 4.1 interpreter with Spark's Iceberg jars
-(tests/services/iceberg_spark.py), in which Spark reads the Iceberg sink's tables.
+(tests/services/iceberg_spark.py), in which Spark reads the Iceberg sink's tables; and
+`postgres-standby`, a Postgres primary with a streaming standby that failover tests kill and
+promote (tests/services/postgres_standby.py).
 
     python -m tests.services up [NAME ...]     start (idempotent), wait until each answers
     python -m tests.services status            what runs, where, pids, logs
@@ -15,10 +17,10 @@ tests/services/compat.py), which `make test-compat` runs the Spark tests in; and
     python -m tests.services logs NAME         where a server logs, and its last lines
 
 NAME is one of NAMES, or `faults` for the faults bed (faults-postgres, faults-kafka and
-toxiproxy). Without NAME, `up` starts DEFAULT_UP (everything but `faults-connect` and
-`spark-cluster`, which only their fixtures start); `down`, `status` and `reset` cover every
-name. The pytest fixtures in tests/conftest.py call `up()` once per session for the server
-they need.
+toxiproxy). Without NAME, `up` starts DEFAULT_UP (everything but `faults-connect`,
+`spark-cluster` and `kafka-cluster`, which only their fixtures start); `down`, `status` and
+`reset` cover every name. The pytest fixtures in tests/conftest.py call `up()` once per session
+for the server they need.
 docs/testbed.md describes ports, folders and versions.
 """
 
@@ -41,8 +43,10 @@ from .endpoints import IcebergRestEndpoint, KafkaEndpoint, PostgresEndpoint, S3E
 from .iceberg_spark import IcebergSpark
 from .kafka import FAULTS_SETTINGS as KAFKA_FAULTS_SETTINGS
 from .kafka import Kafka, KafkaTransaction
+from .kafka_cluster import KafkaCluster
 from .moto import Moto
 from .postgres import Postgres, PreparedTransaction
+from .postgres_standby import PostgresPair
 from .s3 import S3
 from .spark import Spark
 from .spark_cluster import SparkCluster
@@ -56,12 +60,14 @@ __all__ = [
     "IcebergRestEndpoint",
     "IcebergSpark",
     "Kafka",
+    "KafkaCluster",
     "KafkaEndpoint",
     "KafkaTransaction",
     "Layout",
     "Moto",
     "Postgres",
     "PostgresEndpoint",
+    "PostgresPair",
     "PreparedTransaction",
     "S3Endpoint",
     "ServiceError",
@@ -90,14 +96,18 @@ NAMES = (
     "spark-cluster",
     "compat",
     "iceberg-spark",
+    "postgres-standby",
+    "kafka-cluster",
 )
 #: Names that stand for several servers.
 GROUPS = {"faults": ("faults-postgres", "faults-kafka", "toxiproxy")}
 #: Started only when their fixtures (or `up NAME`) ask for them: `faults-connect` (a second
 #: Spark JVM of ~1 GB, ~20 s to start, for the few crash tests that kill it) and
-#: `spark-cluster` (three JVMs of ~230 MB, ~11 s, for executor-loss tests). `down`, `status`
-#: and `reset` without names still cover them.
-ON_DEMAND = ("faults-connect", "spark-cluster")
+#: `spark-cluster` (three JVMs of ~230 MB, ~11 s, for executor-loss tests), `postgres-standby`
+#: (a primary and a streaming standby, for failover tests) and `kafka-cluster` (three Kafka
+#: JVMs of ~330 MB, ~10 s, for the replicated servers' tests). `down`, `status` and `reset`
+#: without names still cover them.
+ON_DEMAND = ("faults-connect", "spark-cluster", "postgres-standby", "kafka-cluster")
 #: What `up` without names starts.
 DEFAULT_UP = tuple(name for name in NAMES if name not in ON_DEMAND)
 
@@ -131,6 +141,8 @@ class Testbed:
     spark_cluster: SparkCluster
     compat: CompatLanes
     iceberg_spark: IcebergSpark
+    postgres_standby: PostgresPair
+    kafka_cluster: KafkaCluster
 
     @classmethod
     def create(cls, layout: Layout | None = None) -> Testbed:
@@ -151,6 +163,8 @@ class Testbed:
             SparkCluster(layout),
             CompatLanes(layout),
             IcebergSpark(layout),
+            PostgresPair(layout),
+            KafkaCluster(layout),
         )
 
     def select(

@@ -54,6 +54,24 @@ class PostgresPorts:
 
 
 @dataclass(frozen=True)
+class PostgresStandbyPorts:
+    """The Postgres primary and its streaming standby (service `postgres-standby`): ports
+    of the two servers, which swap roles at a failover (`primary` is the port of the server
+    that starts as primary).
+
+    The default is the main bed's Postgres port + 20 (and + 21), so that a second test bed
+    moved with DS_PG_PORT alone moves it too, and so that no private bed's Postgres (the
+    shared bed's ports + 200 or + 400) takes it.
+    """
+
+    primary: int = 15452  # DS_PG_STANDBY_PORT
+    standby: int = 15453  # DS_PG_STANDBY_PORT + 1
+
+    def shifted(self, offset: int) -> PostgresStandbyPorts:
+        return PostgresStandbyPorts(self.primary + offset, self.standby + offset)
+
+
+@dataclass(frozen=True)
 class KafkaPorts:
     """`broker` is the client and inter-broker listener, advertised as itself.
 
@@ -70,6 +88,33 @@ class KafkaPorts:
     #: The main bed's SASL_SSL listener (SCRAM-SHA-512, ACLs), advertised as `localhost`;
     #: DS_KAFKA_SECURE_PORT, by default the broker's port + 3.
     secure: int | None = None
+
+
+@dataclass(frozen=True)
+class KafkaClusterPorts:
+    """The three-broker KRaft cluster (`kafka-cluster`): node i (1-3) listens for clients and
+    its peers at `base` + 2(i - 1) and for the KRaft quorum one port above that, so the
+    defaults are 19492-19497 (DS_KAFKA_CLUSTER_PORT moves them all): clear of the private
+    beds' Kafka and faults bed (the shared bed's + 200: 19292-19396), which may run beside it."""
+
+    base: int = 19492  # DS_KAFKA_CLUSTER_PORT
+    nodes: int = 3
+
+    def node(self, node_id: int) -> KafkaPorts:
+        """Node `node_id`'s (1-based) broker and controller ports."""
+        if not 1 <= node_id <= self.nodes:
+            raise ValueError(f"node ids are 1-{self.nodes}, not {node_id}")
+        broker = self.base + 2 * (node_id - 1)
+        return KafkaPorts(broker=broker, controller=broker + 1)
+
+    def all(self) -> dict[str, int]:
+        """Every port the cluster listens on, by node and role."""
+        ports: dict[str, int] = {}
+        for node_id in range(1, self.nodes + 1):
+            node = self.node(node_id)
+            ports[f"node-{node_id}.broker"] = node.broker
+            ports[f"node-{node_id}.controller"] = node.controller
+        return ports
 
 
 @dataclass(frozen=True)
@@ -225,6 +270,7 @@ class Layout:
     root: Path
     cache: Path
     postgres: PostgresPorts = field(default_factory=PostgresPorts)
+    postgres_standby: PostgresStandbyPorts = field(default_factory=PostgresStandbyPorts)
     kafka: KafkaPorts = field(default_factory=KafkaPorts)
     s3: S3Ports = field(default_factory=S3Ports)
     moto: MotoPorts = field(default_factory=MotoPorts)
@@ -233,6 +279,7 @@ class Layout:
     connect: ConnectPorts = field(default_factory=ConnectPorts)
     connect_root: Path | None = None  # DS_CONNECT_DIR
     spark_cluster: SparkClusterPorts = field(default_factory=SparkClusterPorts)
+    kafka_cluster: KafkaClusterPorts = field(default_factory=KafkaClusterPorts)
 
     @classmethod
     def from_env(cls) -> Layout:
@@ -242,6 +289,7 @@ class Layout:
         controller = _env_int("DS_KAFKA_CONTROLLER_PORT", KafkaPorts.controller)
         s3 = _env_int("DS_S3_PORT", S3Ports.s3)
         connect = _env_int("DS_CONNECT_PORT", ConnectPorts.port)
+        standby = _env_int("DS_PG_STANDBY_PORT", pg + 20)
         faults = FaultsPorts(
             postgres=_env_int("DS_FAULTS_PG_PORT", pg + 100),
             kafka=_env_int("DS_FAULTS_KAFKA_PORT", broker + 100),
@@ -252,6 +300,7 @@ class Layout:
             root=_env_path("DS_SERVICES_DIR", REPO_ROOT / ".services"),
             cache=_env_path("DS_CACHE_DIR", Path(xdg) / "durable-sinks"),
             postgres=PostgresPorts(port=pg),
+            postgres_standby=PostgresStandbyPorts(primary=standby, standby=standby + 1),
             kafka=KafkaPorts(
                 broker=broker,
                 controller=controller,
@@ -283,6 +332,9 @@ class Layout:
                 master_webui=_env_int_or_none("DS_SPARK_MASTER_WEBUI_PORT"),
                 worker_webui=_env_int_or_none("DS_SPARK_WORKER_WEBUI_PORT"),
             ),
+            kafka_cluster=KafkaClusterPorts(
+                base=_env_int("DS_KAFKA_CLUSTER_PORT", KafkaClusterPorts.base)
+            ),
         )
 
     def shifted(self, offset: int, root: Path) -> Layout:
@@ -294,6 +346,7 @@ class Layout:
             root=root,
             cache=self.cache,
             postgres=PostgresPorts(port=self.postgres.port + offset),
+            postgres_standby=self.postgres_standby.shifted(offset),
             kafka=KafkaPorts(
                 broker=self.kafka.broker + offset,
                 controller=self.kafka.controller + offset,
@@ -324,6 +377,7 @@ class Layout:
                 port=self.connect.port + offset, killable=self.connect.killable + offset
             ),
             spark_cluster=self.spark_cluster.shifted(offset),
+            kafka_cluster=KafkaClusterPorts(base=self.kafka_cluster.base + offset),
         )
 
     def ports(self) -> dict[str, int]:
@@ -331,6 +385,8 @@ class Layout:
         kafka, faults, proxies = self.kafka, self.faults, self.toxiproxy
         ports = {
             "postgres": self.postgres.port,
+            "postgres-standby.primary": self.postgres_standby.primary,
+            "postgres-standby.standby": self.postgres_standby.standby,
             "kafka.broker": kafka.broker,
             "kafka.controller": kafka.controller,
             **{f"s3.{role}": port for role, port in self.s3.all().items()},
@@ -345,6 +401,7 @@ class Layout:
             "connect": self.connect.port,
             "faults-connect": self.connect.killable,
             **{f"spark-cluster.{role}": p for role, p in self.spark_cluster.all().items()},
+            **{f"kafka-cluster.{role}": p for role, p in self.kafka_cluster.all().items()},
         }
         if kafka.secure is not None:
             ports["kafka.secure"] = kafka.secure

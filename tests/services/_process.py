@@ -11,6 +11,7 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Protocol
 
 
 class ServiceError(RuntimeError):
@@ -57,6 +58,18 @@ def file_lock(path: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+class _HasHome(Protocol):
+    name: str
+    home: Path
+
+
+def tests_lock(service: _HasHome) -> contextlib.AbstractContextManager[None]:
+    """The lock held by whatever breaks `service` on purpose (a test that kills its nodes or
+    executors, the soak) for as long as it does, and while a test session starts it: one test
+    must not find a server another has just killed, nor start again what it killed."""
+    return file_lock(service.home.parent / f"{service.name}.tests.lock")
 
 
 def port_is_free(port: int, host: str = "127.0.0.1") -> bool:

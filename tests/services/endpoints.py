@@ -14,6 +14,10 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class PostgresEndpoint:
+    """One server (`host`, `port`), or several: `more_hosts` are tried after it, in order, and
+    the connection string asks for the one that accepts writes (`target_session_attrs=
+    read-write`), as a client of a primary with standbys is given."""
+
     host: str
     port: int
     user: str
@@ -24,6 +28,13 @@ class PostgresEndpoint:
     #: Whether `conninfo()` itself connects over TLS (`over_tls()`), for code that takes an
     #: endpoint and calls `conninfo()` (conformance targets, helpers).
     verified_tls: bool = False
+    #: Further servers (host, port) of a replicated cluster, tried after `host`:`port`.
+    more_hosts: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def servers(self) -> tuple[tuple[str, int], ...]:
+        """Every server the endpoint names, in the order clients try them."""
+        return ((self.host, self.port), *self.more_hosts)
 
     def over_tls(self) -> PostgresEndpoint:
         """This endpoint, every `conninfo()` of which is `tls_conninfo()`."""
@@ -32,8 +43,9 @@ class PostgresEndpoint:
     def conninfo(self, **extra: str) -> str:
         """A libpq connection string without TLS (holds the password: never log it)."""
         params = {
-            "host": self.host,
-            "port": str(self.port),
+            "host": ",".join(host for host, _ in self.servers),
+            "port": ",".join(str(port) for _, port in self.servers),
+            **({"target_session_attrs": "read-write"} if self.more_hosts else {}),
             "user": self.user,
             "password": self.password,
             "dbname": self.dbname,
@@ -52,10 +64,13 @@ class PostgresEndpoint:
     def _tls_settings(self) -> dict[str, str]:
         if self.tls is None:
             raise ValueError(f"{self!r} has no TLS files")
-        return {"host": SERVER_NAME, "sslmode": "verify-full", "sslrootcert": str(self.tls.ca)}
+        host = ",".join(SERVER_NAME for _ in self.servers)
+        return {"host": host, "sslmode": "verify-full", "sslrootcert": str(self.tls.ca)}
 
     def jdbc_url(self) -> str:
-        return f"jdbc:postgresql://{self.host}:{self.port}/{self.dbname}?sslmode=disable"
+        hosts = ",".join(f"{host}:{port}" for host, port in self.servers)
+        primary = "&targetServerType=primary" if self.more_hosts else ""
+        return f"jdbc:postgresql://{hosts}/{self.dbname}?sslmode=disable{primary}"
 
 
 def _quote(value: str) -> str:

@@ -13,11 +13,11 @@ import os
 import signal
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from ._layout import Layout
+from ._layout import KafkaPorts, Layout
 from ._maven import classpath, require_java
 from ._process import (
     ServiceError,
@@ -112,18 +112,39 @@ logger.request.level = WARN
 
 
 class Kafka(Daemon):
-    """One KRaft node. `name` tells the main bed's (`kafka`) from the faults bed's
-    (`faults-kafka`) in messages and `status`; folders and ports come from the layout."""
+    """One KRaft node, broker and controller in one JVM. `name` tells the main bed's
+    (`kafka`) from the faults bed's (`faults-kafka`) and a cluster's nodes in messages and
+    `status`; folders and ports come from the layout unless given.
+
+    A node of a cluster (tests/services/kafka_cluster.py) is given its `node_id`, its own
+    `ports` and `home`, the quorum's `voters` (node id -> controller port), the `cluster_id`
+    every node is formatted with, and `settings` over the single node's (replication factors,
+    min ISR)."""
 
     stop_timeout = 60.0
 
     def __init__(
-        self, layout: Layout, name: str = NAME, settings: Mapping[str, str] | None = None
+        self,
+        layout: Layout,
+        name: str = NAME,
+        settings: Mapping[str, str] | None = None,
+        *,
+        ports: KafkaPorts | None = None,
+        home: Path | None = None,
+        node_id: int = 1,
+        voters: Mapping[int, int] | None = None,
+        cluster_id: Callable[[], str] = new_cluster_id,
+        heap: str = HEAP,
     ) -> None:
         self.name = name
         self.layout = layout
         self.settings = dict(settings or {})  # over the defaults of _write_config
-        self.home = layout.service_dir(NAME)
+        self.node_ports = ports or layout.kafka
+        self.node_id = node_id
+        self.voters = dict(voters or {node_id: self.node_ports.controller})
+        self.cluster_id = cluster_id
+        self.heap = heap
+        self.home = home or layout.service_dir(NAME)
         self.data = self.home / "data"
         self.logs = self.home / "logs"
         self.out = self.home / "kafka.out"
@@ -131,15 +152,15 @@ class Kafka(Daemon):
         self.config = self.home / "server.properties"
 
     def ports(self) -> dict[str, int]:
-        ports = {"broker": self.layout.kafka.broker, "controller": self.layout.kafka.controller}
-        if self.layout.kafka.external is not None:
-            ports["external"] = self.layout.kafka.external
-        if self.layout.kafka.secure is not None:
-            ports["secure"] = self.layout.kafka.secure
+        ports = {"broker": self.node_ports.broker, "controller": self.node_ports.controller}
+        if self.node_ports.external is not None:
+            ports["external"] = self.node_ports.external
+        if self.node_ports.secure is not None:
+            ports["secure"] = self.node_ports.secure
         return ports
 
     def endpoint(self) -> KafkaEndpoint:
-        return KafkaEndpoint(f"127.0.0.1:{self.layout.kafka.broker}")
+        return KafkaEndpoint(f"127.0.0.1:{self.node_ports.broker}")
 
     def up(self) -> None:
         if self.pid() is not None:
@@ -160,7 +181,7 @@ class Kafka(Daemon):
         self._write_config()
         if not (self.data / "meta.properties").exists():
             remove_tree(self.data)
-            cluster_id = new_cluster_id()
+            cluster_id = self.cluster_id()
             run(
                 self.name,
                 [
@@ -180,8 +201,8 @@ class Kafka(Daemon):
         start_daemon(
             [
                 "java",
-                f"-Xms{HEAP}",
-                f"-Xmx{HEAP}",
+                f"-Xms{self.heap}",
+                f"-Xmx{self.heap}",
                 "-XX:+UseG1GC",
                 "-XX:MaxGCPauseMillis=20",
                 "-Djava.awt.headless=true",
@@ -206,11 +227,12 @@ class Kafka(Daemon):
         )
 
     def ready(self) -> bool:
-        """True when the broker answers a metadata request and lists itself."""
+        """True when the broker answers a metadata request and lists itself (registered with
+        the controller and not fenced)."""
         from confluent_kafka import KafkaException
         from confluent_kafka.admin import AdminClient
 
-        if not port_accepts(self.layout.kafka.broker):
+        if not port_accepts(self.node_ports.broker):
             return False
         admin = AdminClient(
             {
@@ -224,11 +246,12 @@ class Kafka(Daemon):
             metadata = admin.list_topics(timeout=3)
         except KafkaException:
             return False
-        return len(metadata.brokers) == 1
+        return self.node_id in metadata.brokers
 
     def describe(self) -> str:
-        ports = self.layout.kafka
-        text = f"bootstrap {self.endpoint().bootstrap_servers}"
+        ports = self.node_ports
+        text = f"node {self.node_id}, " if len(self.voters) > 1 else ""
+        text += f"bootstrap {self.endpoint().bootstrap_servers}"
         if ports.secure is not None:
             text += f", SASL_SSL {SERVER_NAME}:{ports.secure}"
         if ports.external is not None:
@@ -305,20 +328,7 @@ class Kafka(Daemon):
         """Every transactional id the broker knows, with its state (`open` for those still
         running), by the Admin API's ListTransactions + DescribeTransactions: a JVM run of
         java/KafkaTransactions.java on the broker's classpath (~2-3 s)."""
-        lib = classpath(self.name, "kafka.xml", self.layout.cache)
-        out = run(
-            self.name,
-            [
-                "java",
-                "-Xmx128m",
-                "-Dlog4j2.level=ERROR",
-                "-cp",
-                f"{lib}/*",
-                str(_TRANSACTIONS_JAVA),
-                self.endpoint().bootstrap_servers,
-            ],
-            timeout=120,
-        )
+        out = self.admin_tool(_TRANSACTIONS_JAVA, self.endpoint().bootstrap_servers)
         found = []
         for line in out.splitlines():
             fields = line.split("\t")
@@ -339,6 +349,17 @@ class Kafka(Daemon):
             )
         return sorted(found, key=lambda t: t.transactional_id)
 
+    def admin_tool(self, source: Path, *args: str) -> str:
+        """Run the single-file Java program `source` (an Admin API call confluent-kafka does
+        not offer) on the broker's classpath and return its standard output (~2-3 s: a JVM
+        compiling and running it)."""
+        lib = classpath(self.name, "kafka.xml", self.layout.cache)
+        return run(
+            self.name,
+            ["java", "-Xmx128m", "-Dlog4j2.level=ERROR", "-cp", f"{lib}/*", str(source), *args],
+            timeout=120,
+        )
+
     def open_transactions(self) -> list[KafkaTransaction]:
         """The transactions still open (neither committed nor aborted yet)."""
         return [t for t in self.transactions() if t.open]
@@ -350,11 +371,11 @@ class Kafka(Daemon):
         self, user: str, password: str, *, host: str = SERVER_NAME
     ) -> KafkaEndpoint:
         """Client settings for the SASL_SSL listener as SCRAM user `user` (see `SECURE`)."""
-        if self.layout.kafka.secure is None:
+        if self.node_ports.secure is None:
             raise ServiceError(self.name, "this broker has no SASL_SSL listener")
         tls = TestbedTls(self.layout.service_dir("tls"))
         return KafkaEndpoint(
-            f"{host}:{self.layout.kafka.secure}",
+            f"{host}:{self.node_ports.secure}",
             security={
                 "security.protocol": "SASL_SSL",
                 "sasl.mechanism": "SCRAM-SHA-512",
@@ -384,9 +405,12 @@ class Kafka(Daemon):
         }
 
     def _write_config(self) -> None:
-        ports = self.layout.kafka
-        broker, controller = ports.broker, ports.controller
-        listeners = [f"PLAINTEXT://127.0.0.1:{broker}", f"CONTROLLER://127.0.0.1:{controller}"]
+        ports = self.node_ports
+        broker = ports.broker
+        listeners = [
+            f"PLAINTEXT://127.0.0.1:{broker}",
+            f"CONTROLLER://127.0.0.1:{ports.controller}",
+        ]
         advertised = [f"PLAINTEXT://127.0.0.1:{broker}"]
         protocols = ["PLAINTEXT:PLAINTEXT", "CONTROLLER:PLAINTEXT"]
         if ports.external is not None:
@@ -402,8 +426,10 @@ class Kafka(Daemon):
             secure = self._secure_settings()
         settings = {
             "process.roles": "broker,controller",
-            "node.id": "1",
-            "controller.quorum.voters": f"1@127.0.0.1:{controller}",
+            "node.id": str(self.node_id),
+            "controller.quorum.voters": ",".join(
+                f"{node}@127.0.0.1:{port}" for node, port in sorted(self.voters.items())
+            ),
             "listeners": ",".join(listeners),
             "advertised.listeners": ",".join(advertised),
             "controller.listener.names": "CONTROLLER",

@@ -297,8 +297,16 @@ class Postgres:
             _chown_postgres(self.data / COMPLETE)
         self.home.mkdir(parents=True, exist_ok=True)
         _chown_postgres(self.home)
-        ensure_folder(self.name, "Postgres cluster (initdb)", self.data, self._initdb(binaries))
+        ensure_folder(self.name, self.build_step, self.data, self._build(binaries))
         _chown_postgres(self.data / COMPLETE)
+
+    #: What `_build` does, as the set-up step names it in errors.
+    build_step = "Postgres cluster (initdb)"
+
+    def _build(self, binaries: Path) -> Callable[[Path], None]:
+        """How the cluster's data folder is made (into the staging folder it is given): a new
+        cluster by initdb here; a streaming standby copies its primary instead."""
+        return self._initdb(binaries)
 
     def _initdb(self, binaries: Path) -> Callable[[Path], None]:
         def build(staging: Path) -> None:
@@ -338,10 +346,13 @@ class Postgres:
     def _apply_settings(self) -> None:
         conf = self.data / "postgresql.auto.conf"
         lines = ["# Written by tests/services/postgres.py on every start."]
-        settings = {**SETTINGS, **self._tls_settings(), "port": str(self.port)}
-        lines += [f"{key} = {value}" for key, value in settings.items()]
+        lines += [f"{key} = {value}" for key, value in self._settings().items()]
         conf.write_text("\n".join(lines) + "\n")
         _chown_postgres(conf)
+
+    def _settings(self) -> dict[str, str]:
+        """Every setting written into postgresql.auto.conf at each start (and reload)."""
+        return {**SETTINGS, **self._tls_settings(), "port": str(self.port)}
 
     def _tls_settings(self) -> dict[str, str]:
         """TLS with the test bed's certificate (tests/services/tls.py): clients may connect

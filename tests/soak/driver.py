@@ -11,7 +11,9 @@ processed (availableNow) and exits 0: the soak's last run, after the faults.
 Plan keys: conf (Spark conf: the cluster's `driver_conf()`), dsn, table, bootstrap_servers,
 topic, s3 (the S3 sink's options), job_id, source, checkpoint, mode ("driver": Postgres +
 Kafka + S3; "executor": Postgres + S3 + files under `files`), trigger_s, files_per_batch,
-drain. Postgres and Kafka are reached through Toxiproxy (the soak cuts those links).
+drain, batches (the log every finished batch is appended to: tests/soak/pauses.py). On the
+faults bed Postgres and Kafka are reached through Toxiproxy (the soak cuts those links); on
+the replicated servers by a multi-host conninfo and all three brokers.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any
 
 from durable_sinks.spark import durable_sink, sink
 from tests.services import Testbed
+from tests.soak.pauses import BatchLog
 from tests.spark.streams import run_available_now, source_stream
 
 
@@ -47,15 +50,16 @@ def main(plan_path: str) -> int:
     spark.sparkContext.setLogLevel("ERROR")
     writer = durable_sink(sinks_of(plan), job_id=plan["job_id"], execution=plan["mode"])
     print(f"started; recovery: {writer.recovery}", flush=True)
+    write = BatchLog(Path(plan["batches"])).wrap(writer)
     stream = source_stream(spark, Path(plan["source"]), plan.get("files_per_batch", 4))
     if plan.get("drain"):
-        run_available_now(stream, writer, Path(plan["checkpoint"]), 900)
+        run_available_now(stream, write, Path(plan["checkpoint"]), 900)
         print("drained", flush=True)
         writer.close()
         spark.stop()
         return 0
     query = (
-        stream.writeStream.foreachBatch(writer)
+        stream.writeStream.foreachBatch(write)
         .option("checkpointLocation", plan["checkpoint"])
         .trigger(processingTime=f"{plan.get('trigger_s', 2)} seconds")
         .start()

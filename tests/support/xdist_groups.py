@@ -1,11 +1,12 @@
 """Tests that hold one serial resource of the test bed run on one pytest-xdist worker.
 
-The faults bed, the killable Spark Connect server, the Spark standalone cluster and the
-private beds' ports are each held by one test at a time (a file lock in their fixture). Spread
-over both workers, such tests would run one at a time anyway, the second worker idling on the
-lock instead of running other tests. `--dist loadgroup` sends every test of one `xdist_group`
-to one worker as one unit of work; the largest units are handed out first
-(`--loadscope-reorder`, xdist's default), so the long serial chains start early.
+The faults bed, the killable Spark Connect server, the Spark standalone cluster, the Postgres
+primary with its standby, the Kafka cluster and the private beds' ports are each held by one
+test at a time (a file lock in their fixture). Spread over both workers, such tests would run
+one at a time anyway, the second worker idling on the lock instead of running other tests.
+`--dist loadgroup` sends every test of one `xdist_group` to one worker as one unit of work;
+the largest units are handed out first (`--loadscope-reorder`, xdist's default), so the long
+serial chains start early.
 
 xdist's worker tells its scheduler a test's group by appending `@<group>` to the test's node
 id, and pytest 9.2 no longer reads the attribute xdist writes (`item._nodeid`; pytest now
@@ -27,7 +28,9 @@ GROUP_OF_FIXTURE = {
     "fault_bed": "faults",
     "killable_connect": "faults-connect",
     "spark_cluster": "spark-cluster",
+    "kafka_cluster": "kafka-cluster",
     "private_ports": "private-ports",
+    "postgres_standby": "postgres-standby",
 }
 
 

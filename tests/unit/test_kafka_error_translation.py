@@ -291,7 +291,7 @@ class FakeFuture:
         self.outcome = outcome
         self.offset = offset
 
-    def result(self) -> Any:
+    def result(self, timeout: float | None = None) -> Any:
         if self.outcome is not None:
             raise self.outcome
         return self
@@ -330,6 +330,35 @@ def test_no_leaders_found_after_a_broker_restart_is_retried() -> None:
     fake = FakeAdmin([NO_LEADERS, NO_LEADERS, None])
     assert cluster(fake).high_watermarks(1, 0) == {TopicPartition("events", 0): 7}
     assert fake.calls == 3
+
+
+class MovingLeaderAdmin(FakeAdmin):
+    """Answers its first `invalid` calls with OFFSET_INVALID (-1001) and no error, as
+    list_offsets did while a killed broker's partitions moved to another leader."""
+
+    def __init__(self, invalid: int) -> None:
+        super().__init__([None])
+        self.invalid = invalid
+
+    def list_offsets(self, partitions: dict[TopicPartition, Any], **kwargs: Any) -> Any:
+        answer = super().list_offsets(partitions, **kwargs)
+        if self.calls <= self.invalid:
+            return {p: FakeFuture(None, -1001) for p in partitions}
+        return answer
+
+
+def test_an_answer_without_an_offset_is_asked_again_never_taken_as_an_offset() -> None:
+    """The incident (the replicated soak, a broker SIGKILLed mid-epoch): the high watermark
+    came back as -1001 without an error and the progress record named the range
+    [3057, -1001), which every later start refused as unreadable (the job wedged)."""
+    fake = MovingLeaderAdmin(invalid=2)
+    assert cluster(fake).high_watermarks(1, 0) == {TopicPartition("events", 0): 7}
+    assert fake.calls == 3
+    soon = cluster(MovingLeaderAdmin(invalid=1)).high_watermarks_soon(1, 0)
+    assert soon() == {TopicPartition("events", 0): 7}
+    with pytest.raises(TransientError, match="no offset for events\\[0\\]") as raised:
+        cluster(MovingLeaderAdmin(invalid=10**6)).high_watermarks(1, 4)
+    assert raised.value.epoch == 4
 
 
 @pytest.mark.parametrize(
