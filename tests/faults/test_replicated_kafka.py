@@ -193,7 +193,12 @@ def test_a_node_killed_at_a_step_is_ridden_through_exactly_once(
         fault = Fault(f"node {node} ({role}) SIGKILL", inject, fails_attempt=False)
     trigger = Trigger(HIT_EPOCH, STEPS[step], fault)
     writer = job.writer([trigger])
-    job.run(writer)  # raises if the query stopped
+    try:
+        job.run(writer)  # raises if the query stopped
+    finally:  # the delayed restart must be over before the fixtures check the cluster
+        for later in [trigger.ended, *restarted]:
+            if later is not None:
+                later.result()
     if in_commit is not None:
         assert in_commit.fired_at is not None, "the kill in the commit never fired"
         assert in_commit.commit_returned_at is not None
