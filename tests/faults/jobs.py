@@ -1,6 +1,7 @@
-"""What the fault tests share: a real Spark job on the faults bed whose writer injects a fault
-at a chosen protocol step of a chosen batch, the faults themselves, and the checks (every
-sink read as its readers would, nothing left prepared or open)."""
+"""What the fault tests share: a real Spark job (on the faults bed, or on any Postgres and
+Kafka: `Endpoints`) whose writer injects a fault at a chosen protocol step of a chosen batch,
+the faults themselves, and the checks (every sink read as its readers would, nothing left
+prepared or open)."""
 
 from __future__ import annotations
 
@@ -8,22 +9,24 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import psycopg
+from confluent_kafka.admin import AdminClient
 
 from durable_sinks.coordinator import RecoveryReport
-from durable_sinks.core.naming import job_prefix
 from durable_sinks.spark import DurableBatchWriter, durable_sink, sink
+from tests.services import KafkaEndpoint, PostgresEndpoint
 from tests.spark.streams import (
     kafka_ids,
-    kafka_open_transactions,
     postgres_ids,
+    prepared_transactions,
     run_available_now,
     source_stream,
     write_input,
 )
 from tests.support.fault_bed import FaultBed, Later
+from tests.support.kafka_reads import open_transactions, partitions_of
 from tests.support.toxiproxy import Proxy
 
 ROWS_PER_BATCH = 20
@@ -150,11 +153,55 @@ def toxic(proxy: Proxy, name: str, seconds: float, **kind: Any) -> Fault:
 
 
 # -- the job ---------------------------------------------------------------------------------
+class Servers(Protocol):
+    """Where a job's sinks reach Postgres and Kafka (`*_proxied`: through a proxy whose toxics
+    act on them, where there is one) and where the checks read them (`*_direct`). The faults
+    bed (`FaultBed`) is one; `Endpoints` names any other pair."""
+
+    @property
+    def postgres_proxied(self) -> PostgresEndpoint: ...
+
+    @property
+    def postgres_direct(self) -> PostgresEndpoint: ...
+
+    @property
+    def kafka_proxied(self) -> KafkaEndpoint: ...
+
+    @property
+    def kafka_direct(self) -> KafkaEndpoint: ...
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    """A Postgres and a Kafka reached directly, by the job and by the checks alike (e.g. the
+    main bed's Postgres and the Kafka cluster)."""
+
+    postgres: PostgresEndpoint
+    kafka: KafkaEndpoint
+
+    @property
+    def postgres_proxied(self) -> PostgresEndpoint:
+        return self.postgres
+
+    @property
+    def postgres_direct(self) -> PostgresEndpoint:
+        return self.postgres
+
+    @property
+    def kafka_proxied(self) -> KafkaEndpoint:
+        return self.kafka
+
+    @property
+    def kafka_direct(self) -> KafkaEndpoint:
+        return self.kafka
+
+
 @dataclass
 class Job:
-    """A Postgres (+ Kafka) streaming job on the faults bed, and what it should hold."""
+    """A Postgres (+ Kafka) streaming job on `bed` (the faults bed or other `Servers`), and
+    what it should hold."""
 
-    bed: FaultBed
+    bed: Servers
     spark: Any
     schema: str
     topic: str | None
@@ -167,6 +214,7 @@ class Job:
     #: False: no Postgres sink (a Kafka job alone, whose progress topic keeps its decisions).
     postgres: bool = True
     batches: int = BATCHES
+    rows_per_batch: int = ROWS_PER_BATCH
     #: What each writer's start-up recovery reported (`writer()` builds one per call).
     recoveries: list[RecoveryReport | None] = field(default_factory=list)
 
@@ -183,13 +231,12 @@ class Job:
         return self.folder / "checkpoint"
 
     def expected(self) -> list[int]:
-        return list(range(self.batches * ROWS_PER_BATCH))
+        return list(range(self.batches * self.rows_per_batch))
 
     def write_input(self) -> None:
+        size = self.rows_per_batch
         for n in range(self.batches):
-            write_input(
-                self.source, f"part-{n}.json", range(n * ROWS_PER_BATCH, (n + 1) * ROWS_PER_BATCH)
-            )
+            write_input(self.source, f"part-{n}.json", range(n * size, (n + 1) * size))
 
     def sinks(self, *, proxied: bool = True) -> list[Any]:
         """The job's sinks, reaching the servers through Toxiproxy (or directly)."""
@@ -222,22 +269,25 @@ class Job:
 
     # -- checks --------------------------------------------------------------------------
     def prepared(self) -> list[str]:
-        """The job's prepared transactions in the faults Postgres (another test's leftovers
-        are that test's failure, not this one's)."""
-        mine = job_prefix(self.job_id)
-        return [t.gid for t in self.bed.prepared_transactions() if t.gid.startswith(mine)]
+        """The job's prepared transactions in its Postgres (another test's leftovers are that
+        test's failure, not this one's)."""
+        return prepared_transactions(self.bed.postgres_direct.conninfo(), self.job_id)
 
     def check_exactly_once(self) -> None:
         """Every row once in every sink, as its readers see it; nothing left prepared or
-        open."""
+        open (no partition of the topic or of its progress topic held by an open
+        transaction)."""
         if self.postgres:
             dsn = self.bed.postgres_direct.conninfo()
             assert postgres_ids(dsn, self.table) == self.expected()
             assert self.prepared() == []
         if self.topic is not None:
             kafka = self.bed.kafka_direct
-            assert kafka_ids(kafka, self.topic) == self.expected()
-            assert kafka_open_transactions(kafka, self.topic) == []
+            admin = AdminClient(kafka.config())
+            partitions = len(partitions_of(admin, self.topic))
+            assert kafka_ids(kafka, self.topic, partitions) == self.expected()
+            progress = self.kafka_options.get("progress_topic") or f"{self.topic}-ds-progress"
+            assert open_transactions(admin, self.topic, progress) == []
 
 
 def check_ridden_through(writer: FaultyWriter, triggers: Sequence[Trigger]) -> None:

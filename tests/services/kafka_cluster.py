@@ -17,6 +17,7 @@ On demand: only its fixture (`kafka_cluster`, tests/conftest.py) or
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -104,6 +105,9 @@ class KafkaCluster:
             )
             for node in NODE_IDS
         }
+        #: One start of a node at a time in this process (a test's delayed restart and the
+        #: fixture's `up` may race: two JVMs of one node would both run).
+        self._starting = {node: threading.Lock() for node in NODE_IDS}
 
     def _cluster_id(self) -> str:
         """The id every node is formatted with: made once, kept in the cluster's folder."""
@@ -342,15 +346,19 @@ class KafkaCluster:
         still listed (its session has not timed out) and its new incarnation is refused until
         it has: wait for the old one to be fenced first, so that `wait_healthy` afterwards
         never mistakes the dead incarnation's ISR places for the new one's."""
-        others = [n for n in NODE_IDS if n != node and self.nodes[n].pid() is not None]
-        if others:
-            wait_until(
-                self.name,
-                lambda: not self._listed(node),
-                timeout=30,
-                what=f"the cluster to fence the stopped node {node}",
-            )
-        self.nodes[node].up()
+        with self._starting[node]:
+            if self.nodes[node].pid() is not None:
+                self.nodes[node].up()  # started meanwhile: wait until it answers
+                return
+            others = [n for n in NODE_IDS if n != node and self.nodes[n].pid() is not None]
+            if others:
+                wait_until(
+                    self.name,
+                    lambda: not self._listed(node),
+                    timeout=30,
+                    what=f"the cluster to fence the stopped node {node}",
+                )
+            self.nodes[node].up()
 
     def _listed(self, node: int) -> bool:
         with contextlib.suppress(ServiceError):
