@@ -1,6 +1,7 @@
-"""What the fault tests share: a real Spark job on the faults bed whose writer injects a fault
-at a chosen protocol step of a chosen batch, the faults themselves, and the checks (every
-sink read as its readers would, nothing left prepared or open)."""
+"""What the fault tests share: a real Spark job on the faults bed (or on the Postgres primary
+and standby, `JobServers`) whose writer injects a fault at a chosen protocol step of a chosen
+batch, the faults themselves, and the checks (every sink read as its readers would, nothing
+left prepared or open)."""
 
 from __future__ import annotations
 
@@ -8,13 +9,14 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import psycopg
 
 from durable_sinks.coordinator import RecoveryReport
 from durable_sinks.core.naming import job_prefix
 from durable_sinks.spark import DurableBatchWriter, durable_sink, sink
+from tests.services import KafkaEndpoint, PostgresEndpoint, PreparedTransaction
 from tests.spark.streams import (
     kafka_ids,
     kafka_open_transactions,
@@ -150,11 +152,32 @@ def toxic(proxy: Proxy, name: str, seconds: float, **kind: Any) -> Fault:
 
 
 # -- the job ---------------------------------------------------------------------------------
+class JobServers(Protocol):
+    """The servers a job writes to: `job_*` are what its sinks (and a Postgres decision store)
+    are given (the faults bed's: through Toxiproxy); `*_direct` reach the same servers for
+    set-up and checks. `FaultBed` is one; `tests/support/standby_bed.py`'s `StandbyBed` (the
+    Postgres primary and standby, by their multi-host conninfo) another."""
+
+    @property
+    def job_postgres(self) -> PostgresEndpoint: ...
+
+    @property
+    def job_kafka(self) -> KafkaEndpoint: ...
+
+    @property
+    def postgres_direct(self) -> PostgresEndpoint: ...
+
+    @property
+    def kafka_direct(self) -> KafkaEndpoint: ...
+
+    def prepared_transactions(self) -> list[PreparedTransaction]: ...
+
+
 @dataclass
 class Job:
-    """A Postgres (+ Kafka) streaming job on the faults bed, and what it should hold."""
+    """A Postgres (+ Kafka) streaming job on `bed`'s servers, and what it should hold."""
 
-    bed: FaultBed
+    bed: JobServers
     spark: Any
     schema: str
     topic: str | None
@@ -192,9 +215,10 @@ class Job:
             )
 
     def sinks(self, *, proxied: bool = True) -> list[Any]:
-        """The job's sinks, reaching the servers through Toxiproxy (or directly)."""
-        postgres = self.bed.postgres_proxied if proxied else self.bed.postgres_direct
-        kafka = self.bed.kafka_proxied if proxied else self.bed.kafka_direct
+        """The job's sinks, reaching the servers as a job does (the faults bed's through
+        Toxiproxy), or directly."""
+        postgres = self.bed.job_postgres if proxied else self.bed.postgres_direct
+        kafka = self.bed.job_kafka if proxied else self.bed.kafka_direct
         made = []
         if self.postgres:
             made.append(
@@ -222,8 +246,8 @@ class Job:
 
     # -- checks --------------------------------------------------------------------------
     def prepared(self) -> list[str]:
-        """The job's prepared transactions in the faults Postgres (another test's leftovers
-        are that test's failure, not this one's)."""
+        """The job's prepared transactions in its Postgres (another test's leftovers are that
+        test's failure, not this one's)."""
         mine = job_prefix(self.job_id)
         return [t.gid for t in self.bed.prepared_transactions() if t.gid.startswith(mine)]
 

@@ -1,0 +1,127 @@
+"""Real Spark jobs (Postgres + Kafka) whose Postgres fails over to its standby at a protocol
+step of a batch. The job is given the pair's multi-host conninfo
+(`target_session_attrs=read-write`) and reconnects to the promoted standby by itself.
+
+- A synchronous standby holds everything the primary acknowledged, prepared transactions
+  included: the query rides the failover through at every step, exactly once in Postgres and
+  Kafka (read_committed), nothing left prepared; also when the job's decision store is on the
+  pair. The pause (fault fired -> batch done) is printed.
+- An asynchronous standby that lags (its WAL stream held back from the batch's start) loses
+  what the old primary acknowledged: the batch's prepared transaction, or its committed rows
+  and marker row. Never silently: the query fails with a typed error naming the sink and the
+  epoch, live or at the next start; the documented repair then lands every row once.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from durable_sinks.spark import sink
+from tests.services import KafkaEndpoint, PostgresPair
+from tests.support.standby_bed import StandbyBed
+
+from .jobs import HIT_EPOCH, Fault, FaultyWriter, Job, Trigger, check_ridden_through
+
+pytestmark = pytest.mark.replicated_tier
+
+#: Where the job's Postgres fails over (Kafka's commit is the decision: after-decision is
+#: decided with Postgres still prepared).
+SYNC_STEPS = (
+    "epoch-start",
+    "after-write:0:postgres",
+    "after-pre-commit:postgres",
+    "after-pre-commit:kafka",
+    "after-decision",
+    "after-commit:postgres",
+)
+#: A job whose decision store is the pair (Postgres + files: no last resource).
+STORE_STEPS = ("after-pre-commit:postgres", "after-pre-commit:files", "after-decision")
+
+
+def failover(pair: PostgresPair, took: list[float]) -> Fault:
+    """Kill the primary and promote the standby; the seconds until it took writes go to
+    `took`."""
+
+    def inject() -> None:
+        took.append(pair.fail_over())
+
+    # Sessions lost after PREPARE are absorbed by commit_retry (the sink reconnects).
+    return Fault(f"failover to the {pair.state().mode} standby", inject, fails_attempt=False)
+
+
+def make_job(
+    pair: PostgresPair,
+    mode: str,
+    kafka: KafkaEndpoint,
+    spark: Any,
+    topic: str | None,
+    job_id: str,
+    folder: Path,
+) -> Job:
+    """A fresh pair in `mode`, a schema of the job's own on it, the job's input written."""
+    pair.reset(mode)  # type: ignore[arg-type]
+    bed = StandbyBed(pair, kafka)
+    with psycopg.connect(bed.postgres_direct.conninfo(), autocommit=True) as conn:
+        conn.execute("CREATE SCHEMA failover")
+    job = Job(bed, spark, "failover", topic, job_id, folder)
+    job.write_input()
+    return job
+
+
+def report_pause(writer: FaultyWriter, trigger: Trigger, took: list[float]) -> float:
+    assert trigger.fired_at is not None, f"the failover never reached {trigger.step}"
+    pause = writer.done_at[trigger.epoch] - trigger.fired_at
+    print(
+        f"\nfailover at {trigger.step}: new primary took writes after {took[0]:.2f} s, "
+        f"batch {trigger.epoch} done {pause:.2f} s after the kill "
+        f"({writer.failed_attempts} failed attempts)"
+    )
+    return pause
+
+
+@pytest.mark.parametrize("step", SYNC_STEPS)
+def test_a_failover_to_a_synchronous_standby_is_ridden_through_exactly_once(
+    postgres_standby: PostgresPair,
+    kafka: KafkaEndpoint,
+    kafka_topic: str,
+    spark: Any,
+    job_id: str,
+    tmp_path: Path,
+    step: str,
+) -> None:
+    job = make_job(postgres_standby, "sync", kafka, spark, kafka_topic, job_id, tmp_path)
+    took: list[float] = []
+    triggers = [Trigger(HIT_EPOCH, step, failover(postgres_standby, took))]
+    writer = job.writer(triggers)
+    job.run(writer)  # raises if the query stopped
+    check_ridden_through(writer, triggers)
+    report_pause(writer, triggers[0], took)
+    job.check_exactly_once()
+
+
+@pytest.mark.parametrize("step", STORE_STEPS)
+def test_a_failover_under_a_decision_store_on_the_pair_is_ridden_through_exactly_once(
+    postgres_standby: PostgresPair,
+    kafka: KafkaEndpoint,
+    spark: Any,
+    job_id: str,
+    tmp_path: Path,
+    step: str,
+) -> None:
+    job = make_job(postgres_standby, "sync", kafka, spark, None, job_id, tmp_path)
+    out = tmp_path / "out"
+    job.extra_sinks = [sink("files", path=str(out))]
+    job.options = {"decision_store": job.bed.job_postgres.conninfo()}
+    took: list[float] = []
+    triggers = [Trigger(HIT_EPOCH, step, failover(postgres_standby, took))]
+    writer = job.writer(triggers)
+    job.run(writer)
+    check_ridden_through(writer, triggers)
+    report_pause(writer, triggers[0], took)
+    job.check_exactly_once()
+    published = sorted(int(p.name.removeprefix("epoch=")) for p in out.glob("epoch=*"))
+    assert published == list(range(job.batches))
