@@ -36,6 +36,7 @@ from durable_sinks.manifest import DecisionRecord, DecisionStore
 
 from ._dead_letters import DeadLetterPass, write_dead_letters
 from ._decisions import DecisionBook
+from ._lost_epochs import LostEpochCheck
 from ._metrics import EpochMetrics, JobTotals
 from ._participants import Participants, brief, require_part_of
 from ._recovery import RecoveryReport, Resolution, require_no_newer, resolve
@@ -143,6 +144,7 @@ class Coordinator:
         #: before start() has finished; None until then).
         self.claimed_generation: int | None = None
         self.decisions = DecisionBook(job_id, store, self.sinks, None)
+        self.lost_epochs = LostEpochCheck(job_id, self.decisions, self.sinks)
         self.participants = Participants(
             job_id, self.sinks, commit_retry, concurrent_writes, occasional=dead_letter
         )
@@ -191,7 +193,10 @@ class Coordinator:
         job's configuration and servers that must not touch an epoch in flight).
         With `successor_of=g` the coordinator takes over from generation g of the same driver
         (riding out an outage): it refuses (FencedError) when another driver has claimed a
-        generation since, rather than fencing that newer driver."""
+        generation since, rather than fencing that newer driver.
+        After recovery (exactly once only) it checks that no sink lost committed epochs
+        (`_lost_epochs`): CommittedEpochLostError, before anything is written; the first
+        `run_epoch` checks that Spark's checkpoint did not skip past the newest decision."""
         return self._drive(self.start_steps(adopt, recover=recover, successor_of=successor_of))
 
     def run_epoch(self, epoch: int, batches: Iterable[pa.RecordBatch]) -> EpochResult:
@@ -280,6 +285,8 @@ class Coordinator:
         self.totals.recovered_commits += len(report.committed)
         self.totals.recovered_rollbacks += len(report.rolled_back)
         self.log.info("recovery: %s", report)
+        if recover and self.guarantee is DeliveryGuarantee.EXACTLY_ONCE:
+            self.lost_epochs.at_start(self.log)
         return report
 
     # -- one epoch -----------------------------------------------------------------------------
@@ -324,6 +331,7 @@ class Coordinator:
         log = self.log.bind(epoch=epoch)
         metrics = EpochMetrics(epoch)
         yield "epoch-start"
+        self.lost_epochs.at_epoch(epoch)
         decided = self.decisions.lookup(epoch, self.source, metrics)
         if decided is not None:
             log.info("already decided by generation %d: finishing it", decided.generation)
@@ -400,6 +408,7 @@ class Coordinator:
         log = self.log.bind(epoch=epoch)
         metrics = EpochMetrics(epoch)
         yield "epoch-start"
+        self.lost_epochs.at_epoch(epoch)
         decided = self.decisions.lookup(epoch, self.source, metrics)
         if decided is not None:
             log.info("already decided by generation %d: finishing it", decided.generation)

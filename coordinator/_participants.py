@@ -12,6 +12,7 @@ from durable_sinks.core.errors import (
     CommitIncompleteError,
     DurableSinkError,
     FencedError,
+    ParticipantLostError,
     SchemaMismatchError,
     UsageError,
 )
@@ -96,7 +97,9 @@ class Participants:
     def commit(self, sink: SinkConnector, handle: CommitHandle) -> None:
         """Commit one participant of a decided epoch (idempotent), retrying transient errors;
         CommitIncompleteError when it cannot be done now (replay or restart finishes it);
-        FencedError as it is when a newer driver owns the job (its recovery finishes it)."""
+        FencedError as it is when a newer driver owns the job (its recovery finishes it);
+        ParticipantLostError as it is when the participant is gone (not retriable: the
+        epoch's rows are lost from the sink until an operator repairs them)."""
         self._settle(
             sink,
             handle.epoch,
@@ -125,6 +128,8 @@ class Participants:
             self.retry.call(call)
         except FencedError:
             raise  # a newer driver owns the job (and its recovery finishes this commit)
+        except ParticipantLostError:
+            raise  # no retry, replay or restart brings it back: the repair is the operator's
         except DurableSinkError as exc:
             raise CommitIncompleteError(
                 f"the epoch is decided but {what} failed: {exc}",

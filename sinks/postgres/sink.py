@@ -51,6 +51,7 @@ from psycopg.conninfo import conninfo_to_dict
 from durable_sinks.core.bad_rows import BadRowsError, RefusedRows
 from durable_sinks.core.connecting import connection_failure, server_of
 from durable_sinks.core.errors import (
+    LOST_EPOCHS_DOC,
     ConfigError,
     DurableSinkError,
     ParticipantLostError,
@@ -432,9 +433,15 @@ class PostgresSink(SinkBase[Postgres]):
                     return CommitOutcome.ALREADY_COMMITTED
                 raise ParticipantLostError(
                     f"prepared transaction {handle.participant} does not exist and its marker "
-                    "row is not there: it was rolled back or never prepared",
+                    "row is not there, although the epoch's decision says commit: it was "
+                    "lost (a failover to an asynchronous standby that had not received the "
+                    "PREPARE, a restore from an older backup) or rolled back by hand "
+                    "(ROLLBACK PREPARED)",
                     **self._where(epoch),
-                    fix="someone ran ROLLBACK PREPARED on it; the epoch must be rewritten",
+                    fix="stop the job; if the old primary's data still exists, `durable-sinks "
+                    "repair-epochs` commits the epoch from it into this server, otherwise "
+                    "re-supply the epoch's rows and record the loss (`durable-sinks "
+                    f"repair-epochs --record-loss`); see {LOST_EPOCHS_DOC}",
                 ) from None
         self._count("epochs_committed")
         self._committed_up_to(epoch)

@@ -28,8 +28,11 @@ executors back to the driver).
     ├── InDoubtError                 the outcome of a commit is unknown; recovery resolves it
     │   └── CommitIncompleteError    the decision is durable but some participant is not yet
     │                                committed; recovery (or the epoch's replay) finishes it
-    ├── ParticipantLostError         a decided participant no longer exists (a bug, never
-    │                                expected under the protocol)
+    ├── ParticipantLostError         a decided participant no longer exists (data removed
+    │   │                            behind the job, a failover that lost it; never a step
+    │   │                            of the protocol)
+    │   └── CommittedEpochLostError  a target (or the decision store) no longer holds epochs
+    │                                the job committed: found at start, before writing
     ├── CorruptRecordError           a record durable-sinks wrote is unreadable: a commit
     │   │                            handle, an epoch marker on a target (never skipped)
     │   └── ManifestCorruptError     ... a decision record (also a ManifestError)
@@ -223,7 +226,48 @@ class CommitIncompleteError(InDoubtError):
 
 class ParticipantLostError(DurableSinkError):
     """A participant that the decision says to commit has vanished. The protocol never lets
-    this happen; it means data was removed behind the job's back, or a bug."""
+    this happen; it means data was removed behind the job's back (a prepared transaction
+    rolled back by hand, a failover to an asynchronous standby that had not received it), or
+    a bug."""
+
+
+#: Where the repair of lost committed epochs is documented (linked from the errors).
+LOST_EPOCHS_DOC = "docs/reliability.md#lost-committed-epochs"
+
+#: What most likely takes committed epochs away from a target.
+LOST_EPOCHS_CAUSES = (
+    "a failover to an asynchronous standby that had not received the last transactions, a "
+    "restore from a backup older than the last epochs, or rows and marker rows deleted "
+    "behind the job"
+)
+
+
+class CommittedEpochLostError(ParticipantLostError):
+    """Epochs the job committed are missing from a target (or the decision store no longer
+    holds decisions for epochs a target or Spark's checkpoint shows committed). Raised when a
+    coordinator starts or reaches the first epoch of its run, before anything of that run is
+    written; the job does not go on with rows silently missing. Not retriable: the same
+    check finds the same loss until the epochs are repaired (the fix names how).
+
+    `first_lost` .. `last_lost` are the epochs the loss covers, `holder` what lost them (a
+    sink's name, or "decision store")."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        first_lost: int | None = None,
+        last_lost: int | None = None,
+        holder: str | None = None,
+        job: str | None = None,
+        sink: str | None = None,
+        epoch: int | None = None,
+        fix: str | None = None,
+    ) -> None:
+        super().__init__(message, job=job, sink=sink, epoch=epoch, fix=fix)
+        self.first_lost = first_lost
+        self.last_lost = last_lost
+        self.holder = holder
 
 
 class CorruptRecordError(DurableSinkError):

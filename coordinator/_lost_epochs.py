@@ -1,0 +1,170 @@
+"""Committed epochs a target lost: the checks made when a coordinator starts and at the first
+epoch of its run.
+
+A failover to an asynchronous standby, a restore from a backup or rows deleted behind the
+job can take away the newest epochs a target committed: rows and marker rows, a prepared
+transaction whose decision said commit, or (when the decision store lives on the same
+server) the decisions too. Recovery then finds nothing to commit, Spark's checkpoint says
+the batches are done, and a job without these checks would go on with the rows missing.
+
+What is checked (at most a few reads per start, none per epoch after the first):
+
+- at start, after recovery: the job's newest decided epoch D (the store's newest record,
+  or the newest epoch the commit point's sink holds when that sink carries decisions). Every
+  sink that took part in D (named in D's record) must hold D once D is finished (a decided
+  epoch not yet finished is finished by its replay, whose commits find a lost participant:
+  ParticipantLostError). No sink may hold an epoch newer than D: its decisions were lost.
+- at the first epoch E of the run: E <= D + 1. Spark calls the writer for every batch,
+  empty ones too, and every epoch the coordinator runs is decided, so a larger E means
+  Spark's checkpoint committed batches D+1 .. E-1 that the job has no decision for (e.g. a
+  one-phase Postgres sink, whose decisions are its marker rows, lost them with its rows).
+
+Never checked, because nothing there is wrong: a job with no decision yet (a fresh job, or
+one whose store was replaced: EpochOrderError at its first epoch names that), at least once
+(no decisions), a start without recovery (a look at a running job: epochs may be in flight),
+a sink that shows no committed epoch at all (some targets cannot tell after their history
+expired), a sink D's record does not name (the dead-letter sink joins only epochs with dead
+letters). Older decisions expire (`retain_epochs`), never the newest, so D is always known.
+A loss of older epochs only (never the newest, e.g. rows deleted by hand) is not seen here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from durable_sinks.core.errors import (
+    LOST_EPOCHS_CAUSES,
+    LOST_EPOCHS_DOC,
+    CommittedEpochLostError,
+)
+from durable_sinks.core.joblog import JobLogger
+from durable_sinks.core.protocol import SinkConnector
+
+from ._decisions import DecisionBook
+
+#: The holder of a loss of decisions (rather than of a sink's rows).
+STORE = "decision store"
+
+
+def _epochs(first: int, last: int) -> str:
+    return f"epoch {first}" if first == last else f"epochs {first}..{last}"
+
+
+def _fix(holder: str, first: int, last: int) -> str:
+    return (
+        f"stop the job and repair {_epochs(first, last)} of {holder} before restarting: copy "
+        "them from the old server's data if it still exists (for Postgres, `durable-sinks "
+        "repair-epochs`), or re-supply their rows from the source and record the loss "
+        f"(`durable-sinks repair-epochs --record-loss`); see {LOST_EPOCHS_DOC}. Restarting "
+        "without a repair fails the same way, never writes over the gap"
+    )
+
+
+class LostEpochCheck:
+    """The lost-epoch checks of one coordinator run (module docstring). `at_start` once,
+    after recovery; `at_epoch` before each epoch (it checks only the first)."""
+
+    def __init__(
+        self, job_id: str, decisions: DecisionBook, sinks: Sequence[SinkConnector]
+    ) -> None:
+        self.job_id = job_id
+        self.decisions = decisions
+        self.sinks = sinks
+        #: The newest decided epoch found at start (None: none, or not checked).
+        self.newest: int | None = None
+        self._first_pending = False
+
+    def newest_decided(self) -> int | None:
+        """The job's newest decided epoch: the store's newest record where the store holds
+        decisions, and the newest epoch the commit point holds where it carries them."""
+        book = self.decisions
+        found = [book.store.latest_epoch()] if book.store_holds_decisions else []
+        if book.last is not None:
+            found.append(book.last.last_committed_epoch())
+        known = [epoch for epoch in found if epoch is not None]
+        return max(known) if known else None
+
+    def at_start(self, log: JobLogger) -> None:
+        """CommittedEpochLostError when a sink lacks the newest finished epoch it took part
+        in, or holds an epoch newer than every decision; arms the first-epoch check."""
+        newest = self.newest_decided()
+        self.newest = newest
+        if newest is None:
+            return
+        self._first_pending = True
+        self._require_decisions_for_held(newest)
+        self._require_held(newest)
+        log.info("lost-epoch check: every sink holds the newest decided epoch %d", newest)
+
+    def _require_decisions_for_held(self, newest: int) -> None:
+        for sink in self.sinks:
+            held = sink.last_committed_epoch()
+            if held is None or held <= newest:
+                continue
+            holder = STORE if self.decisions.last is None else self.decisions.last.name
+            raise CommittedEpochLostError(
+                f"sink {sink.name!r} holds epoch {held}, but the newest decision the job has "
+                f"is for epoch {newest}: {holder} lost the decisions of "
+                f"{_epochs(newest + 1, held)} (likely cause: {LOST_EPOCHS_CAUSES}, on the "
+                "server that keeps them)",
+                first_lost=newest + 1,
+                last_lost=held,
+                holder=holder,
+                job=self.job_id,
+                sink=sink.name,
+                fix=_fix(holder, newest + 1, held),
+            )
+
+    def _require_held(self, newest: int) -> None:
+        book = self.decisions
+        if book.store_holds_decisions and not book.store.is_finished(newest):
+            return  # its replay finishes it; a lost participant fails that commit
+        record = book.decision(newest)
+        if record is None:
+            return
+        by_name = {sink.name: sink for sink in self.sinks}
+        for name in sorted({handle.sink for handle in record.handles}):
+            sink = by_name.get(name)
+            held = None if sink is None else sink.last_committed_epoch()
+            if held is None or held >= newest:
+                continue
+            raise CommittedEpochLostError(
+                f"sink {name!r} holds epochs up to {held} only, but the job committed epoch "
+                f"{newest} into it: {_epochs(held + 1, newest)} of the sink are lost (rows "
+                f"and marker rows, or their prepared transactions; likely cause: "
+                f"{LOST_EPOCHS_CAUSES}). Epochs between that did not involve the sink are "
+                "not lost",
+                first_lost=held + 1,
+                last_lost=newest,
+                holder=name,
+                job=self.job_id,
+                sink=name,
+                fix=_fix(f"sink {name!r}", held + 1, newest),
+            )
+
+    def at_epoch(self, epoch: int) -> None:
+        """At the run's first epoch: CommittedEpochLostError when Spark's checkpoint skipped
+        past the newest decision (module docstring), raised again for every epoch asked
+        until one passes; epochs after that are not checked."""
+        if not self._first_pending:
+            return
+        newest = self.newest
+        if newest is None or epoch <= newest + 1:
+            self._first_pending = False
+            return
+        last = self.decisions.last
+        holder = STORE if last is None else f"sink {last.name!r}"
+        raise CommittedEpochLostError(
+            f"Spark asks for epoch {epoch}, so its checkpoint has committed "
+            f"{_epochs(newest + 1, epoch - 1)}, but the job's newest decision is for epoch "
+            f"{newest}: {holder} lost {_epochs(newest + 1, epoch - 1)} with their decisions "
+            f"(likely cause: {LOST_EPOCHS_CAUSES}; or the query ran those batches with "
+            "another writer)",
+            first_lost=newest + 1,
+            last_lost=epoch - 1,
+            holder=STORE if last is None else last.name,
+            job=self.job_id,
+            sink=None if last is None else last.name,
+            epoch=epoch,
+            fix=_fix(holder, newest + 1, epoch - 1),
+        )
