@@ -213,7 +213,11 @@ class PostgresPair:
                 "connect_timeout=2"
             )
             return {"primary_conninfo": f"'{conninfo}'"}
-        names = STANDBY_NAME if state.mode == "sync" and state.standby is not None else ""
+        names = (
+            STANDBY_NAME
+            if slot == state.primary and state.mode == "sync" and state.standby is not None
+            else ""  # a primary without standby, or a retired one started alone
+        )
         return {"synchronous_standby_names": f"'{names}'"}
 
     # -- endpoints ---------------------------------------------------------------------------
@@ -330,6 +334,24 @@ class PostgresPair:
         self.servers[retired].up()
         self.primary.reload()  # names the standby again in sync mode
         self.wait_streaming()
+
+    @contextlib.contextmanager
+    def retired_alone(self) -> Iterator[PostgresEndpoint]:
+        """After a failover: the old primary started alone on a port of its own (the layout's
+        `postgres_standby.alone`, which the pair's connection string does not name), for a
+        repair to read what it holds that the new primary lost; stopped again (fast) when
+        the block ends. It runs as a primary without standby (its WAL recovered from the
+        kill): never give its endpoint to a job."""
+        state = self.state()
+        slot = state.retired
+        if slot is None:
+            raise ServiceError(self.name, "no server is retired: fail_over() first")
+        alone = PairServer(self, slot, self.layout.postgres_standby.alone)  # its data, own port
+        try:
+            alone.up()
+            yield alone.endpoint()
+        finally:
+            alone.stop("fast")
 
     @contextlib.contextmanager
     def hold_wal(self) -> Iterator[None]:
