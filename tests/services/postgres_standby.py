@@ -85,8 +85,6 @@ class PairServer(Postgres):
     """One server of the pair: a `Postgres` cluster whose settings follow its role, and
     which, as a standby, is made by copying the primary (`pg_basebackup -R`)."""
 
-    build_step = "streaming standby (pg_basebackup)"
-
     def __init__(self, pair: PostgresPair, slot: Slot, port: int) -> None:
         root = pair.home / slot
         super().__init__(
@@ -96,10 +94,10 @@ class PairServer(Postgres):
         self.pair = pair
         self.slot = slot
 
-    def _build(self, binaries: Path) -> Callable[[Path], None]:
+    def _build(self, binaries: Path) -> tuple[str, Callable[[Path], None]]:
         state = self.pair.state()
         if state.standby != self.slot:
-            return self._initdb(binaries)
+            return super()._build(binaries)
         primary = self.pair.server(state.primary)
 
         def copy(staging: Path) -> None:
@@ -130,7 +128,7 @@ class PairServer(Postgres):
                 timeout=120,
             )
 
-        return copy
+        return "streaming standby (pg_basebackup)", copy
 
     def _settings(self) -> dict[str, str]:
         return {**super()._settings(), **_PAIR_SETTINGS, **self.pair.role_settings(self.slot)}
