@@ -80,9 +80,9 @@ def _all_ports(layout: Layout) -> list[int]:
 
 def test_no_two_servers_share_a_port() -> None:
     """The main bed, the faults bed, Toxiproxy, the Spark Connect servers, the Postgres
-    primary and standby, the private beds
-    these tests start (+200) and the SeaweedFS test_s3.py restarts (+400) all run at once:
-    with this environment's ports, no port may be wanted twice."""
+    primary and standby, the private beds these tests start (+200) and the SeaweedFS
+    test_s3.py restarts (+400) all run at once: with this environment's ports, no port may
+    be wanted twice."""
     shared = Layout.from_env()
     ports = (
         _all_ports(shared)
