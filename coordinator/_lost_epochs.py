@@ -11,9 +11,10 @@ What is checked (at most a few reads per start, none per epoch after the first):
 
 - at start, after recovery: the job's newest decided epoch D (the store's newest record,
   or the newest epoch the commit point's sink holds when that sink carries decisions). Every
-  sink that took part in D (named in D's record) must hold D once D is finished (a decided
-  epoch not yet finished is finished by its replay, whose commits find a lost participant:
-  ParticipantLostError). No sink may hold an epoch newer than D: its decisions were lost.
+  sink D wrote rows into (named in D's record) must hold D once D is finished; while D is
+  decided but not finished (its replay finishes it, and its commit of a lost participant
+  raises ParticipantLostError), the same holds for D - 1. No sink may hold an epoch newer
+  than D: its decisions were lost.
 - at the first epoch E of the run: E <= D + 1. Spark calls the writer for every batch,
   empty ones too, and every epoch the coordinator runs is decided, so a larger E means
   Spark's checkpoint committed batches D+1 .. E-1 that the job has no decision for (e.g. a
@@ -24,8 +25,10 @@ one whose store was replaced: EpochOrderError at its first epoch names that), at
 (no decisions), a start without recovery (a look at a running job: epochs may be in flight),
 a sink that shows no committed epoch at all (some targets cannot tell after their history
 expired), a sink D's record does not name (the dead-letter sink joins only epochs with dead
-letters). Older decisions expire (`retain_epochs`), never the newest, so D is always known.
-A loss of older epochs only (never the newest, e.g. rows deleted by hand) is not seen here.
+letters) or names with no rows (a target may record no commit of an empty epoch: a Delta
+merge of no rows makes no table version). Older decisions expire (`retain_epochs`), never
+the newest, so D is always known. A loss of older epochs only (never the newest, e.g. rows
+deleted by hand) is not seen here.
 """
 
 from __future__ import annotations
@@ -115,15 +118,30 @@ class LostEpochCheck:
                 fix=_fix(holder, newest + 1, held),
             )
 
-    def _require_held(self, newest: int) -> None:
+    def _newest_finished(self, newest: int) -> int | None:
+        """D, or D - 1 when D is decided but not finished (its replay finishes it, and a
+        lost participant fails that commit); None when neither is known to be finished.
+        Only the newest epoch can be unfinished: Spark replays it before the next one."""
         book = self.decisions
-        if book.store_holds_decisions and not book.store.is_finished(newest):
-            return  # its replay finishes it; a lost participant fails that commit
-        record = book.decision(newest)
+        if not book.store_holds_decisions:
+            return newest  # the commit point's own commit is the decision: finished
+        for epoch in (newest, newest - 1):
+            if epoch >= 0 and book.store.is_finished(epoch):
+                return epoch
+        return None
+
+    def _require_held(self, newest: int) -> None:
+        finished = self._newest_finished(newest)
+        if finished is None:
+            return
+        newest = finished
+        record = self.decisions.decision(newest)
         if record is None:
             return
         by_name = {sink.name: sink for sink in self.sinks}
-        for name in sorted({handle.sink for handle in record.handles}):
+        # Only sinks the epoch wrote rows into: some targets record no commit of an epoch
+        # that gave them none (a Delta merge of no rows makes no table version).
+        for name in sorted({handle.sink for handle in record.handles if handle.rows > 0}):
             sink = by_name.get(name)
             held = None if sink is None else sink.last_committed_epoch()
             if held is None or held >= newest:

@@ -61,7 +61,7 @@ from durable_sinks.core.errors import (
     UsageError,
 )
 from durable_sinks.core.naming import ParticipantName, owner_prefix
-from durable_sinks.core.operations import Holding, Prepared
+from durable_sinks.core.operations import DecidedCommit, EpochRepair, Holding, Prepared
 from durable_sinks.core.protocol import (
     JSON,
     CommitHandle,
@@ -81,6 +81,7 @@ from .errors import PostgresStep, bad_rows_fix, first_line, translate
 from .fencing import MetaTables, application_name
 from .handles import PostgresHandleDetails
 from .load import PostgresParticipant
+from .repair import EpochCopy, record_lost_epochs
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -619,6 +620,41 @@ class PostgresSink(SinkBase[Postgres]):
     def expire_markers(self, before_epoch: int) -> int:
         with self._errors("expire_markers (the marker rows)"):
             return operations.expire_markers(self._admin_conn(), self._state().meta, before_epoch)
+
+    # -- repair of lost epochs (durable-sinks repair-epochs; repair.py) ------------------------
+    def copy_lost_epochs(
+        self, source: str, decided: DecidedCommit, *, apply: bool
+    ) -> list[EpochRepair]:
+        """The epochs newer than this sink's last committed one that the old server at
+        `source` (a DSN of the old primary's data, started alone) holds, copied with their
+        marker rows in one transaction (repair.py says how their rows are picked)."""
+        old_server = server_of(source)
+        with self._errors(f"copy_lost_epochs (from {old_server})"):
+            ctx = self.context
+            try:
+                old = psycopg.connect(
+                    resolve(source, "repair-epochs: --from"),
+                    autocommit=True,
+                    connect_timeout=self.config.effective_connect_timeout_s,
+                    application_name=application_name(ctx, ctx.generation),
+                )
+            except psycopg.OperationalError as exc:
+                raise connection_failure(
+                    first_line(exc), source, job=ctx.job_id, sink=self.name
+                ) from None
+            with old:
+                copy = EpochCopy(
+                    self.config, self._state().meta, self._admin_conn(), old, old_server
+                )
+                return copy.run(decided, apply=apply)
+
+    def record_lost_epochs(self, through: int, note: str, *, apply: bool) -> list[EpochRepair]:
+        """Marker rows recording the epochs after the last committed one up to `through` as
+        lost (repair.py), in one transaction."""
+        with self._errors("record_lost_epochs (the marker rows)"):
+            return record_lost_epochs(
+                self._admin_conn(), self._state().meta, through, note, apply=apply
+            )
 
 
 def _through(inner: RefusedRows, outer: RefusedRows, rows: int) -> RefusedRows:

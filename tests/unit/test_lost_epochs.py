@@ -186,19 +186,35 @@ def test_a_sink_left_out_of_the_newest_epoch_is_not_asked_for_it(tmp_path: Path)
     assert restarted.run_epoch(2, rows(2, 3)).outcome is EpochOutcome.COMMITTED
 
 
+def test_a_sink_the_newest_epoch_gave_no_rows_is_not_asked_for_it(tmp_path: Path) -> None:
+    """Some targets record no commit of an empty epoch (a Delta merge of no rows)."""
+    first = job(tmp_path)
+    first.run_epoch(0, rows(0))
+    first.run_epoch(1, [])
+    first.close()
+    lose(tmp_path, "b", 1)
+    job(tmp_path).run_epoch(2, rows(2))
+
+
 def test_an_undecided_newest_epoch_is_left_to_its_replay(tmp_path: Path) -> None:
     """Decided, not finished, its prepared participant lost: the start lets it pass, and the
-    epoch's replay (which Spark runs: its commit log lacks it) fails on the lost participant."""
-    run(job(tmp_path), 0)
+    epoch's replay (which Spark runs: its commit log lacks it) fails on the lost participant;
+    the finished epoch before it is checked at start instead."""
+    run(job(tmp_path), 0, 1)
     crashing = job(tmp_path)
-    for step in crashing.epoch_steps(1, rows(1)):
+    for step in crashing.epoch_steps(2, rows(2)):
         if step == "after-decision":
-            break  # the driver dies: epoch 1 decided, nothing committed
+            break  # the driver dies: epoch 2 decided, nothing committed
     for staging in (tmp_path / "b" / STAGING).iterdir():
         shutil.rmtree(staging)  # its prepared participant is lost
     restarted = job(tmp_path)
-    with pytest.raises(ParticipantLostError):
-        restarted.run_epoch(1, rows(1))
+    with pytest.raises(ParticipantLostError) as raised:
+        restarted.run_epoch(2, rows(2))
+    assert not isinstance(raised.value, CommittedEpochLostError)  # the live path's own
+    restarted.close()
+    lose(tmp_path, "b", 1)  # the finished epoch before it is lost too: the start finds that
+    with pytest.raises(CommittedEpochLostError, match="committed epoch 1 into it"):
+        job(tmp_path)
 
 
 @pytest.mark.parametrize("case", ["at-least-once", "no-recovery", "nothing-held"])

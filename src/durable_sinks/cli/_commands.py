@@ -1,4 +1,4 @@
-"""`durable-sinks`: status, inspect, resolve, verify, doctor and expire for a job
+"""`durable-sinks`: status, inspect, resolve, verify, doctor, expire and repair-epochs for a job
 (docs/guide.md, "Operations"). Every command takes the job's settings as `durable_sink(...)`
 does (`-f job.toml`, or `--kind` and `-o key=value`, `--store`), secrets from the environment.
 
@@ -290,3 +290,67 @@ def expire(keep: int | None, **params: Any) -> None:
     for sink, count in deleted.items():
         shown = "keeps no markers to expire" if count < 0 else f"deleted {count} marker row(s)"
         out.print(f"{sink}: {shown} (kept the newest {kept} epochs)")
+
+
+@main.command("repair-epochs")
+@_job_options
+@click.option("--sink", "sink_name", required=True, help="the sink that lost epochs")
+@click.option(
+    "--from",
+    "source",
+    help="the old server's data to copy the lost epochs from (for Postgres a DSN of the old "
+    "primary started alone; ${env:NAME} for a password)",
+)
+@click.option(
+    "--record-loss",
+    is_flag=True,
+    help="no copy exists: record the epochs up to --through as lost (after re-supplying "
+    "their rows from the source)",
+)
+@click.option("--through", type=click.IntRange(min=0), help="the last lost epoch (--record-loss)")
+@click.option("--note", default="", help="who records the loss and why (--record-loss)")
+@click.option("--apply", "apply_", is_flag=True, help="act (default: a dry run)")
+@click.option("--force", is_flag=True, help="even while a coordinator of the job seems to run")
+def repair_epochs(
+    sink_name: str,
+    source: str | None,
+    record_loss: bool,
+    through: int | None,
+    note: str,
+    apply_: bool,
+    force: bool,
+    **params: Any,
+) -> None:
+    """Put back committed epochs a sink lost (CommittedEpochLostError): copy them from the
+    old server's data (--from), or record them as lost (--record-loss --through N). A dry
+    run unless --apply; refuses while a coordinator of the job seems to run, unless --force
+    (docs/reliability.md, "Lost committed epochs")."""
+    if (source is None) == (not record_loss) or (record_loss and through is None):
+        err.print("give either --from SOURCE, or --record-loss with --through EPOCH")
+        raise SystemExit(2)
+    with _operator(params) as op:
+        live = op.live() if apply_ else None
+        if live and not force:
+            err.print(
+                f"refused: a coordinator of job {op.job} seems to run ({live}); stop the query "
+                "before repairing its sinks, or give --force"
+            )
+            raise SystemExit(2)
+        try:
+            if source is not None:
+                repairs = op.copy_lost_epochs(sink_name, source, apply=apply_)
+            else:
+                assert through is not None
+                who = note or "recorded by durable-sinks repair-epochs"
+                repairs = op.record_lost_epochs(sink_name, through, who, apply=apply_)
+        except DurableSinkError as exc:
+            _fail(exc, 1)
+    table = Table("epoch", "parts", "rows", "how")
+    for repair in repairs:
+        table.add_row(str(repair.epoch), str(repair.parts), f"{repair.rows:,}", repair.action)
+    if repairs:
+        out.print(table)
+    verb = "repaired" if apply_ else "dry run: would repair"
+    out.print(f"{verb} {len(repairs)} epoch(s) of sink {sink_name}")
+    if repairs and not apply_:
+        out.print("nothing was changed; give --apply to act")

@@ -1,7 +1,8 @@
-"""The logic behind `durable-sinks status|inspect|resolve|verify|expire`: a job's decision
-store and sinks opened read only (`OpenContext(inspect=True)`, `DecisionStore.peek`), and what
-they say put side by side. Nothing here claims a generation or writes, except `resolve`
-(which starts a coordinator: the same recovery a restarted job runs) and `expire`."""
+"""The logic behind `durable-sinks status|inspect|resolve|verify|expire|repair-epochs`: a
+job's decision store and sinks opened read only (`OpenContext(inspect=True)`,
+`DecisionStore.peek`), and what they say put side by side. Nothing here claims a generation
+or writes, except `resolve` (which starts a coordinator: the same recovery a restarted job
+runs), `expire` and `repair-epochs` with `--apply`."""
 
 from __future__ import annotations
 
@@ -11,8 +12,17 @@ from dataclasses import dataclass, field
 
 from durable_sinks.coordinator import RecoveryReport, validate
 from durable_sinks.core import LastResource, OpenContext, SinkConnector
+from durable_sinks.core.errors import ConfigError
 from durable_sinks.core.naming import ParticipantName
-from durable_sinks.core.operations import ExpiringSink, Holding, OperableSink, Prepared
+from durable_sinks.core.operations import (
+    EpochRepair,
+    ExpiringSink,
+    Holding,
+    OperableSink,
+    Prepared,
+    RepairableSink,
+)
+from durable_sinks.core.protocol import CommitHandle
 from durable_sinks.manifest import DecisionRecord, DecisionStore
 from durable_sinks.spark._build import build_coordinator, close_quietly, decision_store
 from durable_sinks.spark._options import JobOptions
@@ -354,6 +364,42 @@ class Operator:
             else:
                 deleted[sink.name] = sink.expire_markers(last - keep + 1)
         return deleted
+
+    def repairable(self, name: str) -> RepairableSink:
+        """The job's sink `name`, if its kind can repair lost epochs; ConfigError otherwise."""
+        found = next((s for s in self.sinks if s.name == name), None)
+        if found is None:
+            raise ConfigError(
+                f"the job has no sink {name!r}",
+                job=self.job,
+                fix=f"name one of {[s.name for s in self.sinks]}",
+            )
+        if not isinstance(found, RepairableSink):
+            raise ConfigError(
+                f"sink {name!r} ({self.kinds[name]}) has no repair of lost epochs",
+                job=self.job,
+                sink=name,
+                fix="re-supply the epochs' rows from the source (docs/reliability.md, "
+                '"Lost committed epochs")',
+            )
+        return found
+
+    def decided_commit(self, handle: CommitHandle) -> CommitHandle | None:
+        """The decision's copy of `handle` when its epoch's decision commits it, else None."""
+        decision = self.decision(handle.epoch)
+        if decision is None or not decision.commits(handle):
+            return None
+        return decision.handle_of(handle)
+
+    def copy_lost_epochs(self, name: str, source: str, *, apply: bool) -> list[EpochRepair]:
+        """Sink `name`'s lost epochs, copied from its old target at `source`."""
+        return self.repairable(name).copy_lost_epochs(source, self.decided_commit, apply=apply)
+
+    def record_lost_epochs(
+        self, name: str, through: int, note: str, *, apply: bool
+    ) -> list[EpochRepair]:
+        """Sink `name`'s epochs after its last committed one up to `through`, recorded lost."""
+        return self.repairable(name).record_lost_epochs(through, note, apply=apply)
 
 
 def _held(holding: Holding | None) -> str:

@@ -8,7 +8,7 @@ does not implement `OperableSink` is shown as "not inspectable" rather than gues
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -80,3 +80,44 @@ class ExpiringSink(SinkConnector, Protocol):
     `last_committed_epoch` reads), and returns how many it deleted."""
 
     def expire_markers(self, before_epoch: int) -> int: ...
+
+
+@dataclass(frozen=True)
+class EpochRepair:
+    """One epoch of one sink that `durable-sinks repair-epochs` put back (or, in a dry run,
+    would put back): `parts` marker rows and `rows` rows, and how (`action`: copied from the
+    old server, committed there first, or recorded as lost)."""
+
+    epoch: int
+    parts: int
+    rows: int
+    action: str
+
+
+#: What a repair asks of the job's decisions: the decision's copy of a participant left
+#: prepared on the old server when the epoch's decision commits it, else None.
+DecidedCommit = Callable[[CommitHandle], "CommitHandle | None"]
+
+
+@runtime_checkable
+class RepairableSink(SinkConnector, Protocol):
+    """A sink whose lost committed epochs an operator can repair (docs/reliability.md, "Lost
+    committed epochs"), opened with `OpenContext(inspect=True)` while the job is stopped.
+    Both calls plan only unless `apply`; with `apply` each writes in one transaction of the
+    sink's target, all or nothing.
+
+    - `copy_lost_epochs(source, decided, apply=...)`: every epoch newer than the sink's
+      last committed one that the old target at `source` (its data, e.g. the old primary
+      started alone) holds, copied with its marker rows. A participant left prepared there
+      whose decision commits it (`decided`) is committed there first. Refuses (and writes
+      nothing) when the epoch's rows cannot be picked exactly.
+    - `record_lost_epochs(through, note, apply=...)`: marker rows recording every epoch
+      after the last committed one up to `through` as lost (`note` says by whom and why), so
+      the job goes on after the operator re-supplied the rows from the source.
+    """
+
+    def copy_lost_epochs(
+        self, source: str, decided: DecidedCommit, *, apply: bool
+    ) -> list[EpochRepair]: ...
+
+    def record_lost_epochs(self, through: int, note: str, *, apply: bool) -> list[EpochRepair]: ...
