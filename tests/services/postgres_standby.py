@@ -249,7 +249,7 @@ class PostgresPair:
 
     def reset(self, mode: Mode | None = None) -> None:
         """Stop both servers, delete their data and, given a `mode`, make a fresh pair in it
-        (a new cluster and a standby copied from it, streaming: ~3-5 s). Without a mode (the
+        (a new cluster and a standby copied from it, streaming: 5-10 s). Without a mode (the
         command line's `reset`) the pair is left deleted."""
         for server in self.servers.values():
             server.reset()
