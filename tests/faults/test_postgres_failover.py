@@ -15,20 +15,17 @@ step of a batch. The job is given the pair's multi-host conninfo
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
-from click.testing import CliRunner
 
-from durable_sinks.cli import main
 from durable_sinks.core.errors import CommittedEpochLostError, ParticipantLostError
 from durable_sinks.spark import sink
 from tests.services import KafkaEndpoint, PostgresEndpoint, PostgresPair
 from tests.spark.streams import postgres_ids
-from tests.support.standby_bed import StandbyBed
+from tests.support.standby_bed import StandbyBed, repair_epochs
 
 from .jobs import HIT_EPOCH, ROWS_PER_BATCH, Fault, FaultyWriter, Job, Trigger, check_ridden_through
 
@@ -184,35 +181,22 @@ def test_a_failover_to_a_lagging_asynchronous_standby_fails_typed_never_silently
     # started alone, the lost epochs copied from it; then the job restarts and lands every
     # batch once.
     with pair.retired_alone() as old:
-        repaired = repair_epochs(job, tmp_path, "--from", "${OLD_PG}", env={"OLD_PG": old})
+        repaired = repair_from(job, tmp_path, old)
     print(repaired)
     restarted = job.writer()
     job.run(restarted)
     job.check_exactly_once()
 
 
-def repair_epochs(job: Job, folder: Path, *args: str, env: dict[str, PostgresEndpoint]) -> str:
-    """`durable-sinks repair-epochs JOB -f job.json --sink postgres ARGS --apply`, the job
-    file naming the job's sinks (passwords from the environment); its output."""
-    job_file = folder / "job.json"
-    sinks: list[dict[str, Any]] = [
-        {"kind": "postgres", "dsn": "${JOB_PG}", "table": job.table},
-    ]
+def repair_from(job: Job, folder: Path, old: PostgresEndpoint) -> str:
+    """The lost epochs of the job's Postgres sink copied from `old` (repair-epochs --from)."""
+    sinks: list[dict[str, Any]] = [{"kind": "postgres", "dsn": "${JOB_PG}", "table": job.table}]
     if job.topic is not None:
         kafka = job.bed.job_kafka.bootstrap_servers
         sinks.append({"kind": "kafka", "bootstrap_servers": kafka, "topic": job.topic})
-    job_file.write_text(json.dumps({"job_id": job.job_id, "sinks": sinks}))
-    environment = {"JOB_PG": job.bed.job_postgres.conninfo()}
-    environment |= {name: endpoint.conninfo() for name, endpoint in env.items()}
-    result = CliRunner().invoke(
-        main,
-        ["repair-epochs", job.job_id, "-f", str(job_file), "--sink", "postgres", *args, "--apply"],
-        env=environment,
-    )
-    for secret in environment.values():
-        assert secret not in result.output
-    assert result.exit_code == 0, result.output
-    return result.output
+    env = {"JOB_PG": job.bed.job_postgres.conninfo(), "OLD_PG": old.conninfo()}
+    settings = {"job_id": job.job_id, "sinks": sinks}
+    return repair_epochs(folder / "job.json", settings, env, "--from", "${env:OLD_PG}")
 
 
 def restart_fails(job: Job) -> ParticipantLostError:

@@ -3,7 +3,7 @@
 synchronous standby a new coordinator finds its decisions and the sink's epochs there and
 goes on; after a failover to an asynchronous standby that missed the last epoch, the sink's
 session that replaces the lost one refuses to go on (CommittedEpochLostError naming both
-servers, never the password).
+servers, never the password), and the repair copies the lost epoch from the old primary.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from durable_sinks.sinks.postgres import PostgresSink, PostgresSinkConfig
 from tests.conftest import UniqueNames
 from tests.services import PostgresPair
 from tests.spark.streams import postgres_ids
+from tests.support.standby_bed import repair_epochs
 
 pytestmark = pytest.mark.replicated_tier
 
@@ -96,3 +97,51 @@ def test_a_session_replaced_after_a_failover_to_a_lagging_standby_refuses_to_go_
         assert "repair-epochs" in (error.fix or "")
     assert postgres_ids(dsn, TABLE) == [0, 1]  # nothing of epoch 2 written
     coordinator.close()
+
+
+def test_epochs_a_failover_to_a_lagging_standby_lost_are_repaired_from_the_old_primary(
+    postgres_standby: PostgresPair, unique: UniqueNames, tmp_path: Path
+) -> None:
+    """The documented repair (docs/reliability.md, "Lost committed epochs") after a real
+    failover: the next start refuses; the old primary, started alone, gives back the lost
+    epoch (`durable-sinks repair-epochs --from`); the job then goes on, every row once."""
+    pair = postgres_standby
+    dsn = fresh_pair(pair, "async")
+    store = tmp_path / "store"
+
+    def started() -> Coordinator:
+        """A new coordinator, started; closed if its start fails (as the Spark writer does)."""
+        made = Coordinator(
+            unique.job_id, [sink_on(dsn)], LocalDirectoryStore(store), one_phase=False
+        )
+        try:
+            made.start()
+        except BaseException:
+            made.close()
+            raise
+        return made
+
+    first = started()
+    first.run_epoch(0, [batch(0)])
+    with pair.hold_wal():
+        first.run_epoch(1, [batch(1)])
+        pair.fail_over()
+    first.close()
+    with pytest.raises(CommittedEpochLostError) as caught:
+        started()
+    assert (caught.value.first_lost, caught.value.last_lost) == (1, 1)
+
+    settings = {
+        "job_id": unique.job_id,
+        "decision_store": str(store),
+        "sinks": [{"kind": "postgres", "dsn": "${JOB_PG}", "table": TABLE}],
+    }
+    with pair.retired_alone() as old:
+        env = {"JOB_PG": dsn, "OLD_PG": old.conninfo()}
+        shown = repair_epochs(tmp_path / "job.json", settings, env, "--from", "${env:OLD_PG}")
+    assert "repaired 1 epoch(s) of sink postgres" in shown, shown
+
+    again = started()
+    assert again.run_epoch(2, [batch(2)]).outcome is EpochOutcome.COMMITTED
+    again.close()
+    assert postgres_ids(dsn, TABLE) == [0, 1, 10, 11, 20, 21]
