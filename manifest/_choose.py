@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from typing import Any, NoReturn
 from urllib.parse import unquote, urlsplit
 
+from durable_sinks.core.connecting import SEVERAL_SERVERS_FIX, may_reach_a_standby, server_of
 from durable_sinks.core.errors import ConfigError
 from durable_sinks.core.extras import require_extra
 
@@ -180,7 +181,7 @@ def _check_dsn(text: str, job: str | None) -> None:
     from psycopg.conninfo import conninfo_to_dict
 
     try:
-        conninfo_to_dict(text)
+        params = conninfo_to_dict(text)
     except ProgrammingError as exc:
         lines = str(exc).strip().splitlines()
         reason = lines[0] if lines else type(exc).__name__
@@ -194,6 +195,13 @@ def _check_dsn(text: str, job: str | None) -> None:
             "must be an absolute path",
             job,
         ) from None
+    if may_reach_a_standby(params):
+        raise _refused(
+            f"decision_store names several Postgres servers ({server_of(text)}) without "
+            "target_session_attrs=read-write: libpq could connect to a standby",
+            SEVERAL_SERVERS_FIX,
+            job,
+        )
 
 
 def default_store_for(kind: str, config: Mapping[str, Any]) -> DecisionStore | None:

@@ -10,7 +10,12 @@ import re
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
-from durable_sinks.core.connecting import connect_timeout
+from durable_sinks.core.connecting import (
+    SEVERAL_SERVERS_FIX,
+    connect_timeout,
+    may_reach_a_standby,
+    server_of,
+)
 from durable_sinks.core.errors import ConfigError
 from durable_sinks.core.redaction import redact
 from durable_sinks.core.secrets import check
@@ -153,9 +158,15 @@ def _check_dsn(dsn: str, where: str) -> None:
     except ModuleNotFoundError:
         return
     try:
-        conninfo_to_dict(dsn)
+        params = conninfo_to_dict(dsn)
     except ProgrammingError:
         raise ConfigError(
             f"{where}: `dsn` is not a valid connection string",
             fix="use 'host=... port=... dbname=... user=...' or a postgresql:// URI",
         ) from None
+    if may_reach_a_standby(params):
+        raise ConfigError(
+            f"{where}: `dsn` names several servers ({server_of(dsn)}) without "
+            "target_session_attrs=read-write: libpq could connect to a standby",
+            fix=SEVERAL_SERVERS_FIX,
+        )

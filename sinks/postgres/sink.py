@@ -51,7 +51,9 @@ from psycopg.conninfo import conninfo_to_dict
 from durable_sinks.core.bad_rows import BadRowsError, RefusedRows
 from durable_sinks.core.connecting import connection_failure, server_of
 from durable_sinks.core.errors import (
+    LOST_EPOCHS_CAUSES,
     LOST_EPOCHS_DOC,
+    CommittedEpochLostError,
     ConfigError,
     DurableSinkError,
     ParticipantLostError,
@@ -142,12 +144,27 @@ class PostgresSink(SinkBase[Postgres]):
 
     def _admin_conn(self) -> psycopg.Connection[Any]:
         if self._admin is None or self._admin.closed:
-            self._admin = self._connect(autocommit=True)
+            self._admin = self._session(autocommit=True, replacing=self._admin is not None)
         return self._admin
+
+    def _session(self, *, autocommit: bool, replacing: bool) -> psycopg.Connection[Any]:
+        """A new session; one that replaces a lost one is first checked to reach a server
+        holding every epoch this sink committed (`_check_epochs_held`), and dropped if not
+        (so the next replacement is checked again)."""
+        conn = self._connect(autocommit=autocommit)
+        if replacing:
+            try:
+                self._check_epochs_held(conn)
+                if not autocommit:
+                    conn.commit()
+            except BaseException:
+                conn.close()
+                raise
+        return conn
 
     def _tx_conn(self) -> psycopg.Connection[Any]:
         if self._tx is None or self._tx.closed:
-            self._tx = self._connect(autocommit=False)
+            self._tx = self._session(autocommit=False, replacing=self._tx is not None)
             if self.context.worker:
                 # A part's rows may wait on keys that a dead attempt of the same part holds in
                 # a prepared transaction (a unique index): only the driver's decision, which
@@ -161,6 +178,38 @@ class PostgresSink(SinkBase[Postgres]):
                 )
                 self._tx.commit()
         return self._tx
+
+    def _check_epochs_held(self, conn: psycopg.Connection[Any]) -> None:
+        """On a session that replaced a lost one (the driver's, once open): the server must
+        still hold every epoch this sink committed. A reconnect may reach another server
+        than the lost session's (a promoted standby, by a multi-host DSN); one that lagged
+        lacks the last commits, and epochs committed after it would hide the gap from the
+        checks at the next start: CommittedEpochLostError, before anything more is written.
+        Markers are expired oldest first, never the newest, so a lower newest marker is a
+        loss. One query per reconnect."""
+        ctx = self.context
+        held = self._last_committed
+        if ctx.worker or ctx.inspect or self._opened is None or held is None:
+            return
+        found = self._opened.meta.last_committed(conn)
+        if found is not None and found >= held:
+            return
+        first = 0 if found is None else found + 1
+        lost = f"epoch {held}" if first == held else f"epochs {first}..{held}"
+        raise CommittedEpochLostError(
+            f"the server this sink reconnected to ({server_of(self.config.dsn)}) no longer "
+            f"holds {lost}, which this sink committed (their marker rows are gone: the newest "
+            f"is {'none' if found is None else f'epoch {found}'}); likely causes: "
+            f"{LOST_EPOCHS_CAUSES}",
+            **self._where(held),
+            first_lost=first,
+            last_lost=held,
+            holder=self.name,
+            fix=f"stop the job and repair {lost} of postgres sink {self.name!r} before "
+            "restarting: `durable-sinks repair-epochs` copies them from the old primary's data "
+            "if it still exists, else re-supply their rows and record the loss (`durable-sinks "
+            f"repair-epochs --record-loss`); see {LOST_EPOCHS_DOC}",
+        )
 
     def _errors(
         self,

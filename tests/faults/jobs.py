@@ -1,5 +1,5 @@
 """What the fault tests share: a real Spark job (on the faults bed, or on any Postgres and
-Kafka: `Endpoints`) whose writer injects a fault at a chosen protocol step of a chosen batch,
+Kafka: `Servers`) whose writer injects a fault at a chosen protocol step of a chosen batch,
 the faults themselves, and the checks (every sink read as its readers would, nothing left
 prepared or open)."""
 
@@ -154,18 +154,20 @@ def toxic(proxy: Proxy, name: str, seconds: float, **kind: Any) -> Fault:
 
 # -- the job ---------------------------------------------------------------------------------
 class Servers(Protocol):
-    """Where a job's sinks reach Postgres and Kafka (`*_proxied`: through a proxy whose toxics
-    act on them, where there is one) and where the checks read them (`*_direct`). The faults
-    bed (`FaultBed`) is one; `Endpoints` names any other pair."""
+    """The servers a job writes to: `job_*` are what its sinks (and a Postgres decision store)
+    are given (the faults bed's: through Toxiproxy, whose toxics then act on them); `*_direct`
+    reach the same servers for set-up and checks. `FaultBed` is one; `StandbyBed`
+    (tests/support/standby_bed.py: the Postgres primary and standby by their multi-host
+    conninfo) another; `Endpoints` names any other Postgres and Kafka."""
 
     @property
-    def postgres_proxied(self) -> PostgresEndpoint: ...
+    def job_postgres(self) -> PostgresEndpoint: ...
+
+    @property
+    def job_kafka(self) -> KafkaEndpoint: ...
 
     @property
     def postgres_direct(self) -> PostgresEndpoint: ...
-
-    @property
-    def kafka_proxied(self) -> KafkaEndpoint: ...
 
     @property
     def kafka_direct(self) -> KafkaEndpoint: ...
@@ -180,7 +182,7 @@ class Endpoints:
     kafka: KafkaEndpoint
 
     @property
-    def postgres_proxied(self) -> PostgresEndpoint:
+    def job_postgres(self) -> PostgresEndpoint:
         return self.postgres
 
     @property
@@ -188,7 +190,7 @@ class Endpoints:
         return self.postgres
 
     @property
-    def kafka_proxied(self) -> KafkaEndpoint:
+    def job_kafka(self) -> KafkaEndpoint:
         return self.kafka
 
     @property
@@ -198,8 +200,7 @@ class Endpoints:
 
 @dataclass
 class Job:
-    """A Postgres (+ Kafka) streaming job on `bed` (the faults bed or other `Servers`), and
-    what it should hold."""
+    """A Postgres (+ Kafka) streaming job on `bed`'s servers, and what it should hold."""
 
     bed: Servers
     spark: Any
@@ -239,9 +240,10 @@ class Job:
             write_input(self.source, f"part-{n}.json", range(n * size, (n + 1) * size))
 
     def sinks(self, *, proxied: bool = True) -> list[Any]:
-        """The job's sinks, reaching the servers through Toxiproxy (or directly)."""
-        postgres = self.bed.postgres_proxied if proxied else self.bed.postgres_direct
-        kafka = self.bed.kafka_proxied if proxied else self.bed.kafka_direct
+        """The job's sinks, reaching the servers as a job does (the faults bed's through
+        Toxiproxy), or directly."""
+        postgres = self.bed.job_postgres if proxied else self.bed.postgres_direct
+        kafka = self.bed.job_kafka if proxied else self.bed.kafka_direct
         made = []
         if self.postgres:
             made.append(

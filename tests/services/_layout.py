@@ -66,9 +66,14 @@ class PostgresStandbyPorts:
 
     primary: int = 15452  # DS_PG_STANDBY_PORT
     standby: int = 15453  # DS_PG_STANDBY_PORT + 1
+    #: Where an old primary runs alone after a failover (for a repair to read), outside the
+    #: pair's connection string: DS_PG_STANDBY_PORT + 2.
+    alone: int = 15454
 
     def shifted(self, offset: int) -> PostgresStandbyPorts:
-        return PostgresStandbyPorts(self.primary + offset, self.standby + offset)
+        return PostgresStandbyPorts(
+            self.primary + offset, self.standby + offset, self.alone + offset
+        )
 
 
 @dataclass(frozen=True)
@@ -300,7 +305,7 @@ class Layout:
             root=_env_path("DS_SERVICES_DIR", REPO_ROOT / ".services"),
             cache=_env_path("DS_CACHE_DIR", Path(xdg) / "durable-sinks"),
             postgres=PostgresPorts(port=pg),
-            postgres_standby=PostgresStandbyPorts(primary=standby, standby=standby + 1),
+            postgres_standby=PostgresStandbyPorts(standby, standby + 1, standby + 2),
             kafka=KafkaPorts(
                 broker=broker,
                 controller=controller,
@@ -387,6 +392,7 @@ class Layout:
             "postgres": self.postgres.port,
             "postgres-standby.primary": self.postgres_standby.primary,
             "postgres-standby.standby": self.postgres_standby.standby,
+            "postgres-standby.alone": self.postgres_standby.alone,
             "kafka.broker": kafka.broker,
             "kafka.controller": kafka.controller,
             **{f"s3.{role}": port for role, port in self.s3.all().items()},

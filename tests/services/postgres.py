@@ -297,16 +297,15 @@ class Postgres:
             _chown_postgres(self.data / COMPLETE)
         self.home.mkdir(parents=True, exist_ok=True)
         _chown_postgres(self.home)
-        ensure_folder(self.name, self.build_step, self.data, self._build(binaries))
+        step, build = self._build(binaries)
+        ensure_folder(self.name, step, self.data, build)
         _chown_postgres(self.data / COMPLETE)
 
-    #: What `_build` does, as the set-up step names it in errors.
-    build_step = "Postgres cluster (initdb)"
-
-    def _build(self, binaries: Path) -> Callable[[Path], None]:
-        """How the cluster's data folder is made (into the staging folder it is given): a new
-        cluster by initdb here; a streaming standby copies its primary instead."""
-        return self._initdb(binaries)
+    def _build(self, binaries: Path) -> tuple[str, Callable[[Path], None]]:
+        """How the cluster's data folder is made (into the staging folder it is given), and
+        the set-up step's name for errors: a new cluster by initdb here; a streaming standby
+        copies its primary instead."""
+        return "Postgres cluster (initdb)", self._initdb(binaries)
 
     def _initdb(self, binaries: Path) -> Callable[[Path], None]:
         def build(staging: Path) -> None:

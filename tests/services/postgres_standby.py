@@ -85,8 +85,6 @@ class PairServer(Postgres):
     """One server of the pair: a `Postgres` cluster whose settings follow its role, and
     which, as a standby, is made by copying the primary (`pg_basebackup -R`)."""
 
-    build_step = "streaming standby (pg_basebackup)"
-
     def __init__(self, pair: PostgresPair, slot: Slot, port: int) -> None:
         root = pair.home / slot
         super().__init__(
@@ -96,10 +94,10 @@ class PairServer(Postgres):
         self.pair = pair
         self.slot = slot
 
-    def _build(self, binaries: Path) -> Callable[[Path], None]:
+    def _build(self, binaries: Path) -> tuple[str, Callable[[Path], None]]:
         state = self.pair.state()
         if state.standby != self.slot:
-            return self._initdb(binaries)
+            return super()._build(binaries)
         primary = self.pair.server(state.primary)
 
         def copy(staging: Path) -> None:
@@ -130,7 +128,7 @@ class PairServer(Postgres):
                 timeout=120,
             )
 
-        return copy
+        return "streaming standby (pg_basebackup)", copy
 
     def _settings(self) -> dict[str, str]:
         return {**super()._settings(), **_PAIR_SETTINGS, **self.pair.role_settings(self.slot)}
@@ -213,7 +211,11 @@ class PostgresPair:
                 "connect_timeout=2"
             )
             return {"primary_conninfo": f"'{conninfo}'"}
-        names = STANDBY_NAME if state.mode == "sync" and state.standby is not None else ""
+        names = (
+            STANDBY_NAME
+            if slot == state.primary and state.mode == "sync" and state.standby is not None
+            else ""  # a primary without standby, or a retired one started alone
+        )
         return {"synchronous_standby_names": f"'{names}'"}
 
     # -- endpoints ---------------------------------------------------------------------------
@@ -247,7 +249,7 @@ class PostgresPair:
 
     def reset(self, mode: Mode | None = None) -> None:
         """Stop both servers, delete their data and, given a `mode`, make a fresh pair in it
-        (a new cluster and a standby copied from it, streaming: ~3-5 s). Without a mode (the
+        (a new cluster and a standby copied from it, streaming: 5-10 s). Without a mode (the
         command line's `reset`) the pair is left deleted."""
         for server in self.servers.values():
             server.reset()
@@ -330,6 +332,24 @@ class PostgresPair:
         self.servers[retired].up()
         self.primary.reload()  # names the standby again in sync mode
         self.wait_streaming()
+
+    @contextlib.contextmanager
+    def retired_alone(self) -> Iterator[PostgresEndpoint]:
+        """After a failover: the old primary started alone on a port of its own (the layout's
+        `postgres_standby.alone`, which the pair's connection string does not name), for a
+        repair to read what it holds that the new primary lost; stopped again (fast) when
+        the block ends. It runs as a primary without standby (its WAL recovered from the
+        kill): never give its endpoint to a job."""
+        state = self.state()
+        slot = state.retired
+        if slot is None:
+            raise ServiceError(self.name, "no server is retired: fail_over() first")
+        alone = PairServer(self, slot, self.layout.postgres_standby.alone)  # its data, own port
+        try:
+            alone.up()
+            yield alone.endpoint()
+        finally:
+            alone.stop("fast")
 
     @contextlib.contextmanager
     def hold_wal(self) -> Iterator[None]:

@@ -120,6 +120,15 @@ class FaultBed:
         return self.kafka_server.endpoint()
 
     @property
+    def job_postgres(self) -> PostgresEndpoint:
+        """What a fault test's job is given (tests/faults/jobs.py): the proxied endpoint."""
+        return self.postgres_proxied
+
+    @property
+    def job_kafka(self) -> KafkaEndpoint:
+        return self.kafka_proxied
+
+    @property
     def kafka_proxied(self) -> KafkaEndpoint:
         return KafkaEndpoint(f"127.0.0.1:{self.testbed.layout.toxiproxy.kafka}")
 

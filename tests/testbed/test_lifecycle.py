@@ -64,14 +64,25 @@ def _connect_ports(layout: Layout) -> list[int]:
     return [layout.connect.port, layout.connect.killable]
 
 
+def _standby_ports(layout: Layout) -> list[int]:
+    pair = layout.postgres_standby
+    return [pair.primary, pair.standby, pair.alone]
+
+
 def _all_ports(layout: Layout) -> list[int]:
-    return [*_ports(layout), *_faults_ports(layout), *_connect_ports(layout)]
+    return [
+        *_ports(layout),
+        *_faults_ports(layout),
+        *_connect_ports(layout),
+        *_standby_ports(layout),
+    ]
 
 
 def test_no_two_servers_share_a_port() -> None:
-    """The main bed, the faults bed, Toxiproxy, the Spark Connect servers, the private beds
-    these tests start (+200) and the SeaweedFS test_s3.py restarts (+400) all run at once:
-    with this environment's ports, no port may be wanted twice."""
+    """The main bed, the faults bed, Toxiproxy, the Spark Connect servers, the Postgres
+    primary and standby, the private beds these tests start (+200) and the SeaweedFS
+    test_s3.py restarts (+400) all run at once: with this environment's ports, no port may
+    be wanted twice."""
     shared = Layout.from_env()
     ports = (
         _all_ports(shared)

@@ -2,7 +2,8 @@
 standby streaming in the mode asked for; a synchronous standby keeps a prepared transaction
 across a failover, where it commits; an asynchronous standby whose WAL stream was held back
 loses what the primary acknowledged meanwhile (which is why docs/postgres.md asks for a
-synchronous standby); the old primary stays down and `up` does not start it again.
+synchronous standby), which the old primary, started alone, still holds; the old primary
+stays down and `up` does not start it again.
 """
 
 from __future__ import annotations
@@ -103,6 +104,13 @@ def test_an_asynchronous_standby_held_back_loses_what_the_primary_acknowledged(
     # the PREPARE and row 3, acknowledged by the old primary, are gone without an error.
     assert _gids(conninfo) == []
     assert _facts(conninfo) == [1]
+    # The old primary, started alone outside the pair's connection string, still has them:
+    # what a repair copies from.
+    with pair.retired_alone() as old:
+        assert old.port not in {port for _, port in pair.endpoint().servers}
+        assert _gids(old.conninfo()) == ["lost"]
+        assert _facts(old.conninfo()) == [1, 3]
+    assert pair.server("a" if pair.primary.slot == "b" else "b").postmaster_pid() is None
 
 
 def test_holding_the_wal_of_a_synchronous_pair_is_refused(postgres_standby: PostgresPair) -> None:

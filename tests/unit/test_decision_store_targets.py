@@ -109,6 +109,30 @@ def test_an_unreadable_connection_string_is_refused_with_libpqs_reason(
     assert message in error.message
 
 
+@pytest.mark.parametrize(
+    "target",
+    [
+        "host=p.example,s.example port=5432,5433 dbname=orders password=s3cret",
+        "postgresql://u:s3cret@p.example:5432,s.example:5433/orders?target_session_attrs=any",
+    ],
+)
+def test_several_servers_without_asking_for_the_writable_one_are_refused(
+    target: str, cwd: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """libpq would take the first server that answers: perhaps a read-only standby."""
+    monkeypatch.delenv("PGTARGETSESSIONATTRS", raising=False)
+    error = refused(target, cwd)
+    assert "names several Postgres servers (p.example:5432,s.example:5433/orders)" in str(error)
+    assert "target_session_attrs=read-write" in (error.fix or "")
+    assert "s3cret" not in str(error)
+
+
+def test_several_servers_asking_for_the_writable_one_are_a_postgres_store(cwd: Path) -> None:
+    for attrs in ("read-write", "primary"):
+        store = store_from(f"host=p,s port=5432,5433 dbname=d target_session_attrs={attrs}")
+        assert isinstance(store, PostgresDecisionStore)
+
+
 def test_a_file_uri_naming_a_host_is_refused(cwd: Path) -> None:
     error = refused("file://data/decisions", cwd)
     assert "names 'data'" in error.message

@@ -227,3 +227,21 @@ def test_with_psycopg_a_dsn_is_shown_without_its_password() -> None:
     assert PASSWORD not in shown
     assert "db.example" in shown
     assert server_of(DSN) == "db.example:5433/orders"
+
+
+@pytest.mark.parametrize(
+    "dsn",
+    [
+        f"host=p.example,s.example port=5432,5433 user=w password={PASSWORD} "
+        "target_session_attrs=read-write",
+        f"postgresql://writer:{PASSWORD}@p.example:5432,s.example:5433/orders"
+        "?target_session_attrs=read-write",
+    ],
+)
+def test_a_dsn_naming_a_primary_and_its_standby_is_shown_without_its_password(dsn: str) -> None:
+    shown = redact(dsn)
+    assert PASSWORD not in shown
+    assert "p.example,s.example" in shown
+    assert "target_session_attrs=read-write" in shown
+    assert PASSWORD not in str(connection_failure("connection refused", dsn))
+    assert server_of(dsn).startswith("p.example:5432,s.example:5433/")

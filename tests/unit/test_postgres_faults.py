@@ -149,6 +149,17 @@ def test_data_and_setup_errors_keep_their_translation() -> None:
         ("postgresql://etl:s3cret@db.example/orders", "db.example:5432/orders"),
         ("host=db.example user=etl password=s3cret", "db.example:5432/etl"),
         ("hostaddr=10.0.0.5 port=5433 dbname=x", "10.0.0.5:5433/x"),
+        # a primary and its standby: each server with its port
+        (
+            "host=p.example,s.example port=5432,5433 password=s3cret "
+            "target_session_attrs=read-write dbname=x",
+            "p.example:5432,s.example:5433/x",
+        ),
+        ("host=p.example,s.example port=6000 dbname=x", "p.example:6000,s.example:6000/x"),
+        (
+            "postgresql://etl:s3cret@p.example:5432,s.example:5433/x",
+            "p.example:5432,s.example:5433/x",
+        ),
     ],
 )
 def test_server_of_names_host_port_and_database_never_credentials(

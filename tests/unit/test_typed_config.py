@@ -111,6 +111,20 @@ def test_a_bad_value_is_refused_when_the_configuration_is_built() -> None:
         Files(path=" ")
 
 
+def test_a_dsn_naming_a_primary_and_standby_must_ask_for_the_writable_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("PGTARGETSESSIONATTRS", raising=False)
+    pair = "host=p.example,s.example port=5432,5433 dbname=x user=u password=hunter2-secret"
+    with pytest.raises(ConfigError, match="names several servers") as raised:
+        Postgres(dsn=pair, table="events")
+    assert "p.example:5432,s.example:5433/x" in str(raised.value)
+    assert "hunter2" not in str(raised.value)
+    Postgres(dsn=pair + " target_session_attrs=read-write", table="events")
+    monkeypatch.setenv("PGTARGETSESSIONATTRS", "primary")
+    Postgres(dsn=pair, table="events")
+
+
 def test_durable_sink_takes_a_typed_configuration_and_job_options(tmp_path: Path) -> None:
     writer = durable_sink(
         Files(path=str(tmp_path / "out"), name="out"),

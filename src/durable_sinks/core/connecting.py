@@ -9,6 +9,8 @@ installed, the message helpers (`connection_failure`, `server_of`) show no part 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from .errors import ConfigError, UnreachableError
 from .redaction import redact
 
@@ -129,7 +131,9 @@ def connection_lost(exc: BaseException) -> bool:
 
 def server_of(dsn: str) -> str:
     """`host:port/dbname` of a DSN, for messages: never the user or the password. Unset parts
-    are what libpq would use (PGHOST, PGPORT, PGDATABASE, else localhost, 5432, the user)."""
+    are what libpq would use (PGHOST, PGPORT, PGDATABASE, else localhost, 5432, the user). A
+    DSN naming several servers (a primary and its standbys) gives each `host:port`, in the
+    order libpq tries them: `h1:5432,h2:5433/dbname`."""
     import os
 
     try:
@@ -143,6 +147,14 @@ def server_of(dsn: str) -> str:
         return "<a DSN libpq cannot read>"
     host = params.get("host") or params.get("hostaddr") or os.environ.get("PGHOST") or "localhost"
     port = params.get("port") or os.environ.get("PGPORT") or "5432"
+    hosts, ports = host.split(","), port.split(",")
+    if len(ports) == 1:  # libpq: one port serves every host
+        ports *= len(hosts)
+    servers = (
+        ",".join(f"{h}:{p}" for h, p in zip(hosts, ports, strict=True))
+        if len(hosts) == len(ports)
+        else f"{host}:{port}"  # libpq refuses such a DSN; shown as written
+    )
     dbname = (
         params.get("dbname")
         or os.environ.get("PGDATABASE")
@@ -150,7 +162,31 @@ def server_of(dsn: str) -> str:
         or os.environ.get("PGUSER")
         or "<the user's database>"
     )
-    return f"{host}:{port}/{dbname}"
+    return f"{servers}/{dbname}"
+
+
+#: `target_session_attrs` values under which libpq connects only to a server that takes writes.
+WRITABLE_TARGETS = ("read-write", "primary")
+#: What a DSN naming several servers must say, shown in the error when it does not.
+SEVERAL_SERVERS_FIX = (
+    "add target_session_attrs=read-write to the DSN (libpq then skips standbys and, after a "
+    "failover, finds the promoted one), or name one server"
+)
+
+
+def may_reach_a_standby(params: Mapping[str, object]) -> bool:
+    """Whether a parsed DSN names several servers (`host=a,b`) without asking libpq for the
+    writable one (`target_session_attrs=read-write` or `primary`, in the DSN or
+    PGTARGETSESSIONATTRS): libpq would then take the first that answers, which may be a
+    read-only standby (every write refused) or, after a failover, an old primary restarted
+    beside the new one."""
+    import os
+
+    hosts = str(params.get("host") or params.get("hostaddr") or "")
+    if "," not in hosts:
+        return False
+    wanted = str(params.get("target_session_attrs") or os.environ.get("PGTARGETSESSIONATTRS", ""))
+    return wanted not in WRITABLE_TARGETS
 
 
 #: The bytes of application_name Postgres keeps (NAMEDATALEN - 1); it cuts longer ones.
