@@ -21,6 +21,7 @@ from confluent_kafka import Consumer
 from tests.services import (
     DEFAULT_UP,
     NAMES,
+    ON_DEMAND,
     KafkaEndpoint,
     Layout,
     ServiceError,
@@ -180,8 +181,10 @@ def test_kafka_connector_is_on_the_server(
 
 def test_up_without_names_starts_the_shared_server_but_not_the_killable_one() -> None:
     testbed = Testbed.create()
+    on_demand = ("faults-connect", "spark-cluster", "postgres-standby", "kafka-cluster")
+    assert set(ON_DEMAND) == set(on_demand)
     assert [s.name for s in testbed.select(None, DEFAULT_UP)] == [
-        n for n in NAMES if n not in ("faults-connect", "spark-cluster")
+        n for n in NAMES if n not in on_demand
     ]
     assert "connect" in DEFAULT_UP
     assert [s.name for s in testbed.select()] == list(NAMES)  # down, status and reset: all
