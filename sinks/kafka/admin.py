@@ -48,6 +48,12 @@ _METADATA_LAG = frozenset(
 )
 
 
+#: The longest one list_offsets request may wait (seconds): a request to a broker that just
+#: died waits for it until its time-out, so a retry with fresh metadata, which names the new
+#: leader, goes on seconds after the election instead of at the caller's whole timeout.
+ATTEMPT_TIMEOUT_S = 3.0
+
+
 def _spec(earliest: bool) -> OffsetSpec:
     """The offset spec of a partition's start or end (typed: confluent-kafka's is not)."""
     spec: OffsetSpec = (
@@ -78,7 +84,7 @@ def list_offsets(
             futures = admin.list_offsets(
                 {p: spec for p in partitions},
                 isolation_level=level,
-                request_timeout=max(deadline - time.monotonic(), 0.1),
+                request_timeout=min(max(deadline - time.monotonic(), 0.1), ATTEMPT_TIMEOUT_S),
             )
             return _require_offsets({p: f.result().offset for p, f in futures.items()})
         except KafkaException as exc:
@@ -92,6 +98,26 @@ def list_offsets(
             admin.poll(0)  # serves the client's log and error callbacks
         time.sleep(delay)
         delay = min(delay * 2, 0.5)
+        _refresh_metadata(admin, partitions, deadline)
+
+
+def _refresh_metadata(
+    admin: AdminClient, partitions: Sequence[TopicPartition], deadline: float
+) -> None:
+    """Ask the cluster for the partitions' metadata again before a retry. The admin client
+    keeps the leaders it last learnt; while they name a broker that died (a cluster's leader
+    moving) or none (a topic just created), each list_offsets is sent to that broker, or
+    fails with "No leaders found", until the cached metadata ages out (minutes), not when
+    the cluster has elected a new leader (seconds). A failed refresh is left to the next
+    attempt."""
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+        return
+    for topic in sorted({p.topic for p in partitions}):
+        try:
+            admin.list_topics(topic, timeout=min(remaining, ATTEMPT_TIMEOUT_S))
+        except KafkaException:
+            return
 
 
 def _require_offsets(found: dict[TopicPartition, int]) -> dict[TopicPartition, int]:

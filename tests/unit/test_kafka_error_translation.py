@@ -25,7 +25,7 @@ from durable_sinks.core.errors import (
 from durable_sinks.core.joblog import JobLogger
 from durable_sinks.core.protocol import CommitHandle, OpenContext
 from durable_sinks.sinks.kafka import KafkaSink, KafkaSinkConfig, admin, sink
-from durable_sinks.sinks.kafka.admin import Cluster
+from durable_sinks.sinks.kafka.admin import ATTEMPT_TIMEOUT_S, Cluster
 from durable_sinks.sinks.kafka.producer import TransactionalProducer
 from durable_sinks.sinks.kafka.progress import ProgressReader
 from durable_sinks.sinks.kafka.records import build_records
@@ -302,9 +302,13 @@ class FakeAdmin:
         self.outcomes = outcomes
         self.scan = scan
         self.calls = 0
+        #: Each attempt's request_timeout, and the topics whose metadata was asked again.
+        self.request_timeouts: list[float] = []
+        self.refreshed: list[str | None] = []
 
     def list_offsets(self, partitions: dict[TopicPartition, Any], **kwargs: Any) -> Any:
         self.calls += 1
+        self.request_timeouts.append(kwargs["request_timeout"])
         outcome = self.outcomes.pop(0) if len(self.outcomes) > 1 else self.outcomes[0]
         # A partition's start is 0, its end 7 (a progress read asks for both, in turn).
         offset = 0 if self.calls % 2 and self.scan else 7
@@ -312,6 +316,9 @@ class FakeAdmin:
 
     def poll(self, timeout: float) -> int:
         return 0
+
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> None:
+        self.refreshed.append(topic)
 
 
 NO_LEADERS = kafka(KafkaError._NOENT)  # "Failed to query partition leaders: No leaders found"
@@ -330,6 +337,22 @@ def test_no_leaders_found_after_a_broker_restart_is_retried() -> None:
     fake = FakeAdmin([NO_LEADERS, NO_LEADERS, None])
     assert cluster(fake).high_watermarks(1, 0) == {TopicPartition("events", 0): 7}
     assert fake.calls == 3
+
+
+def test_a_retry_asks_for_fresh_metadata_and_no_attempt_waits_past_its_bound() -> None:
+    """A cluster's partition leader killed: the admin client keeps the metadata it last
+    learnt (the dead leader, or none) until it ages out in minutes, and a request sent to the
+    dead broker waits its whole time-out. Each retry asks for the topic's metadata again, and
+    one attempt waits ATTEMPT_TIMEOUT_S at most, so the offsets come seconds after the
+    election, not at the end of request_timeout_s (a leader killed before the decision
+    paused a batch 30-37 s before)."""
+    fake = FakeAdmin([NO_LEADERS, NO_LEADERS, None])
+    made = cluster(fake)
+    made._timeout = 60.0
+    assert made.high_watermarks(1, 0) == {TopicPartition("events", 0): 7}
+    assert fake.refreshed == ["events", "events"]
+    assert len(fake.request_timeouts) == 3
+    assert max(fake.request_timeouts) <= ATTEMPT_TIMEOUT_S
 
 
 class MovingLeaderAdmin(FakeAdmin):
