@@ -156,9 +156,9 @@ def toxic(proxy: Proxy, name: str, seconds: float, **kind: Any) -> Fault:
 class Servers(Protocol):
     """The servers a job writes to: `job_*` are what its sinks (and a Postgres decision store)
     are given (the faults bed's: through Toxiproxy, whose toxics then act on them); `*_direct`
-    reach the same servers for set-up and checks. `FaultBed` is one; `StandbyBed`
-    (tests/support/standby_bed.py: the Postgres primary and standby by their multi-host
-    conninfo) another; `Endpoints` names any other Postgres and Kafka."""
+    reach the same servers for set-up and checks. `FaultBed` is one; `Endpoints` names any
+    other Postgres and Kafka (the Kafka cluster; the Postgres primary and standby by their
+    multi-host conninfo)."""
 
     @property
     def job_postgres(self) -> PostgresEndpoint: ...

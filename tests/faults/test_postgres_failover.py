@@ -25,9 +25,18 @@ from durable_sinks.core.errors import CommittedEpochLostError, ParticipantLostEr
 from durable_sinks.spark import sink
 from tests.services import KafkaEndpoint, PostgresEndpoint, PostgresPair
 from tests.spark.streams import postgres_ids
-from tests.support.standby_bed import StandbyBed, repair_epochs
+from tests.support.standby_bed import repair_epochs
 
-from .jobs import HIT_EPOCH, ROWS_PER_BATCH, Fault, FaultyWriter, Job, Trigger, check_ridden_through
+from .jobs import (
+    HIT_EPOCH,
+    ROWS_PER_BATCH,
+    Endpoints,
+    Fault,
+    FaultyWriter,
+    Job,
+    Trigger,
+    check_ridden_through,
+)
 
 pytestmark = pytest.mark.replicated_tier
 
@@ -67,7 +76,7 @@ def make_job(
 ) -> Job:
     """A fresh pair in `mode`, a schema of the job's own on it, the job's input written."""
     pair.reset(mode)  # type: ignore[arg-type]
-    bed = StandbyBed(pair, kafka)
+    bed = Endpoints(pair.endpoint(), kafka)
     with psycopg.connect(bed.postgres_direct.conninfo(), autocommit=True) as conn:
         conn.execute("CREATE SCHEMA failover")
     job = Job(bed, spark, "failover", topic, job_id, folder)
