@@ -16,7 +16,7 @@ import re
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import psycopg
 import pytest
@@ -361,16 +361,24 @@ def private_ports(testbed: Testbed) -> Iterator[None]:
         yield
 
 
-@pytest.fixture(scope="session")
-def killable_connect_server(testbed: Testbed) -> SparkConnect:
-    """The killable Spark Connect server, started once per session, under the tests' lock
-    (xdist groups do not form under pytest 9.2: without the lock, a session starting on one
-    worker could start the server again while another worker's test has it killed). Tests
-    take `killable_connect` instead."""
-    server = testbed.faults_connect
+#: The servers started on demand that tests break on purpose (each behind its tests' lock).
+OnDemand = TypeVar("OnDemand", SparkConnect, KafkaCluster, SparkCluster, PostgresPair)
+
+
+def started_once(server: OnDemand, testbed: Testbed) -> OnDemand:
+    """`server` started for the session under its tests' lock: without the lock a session
+    starting on one xdist worker could start it again while another worker's test has it
+    killed (xdist groups do not form under pytest 9.2)."""
     with tests_lock(server):
         up([server.name], testbed)
     return server
+
+
+@pytest.fixture(scope="session")
+def killable_connect_server(testbed: Testbed) -> SparkConnect:
+    """The killable Spark Connect server, started once per session. Tests take
+    `killable_connect` instead."""
+    return started_once(testbed.faults_connect, testbed)
 
 
 @pytest.fixture
@@ -393,10 +401,7 @@ def killable_connect(killable_connect_server: SparkConnect) -> Iterator[SparkCon
 def kafka_cluster_server(testbed: Testbed) -> KafkaCluster:
     """The three-broker Kafka cluster, started once per session, under the tests' lock.
     Tests take `kafka_cluster` instead."""
-    cluster = testbed.kafka_cluster
-    with tests_lock(cluster):
-        up([cluster.name], testbed)
-    return cluster
+    return started_once(testbed.kafka_cluster, testbed)
 
 
 @pytest.fixture
@@ -431,10 +436,7 @@ def cluster_topic(kafka_cluster: KafkaCluster, unique: UniqueNames) -> Iterator[
 def spark_cluster_server(testbed: Testbed) -> SparkCluster:
     """The Spark standalone cluster (a master and two workers), started once per session,
     under the tests' lock. Tests take `spark_cluster` instead."""
-    cluster = testbed.spark_cluster
-    with tests_lock(cluster):
-        up([cluster.name], testbed)
-    return cluster
+    return started_once(testbed.spark_cluster, testbed)
 
 
 @pytest.fixture
@@ -459,10 +461,7 @@ def spark_cluster(spark_cluster_server: SparkCluster) -> Iterator[SparkCluster]:
 def postgres_standby_server(testbed: Testbed) -> PostgresPair:
     """The primary and standby, started once per session under the tests' lock. Tests take
     `postgres_standby` instead."""
-    pair = testbed.postgres_standby
-    with tests_lock(pair):
-        up([pair.name], testbed)
-    return pair
+    return started_once(testbed.postgres_standby, testbed)
 
 
 @pytest.fixture

@@ -95,6 +95,18 @@ def report_pause(writer: FaultyWriter, trigger: Trigger, took: list[float]) -> f
     return pause
 
 
+def ride_through_failover(job: Job, pair: PostgresPair, step: str) -> None:
+    """Run `job` with the pair failing over at `step` of batch HIT_EPOCH: the query rides it
+    through and lands every row exactly once; the pause is printed."""
+    took: list[float] = []
+    triggers = [Trigger(HIT_EPOCH, step, failover(pair, took))]
+    writer = job.writer(triggers)
+    job.run(writer)  # raises if the query stopped
+    check_ridden_through(writer, triggers)
+    report_pause(writer, triggers[0], took)
+    job.check_exactly_once()
+
+
 @pytest.mark.parametrize("step", SYNC_STEPS)
 def test_a_failover_to_a_synchronous_standby_is_ridden_through_exactly_once(
     postgres_standby: PostgresPair,
@@ -106,13 +118,7 @@ def test_a_failover_to_a_synchronous_standby_is_ridden_through_exactly_once(
     step: str,
 ) -> None:
     job = make_job(postgres_standby, "sync", kafka, spark, kafka_topic, job_id, tmp_path)
-    took: list[float] = []
-    triggers = [Trigger(HIT_EPOCH, step, failover(postgres_standby, took))]
-    writer = job.writer(triggers)
-    job.run(writer)  # raises if the query stopped
-    check_ridden_through(writer, triggers)
-    report_pause(writer, triggers[0], took)
-    job.check_exactly_once()
+    ride_through_failover(job, postgres_standby, step)
 
 
 @pytest.mark.parametrize("step", STORE_STEPS)
@@ -128,13 +134,7 @@ def test_a_failover_under_a_decision_store_on_the_pair_is_ridden_through_exactly
     out = tmp_path / "out"
     job.extra_sinks = [sink("files", path=str(out))]
     job.options = {"decision_store": job.bed.job_postgres.conninfo()}
-    took: list[float] = []
-    triggers = [Trigger(HIT_EPOCH, step, failover(postgres_standby, took))]
-    writer = job.writer(triggers)
-    job.run(writer)
-    check_ridden_through(writer, triggers)
-    report_pause(writer, triggers[0], took)
-    job.check_exactly_once()
+    ride_through_failover(job, postgres_standby, step)
     published = sorted(int(p.name.removeprefix("epoch=")) for p in out.glob("epoch=*"))
     assert published == list(range(job.batches))
 
