@@ -58,7 +58,10 @@ class DurableBatchWriter:
     Construction validates everything that can be checked before the query starts (options,
     sink configurations, capabilities for the guarantee and mode, server settings, privileges)
     and starts the coordinator: older drivers of the job are fenced and their leftovers
-    resolved. Errors raise here, naming the setting and the fix.
+    resolved. Errors raise here, naming the setting and the fix. A start that meets a server
+    mid-fault (a Kafka leader election, a Postgres session lost in a restart or failover) is
+    attempted again like a batch, up to `outage_tolerance_s`; a server that cannot be reached
+    at all (UnreachableError: a wrong address, a server not running) fails the start at once.
 
     On each call: the first batch also checks what only Spark can tell (the query id, kept in
     each decision so that another query writing under the same job id is refused).
@@ -131,7 +134,13 @@ class DurableBatchWriter:
             self._check_from_client()
         else:
             self._observer.serve(options.metrics_port)
-            self._start()
+            self._outage.ride(
+                self._start,
+                after_failure=lambda _error: None,  # (a failed start closed its sinks)
+                log=self.log,
+                where=lambda: "starting the job (fencing, recovery, checks)",
+                rides=_ridden_at_start,
+            )
         if not self._workers_checked:
             try:
                 self._check_workers(session)
@@ -434,6 +443,13 @@ class DurableBatchWriter:
         self._riding_from = None
         #: Executor mode: whether Spark's Python workers were found able to write.
         self._workers_checked = self.options.execution != "executor"
+
+
+def _ridden_at_start(error: DurableSinkError) -> bool:
+    """Which failures of the job's first start are attempted again: those of servers that
+    answered but are mid-fault. A server not reached at all is reported at once, so that a
+    wrong address does not wait out the bound before its error."""
+    return error.retriable and not isinstance(error, UnreachableError)
 
 
 @overload
