@@ -37,6 +37,15 @@ def ids(conn: psycopg.Connection[Any], table: sql.Composable) -> list[int]:
     return [int(r[0]) for r in conn.execute(query).fetchall()]
 
 
+def write_job_file(folder: Path, job_id: str, store: Path, *sinks: dict[str, Any]) -> Path:
+    """The job file the operator's commands read (`-f`): the job, its store and its sinks."""
+    job_file = folder / "job.json"
+    job_file.write_text(
+        json.dumps({"job_id": job_id, "decision_store": str(store), "sinks": list(sinks)})
+    )
+    return job_file
+
+
 def repair(job_file: Path, job_id: str, env: dict[str, str], *args: str) -> Result:
     result = CliRunner().invoke(
         main, ["repair-epochs", job_id, "-f", str(job_file), "--sink", "postgres", *args], env=env
@@ -95,22 +104,12 @@ def test_rows_and_marker_deleted_behind_a_job_stop_its_start_until_the_loss_is_r
     conn.execute(
         sql.SQL("INSERT INTO {} SELECT i, 'r' || i FROM generate_series(10, 19) i").format(table)
     )
-    job_file = tmp_path / "job.json"
-    job_file.write_text(
-        json.dumps(
-            {
-                "job_id": job_id,
-                "decision_store": str(store),
-                "sinks": [
-                    {"kind": "postgres", "dsn": "${PG}", "table": f"{pg_schema}.events"},
-                    {
-                        "kind": "kafka",
-                        "bootstrap_servers": kafka.bootstrap_servers,
-                        "topic": kafka_topic,
-                    },
-                ],
-            }
-        )
+    job_file = write_job_file(
+        tmp_path,
+        job_id,
+        store,
+        {"kind": "postgres", "dsn": "${PG}", "table": f"{pg_schema}.events"},
+        {"kind": "kafka", "bootstrap_servers": kafka.bootstrap_servers, "topic": kafka_topic},
     )
     env = {"PG": postgres.conninfo()}
     recorded = repair(
@@ -208,18 +207,12 @@ def test_lost_epochs_are_copied_from_the_old_primarys_data(
         promoted.start()
     promoted.close()
 
-    job_file = tmp_path / "job.json"
-    job_file.write_text(
-        json.dumps(
-            {
-                "job_id": job_id,
-                "decision_store": str(store),
-                "sinks": [
-                    {"kind": "postgres", "dsn": "${PG}", "table": "public.events", **keyed},
-                    {"kind": "files", "path": str(tmp_path / "files")},
-                ],
-            }
-        )
+    job_file = write_job_file(
+        tmp_path,
+        job_id,
+        store,
+        {"kind": "postgres", "dsn": "${PG}", "table": "public.events", **keyed},
+        {"kind": "files", "path": str(tmp_path / "files")},
     )
     env = {"PG": postgres.conninfo(dbname=new), "OLD": postgres.conninfo(dbname=old)}
     dry = repair(job_file, job_id, env, "--from", "${env:OLD}")
