@@ -533,15 +533,19 @@ class Cluster:
     ) -> Callable[[], dict[TopicPartition, int]]:
         """`high_watermarks`, asked now and awaited when the returned function is first
         called: each offset is the high watermark at some moment before that call (a failed
-        request is asked again then; the call waits request_timeout_s at most in all). An
-        epoch's records produced after the call lie at or above them."""
+        request is asked again then, with fresh metadata; the call waits request_timeout_s at
+        most in all). An epoch's records produced after the call lie at or above them. The
+        early request waits ATTEMPT_TIMEOUT_S at most, like every list_offsets attempt: sent
+        to a partition leader that just died (killed between two epochs), it would otherwise
+        hold the epoch's pre-commit for the whole request_timeout_s."""
         topic = [TopicPartition(self.config.topic, p) for p in range(partitions)]
         spec = _spec(False)
+        attempt_s = min(self._timeout, ATTEMPT_TIMEOUT_S)
         try:
             futures: dict[TopicPartition, Future[Any]] | None = self.admin.list_offsets(
                 {p: spec for p in topic},
                 isolation_level=IsolationLevel.READ_UNCOMMITTED,
-                request_timeout=self._timeout,
+                request_timeout=attempt_s,
             )
         except KafkaException:
             futures = None
@@ -555,11 +559,12 @@ class Cluster:
             if futures is not None:
                 try:
                     found = _require_offsets(
-                        {p: f.result(self._timeout).offset for p, f in futures.items()}
+                        {p: f.result(attempt_s).offset for p, f in futures.items()}
                     )
                 except Exception:  # noqa: BLE001 - asked again below, and typed there
                     found = None
             if found is None:
+                _refresh_metadata(self.admin, topic, deadline)
                 left = max(deadline - time.monotonic(), 0.1)
                 found = self.offsets(topic, IsolationLevel.READ_UNCOMMITTED, epoch, timeout=left)
             answer.append(found)

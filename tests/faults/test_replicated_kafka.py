@@ -38,6 +38,7 @@ DOWN_S = 3.0
 #: The protocol steps a node is killed at. `commit-point` arms at `after-pre-commit:kafka`
 #: and kills `COMMIT_KILL_DELAY_S` into the sink's commit_transaction call (see KillInCommit).
 STEPS = {
+    "epoch-start": "epoch-start",  # between two epochs: the next one's offset read is sent
     "before-write": "after-begin:kafka",
     "mid-write": "after-write:0:postgres",  # the Kafka transaction begun, nothing flushed
     "before-commit": "after-pre-commit:kafka",  # Postgres prepared, Kafka records acked

@@ -355,6 +355,20 @@ def test_a_retry_asks_for_fresh_metadata_and_no_attempt_waits_past_its_bound() -
     assert max(fake.request_timeouts) <= ATTEMPT_TIMEOUT_S
 
 
+def test_the_early_offset_read_waits_one_attempt_at_most_then_asks_with_fresh_metadata() -> None:
+    """The replicated soak's pause: the partition leader killed between two epochs, the
+    offset read sent at the next epoch's begin went to the dead broker and waited out the
+    whole request_timeout_s (30 s) before the pre-commit asked again. It waits one attempt
+    (ATTEMPT_TIMEOUT_S) at most; the read asked again first refreshes the topic's metadata."""
+    fake = FakeAdmin([NO_LEADERS, None])
+    made = cluster(fake)
+    made._timeout = 60.0
+    soon = made.high_watermarks_soon(1, 0)
+    assert soon() == {TopicPartition("events", 0): 7}
+    assert fake.refreshed == ["events"]
+    assert fake.request_timeouts == [ATTEMPT_TIMEOUT_S, ATTEMPT_TIMEOUT_S]
+
+
 class MovingLeaderAdmin(FakeAdmin):
     """Answers its first `invalid` calls with OFFSET_INVALID (-1001) and no error, as
     list_offsets did while a killed broker's partitions moved to another leader."""
