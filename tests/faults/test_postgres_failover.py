@@ -25,7 +25,7 @@ from durable_sinks.core.errors import CommittedEpochLostError, ParticipantLostEr
 from durable_sinks.spark import sink
 from tests.services import KafkaEndpoint, PostgresEndpoint, PostgresPair
 from tests.spark.streams import postgres_ids
-from tests.support.standby_bed import repair_epochs
+from tests.support.operator_cli import repair_epochs, write_job_file
 
 from .jobs import (
     HIT_EPOCH,
@@ -204,8 +204,10 @@ def repair_from(job: Job, folder: Path, old: PostgresEndpoint) -> str:
         kafka = job.bed.job_kafka.bootstrap_servers
         sinks.append({"kind": "kafka", "bootstrap_servers": kafka, "topic": job.topic})
     env = {"JOB_PG": job.bed.job_postgres.conninfo(), "OLD_PG": old.conninfo()}
-    settings = {"job_id": job.job_id, "sinks": sinks}
-    return repair_epochs(folder / "job.json", settings, env, "--from", "${env:OLD_PG}")
+    job_file = write_job_file(folder, {"job_id": job.job_id, "sinks": sinks})
+    result = repair_epochs(job_file, job.job_id, env, "--from", "${env:OLD_PG}", "--apply")
+    assert result.exit_code == 0, result.output
+    return result.output
 
 
 def restart_fails(job: Job) -> ParticipantLostError:

@@ -6,7 +6,6 @@ re-supplied."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,16 +13,15 @@ from typing import Any
 import psycopg
 import pyarrow as pa
 import pytest
-from click.testing import CliRunner, Result
 from psycopg import sql
 
 from durable_sinks import CommittedEpochLostError
-from durable_sinks.cli import main
 from durable_sinks.coordinator import Coordinator, EpochOutcome
 from durable_sinks.manifest import LocalDirectoryStore
 from durable_sinks.spark import sink
 from tests.conftest import UniqueNames
 from tests.services import KafkaEndpoint, PostgresEndpoint
+from tests.support.operator_cli import repair_epochs, write_job_file
 from tests.support.targets import prepared_gids
 
 
@@ -35,24 +33,6 @@ def rows(start: int, count: int) -> pa.RecordBatch:
 def ids(conn: psycopg.Connection[Any], table: sql.Composable) -> list[int]:
     query = sql.SQL("SELECT id FROM {} ORDER BY id").format(table)
     return [int(r[0]) for r in conn.execute(query).fetchall()]
-
-
-def write_job_file(folder: Path, job_id: str, store: Path, *sinks: dict[str, Any]) -> Path:
-    """The job file the operator's commands read (`-f`): the job, its store and its sinks."""
-    job_file = folder / "job.json"
-    job_file.write_text(
-        json.dumps({"job_id": job_id, "decision_store": str(store), "sinks": list(sinks)})
-    )
-    return job_file
-
-
-def repair(job_file: Path, job_id: str, env: dict[str, str], *args: str) -> Result:
-    result = CliRunner().invoke(
-        main, ["repair-epochs", job_id, "-f", str(job_file), "--sink", "postgres", *args], env=env
-    )
-    for secret in env.values():
-        assert secret not in result.output
-    return result
 
 
 def test_rows_and_marker_deleted_behind_a_job_stop_its_start_until_the_loss_is_recorded(
@@ -104,15 +84,17 @@ def test_rows_and_marker_deleted_behind_a_job_stop_its_start_until_the_loss_is_r
     conn.execute(
         sql.SQL("INSERT INTO {} SELECT i, 'r' || i FROM generate_series(10, 19) i").format(table)
     )
-    job_file = write_job_file(
-        tmp_path,
-        job_id,
-        store,
-        {"kind": "postgres", "dsn": "${PG}", "table": f"{pg_schema}.events"},
-        {"kind": "kafka", "bootstrap_servers": kafka.bootstrap_servers, "topic": kafka_topic},
-    )
+    settings = {
+        "job_id": job_id,
+        "decision_store": str(store),
+        "sinks": [
+            {"kind": "postgres", "dsn": "${PG}", "table": f"{pg_schema}.events"},
+            {"kind": "kafka", "bootstrap_servers": kafka.bootstrap_servers, "topic": kafka_topic},
+        ],
+    }
+    job_file = write_job_file(tmp_path, settings)
     env = {"PG": postgres.conninfo()}
-    recorded = repair(
+    recorded = repair_epochs(
         job_file,
         job_id,
         env,
@@ -207,22 +189,24 @@ def test_lost_epochs_are_copied_from_the_old_primarys_data(
         promoted.start()
     promoted.close()
 
-    job_file = write_job_file(
-        tmp_path,
-        job_id,
-        store,
-        {"kind": "postgres", "dsn": "${PG}", "table": "public.events", **keyed},
-        {"kind": "files", "path": str(tmp_path / "files")},
-    )
+    settings = {
+        "job_id": job_id,
+        "decision_store": str(store),
+        "sinks": [
+            {"kind": "postgres", "dsn": "${PG}", "table": "public.events", **keyed},
+            {"kind": "files", "path": str(tmp_path / "files")},
+        ],
+    }
+    job_file = write_job_file(tmp_path, settings)
     env = {"PG": postgres.conninfo(dbname=new), "OLD": postgres.conninfo(dbname=old)}
-    dry = repair(job_file, job_id, env, "--from", "${env:OLD}")
+    dry = repair_epochs(job_file, job_id, env, "--from", "${env:OLD}")
     assert dry.exit_code == 0, dry.output
     assert "would repair 3 epoch(s)" in dry.output
     assert "commit prepared transaction" in dry.output
     with psycopg.connect(postgres.conninfo(dbname=new)) as standby:
         assert ids(standby, table) == list(range(10))  # a dry run changes nothing
 
-    applied = repair(job_file, job_id, env, "--from", "${env:OLD}", "--apply")
+    applied = repair_epochs(job_file, job_id, env, "--from", "${env:OLD}", "--apply")
     assert applied.exit_code == 0, applied.output
     assert "repaired 3 epoch(s)" in applied.output
     with psycopg.connect(postgres.conninfo(dbname=new)) as standby:
@@ -237,5 +221,5 @@ def test_lost_epochs_are_copied_from_the_old_primarys_data(
     resumed.close()
     with psycopg.connect(postgres.conninfo(dbname=new)) as standby:
         assert ids(standby, table) == list(range(50))
-    again = repair(job_file, job_id, env, "--from", "${env:OLD}")
+    again = repair_epochs(job_file, job_id, env, "--from", "${env:OLD}")
     assert "would repair 0 epoch(s)" in again.output

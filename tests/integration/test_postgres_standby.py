@@ -22,7 +22,7 @@ from durable_sinks.sinks.postgres import PostgresSink, PostgresSinkConfig
 from tests.conftest import UniqueNames
 from tests.services import PostgresPair
 from tests.spark.streams import postgres_ids
-from tests.support.standby_bed import repair_epochs
+from tests.support.operator_cli import repair_epochs, write_job_file
 
 pytestmark = pytest.mark.replicated_tier
 
@@ -138,7 +138,10 @@ def test_epochs_a_failover_to_a_lagging_standby_lost_are_repaired_from_the_old_p
     }
     with pair.retired_alone() as old:
         env = {"JOB_PG": dsn, "OLD_PG": old.conninfo()}
-        shown = repair_epochs(tmp_path / "job.json", settings, env, "--from", "${env:OLD_PG}")
+        job_file = write_job_file(tmp_path, settings)
+        result = repair_epochs(job_file, unique.job_id, env, "--from", "${env:OLD_PG}", "--apply")
+    assert result.exit_code == 0, result.output
+    shown = result.output
     assert "repaired 1 epoch(s) of sink postgres" in shown, shown
 
     again = started()
