@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, wait
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,6 +53,9 @@ _METADATA_LAG = frozenset(
 #: died waits for it until its time-out, so a retry with fresh metadata, which names the new
 #: leader, goes on seconds after the election instead of at the caller's whole timeout.
 ATTEMPT_TIMEOUT_S = 3.0
+#: How much longer than its request_timeout a list_offsets answer is awaited (librdkafka's
+#: own time-out normally ends it first, with the real error).
+ANSWER_GRACE_S = 0.5
 
 
 def _spec(earliest: bool) -> OffsetSpec:
@@ -80,13 +84,12 @@ def list_offsets(
     delay = 0.01
     while True:
         spec = _spec(earliest)
+        attempt = min(max(deadline - time.monotonic(), 0.1), ATTEMPT_TIMEOUT_S)
         try:
             futures = admin.list_offsets(
-                {p: spec for p in partitions},
-                isolation_level=level,
-                request_timeout=min(max(deadline - time.monotonic(), 0.1), ATTEMPT_TIMEOUT_S),
+                {p: spec for p in partitions}, isolation_level=level, request_timeout=attempt
             )
-            return _require_offsets({p: f.result().offset for p, f in futures.items()})
+            return _require_offsets(_awaited_offsets(futures, attempt + ANSWER_GRACE_S))
         except KafkaException as exc:
             error = exc.args[0] if exc.args else None
             retriable = isinstance(error, KafkaError) and (
@@ -99,6 +102,30 @@ def list_offsets(
         time.sleep(delay)
         delay = min(delay * 2, 0.5)
         _refresh_metadata(admin, partitions, deadline)
+
+
+def _awaited_offsets(
+    futures: Mapping[TopicPartition, Future[Any]], seconds: float
+) -> dict[TopicPartition, int]:
+    """The offsets `futures` answer within `seconds`. librdkafka does not always end a
+    list_offsets at its request_timeout: for a topic deleted while the client still holds its
+    metadata, the answer ("No leaders found") came after 60 s (seen with librdkafka 2.16). No
+    answer in time is a retriable _TIMED_OUT; the request left behind ends on its own."""
+    deadline = time.monotonic() + seconds
+    found: dict[TopicPartition, int] = {}
+    for partition, future in futures.items():
+        try:
+            found[partition] = future.result(max(deadline - time.monotonic(), 0.0)).offset
+        except FutureTimeout:
+            raise KafkaException(
+                KafkaError(
+                    KafkaError._TIMED_OUT,
+                    f"list_offsets answered nothing for {partition.topic}[{partition.partition}] "
+                    f"in {seconds:.1f} s",
+                    retriable=True,
+                )
+            ) from None
+    return found
 
 
 def _refresh_metadata(

@@ -153,8 +153,9 @@ class Kafka:
     request_timeout_s: float = 30.0
     """Seconds an admin or metadata request may take. Default 30."""
     progress_scan_timeout_s: float = 60.0
-    """Seconds the sink may spend reading the progress topic at start (its last committed
-    epoch). Default 60."""
+    """Seconds the sink may spend reading the progress topic (at start, its last committed
+    epoch; the fence record when it must tell a fence from a time-out). Its requests for the
+    topic's offsets take request_timeout_s at most. Default 60."""
     visibility_timeout_s: float = 10.0
     """Seconds the sink waits for committed records to become readable when it checks them.
     Default 10."""

@@ -83,6 +83,7 @@ class _Clients:
             config.progress_topic_name,
             config.progress_scan_timeout_s,
             self.where,
+            request_timeout=config.request_timeout_s,
         )
         self.sink = config.name
 

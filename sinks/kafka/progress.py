@@ -153,9 +153,17 @@ def fence_holder(topic: str, found: Mapping[bytes, tuple[int, bytes]]) -> int | 
     return max(held, default=None)
 
 
+def _left(deadline: float) -> float:
+    """The seconds left before `deadline`, at least a moment for one request."""
+    return max(deadline - time.monotonic(), 0.1)
+
+
 class ProgressReader:
     """Reads the latest records of given keys from a one-partition progress topic, through
-    one read_committed consumer kept for the reader's life (`close` releases it)."""
+    one read_committed consumer kept for the reader's life (`close` releases it). A read
+    takes `timeout` seconds at most (progress_scan_timeout_s), of which its requests for the
+    topic's metadata and offsets `request_timeout` (request_timeout_s): a topic that cannot
+    be found (deleted, or its leader unknown) fails the read after that."""
 
     def __init__(
         self,
@@ -164,16 +172,19 @@ class ProgressReader:
         topic: str,
         timeout: float,
         describe: Callable[[], dict[str, Any]],
+        *,
+        request_timeout: float,
     ) -> None:
         self.admin = admin
         self.client_config = dict(client_config)
         self.topic = topic
         self.timeout = timeout
+        self.request_timeout = request_timeout
         #: The job/sink context for errors.
         self.describe = describe
         self._consumer: Consumer | None = None
 
-    def _reader(self) -> Consumer:
+    def _reader(self, deadline: float) -> Consumer:
         if self._consumer is None:
             self._consumer = Consumer(  # settings checked at open: only memory can fail here
                 {
@@ -188,7 +199,7 @@ class ProgressReader:
             )
             # The topic's metadata now: an assignment to a topic librdkafka knows nothing of
             # starts fetching only at its once-a-second scan for unknown topics.
-            self._consumer.list_topics(self.topic, timeout=self.timeout)
+            self._consumer.list_topics(self.topic, timeout=_left(deadline))
         return self._consumer
 
     def close(self) -> None:
@@ -204,13 +215,14 @@ class ProgressReader:
     def _failed(self, exc: BaseException) -> DurableSinkError:
         return translate(exc, f"cannot read the progress topic {self.topic!r}", self.describe())
 
-    def watermarks(self) -> tuple[int, int]:
-        """(low, high) of the partition, read_uncommitted."""
+    def watermarks(self, deadline: float) -> tuple[int, int]:
+        """(low, high) of the partition, read_uncommitted; both read before `deadline`
+        (time.monotonic())."""
         partition = TopicPartition(self.topic, 0)
         level = IsolationLevel.READ_UNCOMMITTED
         try:
-            low = list_offsets(self.admin, [partition], level, self.timeout, earliest=True)
-            high = list_offsets(self.admin, [partition], level, self.timeout)
+            low = list_offsets(self.admin, [partition], level, _left(deadline), earliest=True)
+            high = list_offsets(self.admin, [partition], level, _left(deadline))
         except KafkaException as exc:
             raise self._failed(exc) from None
         return low[partition], high[partition]
@@ -221,12 +233,14 @@ class ProgressReader:
         """For each key of `want`, the value and offset of the latest committed record with
         that key for which `want[key](value, offset)` is true; keys never found are absent.
         Scans backwards from the high watermark until every key is found or the partition's
-        start is reached; raises TransientError after `timeout` seconds."""
+        start is reached; raises TransientError after `timeout` seconds (`request_timeout`
+        when the topic's offsets cannot be read)."""
         deadline = time.monotonic() + self.timeout
-        low, end = self.watermarks()
+        requests = min(deadline, time.monotonic() + self.request_timeout)
+        low, end = self.watermarks(requests)
         found: dict[bytes, tuple[int, bytes]] = {}
         try:
-            consumer = self._reader()
+            consumer = self._reader(requests)
             try:
                 while end > low and len(found) < len(want):
                     start = max(low, end - SCAN_CHUNK)

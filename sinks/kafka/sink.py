@@ -127,6 +127,7 @@ class _Opened:
             sink.config.progress_topic_name,
             sink.config.progress_scan_timeout_s,
             sink._where,
+            request_timeout=sink.config.request_timeout_s,
         )
         self.topic = TopicFacts(0, 0)
 

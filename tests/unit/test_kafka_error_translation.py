@@ -429,7 +429,14 @@ class FailingConsumer:
 @pytest.mark.parametrize("failing", ["offsets", "consumer"])
 def test_progress_reads_are_typed(failing: str) -> None:
     fake = FakeAdmin([NO_LEADERS] if failing == "offsets" else [None], scan=True)
-    reader = ProgressReader(fake, {}, "events-ds-progress", 0.3, lambda: where(None))  # type: ignore[arg-type]
+    reader = ProgressReader(
+        fake,  # type: ignore[arg-type]
+        {},
+        "events-ds-progress",
+        0.3,
+        lambda: where(None),
+        request_timeout=0.3,
+    )
     reader._consumer = FailingConsumer()  # type: ignore[assignment]
     with pytest.raises(TransientError) as raised:
         reader.latest({b"key": lambda value, offset: True})
