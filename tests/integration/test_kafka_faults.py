@@ -22,7 +22,8 @@ from typing import Any
 
 import psycopg
 import pytest
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from durable_sinks.coordinator import Coordinator, EpochOutcome
 from durable_sinks.core import OpenContext, SinkConnector
@@ -198,16 +199,22 @@ def test_a_progress_topic_deleted_mid_transaction_aborts_the_epoch(
     """The progress record cannot be delivered (its topic is gone): librdkafka's commit
     fails with an abortable error (_INCONSISTENT / _TIMED_OUT after the records' time-out,
     which is transaction.timeout.ms); the sink aborts: TransientError, nothing visible. The
-    replay's open creates the progress topic again and the epoch lands once."""
+    replay's open creates the progress topic again and the epoch lands once.
+
+    When the broker has timed the transaction out first (its check runs on its own timer),
+    the abort fails fenced, and the sink reads the fence record to tell a time-out from a
+    newer owner: from a deleted progress topic that read fails after request_timeout_s (a
+    topic's absence looks like a new topic's metadata lag; it waited progress_scan_timeout_s,
+    60 s, before), hence a short one here."""
     progress = f"{topic}-ds-progress"
 
     def delete_progress(step: str) -> None:
         if step == "after-pre-commit:kafka":
-            for future in admin.delete_topics([progress], request_timeout=30).values():
-                future.result(timeout=30)
+            delete_for_good(admin, progress)
 
     store = LocalDirectoryStore(tmp_path)
-    broken = coordinator(unique.job_id, [kafka_sink(kafka, topic)], store, delete_progress)
+    sink = kafka_sink(kafka, topic, request_timeout_s=5)
+    broken = coordinator(unique.job_id, [sink], store, delete_progress)
     started = time.monotonic()
     with pytest.raises(TransientError, match="had to be aborted") as hit:
         broken.run_epoch(0, [events([1, 2])])
@@ -230,14 +237,7 @@ def test_a_topic_deleted_before_the_commit_point_is_a_typed_error(
 
     def delete_topic(step: str) -> None:
         if step == "after-pre-commit:kafka":
-            for future in admin.delete_topics([topic], request_timeout=30).values():
-                future.result(timeout=30)
-            # The controller's answer comes before the broker's own metadata drops the topic;
-            # on a loaded machine the sink's read of its offsets could still find it.
-            deadline = time.monotonic() + 30
-            while topic in admin.list_topics(timeout=10).topics:
-                assert time.monotonic() < deadline, f"{topic} still listed 30 s after deletion"
-                time.sleep(0.1)
+            delete_for_good(admin, topic)
 
     sink = kafka_sink(kafka, topic, request_timeout_s=2)
     broken = coordinator(unique.job_id, [sink], LocalDirectoryStore(tmp_path), delete_topic)
@@ -246,6 +246,35 @@ def test_a_topic_deleted_before_the_commit_point_is_a_typed_error(
     assert type(hit.value) is TransientError
     assert sink.last_committed_epoch() is None
     broken.close()
+
+
+def delete_for_good(admin: AdminClient, topic: str) -> None:
+    """Delete `topic` and wait until the broker no longer serves it. The controller answers
+    before the broker drops the partition, and the broker drops it from its metadata (what
+    list_topics reads) before its replica manager stops serving it (reads of offsets,
+    produce requests: Kafka's BrokerMetadataPublisher applies the two in that order). On a
+    loaded machine the sink still read the deleted topic's offsets or wrote to it, and the
+    epoch committed; the deletion is complete once the broker refuses a read of offsets."""
+    for future in admin.delete_topics([topic], request_timeout=30).values():
+        future.result(timeout=30)
+    deadline = time.monotonic() + 30
+    while offsets_served(admin, topic):
+        assert time.monotonic() < deadline, f"{topic} still served 30 s after deletion"
+        time.sleep(0.1)
+
+
+def offsets_served(admin: AdminClient, topic: str) -> bool:
+    """Whether the broker may still answer the end offset of the topic's partition 0: false
+    once it answers that the partition does not exist (any other failure says nothing)."""
+    spec = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+    futures = admin.list_offsets({TopicPartition(topic, 0): spec}, request_timeout=5)
+    try:
+        for future in futures.values():
+            future.result()
+    except KafkaException as exc:
+        code = exc.args[0].code() if exc.args else None
+        return code not in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._NOENT)
+    return True
 
 
 # -- librdkafka's logs ---------------------------------------------------------------------------
