@@ -28,6 +28,7 @@ from pathlib import Path
 from tests.services import Testbed, up
 from tests.services._layout import REPO_ROOT
 from tests.services.compat import LANES, Lane, install_wheel
+from tests.support.tiers import TIERS_ENV
 from tests.support.venvs import build_wheel
 
 #: The tests every lane runs (`make test-compat`): driver mode's reads and writes, executor
@@ -70,6 +71,9 @@ def lane_environment(testbed: Testbed, index: int, chosen: Lane, wheel: Path) ->
         DS_CONNECT_DIR=str(layout.root / "compat" / chosen.name),
         DS_COMPAT_LANE=chosen.name,
         DS_COMPAT_WHEEL=str(wheel),
+        # Every Spark kill of the lane's files, also those the default suite leaves to the
+        # crash and fault tiers (one kill per mode is the default suite's).
+        **{TIERS_ENV: "fault_tier,crash_tier"},
     )
     return env
 

@@ -23,7 +23,6 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 from psycopg import sql
 
-from durable_sinks.testing import EXAMPLES_ENV
 from tests.services import (
     IcebergRestEndpoint,
     KafkaCluster,
@@ -44,7 +43,8 @@ from tests.support.kafka_access import KafkaAccess
 from tests.support.pg_access import Role
 from tests.support.s3_access import S3Access
 from tests.support.targets import create_topic
-from tests.support.tiers import COMPAT_SMOKE_ENV, FAULT_TIER_ENV, REPLICATED_TIER_ENV
+from tests.support.tiers import TIER_MARKS, tier_included
+from tests.support.timings import register as register_timings
 from tests.support.xdist_groups import add_group_marks, mark_groups
 
 if TYPE_CHECKING:
@@ -257,6 +257,12 @@ def roles(
         role.drop()
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Each test's time is recorded where DS_TEST_TIMES names (the long tiers' runs,
+    tests/long_tiers.py)."""
+    register_timings(config)
+
+
 # -- the faults bed: servers fault tests may restart, kill and cut (docs/testbed.md) ----------
 
 
@@ -270,32 +276,15 @@ def pytest_collection_modifyitems(
     (tests/support/xdist_groups.py): marked before any other hook (xdist's worker reads the
     marks in its own), and the groups written into the node ids after all of them."""
     add_group_marks(items)
-    if os.environ.get(FAULT_TIER_ENV) != "1":
-        # The fault tier's own tests (`fault_tier` mark) run in `make test-faults` only:
-        # deselected here, not skipped.
-        dropped = [item for item in items if item.get_closest_marker("fault_tier")]
+    # Each long tier's own tests (`fault_tier`, `crash_tier`, `compat_tier`, `replicated_tier`)
+    # run where that tier's variable says so (tests/support/tiers.py): deselected here, not
+    # skipped.
+    for mark in TIER_MARKS:
+        if tier_included(mark):
+            continue
+        dropped = [item for item in items if item.get_closest_marker(mark)]
         if dropped:
-            items[:] = [item for item in items if not item.get_closest_marker("fault_tier")]
-            config.hook.pytest_deselected(items=dropped)
-    if os.environ.get(COMPAT_SMOKE_ENV) != "1":
-        # The compatibility lanes' smoke subset (`compat_tier` mark) runs in `make test-fresh`;
-        # `make test-compat` runs the lanes' whole set.
-        dropped = [item for item in items if item.get_closest_marker("compat_tier")]
-        if dropped:
-            items[:] = [item for item in items if not item.get_closest_marker("compat_tier")]
-            config.hook.pytest_deselected(items=dropped)
-    if os.environ.get(REPLICATED_TIER_ENV) != "1":
-        # The replicated servers' tests (`replicated_tier` mark) run in `make test-replicated`.
-        dropped = [item for item in items if item.get_closest_marker("replicated_tier")]
-        if dropped:
-            items[:] = [item for item in items if not item.get_closest_marker("replicated_tier")]
-            config.hook.pytest_deselected(items=dropped)
-    if not os.environ.get(EXAMPLES_ENV):
-        # Conformance scenarios too long for the default suite's budget (`crash_tier` mark)
-        # run where the examples count is given: `make test-crash`.
-        dropped = [item for item in items if item.get_closest_marker("crash_tier")]
-        if dropped:
-            items[:] = [item for item in items if not item.get_closest_marker("crash_tier")]
+            items[:] = [item for item in items if not item.get_closest_marker(mark)]
             config.hook.pytest_deselected(items=dropped)
     yield
     mark_groups(config, items)

@@ -48,3 +48,23 @@ COMPAT_SMOKE_ENV = "DS_COMPAT_SMOKE"
 #: servers (a three-broker Kafka cluster, a Postgres primary with a streaming standby), which
 #: the default suite deselects.
 REPLICATED_TIER_ENV = "DS_REPLICATED"
+#: The long tiers' marks, each with the variable whose value includes its tests in a run; the
+#: default suite deselects them (tests/conftest.py). `TIERS_ENV` includes any of them by name
+#: as well: the compatibility lanes run the Spark kill tests the default suite leaves to the
+#: crash and fault tiers (tests/compat_lanes.py).
+TIER_MARKS = {
+    "fault_tier": FAULT_TIER_ENV,
+    "crash_tier": EXAMPLES_ENV,
+    "compat_tier": COMPAT_SMOKE_ENV,
+    "replicated_tier": REPLICATED_TIER_ENV,
+}
+#: Comma-separated marks of TIER_MARKS whose tests a run includes (e.g. "fault_tier,crash_tier").
+TIERS_ENV = "DS_TIERS"
+
+
+def tier_included(mark: str) -> bool:
+    """Whether this run includes the tests marked `mark` (one of TIER_MARKS)."""
+    value = os.environ.get(TIER_MARKS[mark], "")
+    named = {m.strip() for m in os.environ.get(TIERS_ENV, "").split(",")}
+    # The examples count includes the crash tier whatever it is; the others are switches.
+    return mark in named or (value != "" if mark == "crash_tier" else value == "1")
