@@ -57,7 +57,7 @@ SMOKE = (
     "tests/testbed/test_spark.py",
     "tests/testbed/test_connect.py::test_answers_a_remote_query",
     "tests/testbed/test_connect.py::test_killable_server_down_leaves_nothing_and_up_brings_it_back",
-    "tests/testbed/test_spark_cluster.py::test_a_job_runs_on_both_workers_with_this_interpreter",
+    "tests/spark/test_cluster.py::test_an_executor_lost_mid_batch_leaves_nothing_but_the_rerun",
     "tests/spark/test_compat_lanes.py",
     "tests/spark/test_iceberg.py",
     "tests/integration/test_iceberg_sink.py::"

@@ -118,6 +118,9 @@ def test_delta_postgres_and_kafka_in_one_job(
     check_exercised(stats)
 
 
+# The crash tier's (make test-crash, CI's rotation): Delta on S3 without a decision store and
+# the local table with one are the default suite's.
+@pytest.mark.crash_tier
 @pytest.mark.timeout(TIME_LIMIT)
 def test_delta_sink_on_s3(s3: S3Endpoint) -> None:
     """The same on S3 (SeaweedFS): its storage paths and delta-rs's conditional-write

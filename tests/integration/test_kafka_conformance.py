@@ -80,6 +80,9 @@ def scenario_of(
     return make
 
 
+# The crash tier's (make test-crash, CI's rotation): Kafka alone without a decision store (the
+# default for a lone Kafka sink) and Postgres + Kafka (with a store) are the default suite's.
+@pytest.mark.crash_tier
 @pytest.mark.timeout(TIME_LIMIT)
 def test_kafka_sink_alone(kafka: KafkaEndpoint, admin: AdminClient, progress_topic: str) -> None:
     stats = run_conformance(

@@ -101,6 +101,9 @@ def test_s3_sink_alone(s3: S3Endpoint) -> None:
     check_exercised(stats)
 
 
+# The crash tier's (make test-crash, CI's rotation); the S3 sink alone on SeaweedFS is the
+# default suite's.
+@pytest.mark.crash_tier
 @pytest.mark.timeout(TIME_LIMIT)
 def test_s3_sink_alone_on_moto(moto_s3: S3Endpoint) -> None:
     """The same run against a second, independent S3 implementation (moto's server), so the

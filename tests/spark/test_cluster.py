@@ -161,6 +161,7 @@ def test_an_executor_lost_mid_batch_leaves_nothing_but_the_rerun(cluster_job: Cl
     cluster_job.run(lose)
 
 
+@pytest.mark.fault_tier  # the fault tier's; the executor lost above is the default suite's
 @pytest.mark.timeout(900)
 def test_a_worker_lost_for_good_mid_batch_the_job_finishes_on_the_other(
     cluster_job: ClusterJob,
@@ -175,6 +176,7 @@ def test_a_worker_lost_for_good_mid_batch_the_job_finishes_on_the_other(
     assert len(cluster.workers_alive()) == 1  # no worker came back: one did all the rest
 
 
+@pytest.mark.fault_tier  # the fault tier's; the executor lost above is the default suite's
 @pytest.mark.timeout(900)
 def test_a_worker_lost_mid_batch_then_back_runs_executors_again(cluster_job: ClusterJob) -> None:
     cluster = cluster_job.cluster

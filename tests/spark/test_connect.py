@@ -250,7 +250,12 @@ def test_a_sink_nobody_reaches_is_warned_on_the_client_and_fails_the_first_batch
 
 @pytest.mark.parametrize(
     ("execution", "step"),
-    [("driver", "after-decision"), ("driver", "after-write"), ("executor", "after-decision")],
+    [
+        ("driver", "after-decision"),
+        # The fault tier's (make test-faults, CI's rotation): one kill per mode here.
+        pytest.param("driver", "after-write", marks=pytest.mark.fault_tier),
+        ("executor", "after-decision"),
+    ],
 )
 def test_the_connect_server_killed_mid_batch_then_restarted_lands_every_record_once(
     killable_connect: Any,

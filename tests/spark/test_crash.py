@@ -358,6 +358,10 @@ def test_spark_driver_killed_at_random_moments_then_restarted(
     assert epochs == sorted(set(epochs)), f"not one Iceberg commit per epoch ({context}): {epochs}"
 
 
+# The crash tier's (make test-crash, CI's rotation): the default suite's driver- and executor-
+# mode kills above, and the conformance scenarios of Kafka and Delta without a decision store,
+# go through the same paths.
+@pytest.mark.crash_tier
 @pytest.mark.timeout(max(900, 90 * LONE_KILLS))
 @pytest.mark.parametrize("mode", sorted(LONE))
 def test_a_lone_sink_without_a_decision_store_killed_then_restarted(
@@ -400,6 +404,9 @@ def test_a_lone_sink_without_a_decision_store_killed_then_restarted(
     assert ids == list(range(files * ROWS_PER_FILE)), f"rows lost ({context})"
 
 
+# The crash tier's: the default suite's driver- and executor-mode kills above, and the
+# dead-letter conformance scenarios, go through the same paths.
+@pytest.mark.crash_tier
 @pytest.mark.timeout(max(900, 60 * KILLS))
 @pytest.mark.parametrize("mode", ["driver", "executor"])
 def test_bad_rows_into_a_dead_letter_table_killed_then_restarted(

@@ -244,6 +244,7 @@ def test_killable_server_down_leaves_nothing_and_up_brings_it_back(
 
 
 @pytest.mark.slow
+@pytest.mark.fault_tier  # the default suite's tests/spark/test_connect.py kills it too
 def test_killed_server_fails_its_client_and_comes_back_with_up(
     killable_connect: SparkConnect, tmp_path: Path
 ) -> None:
@@ -268,6 +269,7 @@ def test_killed_server_fails_its_client_and_comes_back_with_up(
 
 
 @pytest.mark.slow
+@pytest.mark.fault_tier  # the default suite's tests/spark/test_connect.py kills it too
 def test_a_client_whose_server_restarted_meanwhile_has_lost_its_session(
     killable_connect: SparkConnect, tmp_path: Path
 ) -> None:

@@ -170,6 +170,7 @@ def _records(endpoint: KafkaEndpoint, topic: str, expected: int) -> list[bytes]:
     return seen
 
 
+@pytest.mark.fault_tier  # the default suite's Kafka kill in tests/faults goes through it
 def test_kafka_sigkill_and_restart_then_transactions_commit_through_the_proxy(
     fault_bed: FaultBed, fault_kafka_topic: str, unique: UniqueNames
 ) -> None:

@@ -364,6 +364,7 @@ def _below(pid: int) -> set[int]:
 
 
 @pytest.mark.slow
+@pytest.mark.fault_tier  # the default suite's tests/spark/test_cluster.py runs a job on it
 def test_a_job_runs_on_both_workers_with_this_interpreter(
     spark_cluster: SparkCluster, tmp_path: Path, drivers: list[Driver]
 ) -> None:
