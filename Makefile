@@ -11,15 +11,16 @@ PY     := $(VENV)/bin/python
 SOURCES := $(shell find src sinks coordinator manifest -name '*.py' 2>/dev/null | sort)
 STAMP  := $(VENV)/.installed-$(shell (cat pyproject.toml tests/constraints.txt; echo $(SOURCES)) | sha256sum | cut -c1-16)
 
-.PHONY: test test-unit test-compat test-fresh test-crash test-faults test-replicated soak demo check lint typecheck pytest install \
+.PHONY: test test-unit test-compat test-fresh test-crash test-faults test-replicated test-slice test-repeat soak demo check lint typecheck pytest install \
         services-up services-down services-status services-reset bench
 
 test: install
-	@# In CI the servers are stopped afterwards, pass or fail; on a workstation they stay up
-	@# so the next run starts in seconds (`make services-down` stops them).
+	@# In CI the servers are stopped afterwards, pass or fail (unless KEEP_SERVICES=1: .ci/run
+	@# runs a slice of the long tiers next); on a workstation they stay up so the next run
+	@# starts in seconds (`make services-down` stops them).
 	@status=0; \
 	$(PY) -m tests.services up && $(MAKE) --no-print-directory check || status=$$?; \
-	if [ -n "$$CI" ]; then $(PY) -m tests.services down || status=1; fi; \
+	if [ -n "$$CI" ] && [ -z "$(KEEP_SERVICES)" ]; then $(PY) -m tests.services down || status=1; fi; \
 	exit $$status
 
 check: lint typecheck pytest
@@ -28,10 +29,15 @@ check: lint typecheck pytest
 test-unit: install
 	$(PY) -m pytest -n 2 tests/unit $(PYTEST_ARGS)
 
+# The long tiers (tests/long_tiers.py; docs/testing.md, "Tiers"). Each is also dealt into CI's
+# rotation: `.ci/run` runs `make test`, then one slice of them (below). Arguments after
+# PYTEST_ARGS go to pytest.
+TIER = $(PY) -m tests.long_tiers run
+
 # The compatibility lanes (tests/compat_lanes.py, docs/testing.md): the Spark tests (driver and
 # executor mode, SIGKILLed drivers, Spark Connect, the data source where pyspark has it, the
 # install that keeps the user's pyspark) on Python 3.10 + pyspark 3.5.0 and Python 3.13 +
-# pyspark 4.3.0, each in a virtualenv the test bed builds once. About 15 minutes; `make test`
+# pyspark 4.3.0, each in a virtualenv the test bed builds once. About 6 minutes; `make test`
 # runs a smoke subset. COMPAT_ARGS="--lane oldest" for one lane.
 test-compat: install
 	$(PY) -m tests.services up postgres kafka s3 compat
@@ -45,23 +51,13 @@ test-fresh: install
 	$(PY) -m tests.fresh_machine $(FRESH_ARGS)
 
 # The extended crash/replay run (docs/testing.md, Tiers): 2,000 generated examples per conformance
-# scenario (files, JSON Lines, Postgres, Kafka, S3 and Delta; S3 also against moto), 50 random
-# SIGKILLs and 50 runs of two queries sharing one writer. Several hours; not part of `make test`.
-# Progress: pytest -v prints each test as it ends ("[gw1] [ 40%] PASSED ...") and the slowest
-# at the end; each conformance scenario appends a line every 100 examples (count, minutes so
-# far, an estimate of those left) to $(CRASH_PROGRESS), followed here with tail -F.
-CRASH_PROGRESS := $(CURDIR)/.pytest_cache/crash-progress.log
-# Every sink's conformance file: a new sink's is part of the run by its name alone.
-CONFORMANCE_TESTS := $(sort $(wildcard tests/integration/test_*_conformance.py))
+# scenario (every tests/integration/test_*_conformance.py: a new sink's is part of it by its
+# name alone), 50 random SIGKILLs, 50 Spark driver kills per test and 50 runs of two queries
+# sharing one writer. Several hours; not part of `make test`. Progress: pytest -v prints each
+# test as it ends and the slowest at the end; each conformance scenario writes a line every
+# 100 examples (count, minutes so far, an estimate of those left), shown as they come.
 test-crash: install
-	$(PY) -m tests.services up postgres kafka s3 moto spark
-	@mkdir -p $(dir $(CRASH_PROGRESS)) && : > $(CRASH_PROGRESS)
-	@tail -n0 -F $(CRASH_PROGRESS) 2>/dev/null & tail=$$!; trap 'kill $$tail' EXIT; \
-	set -x; DS_CONFORMANCE_PROGRESS=$(CRASH_PROGRESS) \
-	DS_CONFORMANCE_EXAMPLES=2000 DS_SIGKILL_RUNS=50 DS_SPARK_KILLS=50 DS_SHARED_WRITER_RUNS=50 \
-		$(PY) -m pytest -n 2 --dist loadgroup -v --durations=0 --timeout=7200 tests/crash \
-		$(CONFORMANCE_TESTS) tests/integration/test_s3_decision_store.py \
-		tests/spark/test_crash.py tests/spark/test_shared_writer.py $(PYTEST_ARGS)
+	$(TIER) crash $(if $(PYTEST_ARGS),-- $(PYTEST_ARGS))
 
 # The fault matrix (docs/reliability.md): each fault (Postgres -m immediate / -m fast restarts
 # of 30 s, pg_terminate_backend of the job's sessions, a Kafka broker SIGKILL and restart) at
@@ -69,9 +65,7 @@ test-crash: install
 # About 35 minutes (130 cases); `make test` runs one instance of each fault. Then the tests
 # marked `fault_tier`: the test bed's Spark cluster with an executor and a worker killed.
 test-faults: install
-	$(PY) -m tests.services up postgres kafka spark faults
-	DS_FAULT_MATRIX=1 $(PY) -m pytest --timeout=3600 tests/faults $(PYTEST_ARGS)
-	DS_FAULT_MATRIX=1 $(PY) -m pytest --timeout=3600 -m fault_tier tests $(PYTEST_ARGS)
+	$(TIER) faults $(if $(PYTEST_ARGS),-- $(PYTEST_ARGS))
 
 # The replicated servers' tier (docs/reliability.md, "Replicated servers"): a three-broker
 # KRaft Kafka cluster and a Postgres primary with a streaming standby, started here on demand;
@@ -79,8 +73,21 @@ test-faults: install
 # Postgres failed over to a synchronous and to an asynchronous standby (the tests marked
 # `replicated_tier`, which the default suite deselects).
 test-replicated: install
-	$(PY) -m tests.services up postgres kafka spark
-	DS_REPLICATED=1 $(PY) -m pytest --timeout=3600 -m replicated_tier tests $(PYTEST_ARGS)
+	$(TIER) replicated $(if $(PYTEST_ARGS),-- $(PYTEST_ARGS))
+
+# One slice of CI's rotation through the long tiers (docs/testing.md, "CI's rotation"): every
+# test of test-faults, test-compat, test-replicated and a bounded test-crash sample is in one
+# of 4 slices, dealt by measured time (tests/slices.json). N=k runs slice k; without N, the
+# slice CI runs for the checked-out commit. `$(PY) -m tests.long_tiers plan` lists them.
+test-slice: install
+	$(PY) -m tests.long_tiers $(if $(N),slice $(N),ci) $(if $(PYTEST_ARGS),-- $(PYTEST_ARGS))
+
+# One test (or several: T is any pytest selection) N times in a row beside a load of LOAD busy
+# processes (default 1: a second worker's share of the 2 cores), to find a flaky test's cause
+# (tests/repeat.py). Stops at nothing: prints each run's result and time, and exits non-zero
+# if any run failed, with the failed runs' output kept.
+test-repeat: install
+	$(PY) -m tests.repeat --count $(or $(N),20) --load $(or $(LOAD),1) $(T) $(PYTEST_ARGS)
 
 # The soak (docs/reliability.md, "Soak"): a streaming job on the test bed's Spark cluster
 # into Postgres + Kafka + S3, a random fault every ~20 s (driver or executor killed, the faults
