@@ -37,7 +37,7 @@ TIER = $(PY) -m tests.long_tiers run
 # The compatibility lanes (tests/compat_lanes.py, docs/testing.md): the Spark tests (driver and
 # executor mode, SIGKILLed drivers, Spark Connect, the data source where pyspark has it, the
 # install that keeps the user's pyspark) on Python 3.10 + pyspark 3.5.0 and Python 3.13 +
-# pyspark 4.3.0, each in a virtualenv the test bed builds once. About 6 minutes; `make test`
+# pyspark 4.3.0, each in a virtualenv the test bed builds once. About 8 minutes; `make test`
 # runs a smoke subset. COMPAT_ARGS="--lane oldest" for one lane.
 test-compat: install
 	$(PY) -m tests.services up postgres kafka s3 compat
@@ -62,8 +62,9 @@ test-crash: install
 # The fault matrix (docs/reliability.md): each fault (Postgres -m immediate / -m fast restarts
 # of 30 s, pg_terminate_backend of the job's sessions, a Kafka broker SIGKILL and restart) at
 # every protocol step of a batch and during recovery, in real Spark jobs on the faults bed.
-# About 35 minutes (130 cases); `make test` runs one instance of each fault. Then the tests
-# marked `fault_tier`: the test bed's Spark cluster with an executor and a worker killed.
+# About 39 minutes (138 cases); `make test` runs one instance of each fault. Then the tests
+# marked `fault_tier`: the test bed's Spark cluster with an executor and a worker killed, and
+# the variants the default suite leaves to this tier (docs/testing.md).
 test-faults: install
 	$(TIER) faults $(if $(PYTEST_ARGS),-- $(PYTEST_ARGS))
 
@@ -77,8 +78,9 @@ test-replicated: install
 
 # One slice of CI's rotation through the long tiers (docs/testing.md, "CI's rotation"): every
 # test of test-faults, test-compat, test-replicated and a bounded test-crash sample is in one
-# of 4 slices, dealt by measured time (tests/slices.json). N=k runs slice k; without N, the
-# slice CI runs for the checked-out commit. `$(PY) -m tests.long_tiers plan` lists them.
+# of 4 slices, dealt by measured time (tests/slices.json). N=k runs slice k; without N, CI's
+# next slice (the one this machine's CI ran least recently), recorded as run.
+# `$(PY) -m tests.long_tiers plan` lists them.
 test-slice: install
 	$(PY) -m tests.long_tiers $(if $(N),slice $(N),ci) $(if $(PYTEST_ARGS),-- $(PYTEST_ARGS))
 

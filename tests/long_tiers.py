@@ -3,7 +3,8 @@ rotation").
 
     python -m tests.long_tiers run TIER [-- PYTEST_ARGS]  a whole tier (make test-faults, ...)
     python -m tests.long_tiers slice K [-- PYTEST_ARGS]   CI's slice K (make test-slice N=K)
-    python -m tests.long_tiers ci                         the slice of the checked-out commit
+    python -m tests.long_tiers ci                         CI's next slice, run and recorded
+    python -m tests.long_tiers which                      CI's next slice, printed
     python -m tests.long_tiers plan                       every slice's tests and estimated time
     python -m tests.long_tiers rebalance                  re-deal the slices by measured times
 
@@ -11,10 +12,12 @@ The tiers: `faults` (the fault matrix and the tests marked `fault_tier`), `repli
 tests marked `replicated_tier`), `compat` (the two compatibility lanes) and `crash` (the
 conformance scenarios, the SIGKILL and Spark kill tests and the two-queries-one-writer test
 with raised counts). CI runs the README's `make test`, then one slice: every test of every long
-tier belongs to exactly one of SLICES slices, and CI takes slice `landings % SLICES`, landings
-being the number of commits on the tested commit's first-parent history, so any SLICES
-consecutive landings run every test of every long tier once. The crash tier is run there with
-its sample counts (`Tier.sample_env`), the others as a whole tier runs them.
+tier belongs to exactly one of SLICES slices, and CI takes the slice this machine's CI ran
+least recently (its record, CI_RECORD, lives in the test bed's cache, which CI keeps), so any
+SLICES consecutive CI runs on a machine run every test of every long tier once; with no
+record yet (a new machine) it starts at the landing's number (the commits on its first-parent
+history) modulo SLICES. The crash tier is run there with its sample counts
+(`Tier.sample_env`), the others as a whole tier runs them.
 
 Which slice a test belongs to is recorded in tests/slices.json, dealt by measured time (longest
 first, each to the slice with the least so far) by `rebalance`; a test not recorded there
@@ -36,9 +39,10 @@ import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from durable_sinks.testing import EXAMPLES_ENV
-from tests.services._layout import REPO_ROOT
+from tests.services._layout import REPO_ROOT, Layout
 from tests.support.tiers import FAULT_TIER_ENV, REPLICATED_TIER_ENV
 from tests.support.timings import TIMES_ENV, read_times
 
@@ -253,6 +257,48 @@ def measured_times() -> dict[str, float]:
     return times
 
 
+#: CI's record of the slices it ran on this machine, oldest first (in the test bed's cache).
+CI_RECORD = "ci-slices.json"
+#: How many runs the record keeps.
+CI_RECORD_RUNS = 40
+
+
+def ci_record() -> Path:
+    return Layout.from_env().cache / CI_RECORD
+
+
+def ci_runs() -> list[dict[str, object]]:
+    """The slices CI ran on this machine, oldest first ([] before the first)."""
+    path = ci_record()
+    if not path.exists():
+        return []
+    runs = json.loads(path.read_text()).get("runs", [])
+    return [run for run in runs if isinstance(run, dict) and run.get("slice") in range(SLICES)]
+
+
+def next_slice(runs: Sequence[Mapping[str, object]], landing: int) -> int:
+    """The slice CI takes: one it never ran, or else the one it ran least recently; among
+    those never run, the first from `landing % SLICES` on."""
+    last = {run["slice"]: i for i, run in enumerate(runs)}
+    start = landing % SLICES
+    return min(range(SLICES), key=lambda k: (last.get(k, -1), (k - start) % SLICES))
+
+
+def record_ci_run(k: int, passed: bool) -> None:
+    runs = [*ci_runs(), {"slice": k, "commit": head(), "passed": passed, "at": time.time()}]
+    path = ci_record()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    scratch = path.with_suffix(".tmp")
+    scratch.write_text(json.dumps({"runs": runs[-CI_RECORD_RUNS:]}, indent=1) + "\n")
+    scratch.replace(path)
+
+
+def head() -> str:
+    return subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
 def landings() -> int:
     """The number of commits on HEAD's first-parent history: consecutive landings on the main
     line get consecutive numbers."""
@@ -380,7 +426,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     one = commands.add_parser("slice", help="one slice of CI's rotation")
     one.add_argument("k", type=int, choices=range(SLICES))
     one.add_argument("pytest_args", nargs="*", help="passed on to pytest (after --)")
-    commands.add_parser("ci", help="the slice of the checked-out commit")
+    commands.add_parser("ci", help="CI's next slice, run and recorded")
+    commands.add_parser("which", help="CI's next slice, printed")
     commands.add_parser("plan", help="print every slice")
     commands.add_parser("rebalance", help="deal the slices again by the measured times")
     args = parser.parse_args(argv)
@@ -389,11 +436,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0 if run_tier(args.tier, args.pytest_args, sample=args.sample) else 1
     if args.command == "slice":
         return 0 if run_slice(args.k, args.pytest_args) else 1
-    if args.command == "ci":
-        n = landings()
-        k = n % SLICES
-        print(f"== CI's slice: landing {n}, slice {k} ({n} % {SLICES})", flush=True)
-        return 0 if run_slice(k, ()) else 1
+    if args.command in ("ci", "which"):
+        runs = ci_runs()
+        k = next_slice(runs, landings())
+        if args.command == "which":
+            print(k)
+            return 0
+        ran = ", ".join(str(run["slice"]) for run in runs[-SLICES:]) or "none yet"
+        print(f"== CI's slice {k} (this machine's CI ran slices {ran} last)", flush=True)
+        passed = run_slice(k, ())
+        record_ci_run(k, passed)
+        return 0 if passed else 1
     units = every_unit()
     if args.command == "rebalance":
         assigned = rebalance(units, measured_times())

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests import long_tiers
-from tests.long_tiers import SLICES, Slices, Unit, rebalance
+from tests.long_tiers import SLICES, Slices, Unit, next_slice, rebalance
 from tests.services._layout import REPO_ROOT
 from tests.support.tiers import TIER_MARKS, TIERS_ENV, tier_included
 from tests.support.timings import TIMES_ENV, plain_nodeid, read_times
@@ -70,9 +69,37 @@ def test_every_recorded_unit_names_a_slice_of_the_rotation() -> None:
     assert all(0 <= slice_ < SLICES and seconds >= 0 for slice_, seconds in data["units"].values())
 
 
-def test_ci_takes_the_same_number_of_slices() -> None:
-    script = (REPO_ROOT / ".ci" / "run").read_text()
-    assert set(re.findall(r"% (\d+)", script)) == {str(SLICES)}, script
+def test_ci_takes_the_slice_it_ran_least_recently() -> None:
+    assert next_slice([], landing=662) == 2  # a new machine: from the landing's number on
+    assert next_slice([{"slice": 2}], landing=663) == 3
+    assert next_slice([{"slice": 2}, {"slice": 3}], landing=663) == 0
+    # Several commits landed at once, a CI run repeated: the rotation goes on regardless.
+    runs = [{"slice": k} for k in (2, 3, 0, 1, 2, 3, 3)]
+    assert next_slice(runs, landing=700) == 0
+    assert next_slice([{"slice": k} for k in (0, 1, 3)], landing=0) == 2
+
+
+def test_any_four_consecutive_ci_runs_run_every_slice() -> None:
+    runs: list[dict[str, object]] = []
+    for landing in (5, 9, 9, 12, 40, 41, 43, 100, 101, 103, 170, 171):
+        runs.append({"slice": next_slice(runs, landing)})
+    taken = [run["slice"] for run in runs]
+    for start in range(len(taken) - SLICES + 1):
+        assert set(taken[start : start + SLICES]) == set(range(SLICES)), taken
+
+
+def test_ci_records_each_run_in_the_test_beds_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DS_CACHE_DIR", str(tmp_path))
+    assert long_tiers.ci_runs() == []
+    for k in range(long_tiers.CI_RECORD_RUNS + 3):
+        long_tiers.record_ci_run(k % SLICES, passed=k != 1)
+    runs = long_tiers.ci_runs()
+    assert len(runs) == long_tiers.CI_RECORD_RUNS
+    assert runs[-1]["slice"] == (long_tiers.CI_RECORD_RUNS + 2) % SLICES
+    assert runs[-1]["commit"] == long_tiers.head()
+    assert (tmp_path / long_tiers.CI_RECORD).exists()
 
 
 def test_group_suffixes_are_dropped_from_node_ids() -> None:
