@@ -40,7 +40,7 @@ from ._lost_epochs import LostEpochCheck
 from ._metrics import EpochMetrics, JobTotals
 from ._participants import Participants, brief, require_part_of
 from ._recovery import RecoveryReport, Resolution, require_no_newer, resolve
-from ._replay import ReplayCheck
+from ._replay import ReplayCheck, unproven_replay
 from ._retry import RetryPolicy
 from .validation import validate
 
@@ -50,6 +50,8 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 Steps = Generator[str, None, T]
 DEFAULT_RETRY = RetryPolicy()
+#: What an executor-mode epoch given again shows of its rows (none reach the driver).
+EXECUTOR_MODE_ROWS = "rows the driver does not see (executor mode)"
 
 
 class EpochOutcome(TextEnum):
@@ -80,8 +82,13 @@ class Coordinator:
     sink: no prepare, no decision-store record (docs/protocol.md).
     `concurrent_writes`: sinks write at once, while the next batch is read (`_fanout`).
     `source` names the stream the epochs come from (e.g. a Spark query id); it is kept in each
-    decision, and replaying a decided epoch from another source raises EpochOrderError
-    instead of silently keeping the other source's data.
+    decision, and a decided epoch given again by another source raises EpochOrderError
+    instead of silently keeping the other source's data. Where the stream is not known
+    (`source` None, or a decision that names none) nothing is assumed: a decided epoch given
+    again is taken for a replay only when its rows match the summary the decision recorded
+    (driver mode records one whatever `replay_check` says); otherwise, and always in executor
+    mode, whose rows the coordinator never sees, it raises EpochOrderError after finishing the
+    decided epoch, with nothing of the batch written.
     `replay_check` ("warn", "fail", "off"): compare a replay of a decided epoch with the rows
     it committed (driver mode; `_replay`).
     `policy` says what the sinks do with bad rows and new columns (core/bad_rows.py); with
@@ -332,15 +339,16 @@ class Coordinator:
         metrics = EpochMetrics(epoch)
         yield "epoch-start"
         self.lost_epochs.at_epoch(epoch)
-        decided = self.decisions.lookup(epoch, self.source, metrics)
+        decided = self.decisions.lookup(epoch, metrics)
         if decided is not None:
+            known = self.decisions.same_stream(decided, self.source)
             log.info("already decided by generation %d: finishing it", decided.generation)
             yield from self._finish(decided, metrics)
             self.totals.epochs_skipped += 1
-            self.replay.check(decided, batches, self.totals, log)
+            self.replay.check(decided, batches, self.totals, log, stream_known=known)
             return self._result(EpochOutcome.ALREADY_COMMITTED, decided, metrics)
 
-        tally = self.replay.tally()
+        tally = self.replay.tally(stream_known=self.source is not None)
         last = self.decisions.last
         ordered = [s for s in self.sinks if s is not last] + ([last] if last is not None else [])
         # The dead-letter sink takes part only when the epoch has dead letters, unless it is
@@ -387,9 +395,9 @@ class Coordinator:
             log.info("generation %d decided this epoch first: yielding to it", winner.generation)
             metrics.dead_letters = RefusalCounts()
             self.participants.undo(epoch, begun, handles, log)
-            self.decisions.check_source(winner, self.source)
+            known = self.decisions.same_stream(winner, self.source)
             yield from self._finish(winner, metrics)
-            self.replay.compare(winner, record.content, self.totals, log)
+            self.replay.compare(winner, record.content, self.totals, log, stream_known=known)
             return self._result(EpochOutcome.ALREADY_COMMITTED, winner, metrics)
         yield from self._finish(record, metrics)
         self.decisions.expire(epoch, self.retain_epochs, metrics, log)
@@ -409,12 +417,15 @@ class Coordinator:
         metrics = EpochMetrics(epoch)
         yield "epoch-start"
         self.lost_epochs.at_epoch(epoch)
-        decided = self.decisions.lookup(epoch, self.source, metrics)
+        decided = self.decisions.lookup(epoch, metrics)
         if decided is not None:
+            known = self.decisions.same_stream(decided, self.source)
             log.info("already decided by generation %d: finishing it", decided.generation)
             yield from self._finish(decided, metrics)
             yield from self.participants.discard_losers(decided, generation, metrics, log)
             self.totals.epochs_skipped += 1
+            if not known:
+                raise unproven_replay(self.job_id, decided, EXECUTOR_MODE_ROWS)
             return self._result(EpochOutcome.ALREADY_COMMITTED, decided, metrics)
         order = {s.name: i for i, s in enumerate(self.sinks)}
 
@@ -438,7 +449,10 @@ class Coordinator:
         yield "after-decision"
         if winner != record:
             log.info("generation %d decided this epoch first: yielding to it", winner.generation)
-            self.decisions.check_source(winner, self.source)
+            if not self.decisions.same_stream(winner, self.source):
+                yield from self._finish(winner, metrics)
+                yield from self.participants.discard_losers(winner, generation, metrics, log)
+                raise unproven_replay(self.job_id, winner, EXECUTOR_MODE_ROWS)
             record = winner
         yield from self._finish(record, metrics)
         yield from self.participants.discard_losers(record, generation, metrics, log)

@@ -98,31 +98,34 @@ class DecisionBook:
             return carried
         return self.store.put(carried)
 
-    def lookup(
-        self, epoch: int, source: str | None, metrics: EpochMetrics
-    ) -> DecisionRecord | None:
-        """The epoch's decision, checked to come from `source`; with none, a check that no
-        later epoch (or this one) already landed anywhere."""
+    def lookup(self, epoch: int, metrics: EpochMetrics) -> DecisionRecord | None:
+        """The epoch's decision; with none, a check that no later epoch (or this one) already
+        landed anywhere. Which stream a decision found came from is `same_stream`'s to tell."""
         with metrics.phase("lookup"):
             decided = self.for_epoch(epoch)
             if decided is None:
                 self.check_order(epoch)
-        if decided is not None:
-            self.check_source(decided, source)
         return decided
 
-    def check_source(self, decided: DecisionRecord, source: str | None) -> None:
-        """EpochOrderError when `decided` holds data of another stream than `source`."""
-        if source is None or decided.source is None or decided.source == source:
-            return
+    def same_stream(self, decided: DecisionRecord, source: str | None) -> bool:
+        """Whether `decided` is known to hold data of the stream `source`: True when both name
+        it; False when either does not name its stream (the caller must then prove that the
+        epoch is a replay some other way, or refuse); EpochOrderError when they name two
+        different streams (a reset checkpoint, or another query under the same job id)."""
+        if source is None or decided.source is None:
+            return False
+        if decided.source == source:
+            return True
         raise EpochOrderError(
-            f"epoch {decided.epoch} was already committed with data of source "
-            f"{decided.source!r}; this coordinator writes source {source!r}: another "
-            "query writes under the same job id",
+            f"epoch {decided.epoch} was already committed with data of stream "
+            f"{decided.source!r}; this job now writes stream {source!r}: the query's "
+            "checkpoint was reset, deleted or moved (Spark gives it a new id), or another "
+            "query writes under the same job id. Nothing of this batch was written",
             job=self.job_id,
             epoch=decided.epoch,
             fix="give each streaming query its own job_id (a query keeps its id across "
-            "restarts from the same checkpoint)",
+            "restarts from the same checkpoint); a query started from a new checkpoint needs a "
+            "new job_id, or its old checkpoint restored",
         )
 
     def check_order(self, epoch: int) -> None:

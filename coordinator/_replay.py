@@ -27,7 +27,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Literal
 
 from durable_sinks.core.content import ALGORITHM, ContentSummary, ContentTally
-from durable_sinks.core.errors import ConfigError, ReplayMismatchError
+from durable_sinks.core.errors import ConfigError, EpochOrderError, ReplayMismatchError
 from durable_sinks.core.joblog import JobLogger
 from durable_sinks.manifest import DecisionRecord
 
@@ -80,9 +80,10 @@ class ReplayCheck:
         self.job_id = job_id
         self.mode = mode
 
-    def tally(self) -> EpochTally:
-        """A new epoch's tally (summarising nothing with "off")."""
-        return EpochTally(None if self.mode == "off" else ContentTally())
+    def tally(self, *, stream_known: bool = True) -> EpochTally:
+        """A new epoch's tally: summarising nothing with "off", unless the stream is not
+        known (the summary is then what tells a replay from a new stream's batch)."""
+        return EpochTally(None if self.mode == "off" and stream_known else ContentTally())
 
     def check(
         self,
@@ -90,27 +91,36 @@ class ReplayCheck:
         batches: Iterable[pa.RecordBatch],
         totals: JobTotals,
         log: JobLogger,
+        *,
+        stream_known: bool = True,
     ) -> None:
         """A replay of the decided (and finished) epoch `decided` was given `batches`: read
         and summarise them, then `compare`. A replay that cannot be read is logged, never
-        raised (the epoch is committed whatever it holds)."""
+        raised (the epoch is committed whatever it holds), unless the stream is not known
+        (`stream_known` False): then the rows are what tells a replay from another stream's
+        batch, so they are always read and compared, and a replay that cannot be proven is
+        refused (`compare`)."""
         committed = decided.content
-        if self.mode == "off" or committed is None:
+        if stream_known and (self.mode == "off" or committed is None):
             return
         tally = ContentTally(
-            digest=committed.digest is not None and committed.algorithm == ALGORITHM
+            digest=committed is not None
+            and committed.digest is not None
+            and committed.algorithm == ALGORITHM
         )
         try:
             for batch in tally.through(batches):
                 del batch
-        except Exception as exc:  # noqa: BLE001 - see the docstring
+        except Exception as exc:
+            if not stream_known:
+                raise
             log.warning(
                 "the replayed batch could not be read to compare it with the committed epoch "
                 "(%s): not checked",
                 brief(exc),
             )
             return
-        self.compare(decided, tally.summary(), totals, log)
+        self.compare(decided, tally.summary(), totals, log, stream_known=stream_known)
 
     def compare(
         self,
@@ -118,11 +128,22 @@ class ReplayCheck:
         replayed: ContentSummary | None,
         totals: JobTotals,
         log: JobLogger,
+        *,
+        stream_known: bool = True,
     ) -> None:
         """Compare what a replay (or a losing attempt) of `decided`'s epoch was given with what
         the epoch committed; a difference is logged, counted and, with "fail", raised as
-        ReplayMismatchError. Nothing to compare (either summary missing): nothing done."""
+        ReplayMismatchError. Nothing to compare (either summary missing): nothing done.
+        When the stream is not known (`stream_known` False) the comparison is what shows that
+        the batch is a replay of the decided epoch: a difference, or nothing to compare, is
+        EpochOrderError (the batch may be a new stream's, whose ids start again), whatever
+        the mode."""
         committed = decided.content
+        if not stream_known:
+            if committed is None or replayed is None or committed.differs_from(replayed):
+                raise unproven_replay(self.job_id, decided, _shown(committed, replayed))
+            log.info("the replay gave the rows the epoch committed (%s)", committed)
+            return
         if self.mode == "off" or committed is None or replayed is None:
             return
         if not committed.differs_from(replayed):
@@ -151,3 +172,26 @@ class ReplayCheck:
                 "and fails again while it differs; to go on with the committed rows, restart "
                 "with replay_check='warn'",
             )
+
+
+def _shown(committed: ContentSummary | None, replayed: ContentSummary | None) -> str:
+    if committed is None or replayed is None:
+        return "no summary of the rows the epoch committed to compare them with"
+    return f"other rows than it committed (committed {committed}, given {replayed})"
+
+
+def unproven_replay(job_id: str, decided: DecisionRecord, shown: str) -> EpochOrderError:
+    """The error for a decided epoch given again when the job does not know the stream it
+    writes (or the decision does not name its own) and the rows do not prove a replay:
+    `shown` says what the batch was found to hold."""
+    return EpochOrderError(
+        f"epoch {decided.epoch} was already committed and is given again with {shown}, and "
+        "the job cannot tell which stream the batch comes from: it may be a new stream's (a "
+        "reset, deleted or moved checkpoint starts batch ids again) rather than a replay. The "
+        "decided epoch was finished; nothing of this batch was written",
+        job=job_id,
+        epoch=decided.epoch,
+        fix="let the job know its stream: under Spark Connect pass checkpoint_location= (the "
+        "query's checkpointLocation) to durable_sink(...); a query restarted from a new "
+        "checkpoint needs a new job_id, or its old checkpoint restored",
+    )

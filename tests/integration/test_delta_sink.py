@@ -22,7 +22,8 @@ from tests.support.delta_target import folder_leftovers, log_epochs
 def coordinator(tmp_path: Path, job: str | None = None, **options: Any) -> Coordinator:
     sink = create("delta", {"path": str(tmp_path / "table"), **options})
     job = job or f"delta-{uuid.uuid4().hex[:8]}"
-    return Coordinator(job, [sink], LocalDirectoryStore(tmp_path / f"store-{job}"))
+    # Each job one stream: a replay with other rows is then a replay (test_stream_identity).
+    return Coordinator(job, [sink], LocalDirectoryStore(tmp_path / f"store-{job}"), source=job)
 
 
 def events(ids: list[int], **extra: Any) -> pa.RecordBatch:

@@ -55,11 +55,19 @@ def config(kafka: KafkaEndpoint, topic: str, **options: Any) -> KafkaSinkConfig:
     return KafkaSinkConfig(kafka.bootstrap_servers, topic, request_timeout_s=20, **options)
 
 
+#: The stream the tests' jobs write: a replay with other rows is then a replay, not a new
+#: stream (tests/unit/test_stream_identity.py).
+STREAM = "query-1"
+
+
 def job(
     kafka: KafkaEndpoint, topic: str, unique: UniqueNames, tmp_path: Any, **options: Any
 ) -> Coordinator:
     coordinator = Coordinator(
-        unique.job_id, [KafkaSink(config(kafka, topic, **options))], LocalDirectoryStore(tmp_path)
+        unique.job_id,
+        [KafkaSink(config(kafka, topic, **options))],
+        LocalDirectoryStore(tmp_path),
+        source=STREAM,
     )
     coordinator.start()
     return coordinator

@@ -49,6 +49,7 @@ def coordinator(
     postgres: PostgresEndpoint, table: str, job_id: str, store: Path, **options: Any
 ) -> Coordinator:
     sink = PostgresSink(PostgresSinkConfig(postgres.conninfo(), table))
+    options.setdefault("source", "query-1")  # one stream: its replays are replays
     return Coordinator(job_id, [sink], LocalDirectoryStore(store), **options)
 
 

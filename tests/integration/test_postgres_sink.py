@@ -82,7 +82,9 @@ def job(
     postgres: PostgresEndpoint, table: str, unique: UniqueNames, tmp_path: Any, **options: Any
 ) -> Coordinator:
     sink = PostgresSink(PostgresSinkConfig(postgres.conninfo(), table, **options))
-    coordinator = Coordinator(unique.job_id, [sink], LocalDirectoryStore(tmp_path / "store"))
+    coordinator = Coordinator(
+        unique.job_id, [sink], LocalDirectoryStore(tmp_path / "store"), source="query-1"
+    )
     coordinator.start()
     return coordinator
 

@@ -45,7 +45,7 @@ def sink(s3: S3Endpoint, path: str, **options: Any) -> S3Sink:
 
 def started(s3: S3Endpoint, path: str, tmp_path: Path, **options: Any) -> Coordinator:
     coordinator = Coordinator(
-        "job", [sink(s3, path, **options)], LocalDirectoryStore(tmp_path / "store")
+        "job", [sink(s3, path, **options)], LocalDirectoryStore(tmp_path / "store"), source="q"
     )
     coordinator.start()
     return coordinator

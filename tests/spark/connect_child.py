@@ -13,7 +13,8 @@ Plan keys: url, source, checkpoint, job_id, sinks (a list of {"kind": ..., optio
 (job options, e.g. execution, guarantee, outage_tolerance_s), repartition (int, optional),
 pause (optional: {"epoch": n, "step": prefix, "flag": path}: on the server, the writer creates
 `flag` after that coordinator step of that epoch and then sleeps, for the test to SIGKILL the
-server there), version (optional: the client's version the writer claims when pickled).
+server there), version (optional: the client's version the writer claims when pickled),
+companion (optional, true: another streaming query runs in the same session meanwhile).
 
 Own process: a remote session changes process-wide state of pyspark (SPARK_CONNECT_MODE_ENABLED,
 the active session), which must not leak into tests that use a classic session.
@@ -90,6 +91,11 @@ def main(plan_path: str) -> int:
         job, rest = JobOptions.split({**plan["job"], "job_id": plan["job_id"]})
         assert not rest, rest
         writer_stream = writer_stream.foreachBatch(PausingWriter(plan, specs, job))
+    companion = None
+    if plan.get("companion"):
+        # Another query of the same session, running while the job's does: the session
+        # then has two active queries.
+        companion = spark.readStream.format("rate").load().writeStream.format("noop").start()
     query = writer_stream.trigger(availableNow=True).start()
     error: str | None = None
     try:
@@ -99,6 +105,8 @@ def main(plan_path: str) -> int:
     if error is None and query.isActive:
         query.stop()
         error = "timeout: the query did not finish"
+    if companion is not None:
+        companion.stop()
     print(json.dumps({"error": error, "query_id": str(query.id)}), flush=True)
     if error is not None:
         exit_without_release(1)  # the server may be gone: do not wait on it at exit

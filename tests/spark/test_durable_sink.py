@@ -9,12 +9,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pyarrow.parquet as pq
 import pytest
 
 from durable_sinks import Files, Postgres
 from durable_sinks.coordinator import EpochOutcome
-from durable_sinks.core.errors import EpochOrderError
+from durable_sinks.core.errors import ConfigError, EpochOrderError
 from durable_sinks.spark import durable_sink, sink
 from tests.services import KafkaEndpoint, PostgresEndpoint
 
@@ -156,26 +157,84 @@ def test_a_large_batch_is_read_in_bounded_chunks_and_lands_whole(
     assert result.decision.rows() == {"postgres": 400}
 
 
+@pytest.mark.parametrize("execution", ["driver", "executor"])
 def test_another_query_under_the_same_job_id_is_refused_and_writes_nothing(
-    spark: Any, postgres: PostgresEndpoint, pg_schema: str, job_id: str, tmp_path: Path
+    spark: Any,
+    postgres: PostgresEndpoint,
+    pg_schema: str,
+    job_id: str,
+    tmp_path: Path,
+    execution: str,
 ) -> None:
+    """A new checkpoint (deleted, moved, or another query) under the same job id starts its
+    batch ids again at 0: refused, typed, never taken for replays of decided batches."""
     source, table = tmp_path / "in", f"{pg_schema}.events"
     dsn = postgres.conninfo()
     for n in range(2):
         write_input(source, f"part-{n}.json", range(n * 10, n * 10 + 10))
-    first = durable_sink("postgres", dsn=dsn, table=table, job_id=job_id, create_table=True)
+    options: dict[str, Any] = {"dsn": dsn, "table": table, "job_id": job_id}
+    if execution == "executor":
+        options["execution"] = "executor"
+    first = durable_sink("postgres", create_table=True, **options)
     run_available_now(source_stream(spark, source), first, tmp_path / "checkpoint-a")
     assert postgres_ids(dsn, table) == list(range(20))
 
     # Same job id, new checkpoint: a different query (its batch 0 is not the first's batch 0).
     other = tmp_path / "other"
     write_input(other, "part-0.json", range(1000, 1010))
-    second = durable_sink("postgres", dsn=dsn, table=table, job_id=job_id)
+    second = durable_sink("postgres", **options)
     with pytest.raises(Exception, match="another query writes under the same job id") as caught:
         run_available_now(source_stream(spark, other), second, tmp_path / "checkpoint-b")
     assert "EpochOrderError" in str(caught.value) or isinstance(caught.value, EpochOrderError)
     assert postgres_ids(dsn, table) == list(range(20))
     assert prepared_transactions(dsn, job_id) == []
+
+
+def test_checkpoint_location_names_the_query_or_the_batch_is_refused(
+    spark: Any, postgres: PostgresEndpoint, pg_schema: str, job_id: str, tmp_path: Path
+) -> None:
+    """Given, checkpoint_location must hold the running query's checkpoint: the query id read
+    from it is the job's; another query's checkpoint, or none there, is a ConfigError before
+    anything is written."""
+    source, table = tmp_path / "in", f"{pg_schema}.events"
+    dsn = postgres.conninfo()
+    write_input(source, "part-0.json", range(10))
+    checkpoint = tmp_path / "checkpoint"
+    told = durable_sink(
+        "postgres",
+        dsn=dsn,
+        table=table,
+        job_id=job_id,
+        create_table=True,
+        checkpoint_location=str(checkpoint),
+    )
+    run_available_now(source_stream(spark, source), told, checkpoint)
+    assert told.last_result is not None
+    query_id = json.loads((checkpoint / "metadata").read_text())["id"]
+    assert told.last_result.decision.source == query_id
+
+    for wrong, says in [
+        (tmp_path / "nowhere", "holds no streaming checkpoint"),
+        (checkpoint, f"is the checkpoint of query {query_id}"),
+    ]:
+        write_input(tmp_path / f"in-{wrong.name}", "part-0.json", range(100, 110))
+        writer = durable_sink(
+            "postgres",
+            dsn=dsn,
+            table=f"{table}_{wrong.name}",
+            job_id=f"{job_id}-{wrong.name}",
+            create_table=True,
+            checkpoint_location=str(wrong),
+        )
+        stream = source_stream(spark, tmp_path / f"in-{wrong.name}")
+        with pytest.raises(Exception, match=says) as caught:
+            run_available_now(stream, writer, tmp_path / f"checkpoint-{wrong.name}")
+        assert "ConfigError" in str(caught.value) or isinstance(caught.value, ConfigError)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            name = f"{table}_{wrong.name}"
+            found = conn.execute("SELECT to_regclass(%s)", (name,)).fetchone()
+            if found != (None,):  # (created when the job started)
+                assert conn.execute(f"SELECT count(*) FROM {name}").fetchone() == (0,)
 
 
 def test_the_password_never_shows_in_logs_reprs_or_decisions(

@@ -36,9 +36,18 @@ def files(tmp_path: Path, name: str) -> FileSink:
     return FileSink(FileSinkConfig(str(tmp_path / name), name=name))
 
 
+#: The stream the tests' coordinators write (a replay of a decided epoch is then told from a
+#: new stream by its name: tests/unit/test_stream_identity.py).
+SOURCE = "query-1"
+
+
 def started(tmp_path: Path, *sinks: SinkConnector) -> Coordinator:
     coordinator = Coordinator(
-        "job", list(sinks), LocalDirectoryStore(tmp_path / "store"), commit_retry=FAST
+        "job",
+        list(sinks),
+        LocalDirectoryStore(tmp_path / "store"),
+        commit_retry=FAST,
+        source=SOURCE,
     )
     coordinator.start()
     return coordinator

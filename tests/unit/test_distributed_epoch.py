@@ -27,7 +27,9 @@ def files(tmp_path: Path, name: str = "a") -> FileSink:
 
 def coordinator(tmp_path: Path, *names: str) -> Coordinator:
     sinks: list[SinkConnector] = [files(tmp_path, n) for n in names]
-    c = Coordinator("job", sinks, LocalDirectoryStore(tmp_path / "store"), executor_mode=True)
+    c = Coordinator(
+        "job", sinks, LocalDirectoryStore(tmp_path / "store"), executor_mode=True, source="query-1"
+    )
     c.start()
     return c
 

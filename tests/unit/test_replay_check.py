@@ -39,12 +39,15 @@ def files(tmp_path: Path, name: str = "a") -> FileSink:
 def coordinator(
     tmp_path: Path, *sinks: SinkConnector, check: str = "warn", store: str = "store"
 ) -> Coordinator:
+    """A started coordinator of one known stream (tests/unit/test_stream_identity.py has
+    those that do not know theirs)."""
     started = Coordinator(
         "job",
         list(sinks) or [files(tmp_path)],
         LocalDirectoryStore(tmp_path / store),
         commit_retry=FAST,
         replay_check=check,
+        source="query-1",
     )
     started.start()
     return started

@@ -92,6 +92,8 @@ def test_job_options_are_split_from_sink_options() -> None:
         ({"job_id": "j", "outage_tolerance_s": -1}, "outage_tolerance_s"),
         ({"job_id": "j", "outage_tolerance_s": float("inf")}, "outage_tolerance_s"),
         ({"job_id": "j", "outage_tolerance_s": "2 minutes"}, "outage_tolerance_s"),
+        ({"job_id": "j", "checkpoint_location": ""}, "checkpoint_location"),
+        ({"job_id": "j", "checkpoint_location": 3}, "checkpoint_location"),
     ],
 )
 def test_bad_job_options_name_the_option_and_the_fix(

@@ -98,6 +98,14 @@ class JobOptions:
     - schema_evolution: "none" (default: a new column is refused with SchemaMismatchError)
       or "add_columns": a new nullable column is added to each target inside the epoch, and
       columns are widened where that is safe (int -> bigint, float -> double).
+    - checkpoint_location: the query's `checkpointLocation`, from which the job reads the
+      query's id (Spark keeps it in the checkpoint's `metadata` file) at its first batch.
+      Needed where Spark does not tell a batch which query runs it (Spark Connect with more
+      than one query active in the session, and pyspark 4.3's Spark Connect, which runs
+      foreachBatch in a cloned session): there a job without it refuses its first batch.
+      Elsewhere optional: given, it must name the running query's checkpoint. The job's
+      query id is what tells a replay of a decided batch from a new stream whose batch ids
+      start again (docs/guide.md, "Which stream a job writes").
     """
 
     job_id: str
@@ -117,6 +125,7 @@ class JobOptions:
     dead_letter: Any = None
     max_bad_rows: int | float = DEFAULT_MAX_BAD_ROWS
     schema_evolution: SchemaEvolutionMode = "none"
+    checkpoint_location: str | None = None
 
     @property
     def write_policy(self) -> WritePolicy:
@@ -219,6 +228,15 @@ class JobOptions:
                 job=self.job_id,
                 fix="schema_evolution='add_columns' adds new nullable columns to the targets; "
                 "leave it out to refuse them",
+            )
+        location = self.checkpoint_location
+        if location is not None and (not isinstance(location, str) or not location.strip()):
+            raise ConfigError(
+                f"checkpoint_location must be the query's checkpointLocation (a path), not "
+                f"{location!r}",
+                job=self.job_id,
+                fix="checkpoint_location='s3a://bucket/checkpoints/orders', the same path as "
+                ".option('checkpointLocation', ...) on the query",
             )
         try:
             BadRowCap(self.max_bad_rows)

@@ -10,7 +10,14 @@ it is the one running the batch.
 
 from __future__ import annotations
 
+import json
 from typing import Any
+
+from durable_sinks.core.errors import ConfigError
+
+#: The file of a streaming checkpoint that holds the query's id (`{"id": "<uuid>"}`), written
+#: when the query starts from it the first time.
+CHECKPOINT_METADATA = "metadata"
 
 #: Spark sets these on the thread that runs a streaming query's batch (classic PySpark).
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
@@ -39,3 +46,34 @@ def batch_properties(df: Any) -> tuple[str | None, str | None]:
     query = context.getLocalProperty(QUERY_ID_PROPERTY)
     batch = context.getLocalProperty(BATCH_ID_PROPERTY)
     return (None if query is None else str(query)), (None if batch is None else str(batch))
+
+
+def checkpoint_query_id(session: Any, location: str, *, job: str) -> str:
+    """The id of the query whose checkpoint is at `location`, read through `session` (classic
+    or Spark Connect: Spark reads the checkpoint's file system, whatever it is). ConfigError
+    when there is no streaming checkpoint there."""
+    path = location.rstrip("/") + "/" + CHECKPOINT_METADATA
+    fix = (
+        "give checkpoint_location the query's checkpointLocation, exactly as passed to "
+        ".option('checkpointLocation', ...)"
+    )
+    try:
+        lines = [row[0] for row in session.read.text(path).collect()]
+    except Exception as exc:  # noqa: BLE001 - Spark's own errors (path not found, ...)
+        raise ConfigError(
+            f"checkpoint_location {location!r} holds no streaming checkpoint: reading "
+            f"{path} failed ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})",
+            job=job,
+            fix=fix,
+        ) from None
+    try:
+        query = json.loads(lines[0])["id"] if lines else None
+    except (ValueError, TypeError, KeyError):
+        query = None
+    if not isinstance(query, str) or not query:
+        raise ConfigError(
+            f"{path} is not a streaming checkpoint's metadata (no query id in it)",
+            job=job,
+            fix=fix,
+        )
+    return query

@@ -39,7 +39,7 @@ from ._build import build_coordinator, check_job, close_quietly
 from ._executor import prepare_on_executors
 from ._observe import BatchObserver
 from ._options import JobOptions, job_option_names
-from ._session import batch_properties, is_connect
+from ._session import batch_properties, checkpoint_query_id, is_connect
 from ._shipping import shipped
 from ._specs import SinkSpec
 from ._worker_check import check_workers
@@ -103,6 +103,8 @@ class DurableBatchWriter:
     recovery: RecoveryReport | None
     _coordinator: Coordinator | None
     _query_id: str | None
+    #: The query id read from checkpoint_location (None before the first batch reads it).
+    _stated: str | None
     _last_step: str | None
     _generation: int | None
     _riding_from: int | None
@@ -376,14 +378,19 @@ class DurableBatchWriter:
 
     def _check_query(self, df: Any, epoch: int) -> None:
         """What only the running query can tell: its id (kept across restarts from the same
-        checkpoint) becomes the coordinator's source; the batch id must be Spark's (classic
-        PySpark tells both; Spark Connect the query id only while one query of the session is
-        active, see _session.py)."""
+        checkpoint) becomes the coordinator's source, so that a batch of a new stream (a reset
+        checkpoint) is never taken for a replay of a decided epoch; the batch id must be
+        Spark's. Classic PySpark tells both; Spark Connect the query id only while one query
+        of the session is active and never on pyspark 4.3 (_session.py): there the id is read
+        from `checkpoint_location`, and without it the batch is refused (ConfigError) before
+        anything is written. A call outside a streaming query (classic, a direct call) keeps
+        the id of the query the writer served, if any; without one, driver mode goes on (a
+        decided epoch given again is then a replay only if its rows match those it
+        committed: coordinator/_replay.py) and executor mode, whose rows the driver never
+        sees, is refused."""
         if self._query_id is not None and is_connect(df):
             return  # Connect unpickles one copy per query: bound at its first batch
         query_id, running = batch_properties(df)
-        if query_id is None:
-            self.log.bind(epoch=epoch).debug("the query id is unknown: it is not checked")
         if running is not None and int(running) != epoch:
             raise UsageError(
                 f"called with batch id {epoch} while Spark runs batch {running}",
@@ -391,7 +398,21 @@ class DurableBatchWriter:
                 epoch=epoch,
                 fix="pass the writer to foreachBatch as is; do not call it with other ids",
             )
+        stated = self._stated_query(df)
         if query_id is None:
+            query_id = stated
+        elif stated is not None and stated != query_id:
+            raise ConfigError(
+                f"checkpoint_location {self.options.checkpoint_location!r} is the checkpoint "
+                f"of query {stated}, but query {query_id} runs this batch",
+                job=self.options.job_id,
+                epoch=epoch,
+                fix="give checkpoint_location this query's checkpointLocation (or leave it "
+                "out: classic Spark tells the query's id)",
+            )
+        if query_id is None:
+            if self._query_id is None:  # (a writer bound to its query keeps its id)
+                self._unknown_query(df, epoch)
             return
         if self._query_id is not None and query_id != self._query_id:
             raise UsageError(
@@ -404,6 +425,42 @@ class DurableBatchWriter:
                 "this batch was written",
             )
         self._query_id = query_id
+
+    def _stated_query(self, df: Any) -> str | None:
+        """The query id in `checkpoint_location`'s checkpoint (None without the option),
+        read once per writer."""
+        location = self.options.checkpoint_location
+        if location is None:
+            return None
+        if self._stated is None:
+            self._stated = checkpoint_query_id(df.sparkSession, location, job=self.options.job_id)
+        return self._stated
+
+    def _unknown_query(self, df: Any, epoch: int) -> None:
+        """Neither Spark nor `checkpoint_location` tells which query runs the batch."""
+        if is_connect(df):
+            raise ConfigError(
+                "Spark Connect does not tell this batch which streaming query runs it (the "
+                "session has more than one active query, or this pyspark runs foreachBatch in "
+                "a session of its own), and the job must know it: a query restarted from a "
+                "new checkpoint starts its batch ids again, and its batches must not be taken "
+                "for replays of batches already committed. Nothing of this batch was written",
+                job=self.options.job_id,
+                epoch=epoch,
+                fix="durable_sink(..., checkpoint_location=<the query's checkpointLocation>): "
+                "the job reads the query's id from the checkpoint",
+            )
+        if self.options.execution == "executor":
+            raise UsageError(
+                "executor mode was called outside a streaming query: it cannot tell a replay "
+                "of a committed batch from new rows, since the rows never reach the driver",
+                job=self.options.job_id,
+                epoch=epoch,
+                fix="give the writer to a streaming query's foreachBatch, or use driver mode",
+            )
+        self.log.bind(epoch=epoch).debug(
+            "called outside a streaming query: a replayed batch id is checked by its rows"
+        )
 
     # -- pickling (Spark Connect runs foreachBatch in a server-side process) -------------------
     def __reduce__(self) -> tuple[Any, ...]:
@@ -431,6 +488,7 @@ class DurableBatchWriter:
         self.recovery = None
         self._coordinator = None
         self._query_id = None
+        self._stated = None
         self._lock = threading.RLock()
         self._read = None
         self._outage = OutagePolicy(tolerance_s=self.options.outage_tolerance_s)
@@ -474,6 +532,7 @@ def durable_sink(
     dead_letter: SinkConfig | SinkSpec | None = None,
     max_bad_rows: int | float = ...,
     schema_evolution: SchemaEvolutionMode = "none",
+    checkpoint_location: str | None = None,
 ) -> DurableBatchWriter: ...
 @overload
 def durable_sink(kind: str, /, **options: Any) -> DurableBatchWriter: ...
