@@ -514,13 +514,19 @@ class Cluster:
         entries = self._describe(progress)
         cleanup = entries["cleanup.policy"].value or ""
         retention = int(entries["retention.ms"].value or -1)
-        if "compact" not in cleanup and 0 <= retention < 7 * 24 * 3600 * 1000:
+        size = int(entries["retention.bytes"].value or -1)
+        policies = {p.strip() for p in cleanup.split(",") if p.strip()}
+        # "delete" removes old segments by age or size, whatever else the policy says: a job
+        # idle longer than retention.ms would lose its last progress, fence and generation.
+        if "delete" in policies and (retention >= 0 or size >= 0):
             raise ConfigError(
-                f"progress topic {progress!r} has cleanup.policy={cleanup} and retention.ms="
-                f"{retention}: the last committed epoch could be deleted",
+                f"progress topic {progress!r} has cleanup.policy={cleanup} with retention.ms="
+                f"{retention} and retention.bytes={size}: its records of the last committed "
+                "epoch, the fence and the generation could be deleted",
                 **self._where(None),
-                fix="set cleanup.policy=compact on it (or retention.ms=-1), or leave "
-                "progress_topic unset so that the sink creates a compacted one",
+                fix="set cleanup.policy=compact on it (kafka-configs --alter --add-config "
+                "cleanup.policy=compact), or leave progress_topic unset so that the sink "
+                "creates a compacted one",
             )
 
     def _record_limit(self, described: dict[str, Any]) -> int:

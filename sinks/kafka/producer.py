@@ -79,6 +79,12 @@ TIMEOUT_FIX = (
     "(maxOffsetsPerTrigger, maxFilesPerTrigger); the job writes the epoch again"
 )
 
+#: An epoch's EndTxn fenced: what settles it.
+FENCED_AT_COMMIT_FIX = (
+    "nothing to do: the job's next coordinator (a retry, a restart, or the newer driver) reads "
+    "the outcome from the progress topic and finishes or rolls back the epoch everywhere"
+)
+
 Header = tuple[str, str | bytes | None]
 
 
@@ -232,6 +238,29 @@ class TransactionalProducer:
             fix="nothing to do here: the newer coordinator owns the job",
         )
         raise self.fenced from None
+
+    def _fenced_at_commit(self, error: KafkaError, epoch: int) -> NoReturn:
+        """A fence met by an epoch's EndTxn is no answer to that commit: an EndTxn that
+        reached the transaction coordinator commits the transaction even when its answer
+        is lost (librdkafka retries the request by itself), and a newer producer's
+        init_transactions, or the broker's time-out of a later transaction state, then fences
+        the retry. The transaction is committed or aborted, and only the progress topic tells
+        which: InDoubtError, and this producer is done."""
+        self.broken = True
+        cause = (
+            "the broker may have timed the transaction out (its first record is "
+            f"{time.monotonic() - (self._first_record or 0.0):.1f} s old, "
+            f"transaction_timeout_s={self.config.transaction_timeout_s:g})"
+            if self.timed_out()
+            else "a newer producer of the job took over"
+        )
+        raise InDoubtError(
+            f"commit_transaction was fenced ({error.name()}): {cause}, after this commit "
+            "request may have reached the transaction coordinator; the epoch may or may not "
+            "be committed, and this coordinator touches nothing more of it",
+            **self._where(epoch),
+            fix=FENCED_AT_COMMIT_FIX + (f"; then {TIMEOUT_FIX}" if self.timed_out() else ""),
+        ) from None
 
     def _newer_owner_now(self) -> bool:
         """Whether a newer generation holds the fence record; when it cannot be read, no
@@ -457,9 +486,10 @@ class TransactionalProducer:
     def commit(self, epoch: int | None = None) -> None:
         """Commit the open transaction (librdkafka flushes its records first).
         TransientError: it must be aborted (the caller does; a broken producer's is aborted
-        by the next producer's init), nothing is visible; FencedError: a newer producer took
-        over, nothing is visible; InDoubtError: the outcome is unknown (still failing with a
-        retriable error after request_timeout_s, or a fatal error other than a fence)."""
+        by the next producer's init), nothing is visible; InDoubtError: the outcome is unknown
+        (still failing with a retriable error after request_timeout_s, a fatal error, or an
+        epoch's EndTxn fenced: see `_fenced_at_commit`). The sink's own records (`epoch`
+        None) are never in doubt: a fence there is FencedError, nothing visible."""
         producer = self.require(epoch)
         deadline = time.monotonic() + self._timeout
         delay = RETRY_BACKOFF_S[0]
@@ -489,8 +519,9 @@ class TransactionalProducer:
                 **self._where(epoch),
             ) from None
         if error is not None and error.code() in FENCED_CODES:
-            # The broker refused the EndTxn (or a record) for an old epoch: not committed.
-            self._fence_or_timeout(error, "commit_transaction", epoch)
+            if epoch is None:  # the sink's own records (the fence record): never in doubt
+                self._fence_or_timeout(error, "commit_transaction", epoch)
+            self._fenced_at_commit(error, epoch)
         if error is not None and self._retriable(exc) is not None:
             if retry:
                 self._log.bind(epoch=epoch).info(

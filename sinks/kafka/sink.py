@@ -534,8 +534,10 @@ class KafkaSink(SinkBase[Kafka]):
     ) -> None:
         """The commit point: the progress record (carrying `decision`) and the epoch's
         records become visible atomically. Raises FencedError (nothing committed) if a newer
-        producer took over, TransientError (transaction aborted, nothing committed) when the
-        transaction had to be aborted, InDoubtError when the outcome is unknown."""
+        producer took over before the commit request, TransientError (transaction aborted,
+        nothing committed) when the transaction had to be aborted, InDoubtError when the
+        outcome is unknown: an answer lost, or the commit request itself fenced (it may have
+        committed before the fence; the progress topic tells)."""
         self._commit(epoch, handle, decision)
 
     def _commit(
@@ -571,8 +573,12 @@ class KafkaSink(SinkBase[Kafka]):
                 key,
                 epoch,
             )
-            # commit_transaction flushes the progress record first; if it cannot be
-            # delivered the transaction needs an abort (below): nothing becomes visible.
+            # The progress record is acknowledged before the commit request, so that a fence
+            # or an abortable error met on its way (adding the progress partition to the
+            # transaction, the record refused) comes before the commit point, where it is
+            # certain: the transaction is aborted (below), nothing becomes visible. What
+            # commit_transaction then fails with concerns the EndTxn alone.
+            producer.flush(epoch)
             producer.commit(epoch)
         except InDoubtError:
             self._last_known = False

@@ -186,6 +186,22 @@ OPEN_CASES = {
         "cleanup.policy=compact",
         existing={"topic_{t}-ds-progress": {"cleanup.policy": "delete"}},
     ),
+    "existing progress topic compacted and deleted by age": OpenCase(
+        {"create_topic": True},
+        ConfigError,
+        "progress topic 'topic_{t}-ds-progress' has cleanup.policy=compact,delete",
+        "cleanup.policy=compact",
+        existing={"topic_{t}-ds-progress": {"cleanup.policy": "compact,delete"}},
+    ),
+    "existing progress topic deleted by age after a month": OpenCase(
+        {"create_topic": True},
+        ConfigError,
+        "retention.ms=2592000000",
+        "cleanup.policy=compact",
+        existing={
+            "topic_{t}-ds-progress": {"cleanup.policy": "delete", "retention.ms": "2592000000"}
+        },
+    ),
     "an existing non-compacted topic given as progress_topic": OpenCase(
         {"create_topic": True, "progress_topic": "events_{t}"},
         ConfigError,

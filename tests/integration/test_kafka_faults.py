@@ -27,7 +27,12 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from durable_sinks.coordinator import Coordinator, EpochOutcome
 from durable_sinks.core import OpenContext, SinkConnector
-from durable_sinks.core.errors import FencedError, TransientError, UnreachableError
+from durable_sinks.core.errors import (
+    FencedError,
+    InDoubtError,
+    TransientError,
+    UnreachableError,
+)
 from durable_sinks.manifest import DecisionStore, LocalDirectoryStore
 from durable_sinks.manifest.postgres import PostgresDecisionStore
 from durable_sinks.sinks.kafka import KafkaSink, KafkaSinkConfig
@@ -192,13 +197,96 @@ def test_an_older_coordinator_is_fenced_even_when_its_transaction_is_old(
         made.close()
 
 
+# -- a commit whose answer is lost ---------------------------------------------------------------
+class AnswerLost:
+    """The real producer, but its first commit_transaction takes effect on the broker and
+    then, before its caller hears of it, `meanwhile()` runs and the call raises what
+    librdkafka raises when its retry of a delivered EndTxn is fenced: `_FENCED`, fatal."""
+
+    def __init__(self, real: Any, meanwhile: Callable[[], None]) -> None:
+        self.real, self.meanwhile, self.lost = real, meanwhile, False
+
+    def commit_transaction(self, *args: Any) -> None:
+        if self.lost:
+            self.real.commit_transaction(*args)
+            return
+        self.lost = True
+        self.real.commit_transaction(*args)  # committed on the broker
+        self.meanwhile()
+        raise KafkaException(KafkaError(KafkaError._FENCED, "retry of EndTxn fenced", fatal=True))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+
+def test_a_fenced_commit_that_took_effect_is_finished_not_rolled_back(
+    kafka: KafkaEndpoint,
+    admin: AdminClient,
+    postgres: PostgresEndpoint,
+    conn: psycopg.Connection[Any],
+    topic: str,
+    pg_table: str,
+    unique: UniqueNames,
+    tmp_path: Any,
+) -> None:
+    """Kafka the last resource beside Postgres. Driver A's EndTxn commits the epoch (Kafka's
+    commit carries the decision), its answer is lost, a successor B starts meanwhile (its
+    Kafka producer's init fences A) and A's retry is fenced. The fence says nothing of A's
+    commit: A must not roll its prepared Postgres transaction back (it would leave the epoch
+    in Kafka only); it raises InDoubtError and touches nothing more, and B's recovery reads
+    the decision from the progress topic and commits Postgres. Every row once in both."""
+
+    def sinks(kafka_first: bool) -> list[SinkConnector]:
+        made: list[SinkConnector] = [
+            PostgresSink(PostgresSinkConfig(postgres.conninfo(), pg_table)),
+            kafka_sink(kafka, topic),
+        ]
+        return made[::-1] if kafka_first else made
+
+    store = LocalDirectoryStore(tmp_path)
+    zombie = coordinator(unique.job_id, sinks(False), store)
+    successor = Coordinator(unique.job_id, sinks(True), LocalDirectoryStore(tmp_path))
+    starting = successor.start_steps()
+
+    def successor_fences() -> None:
+        # B claims its generation and opens Kafka (init_transactions fences A's producer);
+        # its Postgres sink is not open yet, so A's sessions are still alive.
+        for step in starting:
+            if step == "recovery:after-open:kafka":
+                return
+        raise AssertionError("the successor never opened its Kafka sink")
+
+    kafka_part = next(s for s in zombie.sinks if isinstance(s, KafkaSink))
+    producer = kafka_part._state().producer
+    producer._producer = AnswerLost(producer._producer, successor_fences)  # type: ignore[assignment]
+
+    with pytest.raises(InDoubtError, match="commit_transaction was fenced") as hit:
+        zombie.run_epoch(0, [events([1, 2, 3])])
+    assert "progress topic" in (hit.value.fix or "")
+    assert ids(read_committed(kafka, admin, topic)) == [1, 2, 3]  # A's commit landed
+    assert len(prepared_gids(conn, unique.job_id, "postgres")) == 1  # A left it prepared
+
+    for _ in starting:  # B opens Postgres and recovers: the progress topic holds the decision
+        pass
+    assert pg_ids(conn, pg_table) == [1, 2, 3]
+    assert prepared_gids(conn, unique.job_id, "postgres") == []
+    assert successor.run_epoch(0, [events([1, 2, 3])]).outcome is EpochOutcome.ALREADY_COMMITTED
+    successor.run_epoch(1, [events([4])])
+    assert ids(read_committed(kafka, admin, topic)) == [1, 2, 3, 4]
+    assert pg_ids(conn, pg_table) == [1, 2, 3, 4]
+    assert open_transactions(admin, topic, f"{topic}-ds-progress") == []
+    for made in (zombie, successor):
+        made.close()
+
+
 # -- typed errors at pre_commit and at the commit point -------------------------------------------
 def test_a_progress_topic_deleted_mid_transaction_aborts_the_epoch(
     kafka: KafkaEndpoint, admin: AdminClient, topic: str, unique: UniqueNames, tmp_path: Any
 ) -> None:
-    """The progress record cannot be delivered (its topic is gone): librdkafka's commit
-    fails with an abortable error (_INCONSISTENT / _TIMED_OUT after the records' time-out,
-    which is transaction.timeout.ms); the sink aborts: TransientError, nothing visible. The
+    """The progress record cannot be delivered (its topic is gone): its flush, before the
+    commit request, fails (_MSG_TIMED_OUT after the records' time-out, which is
+    transaction.timeout.ms, or an abortable _INCONSISTENT / _TIMED_OUT); the sink aborts:
+    TransientError before the commit point, nothing visible. The
     replay's open creates the progress topic again and the epoch lands once.
 
     When the broker has timed the transaction out first (its check runs on its own timer),
@@ -216,7 +304,7 @@ def test_a_progress_topic_deleted_mid_transaction_aborts_the_epoch(
     sink = kafka_sink(kafka, topic, request_timeout_s=5)
     broken = coordinator(unique.job_id, [sink], store, delete_progress)
     started = time.monotonic()
-    with pytest.raises(TransientError, match="had to be aborted") as hit:
+    with pytest.raises(TransientError, match=r"had to be aborted|delivering records") as hit:
         broken.run_epoch(0, [events([1, 2])])
     assert type(hit.value) is TransientError
     assert time.monotonic() - started < 15

@@ -174,7 +174,8 @@ CASES: dict[str, tuple[Callable[[TransactionalProducer], Any], dict[str, list[Ou
         {"commit_transaction": [ABORTABLE]},
         TransientError,
     ),
-    "commit: fenced": (lambda p: p.commit(0), {"commit_transaction": [FENCED]}, FencedError),
+    # the EndTxn may have committed before the fence: test_an_epochs_commit_fenced_is_in_doubt
+    "commit: fenced": (lambda p: p.commit(0), {"commit_transaction": [FENCED]}, InDoubtError),
     "commit: another fatal error": (
         lambda p: p.commit(0),
         {"commit_transaction": [kafka(KafkaError._FATAL, fatal=True)]},
@@ -227,12 +228,13 @@ def test_a_conflicting_call_is_not_retried() -> None:
 
 @pytest.mark.parametrize(
     "path",
-    ["commit", "abort", "flush", "produce", "delivery report"],
+    ["abort", "flush", "produce", "delivery report"],
 )
 def test_a_transaction_the_broker_timed_out_is_transient_not_fenced(path: str) -> None:
     """librdkafka reports a transaction the broker timed out as fatal _FENCED, like a real
     fence: older than transaction.timeout.ms and no newer generation in the fence record,
-    it is a retriable TransientError, and the producer is replaced at the next epoch."""
+    it is a retriable TransientError, and the producer is replaced at the next epoch. (Not
+    at an epoch's commit: test_an_epochs_commit_fenced_is_in_doubt.)"""
     fake = FakeProducer(
         commit_transaction=[FENCED],
         abort_transaction=[FENCED],
@@ -259,11 +261,33 @@ def test_a_transaction_the_broker_timed_out_is_transient_not_fenced(path: str) -
 
 
 def test_an_old_transaction_fenced_by_a_newer_generation_is_fenced() -> None:
-    made = producer(FakeProducer(commit_transaction=[FENCED]), age=4.0, newer_owner=True)
+    made = producer(FakeProducer(flush=[system_error(FENCED)]), age=4.0, newer_owner=True)
     with pytest.raises(FencedError):
-        made.commit(0)
+        made.flush(0)
     with pytest.raises(FencedError):  # remembered
         made.begin(1)
+
+
+@pytest.mark.parametrize(("age", "newer_owner"), [(0.0, True), (4.0, False), (4.0, True)])
+def test_an_epochs_commit_fenced_is_in_doubt(age: float, newer_owner: bool) -> None:
+    """A fence met by an epoch's EndTxn says nothing of the commit (the request may have
+    committed before the fence, its answer lost): InDoubtError, whether a newer generation
+    or the broker's time-out fenced it, and the producer is done."""
+    made = producer(FakeProducer(commit_transaction=[FENCED]), age=age, newer_owner=newer_owner)
+    with pytest.raises(InDoubtError, match="commit_transaction was fenced") as raised:
+        made.commit(0)
+    assert raised.value.retriable
+    assert "progress topic" in (raised.value.fix or "")
+    assert ("transaction_timeout_s" in (raised.value.fix or "")) is (age > 3.0)
+    assert made.broken
+    assert made.abort(0) is False
+
+
+def test_the_fence_records_own_commit_fenced_is_fenced() -> None:
+    """The sink's own records (epoch None: the fence record) are never in doubt."""
+    made = producer(FakeProducer(commit_transaction=[FENCED]), age=0.0, newer_owner=True)
+    with pytest.raises(FencedError):
+        made.commit(None)
 
 
 def test_an_unreadable_fence_record_counts_as_a_time_out() -> None:
@@ -272,10 +296,10 @@ def test_an_unreadable_fence_record_counts_as_a_time_out() -> None:
     def unreadable() -> bool:
         raise UnreachableError("the cluster is down")
 
-    made = producer(FakeProducer(commit_transaction=[FENCED]), age=4.0)
+    made = producer(FakeProducer(flush=[system_error(FENCED)]), age=4.0)
     made._newer_owner = unreadable
     with pytest.raises(TransientError, match=r"transaction\.timeout\.ms"):
-        made.commit(0)
+        made.flush(0)
 
 
 def test_delivery_reports_are_typed() -> None:
