@@ -121,9 +121,14 @@ class FileSink(SinkBase[Files]):
 
     def _translate(self, exc: Exception, step: Step) -> DurableSinkError | None:
         """A file of this attempt vanishing is the one client failure with a meaning: only a
-        newer coordinator's recovery removes another generation's staging folder."""
+        newer coordinator's recovery removes another generation's staging folder. The folder
+        may still be there, half removed, when the failure is seen (the recovery deletes its
+        files first): a missing file inside it means the same."""
         current = self._current
-        if not isinstance(exc, FileNotFoundError) or current is None or current.staging.exists():
+        if not isinstance(exc, FileNotFoundError) or current is None:
+            return None
+        inside = str(current.staging) in f"{exc.filename or ''} {exc}"
+        if current.staging.exists() and not inside:
             return None
         return FencedError(
             f"staging folder {current.staging.name} was removed by a newer coordinator's recovery",

@@ -12,7 +12,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from durable_sinks.core import CommitHandle, CommitOutcome, OpenContext, SinkConnector
-from durable_sinks.core.errors import ConfigError, ParticipantLostError, SchemaMismatchError
+from durable_sinks.core.errors import (
+    ConfigError,
+    FencedError,
+    ParticipantLostError,
+    SchemaMismatchError,
+)
 from durable_sinks.sinks import create, kinds
 from durable_sinks.sinks.files import STAGING, FileSink, FileSinkConfig
 
@@ -170,3 +175,22 @@ def test_a_folder_the_job_cannot_write_in_fails_the_health_check(tmp_path: Path)
     finally:
         if (tmp_path / STAGING).is_dir():
             (tmp_path / STAGING).chmod(0o700)
+
+
+@pytest.mark.parametrize("folder_left", [True, False])
+def test_an_attempt_whose_files_a_newer_recovery_removed_is_fenced(
+    tmp_path: Path, folder_left: bool
+) -> None:
+    """A newer coordinator's recovery removes an older attempt's staging folder, its files
+    first: the older attempt, still preparing, meets a missing file while the folder may
+    still be there. Either way FencedError, never a raw FileNotFoundError."""
+    sink = opened(tmp_path)
+    sink.begin_epoch(0)
+    sink.write_batch(batch())
+    (staging,) = (tmp_path / STAGING).glob("ds:*")
+    for file in staging.iterdir():
+        file.unlink()
+    if not folder_left:
+        staging.rmdir()
+    with pytest.raises(FencedError, match="removed by a newer coordinator"):
+        sink.pre_commit(0)
