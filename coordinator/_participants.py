@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from durable_sinks.core.errors import (
     CommitIncompleteError,
+    CorruptRecordError,
     DurableSinkError,
     FencedError,
     ParticipantLostError,
@@ -100,6 +101,7 @@ class Participants:
         FencedError as it is when a newer driver owns the job (its recovery finishes it);
         ParticipantLostError as it is when the participant is gone (not retriable: the
         epoch's rows are lost from the sink until an operator repairs them)."""
+        require_own(self.job_id, sink, handle)
         self._settle(
             sink,
             handle.epoch,
@@ -172,6 +174,8 @@ class Participants:
 
     def roll_back(self, sink: SinkConnector, epoch: int, handle: CommitHandle | None) -> None:
         """Roll back one participant, retrying transient errors."""
+        if handle is not None:
+            require_own(self.job_id, sink, handle, epoch)
         self.retry.call(partial(sink.rollback_epoch, epoch, handle))
 
     def undo(
@@ -232,6 +236,38 @@ def _counted(written: Written, metrics: EpochMetrics) -> str:
 
 def brief(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
+
+
+def require_own(
+    job: str, sink: SinkConnector, handle: CommitHandle, epoch: int | None = None
+) -> None:
+    """CorruptRecordError unless `handle` (read back from a decision, a marker or a sink's
+    leftovers, all of which anyone who can write the storage can forge) names a participant
+    of this job and `sink`, of its own epoch (and of `epoch`, when given): a sink builds the
+    paths, keys, gids and folders it touches from the participant's name, which is then a
+    safe name of its own namespace (core/naming.py)."""
+    name = ParticipantName.parse(handle.participant)
+    problem = None
+    if handle.sink != sink.name:
+        problem = f"it names sink {handle.sink!r}"
+    elif name is None:
+        problem = "its participant is not a participant name"
+    elif not name.owned_by(job, sink.name):
+        problem = "its participant belongs to another job or sink"
+    elif name.epoch != handle.epoch or (epoch is not None and handle.epoch != epoch):
+        problem = f"its participant is of epoch {name.epoch}, the handle of {handle.epoch}"
+    if problem is None:
+        return
+    raise CorruptRecordError(
+        f"a commit handle read back for sink {sink.name!r} is not one of its own: {problem} "
+        f"(participant {handle.participant[:200]!r}); nothing was committed or removed for it",
+        job=job,
+        sink=sink.name,
+        epoch=handle.epoch,
+        fix="the sink's storage or the decision store holds a record this job did not write "
+        "(edited, copied from elsewhere, or hostile): check who writes there, remove the "
+        "record, then restart",
+    )
 
 
 def require_part_of(job: str, epoch: int, handle: CommitHandle, order: dict[str, int]) -> None:

@@ -72,6 +72,19 @@ class Layout:
             f"g{name.generation}a{name.attempt}.{codec}.parquet"
         )
 
+    def owns(self, name: ParticipantName, path: str) -> bool:
+        """Whether `path` (read back from a handle or a journal, which may be forged) is one of
+        participant `name`'s files, relative to the table: a staged file of its own, or a data
+        file named after it; never absolute, never a URI, never with `..`."""
+        parts = path.split("/")
+        if "\\" in path or any(p in ("", ".", "..") for p in parts):
+            return False
+        attempt = f"{name.part}_g{name.generation}a{name.attempt}-"
+        if path.startswith(f"{self.epoch_folder(name.epoch)}/{attempt}"):
+            return True
+        tag = f"-ds-{self.owner}-e{name.epoch}-{name.part}-g{name.generation}a{name.attempt}."
+        return parts[-1].startswith("part-") and tag in parts[-1]
+
     def parse_journal(self, relative: str) -> ParticipantName | None:
         """The participant a journal path names (None for anything else)."""
         prefix = self.folder + "/"

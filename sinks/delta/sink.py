@@ -318,7 +318,10 @@ class DeltaSink(SinkBase[Delta]):
         loss (ParticipantLostError)."""
         if self._last_committed is not None and self._last_committed >= epoch:
             return CommitOutcome.ALREADY_COMMITTED
-        for path in paths_of(handle):
+        name = ParticipantName.parse(handle.participant)
+        paths = paths_of(handle)
+        self._require_own(name, paths, epoch, handle.participant)
+        for path in paths:
             with self.translated("find a data file", epoch):
                 if self.storage.exists(path):
                     continue
@@ -457,6 +460,7 @@ class DeltaSink(SinkBase[Delta]):
         journal_path = self._paths().journal(name)
         journal = self._read_journal(journal_path)
         listed = set(paths) | set(journal_paths(journal))
+        self._require_own(name, sorted(listed), name.epoch, str(name))
         if listed and self.config.mode == "append" and self._recorded(name.epoch):
             table = self._client_call(self._delta().load, "read the table's log", name.epoch)
             kept = listed & self._delta().referenced(table) if table is not None else set()
@@ -471,6 +475,24 @@ class DeltaSink(SinkBase[Delta]):
             self.storage.delete(sorted(listed))
         with self.translated("delete a journal", name.epoch):
             self.storage.delete([journal_path])
+
+    def _require_own(
+        self, name: ParticipantName | None, paths: Sequence[str], epoch: int, participant: str
+    ) -> None:
+        """CorruptRecordError unless every path is one of participant `name`'s own files
+        (Layout.owns): paths come from handles and journals, which anyone who can write the
+        table's storage can forge, and are added to the log or deleted."""
+        layout = self._paths()
+        foreign = [p for p in paths if name is None or not layout.owns(name, p)]
+        if not foreign:
+            return
+        raise CorruptRecordError(
+            f"participant {participant[:200]!r} lists {foreign[0][:300]!r}, not one of its own "
+            f"files in {self.storage.where}; nothing was committed or deleted for it",
+            **self._where(epoch),
+            fix="a handle or journal this job did not write is in the decision store or the "
+            "table's _durable_sinks folder: check who writes there, remove it, then restart",
+        )
 
     def _read_journal(self, path: str) -> Mapping[str, Any] | None:
         data = self._client_call(lambda: self.storage.read_bytes(path), "read a journal")

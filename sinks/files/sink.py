@@ -41,6 +41,7 @@ from durable_sinks.core.durable_fs import (
 )
 from durable_sinks.core.errors import (
     ConfigError,
+    CorruptRecordError,
     DurableSinkError,
     FencedError,
     ParticipantLostError,
@@ -284,6 +285,15 @@ class FileSink(SinkBase[Files]):
 
     def commit_epoch(self, epoch: int, handle: CommitHandle) -> CommitOutcome:
         details = FileHandleDetails.of(handle)
+        name = ParticipantName.parse(handle.participant)
+        if name is None or details.part != name.part:
+            raise CorruptRecordError(
+                f"participant {handle.participant[:200]!r}'s handle names part "
+                f"{details.part[:200]!r}, not its own; nothing was published for it",
+                **self._where(epoch),
+                fix="the decision holds a handle this job did not write: check who writes the "
+                "decision store, remove the record, then restart",
+            )
         staging = self.root / STAGING / handle.participant
         target = self._published(epoch, details.part)
         if self._marker_participant(target) == handle.participant:

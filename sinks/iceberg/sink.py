@@ -350,6 +350,7 @@ class IcebergSink(SinkBase[Iceberg]):
         if self._last_committed is not None and self._last_committed >= epoch:
             return CommitOutcome.ALREADY_COMMITTED
         files = IcebergHandleDetails.of(handle).files
+        self._require_own(handle, [entry.path for entry in files], epoch)
         if not files:
             return CommitOutcome.COMMITTED
         io = self._table.io if self._table is not None else self._io(epoch)
@@ -463,8 +464,29 @@ class IcebergSink(SinkBase[Iceberg]):
             if pending is not None and pending.epoch == epoch:
                 self._delete_unless_committed(epoch, paths)
             return
-        self._delete_unless_committed(epoch, paths_of(handle))
+        paths = paths_of(handle)
+        self._require_own(handle, paths, epoch)
+        self._delete_unless_committed(epoch, paths)
         self._count("rollbacks")
+
+    def _require_own(self, handle: CommitHandle, paths: Sequence[str], epoch: int) -> None:
+        """CorruptRecordError unless every path is a data file the handle's participant
+        wrote (its name encodes the participant: Layout.parse) with no `..` in it: a handle
+        read back from a decision may be forged, and its files are committed or deleted."""
+        name = ParticipantName.parse(handle.participant)
+        layout = self._paths()
+        foreign = [
+            p for p in paths if name is None or layout.parse(p) != name or ".." in p.split("/")
+        ]
+        if not foreign:
+            return
+        raise CorruptRecordError(
+            f"participant {handle.participant[:200]!r} lists {foreign[0][:300]!r}, not one of "
+            "its own data files; nothing was committed or deleted for it",
+            **self._where(epoch),
+            fix="the decision store holds a handle this job did not write: check who writes "
+            "there, remove the record, then restart",
+        )
 
     def _delete_unless_committed(self, epoch: int, paths: list[str]) -> None:
         """Delete `paths` unless the table holds them: when its property shows `epoch`
@@ -477,6 +499,16 @@ class IcebergSink(SinkBase[Iceberg]):
             return
         committed = self._committed_epoch(table)
         doomed = list(paths)
+        location = table.location_provider().data_path.rstrip("/") + "/"
+        outside = [p for p in doomed if not p.startswith(location)]
+        if outside:
+            raise CorruptRecordError(
+                f"a data file to delete, {outside[0][:300]!r}, is not under the table's "
+                f"data folder {location}; nothing was deleted",
+                **self._where(epoch),
+                fix="a handle this job did not write is in the decision store: check who "
+                "writes there, remove the record, then restart",
+            )
         if committed is not None and committed >= epoch:
             added = self._client_call(
                 lambda: self._added_by(table, epoch), "read the epoch's snapshot", epoch

@@ -295,10 +295,29 @@ class S3Sink(SinkBase[S3]):
         """Complete every upload of the participant, create-only. Idempotent: an object
         already complete with this participant's metadata and size is committed."""
         outcome = CommitOutcome.ALREADY_COMMITTED
-        for described in S3HandleDetails.of(handle).objects:
+        for described in self._own_objects(epoch, handle):
             if self._complete(epoch, handle.participant, described):
                 outcome = CommitOutcome.COMMITTED
         return outcome
+
+    def _own_objects(self, epoch: int, handle: CommitHandle) -> tuple[S3Object, ...]:
+        """The handle's objects, each checked to be a data key of its own participant under
+        this sink's prefix (a handle read back from a decision or a marker may be forged):
+        CorruptRecordError otherwise, nothing completed or aborted."""
+        objects = S3HandleDetails.of(handle).objects
+        name = ParticipantName.parse(handle.participant)
+        for described in objects:
+            key = self.layout.parse_data(described.key)
+            if name is None or key is None or key != DataKey.of(name, key.number):
+                raise CorruptRecordError(
+                    f"participant {handle.participant[:200]!r}'s handle names object "
+                    f"s3://{self.layout.bucket}/{described.key[:300]}, not one of its own data "
+                    "keys under the sink's prefix; nothing was completed or aborted for it",
+                    **self._where(epoch),
+                    fix="the decision or the sink's storage holds a handle this job did not "
+                    "write: check who writes there, remove the record, then restart",
+                )
+        return objects
 
     def _complete(self, epoch: int, participant: str, described: S3Object) -> bool:
         key, upload_id, etags = described.key, described.upload_id, described.etags
@@ -405,7 +424,7 @@ class S3Sink(SinkBase[S3]):
         else:
             if current is not None and str(current.name) == handle.participant:
                 self._current = None
-            uploads = [(o.key, o.upload_id) for o in S3HandleDetails.of(handle).objects]
+            uploads = [(o.key, o.upload_id) for o in self._own_objects(epoch, handle)]
         if self._abort(epoch, uploads):
             self._count("rollbacks")
 
