@@ -20,8 +20,11 @@ slip between the fence and the promotion.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import time
 import weakref
+from collections.abc import Iterator
 from pathlib import Path
 
 from durable_sinks.core.durable_fs import (
@@ -36,6 +39,7 @@ from durable_sinks.core.errors import (
     FencedError,
     InDoubtError,
     ManifestCorruptError,
+    TransientError,
     UsageError,
 )
 from durable_sinks.core.naming import component
@@ -44,6 +48,10 @@ from ._record import DecisionRecord
 from ._store import require_open, require_own
 
 _WIDTH = 12  # digits of epoch and generation numbers in file names (sortable)
+#: A temporary file (`.tmp-*`: a record or hint being written) older than this is a crashed
+#: writer's and is removed at `open`. A live writer links its temporary file within
+#: milliseconds; one stalled longer finds it gone and stops (FencedError), nothing decided.
+TEMP_AGE_S = 3600.0
 
 
 def _epoch_file(epoch: int) -> str:
@@ -93,10 +101,38 @@ class LocalDirectoryStore:
                 job=job_id,
                 fix="point the decision store at a writable local directory",
             ) from exc
-        self._generation = self._claim_generation()
-        self._retire_older()
-        self._promote_retired()
+        with self._io("open the job's folder"):
+            self._generation = self._claim_generation()
+            self._retire_older()
+            self._promote_retired()
+            self._sweep_temps()
         return self._generation
+
+    def _sweep_temps(self) -> None:
+        """Remove temporary files crashed writers left (older than TEMP_AGE_S)."""
+        old = time.time() - TEMP_AGE_S
+        for folder in (self._home, self._home / "finished", self._own):
+            for temp in folder.glob(".tmp-*"):
+                with contextlib.suppress(OSError):
+                    if temp.stat().st_mtime < old:
+                        temp.unlink()
+
+    @contextlib.contextmanager
+    def _io(self, what: str, epoch: int | None = None) -> Iterator[None]:
+        """A file-system failure (EIO, ENOSPC, EACCES, ...) not handled inside the block as
+        TransientError naming it: never a raw OSError, never taken for a missing record."""
+        try:
+            yield
+        except OSError as exc:
+            name = errno.errorcode.get(exc.errno or 0, str(exc.errno))
+            raise TransientError(
+                f"the decision store could not {what} under {self.path}: "
+                f"{name} {exc.strerror or exc}",
+                job=self._job,
+                epoch=epoch,
+                fix="check the disk of the decision store's directory (free space, "
+                "permissions, I/O errors in the kernel log); the job retries",
+            ) from exc
 
     def _numbers(self, folder: str) -> list[int]:
         return [int(p.name) for p in (self._home / folder).iterdir() if p.name.isdigit()]
@@ -194,7 +230,8 @@ class LocalDirectoryStore:
         if existing is not None:
             return existing
         name = _epoch_file(record.epoch)
-        temp = write_durable_temp(self._home, record.to_bytes(), fsync=self.fsync)
+        with self._io("write a decision", record.epoch):
+            temp = write_durable_temp(self._home, record.to_bytes(), fsync=self.fsync)
         try:
             try:
                 # The commit point. By path, so that a retired (renamed) folder is not found.
@@ -208,6 +245,13 @@ class LocalDirectoryStore:
                 ) from None
             except FileExistsError:
                 pass  # an earlier attempt of this put got this far
+            except OSError as exc:  # EIO and the like: the link may or may not exist
+                raise InDoubtError(
+                    f"linking the decision failed ({exc}): it may or may not be recorded",
+                    job=job,
+                    epoch=record.epoch,
+                    fix="nothing to do: the next attempt or the restart reads the decision back",
+                ) from exc
             try:
                 if self.fsync and self._own_fd is not None:
                     os.fsync(self._own_fd)  # by descriptor: works even if retired meanwhile
@@ -222,7 +266,7 @@ class LocalDirectoryStore:
                     epoch=record.epoch,
                 ) from exc
         finally:
-            with contextlib.suppress(FileNotFoundError):
+            with contextlib.suppress(OSError):  # (a leftover is swept at a later open)
                 os.unlink(temp)
         with contextlib.suppress(OSError):
             if record.epoch > (self._read_hint("latest") or -1):
@@ -232,31 +276,37 @@ class LocalDirectoryStore:
     def get(self, epoch: int) -> DecisionRecord | None:
         self._require_open()
         path = self._home / "decisions" / _epoch_file(epoch)
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            own = self._own / _epoch_file(epoch)
+        with self._io("read a decision", epoch):
             try:
-                data = own.read_bytes()  # linked here but not yet into decisions/
+                data = path.read_bytes()
             except FileNotFoundError:
-                return None
-            path = own
+                own = self._own / _epoch_file(epoch)
+                try:
+                    data = own.read_bytes()  # linked here but not yet into decisions/
+                except FileNotFoundError:
+                    return None
+                path = own
         return DecisionRecord.from_bytes(data, source=str(path))
 
     def mark_finished(self, epoch: int) -> None:
         self._require_open()
-        with contextlib.suppress(FileExistsError):
+        with self._io("mark an epoch finished", epoch), contextlib.suppress(FileExistsError):
             create_exclusive(self._finished(epoch), b"", fsync=False)
 
     def is_finished(self, epoch: int) -> bool:
         self._require_open()
-        return self._finished(epoch).exists()
+        with self._io("read whether an epoch is finished", epoch):
+            return self._finished(epoch).exists()
 
     def _finished(self, epoch: int) -> Path:
         return self._home / "finished" / f"{epoch:0{_WIDTH}d}"
 
     def latest_epoch(self) -> int | None:
         self._require_open()
+        with self._io("find the latest decision"):
+            return self._latest()
+
+    def _latest(self) -> int | None:
         decisions = self._home / "decisions"
         hint = self._read_hint("latest")
         if hint is None or not (decisions / _epoch_file(hint)).exists():
@@ -272,6 +322,10 @@ class LocalDirectoryStore:
         the first unfinished one. Amortised O(1) per epoch: a watermark remembers where the
         last call stopped."""
         self._require_open()
+        with self._io("expire old decisions"):
+            return self._expire(before_epoch)
+
+    def _expire(self, before_epoch: int) -> int:
         start = self._read_hint("expired-below")
         if start is None:  # first expiry in this folder: start at the oldest record, once
             start = min(self._decided_epochs(), default=max(before_epoch, 0))

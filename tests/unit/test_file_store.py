@@ -3,7 +3,9 @@ lookups, expiry, and loud errors on damage."""
 
 from __future__ import annotations
 
+import errno
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -12,10 +14,13 @@ from durable_sinks.core import CommitHandle
 from durable_sinks.core.errors import (
     ConfigError,
     FencedError,
+    InDoubtError,
     ManifestCorruptError,
+    TransientError,
     UsageError,
 )
 from durable_sinks.manifest import DecisionRecord, LocalDirectoryStore, MemoryDecisionStore
+from durable_sinks.manifest._file_store import TEMP_AGE_S
 from durable_sinks.manifest._store import DecisionStore
 
 
@@ -173,3 +178,82 @@ def test_memory_store_fences_too() -> None:
     with pytest.raises(FencedError):
         old.put(decision(1, 1))
     assert new.put(decision(1, 2)) == decision(1, 2)
+
+
+# -- a disk that fails ----------------------------------------------------------------------------
+def failing(monkeypatch: pytest.MonkeyPatch, name: str, code: int, *, after: bool = False) -> None:
+    """Make `os.<name>` fail with errno `code`; with `after`, the call takes effect first (an
+    answer lost: EIO after the link was made)."""
+    real = getattr(os, name)
+
+    def broken(*args: object, **kwargs: object) -> object:
+        if after:
+            real(*args, **kwargs)
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr(os, name, broken)
+
+
+@pytest.mark.parametrize("after", [False, True])
+def test_an_io_error_at_the_commit_point_is_in_doubt_and_read_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, after: bool
+) -> None:
+    """EIO from the link that records the decision: the link may exist or not. InDoubtError,
+    never 'not decided' and never a raw OSError; the next look reads the truth."""
+    store = opened(tmp_path)
+    with monkeypatch.context() as patch:
+        failing(patch, "link", errno.EIO, after=after)
+        with pytest.raises(InDoubtError, match="may or may not be recorded"):
+            store.put(decision(0, store.generation))
+    assert (store.get(0) is not None) is after
+    assert list(tmp_path.rglob(".tmp-*")) == []
+
+
+@pytest.mark.parametrize(
+    ("call", "os_name", "code"),
+    [
+        ("get", "read", "EIO"),
+        ("mark_finished", "link", "ENOSPC"),
+        ("expire", "unlink", "EACCES"),
+        ("put", "open", "ENOSPC"),
+    ],
+)
+def test_a_failing_disk_is_a_typed_error_never_a_missing_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, call: str, os_name: str, code: str
+) -> None:
+    store = opened(tmp_path)
+    store.put(decision(0, store.generation))
+    store.mark_finished(0)
+    if os_name == "read":
+        number = errno.EIO
+
+        def unreadable(self: Path) -> bytes:
+            raise OSError(number, os.strerror(number))
+
+        monkeypatch.setattr(Path, "read_bytes", unreadable)
+    else:
+        failing(monkeypatch, os_name, getattr(errno, code))
+    calls: dict[str, Callable[[], object]] = {
+        "get": lambda: store.get(0),
+        "mark_finished": lambda: store.mark_finished(1),
+        "expire": lambda: store.expire(1),
+        "put": lambda: store.put(decision(1, store.generation)),
+    }
+    with pytest.raises(TransientError, match=code) as raised:
+        calls[call]()
+    assert "decision store" in str(raised.value)
+    assert raised.value.fix
+
+
+def test_a_crashed_writers_temporary_files_are_swept_at_open(tmp_path: Path) -> None:
+    store = opened(tmp_path)
+    store.put(decision(0, store.generation))
+    home = next(p for p in tmp_path.iterdir() if p.is_dir())
+    old, fresh = home / ".tmp-crashed", home / "finished" / ".tmp-being-written"
+    for temp in (old, fresh):
+        temp.write_bytes(b"half a record")
+    long_ago = os.stat(old).st_mtime - TEMP_AGE_S - 60
+    os.utime(old, (long_ago, long_ago))
+    opened(tmp_path)
+    assert not old.exists()
+    assert fresh.exists()  # may be a live writer's
