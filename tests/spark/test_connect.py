@@ -252,7 +252,15 @@ def test_a_sink_nobody_reaches_is_warned_on_the_client_and_fails_the_first_batch
     assert postgres.password not in error + report["error"] + report["stderr"]
 
 
-@pytest.mark.parametrize("execution", ["driver", "executor"])
+@pytest.mark.parametrize(
+    "execution",
+    [
+        "driver",
+        # The fault tier's (make test-faults, CI's rotation), as the other Connect variants;
+        # classic Spark's executor mode stays in the default suite (test_durable_sink.py).
+        pytest.param("executor", marks=pytest.mark.fault_tier),
+    ],
+)
 def test_a_job_restarted_from_a_new_checkpoint_beside_another_query_loses_no_row(
     spark_connect: str,
     testbed: Testbed,
