@@ -284,6 +284,16 @@ class TransactionalProducer:
             # A call that failed inside a callback may leave no exception behind; the
             # delivery reports say why (a fenced producer's records fail with an old epoch).
             error = next((e for e in self._delivery_errors if e.code() in FENCED_CODES), None)
+            if error is None and self._newer_owner_now():
+                # No report either (a producer fenced while adding a partition to the
+                # transaction): the fence record, read back, says a newer generation owns it.
+                self.fenced = FencedError(
+                    f"{what}: a newer generation of the job took over (its fence record); "
+                    "this coordinator must stop",
+                    **self._where(epoch),
+                    fix="nothing to do here: the newer coordinator owns the job",
+                )
+                raise self.fenced from None
         if error is None:
             raise TransientError(
                 f"{what} failed: {type(exc).__name__}: {exc}", **self._where(epoch)

@@ -517,3 +517,16 @@ def test_list_offsets_raises_its_error_for_callers_to_type() -> None:
     """The module function stays raw (tests read offsets with it); the sink types it."""
     with pytest.raises(KafkaException):
         admin.list_offsets(FakeAdmin([kafka(KafkaError._STATE)]), [TopicPartition("t", 0)], 0, 0.2)  # type: ignore[arg-type]
+
+
+def test_a_bare_failure_of_a_producer_a_newer_generation_fenced_is_fenced() -> None:
+    """librdkafka may fail a flush inside a callback with no exception and no delivery report
+    (a producer fenced while adding a partition to the transaction): the fence record,
+    read back, tells a fence from a transient failure."""
+    bare = SystemError("<method 'flush' of 'cimpl.Producer' objects> returned NULL")
+    fenced = producer(FakeProducer(flush=[bare]), age=0.0, newer_owner=True)
+    with pytest.raises(FencedError, match="a newer generation of the job took over"):
+        fenced.flush(0)
+    alone = producer(FakeProducer(flush=[bare]), age=0.0, newer_owner=False)
+    with pytest.raises(TransientError, match="flushing records failed"):
+        alone.flush(0)
