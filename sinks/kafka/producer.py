@@ -231,9 +231,16 @@ class TransactionalProducer:
                 **self._where(epoch),
                 fix=TIMEOUT_FIX,
             ) from None
-        self.fenced = FencedError(
+        self._stop_fenced(
             f"{what}: a newer producer with transactional.id {self.transactional_id!r} "
-            f"took over ({error.name()}); this coordinator must stop",
+            f"took over ({error.name()})",
+            epoch,
+        )
+
+    def _stop_fenced(self, what: str, epoch: int | None) -> NoReturn:
+        """Remember and raise that a newer generation owns the sink (`what` says how)."""
+        self.fenced = FencedError(
+            f"{what}; this coordinator must stop",
             **self._where(epoch),
             fix="nothing to do here: the newer coordinator owns the job",
         )
@@ -287,13 +294,9 @@ class TransactionalProducer:
             if error is None and self._newer_owner_now():
                 # No report either (a producer fenced while adding a partition to the
                 # transaction): the fence record, read back, says a newer generation owns it.
-                self.fenced = FencedError(
-                    f"{what}: a newer generation of the job took over (its fence record); "
-                    "this coordinator must stop",
-                    **self._where(epoch),
-                    fix="nothing to do here: the newer coordinator owns the job",
+                self._stop_fenced(
+                    f"{what}: a newer generation of the job took over (its fence record)", epoch
                 )
-                raise self.fenced from None
         if error is None:
             raise TransientError(
                 f"{what} failed: {type(exc).__name__}: {exc}", **self._where(epoch)
