@@ -41,7 +41,7 @@ from durable_sinks.core.errors import (
     CommittedEpochLostError,
 )
 from durable_sinks.core.joblog import JobLogger
-from durable_sinks.core.protocol import SinkConnector
+from durable_sinks.core.protocol import RereadsCommitted, SinkConnector
 
 from ._decisions import DecisionBook
 
@@ -61,6 +61,15 @@ def _fix(holder: str, first: int, last: int) -> str:
         f"(`durable-sinks repair-epochs --record-loss`); see {LOST_EPOCHS_DOC}. Restarting "
         "without a repair fails the same way, never writes over the gap"
     )
+
+
+def _held(sink: SinkConnector, newest: int) -> int | None:
+    """The sink's highest committed epoch; read from the target again when it looks short of
+    `newest`: what it read at open may predate a zombie driver finishing `newest` there."""
+    held = sink.last_committed_epoch()
+    if (held is None or held < newest) and isinstance(sink, RereadsCommitted):
+        held = sink.reread_last_committed_epoch()
+    return held
 
 
 class LostEpochCheck:
@@ -143,7 +152,7 @@ class LostEpochCheck:
         # that gave them none (a Delta merge of no rows makes no table version).
         for name in sorted({handle.sink for handle in record.handles if handle.rows > 0}):
             sink = by_name.get(name)
-            held = None if sink is None else sink.last_committed_epoch()
+            held = None if sink is None else _held(sink, newest)
             if held is None or held >= newest:
                 continue
             raise CommittedEpochLostError(

@@ -136,6 +136,10 @@ class DeltaSink(SinkBase[Delta]):
         if current is not None:
             current.abandon()
 
+    def _read_last_committed(self) -> int | None:
+        with self.translated("read the table's committed epoch"):
+            return self._delta().committed_epoch()
+
     def _delta(self) -> DeltaLog:
         if self._log is None:
             raise self._not_open()

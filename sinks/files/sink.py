@@ -23,6 +23,7 @@ files (Spark's `mergeSchema` merges new columns but not int32 with int64).
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 from dataclasses import dataclass
@@ -59,7 +60,7 @@ from durable_sinks.core.protocol import (
     WriteResult,
 )
 from durable_sinks.core.schemas import schema_difference
-from durable_sinks.core.sink_base import OpenParticipant, SinkBase, Step
+from durable_sinks.core.sink_base import OpenParticipant, SinkBase, Step, guarded
 
 from . import operations, reader
 from .config import Files
@@ -106,6 +107,11 @@ class FileParticipant(OpenParticipant):
 
     def file(self, number: int) -> Path:
         return self.staging / file_name(number)
+
+
+#: What the file system answers when the job may not write a folder, or the path is not a
+#: folder: a setting to fix.
+REFUSED_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EISDIR})
 
 
 class FileSink(SinkBase[Files]):
@@ -156,6 +162,10 @@ class FileSink(SinkBase[Files]):
         if context.policy.adds_columns and self._last_committed is not None:
             self._schema = self._epoch_schema(self._last_committed)
 
+    def _read_last_committed(self) -> int | None:
+        with self.translated("read the published epochs"):
+            return self._scan_last_committed()
+
     def _epoch_schema(self, epoch: int) -> pa.Schema | None:
         """The schema of a committed epoch: its parts' files' schemas unified (None if it
         has no file)."""
@@ -190,6 +200,8 @@ class FileSink(SinkBase[Files]):
         try:
             probe_as_owner(staging, owner, ctx.generation, fsync=self.config.fsync)
         except OSError as exc:
+            if exc.errno not in REFUSED_ERRNOS:  # EIO, ENOSPC, ...: the disk, not the settings
+                raise self.failure(exc, f"probe that the job can write in {self.root}") from exc
             raise ConfigError(
                 f"cannot write in {self.root}: {exc.strerror}",
                 job=ctx.job_id,
@@ -283,6 +295,7 @@ class FileSink(SinkBase[Files]):
     def _published(self, epoch: int, part: str) -> Path:
         return self.root / f"epoch={epoch}" / f"part={part}"
 
+    @guarded("publish the epoch's staged files")
     def commit_epoch(self, epoch: int, handle: CommitHandle) -> CommitOutcome:
         details = FileHandleDetails.of(handle)
         name = ParticipantName.parse(handle.participant)
@@ -297,6 +310,7 @@ class FileSink(SinkBase[Files]):
         staging = self.root / STAGING / handle.participant
         target = self._published(epoch, details.part)
         if self._marker_participant(target) == handle.participant:
+            self._committed_up_to(epoch)
             return CommitOutcome.ALREADY_COMMITTED
         if not (staging / MARKER).exists():
             raise ParticipantLostError(
@@ -310,6 +324,7 @@ class FileSink(SinkBase[Files]):
             rename_noreplace(staging, target)
         except FileExistsError:
             if self._marker_participant(target) == handle.participant:
+                self._committed_up_to(epoch)
                 return CommitOutcome.ALREADY_COMMITTED
             raise ParticipantLostError(
                 f"{target} already holds participant {self._marker_participant(target)}, not "
@@ -335,6 +350,7 @@ class FileSink(SinkBase[Files]):
         except OSError:
             return
 
+    @guarded("remove the epoch's staging folder")
     def rollback_epoch(self, epoch: int, handle: CommitHandle | None) -> None:
         current = self._current
         if handle is None and current is not None and current.epoch == epoch:
@@ -354,6 +370,7 @@ class FileSink(SinkBase[Files]):
                 fsync_dir(staging.parent)
 
     # -- recovery ------------------------------------------------------------------------------
+    @guarded("list the staging folders")
     def recover_prepared(self) -> list[CommitHandle]:
         ctx = self.context
         prepared: list[CommitHandle] = []

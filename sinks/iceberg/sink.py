@@ -201,6 +201,9 @@ class IcebergSink(SinkBase[Iceberg]):
         value = table.metadata.properties.get(self._paths().epoch_property)
         return int(value) if value is not None else None
 
+    def _read_last_committed(self) -> int | None:
+        return self._committed_epoch(self._reload())
+
     def _reload(self, epoch: int | None = None) -> Table:
         table = self._client_call(
             lambda: self._cat().load_table(self.config.identifier), "load the table", epoch

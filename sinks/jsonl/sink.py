@@ -74,6 +74,10 @@ class JsonlSink(SinkBase[JsonlSinkConfig]):
                 ) from exc
         self._last_committed = recovery.last_committed(self.layout, context)
 
+    def _read_last_committed(self) -> int | None:
+        with self.translated("read the committed epochs"):
+            return recovery.last_committed(self.layout, self.context)
+
     def close(self) -> None:
         current, self._current = self._current, None
         if current is not None:

@@ -643,10 +643,14 @@ class KafkaSink(SinkBase[Kafka]):
     @guarded("reading the last committed epoch")
     def last_committed_epoch(self) -> int | None:
         if not self._last_known:
-            record, _ = self._latest_progress(lambda r: True)
-            self._last_committed = record.epoch if record is not None else None
+            self._last_committed = self._read_last_committed()
             self._last_known = True
         return self._last_committed
+
+    @guarded("reading the last committed epoch")
+    def _read_last_committed(self) -> int | None:
+        record, _ = self._latest_progress(lambda r: True)
+        return record.epoch if record is not None else None
 
     # -- operations (durable-sinks status/inspect/verify; operations.py) -----------------------
     @guarded("looking for open transactions")

@@ -604,6 +604,10 @@ class PostgresSink(SinkBase[Postgres]):
         self._state()  # UsageError before open
         return super().last_committed_epoch()
 
+    def _read_last_committed(self) -> int | None:
+        with self._errors("read the marker rows"):
+            return self._state().meta.last_committed(self._admin_conn())
+
     # -- operations (durable-sinks status/inspect/verify/expire; operations.py) ----------------
     def in_doubt(self) -> list[Prepared]:
         with self._errors("in_doubt (pg_prepared_xacts)"):

@@ -122,10 +122,13 @@ class S3Sink(SinkBase[S3]):
         if context.worker or context.inspect:
             return  # a worker only writes its part: the driver's instance did the rest
         claim_prefix(self._s3(), self.layout, context.job_id, self.name, self.failure)
-        self._last_committed = highest_marker(self._s3(), self.layout, self.failure)
+        self._last_committed = self._read_last_committed()
         if context.policy.adds_columns and self._last_committed is not None:
             marker = self._read_marker(self._last_committed)
             self._schema = marker.schema() if marker is not None else None
+
+    def _read_last_committed(self) -> int | None:
+        return highest_marker(self._s3(), self.layout, self.failure)
 
     def close(self) -> None:
         current, self._current = self._current, None

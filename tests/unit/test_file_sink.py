@@ -3,6 +3,7 @@ commit and rollback are idempotent and work from a fresh instance given only the
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from pathlib import Path
@@ -17,6 +18,7 @@ from durable_sinks.core.errors import (
     FencedError,
     ParticipantLostError,
     SchemaMismatchError,
+    TransientError,
 )
 from durable_sinks.sinks import create, kinds
 from durable_sinks.sinks.files import STAGING, FileSink, FileSinkConfig
@@ -194,3 +196,28 @@ def test_an_attempt_whose_files_a_newer_recovery_removed_is_fenced(
         staging.rmdir()
     with pytest.raises(FencedError, match="removed by a newer coordinator"):
         sink.pre_commit(0)
+
+
+def test_a_publication_whose_answer_was_lost_is_retried_into_already_committed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rename that publishes a participant takes effect, then the disk reports EIO:
+    TransientError (before: the raw OSError left the sink), and the retry finds the
+    participant published."""
+    from durable_sinks.core import durable_fs
+
+    sink = opened(tmp_path)
+    sink.begin_epoch(0)
+    sink.write_batch(batch())
+    handle = sink.pre_commit(0)
+
+    def rename_then_fail(source: Path, target: Path) -> None:
+        durable_fs.rename_noreplace(source, target)
+        raise OSError(errno.EIO, "Input/output error", str(source))
+
+    monkeypatch.setattr("durable_sinks.sinks.files.sink.rename_noreplace", rename_then_fail)
+    with pytest.raises(TransientError, match="EIO Input/output error") as hit:
+        sink.commit_epoch(0, handle)
+    assert hit.value.epoch == 0
+    assert sink.commit_epoch(0, handle) is CommitOutcome.ALREADY_COMMITTED
+    assert sink.last_committed_epoch() == 0

@@ -150,6 +150,37 @@ def test_executor_mode_finds_a_lost_part_of_the_newest_epoch(tmp_path: Path) -> 
 
 
 # -- legitimate histories ----------------------------------------------------------------------
+def test_a_zombie_finishing_its_epoch_during_the_start_is_no_loss(tmp_path: Path) -> None:
+    """A driver presumed dead (A) commits its decided epoch into sink b after its successor
+    (B) opened b and before B's recovery lists b's leftovers: what b showed at open is
+    behind the target. B reads b again before it reports a loss, and finds the epoch."""
+    run(job(tmp_path), 0)
+    zombie = job(tmp_path)
+    steps = zombie.epoch_steps(1, rows(1))
+    for step in steps:
+        if step == "after-commit:a":
+            break
+    successor = Coordinator(
+        "job", [files(tmp_path, n) for n in "ab"], LocalDirectoryStore(tmp_path / "store")
+    )
+    starting = successor.start_steps()
+    for step in starting:
+        if step == "recovery:after-open:b":
+            break
+    for _ in steps:  # A commits b and marks the epoch finished
+        pass
+    for _ in starting:  # before: CommittedEpochLostError, sink 'b' "holds epochs up to 0"
+        pass
+    assert successor.run_epoch(1, rows(1)).outcome is EpochOutcome.ALREADY_COMMITTED
+    run(successor, 2)
+    for sink in "ab":
+        assert sorted(p.name for p in (tmp_path / sink).glob("epoch=*")) == [
+            "epoch=0",
+            "epoch=1",
+            "epoch=2",
+        ]
+
+
 def test_restarts_replays_and_a_fresh_job_pass(tmp_path: Path) -> None:
     run(job(tmp_path), 0, 1)  # a fresh job: no decision yet
     again = job(tmp_path)

@@ -4,6 +4,7 @@ errors."""
 
 from __future__ import annotations
 
+import errno
 from dataclasses import dataclass
 
 import pytest
@@ -34,6 +35,9 @@ class Sink(SinkBase[Config]):
 
     def _target(self) -> str:
         return "path='/x'"
+
+    def _read_last_committed(self) -> int | None:
+        return 7
 
     def _translate(self, exc: Exception, step: Step) -> DurableSinkError | None:
         if not isinstance(exc, ClientFailureError):
@@ -101,3 +105,26 @@ def test_own_errors_and_foreign_exceptions_pass_unchanged() -> None:
     assert raised.value is own
     with pytest.raises(KeyError), sink.translated(Step("read", 1)):
         raise KeyError("bug")
+
+
+def test_an_os_error_no_translation_names_is_typed_never_raw() -> None:
+    """An OSError the sink's own translation leaves (a local disk's EIO) is TransientError,
+    or InDoubtError for a call whose outcome it leaves unknown: never a raw OSError."""
+    sink = Sink()
+    sink._opening(OpenContext("job", "t", generation=1))
+    failure = OSError(errno.EIO, "Input/output error", "/data/x")
+    with pytest.raises(InDoubtError, match=r"commit the epoch: EIO .* at /data/x") as hit:
+        sink.commit(3, failure)
+    assert hit.value.fix == "the decision"
+    with pytest.raises(TransientError, match="EIO") as plain, sink.translated("write a file", 3):
+        raise failure
+    assert type(plain.value) is TransientError
+    assert plain.value.epoch == 3
+
+
+def test_a_sink_reads_its_committed_epoch_again_on_request() -> None:
+    sink = Sink()
+    sink._opening(OpenContext("job", "t", generation=1))
+    assert sink.last_committed_epoch() is None
+    assert sink.reread_last_committed_epoch() == 7
+    assert sink.last_committed_epoch() == 7

@@ -314,6 +314,18 @@ class DistributedSink(SinkConnector, Protocol):
 
 
 @runtime_checkable
+class RereadsCommitted(Protocol):
+    """A sink that can read its highest committed epoch from the target again, now.
+    `last_committed_epoch` may answer from what the sink read when it opened, moved by its
+    own commits since; another process (a zombie driver finishing an epoch it decided)
+    commits behind it. Before it reports a committed epoch as lost, the coordinator reads
+    the sink again with `reread_last_committed_epoch`, which also moves
+    `last_committed_epoch`."""
+
+    def reread_last_committed_epoch(self) -> int | None: ...
+
+
+@runtime_checkable
 class PublishingSink(SinkConnector, Protocol):
     """A sink whose readers see an epoch whole only once a marker covering all its
     participants exists (S3's epoch marker): `commit_epoch` makes one participant's data

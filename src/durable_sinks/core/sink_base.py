@@ -25,6 +25,7 @@ holds what those roles share:
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -32,7 +33,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
 
 from .bad_rows import BadRowsError, RefusedRows
-from .errors import DurableSinkError, UsageError
+from .errors import DurableSinkError, InDoubtError, TransientError, UsageError
 from .naming import ParticipantName
 from .protocol import OpenContext
 
@@ -136,6 +137,17 @@ class SinkBase(ABC, Generic[ConfigT]):
     def last_committed_epoch(self) -> int | None:
         return self._last_committed
 
+    def reread_last_committed_epoch(self) -> int | None:
+        """RereadsCommitted: the highest committed epoch read from the target now."""
+        found = self._read_last_committed()
+        if found is not None:
+            self._committed_up_to(found)
+        return self._last_committed
+
+    @abstractmethod
+    def _read_last_committed(self) -> int | None:
+        """The highest epoch whose marker the target shows now (what `open` reads)."""
+
     def _committed_up_to(self, epoch: int) -> None:
         """Epoch `epoch`'s marker is now visible."""
         if self._last_committed is None or epoch > self._last_committed:
@@ -181,6 +193,8 @@ class SinkBase(ABC, Generic[ConfigT]):
             return exc
         known = step if isinstance(step, Step) else Step(step, epoch)
         typed = self._translate(exc, known) if isinstance(exc, Exception) else None
+        if typed is None and isinstance(exc, OSError):
+            typed = self._os_failure(exc, known)
         if typed is not None:
             return typed
         return DurableSinkError(
@@ -203,9 +217,32 @@ class SinkBase(ABC, Generic[ConfigT]):
         except Exception as exc:
             known = step if isinstance(step, Step) else Step(step, epoch)
             typed = self._translate(exc, known)
+            if typed is None and isinstance(exc, OSError):
+                typed = self._os_failure(exc, known)
             if typed is None:
                 raise
             raise typed from exc
+
+    def _os_failure(self, exc: OSError, step: Step) -> DurableSinkError:
+        """An operating-system failure the sink's own translation left (a local disk's EIO,
+        ENOSPC or EACCES, a socket's): InDoubtError for a call whose outcome it leaves
+        unknown (`step.in_doubt`), else TransientError; both name the error and the path."""
+        name = errno.errorcode.get(exc.errno or 0, type(exc).__name__)
+        path = f" at {exc.filename}" if exc.filename else ""
+        what = f"could not {step.action}: {name} {exc.strerror or exc}{path}"
+        if step.in_doubt is not None:
+            return InDoubtError(
+                f"{what}; whether it took effect is unknown",
+                **self._where(step.epoch),
+                fix=step.in_doubt,
+            )
+        return TransientError(
+            what,
+            **self._where(step.epoch),
+            fix="check the disk or network the sink writes to (free space, permissions, I/O "
+            "errors in the kernel log); the job retries, and a retried commit finds what the "
+            "failed one published",
+        )
 
 
 def guarded(action: str, *, in_doubt: str | None = None) -> Callable[[F], F]:
