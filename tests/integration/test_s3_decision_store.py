@@ -36,6 +36,7 @@ from durable_sinks.manifest.s3 import CLAIM_MAX_BYTES, S3DecisionStore
 from durable_sinks.testing import Scenario, run_conformance
 from tests.crash.test_file_sink_conformance import check_exercised
 from tests.services import S3Endpoint
+from tests.support.s3_faults import fail_request
 from tests.support.targets import FileTarget
 from tests.support.tiers import CONFORMANCE_SAMPLE
 
@@ -436,6 +437,24 @@ def test_a_server_that_ignores_conditional_writes_is_refused_at_open(
     assert "If-None-Match and If-Match" in (raised.value.fix or "")
     # Nothing was claimed, and the probe object is gone.
     assert keys_under(s3, f"{location.prefix}/") == []
+
+
+@pytest.mark.parametrize("nth", [1, 3, 4])
+def test_a_probe_write_whose_answer_was_lost_is_no_verdict_on_the_server(
+    location: S3Location, connection: S3Connection, s3: S3Endpoint, nth: int
+) -> None:
+    """The conditional-write probe's create (1st PUT) or its If-Match PUT on the object's own
+    ETag (4th; the 3rd is refused by design) reaches the server and its answer is lost:
+    botocore's retry is refused by the first attempt's effect. Read back, that is the server
+    honouring the condition, not a server to refuse (before: ManifestError naming a
+    PreconditionFailed, and ConfigError "refuses If-Match on the object's own ETag")."""
+    with fail_request(
+        connection.client(), "PutObject", ConnectionClosedError, nth=nth, sent=True
+    ) as failed:
+        store = opened(location, connection)
+    assert failed.failed == 1
+    assert store.generation == 1
+    assert [k for k in keys_under(s3, f"{location.prefix}/") if "conditional-probe" in k] == []
 
 
 def test_a_decision_lost_in_transit_is_in_doubt(

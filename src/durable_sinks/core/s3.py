@@ -425,7 +425,11 @@ def conditional_write_problem(client: S3Client, bucket: str, key_prefix: str) ->
     with `If-Match` on a wrong ETag is refused and one on the right ETag succeeds. A server
     that ignores the conditions (older S3-compatible servers, some proxies) would let two
     writers both believe they won. Errors other than the refusals expected are raised as
-    botocore raised them (translate them with `s3_failure`)."""
+    botocore raised them (translate them with `s3_failure`).
+
+    The probe key is new (a random name), so a refusal of a write that was meant to succeed
+    is read back before it counts: botocore retries a request whose answer was lost, and the
+    retry of a create or of an If-Match PUT that took effect is refused by its own effect."""
     from botocore.exceptions import ClientError
 
     def refused(put: Callable[[], object]) -> bool:
@@ -437,20 +441,32 @@ def conditional_write_problem(client: S3Client, bucket: str, key_prefix: str) ->
             raise
         return False
 
+    def holds(body: bytes) -> bool:
+        return bytes(client.get_object(Bucket=bucket, Key=key)["Body"].read()) == body
+
     key = f"{key_prefix}conditional-probe-{uuid.uuid4().hex}"
-    created = client.put_object(Bucket=bucket, Key=key, Body=b"1", IfNoneMatch="*")
+    first, second, third = (f"{n}-{uuid.uuid4().hex}".encode() for n in range(3))
+    created = not refused(
+        lambda: client.put_object(Bucket=bucket, Key=key, Body=first, IfNoneMatch="*")
+    )
+    if not created and not holds(first):  # pragma: no cover - a random key someone else wrote
+        return "it refused If-None-Match: * on a new key"
     try:
         if not refused(
-            lambda: client.put_object(Bucket=bucket, Key=key, Body=b"2", IfNoneMatch="*")
+            lambda: client.put_object(Bucket=bucket, Key=key, Body=second, IfNoneMatch="*")
         ):
             return "it ignores If-None-Match: * (a second create of one key was accepted)"
-        wrong = '"00000000000000000000000000000000"'
-        if created.get("ETag") == wrong:  # pragma: no cover - an MD5 nobody writes
-            wrong = '"11111111111111111111111111111111"'
-        if not refused(lambda: client.put_object(Bucket=bucket, Key=key, Body=b"2", IfMatch=wrong)):
-            return "it ignores If-Match (a PUT on a wrong ETag was accepted)"
         current = client.head_object(Bucket=bucket, Key=key)["ETag"]
-        if refused(lambda: client.put_object(Bucket=bucket, Key=key, Body=b"2", IfMatch=current)):
+        wrong = '"00000000000000000000000000000000"'
+        if current == wrong:  # pragma: no cover - an MD5 nobody writes
+            wrong = '"11111111111111111111111111111111"'
+        if not refused(
+            lambda: client.put_object(Bucket=bucket, Key=key, Body=second, IfMatch=wrong)
+        ):
+            return "it ignores If-Match (a PUT on a wrong ETag was accepted)"
+        if refused(
+            lambda: client.put_object(Bucket=bucket, Key=key, Body=third, IfMatch=current)
+        ) and not holds(third):
             return "it refuses If-Match on the object's own ETag"
     finally:
         client.delete_object(Bucket=bucket, Key=key)
