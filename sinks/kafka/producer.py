@@ -220,22 +220,26 @@ class TransactionalProducer:
     def _fence_or_timeout(self, error: KafkaError, what: str, epoch: int | None) -> NoReturn:
         """A `_FENCED` error: the transaction timed out, or a newer producer took over."""
         if self.timed_out() and not self._newer_owner_now():
-            self.broken = True
-            age = time.monotonic() - (self._first_record or 0.0)
-            raise TransientError(
-                f"{what}: the broker aborted the transaction because it was open longer than "
-                f"transaction.timeout.ms (transaction_timeout_s="
-                f"{self.config.transaction_timeout_s:g}; its first record is {age:.1f} s old) "
-                f"and bumped the producer epoch (librdkafka: "
-                f"{error.name()}: {error.str()}); nothing of the epoch is visible",
-                **self._where(epoch),
-                fix=TIMEOUT_FIX,
-            ) from None
+            self._aborted_by_broker(what, epoch, f"{error.name()}: {error.str()}")
         self._stop_fenced(
             f"{what}: a newer producer with transactional.id {self.transactional_id!r} "
             f"took over ({error.name()})",
             epoch,
         )
+
+    def _aborted_by_broker(self, what: str, epoch: int | None, cause: str) -> NoReturn:
+        """The broker timed the open transaction out (and bumped the producer epoch)."""
+        self.broken = True
+        age = time.monotonic() - (self._first_record or 0.0)
+        raise TransientError(
+            f"{what}: the broker aborted the transaction because it was open longer than "
+            f"transaction.timeout.ms (transaction_timeout_s="
+            f"{self.config.transaction_timeout_s:g}; its first record is {age:.1f} s old) "
+            f"and bumped the producer epoch (librdkafka: {cause}); nothing of the epoch is "
+            "visible",
+            **self._where(epoch),
+            fix=TIMEOUT_FIX,
+        ) from None
 
     def _stop_fenced(self, what: str, epoch: int | None) -> NoReturn:
         """Remember and raise that a newer generation owns the sink (`what` says how)."""
@@ -297,6 +301,9 @@ class TransactionalProducer:
                 self._stop_fenced(
                     f"{what}: a newer generation of the job took over (its fence record)", epoch
                 )
+            if error is None and self.timed_out():
+                # ... or, with no newer owner, the broker's time-out bumped the epoch.
+                self._aborted_by_broker(what, epoch, f"{type(exc).__name__}: {exc}")
         if error is None:
             raise TransientError(
                 f"{what} failed: {type(exc).__name__}: {exc}", **self._where(epoch)

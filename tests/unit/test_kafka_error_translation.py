@@ -530,3 +530,10 @@ def test_a_bare_failure_of_a_producer_a_newer_generation_fenced_is_fenced() -> N
     alone = producer(FakeProducer(flush=[bare]), age=0.0, newer_owner=False)
     with pytest.raises(TransientError, match="flushing records failed"):
         alone.flush(0)
+    # With no newer owner, a transaction older than transaction.timeout.ms was the broker's
+    # time-out (it bumped the producer epoch): the time-out's retriable error and its fix.
+    timed_out = producer(FakeProducer(flush=[bare]), age=999.0, newer_owner=False)
+    with pytest.raises(TransientError, match=r"open longer than transaction\.timeout\.ms") as hit:
+        timed_out.flush(0)
+    assert "transaction_timeout_s" in (hit.value.fix or "")
+    assert timed_out.broken
