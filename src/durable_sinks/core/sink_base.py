@@ -144,9 +144,11 @@ class SinkBase(ABC, Generic[ConfigT]):
             self._committed_up_to(found)
         return self._last_committed
 
-    @abstractmethod
     def _read_last_committed(self) -> int | None:
-        """The highest epoch whose marker the target shows now (what `open` reads)."""
+        """The highest epoch whose marker the target shows now (what `open` reads); None
+        when the sink cannot read it again (this default: `reread_last_committed_epoch`
+        then answers what the sink knows)."""
+        return None
 
     def _committed_up_to(self, epoch: int) -> None:
         """Epoch `epoch`'s marker is now visible."""
