@@ -64,6 +64,8 @@ NO_DATA_SOURCE = (
     "tests/spark/test_datasource.py::test_postgres_and_files_through_the_data_source_exactly_once_across_a_restart",
     "tests/spark/test_datasource.py::test_one_sink_by_kind_and_string_options",
     "tests/spark/test_datasource.py::test_kafka_through_the_data_source_is_refused_with_the_reason",
+    "tests/spark/test_datasource.py::test_spark_shows_no_option_of_a_durable_query",
+    "tests/spark/test_datasource.py::test_a_new_checkpoint_in_a_new_application_is_refused_not_a_key_collision",
     "tests/spark/test_connect.py::test_the_durable_data_source_writes_through_a_remote_session",
 )
 LANES = (

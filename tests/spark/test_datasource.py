@@ -3,15 +3,22 @@
 from __future__ import annotations
 
 import json
+import socket
+import subprocess
+import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pyarrow.parquet as pq
 import pytest
+from psycopg import sql
 
 from durable_sinks.core.errors import ConfigError
 from durable_sinks.spark import register_data_source
 from tests.services import KafkaEndpoint, PostgresEndpoint
+from tests.services._layout import REPO_ROOT
 
 from .streams import postgres_ids, prepared_transactions, source_stream, write_input
 
@@ -108,3 +115,105 @@ def test_kafka_through_the_data_source_is_refused_with_the_reason(
             topic=kafka_topic,
             decision_store=str(tmp_path / "decisions"),
         )
+
+
+# -- what Spark shows of a job, and a job's second application ------------------------------------
+def exposure_run(tmp_path: Path, name: str, **plan: Any) -> dict[str, Any]:
+    """tests/spark/exposure_child.py in a process (a Spark application) of its own."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    folder = tmp_path / f"{name}-app"
+    (folder / "events").mkdir(parents=True)
+    plan = {**plan, "ui_port": port, "event_log": str(folder / "events")}
+    plan_file = folder / "plan.json"
+    plan_file.write_text(json.dumps(plan))
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.spark.exposure_child", str(plan_file)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    lines = done.stdout.strip().splitlines()
+    assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-4000:])
+    assert lines, done.stderr[-4000:]
+    result: dict[str, Any] = json.loads(lines[-1])
+    return result
+
+
+def secret_role(postgres: PostgresEndpoint, pg_schema: str, job_id: str) -> tuple[str, str]:
+    """A login role owning `pg_schema`, with a random password; its DSN in URL form (the
+    password in the URL: no option name or `password=` there for Spark's redaction to see)."""
+    secret = f"pw{uuid.uuid4().hex}"
+    role = f"r_{job_id[-12:]}"
+    with psycopg.connect(postgres.conninfo(), autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(
+                sql.Identifier(role), sql.Literal(secret)
+            )
+        )
+        conn.execute(
+            sql.SQL("GRANT ALL ON SCHEMA {} TO {}").format(
+                sql.Identifier(pg_schema), sql.Identifier(role)
+            )
+        )
+    dsn = f"postgresql://{role}:{secret}@{postgres.host}:{postgres.port}/{postgres.dbname}"
+    return f"{dsn}?sslmode=disable", secret
+
+
+@pytest.mark.parametrize("form", ["kind", "sinks"])
+def test_spark_shows_no_option_of_a_durable_query(
+    postgres: PostgresEndpoint, pg_schema: str, job_id: str, tmp_path: Path, form: str
+) -> None:
+    """A password in the DSN given as the `dsn` option or inside `sinks` shows nowhere Spark
+    shows a query: explain, progress, the UI (its REST API and pages) and the event log.
+    Spark's redaction (spark.sql.redaction.options.regex, spark.redaction.regex) never sees
+    a URL-form DSN's password; a Python data source's options do not reach any of them."""
+    dsn, secret = secret_role(postgres, pg_schema, job_id)
+    source = tmp_path / "in"
+    write_input(source, "part-0.json", range(20))
+    result = exposure_run(
+        tmp_path,
+        "exposure",
+        dsn=dsn,
+        table=f"{pg_schema}.events",
+        job_id=job_id,
+        source=str(source),
+        checkpoint=str(tmp_path / "checkpoint"),
+        secret=secret,
+        form=form,
+    )
+    assert result["error"] is None, result["error"]
+    assert result["controls"] == {"ui environment": True, "event log": True}, result
+    assert not any(result["found"].values()), result["found"]
+    assert len(result["found"]) == 9
+    assert postgres_ids(dsn, f"{pg_schema}.events") == list(range(20))
+
+
+def test_a_new_checkpoint_in_a_new_application_is_refused_not_a_key_collision(
+    postgres: PostgresEndpoint, pg_schema: str, job_id: str, tmp_path: Path
+) -> None:
+    """Two Spark applications, one job id: the second with a new checkpoint (a deleted or
+    moved one) and new rows. Its tasks write before the driver decides; task attempt ids
+    count from 0 in every application, so its parts had the names of the first's committed
+    parts, and the marker rows collided: a SchemaMismatchError telling to deduplicate rows.
+    Now the parts' names are the attempt's own and the driver refuses the batch
+    (EpochOrderError: another stream under the job id); nothing of it lands."""
+    table = f"{pg_schema}.events"
+    dsn = postgres.conninfo()
+    first, second = tmp_path / "first", tmp_path / "second"
+    write_input(first, "part-0.json", range(20))
+    write_input(second, "part-0.json", range(1000, 1020))
+    plan = {"dsn": dsn, "table": table, "job_id": job_id, "secret": "-", "form": "kind"}
+    ran = exposure_run(
+        tmp_path, "first", **plan, source=str(first), checkpoint=str(tmp_path / "ck-first")
+    )
+    assert ran["error"] is None, ran["error"]
+    again = exposure_run(
+        tmp_path, "second", **plan, source=str(second), checkpoint=str(tmp_path / "ck-second")
+    )
+    assert again["error"] is not None
+    assert "another query writes under the same job id" in again["error"], again["error"]
+    assert postgres_ids(dsn, table) == list(range(20))
+    assert prepared_transactions(dsn, job_id) == []

@@ -3,7 +3,8 @@
 Through PySpark's Python Data Source API (`DataSourceStreamArrowWriter`), in executor mode:
 
 - `write` runs in each task, on the partition's Arrow batches: it prepares the part in every
-  sink (`prepare_part`), named after the partition and the task attempt, for the job's newest
+  sink (`prepare_part`), named after the partition, the task attempt and a token of the
+  attempt (task attempt ids start again in each Spark application), for the job's newest
   generation (read, not claimed), and returns the handles as its commit message;
 - `commit(messages, batch_id)` runs on the driver side, in a fresh Python process for each
   batch: it starts a coordinator (a new generation: older ones are fenced, their leftovers
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import json
 import re
+import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -146,7 +148,10 @@ class DurableStreamWriter(DataSourceStreamArrowWriter):
                 fix="use df.writeStream.format('durable'), not df.write",
             )
         epoch = int(batch)
-        part = f"p{task.partitionId()}-t{task.taskAttemptId()}"
+        # Task attempt ids count from 0 again in each Spark application: a restarted driver's
+        # attempt of a batch must not take the name of a part committed before (its marker
+        # row would collide), so the name carries a token of this attempt as well.
+        part = f"p{task.partitionId()}-t{task.taskAttemptId()}-{uuid.uuid4().hex[:8]}"
         store = decision_store(self.specs, self.options)
         try:
             generation = store.peek_generation(self.options.job_id)
