@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from durable_sinks.core.content import ContentSummary
-from durable_sinks.core.errors import ManifestCorruptError
+from durable_sinks.core.errors import MALFORMED, CorruptRecordError, ManifestCorruptError
 from durable_sinks.core.protocol import JSON, CommitHandle
 
 FORMAT = "durable-sinks/decision"
@@ -111,8 +111,9 @@ class DecisionRecord:
                     for sink, reasons in (data.get("dead_letters") or {}).items()
                 },
             )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ManifestCorruptError(f"{source}: malformed decision record ({exc!r})") from exc
+        except (*MALFORMED, CorruptRecordError) as exc:
+            problem = f"{exc!r}"[:500]
+            raise ManifestCorruptError(f"{source}: malformed decision record ({problem})") from exc
 
     def to_bytes(self) -> bytes:
         """Canonical JSON inside an envelope that names the format and carries a SHA-256 of
@@ -135,7 +136,7 @@ class DecisionRecord:
         )
         try:
             envelope = json.loads(data)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
             raise ManifestCorruptError(
                 f"{source}: decision record is not valid JSON ({len(data)} bytes; truncated?)",
                 fix=fix,

@@ -7,9 +7,11 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import pyarrow.parquet as pq
 
+from durable_sinks.core.errors import MALFORMED, CorruptRecordError
 from durable_sinks.core.naming import ParticipantName
 from durable_sinks.core.operations import Holding, Prepared
 from durable_sinks.core.protocol import CommitHandle, OpenContext
@@ -27,7 +29,7 @@ def in_doubt(staging: Path, context: OpenContext) -> list[Prepared]:
             continue
         try:
             marker = entry / MARKER
-            handle = CommitHandle.from_json(json.loads(marker.read_bytes()))
+            handle = CommitHandle.loads(marker.read_bytes(), source=str(marker))
             age = now - marker.stat().st_mtime
         except FileNotFoundError:
             continue  # being written, or abandoned unprepared: recovery removes it
@@ -48,12 +50,15 @@ def holdings(root: Path, first: int, last: int) -> dict[int, Holding]:
         for part in sorted(folder.glob("part=*")):
             counted = sum(pq.read_metadata(f).num_rows for f in sorted(part.glob("*.parquet")))
             rows += counted
+            marker = read_marker(part)
             try:
-                marker = json.loads((part / MARKER).read_bytes())
-                at = max(at or 0.0, (part / MARKER).stat().st_mtime)
+                stamp = None if marker is None else (part / MARKER).stat().st_mtime
             except FileNotFoundError:
+                stamp = None
+            if marker is None or stamp is None:
                 problems.append(f"{part} holds {counted} rows but no marker ({MARKER})")
                 continue
+            at = max(at or 0.0, stamp)
             participants.add(str(marker.get("participant")))
             if int(marker.get("rows", -1)) != counted:
                 problems.append(
@@ -70,3 +75,22 @@ def holdings(root: Path, first: int, last: int) -> dict[int, Holding]:
             problems=tuple(problems),
         )
     return found
+
+
+def read_marker(folder: Path) -> dict[str, Any] | None:
+    """The JSON object of `folder`'s marker, None when it has none; CorruptRecordError naming
+    the file when it holds anything else."""
+    path = folder / MARKER
+    try:
+        loaded = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        return None
+    except (*MALFORMED, UnicodeDecodeError) as exc:
+        loaded = exc
+    if not isinstance(loaded, dict):
+        raise CorruptRecordError(
+            f"{path} is not an epoch marker ({type(loaded).__name__})",
+            fix="the dataset was changed outside durable-sinks: restore the marker from a "
+            "backup, or move the part aside after checking what it holds",
+        )
+    return loaded

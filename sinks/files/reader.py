@@ -12,13 +12,12 @@ widened column is read in its widest type.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from durable_sinks.core.evolution import schema_of_text, unify
 
-from .operations import MARKER
+from .operations import MARKER, read_marker
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -40,8 +39,9 @@ def part_schemas(part: Path) -> list[pa.Schema]:
     """The schemas of a part's files: from its marker, or their footers if it has none."""
     import pyarrow.parquet as pq
 
-    marker = json.loads((part / MARKER).read_bytes())
-    recorded = marker.get("details", {}).get("schemas")
+    marker = read_marker(part) or {}
+    details = marker.get("details")
+    recorded = details.get("schemas") if isinstance(details, dict) else None
     if recorded:
         return [schema_of_text(str(text)) for text in recorded]
     return [pq.read_schema(f) for f in sorted(part.glob("*.parquet"))]

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import errno
 import hashlib
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -385,7 +384,7 @@ class FileSink(SinkBase[Files]):
             except FileNotFoundError:
                 remove_tree(entry)  # never prepared: nothing can ever commit it
                 continue
-            prepared.append(CommitHandle.from_json(json.loads(marker)))
+            prepared.append(CommitHandle.loads(marker, source=str(entry / MARKER)))
         return prepared
 
     def prepared_participants(self, epoch: int) -> list[CommitHandle]:
@@ -399,7 +398,7 @@ class FileSink(SinkBase[Files]):
                 marker = (entry / MARKER).read_bytes()
             except FileNotFoundError:
                 continue  # still being written (or abandoned): not prepared
-            prepared.append(CommitHandle.from_json(json.loads(marker)))
+            prepared.append(CommitHandle.loads(marker, source=str(entry / MARKER)))
         return prepared
 
     # -- operations (durable-sinks status/inspect/verify; operations.py) -----------------------
@@ -438,11 +437,7 @@ class FileSink(SinkBase[Files]):
 
     @staticmethod
     def _read_marker(folder: Path) -> dict[str, Any] | None:
-        try:
-            loaded: dict[str, Any] = json.loads((folder / MARKER).read_bytes())
-        except FileNotFoundError:
-            return None
-        return loaded
+        return operations.read_marker(folder)
 
     def _marker_participant(self, folder: Path) -> str | None:
         marker = self._read_marker(folder)

@@ -16,7 +16,6 @@ generation, attempt): recovery finds what belongs to its job and sink by name al
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,4 +61,4 @@ def read_marker(folder: Path) -> CommitHandle | None:
         data = (folder / MARKER).read_bytes()
     except FileNotFoundError:
         return None
-    return CommitHandle.from_json(json.loads(data))
+    return CommitHandle.loads(data, source=str(folder / MARKER))

@@ -32,6 +32,7 @@ from confluent_kafka import Consumer, IsolationLevel, KafkaException, TopicParti
 from confluent_kafka.admin import AdminClient
 
 from durable_sinks.core.errors import (
+    MALFORMED,
     DurableSinkError,
     ManifestCorruptError,
     TransientError,
@@ -113,9 +114,9 @@ class ProgressRecord:
                 decision=data.get("decision"),
                 ranges=_ranges(data.get("ranges")),
             )
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        except MALFORMED as exc:
             raise ManifestCorruptError(
-                f"unreadable progress record at {where}: {exc!r}",
+                f"unreadable progress record at {where}: {exc!r}"[:500],
                 fix="the progress topic holds a record this version cannot read; do not write "
                 "to a progress topic by hand",
             ) from None
@@ -142,8 +143,8 @@ def encode_fence(generation: int) -> bytes:
 def decode_fence(value: bytes, where: str) -> int:
     try:
         return int(json.loads(value)["generation"])
-    except (ValueError, KeyError, TypeError) as exc:
-        raise ManifestCorruptError(f"unreadable fence record at {where}: {exc!r}") from None
+    except MALFORMED as exc:
+        raise ManifestCorruptError(f"unreadable fence record at {where}: {exc!r}"[:500]) from None
 
 
 def fence_holder(topic: str, found: Mapping[bytes, tuple[int, bytes]]) -> int | None:

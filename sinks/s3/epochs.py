@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from durable_sinks.core.errors import CorruptRecordError
+from durable_sinks.core.errors import MALFORMED, CorruptRecordError
 from durable_sinks.core.evolution import schema_of_text, unify
 from durable_sinks.core.protocol import CommitHandle
 
@@ -164,7 +164,7 @@ class EpochMarker:
                 if all(o.schema is None or 0 <= o.schema < len(schemas) for o in marker.objects):
                     return marker
                 problem = "an object names a schema the marker does not list"
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        except MALFORMED as exc:
             problem = f"{type(exc).__name__}: {exc}"
         raise CorruptRecordError(f"{source}: not a valid epoch marker ({problem})", fix=fix)
 

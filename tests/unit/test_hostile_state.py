@@ -150,3 +150,11 @@ def test_the_delta_layout_owns_only_its_participants_files() -> None:
     assert not any(layout.owns(other, p) for p in own)
     for foreign in ["/abs/x.parquet", "../x.parquet", f"a/../{own[1]}", "s3://b/x", own[1] + "\\"]:
         assert not layout.owns(name, foreign), foreign
+
+
+def test_a_leftover_marker_that_is_not_json_is_a_typed_error_naming_it(tmp_path: Path) -> None:
+    """A staging folder's marker holding garbage: CorruptRecordError naming the file (before:
+    a raw JSONDecodeError left the sink)."""
+    leftover(tmp_path).write_bytes(b"\x00not json{")
+    with pytest.raises(CorruptRecordError, match=r"_EPOCH\.json: not a commit handle"):
+        job(tmp_path).start()

@@ -270,6 +270,12 @@ class CommittedEpochLostError(ParticipantLostError):
         self.holder = holder
 
 
+#: What reading malformed or hostile stored content raises before its decoder can say so (a
+#: field of the wrong type, an infinite number, a non-object, JSON nested too deep to parse):
+#: each decoder of stored state turns these into CorruptRecordError.
+MALFORMED = (KeyError, TypeError, ValueError, AttributeError, OverflowError, RecursionError)
+
+
 class CorruptRecordError(DurableSinkError):
     """A record durable-sinks wrote cannot be read: a commit handle (its envelope or the
     sink's details), an epoch marker on a target. Never skipped: what

@@ -27,13 +27,14 @@ A handle is all another process needs to finish or undo phase 1: `commit_epoch` 
 
 from __future__ import annotations
 
+import builtins
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from .bad_rows import RefusedRows, WritePolicy
-from .errors import CorruptRecordError
+from .errors import MALFORMED, CorruptRecordError
 from .naming import ParticipantName
 from .text_enum import TextEnum
 
@@ -167,6 +168,10 @@ class CommitHandle:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> CommitHandle:
+        if not isinstance(data, Mapping):
+            raise CorruptRecordError(
+                f"malformed commit handle: a {type(data).__name__}, not an object"
+            )
         version = data.get("version")
         if version != HANDLE_VERSION:
             raise CorruptRecordError(
@@ -184,11 +189,28 @@ class CommitHandle:
                 checksum=str(data["checksum"]),
                 details=dict(data.get("details") or {}),
             )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise CorruptRecordError(f"malformed commit handle: {exc!r}") from exc
+        except MALFORMED as exc:
+            raise CorruptRecordError(f"malformed commit handle: {exc!r}"[:500]) from exc
 
     def dumps(self) -> str:
         return json.dumps(self.to_json(), sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def loads(cls, raw: str | builtins.bytes, *, source: str) -> CommitHandle:
+        """A handle stored as `dumps` wrote it; CorruptRecordError naming `source` (the
+        file, row or object read) when it is not one."""
+        try:
+            data = json.loads(raw)
+        except (*MALFORMED, UnicodeDecodeError) as exc:
+            raise CorruptRecordError(
+                f"{source}: not a commit handle ({type(exc).__name__})",
+                fix="the record was changed outside durable-sinks; move it aside and restart: "
+                "recovery treats what it named as never prepared",
+            ) from None
+        try:
+            return cls.from_json(data)
+        except CorruptRecordError as exc:
+            raise CorruptRecordError(f"{source}: {exc.message}", fix=exc.fix) from None
 
 
 class CommitOutcome(TextEnum):
