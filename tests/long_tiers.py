@@ -114,6 +114,7 @@ TIERS: dict[str, Tier] = {
             (
                 (
                     "tests/crash",
+                    "tests/simulation",
                     *CONFORMANCE_TESTS,
                     "tests/integration/test_s3_decision_store.py",
                     "tests/spark/test_crash.py",
