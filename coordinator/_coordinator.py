@@ -157,6 +157,8 @@ class Coordinator:
         )
         self._in_use = threading.Lock()
         self.replay = ReplayCheck(job_id, replay_check)
+        #: The decision of the last epoch this coordinator ran in executor mode.
+        self._previous: DecisionRecord | None = None
 
     def __repr__(self) -> str:
         names = ", ".join(s.name for s in self.sinks)
@@ -456,6 +458,8 @@ class Coordinator:
             record = winner
         yield from self._finish(record, metrics)
         yield from self.participants.discard_losers(record, generation, metrics, log)
+        self._sweep_late_attempts(epoch - 1, generation, metrics, log)
+        self._previous = record
         self.decisions.expire(epoch, self.retain_epochs, metrics, log)
         outcome = (
             EpochOutcome.COMMITTED
@@ -463,6 +467,20 @@ class Coordinator:
             else EpochOutcome.ALREADY_COMMITTED
         )
         return self._committed(outcome, record, metrics, log)
+
+    def _sweep_late_attempts(
+        self, epoch: int, generation: int, metrics: EpochMetrics, log: JobLogger
+    ) -> None:
+        """Roll back attempts of the previous epoch that prepared after its decision and its
+        discard of losers (a late or speculative task), instead of leaving them, with their
+        locks, slots and open uploads, to the next start's recovery. One epoch back, and only
+        the one this coordinator decided (no read of the store): the cost per epoch stays
+        the same however long the job runs; anything later still is recovery's."""
+        previous = self._previous
+        if previous is None or previous.epoch != epoch:
+            return
+        for _ in self.participants.discard_losers(previous, generation, metrics, log, epoch):
+            pass
 
     def _at_least_once_steps(
         self, epoch: int, batches: Iterable[pa.RecordBatch]

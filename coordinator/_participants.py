@@ -202,12 +202,13 @@ class Participants:
         generation: int | None,
         metrics: EpochMetrics,
         log: JobLogger,
+        epoch: int | None = None,
     ) -> Steps:
-        """Roll back every prepared participant of the epoch that `decision` does not name
-        (failed, retried or speculative attempts; all of them when there is no decision),
-        made by `generation` or an older one. A newer generation's are never touched: this
-        coordinator may be the zombie."""
-        epoch = metrics.epoch
+        """Roll back every prepared participant of the epoch (`metrics.epoch` unless given)
+        that `decision` does not name (failed, retried or speculative attempts; all of them
+        when there is no decision), made by `generation` or an older one. A newer
+        generation's are never touched: this coordinator may be the zombie."""
+        epoch = metrics.epoch if epoch is None else epoch
         for sink in self.sinks:
             if not isinstance(sink, DistributedSink):
                 continue

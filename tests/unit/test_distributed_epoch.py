@@ -154,3 +154,23 @@ def test_executor_mode_refuses_sinks_without_distributed_prepare(tmp_path: Path)
     )
     with pytest.raises(CapabilityError, match="distributed_prepare"):
         c.start()
+
+
+def test_an_attempt_prepared_after_its_epochs_decision_is_swept_at_the_next_epoch(
+    tmp_path: Path,
+) -> None:
+    """A late (or speculative) task prepares a part of epoch 0 after epoch 0 was decided and
+    its losers discarded: it is rolled back at the end of epoch 1, while the job runs (it
+    held a staging folder, a prepared transaction or an open upload until the next start)."""
+    c = coordinator(tmp_path, "a")
+    g = c.generation
+    assert g is not None
+    c.run_distributed_epoch(0, lambda gen: worker(tmp_path, ("a",), gen, 0, "p0-t1", rows(3)))
+    late = worker(tmp_path, ("a",), g, 0, "p0-t9", rows(3))
+    assert [h.participant for h in late] == staged(tmp_path, "a")
+    result = c.run_distributed_epoch(
+        1, lambda gen: worker(tmp_path, ("a",), gen, 1, "p0-t2", rows(2, 10))
+    )
+    assert result.outcome is EpochOutcome.COMMITTED
+    assert staged(tmp_path, "a") == []
+    assert published_ids(tmp_path, "a") == [0, 1, 2, 10, 11]
