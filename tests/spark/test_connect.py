@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -25,7 +23,7 @@ from psycopg import sql
 
 from durable_sinks.manifest import DecisionRecord
 from tests.services import KafkaEndpoint, PostgresEndpoint, Testbed
-from tests.support.child_process import start_child
+from tests.support.child_process import run_child_report, start_child
 
 from .streams import (
     kafka_ids,
@@ -56,22 +54,7 @@ def failure_text(report: dict[str, Any], testbed: Testbed, job_id: str) -> str:
 
 def run_client(plan: dict[str, Any], folder: Path, name: str, timeout: float = 300) -> Any:
     """Run the client script with `plan`; its report (the query's error or None, its id)."""
-    plan_file = folder / f"{name}.json"
-    plan_file.write_text(json.dumps(plan))
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.spark.connect_child", str(plan_file)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-    assert lines, f"the client printed no report (exit {proc.returncode}):\n{proc.stderr[-4000:]}"
-    report = json.loads(lines[-1])
-    report["stderr"] = proc.stderr
-    report["exit"] = proc.returncode
-    return report
+    return run_child_report("tests.spark.connect_child", plan, folder, name, timeout)
 
 
 def decisions(dsn: str, schema: str, job_id: str) -> dict[int, DecisionRecord]:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import socket
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -18,7 +16,7 @@ from psycopg import sql
 from durable_sinks.core.errors import ConfigError
 from durable_sinks.spark import register_data_source
 from tests.services import KafkaEndpoint, PostgresEndpoint
-from tests.services._layout import REPO_ROOT
+from tests.support.child_process import run_child_report
 
 from .streams import postgres_ids, prepared_transactions, source_stream, write_input
 
@@ -126,19 +124,8 @@ def exposure_run(tmp_path: Path, name: str, **plan: Any) -> dict[str, Any]:
     folder = tmp_path / f"{name}-app"
     (folder / "events").mkdir(parents=True)
     plan = {**plan, "ui_port": port, "event_log": str(folder / "events")}
-    plan_file = folder / "plan.json"
-    plan_file.write_text(json.dumps(plan))
-    done = subprocess.run(
-        [sys.executable, "-m", "tests.spark.exposure_child", str(plan_file)],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    lines = done.stdout.strip().splitlines()
-    assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-4000:])
-    assert lines, done.stderr[-4000:]
-    result: dict[str, Any] = json.loads(lines[-1])
+    result = run_child_report("tests.spark.exposure_child", plan, folder, "plan")
+    assert result["exit"] == 0, result["stderr"][-4000:]
     return result
 
 

@@ -30,3 +30,27 @@ def start_child(
             start_new_session=True,
         )
     return proc, log
+
+
+def run_child_report(
+    module: str, plan: dict[str, Any], folder: Path, name: str, timeout: float = 300
+) -> dict[str, Any]:
+    """Write `plan` to `folder/<name>.json`, run `python -m module` on it from the checkout
+    to its end, and return the JSON report it prints last (a line starting with `{`), with
+    the process's `stderr` and `exit` added."""
+    plan_file = folder / f"{name}.json"
+    plan_file.write_text(json.dumps(plan))
+    proc = subprocess.run(
+        [sys.executable, "-m", module, str(plan_file)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert lines, f"{module} printed no report (exit {proc.returncode}):\n{proc.stderr[-4000:]}"
+    report: dict[str, Any] = json.loads(lines[-1])
+    report["stderr"] = proc.stderr
+    report["exit"] = proc.returncode
+    return report
