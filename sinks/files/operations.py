@@ -28,10 +28,11 @@ def in_doubt(staging: Path, context: OpenContext) -> list[Prepared]:
         if name is None or not name.owned_by(context.job_id, context.sink):
             continue
         try:
-            marker = entry / MARKER
-            handle = CommitHandle.loads(marker.read_bytes(), source=str(marker))
-            age = now - marker.stat().st_mtime
+            handle = read_handle(entry)
+            age = now - (entry / MARKER).stat().st_mtime
         except FileNotFoundError:
+            handle = None
+        if handle is None:
             continue  # being written, or abandoned unprepared: recovery removes it
         size = sum(f.stat().st_size for f in entry.iterdir() if f.is_file())
         found.append(Prepared(handle, f"staging folder {entry}", age, size))
@@ -52,13 +53,12 @@ def holdings(root: Path, first: int, last: int) -> dict[int, Holding]:
             rows += counted
             marker = read_marker(part)
             try:
-                stamp = None if marker is None else (part / MARKER).stat().st_mtime
+                at = max(at or 0.0, (part / MARKER).stat().st_mtime)
             except FileNotFoundError:
-                stamp = None
-            if marker is None or stamp is None:
+                marker = None
+            if marker is None:
                 problems.append(f"{part} holds {counted} rows but no marker ({MARKER})")
                 continue
-            at = max(at or 0.0, stamp)
             participants.add(str(marker.get("participant")))
             if int(marker.get("rows", -1)) != counted:
                 problems.append(
@@ -77,6 +77,18 @@ def holdings(root: Path, first: int, last: int) -> dict[int, Holding]:
     return found
 
 
+def read_handle(folder: Path) -> CommitHandle | None:
+    """The handle in a staging folder's marker (written at prepare), None when it has none
+    (still being written, or abandoned before its prepare); CorruptRecordError naming the
+    file when the marker is not a handle."""
+    path = folder / MARKER
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    return CommitHandle.loads(raw, source=str(path))
+
+
 def read_marker(folder: Path) -> dict[str, Any] | None:
     """The JSON object of `folder`'s marker, None when it has none; CorruptRecordError naming
     the file when it holds anything else."""
@@ -85,7 +97,7 @@ def read_marker(folder: Path) -> dict[str, Any] | None:
         loaded = json.loads(path.read_bytes())
     except FileNotFoundError:
         return None
-    except (*MALFORMED, UnicodeDecodeError) as exc:
+    except MALFORMED as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         loaded = exc
     if not isinstance(loaded, dict):
         raise CorruptRecordError(

@@ -27,7 +27,7 @@ import errno
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pyarrow.parquet as pq
 
@@ -379,12 +379,11 @@ class FileSink(SinkBase[Files]):
                 continue
             if name.generation >= ctx.generation:
                 continue  # ours, or a newer coordinator's: not leftovers
-            try:
-                marker = (entry / MARKER).read_bytes()
-            except FileNotFoundError:
+            handle = operations.read_handle(entry)
+            if handle is None:
                 remove_tree(entry)  # never prepared: nothing can ever commit it
                 continue
-            prepared.append(CommitHandle.loads(marker, source=str(entry / MARKER)))
+            prepared.append(handle)
         return prepared
 
     def prepared_participants(self, epoch: int) -> list[CommitHandle]:
@@ -394,11 +393,9 @@ class FileSink(SinkBase[Files]):
             name = ParticipantName.parse(entry.name)
             if name is None or not name.owned_by(ctx.job_id, self.name) or name.epoch != epoch:
                 continue
-            try:
-                marker = (entry / MARKER).read_bytes()
-            except FileNotFoundError:
-                continue  # still being written (or abandoned): not prepared
-            prepared.append(CommitHandle.loads(marker, source=str(entry / MARKER)))
+            handle = operations.read_handle(entry)
+            if handle is not None:  # else still being written (or abandoned): not prepared
+                prepared.append(handle)
         return prepared
 
     # -- operations (durable-sinks status/inspect/verify; operations.py) -----------------------
@@ -420,7 +417,7 @@ class FileSink(SinkBase[Files]):
             if not epoch_text.isdigit():
                 continue
             for part in folder.glob("part=*"):
-                marker = self._read_marker(part)
+                marker = operations.read_marker(part)
                 if marker is None:
                     continue
                 owner = marker.get("details", {}).get("job_id")
@@ -435,10 +432,6 @@ class FileSink(SinkBase[Files]):
                 best = epoch if best is None else max(best, epoch)
         return best
 
-    @staticmethod
-    def _read_marker(folder: Path) -> dict[str, Any] | None:
-        return operations.read_marker(folder)
-
     def _marker_participant(self, folder: Path) -> str | None:
-        marker = self._read_marker(folder)
+        marker = operations.read_marker(folder)
         return None if marker is None else str(marker.get("participant"))

@@ -269,7 +269,6 @@ def s3(client: S3Client, faults: Faults) -> Iterator[None]:
             client._endpoint.http_session.send(request)  # type: ignore[attr-defined]
         raise ConnectionClosedError(endpoint_url=request.url, error=injected(outcome, operation))
 
-    handlers: list[tuple[str, Callable[..., Any]]] = []
     for operation in _S3_OPERATIONS:
 
         def handler(request: AWSPreparedRequest, _op: str = operation, **kw: Any) -> None:
@@ -277,7 +276,6 @@ def s3(client: S3Client, faults: Faults) -> Iterator[None]:
 
         event = f"before-send.s3.{operation}"
         client.meta.events.register(event, handler, unique_id=f"simulation-{operation}")
-        handlers.append((event, handler))
     try:
         yield
     finally:

@@ -201,7 +201,7 @@ class CommitHandle:
         file, row or object read) when it is not one."""
         try:
             data = json.loads(raw)
-        except (*MALFORMED, UnicodeDecodeError) as exc:
+        except MALFORMED as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
             raise CorruptRecordError(
                 f"{source}: not a commit handle ({type(exc).__name__})",
                 fix="the record was changed outside durable-sinks; move it aside and restart: "
