@@ -38,8 +38,9 @@ def prepare_part(
     prepares nothing (returns []). On any error, what this call began is rolled back and the
     error is raised: nothing of the part stays prepared.
 
-    `part` must be unique per attempt (e.g. partition and task attempt ids): two attempts
-    of one partition are two participants, and the driver's decision picks one.
+    `part` must be unique per attempt and read `<slice>-<attempt>` (e.g. `p3-t17`: partition
+    and task attempt ids): two attempts of one partition are two participants of one slice,
+    and the driver's decision picks one (`ParticipantName.slice`).
 
     With `policy` routing bad rows to the dead-letter sink named `dead_letter` (one of the
     sinks built), the rows the other sinks refuse become the part's dead letters, prepared

@@ -38,6 +38,7 @@ sessions with `application_name LIKE 'ds:<job>:%'` (the decision store's are
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager
@@ -60,6 +61,7 @@ from durable_sinks.core.errors import (
     SchemaMismatchError,
     UsageError,
 )
+from durable_sinks.core.joblog import JobLogger
 from durable_sinks.core.naming import ParticipantName, owner_prefix
 from durable_sinks.core.operations import DecidedCommit, EpochRepair, Holding, Prepared
 from durable_sinks.core.protocol import (
@@ -82,6 +84,7 @@ from .fencing import MetaTables, application_name
 from .handles import PostgresHandleDetails
 from .load import PostgresParticipant
 from .repair import EpochCopy, record_lost_epochs
+from .waits import SiblingWatch
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -363,10 +366,12 @@ class PostgresSink(SinkBase[Postgres]):
             if kept.num_rows == 0:
                 return WriteResult(0, 0, refused)
             if not self.context.policy.isolates:
-                written, sent = kept.num_rows, current.copy(current.conn(), kept)
+                with self._siblings_watched(current):
+                    written, sent = kept.num_rows, current.copy(current.conn(), kept)
             else:
                 before = current.isolation_copies
-                written, sent, by_server = current.copy_isolating(current.conn(), kept)
+                with self._siblings_watched(current):
+                    written, sent, by_server = current.copy_isolating(current.conn(), kept)
                 self._count("isolation_copies", current.isolation_copies - before)
                 if by_server:
                     self._count("refused_rows", len(by_server))
@@ -415,7 +420,8 @@ class PostgresSink(SinkBase[Postgres]):
         with self._errors("pre_commit (the merge and the marker row)", epoch, in_epoch=True):
             conn = current.conn()
             if state.table.checked_schema is not None:
-                current.merge(conn, state.table.checked_schema.names)
+                with self._siblings_watched(current):
+                    current.merge(conn, state.table.checked_schema.names)
             if not state.context.commit_point:
                 self._mark(conn, current, gid, current.checksum_text, decision=None)
         if not state.context.commit_point:
@@ -440,6 +446,51 @@ class PostgresSink(SinkBase[Postgres]):
         else:
             self._current = None
         return handle
+
+    @contextlib.contextmanager
+    def _siblings_watched(self, current: PostgresParticipant) -> Iterator[None]:
+        """Around a worker's statement that may wait on a key (the COPY into the table, the
+        upsert's merge): a wait on a key that another slice of the epoch holds prepared ends
+        at once in SchemaMismatchError (waits.py), rather than at the lock time-out and again
+        in every retry. Nothing for the driver's instance, whose epoch is one transaction."""
+        if not self.context.worker:
+            yield
+            return
+        conn = current.conn()
+        log = JobLogger(self.context.job_id, self.name, current.epoch, component="sinks.postgres")
+        connect = functools.partial(self._connect, autocommit=True)
+        with SiblingWatch(current.name, conn.info.backend_pid, connect, log) as watch:
+            try:
+                yield
+            except psycopg.errors.QueryCanceled:
+                if watch.sibling is None:
+                    raise
+        if watch.sibling is not None:
+            raise self._key_in_two_slices(current, watch.sibling)
+
+    def _key_in_two_slices(
+        self, current: PostgresParticipant, holder: ParticipantName
+    ) -> SchemaMismatchError:
+        key = self.config.key if self.config.mode == "upsert" else ()
+        what = (
+            f"an upsert key ({', '.join(key)})"
+            if key
+            else "a value of a primary key or unique index of the table"
+        )
+        dedup = (
+            f"df.dropDuplicates([{', '.join(repr(k) for k in key)}])"
+            if key
+            else "df.dropDuplicates([<the unique columns>])"
+        )
+        return SchemaMismatchError(
+            f"the epoch holds {what} more than once, in two Spark partitions: part "
+            f"{current.name.part} waits on a row that part {holder.part} holds in its prepared "
+            "transaction, and in executor mode each partition keeps its rows apart until the "
+            "driver's decision, which waits for both",
+            **self._where(current.epoch),
+            fix=f"deduplicate by key in the query, e.g. {dedup} (a key twice in one batch is "
+            "refused in driver mode too); nothing of the epoch was committed",
+        )
 
     def _mark(
         self,

@@ -6,6 +6,7 @@ import json
 import logging
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ import pytest
 
 from durable_sinks import Files, Postgres
 from durable_sinks.coordinator import EpochOutcome
-from durable_sinks.core.errors import ConfigError, EpochOrderError
+from durable_sinks.core.errors import ConfigError, EpochOrderError, SchemaMismatchError
 from durable_sinks.spark import durable_sink, sink
 from tests.services import KafkaEndpoint, PostgresEndpoint
 
@@ -292,6 +293,44 @@ def test_executor_mode_prepares_each_partition_in_its_task_and_commits_them_atom
     assert again is not None
     assert again.outcome is EpochOutcome.ALREADY_COMMITTED
     assert postgres_ids(dsn, table) == list(range(200))
+    assert prepared_transactions(dsn, job_id) == []
+
+
+def test_executor_mode_upsert_with_a_key_in_two_partitions_fails_typed_and_leaves_nothing(
+    spark: Any, postgres: PostgresEndpoint, pg_schema: str, job_id: str, tmp_path: Path
+) -> None:
+    """Each partition merges in its own prepared transaction: a key in two partitions of one
+    batch would wait on its sibling until the decision, which waits for it. The batch fails
+    at once with the typed error driver mode gives for a key twice, and nothing is left; the
+    query deduplicated by key then lands the batch."""
+    source, checkpoint = tmp_path / "in", tmp_path / "checkpoint"
+    dsn, table = postgres.conninfo(), f"{pg_schema}.keyed"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE TABLE {table} (id bigint PRIMARY KEY, body text)")
+    write_input(source, "part-0.json", range(10))
+    write_input(source, "part-1.json", range(5, 6))  # one batch, two files: two partitions
+    writer = durable_sink(
+        "postgres",
+        dsn=dsn,
+        table=table,
+        mode="upsert",
+        key=("id",),
+        job_id=job_id,
+        execution="executor",
+    )
+    started = time.monotonic()
+    with pytest.raises(Exception, match="two Spark partitions") as caught:
+        run_available_now(source_stream(spark, source, files_per_batch=2), writer, checkpoint)
+    assert time.monotonic() - started < 25  # the lock time-out (30 s) was not waited for
+    assert "SchemaMismatchError" in str(caught.value) or isinstance(
+        caught.value, SchemaMismatchError
+    )
+    assert "dropDuplicates(['id'])" in str(caught.value)
+    assert prepared_transactions(dsn, job_id) == []
+    assert postgres_ids(dsn, table) == []
+    deduplicated = source_stream(spark, source, files_per_batch=2).dropDuplicates(["id"])
+    run_available_now(deduplicated, writer, checkpoint)
+    assert postgres_ids(dsn, table) == list(range(10))
     assert prepared_transactions(dsn, job_id) == []
 
 

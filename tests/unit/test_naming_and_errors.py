@@ -104,3 +104,17 @@ def test_a_fenced_error_always_carries_a_fix() -> None:
     assert "restart the query from its checkpoint" in FENCED_FIX
     assert FencedError("x", fix="own fix").fix == "own fix"
     assert pickle.loads(pickle.dumps(error)).fix == FENCED_FIX  # noqa: S301 - our own bytes
+
+
+def test_a_part_names_its_slice_and_siblings_are_other_slices_of_the_same_epoch() -> None:
+    def name(part: str, epoch: int = 3, generation: int = 2, sink: str = "pg") -> ParticipantName:
+        return ParticipantName.build("job", sink, epoch, part, generation, 0)
+
+    assert name("p3-t17").slice == "p3"
+    assert name("p3-t17-0a1b2c3d").slice == "p3"
+    assert name("0").slice == "0"
+    assert name("p0-t1").sibling_of(name("p1-t2"))
+    assert not name("p0-t1").sibling_of(name("p0-t9"))  # another attempt at the same slice
+    assert not name("p0-t1").sibling_of(name("p1-t2", epoch=4))
+    assert not name("p0-t1").sibling_of(name("p1-t2", generation=1))
+    assert not name("p0-t1").sibling_of(name("p1-t2", sink="other"))

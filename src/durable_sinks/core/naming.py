@@ -96,6 +96,24 @@ class ParticipantName:
     def owned_by(self, job_id: str, sink: str) -> bool:
         return self.job == component(job_id) and self.sink == component(sink)
 
+    @property
+    def slice(self) -> str:
+        """The slice of the epoch's data the participant's part writes: the part's text before
+        its first '-' (`p3` of executor mode's `p3-t17`). Attempts at one slice (a Spark
+        partition) share it; two parts of one epoch with different slices write different
+        rows."""
+        return self.part.split("-", 1)[0]
+
+    def sibling_of(self, other: ParticipantName) -> bool:
+        """Whether `other` is another slice of the same epoch, sink and generation: a part
+        whose rows the driver's decision commits together with this one's."""
+        return (self.job, self.sink, self.epoch, self.generation) == (
+            other.job,
+            other.sink,
+            other.epoch,
+            other.generation,
+        ) and self.slice != other.slice
+
 
 def job_prefix(job_id: str) -> str:
     """Every participant name of the job, of any sink, starts with this."""

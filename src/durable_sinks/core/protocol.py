@@ -108,7 +108,8 @@ class OpenContext:
     coordinator (executor mode): the sink must then only connect. The driver's instance of
     the same generation already created what the sink needs and fenced older generations;
     the worker still refuses to prepare if the fence has moved past its generation. `part`
-    names the worker's participants (unique per task attempt).
+    names the worker's participants (unique per task attempt, `<slice>-<attempt>`: see
+    `ParticipantName.slice`).
 
     `inspect` is True when an operator's tool opens the sink (`durable-sinks status`,
     `inspect`, `verify`, `doctor`; core/operations.py): the sink must only connect and read.
