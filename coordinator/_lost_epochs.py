@@ -20,11 +20,16 @@ What is checked (at most a few reads per start, none per epoch after the first):
   Spark's checkpoint committed batches D+1 .. E-1 that the job has no decision for (e.g. a
   one-phase Postgres sink, whose decisions are its marker rows, lost them with its rows).
 
+A sink that shows no committed epoch at all, though D's record names it with rows, lost
+everything the job committed into it (its table dropped and created again, its folder,
+prefix or Delta table deleted, a restore from a backup older than the job) when its target
+keeps its commit record (core.protocol.KeepsCommitRecord); a sink that cannot say so (a
+Delta table whose transaction identifiers expire, a sink not built in) is skipped, logged.
+
 Never checked, because nothing there is wrong: a job with no decision yet (a fresh job, or
 one whose store was replaced: EpochOrderError at its first epoch names that), at least once
 (no decisions), a start without recovery (a look at a running job: epochs may be in flight),
-a sink that shows no committed epoch at all (some targets cannot tell after their history
-expired), a sink D's record does not name (the dead-letter sink joins only epochs with dead
+a sink D's record does not name (the dead-letter sink joins only epochs with dead
 letters) or names with no rows (a target may record no commit of an empty epoch: a Delta
 merge of no rows makes no table version). Older decisions expire (`retain_epochs`), never
 the newest, so D is always known. A loss of older epochs only (never the newest, e.g. rows
@@ -41,7 +46,7 @@ from durable_sinks.core.errors import (
     CommittedEpochLostError,
 )
 from durable_sinks.core.joblog import JobLogger
-from durable_sinks.core.protocol import RereadsCommitted, SinkConnector
+from durable_sinks.core.protocol import KeepsCommitRecord, RereadsCommitted, SinkConnector
 
 from ._decisions import DecisionBook
 
@@ -105,7 +110,7 @@ class LostEpochCheck:
             return
         self._first_pending = True
         self._require_decisions_for_held(newest)
-        self._require_held(newest)
+        self._require_held(newest, log)
         log.info("lost-epoch check passed (the newest decided epoch is %d)", newest)
 
     def _require_decisions_for_held(self, newest: int) -> None:
@@ -139,7 +144,7 @@ class LostEpochCheck:
                 return epoch
         return None
 
-    def _require_held(self, newest: int) -> None:
+    def _require_held(self, newest: int, log: JobLogger) -> None:
         finished = self._newest_finished(newest)
         if finished is None:
             return
@@ -152,8 +157,13 @@ class LostEpochCheck:
         # that gave them none (a Delta merge of no rows makes no table version).
         for name in sorted({handle.sink for handle in record.handles if handle.rows > 0}):
             sink = by_name.get(name)
-            held = None if sink is None else _held(sink, newest)
-            if held is None or held >= newest:
+            if sink is None:
+                continue
+            held = _held(sink, newest)
+            if held is None:
+                self._require_record(sink, newest, log)
+                continue
+            if held >= newest:
                 continue
             raise CommittedEpochLostError(
                 f"sink {name!r} holds epochs up to {held} only, but the job committed epoch "
@@ -168,6 +178,32 @@ class LostEpochCheck:
                 sink=name,
                 fix=_fix(f"sink {name!r}", held + 1, newest),
             )
+
+    def _require_record(self, sink: SinkConnector, newest: int, log: JobLogger) -> None:
+        """A sink the job committed `newest` into shows no committed epoch: a loss of
+        everything, when its target keeps its commit record; otherwise nothing can tell."""
+        if not (isinstance(sink, KeepsCommitRecord) and sink.commit_record_kept()):
+            log.info(
+                "sink %r shows no committed epoch, and its target may drop its commit record "
+                "(core.protocol.KeepsCommitRecord): whether it still holds epoch %d is not "
+                "checked",
+                sink.name,
+                newest,
+            )
+            return
+        raise CommittedEpochLostError(
+            f"sink {sink.name!r} shows no committed epoch at all, but the job committed "
+            f"epoch {newest} into it: its target lost every epoch the job committed there "
+            "(emptied, dropped and created again, moved, or restored from a backup older than "
+            "the job)",
+            first_lost=0,
+            last_lost=newest,
+            holder=sink.name,
+            job=self.job_id,
+            sink=sink.name,
+            fix=_fix(f"sink {sink.name!r}", 0, newest)
+            + "; if the target was emptied on purpose, run the query under a new job_id",
+        )
 
     def at_epoch(self, epoch: int) -> None:
         """At the run's first epoch: CommittedEpochLostError when Spark's checkpoint skipped

@@ -80,6 +80,10 @@ log = logging.getLogger(__name__)
 _WRITING_ACTIONS = ("write a data file", "finish the data files")
 
 
+#: The table property after which Delta drops a transaction identifier (the commit record).
+TXN_RETENTION = "delta.setTransactionRetentionDuration"
+
+
 class DeltaSink(SinkBase[Delta]):
     """Exactly-once appends or upserts into one Delta table (see the module docs)."""
 
@@ -135,6 +139,15 @@ class DeltaSink(SinkBase[Delta]):
         current, self._current = self._current, None
         if current is not None:
             current.abandon()
+
+    def commit_record_kept(self) -> bool:
+        """KeepsCommitRecord: the sink's commit record is the table's transaction identifier
+        for the job and sink, which Delta drops once it is older than the table's
+        `delta.setTransactionRetentionDuration`, when the table sets one: then no record is
+        no evidence. A missing table keeps nothing and so forgets nothing."""
+        with self.translated("read the table's properties"):
+            table = self._delta().load()
+        return table is None or TXN_RETENTION not in table.metadata().configuration
 
     def _read_last_committed(self) -> int | None:
         with self.translated("read the table's committed epoch"):

@@ -116,6 +116,8 @@ REFUSED_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDI
 class FileSink(SinkBase[Files]):
     """Exactly-once Parquet files through staging folders and atomic renames."""
 
+    KEEPS_COMMIT_RECORD = True
+
     def __init__(self, config: Files) -> None:
         super().__init__(config)
         self.root = Path(config.path)

@@ -84,6 +84,8 @@ log = logging.getLogger(__name__)
 class IcebergSink(SinkBase[Iceberg]):
     """Exactly-once appends into one Iceberg table (see the module docs)."""
 
+    KEEPS_COMMIT_RECORD = True
+
     def __init__(self, config: Iceberg) -> None:
         super().__init__(config, counters=("files", "commit_conflicts"))
         self._catalog: Catalog | None = None

@@ -43,6 +43,8 @@ class JsonlSink(SinkBase[JsonlSinkConfig]):
     Implements SinkConnector, DistributedSink (executors prepare, the driver commits) and
     OperableSink (the `durable-sinks` command's views)."""
 
+    KEEPS_COMMIT_RECORD = True
+
     def __init__(self, config: JsonlSinkConfig) -> None:
         # Nothing is touched here: a sink is built on the driver to check its options, and
         # may be pickled to executors. The folder is first used in `open`.

@@ -135,6 +135,8 @@ class _Opened:
 class KafkaSink(SinkBase[Kafka]):
     """Exactly-once into one Kafka topic; the job's last resource (see the module docs)."""
 
+    KEEPS_COMMIT_RECORD = True
+
     def __init__(self, config: Kafka) -> None:
         super().__init__(config, counters=("commit_seconds",))
         self._opened: _Opened | None = None

@@ -107,6 +107,8 @@ class _Opened:
 class PostgresSink(SinkBase[Postgres]):
     """Exactly-once into one Postgres table, through prepared transactions."""
 
+    KEEPS_COMMIT_RECORD = True
+
     def __init__(self, config: Postgres) -> None:
         super().__init__(config, counters=("columns_changed", "isolation_copies"))
         self._opened: _Opened | None = None

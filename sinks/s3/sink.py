@@ -100,6 +100,8 @@ class S3Participant(OpenParticipant):
 class S3Sink(SinkBase[S3]):
     """Exactly-once Parquet objects under an S3 prefix (see the module docs)."""
 
+    KEEPS_COMMIT_RECORD = True
+
     def __init__(self, config: S3) -> None:
         super().__init__(config, counters=("parts_uploaded",))
         self.layout = Layout(config.location)

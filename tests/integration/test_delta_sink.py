@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 
 from durable_sinks.coordinator import Coordinator
-from durable_sinks.core.errors import ConfigError, SchemaMismatchError
+from durable_sinks.core.errors import CommittedEpochLostError, ConfigError, SchemaMismatchError
 from durable_sinks.manifest import LocalDirectoryStore
 from durable_sinks.sinks import create
 from tests.support.delta_target import folder_leftovers, log_epochs
@@ -193,3 +193,40 @@ def _log_lines(table: Path) -> list[str]:
         for p in sorted((table / "_delta_log").glob("*.json"))
         for line in p.read_text().split("\n")
     ]
+
+
+@pytest.mark.parametrize("retention", [None, "interval 7 days"])
+def test_a_table_replaced_while_the_job_was_stopped_is_a_lost_epoch_unless_its_txn_expires(
+    tmp_path: Path, retention: str | None
+) -> None:
+    """The sink's commit record is the table's transaction identifier: a table made again
+    without it lost every epoch, and the next start says so; a table whose identifiers expire
+    (`delta.setTransactionRetentionDuration`) cannot tell, and is not asked."""
+    import shutil
+
+    from deltalake import write_deltalake
+
+    from durable_sinks.coordinator import EpochOutcome
+    from durable_sinks.sinks.delta.sink import TXN_RETENTION
+
+    first = coordinator(tmp_path, "replaced", create_table=True)
+    first.start()
+    for epoch in range(2):
+        first.run_epoch(epoch, [events([epoch])])
+    first.close()
+    shutil.rmtree(tmp_path / "table")
+    settings = {TXN_RETENTION: retention} if retention else None
+    write_deltalake(
+        str(tmp_path / "table"), pa.Table.from_batches([events([10])]), configuration=settings
+    )
+    restarted = coordinator(tmp_path, "replaced", create_table=True)
+    if retention is None:
+        with pytest.raises(CommittedEpochLostError, match="shows no committed epoch") as raised:
+            restarted.start()
+        assert (raised.value.first_lost, raised.value.last_lost) == (0, 1)
+        assert [r["id"] for r in rows(tmp_path / "table")] == [10]
+    else:
+        restarted.start()
+        assert restarted.run_epoch(2, [events([2])]).outcome is EpochOutcome.COMMITTED
+        assert [r["id"] for r in rows(tmp_path / "table")] == [2, 10]
+    restarted.close()

@@ -83,6 +83,20 @@ def test_a_sink_that_lost_the_newest_epochs_stops_the_next_start(tmp_path: Path)
     assert (again.first_lost, again.last_lost, again.holder) == (1, 2, "b")
 
 
+def test_a_sink_emptied_after_the_job_committed_into_it_stops_the_next_start(
+    tmp_path: Path,
+) -> None:
+    """Its target keeps its commit record, so showing none means it lost every epoch."""
+    run(job(tmp_path), 0, 1, 2)
+    shutil.rmtree(tmp_path / "b")
+    with pytest.raises(CommittedEpochLostError, match="shows no committed epoch at all") as raised:
+        job(tmp_path)
+    error = raised.value
+    assert (error.sink, error.holder, error.first_lost, error.last_lost) == ("b", "b", 0, 2)
+    assert "new job_id" in (error.fix or "")
+    assert not (tmp_path / "b" / "epoch=3").exists()
+
+
 def test_a_store_that_lost_its_newest_decisions_stops_the_next_start(tmp_path: Path) -> None:
     run(job(tmp_path), 0, 1, 2)
     forget_decisions(tmp_path, 2)
@@ -250,6 +264,13 @@ def test_an_undecided_newest_epoch_is_left_to_its_replay(tmp_path: Path) -> None
         job(tmp_path)
 
 
+class Forgetful(FileSink):
+    """A files sink that says its target may drop its commit record (as a Delta table whose
+    transaction identifiers expire does)."""
+
+    KEEPS_COMMIT_RECORD = False
+
+
 @pytest.mark.parametrize("case", ["at-least-once", "no-recovery", "nothing-held"])
 def test_losses_are_not_looked_for_where_nothing_can_tell(tmp_path: Path, case: str) -> None:
     run(job(tmp_path), 0, 1)
@@ -261,8 +282,15 @@ def test_losses_are_not_looked_for_where_nothing_can_tell(tmp_path: Path, case: 
         lose(tmp_path, "b", 1)
         job(tmp_path, recover=False)  # a look at a running job: epochs may be in flight
     else:
-        lose(tmp_path, "b", 0, 1)  # a sink that shows no epoch at all cannot tell
-        job(tmp_path)
+        # A sink that shows no epoch at all and whose target may drop its commit record.
+        lose(tmp_path, "b", 0, 1)
+        forgetful = Coordinator(
+            "job",
+            [files(tmp_path, "a"), Forgetful(FileSinkConfig(str(tmp_path / "b"), name="b"))],
+            LocalDirectoryStore(tmp_path / "store"),
+        )
+        forgetful.start()
+        assert forgetful.run_epoch(2, rows(2)).outcome is EpochOutcome.COMMITTED
 
 
 def test_a_new_store_is_still_an_order_error_at_the_first_epoch(tmp_path: Path) -> None:

@@ -349,6 +349,21 @@ class RereadsCommitted(Protocol):
 
 
 @runtime_checkable
+class KeepsCommitRecord(Protocol):
+    """A sink that can say whether its target keeps its *commit record* (what
+    `last_committed_epoch` reads: marker rows, S3 markers, progress records, a Delta
+    transaction identifier, an Iceberg table property) for as long as the target holds
+    anything the job committed. When `commit_record_kept()` is True, no committed epoch read
+    from the target means it holds nothing of the job (wiped, dropped and created again,
+    restored from a backup older than the job), and the lost-epoch check reports the loss
+    of every epoch committed into it. False means no record may only mean the record
+    expired (a Delta table whose transaction identifiers expire): the check then cannot tell
+    and skips the sink, as it skips every sink that does not implement this."""
+
+    def commit_record_kept(self) -> bool: ...
+
+
+@runtime_checkable
 class PublishingSink(SinkConnector, Protocol):
     """A sink whose readers see an epoch whole only once a marker covering all its
     participants exists (S3's epoch marker): `commit_epoch` makes one participant's data

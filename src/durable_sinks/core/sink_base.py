@@ -30,7 +30,7 @@ import functools
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar, cast
 
 from .bad_rows import BadRowsError, RefusedRows
 from .errors import DurableSinkError, InDoubtError, TransientError, UsageError
@@ -82,6 +82,10 @@ class OpenParticipant:
 
 class SinkBase(ABC, Generic[ConfigT]):
     """The lifecycle every built-in sink shares (see the module docs)."""
+
+    #: Whether the target keeps the sink's commit record (core.protocol.KeepsCommitRecord):
+    #: a sink that never expires its newest marker says True; False (unknown) by default.
+    KEEPS_COMMIT_RECORD: ClassVar[bool] = False
 
     def __init__(self, config: ConfigT, *, counters: Iterable[str] = ()) -> None:
         self.config = config
@@ -143,6 +147,11 @@ class SinkBase(ABC, Generic[ConfigT]):
         if found is not None:
             self._committed_up_to(found)
         return self._last_committed
+
+    def commit_record_kept(self) -> bool:
+        """KeepsCommitRecord: whether the target never drops the record `_read_last_committed`
+        reads while it holds the job's rows (KEEPS_COMMIT_RECORD; see the protocol)."""
+        return self.KEEPS_COMMIT_RECORD
 
     def _read_last_committed(self) -> int | None:
         """The highest epoch whose marker the target shows now (what `open` reads); None
