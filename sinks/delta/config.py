@@ -13,7 +13,7 @@ from durable_sinks.core.errors import ConfigError
 from durable_sinks.core.naming import check_sink_name
 from durable_sinks.core.s3 import AddressingStyle, S3Connection, S3Location, connection_of
 from durable_sinks.core.secrets import check
-from durable_sinks.core.settings import accepts_renamed, current_values
+from durable_sinks.core.settings import accepts_renamed, apply_conveniences, current_values
 
 COMPRESSIONS = ("none", "snappy", "gzip", "zstd", "lz4", "brotli")
 MODES = ("append", "upsert")
@@ -86,6 +86,7 @@ class Delta:
     conflict rules decide whether it may be). Default 15."""
 
     def __post_init__(self) -> None:
+        apply_conveniences(self)
         where = f"delta sink {self.name!r}"
         current_values(self, "delta", where)
         check_sink_name(self.name, where)

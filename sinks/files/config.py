@@ -8,6 +8,7 @@ from typing import ClassVar
 
 from durable_sinks.core.errors import ConfigError
 from durable_sinks.core.naming import check_sink_name
+from durable_sinks.core.settings import apply_conveniences
 
 COMPRESSIONS = ("none", "snappy", "gzip", "zstd", "lz4", "brotli")
 
@@ -34,6 +35,7 @@ class Files:
     throwaway data: exactly-once then holds across process crashes, not machine crashes."""
 
     def __post_init__(self) -> None:
+        apply_conveniences(self)
         if not str(self.path).strip():
             raise ConfigError("files sink: `path` is empty", fix="give the dataset's folder")
         if self.compression not in COMPRESSIONS:

@@ -13,6 +13,7 @@ from durable_sinks.core.errors import ConfigError
 from durable_sinks.core.naming import check_sink_name
 from durable_sinks.core.redaction import MASK, is_secret
 from durable_sinks.core.secrets import check, resolve_settings
+from durable_sinks.core.settings import apply_conveniences
 
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,254}$")
 #: A password inside a URL (`scheme://user:password@host`).
@@ -60,6 +61,7 @@ class Iceberg:
     time after re-reading the table and re-checking the epoch. Default 10."""
 
     def __post_init__(self) -> None:
+        apply_conveniences(self)
         where = f"iceberg sink {self.name!r}"
         check_sink_name(self.name, where)
         for what, value in (("table", self.table), ("catalog_name", self.catalog_name)):

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import ClassVar
 
 from durable_sinks.core.errors import ConfigError
 from durable_sinks.core.naming import check_sink_name
+from durable_sinks.core.settings import apply_conveniences
 
 
 @dataclass(frozen=True)
@@ -28,11 +30,14 @@ class JsonlSinkConfig:
       machine crashes.
     """
 
+    kind: ClassVar[str] = "jsonl"
+
     path: str
     name: str = "jsonl"
     fsync: bool = True
 
     def __post_init__(self) -> None:
+        apply_conveniences(self)
         if not self.path.strip():
             raise ConfigError("jsonl sink: `path` is empty", fix="give the folder's path")
         if not os.path.isabs(self.path):

@@ -15,7 +15,7 @@ import pyarrow as pa
 from durable_sinks.core.errors import ConfigError
 from durable_sinks.core.redaction import is_secret, redact
 from durable_sinks.core.secrets import resolve_settings
-from durable_sinks.core.settings import accepts_renamed
+from durable_sinks.core.settings import accepts_renamed, apply_conveniences
 
 if TYPE_CHECKING:
     from .records import RecordLayout
@@ -173,14 +173,13 @@ class Kafka:
     one without."""
 
     def __post_init__(self) -> None:
+        apply_conveniences(self)
         where = f"kafka sink {self.name!r}"
         _check_producer_config(self.producer_config, where)
         resolve_settings(self.producer_config, f"{where}: producer_config")  # refs resolve here
         protocol = str(self.producer_config.get("security.protocol", "plaintext"))
         bootstrap_hosts(self.bootstrap_servers, protocol, where)
         _check_topics(self.topic, self.progress_topic, where)
-        if isinstance(self.header_columns, str):
-            object.__setattr__(self, "header_columns", (self.header_columns,))
         roles = [
             self.value_column,
             self.key_column,

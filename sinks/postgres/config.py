@@ -19,7 +19,7 @@ from durable_sinks.core.connecting import (
 from durable_sinks.core.errors import ConfigError
 from durable_sinks.core.redaction import redact
 from durable_sinks.core.secrets import check
-from durable_sinks.core.settings import accepts_renamed
+from durable_sinks.core.settings import accepts_renamed, apply_conveniences
 
 #: What the sink accepts as a schema, table, column or meta-schema name (unquoted).
 IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]{0,62}$")
@@ -66,6 +66,7 @@ class Postgres:
     Default: the DSN's `connect_timeout`, else 10."""
 
     def __post_init__(self) -> None:
+        apply_conveniences(self)
         where = f"postgres sink {self.name!r}"
         if not self.dsn:
             raise ConfigError(f"{where}: `dsn` is empty", fix="give a libpq connection string")

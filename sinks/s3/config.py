@@ -18,7 +18,7 @@ from durable_sinks.core.s3 import (
     S3Location,
     connection_of,
 )
-from durable_sinks.core.settings import accepts_renamed
+from durable_sinks.core.settings import accepts_renamed, apply_conveniences
 
 COMPRESSIONS = ("none", "snappy", "gzip", "zstd", "lz4", "brotli")
 MiB = 1024 * 1024
@@ -89,6 +89,7 @@ class S3:
     (604800)."""
 
     def __post_init__(self) -> None:
+        apply_conveniences(self)
         where = f"s3 sink {self.name!r}"
         check_sink_name(self.name, where)
         location = S3Location.parse(self.path, what=f"{where}: path")

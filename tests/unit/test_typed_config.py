@@ -184,3 +184,29 @@ def test_the_typed_overload_of_durable_sink_names_every_job_option() -> None:
     assert len(typed) == 1
     keywords = [a.arg for a in typed[0].args.kwonlyargs]
     assert keywords == [f.name for f in dataclasses.fields(JobOptions)]
+
+
+def test_a_name_or_a_list_given_for_a_tuple_of_names_is_a_tuple_as_in_the_string_form() -> None:
+    """`key="order_id"` built directly was taken letter by letter (Delta refused it as
+    repeated column names; Postgres kept a bare string)."""
+    delta = Delta(path="/tmp/d", mode="upsert", key="order_id", partition_by=["day"])  # type: ignore[arg-type]
+    assert (delta.key, delta.partition_by) == (("order_id",), ("day",))
+    postgres = Postgres(dsn=DSN, table="events", mode="upsert", key="id")  # type: ignore[arg-type]
+    assert postgres.key == ("id",)
+    kafka = Kafka(**KAFKA, header_columns=["a", "b"])  # type: ignore[arg-type]
+    assert kafka.header_columns == ("a", "b")
+    assert Files(path=Path("/tmp/files")).path == "/tmp/files"  # type: ignore[arg-type]
+    string_form = sink("delta", path="/tmp/d", mode="upsert", key="order_id", partition_by="day")
+    assert string_form.build().config == delta  # type: ignore[attr-defined]
+
+
+def test_every_built_in_kind_has_a_typed_configuration_that_is_a_sink_as_it_is(
+    tmp_path: Path,
+) -> None:
+    from durable_sinks import sinks
+    from durable_sinks.sinks.jsonl import JsonlSinkConfig
+
+    typed = {kind: sinks.config_class_of(kind) for kind in sinks.kinds()}
+    assert all(getattr(cls, "kind", None) == kind for kind, cls in typed.items()), typed
+    jsonl = JsonlSinkConfig(path=str(tmp_path / "out"))
+    assert sink(jsonl) == sink("jsonl", path=str(tmp_path / "out"))

@@ -1,7 +1,7 @@
 """What a type checker tells a user about a job script: `mypy --strict`, run as a user would
 (from the test's virtualenv, on a script in a folder of its own, with the installed package),
 refuses a misspelt option of a typed configuration, naming it, and passes the same script
-spelt right."""
+spelt right, where every built-in kind's typed configuration is a sink as it is."""
 
 from __future__ import annotations
 
@@ -10,12 +10,21 @@ import sys
 from pathlib import Path
 
 SCRIPT = """
-from durable_sinks import Kafka, Postgres, durable_sink, sink
+from durable_sinks import Delta, Files, Iceberg, Kafka, Postgres, durable_sink, sink
+from durable_sinks.sinks.jsonl import JsonlSinkConfig
 
 postgres = Postgres(dsn="host=db dbname=app", {table}="events", mode="upsert", key=("id",))
 kafka = Kafka(bootstrap_servers="broker:9092", topic="events", transaction_timeout_s=90.0)
 one = durable_sink(postgres, job_id="orders", decision_store="/data/decisions")
 both = durable_sink([postgres, sink(kafka)], job_id="orders", outage_tolerance_s=300.0)
+lake = Iceberg(table="events", namespace="lake", catalog={{"type": "sql"}})
+delta = Delta(path="/lake/orders", mode="upsert", key=("order_id",))
+alone = durable_sink(lake, job_id="lake", decision_store="/data/decisions")
+tables = durable_sink(
+    [lake, delta, JsonlSinkConfig(path="/data/jsonl")],
+    job_id="lake",
+    dead_letter=Files(path="/data/dead"),
+)
 """
 
 

@@ -29,19 +29,30 @@ A third-party package registers its kind under the entry-point group `durable_si
 from __future__ import annotations
 
 import dataclasses
-import os
-import types
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib import import_module
-from typing import Any, Generic, TypeVar
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from .errors import ConfigError
 from .protocol import SinkConnector
-from .settings import check_settings, option_names
+from .settings import check_settings, convenient, option_names
 
 ConfigT = TypeVar("ConfigT")
+
+
+class SinkConfig(Protocol):
+    """A sink's typed configuration: a frozen dataclass whose class names its registered
+    kind (`kind`) and whose fields are the kind's options, `name` among them. Every built-in
+    kind has one (`durable_sinks.Postgres`, `Kafka`, `S3`, `Delta`, `Iceberg`, `Files`,
+    `durable_sinks.sinks.jsonl.JsonlSinkConfig`); a plugin's may be one too, and is then a
+    sink as it is (`durable_sink(MyConfig(...), job_id=...)`)."""
+
+    kind: ClassVar[str]
+
+    @property
+    def name(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -96,27 +107,7 @@ class SinkKind(Generic[ConfigT]):
 
     def _normalised(self, options: Mapping[str, Any]) -> dict[str, Any]:
         hints = typing.get_type_hints(self.config_class)
-        given = dict(options)
-        for name, value in given.items():
-            wanted = _without_none(hints.get(name))
-            if wanted is str and isinstance(value, os.PathLike):
-                path = os.fspath(value)
-                given[name] = path if isinstance(path, str) else value
-            elif typing.get_origin(wanted) is tuple and typing.get_args(wanted)[1:] == (...,):
-                if isinstance(value, str):
-                    given[name] = (value,)
-                elif isinstance(value, list):
-                    given[name] = tuple(value)
-        return given
-
-
-def _without_none(annotation: Any) -> Any:
-    """`X | None` -> X; anything else as it is."""
-    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(annotation) if a is not type(None)]
-        if len(args) == 1:
-            return args[0]
-    return annotation
+        return {name: convenient(value, hints.get(name)) for name, value in options.items()}
 
 
 @dataclass(frozen=True)

@@ -238,6 +238,54 @@ def settings_of(config: Any) -> dict[str, Any]:
     return settings
 
 
+def without_none(annotation: Any) -> Any:
+    """`X | None` -> X; anything else as it is."""
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if len(args) == 1:
+            return args[0]
+    return annotation
+
+
+def convenient(value: Any, annotation: Any) -> Any:
+    """`value` with the conveniences every option has by its declared type: a path object
+    (`pathlib.Path`) given for a `str` option becomes its string, and a string or a list
+    given for a `tuple[str, ...]` option becomes a tuple (`key="id"` -> `("id",)`). Anything
+    else is returned as it is (the type checks then judge it)."""
+    wanted = without_none(annotation)
+    if wanted is str and isinstance(value, os.PathLike):
+        path = os.fspath(value)
+        return path if isinstance(path, str) else value
+    if typing.get_origin(wanted) is tuple and typing.get_args(wanted)[1:] == (...,):
+        if isinstance(value, str):
+            return (value,)
+        if isinstance(value, list):
+            return tuple(value)
+    return value
+
+
+_HINTS: dict[type[Any], dict[str, Any]] = {}
+
+
+def _hints(cls: type[Any]) -> dict[str, Any]:
+    """The resolved annotations of a configuration class (read once per class)."""
+    if cls not in _HINTS:
+        _HINTS[cls] = typing.get_type_hints(cls)
+    return _HINTS[cls]
+
+
+def apply_conveniences(config: Any) -> None:
+    """`convenient` applied to every option of a frozen configuration dataclass, first thing
+    in its `__post_init__`: a configuration built directly (`Delta(key="order_id")`) gets
+    what the string form (`durable_sink("delta", key="order_id")`) gets."""
+    hints = _hints(type(config))
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        changed = convenient(value, hints.get(f.name))
+        if changed is not value:
+            object.__setattr__(config, f.name, changed)
+
+
 def option_names(cls: type[Any]) -> list[str]:
     """The settings a configuration dataclass declares, in declaration order."""
     return [f.name for f in dataclasses.fields(cls) if f.init]

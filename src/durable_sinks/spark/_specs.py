@@ -4,25 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, overload
+from typing import Any, overload
 
 from durable_sinks import sinks
 from durable_sinks.core import SinkConnector
 from durable_sinks.core.errors import ConfigError
+from durable_sinks.core.kinds import SinkConfig
 
 from ._options import job_option_names
-
-if TYPE_CHECKING:
-    from typing import TypeAlias
-
-    from durable_sinks.sinks.delta.config import Delta
-    from durable_sinks.sinks.files.config import Files
-    from durable_sinks.sinks.kafka.config import Kafka
-    from durable_sinks.sinks.postgres.config import Postgres
-    from durable_sinks.sinks.s3.config import S3
-
-    #: A built-in sink's typed configuration (`durable_sinks.Postgres(...)`, ...).
-    SinkConfig: TypeAlias = Postgres | Kafka | S3 | Delta | Files
 
 
 @dataclass(frozen=True)

@@ -47,9 +47,9 @@ from ._worker_check import check_workers
 if TYPE_CHECKING:
     from durable_sinks.coordinator import ReplayCheckMode, RetryPolicy
     from durable_sinks.core import DeliveryGuarantee
+    from durable_sinks.core.kinds import SinkConfig
 
     from ._options import DriverRead, Execution, OnBadRows, SchemaEvolutionMode, StoreTarget
-    from ._specs import SinkConfig
 
 
 class DurableBatchWriter:
@@ -544,8 +544,8 @@ def durable_sink(
     """The `foreachBatch` function that writes each micro-batch exactly once.
 
     One sink, typed: `durable_sink(Postgres(dsn=..., table="events"), job_id="orders")`:
-    the configuration class (`durable_sinks.Postgres`, `Kafka`, `S3`, `Delta`, `Files`)
-    holds the sink's options, the keywords are the job's (JobOptions: job_id,
+    the kind's typed configuration (core.kinds.SinkConfig: `durable_sinks.Postgres`, `Kafka`,
+    ..., one per built-in kind) holds the sink's options, the keywords are the job's (JobOptions: job_id,
     decision_store, guarantee, execution, ...); a type checker checks both.
     One sink, by kind: `durable_sink("postgres", dsn=..., table="events", job_id="orders")`:
     the sink's options and the job's in one set of keywords.
