@@ -1,7 +1,6 @@
-"""Sink connectors: the targets durable-sinks writes to, one package per sink
-(`durable_sinks.sinks.postgres`, `.kafka`, `.s3`, `.delta`, `.files`), each split by role
-(configuration, error translation, checks against the server, the write path, the protocol
-methods).
+"""Sink connectors: the targets durable-sinks writes to, one package per built-in kind
+(`built_in()`: `durable_sinks.sinks.<kind>`), each split by role (configuration, error
+translation, checks against the server, the write path, the protocol methods).
 `durable_sinks.sinks.jsonl` is the reference sink: the template a sink author copies
 (docs/writing-a-sink.md).
 
@@ -17,6 +16,7 @@ from durable_sinks.core.kinds import SinkKind
 from ._registry import (
     ENTRY_POINT_GROUP,
     SinkFactory,
+    built_in,
     config_class_of,
     create,
     current_options,
@@ -31,6 +31,7 @@ __all__ = [
     "ENTRY_POINT_GROUP",
     "SinkFactory",
     "SinkKind",
+    "built_in",
     "config_class_of",
     "create",
     "current_options",

@@ -85,6 +85,13 @@ def kinds() -> list[str]:
     return sorted({*_BUILT_IN, *_registered, *(e.name for e in _plugin_entries())})
 
 
+def built_in() -> dict[str, str | None]:
+    """The built-in kinds, each with the extra that installs its client (None: it needs
+    none): the one list of them, which the package's exports, the extras check, the CLI and
+    the docs' reference tables are derived from."""
+    return {kind: extra for kind, (_, extra) in sorted(_BUILT_IN.items())}
+
+
 def create(kind: str, config: Mapping[str, Any]) -> SinkConnector:
     """Build a sink of `kind` from `config`, checked by the kind's configuration class (a
     bare-callable plugin checks its own). Older spellings of the kind's options are rewritten

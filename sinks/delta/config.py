@@ -38,21 +38,21 @@ class Delta:
     kind: ClassVar[str] = "delta"
 
     path: str
-    """The table's folder: an absolute local path (`/data/events`, `file:///data/events`)
-    or `s3://bucket/prefix` (the bucket must exist). Required."""
+    """The table's folder: an absolute local path or `s3://bucket/prefix`. Required."""
     name: str = "delta"
     """The sink's name within the job. Default "delta"."""
     mode: Mode = "append"
     """"append" (default): each epoch's rows are added. "upsert": by `key`, a row whose key
     is in the table replaces it, others are inserted."""
     key: tuple[str, ...] = ()
-    """The upsert key's columns (upsert mode only; unique within an epoch, never null)."""
+    """The upsert key columns (upsert mode only): a row whose key is in the table replaces
+    it."""
     create_table: bool = False
-    """Create the table from the first epoch's schema if it does not exist. Default False:
-    a missing table is a ConfigError at start."""
+    """Create a missing table from the first batch's schema. Default False: a missing table is
+    refused at start."""
     partition_by: tuple[str, ...] = ()
-    """Partition columns of a table this sink creates (an existing table keeps its own;
-    giving different ones is refused)."""
+    """Partition columns of a table the sink creates (strings, integers, booleans, dates); an
+    existing table keeps its own, and a different list is refused."""
     endpoint_url: str | None = None
     """S3 tables: the server, `http(s)://host[:port]`. Default: AWS_ENDPOINT_URL_S3 /
     AWS_ENDPOINT_URL, else AWS."""
@@ -74,16 +74,16 @@ class Delta:
     ca_bundle: str | None = None
     """Refused: delta-rs reads its CAs from the system or SSL_CERT_FILE only."""
     storage_options: Mapping[str, str] | None = field(default=None, repr=False)
-    """Further delta-rs storage options (e.g. a DynamoDB locking provider for a server
-    without conditional writes). Values may be `${env:NAME}` references."""
+    """Further delta-rs storage options (e.g. a DynamoDB lock,
+    [delta.md](delta.md#object-stores-conditional-writes-checked-at-start)); values may be
+    `${env:NAME}` references and are never shown."""
     compression: str = "zstd"
     """Parquet codec of the data files: none, snappy, gzip, zstd (default), lz4 or brotli."""
     max_file_bytes: int = 128 * MiB
     """A participant's data file larger than this rolls over to a new one, in bytes (at
     least 1 MiB). Default 128 MiB."""
     max_commit_retries: int = 15
-    """How often a Delta commit that lost a race with another writer is retried (Delta's
-    conflict rules decide whether it may be). Default 15."""
+    """Retries of a Delta commit that lost a race with another writer. Default 15."""
 
     def __post_init__(self) -> None:
         apply_conveniences(self)

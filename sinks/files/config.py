@@ -25,9 +25,13 @@ class Files:
     kind: ClassVar[str] = "files"
 
     path: str
-    """The dataset's folder (created if missing), on a local POSIX file system. Required."""
+    """The dataset's folder (created if missing), on a local POSIX file system; one job per
+    path. Layout: `epoch=<batch id>/part=<part>/part-00000.parquet` plus `_EPOCH.json`;
+    `_staging/` holds prepared batches and, for a moment at start, the write probe
+    `.probe:<job>:<sink>:<generation>` (one left by a start killed while probing is removed by
+    the next start). Required."""
     name: str = "files"
-    """The sink's name within the job. Default "files"."""
+    """The sink's name within the job (no `/`). Default "files"."""
     compression: str = "zstd"
     """Parquet codec: none, snappy, gzip, zstd (default), lz4 or brotli."""
     fsync: bool = True

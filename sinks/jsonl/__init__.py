@@ -18,11 +18,11 @@ from; a third-party sink exports the same kind of object and names it in an entr
 
 from durable_sinks.core.kinds import SinkKind
 
-from .config import JsonlSinkConfig
+from .config import Jsonl
 from .layout import MARKER, ROWS, STAGING
 from .sink import JsonlSink
 
 #: The kind `durable_sink("jsonl", ...)` builds (registered in ../_registry.py).
-KIND = SinkKind("jsonl", JsonlSinkConfig, JsonlSink)
+KIND = SinkKind("jsonl", Jsonl, JsonlSink)
 
-__all__ = ["KIND", "MARKER", "ROWS", "STAGING", "JsonlSink", "JsonlSinkConfig"]
+__all__ = ["KIND", "MARKER", "ROWS", "STAGING", "Jsonl", "JsonlSink"]

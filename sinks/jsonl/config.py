@@ -19,22 +19,24 @@ from durable_sinks.core.settings import apply_conveniences
 
 
 @dataclass(frozen=True)
-class JsonlSinkConfig:
-    """Configuration of a JsonlSink.
-
-    - path: absolute path of the folder the sink writes to (created if missing), on a local
-      POSIX file system. One sink of one job per folder.
-    - name: the sink's name within the job.
-    - fsync: make every file durable before the call that creates it returns. Turn it off
-      only for throwaway data: exactly-once then holds across process crashes, not across
-      machine crashes.
-    """
+class Jsonl:
+    """Configuration of a JsonlSink: one JSON object per row and line, in ASCII (other
+    characters escaped); timestamps and dates in ISO 8601, decimals as strings, bytes in
+    base64."""
 
     kind: ClassVar[str] = "jsonl"
 
     path: str
+    """Absolute path of the folder the sink writes to (created if missing), on a local POSIX
+    file system; one sink of one job per folder. Layout:
+    `epoch=<batch id>/part=<part>/rows.jsonl` plus `_EPOCH.json`; `_staging/` holds prepared
+    batches. Required."""
     name: str = "jsonl"
+    """The sink's name within the job (no `/`). Default "jsonl"."""
     fsync: bool = True
+    """Make every file durable before the call that creates it returns. Default True; turn it
+    off only for throwaway data: exactly-once then holds across process crashes, not machine
+    crashes."""
 
     def __post_init__(self) -> None:
         apply_conveniences(self)

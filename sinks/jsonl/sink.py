@@ -28,7 +28,7 @@ from durable_sinks.core.protocol import (
 from durable_sinks.core.sink_base import SinkBase, Step
 
 from . import committer, recovery, views
-from .config import JsonlSinkConfig
+from .config import Jsonl
 from .handles import JsonlHandle
 from .layout import PROBE, Layout
 from .writer import JsonlParticipant
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 
-class JsonlSink(SinkBase[JsonlSinkConfig]):
+class JsonlSink(SinkBase[Jsonl]):
     """Exactly-once JSON Lines files through staging folders and create-only renames.
 
     Implements SinkConnector, DistributedSink (executors prepare, the driver commits) and
@@ -45,7 +45,7 @@ class JsonlSink(SinkBase[JsonlSinkConfig]):
 
     KEEPS_COMMIT_RECORD = True
 
-    def __init__(self, config: JsonlSinkConfig) -> None:
+    def __init__(self, config: Jsonl) -> None:
         # Nothing is touched here: a sink is built on the driver to check its options, and
         # may be pickled to executors. The folder is first used in `open`.
         super().__init__(config)

@@ -111,28 +111,38 @@ class Kafka:
     kind: ClassVar[str] = "kafka"
 
     bootstrap_servers: str
-    """The brokers, `host:port[,host:port...]`. Required."""
+    """`host:port[,host:port...]`, checked as librdkafka reads it: entries separated by commas
+    (spaces around them ignored, empty ones skipped), a port of 1-65535 (absent: 9092), an IPv6
+    address in brackets (`[::1]:9092`), an optional `PLAINTEXT://`-style prefix that must match
+    `security.protocol`. Anything else (`localhost:abc`, `host:99999`, `http://...`, `a:9092
+    b:9092`) is a ConfigError naming the entry. Required."""
     topic: str
-    """The topic records go to. It must exist, unless create_topic. Required."""
+    """The data topic; it must exist unless `create_topic`. At most 237 characters with the
+    default progress topic (`<topic>-ds-progress` must fit Kafka's 249), or give
+    `progress_topic`. Required."""
     name: str = "kafka"
-    """The sink's name within the job (transactional id, progress records, logs). Default
-    "kafka"."""
+    """The sink's name within the job: part of the `transactional.id` `ds:<job>:<name>`, of
+    progress records and of logs. Default "kafka"."""
     value_column: str | None = None
     """A string or binary column sent as each record's value (a null is a tombstone). Default
     None: a JSON object of every column not used as key, header, timestamp or partition."""
     key_column: str | None = None
-    """A column sent as each record's key. Default None: no key."""
+    """A string or binary column sent as each record's key. Default None (and a null): no
+    key."""
     header_columns: tuple[str, ...] = ()
-    """Columns sent as record headers (name = column name). Default none."""
+    """String or binary columns sent as record headers of the same name (with
+    `epoch_header=True`, after `ds-epoch`, the batch id). Default none."""
     timestamp_column: str | None = None
-    """A timestamp (or int64 milliseconds) column used as each record's timestamp. Default
-    None: the producer's time."""
+    """A timestamp column, or an integer column of milliseconds since the Unix epoch, used as
+    each record's timestamp. Default None: the producer's clock."""
     partition_column: str | None = None
-    """An integer column naming each record's partition (a null: the partitioner's choice).
-    Default None."""
+    """An integer column naming each record's partition (a null: the partitioner's choice, a
+    hash of the key); a partition the topic lacks is refused. Default None."""
     progress_topic: str | None = None
-    """The topic of progress records. Default `<topic>-ds-progress`, created if missing (one
-    partition, compacted), checked if present. Jobs may share it."""
+    """The one-partition, compacted topic holding each committed batch's progress record (with
+    the decision) and the fence ([kafka.md](kafka.md#the-progress-topic)). Default
+    `<topic>-ds-progress`; created if missing, checked if present; jobs may share it. It must
+    differ from `topic` by more than `.` against `_` (Kafka counts those as one character)."""
     create_topic: bool = False
     """Create `topic` if it is missing (with topic_partitions and replication_factor).
     Default False: a missing topic is a ConfigError at start."""
@@ -141,24 +151,30 @@ class Kafka:
     replication_factor: int = -1
     """Replication factor of a topic this sink creates. Default -1: the broker's default."""
     transaction_timeout_s: float = 60.0
-    """Seconds after which the broker aborts a transaction left open (Kafka's
-    transaction.timeout.ms). Must exceed expected_epoch_s and not exceed the broker's
-    transaction.max.timeout.ms (checked at open). Default 60."""
+    """Seconds after which the broker aborts a transaction left open (the producer's
+    `transaction.timeout.ms`). Must exceed `expected_epoch_s` and not exceed the broker's
+    `transaction.max.timeout.ms` (900000 ms by default; read at start). Default 60."""
     expected_epoch_s: float = 30.0
-    """The longest time, in seconds, from an epoch's first record to its commit that the job
-    should tolerate. Default 30."""
+    """Seconds: the longest a batch should take from its first record to its commit (only
+    checked against `transaction_timeout_s`). Default 30."""
     producer_config: Mapping[str, ConfigValue] = field(default_factory=dict, repr=False)
-    """Extra librdkafka settings (SASL/SSL, tuning); overrides THROUGHPUT_DEFAULTS. Values may
-    be `${env:NAME}` references; secrets here are never shown. Default none."""
+    """Extra librdkafka producer settings: SASL/SSL (`security.protocol`, `sasl.*`, `ssl.*`),
+    tuning; they override `THROUGHPUT_DEFAULTS` ([kafka.md](kafka.md#throughput-settings)).
+    Settings the sink owns are refused: `bootstrap.servers`, `transactional.id`,
+    `enable.idempotence`, `transaction.timeout.ms`, `acks`, delivery callbacks. Settings
+    starting with `security.`, `sasl.`, `ssl.`, `client.`, `socket.`, `broker.`, `reconnect.`
+    also go to the sink's admin and consumer clients. Values may be `${env:NAME}` references;
+    secrets here are never shown. Default none."""
     request_timeout_s: float = 30.0
-    """Seconds an admin or metadata request may take. Default 30."""
+    """Seconds any call to the cluster may take (init, flush, commit, admin and metadata
+    requests). Default 30."""
     progress_scan_timeout_s: float = 60.0
     """Seconds the sink may spend reading the progress topic (at start, its last committed
     epoch; the fence record when it must tell a fence from a time-out). Its requests for the
     topic's offsets take request_timeout_s at most. Default 60."""
     visibility_timeout_s: float = 10.0
-    """Seconds the sink waits for committed records to become readable when it checks them.
-    Default 10."""
+    """Seconds the sink waits after a commit until `read_committed` readers see the batch
+    ([kafka.md](kafka.md#visibility)). Default 10."""
     epoch_header: bool = False
     """True: every record also carries the header `ds-epoch` (the epoch that wrote it), at
     twice the producer's per-record cost (docs/kafka.md, "The epoch header"). Either way

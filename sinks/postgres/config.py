@@ -43,27 +43,32 @@ class Postgres:
     """libpq connection string or `postgresql://` URI. May hold a password (never shown in
     logs or errors) or a `${env:NAME}` reference. Required."""
     table: str
-    """The target table, `table` or `schema.table` (unquoted identifiers). Required."""
+    """The target table: `table` (schema `public`) or `schema.table`, plain identifiers
+    (letters, digits, `_`, `$`). Required."""
     name: str = "postgres"
     """The sink's name within the job (participant names, markers, logs). Default
     "postgres"; give each sink of a job its own."""
     mode: Literal["append", "upsert"] = "append"
-    """"append" (default): binary COPY into the table. "upsert": COPY into a per-epoch
-    staging table, then `INSERT ... ON CONFLICT (key) DO UPDATE` in the same transaction."""
+    """`"append"` (default): binary COPY into the table. `"upsert"`: COPY into a per-epoch
+    UNLOGGED staging table, then `INSERT ... ON CONFLICT (key) DO UPDATE`, in the same
+    transaction (TEMP tables cannot be prepared)."""
     key: tuple[str, ...] = ()
-    """The conflict key of upsert mode: the columns of a unique index on the table. Upsert
-    mode only."""
+    """The conflict key of upsert mode (refused in append mode): the columns of a unique index
+    on exactly these columns of the table. With `create_table`, the new table's primary key."""
     create_table: bool = False
     """Create the table from the first batch's Arrow schema if it is missing. Default False:
     a missing table is a ConfigError at start."""
     meta_schema: str | None = None
-    """The schema of the marker and fence tables. Default: the table's schema."""
+    """The schema of the marker table `durable_sinks_epochs` and the fence table
+    `durable_sinks_fences` (and of the default decision store). Default: the table's schema."""
     participants_in_flight: int = 2
-    """Prepared transactions this sink may hold at once (checked against the server's
-    max_prepared_transactions at start). Default 2; executor mode needs one per partition."""
+    """Prepared transactions this sink may hold at once; checked against the server's
+    `max_prepared_transactions` at start (two-phase jobs only). Default 2; executor mode needs
+    one per partition."""
     connect_timeout_s: float | None = None
-    """Seconds a connection attempt may take (rounded up to whole seconds, libpq's unit).
-    Default: the DSN's `connect_timeout`, else 10."""
+    """Seconds a connection attempt may take (rounded up to whole seconds, libpq's unit), for
+    every connection the sink (and the default decision store in its database) opens; given, it
+    overrides the DSN's. Default: the DSN's `connect_timeout`, else 10."""
 
     def __post_init__(self) -> None:
         apply_conveniences(self)

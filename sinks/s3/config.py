@@ -40,53 +40,55 @@ class S3:
     kind: ClassVar[str] = "s3"
 
     path: str
-    """`s3://bucket/prefix`, the dataset's folder. The bucket must exist; one job per prefix.
+    """`s3://bucket/prefix` (or `s3a://`): the dataset's folder. The bucket must exist; one job
+    and sink per prefix. Layout: `epoch=<12
+    digits>/part-<part>_g<generation>a<attempt>_<n>.parquet`, markers `_epochs/<epoch>.json`.
     Required."""
     name: str = "s3"
     """The sink's name within the job. Default "s3"."""
     endpoint_url: str | None = None
-    """The server, `http(s)://host[:port]`. Default: AWS_ENDPOINT_URL_S3 /
-    AWS_ENDPOINT_URL, else AWS."""
+    """An S3-compatible server, `http(s)://host:port`. Default: `AWS_ENDPOINT_URL_S3` /
+    `AWS_ENDPOINT_URL`, else AWS."""
     region: str | None = None
-    """The region. Default: boto3's chain (AWS_REGION, ~/.aws)."""
+    """The bucket's region. Default: boto3's (`AWS_REGION`, ~/.aws)."""
     access_key_id: str | None = field(default=None, repr=False)
-    """Access key id (with secret_access_key; may be a `${env:NAME}` reference). Default:
-    boto3's chain (environment, ~/.aws, an instance or pod role)."""
+    """Credentials, with `secret_access_key` and `session_token`; may be `${env:NAME}` /
+    `${file:/path}` references, and never appear in logs, errors, handles, markers or reprs.
+    Default: boto3's chain (environment, ~/.aws, an instance or pod role)."""
     secret_access_key: str | None = field(default=None, repr=False)
-    """Secret access key (never shown). Default: boto3's chain."""
+    """See `access_key_id`."""
     session_token: str | None = field(default=None, repr=False)
-    """Session token of temporary credentials (never shown). Default: boto3's chain."""
+    """See `access_key_id`."""
     addressing_style: AddressingStyle = "auto"
-    """"auto", "path" (most S3-compatible servers) or "virtual". Default "auto"."""
+    """`"path"` for most S3-compatible servers, `"virtual"` to force host-style. Default
+    `"auto"`."""
     connect_timeout_s: float = 10.0
     """Seconds a connection attempt may take. Default 10."""
     read_timeout_s: float = 60.0
-    """Seconds a request may wait for the server's answer. Default 60."""
+    """Seconds a request may wait for an answer (boto3 also retries throttling and 5xx 3 times).
+    Default 60."""
     ca_bundle: str | None = None
-    """A PEM file of the CAs that verify an https endpoint. Default: AWS_CA_BUNDLE or the
-    system's CAs."""
+    """A PEM file of the CAs that verify an `https://` `endpoint_url`
+    ([security.md](security.md#s3)). Default: `AWS_CA_BUNDLE` or the system's CAs."""
     part_size_bytes: int = 8 * MiB
-    """Bytes per multipart-upload part, 5 MiB to 5 GiB. Default 8 MiB. The sink holds about
-    two parts (one on its way, one filling) in memory per object, plus the rows gathered for
-    the next row group (row_group_bytes)."""
+    """Bytes per uploaded part (S3: 5 MiB to 5 GiB). Memory per writer: about two parts (one on
+    its way, one filling) plus the rows gathered for the next row group. Default 8 MiB."""
     max_file_bytes: int = 1024 * MiB
-    """An epoch's object larger than this rolls over to a new object, in bytes. Default
-    1 GiB; at most part_size_bytes x 10,000 parts (S3's limit)."""
+    """Bytes: a participant rolls over to a new object past this size (at most `part_size_bytes`
+    x 10,000 and 5 TiB: S3's limits). Default 1 GiB."""
     row_group_rows: int = 1024 * 1024
-    """Rows gathered into one Parquet row group, whatever the size of the batches written
-    (Spark hands over 10,000-row batches). Default 1,048,576, pyarrow's own; the row group
-    closes earlier at row_group_bytes, max_file_bytes or the end of the epoch. Larger row
-    groups encode faster and compress better."""
+    """Rows gathered into one Parquet row group, however small the batches written (Spark hands
+    over 10,000-row batches): pyarrow's own default, so an epoch of fewer rows is one row group.
+    Larger row groups encode faster and compress better. Default 1,048,576."""
     row_group_bytes: int = 64 * MiB
-    """Arrow bytes gathered at most before they are encoded as a row group: the memory the
-    gathered rows take. Default 64 MiB."""
+    """Arrow bytes gathered at most before they are encoded as a row group (also capped by
+    `max_file_bytes`): the memory the gathered rows take. Default 64 MiB."""
     compression: str = "zstd"
-    """Parquet codec: none, snappy, gzip, zstd (default), lz4 or brotli."""
+    """Parquet codec: none, snappy, gzip, zstd, lz4 or brotli. Default zstd."""
     recovery_window_s: float = 7 * DAY_S
-    """How long, in seconds, a stopped job may stay stopped and still finish its in-doubt
-    epochs. A bucket lifecycle rule that aborts incomplete multipart uploads sooner could
-    destroy a decided epoch's data: the sink refuses to start then. Default 7 days
-    (604800)."""
+    """Seconds (at least a day) a stopped job may stay stopped and still finish its in-doubt
+    epochs; a lifecycle rule that aborts incomplete uploads under the prefix sooner is refused
+    at start. Default 604800 (7 days)."""
 
     def __post_init__(self) -> None:
         apply_conveniences(self)

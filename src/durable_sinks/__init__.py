@@ -1,5 +1,6 @@
-"""durable-sinks: exactly-once delivery from PySpark Structured Streaming into Postgres, Kafka,
-S3 and local files, several sinks at once, by two-phase commit.
+"""durable-sinks: exactly-once delivery from PySpark Structured Streaming into databases, Kafka,
+object stores, table formats and local files (`durable_sinks.sinks.built_in()`), several sinks
+at once, by two-phase commit.
 
     from durable_sinks import Postgres, durable_sink
 
@@ -8,7 +9,7 @@ S3 and local files, several sinks at once, by two-phase commit.
     ).option("checkpointLocation", "...").start()
 
 This is the canonical import path of what a streaming job calls: `durable_sink`, `sink`, the
-sinks' typed configurations (`Postgres`, `Kafka`, `S3`, `Delta`, `Iceberg`, `Files`),
+sinks' typed configurations (one per built-in kind: `Postgres`, `Kafka`, ...),
 `register_data_source` (for `format("durable")`), `DeliveryGuarantee`, every error
 durable-sinks raises (to catch them) and `DeprecatedOptionWarning`. The Spark entry points
 and the configurations load on first use, so this import loads neither Spark nor any database
@@ -53,6 +54,7 @@ if TYPE_CHECKING:
     from .sinks.delta.config import Delta
     from .sinks.files.config import Files
     from .sinks.iceberg.config import Iceberg
+    from .sinks.jsonl.config import Jsonl
     from .sinks.kafka.config import Kafka
     from .sinks.postgres.config import Postgres
     from .sinks.s3.config import S3
@@ -67,23 +69,35 @@ except PackageNotFoundError:  # pragma: no cover - imported from a tree that was
 _SPARK_NAMES = frozenset({"durable_sink", "sink", "register_data_source", "DurableBatchWriter"})
 
 
-#: The typed sink configurations and the module of each (it loads no client).
-_CONFIGS = {
-    "Delta": ".sinks.delta.config",
-    "Files": ".sinks.files.config",
-    "Iceberg": ".sinks.iceberg.config",
-    "Kafka": ".sinks.kafka.config",
-    "Postgres": ".sinks.postgres.config",
-    "S3": ".sinks.s3.config",
-}
+def typed_configurations() -> dict[str, type[Any]]:
+    """The typed configuration of every built-in kind, by class name (`durable_sinks.sinks.
+    built_in()`, the one list of kinds): the class of the kind's `config` module whose `kind`
+    is the kind's name. Each is importable from here; importing one loads configuration
+    modules only, no client (nor checks that the client is installed)."""
+    from . import sinks
+
+    found: dict[str, type[Any]] = {}
+    for kind in sinks.built_in():
+        module = importlib.import_module(f".sinks.{kind}.config", __name__)
+        for value in vars(module).values():
+            if (
+                isinstance(value, type)
+                and value.__module__ == module.__name__
+                and getattr(value, "kind", None) == kind
+            ):
+                found[value.__name__] = value
+    return found
 
 
 def __getattr__(name: str) -> Any:
-    if name in _SPARK_NAMES or name in _CONFIGS:
-        module = ".spark" if name in _SPARK_NAMES else _CONFIGS[name]
-        value = getattr(importlib.import_module(module, __name__), name)
+    if name in _SPARK_NAMES:
+        value = getattr(importlib.import_module(".spark", __name__), name)
         globals()[name] = value
         return value
+    typed = typed_configurations().get(name) if name[:1].isupper() else None
+    if typed is not None:
+        globals()[name] = typed
+        return typed
     if name == "RecoveryError":  # deprecated: never raised (core/errors.py)
         from .core import errors
 
@@ -110,6 +124,7 @@ __all__ = [
     "Files",
     "Iceberg",
     "InDoubtError",
+    "Jsonl",
     "Kafka",
     "ManifestCorruptError",
     "ManifestError",

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from durable_sinks import sinks
 from durable_sinks.core import SinkConnector
-from durable_sinks.sinks.jsonl import ROWS, STAGING, JsonlSink, JsonlSinkConfig
+from durable_sinks.sinks.jsonl import ROWS, STAGING, Jsonl, JsonlSink
 from durable_sinks.testing import COLUMNS, BadRows, Row
 
 
@@ -39,7 +39,7 @@ class JsonlTarget:
 
     def connector(self) -> SinkConnector:
         if self.sink_class is not None:
-            return self.sink_class(JsonlSinkConfig(str(self.path), name=self.name))
+            return self.sink_class(Jsonl(str(self.path), name=self.name))
         folder = "folder" if self.kind == "ledger" else "path"
         return sinks.create(self.kind, {folder: str(self.path), "name": self.name})
 

@@ -113,6 +113,7 @@ def test_an_unknown_extra_is_a_programming_error() -> None:
         ("postgres", {"dsn": DSN, "table": "events"}, "pgpq"),
         ("s3", {"path": "s3://bucket/prefix"}, "boto3"),
         ("delta", {"path": "/tmp/delta-table"}, "deltalake"),
+        ("iceberg", {"table": "t", "namespace": "n", "catalog": {"type": "sql"}}, "pyiceberg"),
     ],
 )
 def test_a_sink_without_its_client_names_its_extra(

@@ -23,11 +23,11 @@ from durable_sinks.core.errors import (
 from durable_sinks.core.operations import OperableSink
 from durable_sinks.core.protocol import DistributedSink, SinkConnector
 from durable_sinks.sinks import create
-from durable_sinks.sinks.jsonl import MARKER, ROWS, STAGING, JsonlSink, JsonlSinkConfig
+from durable_sinks.sinks.jsonl import MARKER, ROWS, STAGING, Jsonl, JsonlSink
 
 
 def opened(path: Path, generation: int = 1, job: str = "job") -> JsonlSink:
-    sink = JsonlSink(JsonlSinkConfig(str(path)))
+    sink = JsonlSink(Jsonl(str(path)))
     sink.open(OpenContext(job, "jsonl", generation))
     return sink
 
@@ -176,7 +176,7 @@ def test_a_folder_another_job_or_sink_published_into_is_refused_at_open(tmp_path
     sink.commit_epoch(0, prepare(sink, 0, batch()))
     with pytest.raises(ConfigError, match=r"written by job 'first' \(sink 'jsonl'\)"):
         opened(tmp_path, job="second")
-    other = JsonlSink(JsonlSinkConfig(str(tmp_path), name="other"))
+    other = JsonlSink(Jsonl(str(tmp_path), name="other"))
     with pytest.raises(ConfigError, match=r"not by job 'first' \(sink 'other'\)"):
         other.open(OpenContext("first", "other", 1))
 
@@ -194,7 +194,7 @@ def test_operator_views_show_what_is_in_doubt_and_held(tmp_path: Path) -> None:
     sink = opened(tmp_path)
     sink.commit_epoch(0, prepare(sink, 0, batch(0, 4)))
     doubtful = prepare(sink, 1, batch())
-    inspector = JsonlSink(JsonlSinkConfig(str(tmp_path)))
+    inspector = JsonlSink(Jsonl(str(tmp_path)))
     inspector.open(OpenContext("job", "jsonl", 2, inspect=True))
     (prepared,) = inspector.in_doubt()
     assert prepared.handle == doubtful

@@ -19,7 +19,7 @@ from durable_sinks.spark._datasource import parse_options
 from tests.support.plugin_sink import LedgerConfig
 
 
-@pytest.mark.parametrize("kind", ["delta", "files", "jsonl", "kafka", "postgres", "s3"])
+@pytest.mark.parametrize("kind", list(registry.built_in()))
 def test_every_built_in_kind_is_a_sink_kind(kind: str) -> None:
     found = registry.kind_of(kind)
     assert isinstance(found, SinkKind)

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 import durable_sinks
-from durable_sinks import S3, Delta, Files, Iceberg, Kafka, Postgres, durable_sink, sink
+from durable_sinks import S3, Delta, Files, Iceberg, Kafka, Postgres, durable_sink, sink, sinks
 from durable_sinks.core.errors import ConfigError
 from durable_sinks.spark import JobOptions, SinkSpec
 
@@ -57,8 +57,29 @@ def test_the_classes_are_the_sinks_own_configurations_and_keep_their_old_names()
     assert S3SinkConfig is S3
     assert DeltaSinkConfig is Delta
     assert FileSinkConfig is Files
-    for name in ("Postgres", "Kafka", "S3", "Delta", "Files", "DeprecatedOptionWarning"):
+    assert "DeprecatedOptionWarning" in durable_sinks.__all__
+
+
+def test_the_package_exports_the_typed_configuration_of_every_built_in_kind() -> None:
+    """Derived from the registry at run time; the static names a type checker reads (the
+    TYPE_CHECKING imports and `__all__`) must say the same."""
+    typed = durable_sinks.typed_configurations()
+    assert set(typed) == {
+        cls.__name__ for kind in sinks.built_in() if (cls := sinks.config_class_of(kind))
+    }
+    for name, cls in typed.items():
+        assert getattr(durable_sinks, name) is cls
         assert name in durable_sinks.__all__
+    source = ast.parse(inspect.getsource(durable_sinks))
+    checked = {
+        alias.asname or alias.name
+        for node in ast.walk(source)
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING"
+        for statement in node.body
+        if isinstance(statement, ast.ImportFrom) and ".config" in (statement.module or "")
+        for alias in statement.names
+    }
+    assert checked == set(typed)
 
 
 @pytest.mark.parametrize(("cls", "kind", "options"), EXAMPLES, ids=IDS)
@@ -204,9 +225,9 @@ def test_every_built_in_kind_has_a_typed_configuration_that_is_a_sink_as_it_is(
     tmp_path: Path,
 ) -> None:
     from durable_sinks import sinks
-    from durable_sinks.sinks.jsonl import JsonlSinkConfig
+    from durable_sinks.sinks.jsonl import Jsonl
 
     typed = {kind: sinks.config_class_of(kind) for kind in sinks.kinds()}
     assert all(getattr(cls, "kind", None) == kind for kind, cls in typed.items()), typed
-    jsonl = JsonlSinkConfig(path=str(tmp_path / "out"))
+    jsonl = Jsonl(path=str(tmp_path / "out"))
     assert sink(jsonl) == sink("jsonl", path=str(tmp_path / "out"))

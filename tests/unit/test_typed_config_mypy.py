@@ -11,7 +11,7 @@ from pathlib import Path
 
 SCRIPT = """
 from durable_sinks import Delta, Files, Iceberg, Kafka, Postgres, durable_sink, sink
-from durable_sinks.sinks.jsonl import JsonlSinkConfig
+from durable_sinks.sinks.jsonl import Jsonl
 
 postgres = Postgres(dsn="host=db dbname=app", {table}="events", mode="upsert", key=("id",))
 kafka = Kafka(bootstrap_servers="broker:9092", topic="events", transaction_timeout_s=90.0)
@@ -21,7 +21,7 @@ lake = Iceberg(table="events", namespace="lake", catalog={{"type": "sql"}})
 delta = Delta(path="/lake/orders", mode="upsert", key=("order_id",))
 alone = durable_sink(lake, job_id="lake", decision_store="/data/decisions")
 tables = durable_sink(
-    [lake, delta, JsonlSinkConfig(path="/data/jsonl")],
+    [lake, delta, Jsonl(path="/data/jsonl")],
     job_id="lake",
     dead_letter=Files(path="/data/dead"),
 )

@@ -545,8 +545,9 @@ def durable_sink(
 
     One sink, typed: `durable_sink(Postgres(dsn=..., table="events"), job_id="orders")`:
     the kind's typed configuration (core.kinds.SinkConfig: `durable_sinks.Postgres`, `Kafka`,
-    ..., one per built-in kind) holds the sink's options, the keywords are the job's (JobOptions: job_id,
-    decision_store, guarantee, execution, ...); a type checker checks both.
+    ..., one per built-in kind) holds the sink's options, the keywords are the job's
+    (JobOptions: job_id, decision_store, guarantee, execution, ...); a type checker checks
+    both.
     One sink, by kind: `durable_sink("postgres", dsn=..., table="events", job_id="orders")`:
     the sink's options and the job's in one set of keywords.
     Several sinks, one atomic decision per batch:

@@ -27,7 +27,7 @@ from typing import Any
 
 from durable_sinks.core import SinkConnector, SinkKind
 from durable_sinks.core.errors import ConfigError
-from durable_sinks.sinks.jsonl import JsonlSink, JsonlSinkConfig
+from durable_sinks.sinks.jsonl import Jsonl, JsonlSink
 
 #: The folder to put on `sys.path` for `importlib.metadata` to find the two distributions.
 DISTS = Path(__file__).parent / "dists"
@@ -57,7 +57,7 @@ class LedgerConfig:
 
 def build_ledger(config: LedgerConfig) -> SinkConnector:
     """A ledger sink: JSON Lines files in `config.folder`."""
-    return JsonlSink(JsonlSinkConfig(path=config.folder, name=config.name, fsync=config.durable))
+    return JsonlSink(Jsonl(path=config.folder, name=config.name, fsync=config.durable))
 
 
 KIND = SinkKind("ledger", LedgerConfig, build_ledger)
@@ -65,7 +65,7 @@ KIND = SinkKind("ledger", LedgerConfig, build_ledger)
 
 def bare_ledger(config: Mapping[str, Any]) -> SinkConnector:
     """The bare-callable form: it sees the options exactly as the user gave them."""
-    return JsonlSink(JsonlSinkConfig(path=os.fspath(config["folder"]), name="ledger_bare"))
+    return JsonlSink(Jsonl(path=os.fspath(config["folder"]), name="ledger_bare"))
 
 
 #: Neither a SinkKind nor callable: what a broken entry point may name.
