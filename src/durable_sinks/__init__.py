@@ -98,10 +98,6 @@ def __getattr__(name: str) -> Any:
     if typed is not None:
         globals()[name] = typed
         return typed
-    if name == "RecoveryError":  # deprecated: never raised (core/errors.py)
-        from .core import errors
-
-        return errors.__getattr__(name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -4,6 +4,8 @@ and every option of every typed configuration is documented under its field."""
 
 from __future__ import annotations
 
+import re
+
 from durable_sinks import sinks
 from tests.support import docs_reference
 
@@ -28,3 +30,45 @@ def test_every_option_of_every_typed_configuration_is_documented_under_its_field
     for kind in sinks.built_in():
         table = docs_reference.options_table(kind)  # asserts each field has a docstring
         assert table.count("\n") >= 3, kind
+
+
+def _guide_metrics() -> dict[str, tuple[str, tuple[str, ...]]]:
+    """The guide's metrics table: name -> (type, labels)."""
+    text = (docs_reference.ROOT / "docs" / "guide.md").read_text()
+    found = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) >= 3 and cells[0].startswith("`durable_sinks_"):
+            labels = tuple(re.findall(r"`(\w+)`", cells[2]))
+            found[cells[0].strip("`")] = (cells[1], labels)
+    return found
+
+
+def test_the_guides_metrics_table_is_what_the_endpoint_serves() -> None:
+    """Every metric the Prometheus endpoint registers is in the guide's table, with its type
+    and labels, and the table names no other."""
+    from prometheus_client import CollectorRegistry
+
+    from durable_sinks.spark._prometheus import Families
+
+    registry = CollectorRegistry()
+    Families(registry)
+    served = {}
+    for collector in registry._collector_to_names:
+        kind = collector._type  # type: ignore[attr-defined]
+        name = collector._name + ("_total" if kind == "counter" else "")  # type: ignore[attr-defined]
+        served[name] = (kind, tuple(collector._labelnames))  # type: ignore[attr-defined]
+    assert _guide_metrics() == served
+
+
+def test_the_errors_page_names_every_error_class_and_no_other() -> None:
+    from durable_sinks.core import errors
+
+    classes = {
+        name
+        for name, value in vars(errors).items()
+        if isinstance(value, type) and issubclass(value, errors.DurableSinkError)
+    }
+    text = (docs_reference.ROOT / "docs" / "errors.md").read_text()
+    named = set(re.findall(r"`([A-Z][A-Za-z]*Error)`", text))
+    assert named == classes, (sorted(classes - named), sorted(named - classes))

@@ -290,25 +290,6 @@ class ManifestCorruptError(ManifestError, CorruptRecordError):
     """A decision record exists but cannot be parsed or fails its checksum."""
 
 
-class _RecoveryError(DurableSinkError):
-    """Never raised; kept importable as `RecoveryError` (deprecated) for code that names it."""
-
-
-def __getattr__(name: str) -> Any:
-    if name == "RecoveryError":
-        import warnings
-
-        warnings.warn(
-            "durable_sinks RecoveryError is never raised and will be removed: recovery "
-            "raises the error of what failed (TransientError, ManifestError, ...); catch "
-            "DurableSinkError instead",
-            FutureWarning,
-            stacklevel=2,
-        )
-        return _RecoveryError
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 class UnreachableError(TransientError):
     """A server could not be reached: connection refused or timed out, its name not resolved,
     the server starting up or out of connection slots. The job may succeed once it answers
