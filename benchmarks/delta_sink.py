@@ -41,7 +41,7 @@ import pyarrow.compute as pc
 
 from durable_sinks.coordinator import Coordinator
 from durable_sinks.manifest import LocalDirectoryStore
-from durable_sinks.sinks.delta import DeltaSink, DeltaSinkConfig
+from durable_sinks.sinks.delta import Delta, DeltaSink
 
 
 def make_batches(epochs: int, rows: int) -> list[pa.RecordBatch]:
@@ -123,7 +123,7 @@ def run_ours(
     replay_check: str = "warn",
 ) -> None:
     store = Path(tempfile.mkdtemp(prefix="ds-delta-bench-store-"))
-    sink = DeltaSink(DeltaSinkConfig(path=path, create_table=True, **ours))
+    sink = DeltaSink(Delta(path=path, create_table=True, **ours))
     coordinator = Coordinator(
         f"bench-{uuid.uuid4().hex[:8]}",
         [sink],

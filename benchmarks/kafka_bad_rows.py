@@ -43,7 +43,7 @@ from durable_sinks.coordinator._dead_letters import DeadLetterPass
 from durable_sinks.core.bad_rows import BadRowCap, BadRowPolicy, WritePolicy
 from durable_sinks.manifest import LocalDirectoryStore
 from durable_sinks.sinks.files import Files, FileSink
-from durable_sinks.sinks.kafka import KafkaSink, KafkaSinkConfig
+from durable_sinks.sinks.kafka import Kafka, KafkaSink
 from durable_sinks.sinks.kafka.admin import TopicFacts
 from durable_sinks.sinks.kafka.records import RecordLayout, encode_records
 from tests.services import Testbed
@@ -85,7 +85,7 @@ class Job:
         self, bootstrap: str, topic: str, batch: pa.RecordBatch, work: Path, *, isolating: bool
     ) -> None:
         sink = KafkaSink(
-            KafkaSinkConfig(
+            Kafka(
                 bootstrap,
                 topic,
                 value_column="value",
@@ -164,9 +164,7 @@ def chart(path: Path, args: argparse.Namespace, ratios: list[float]) -> None:
 def breakdown(clean: pa.RecordBatch, bad: pa.RecordBatch, repeats: int = 7) -> None:
     """Median ms of the sink's own part per epoch, clean and oversize, and of the dead-letter
     batch of the oversize epoch."""
-    sink = KafkaSink(
-        KafkaSinkConfig("127.0.0.1:9", "t", value_column="value", key_column="key", name="k")
-    )
+    sink = KafkaSink(Kafka("127.0.0.1:9", "t", value_column="value", key_column="key", name="k"))
     facts = TopicFacts(PARTITIONS, TOPIC_LIMIT)
     layout = RecordLayout("value", "key", partition_column="partition")
     parts: dict[str, list[float]] = {"clean": [], "oversize": [], "dead letters": []}

@@ -33,7 +33,7 @@ from confluent_kafka.admin import AdminClient
 
 from durable_sinks.coordinator import Coordinator
 from durable_sinks.manifest import LocalDirectoryStore
-from durable_sinks.sinks.kafka import KafkaSink, KafkaSinkConfig
+from durable_sinks.sinks.kafka import Kafka, KafkaSink
 from durable_sinks.sinks.kafka.admin import list_offsets
 from durable_sinks.sinks.kafka.config import THROUGHPUT_DEFAULTS
 from tests.services import Testbed
@@ -100,7 +100,7 @@ def ours(
     bootstrap: str, topic: str, records: pa.Table, epoch_records: int, store: Path
 ) -> tuple[float, list[float], dict[str, float]]:
     sink = KafkaSink(  # with the header the baseline sends too: the same records on both sides
-        KafkaSinkConfig(
+        Kafka(
             bootstrap,
             topic,
             value_column="value",

@@ -40,7 +40,7 @@ import pyarrow as pa
 from durable_sinks.coordinator import Coordinator
 from durable_sinks.core.bad_rows import BadRowCap, BadRowPolicy, WritePolicy
 from durable_sinks.manifest import LocalDirectoryStore
-from durable_sinks.sinks.postgres import PostgresSink, PostgresSinkConfig
+from durable_sinks.sinks.postgres import Postgres, PostgresSink
 from tests.services import Testbed
 
 UTC = timezone.utc
@@ -107,15 +107,13 @@ def run(
     """One epoch of `batch`, in record batches of `batch_rows`: its seconds (whole epoch,
     write phase) and the sink's counters."""
     shutil.rmtree(store, ignore_errors=True)
-    target = PostgresSink(PostgresSinkConfig(dsn, f"{SCHEMA}.events", name="events"))
+    target = PostgresSink(Postgres(dsn, f"{SCHEMA}.events", name="events"))
     options: dict[str, Any] = {}
     if dead_letter:
         options = {
             "policy": WritePolicy(on_bad_rows=BadRowPolicy.DEAD_LETTER),
             "dead_letter": PostgresSink(
-                PostgresSinkConfig(
-                    dsn, f"{SCHEMA}.dead_letters", name="dead_letters", create_table=True
-                )
+                Postgres(dsn, f"{SCHEMA}.dead_letters", name="dead_letters", create_table=True)
             ),
             "bad_row_cap": BadRowCap(0.5),
         }

@@ -39,7 +39,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from durable_sinks.coordinator import Coordinator
 from durable_sinks.manifest import LocalDirectoryStore
-from durable_sinks.sinks.postgres import PostgresSink, PostgresSinkConfig
+from durable_sinks.sinks.postgres import Postgres, PostgresSink
 from tests.services import Testbed
 
 UTC = timezone.utc
@@ -110,7 +110,7 @@ def ours(
 ) -> tuple[float, list[float], dict[str, float]]:
     shutil.rmtree(store, ignore_errors=True)
     options = {"mode": "upsert", "key": ("id",)} if mode == "upsert" else {}
-    sink = PostgresSink(PostgresSinkConfig(dsn, f"{SCHEMA}.{name}", **options))  # type: ignore[arg-type]
+    sink = PostgresSink(Postgres(dsn, f"{SCHEMA}.{name}", **options))  # type: ignore[arg-type]
     coordinator = Coordinator(
         f"bench-{name}-{uuid.uuid4().hex[:8]}",
         [sink],

@@ -96,7 +96,7 @@ from durable_sinks.coordinator import Coordinator
 from durable_sinks.core import OpenContext
 from durable_sinks.core.content import summarise
 from durable_sinks.manifest import LocalDirectoryStore
-from durable_sinks.sinks.files import MARKER, STAGING, FileSink, FileSinkConfig
+from durable_sinks.sinks.files import MARKER, STAGING, Files, FileSink
 from durable_sinks.spark import durable_sink
 from durable_sinks.spark._arrow import socket_batches
 from tests.services import up
@@ -512,7 +512,7 @@ def _open_after(epochs: int, root: Path, repeats: int) -> list[float]:
             (folder / MARKER).write_bytes(marker)
     seconds = []
     for attempt in range(repeats):
-        sink = FileSink(FileSinkConfig(str(root)))
+        sink = FileSink(Files(str(root)))
         started = time.perf_counter()
         sink.open(OpenContext(job, "files", 1, worker=True, part=f"p0-t{attempt + 2}"))
         seconds.append(time.perf_counter() - started)
@@ -585,7 +585,7 @@ def _sink_epoch(batches: list[pa.RecordBatch], root: Path) -> dict[str, float]:
     fsyncing (driver mode without Spark): seconds per phase, and the whole run_epoch."""
     coordinator = Coordinator(
         f"profile-{uuid.uuid4().hex[:8]}",
-        [FileSink(FileSinkConfig(str(root / "out")))],
+        [FileSink(Files(str(root / "out")))],
         LocalDirectoryStore(root / "store"),
     )
     coordinator.start()

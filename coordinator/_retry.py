@@ -15,12 +15,10 @@ from tenacity import (
 )
 
 from durable_sinks.core.errors import DurableSinkError
-from durable_sinks.core.settings import accepts_renamed
 
 T = TypeVar("T")
 
 
-@accepts_renamed("retry_policy", "RetryPolicy")
 @dataclass(frozen=True)
 class RetryPolicy:
     """How the coordinator retries one phase-2 commit or rollback call in place, on the same
@@ -33,8 +31,7 @@ class RetryPolicy:
     6.4 s in all. This covers a blip a live connection recovers from; a longer outage (a
     server restarting, a connection gone) is ridden out by the writer's
     `outage_tolerance_s`, which attempts the whole batch again with new connections
-    (coordinator/_outage.py). The older names `max_seconds`, `first_wait` and `max_wait`
-    are accepted with a DeprecatedOptionWarning."""
+    (coordinator/_outage.py)."""
 
     attempts: int = 8
     """Calls at most, the first included."""

@@ -50,7 +50,6 @@ from durable_sinks.core.errors import (
 )
 from durable_sinks.core.redaction import redact
 from durable_sinks.core.secrets import check, resolve
-from durable_sinks.core.settings import accepts_renamed
 
 from ._record import DecisionRecord
 from ._store import require_open, require_own
@@ -60,7 +59,6 @@ def _first_line(exc: BaseException) -> str:
     return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 
 
-@accepts_renamed("postgres_store", "PostgresDecisionStore")
 class PostgresDecisionStore:
     """A durable DecisionStore in Postgres (one instance per job, from `open` on)."""
 
@@ -73,8 +71,7 @@ class PostgresDecisionStore:
         where: str | None = None,
     ) -> None:
         """`connect_timeout_s`: seconds a connection attempt may take (rounded up; default:
-        the DSN's, else 10); `connect_timeout`, its older name, is accepted with a
-        DeprecatedOptionWarning."""
+        the DSN's, else 10)."""
         self._dsn = dsn
         self.schema = schema
         check(dsn, where or "the job's decision store")

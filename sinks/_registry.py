@@ -31,7 +31,7 @@ from durable_sinks.core.errors import ConfigError
 from durable_sinks.core.extras import needs_extra, require_extra
 from durable_sinks.core.kinds import SinkKind
 from durable_sinks.core.protocol import SinkConnector
-from durable_sinks.core.settings import closest, current_names, settings_of
+from durable_sinks.core.settings import closest, settings_of
 
 ENTRY_POINT_GROUP = "durable_sinks.sinks"
 #: The bare-callable form of a kind: options in, sink out, no option checking.
@@ -94,11 +94,10 @@ def built_in() -> dict[str, str | None]:
 
 def create(kind: str, config: Mapping[str, Any]) -> SinkConnector:
     """Build a sink of `kind` from `config`, checked by the kind's configuration class (a
-    bare-callable plugin checks its own). Older spellings of the kind's options are rewritten
-    to the current ones first, each with a DeprecatedOptionWarning (core/settings.py)."""
+    bare-callable plugin checks its own)."""
     found = _resolve(kind)
     if isinstance(found, SinkKind):
-        return found.create(current_options(kind, config, stacklevel=3))
+        return found.create(config)
     return found(config)
 
 
@@ -107,13 +106,6 @@ def kind_of(kind: str) -> SinkKind[Any] | None:
     no kind has (with the closest one) or a plugin that cannot be loaded."""
     found = _resolve(kind)
     return found if isinstance(found, SinkKind) else None
-
-
-def current_options(kind: str, config: Mapping[str, Any], *, stacklevel: int = 3) -> dict[str, Any]:
-    """`config` with the older spellings of `kind`'s options (core/settings.py RENAMED)
-    rewritten to the current ones, each with a DeprecatedOptionWarning attributed to the
-    frame `stacklevel` up from this function's (2: its caller)."""
-    return current_names(kind, config, _where(kind, config), stacklevel=stacklevel + 1)
 
 
 def typed_config(config: object) -> tuple[str, dict[str, Any]] | None:

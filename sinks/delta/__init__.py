@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from durable_sinks.core.kinds import Deferred, SinkKind, deferred_members
 
-from .config import Delta, DeltaSinkConfig
+from .config import Delta
 
 if TYPE_CHECKING:
     from .sink import DeltaSink
@@ -21,4 +21,4 @@ KIND = SinkKind("delta", Delta, Deferred(f"{__name__}.sink", "DeltaSink"))
 
 __getattr__ = deferred_members(__name__, {"DeltaSink": ".sink"})
 
-__all__ = ["KIND", "Delta", "DeltaSink", "DeltaSinkConfig"]
+__all__ = ["KIND", "Delta", "DeltaSink"]

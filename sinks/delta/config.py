@@ -13,7 +13,7 @@ from durable_sinks.core.errors import ConfigError
 from durable_sinks.core.naming import check_sink_name
 from durable_sinks.core.s3 import AddressingStyle, S3Connection, S3Location, connection_of
 from durable_sinks.core.secrets import check
-from durable_sinks.core.settings import accepts_renamed, apply_conveniences, current_values
+from durable_sinks.core.settings import apply_conveniences
 
 COMPRESSIONS = ("none", "snappy", "gzip", "zstd", "lz4", "brotli")
 MODES = ("append", "upsert")
@@ -23,7 +23,6 @@ _LOCAL = re.compile(r"^(file://)?/")
 Mode = Literal["append", "upsert"]
 
 
-@accepts_renamed("delta")
 @dataclass(frozen=True)
 class Delta:
     """A Delta Lake table (delta-rs) as a sink: `durable_sink(Delta(path="/data/events"),
@@ -82,13 +81,12 @@ class Delta:
     max_file_bytes: int = 128 * MiB
     """A participant's data file larger than this rolls over to a new one, in bytes (at
     least 1 MiB). Default 128 MiB."""
-    max_commit_retries: int = 15
+    commit_retries: int = 15
     """Retries of a Delta commit that lost a race with another writer. Default 15."""
 
     def __post_init__(self) -> None:
         apply_conveniences(self)
         where = f"delta sink {self.name!r}"
-        current_values(self, "delta", where)
         check_sink_name(self.name, where)
         if not isinstance(self.path, str) or not self.path:
             raise ConfigError(f"{where}: path must be a folder", fix="path='/data/events'")
@@ -146,9 +144,9 @@ class Delta:
                 f"{where}: max_file_bytes {self.max_file_bytes} is below 1 MiB",
                 fix="leave the default (128 MiB)",
             )
-        if not 0 <= self.max_commit_retries <= 1000:
+        if not 0 <= self.commit_retries <= 1000:
             raise ConfigError(
-                f"{where}: max_commit_retries must be between 0 and 1000",
+                f"{where}: commit_retries must be between 0 and 1000",
                 fix="leave the default (15)",
             )
         for option, value in (self.storage_options or {}).items():
@@ -178,7 +176,3 @@ class Delta:
 
     def __repr__(self) -> str:
         return f"Delta(path={self.path!r}, name={self.name!r}, mode={self.mode!r})"
-
-
-#: Another name of this class, kept importable.
-DeltaSinkConfig = Delta

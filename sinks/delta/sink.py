@@ -108,7 +108,7 @@ class DeltaSink(SinkBase[Delta]):
         self._opening(context)
         self._layout = Layout(context.job_id, self.name)
         self._log = DeltaLog(
-            self.storage, app_id(context.job_id, self.name), self.config.max_commit_retries
+            self.storage, app_id(context.job_id, self.name), self.config.commit_retries
         )
         table = self._client_call(self._delta().load, "read the table's log")
         if table is None and not self.config.create_table and not context.inspect:

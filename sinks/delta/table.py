@@ -33,10 +33,10 @@ class DeltaLog:
     the epoch's commit starts from the table this log committed to last, brought up to date
     (`latest`)."""
 
-    def __init__(self, storage: TableStorage, app_id: str, max_commit_retries: int) -> None:
+    def __init__(self, storage: TableStorage, app_id: str, commit_retries: int) -> None:
         self.storage = storage
         self.app_id = app_id
-        self.max_commit_retries = max_commit_retries
+        self.commit_retries = commit_retries
         self._latest: DeltaTable | None = None
 
     def latest(self) -> DeltaTable | None:
@@ -101,7 +101,7 @@ class DeltaLog:
                 "durable_sinks.epoch": str(epoch),
                 "durable_sinks.participants": json.dumps(sorted(participants)),
             },
-            max_commit_retries=self.max_commit_retries,
+            max_commit_retries=self.commit_retries,
         )
 
     def append(

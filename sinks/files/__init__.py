@@ -2,7 +2,7 @@
 
 from durable_sinks.core.kinds import SinkKind
 
-from .config import Files, FileSinkConfig
+from .config import Files
 from .reader import committed_dataset, committed_schema
 from .sink import MARKER, STAGING, FileSink
 
@@ -14,7 +14,6 @@ __all__ = [
     "MARKER",
     "STAGING",
     "FileSink",
-    "FileSinkConfig",
     "Files",
     "committed_dataset",
     "committed_schema",

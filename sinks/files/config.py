@@ -49,7 +49,3 @@ class Files:
                 fix="leave the default or choose one of those",
             )
         check_sink_name(self.name, "files sink")
-
-
-#: Another name of this class, kept importable.
-FileSinkConfig = Files

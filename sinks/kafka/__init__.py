@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from durable_sinks.core.kinds import Deferred, SinkKind, deferred_members
 
-from .config import Kafka, KafkaSinkConfig
+from .config import Kafka
 
 if TYPE_CHECKING:
     from .decisions import KafkaDecisionHost
@@ -25,4 +25,4 @@ KIND = SinkKind("kafka", Kafka, Deferred(f"{__name__}.sink", "KafkaSink"))
 
 __getattr__ = deferred_members(__name__, {"KafkaSink": ".sink", "KafkaDecisionHost": ".decisions"})
 
-__all__ = ["KIND", "Kafka", "KafkaDecisionHost", "KafkaSink", "KafkaSinkConfig"]
+__all__ = ["KIND", "Kafka", "KafkaDecisionHost", "KafkaSink"]

@@ -15,7 +15,7 @@ import pyarrow as pa
 from durable_sinks.core.errors import ConfigError
 from durable_sinks.core.redaction import is_secret, redact
 from durable_sinks.core.secrets import resolve_settings
-from durable_sinks.core.settings import accepts_renamed, apply_conveniences
+from durable_sinks.core.settings import apply_conveniences
 
 if TYPE_CHECKING:
     from .records import RecordLayout
@@ -96,7 +96,6 @@ CONNECTION_PREFIXES = (
 )
 
 
-@accepts_renamed("kafka")
 @dataclass(frozen=True)
 class Kafka:
     """A Kafka topic as a sink: `durable_sink(Kafka(bootstrap_servers=..., topic="events"),
@@ -287,9 +286,6 @@ class Kafka:
             f"producer_config={redact(self.producer_config)!r})"
         )
 
-
-#: Another name of this class, kept importable.
-KafkaSinkConfig = Kafka
 
 #: Kafka's limit on a topic name's length.
 MAX_TOPIC_LENGTH = 249

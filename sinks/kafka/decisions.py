@@ -48,7 +48,7 @@ from durable_sinks.core.protocol import JSON
 
 from .admin import Cluster
 from .clientlog import ClientLog
-from .config import KafkaSinkConfig
+from .config import Kafka
 from .producer import TransactionalProducer
 from .progress import (
     ProgressReader,
@@ -71,7 +71,7 @@ CLAIM_PAUSE_S = 0.25
 class _Clients:
     """The admin client and progress reader of one job's host."""
 
-    def __init__(self, config: KafkaSinkConfig, job_id: str) -> None:
+    def __init__(self, config: Kafka, job_id: str) -> None:
         self.job_id = job_id
         self.clientlog = ClientLog(job_id, config.name)
         self.log = JobLogger(job_id, config.name, component="sinks.kafka.decisions")
@@ -100,7 +100,7 @@ class KafkaDecisionHost:
     docs). Built from the sink's configuration alone; its clients are its own, made on first
     use for the job asked about."""
 
-    def __init__(self, config: KafkaSinkConfig) -> None:
+    def __init__(self, config: Kafka) -> None:
         self.config = config
         self._clients: _Clients | None = None
 

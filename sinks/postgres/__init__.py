@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from durable_sinks.core.kinds import Deferred, SinkKind, deferred_members
 
-from .config import Postgres, PostgresSinkConfig
+from .config import Postgres
 
 if TYPE_CHECKING:
     from .sink import PostgresSink
@@ -22,4 +22,4 @@ KIND = SinkKind("postgres", Postgres, Deferred(f"{__name__}.sink", "PostgresSink
 
 __getattr__ = deferred_members(__name__, {"PostgresSink": ".sink"})
 
-__all__ = ["KIND", "Postgres", "PostgresSink", "PostgresSinkConfig"]
+__all__ = ["KIND", "Postgres", "PostgresSink"]

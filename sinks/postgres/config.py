@@ -19,13 +19,12 @@ from durable_sinks.core.connecting import (
 from durable_sinks.core.errors import ConfigError
 from durable_sinks.core.redaction import redact
 from durable_sinks.core.secrets import check
-from durable_sinks.core.settings import accepts_renamed, apply_conveniences
+from durable_sinks.core.settings import apply_conveniences
 
 #: What the sink accepts as a schema, table, column or meta-schema name (unquoted).
 IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]{0,62}$")
 
 
-@accepts_renamed("postgres")
 @dataclass(frozen=True)
 class Postgres:
     """A Postgres table as a sink: `durable_sink(Postgres(dsn=..., table="events"),
@@ -149,10 +148,6 @@ class Postgres:
             f"Postgres(dsn={redact(self.dsn)!r}, table={self.table!r}, "
             f"name={self.name!r}, mode={self.mode!r})"
         )
-
-
-#: Another name of this class, kept importable.
-PostgresSinkConfig = Postgres
 
 
 def _check_dsn(dsn: str, where: str) -> None:

@@ -6,12 +6,11 @@ load boto3 when first used."""
 
 from __future__ import annotations
 
-import warnings
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from durable_sinks.core.kinds import Deferred, SinkKind, deferred_members
 
-from .config import S3, S3SinkConfig
+from .config import S3
 
 if TYPE_CHECKING:
     from .epochs import EpochMarker, EpochObject
@@ -37,20 +36,7 @@ _LAZY = {
     "committed_schema": ".reader",
     "S3Sink": ".sink",
 }
-#: Former names, still importable (with a FutureWarning): the epoch's file is its marker.
-_RENAMED = {"EpochManifest": "EpochMarker", "committed_manifests": "committed_markers"}
-
-
-_deferred = deferred_members(__name__, _LAZY)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _RENAMED:
-        warnings.warn(
-            f"durable_sinks.sinks.s3.{name} is now {_RENAMED[name]}", FutureWarning, stacklevel=2
-        )
-        name = _RENAMED[name]
-    return _deferred(name)
+__getattr__ = deferred_members(__name__, _LAZY)
 
 
 __all__ = [
@@ -59,7 +45,6 @@ __all__ = [
     "EpochMarker",
     "EpochObject",
     "S3Sink",
-    "S3SinkConfig",
     "committed_dataset",
     "committed_markers",
     "committed_objects",

@@ -18,14 +18,13 @@ from durable_sinks.core.s3 import (
     S3Location,
     connection_of,
 )
-from durable_sinks.core.settings import accepts_renamed, apply_conveniences
+from durable_sinks.core.settings import apply_conveniences
 
 COMPRESSIONS = ("none", "snappy", "gzip", "zstd", "lz4", "brotli")
 MiB = 1024 * 1024
 DAY_S = 86_400.0
 
 
-@accepts_renamed("s3")
 @dataclass(frozen=True)
 class S3:
     """An S3 prefix (AWS or an S3-compatible server) as a sink of Parquet objects:
@@ -145,7 +144,3 @@ class S3:
 
     def __repr__(self) -> str:
         return f"S3(path={self.path!r}, name={self.name!r})"
-
-
-#: Another name of this class, kept importable.
-S3SinkConfig = S3

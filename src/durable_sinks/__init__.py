@@ -11,7 +11,7 @@ at once, by two-phase commit.
 This is the canonical import path of what a streaming job calls: `durable_sink`, `sink`, the
 sinks' typed configurations (one per built-in kind: `Postgres`, `Kafka`, ...),
 `register_data_source` (for `format("durable")`), `DeliveryGuarantee`, every error
-durable-sinks raises (to catch them) and `DeprecatedOptionWarning`. The Spark entry points
+durable-sinks raises (to catch them). The Spark entry points
 and the configurations load on first use, so this import loads neither Spark nor any database
 or Kafka client; nor does a configuration (its sink's client loads when the sink is built).
 Sink authors find the protocol in `durable_sinks.core` and the conformance suite in
@@ -32,7 +32,6 @@ from .core.errors import (
     CommittedEpochLostError,
     ConfigError,
     CorruptRecordError,
-    DeprecatedOptionWarning,
     DurableSinkError,
     EpochOrderError,
     FencedError,
@@ -112,7 +111,6 @@ __all__ = [
     "CorruptRecordError",
     "DeliveryGuarantee",
     "Delta",
-    "DeprecatedOptionWarning",
     "DurableBatchWriter",
     "DurableSinkError",
     "EpochOrderError",

@@ -18,7 +18,7 @@ from psycopg import sql
 from durable_sinks.coordinator import Coordinator, EpochOutcome
 from durable_sinks.core.errors import DurableSinkError
 from durable_sinks.manifest import LocalDirectoryStore
-from durable_sinks.sinks.postgres import PostgresSink, PostgresSinkConfig
+from durable_sinks.sinks.postgres import Postgres, PostgresSink
 from tests.services import PostgresEndpoint
 from tests.unit.test_hostile_names import KNOWN_BAD
 
@@ -53,9 +53,7 @@ def test_hostile_column_names_are_quoted_or_refused(
             )
         )
         before = tables(conn, pg_schema)
-    sink = PostgresSink(
-        PostgresSinkConfig(postgres.conninfo(), f"{pg_schema}.{table}", create_table=True)
-    )
+    sink = PostgresSink(Postgres(postgres.conninfo(), f"{pg_schema}.{table}", create_table=True))
     coordinator = Coordinator(job, [sink], LocalDirectoryStore(tmp_path / job))
     try:
         coordinator.start()

@@ -32,7 +32,7 @@ from durable_sinks.core.bad_rows import (
 from durable_sinks.core.errors import CapabilityError
 from durable_sinks.manifest import LocalDirectoryStore
 from durable_sinks.sinks.files import Files, FileSink
-from durable_sinks.sinks.kafka import KafkaSink, KafkaSinkConfig
+from durable_sinks.sinks.kafka import Kafka, KafkaSink
 from tests.conftest import UniqueNames
 from tests.services import KafkaEndpoint
 from tests.support.kafka_reads import open_transactions, read_committed
@@ -46,7 +46,7 @@ DEAD_LETTERS = WritePolicy(on_bad_rows=BadRowPolicy.DEAD_LETTER)
 
 def kafka_sink(kafka: KafkaEndpoint, topic: str, name: str = "kafka", **options: Any) -> KafkaSink:
     return KafkaSink(
-        KafkaSinkConfig(kafka.bootstrap_servers, topic, name=name, request_timeout_s=20, **options)
+        Kafka(kafka.bootstrap_servers, topic, name=name, request_timeout_s=20, **options)
     )
 
 

@@ -19,7 +19,7 @@ from durable_sinks.coordinator import Coordinator, EpochOutcome
 from durable_sinks.core import OpenContext
 from durable_sinks.core.errors import DurableSinkError, FencedError
 from durable_sinks.manifest import HostedDecisionStore, LocalDirectoryStore
-from durable_sinks.sinks.kafka import KafkaDecisionHost, KafkaSink, KafkaSinkConfig
+from durable_sinks.sinks.kafka import Kafka, KafkaDecisionHost, KafkaSink
 from tests.conftest import UniqueNames
 from tests.services import KafkaEndpoint
 from tests.support.targets import create_topic, delete_with_progress
@@ -33,8 +33,8 @@ def topic(admin: AdminClient, unique: UniqueNames) -> Iterator[str]:
     delete_with_progress(admin, name)
 
 
-def config(kafka: KafkaEndpoint, topic: str) -> KafkaSinkConfig:
-    return KafkaSinkConfig(kafka.bootstrap_servers, topic, key_column="id", request_timeout_s=20)
+def config(kafka: KafkaEndpoint, topic: str) -> Kafka:
+    return Kafka(kafka.bootstrap_servers, topic, key_column="id", request_timeout_s=20)
 
 
 def lone(kafka: KafkaEndpoint, topic: str, job_id: str) -> Coordinator:

@@ -35,8 +35,8 @@ from durable_sinks.core.errors import (
 )
 from durable_sinks.manifest import DecisionStore, LocalDirectoryStore
 from durable_sinks.manifest.postgres import PostgresDecisionStore
-from durable_sinks.sinks.kafka import KafkaSink, KafkaSinkConfig
-from durable_sinks.sinks.postgres import PostgresSink, PostgresSinkConfig
+from durable_sinks.sinks.kafka import Kafka, KafkaSink
+from durable_sinks.sinks.postgres import Postgres, PostgresSink
 from tests.conftest import UniqueNames
 from tests.integration.test_kafka_sink import events, ids, pg_ids
 from tests.services import KafkaEndpoint, PostgresEndpoint
@@ -59,7 +59,7 @@ def kafka_sink(kafka: KafkaEndpoint, topic: str, **options: Any) -> KafkaSink:
     options.setdefault("transaction_timeout_s", TIMEOUT_S)
     options.setdefault("expected_epoch_s", TIMEOUT_S - 1)
     options.setdefault("request_timeout_s", 20)
-    return KafkaSink(KafkaSinkConfig(kafka.bootstrap_servers, topic, key_column="id", **options))
+    return KafkaSink(Kafka(kafka.bootstrap_servers, topic, key_column="id", **options))
 
 
 def coordinator(
@@ -117,7 +117,7 @@ def test_a_transaction_the_broker_timed_out_is_retriable_and_replayed_exactly_on
 
     def sinks() -> list[SinkConnector]:
         return [
-            PostgresSink(PostgresSinkConfig(postgres.conninfo(), pg_table)),
+            PostgresSink(Postgres(postgres.conninfo(), pg_table)),
             kafka_sink(kafka, topic),
         ]
 
@@ -238,7 +238,7 @@ def test_a_fenced_commit_that_took_effect_is_finished_not_rolled_back(
 
     def sinks(kafka_first: bool) -> list[SinkConnector]:
         made: list[SinkConnector] = [
-            PostgresSink(PostgresSinkConfig(postgres.conninfo(), pg_table)),
+            PostgresSink(Postgres(postgres.conninfo(), pg_table)),
             kafka_sink(kafka, topic),
         ]
         return made[::-1] if kafka_first else made
@@ -373,7 +373,7 @@ def test_an_unreachable_cluster_logs_a_handful_of_lines_and_nothing_on_stderr(
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     caplog.set_level(logging.DEBUG, logger="durable_sinks.sinks.kafka.client")
-    sink = KafkaSink(KafkaSinkConfig(f"127.0.0.1:{port}", "events", request_timeout_s=5))
+    sink = KafkaSink(Kafka(f"127.0.0.1:{port}", "events", request_timeout_s=5))
     started = time.monotonic()
     with pytest.raises(UnreachableError) as hit:
         sink.open(OpenContext(unique.job_id, "kafka", 1))

@@ -30,9 +30,9 @@ from durable_sinks.core.errors import (
     TransientError,
 )
 from durable_sinks.manifest import LocalDirectoryStore
-from durable_sinks.sinks.kafka import KafkaSink, KafkaSinkConfig
+from durable_sinks.sinks.kafka import Kafka, KafkaSink
 from durable_sinks.sinks.kafka.progress import SCAN_CHUNK
-from durable_sinks.sinks.postgres import PostgresSink, PostgresSinkConfig
+from durable_sinks.sinks.postgres import Postgres, PostgresSink
 from tests.conftest import UniqueNames
 from tests.services import KafkaEndpoint, PostgresEndpoint
 from tests.services.kafka import TRANSACTION_MAX_TIMEOUT_MS
@@ -50,9 +50,9 @@ def events(ids: list[int], *, size: int = 8) -> pa.RecordBatch:
     )
 
 
-def config(kafka: KafkaEndpoint, topic: str, **options: Any) -> KafkaSinkConfig:
+def config(kafka: KafkaEndpoint, topic: str, **options: Any) -> Kafka:
     options.setdefault("key_column", "id")
-    return KafkaSinkConfig(kafka.bootstrap_servers, topic, request_timeout_s=20, **options)
+    return Kafka(kafka.bootstrap_servers, topic, request_timeout_s=20, **options)
 
 
 #: The stream the tests' jobs write: a replay with other rows is then a replay, not a new
@@ -281,7 +281,7 @@ def two_sink_job(
     tmp_path: Any,
 ) -> Coordinator:
     sinks: list[SinkConnector] = [
-        PostgresSink(PostgresSinkConfig(postgres.conninfo(), table)),
+        PostgresSink(Postgres(postgres.conninfo(), table)),
         KafkaSink(config(kafka, topic)),
     ]
     coordinator = Coordinator(unique.job_id, sinks, LocalDirectoryStore(tmp_path))
@@ -456,7 +456,7 @@ def test_bad_settings_are_refused_when_configured(
 ) -> None:
     settings: dict[str, Any] = {"key_column": "id", "topic": "events", **options}
     with pytest.raises(ConfigError, match=message):
-        KafkaSinkConfig(kafka.bootstrap_servers, **settings)
+        Kafka(kafka.bootstrap_servers, **settings)
 
 
 def test_an_unknown_producer_setting_is_named_at_start(
@@ -468,7 +468,7 @@ def test_an_unknown_producer_setting_is_named_at_start(
 
 
 def test_an_unreachable_cluster_is_a_clear_error(unique: UniqueNames, tmp_path: Any) -> None:
-    sink = KafkaSink(KafkaSinkConfig("127.0.0.1:1", "events", request_timeout_s=3))
+    sink = KafkaSink(Kafka("127.0.0.1:1", "events", request_timeout_s=3))
     coordinator = Coordinator(unique.job_id, [sink], LocalDirectoryStore(tmp_path))
     started = time.monotonic()
     with pytest.raises(

@@ -16,7 +16,7 @@ from confluent_kafka.admin import AdminClient
 from durable_sinks.coordinator import Coordinator, EpochOutcome
 from durable_sinks.core.errors import SchemaMismatchError
 from durable_sinks.manifest import LocalDirectoryStore
-from durable_sinks.sinks.kafka import KafkaSink, KafkaSinkConfig
+from durable_sinks.sinks.kafka import Kafka, KafkaSink
 from tests.conftest import UniqueNames
 from tests.services import KafkaEndpoint
 from tests.support.kafka_reads import assert_nothing_visible, read_committed
@@ -27,7 +27,7 @@ HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 def job(
     kafka: KafkaEndpoint, topic: str, unique: UniqueNames, tmp_path: Any, **options: Any
 ) -> Coordinator:
-    config = KafkaSinkConfig(kafka.bootstrap_servers, topic, request_timeout_s=20, **options)
+    config = Kafka(kafka.bootstrap_servers, topic, request_timeout_s=20, **options)
     coordinator = Coordinator(unique.job_id, [KafkaSink(config)], LocalDirectoryStore(tmp_path))
     coordinator.start()
     return coordinator

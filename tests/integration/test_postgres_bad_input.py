@@ -32,7 +32,7 @@ from durable_sinks.core.bad_rows import BadRowsError
 from durable_sinks.core.errors import ConfigError, SchemaMismatchError, TransientError
 from durable_sinks.manifest import LocalDirectoryStore, default_store_for
 from durable_sinks.manifest.postgres import PostgresDecisionStore
-from durable_sinks.sinks.postgres import PostgresSink, PostgresSinkConfig
+from durable_sinks.sinks.postgres import Postgres, PostgresSink
 from tests.conftest import UniqueNames
 from tests.services import PostgresEndpoint
 from tests.support.targets import prepared_gids
@@ -80,7 +80,7 @@ def coordinator_for(
     **options: Any,
 ) -> Coordinator:
     """A started one-sink job (one-phase by default; two-phase as in any multi-sink job)."""
-    sink = PostgresSink(PostgresSinkConfig(postgres.conninfo(), table, **options))
+    sink = PostgresSink(Postgres(postgres.conninfo(), table, **options))
     coordinator = Coordinator(
         job_id, [sink], LocalDirectoryStore(tmp_path / "store"), one_phase=one_phase
     )
@@ -413,7 +413,7 @@ def test_a_table_in_a_missing_schema_is_refused_at_start_creating_nothing(
     missing = unique.name("nosuch")
     # The marker and fence tables would go to an existing schema: they must not be made.
     sink = PostgresSink(
-        PostgresSinkConfig(
+        Postgres(
             postgres.conninfo(),
             f"{missing}.events",
             create_table=create_table,
@@ -437,7 +437,7 @@ def test_a_missing_meta_schema_is_refused_at_start_creating_nothing(
 ) -> None:
     table = make_table(conn, pg_schema, "events", "id bigint")
     missing = unique.name("nometa")
-    sink = PostgresSink(PostgresSinkConfig(postgres.conninfo(), table, meta_schema=missing))
+    sink = PostgresSink(Postgres(postgres.conninfo(), table, meta_schema=missing))
     coordinator = Coordinator(unique.job_id, [sink], LocalDirectoryStore(tmp_path / "store"))
     with pytest.raises(ConfigError) as raised:
         coordinator.start()
@@ -463,7 +463,7 @@ def test_the_default_decision_store_in_a_missing_schema_says_whose_it_is(
         config.update(table=make_table(conn, pg_schema, "events", "id bigint"), meta_schema=missing)
     store = default_store_for("postgres", config)
     assert store is not None
-    sink = PostgresSink(PostgresSinkConfig(**config))
+    sink = PostgresSink(Postgres(**config))
     coordinator = Coordinator(unique.job_id, [sink], store)
     with pytest.raises(ConfigError) as raised:
         coordinator.start()
@@ -518,7 +518,7 @@ def test_an_unreachable_server_is_an_unreachable_error_naming_whose_connection(
     dsn = unreachable(postgres, how, black_hole)
     config: dict[str, Any] = {"dsn": dsn, "table": "events", "name": "pg", "connect_timeout_s": 1}
     # The sink itself.
-    sink = PostgresSink(PostgresSinkConfig(**config))
+    sink = PostgresSink(Postgres(**config))
     with pytest.raises(UnreachableError) as raised:
         sink.open(OpenContext(unique.job_id, "pg", 1))
     port = 1 if how == "refused" else black_hole
@@ -531,7 +531,7 @@ def test_an_unreachable_server_is_an_unreachable_error_naming_whose_connection(
     # first; the error says so.
     store = default_store_for("postgres", config)
     assert store is not None
-    coordinator = Coordinator(unique.job_id, [PostgresSink(PostgresSinkConfig(**config))], store)
+    coordinator = Coordinator(unique.job_id, [PostgresSink(Postgres(**config))], store)
     with pytest.raises(TransientError) as transient:
         coordinator.start()
     error = transient.value
@@ -568,7 +568,7 @@ def test_a_dsn_the_server_refuses_is_a_config_error_without_the_password(
     unique: UniqueNames,
 ) -> None:
     dsn = postgres.conninfo(**wrong)
-    sink = PostgresSink(PostgresSinkConfig(dsn, "events"))
+    sink = PostgresSink(Postgres(dsn, "events"))
     with pytest.raises(ConfigError) as raised:
         sink.open(OpenContext(unique.job_id, "postgres", 1))
     assert says in raised.value.message

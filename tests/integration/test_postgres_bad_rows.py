@@ -20,7 +20,7 @@ from psycopg import sql
 from durable_sinks.core import OpenContext
 from durable_sinks.core.bad_rows import BadRowPolicy, RefusalReason, WritePolicy
 from durable_sinks.core.errors import ConfigError
-from durable_sinks.sinks.postgres import PostgresSink, PostgresSinkConfig
+from durable_sinks.sinks.postgres import Postgres, PostgresSink
 from durable_sinks.sinks.postgres.columns import TableColumn, bad_values
 from tests.conftest import UniqueNames
 from tests.services import PostgresEndpoint
@@ -141,7 +141,7 @@ def test_dead_letter_mode_leaves_refused_rows_out_and_names_each(
             "amount numeric(4,1), day date, at timestamptz)"
         ).format(sql.Identifier(pg_schema, "events"))
     )
-    sink = PostgresSink(PostgresSinkConfig(postgres.conninfo(), table))
+    sink = PostgresSink(Postgres(postgres.conninfo(), table))
     policy = WritePolicy(on_bad_rows=BadRowPolicy.DEAD_LETTER)
     sink.open(OpenContext(unique.job_id, "postgres", 1, commit_point=True, policy=policy))
     try:
@@ -295,7 +295,7 @@ def test_rows_the_server_refuses_are_isolated_inside_the_epoch(
             )
         )
         dsn, options = role.dsn(), {"meta_schema": meta}
-    sink = PostgresSink(PostgresSinkConfig(dsn, f"{pg_schema}.children", **options))
+    sink = PostgresSink(Postgres(dsn, f"{pg_schema}.children", **options))
     policy = WritePolicy(on_bad_rows=BadRowPolicy.DEAD_LETTER)
     sink.open(OpenContext(unique.job_id, "postgres", 1, commit_point=one_phase, policy=policy))
     try:
@@ -339,7 +339,7 @@ def test_upsert_with_dead_letters_is_refused_at_open(
         )
     )
     sink = PostgresSink(
-        PostgresSinkConfig(postgres.conninfo(), f"{pg_schema}.users", mode="upsert", key=("id",))
+        Postgres(postgres.conninfo(), f"{pg_schema}.users", mode="upsert", key=("id",))
     )
     policy = WritePolicy(on_bad_rows=BadRowPolicy.DEAD_LETTER)
     with pytest.raises(ConfigError, match="not supported with mode='upsert'") as raised:
@@ -372,7 +372,7 @@ def test_a_key_is_free_when_its_first_row_was_refused_for_another_reason(
         )
     )
     conn.execute(sql.SQL("INSERT INTO {} VALUES (9, 9)").format(table))
-    sink = PostgresSink(PostgresSinkConfig(postgres.conninfo(), f"{pg_schema}.scores"))
+    sink = PostgresSink(Postgres(postgres.conninfo(), f"{pg_schema}.scores"))
     policy = WritePolicy(on_bad_rows=BadRowPolicy.DEAD_LETTER)
     sink.open(OpenContext(unique.job_id, "postgres", 1, commit_point=True, policy=policy))
     try:

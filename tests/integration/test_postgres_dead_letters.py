@@ -26,7 +26,7 @@ from durable_sinks.core.bad_rows import (
     WritePolicy,
 )
 from durable_sinks.manifest import LocalDirectoryStore
-from durable_sinks.sinks.postgres import PostgresSink, PostgresSinkConfig
+from durable_sinks.sinks.postgres import Postgres, PostgresSink
 from tests.services import PostgresEndpoint
 from tests.support.targets import prepared_gids
 
@@ -93,10 +93,10 @@ class Job:
         """The target and the dead-letter sink (its table created from the first dead
         letters)."""
         target = PostgresSink(
-            PostgresSinkConfig(self.postgres.conninfo(), f"{self.schema}.events", name="events")
+            Postgres(self.postgres.conninfo(), f"{self.schema}.events", name="events")
         )
         dead_letter = PostgresSink(
-            PostgresSinkConfig(
+            Postgres(
                 self.postgres.conninfo(),
                 f"{self.schema}.events_dead_letters",
                 name="dead_letters",

@@ -16,7 +16,7 @@ from psycopg import sql
 from durable_sinks.core import OpenContext
 from durable_sinks.core.errors import SchemaMismatchError, TransientError
 from durable_sinks.core.naming import job_prefix
-from durable_sinks.sinks.postgres import PostgresSink, PostgresSinkConfig
+from durable_sinks.sinks.postgres import Postgres, PostgresSink
 from durable_sinks.sinks.postgres import sink as postgres_sink
 from tests.conftest import UniqueNames
 from tests.services import PostgresEndpoint
@@ -34,7 +34,7 @@ def test_a_part_waiting_on_a_dead_attempts_keys_fails_fast_then_writes_after_its
     monkeypatch.setattr(postgres_sink, "WORKER_LOCK_TIMEOUT_S", 1)
     table = f"{pg_schema}.keyed"
     conn.execute(sql.SQL("CREATE TABLE {} (id bigint PRIMARY KEY)").format(sql.SQL(table)))
-    config = PostgresSinkConfig(postgres.conninfo(), table)
+    config = Postgres(postgres.conninfo(), table)
     driver = PostgresSink(config)
     driver.open(OpenContext(unique.job_id, "postgres", 1))
     rows = pa.record_batch({"id": pa.array([1, 2], pa.int64())})
@@ -78,7 +78,7 @@ def test_a_key_in_two_partitions_of_one_epoch_is_a_typed_error_not_a_wait(
     table = f"{pg_schema}.keyed_{mode}"
     conn.execute(sql.SQL("CREATE TABLE {} (id bigint PRIMARY KEY, v text)").format(sql.SQL(table)))
     key = ("id",) if mode == "upsert" else ()
-    config = PostgresSinkConfig(postgres.conninfo(), table, mode=mode, key=key)  # type: ignore[arg-type]
+    config = Postgres(postgres.conninfo(), table, mode=mode, key=key)  # type: ignore[arg-type]
     driver = PostgresSink(config)
     driver.open(OpenContext(unique.job_id, "postgres", 1))
 

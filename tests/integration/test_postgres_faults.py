@@ -30,8 +30,8 @@ from durable_sinks.coordinator import Coordinator, EpochOutcome, RetryPolicy
 from durable_sinks.core import SinkConnector
 from durable_sinks.core.errors import DurableSinkError, InDoubtError
 from durable_sinks.manifest.postgres import PostgresDecisionStore
-from durable_sinks.sinks.files import FileSink, FileSinkConfig
-from durable_sinks.sinks.postgres import PostgresSink, PostgresSinkConfig
+from durable_sinks.sinks.files import Files, FileSink
+from durable_sinks.sinks.postgres import Postgres, PostgresSink
 from tests.conftest import UniqueNames
 from tests.services import PostgresEndpoint
 from tests.support.targets import prepared_gids
@@ -107,10 +107,10 @@ class Job:
 
     def coordinator(self, on_step: Callable[[str], None] | None = None) -> Coordinator:
         sinks: list[SinkConnector] = [
-            PostgresSink(PostgresSinkConfig(self.dsn, f"{self.schema}.events", name="pg"))
+            PostgresSink(Postgres(self.dsn, f"{self.schema}.events", name="pg"))
         ]
         if self.files is not None:
-            sinks.append(FileSink(FileSinkConfig(str(self.files), name="files", fsync=False)))
+            sinks.append(FileSink(Files(str(self.files), name="files", fsync=False)))
         store = PostgresDecisionStore(self.dsn, schema=self.schema)
         return Coordinator(self.job_id, sinks, store, commit_retry=QUICK_RETRY, on_step=on_step)
 

@@ -17,7 +17,7 @@ from durable_sinks.coordinator import Coordinator, EpochOutcome
 from durable_sinks.core import OpenContext
 from durable_sinks.core.errors import FencedError, TransientError
 from durable_sinks.manifest import LocalDirectoryStore
-from durable_sinks.sinks.postgres import PostgresSink, PostgresSinkConfig
+from durable_sinks.sinks.postgres import Postgres, PostgresSink
 from tests.conftest import UniqueNames
 from tests.services import PostgresEndpoint
 from tests.support.targets import prepared_gids
@@ -48,7 +48,7 @@ def batch(*keys: int) -> pa.RecordBatch:
 def coordinator(
     postgres: PostgresEndpoint, table: str, job_id: str, store: Path, **options: Any
 ) -> Coordinator:
-    sink = PostgresSink(PostgresSinkConfig(postgres.conninfo(), table))
+    sink = PostgresSink(Postgres(postgres.conninfo(), table))
     options.setdefault("source", "query-1")  # one stream: its replays are replays
     return Coordinator(job_id, [sink], LocalDirectoryStore(store), **options)
 
@@ -174,7 +174,7 @@ def test_a_marker_table_from_before_one_phase_gains_the_decision_column(
 def test_an_old_generation_cannot_commit_after_a_new_one_opened(
     postgres: PostgresEndpoint, table: str, conn: Any, unique: UniqueNames
 ) -> None:
-    config = PostgresSinkConfig(postgres.conninfo(), table)
+    config = Postgres(postgres.conninfo(), table)
     old, new = PostgresSink(config), PostgresSink(config)
     old.open(OpenContext(unique.job_id, "postgres", 1, commit_point=True))
     old.begin_epoch(0)
@@ -193,9 +193,7 @@ def test_one_phase_needs_no_prepared_transactions(
     postgres: PostgresEndpoint, table: str, conn: Any, unique: UniqueNames, tmp_path: Path
 ) -> None:
     """Postgres ships with max_prepared_transactions = 0: a lone sink works anyway."""
-    sink = PostgresSink(
-        PostgresSinkConfig(postgres.conninfo(), table, participants_in_flight=100_000)
-    )
+    sink = PostgresSink(Postgres(postgres.conninfo(), table, participants_in_flight=100_000))
     job = Coordinator(unique.job_id, [sink], LocalDirectoryStore(tmp_path))
     job.start()
     assert job.run_epoch(0, [batch(1)]).outcome is EpochOutcome.COMMITTED

@@ -22,7 +22,7 @@ from durable_sinks.core import CommitHandle, OpenContext
 from durable_sinks.core.bad_rows import BadRowPolicy, SchemaEvolution, WritePolicy
 from durable_sinks.core.errors import ConfigError, SchemaMismatchError, TransientError
 from durable_sinks.manifest import LocalDirectoryStore
-from durable_sinks.sinks.postgres import PostgresSink, PostgresSinkConfig, catalog
+from durable_sinks.sinks.postgres import Postgres, PostgresSink, catalog
 from tests.conftest import UniqueNames
 from tests.services import PostgresEndpoint
 from tests.support.pg_access import Role
@@ -66,7 +66,7 @@ def batch(ids: list[int], **extra: pa.Array) -> pa.RecordBatch:
 def test_a_new_column_in_a_later_epoch_is_added_with_it(
     one_phase: bool, postgres: PostgresEndpoint, conn: Conn, table: str, job_id: str, tmp_path: Path
 ) -> None:
-    sink = PostgresSink(PostgresSinkConfig(postgres.conninfo(), table))
+    sink = PostgresSink(Postgres(postgres.conninfo(), table))
     coordinator = Coordinator(
         job_id, [sink], LocalDirectoryStore(tmp_path / "store"), one_phase=one_phase, policy=ADD
     )
@@ -94,7 +94,7 @@ def test_a_new_column_in_a_later_epoch_is_added_with_it(
 def test_an_epoch_rolled_back_takes_its_new_column_with_it(
     postgres: PostgresEndpoint, conn: Conn, table: str, unique: UniqueNames
 ) -> None:
-    sink = PostgresSink(PostgresSinkConfig(postgres.conninfo(), table))
+    sink = PostgresSink(Postgres(postgres.conninfo(), table))
     sink.open(OpenContext(unique.job_id, "postgres", 1, policy=ADD))
     try:
         new = batch([1], score=pa.array([1.5]))
@@ -126,7 +126,7 @@ def test_narrow_columns_are_widened_narrower_batches_cast_up_and_other_changes_r
     conn.execute(
         sql.SQL("INSERT INTO {} VALUES (1, 2, 0.5, 3)").format(sql.Identifier(pg_schema, "narrow"))
     )
-    sink = PostgresSink(PostgresSinkConfig(postgres.conninfo(), table))
+    sink = PostgresSink(Postgres(postgres.conninfo(), table))
     sink.open(OpenContext(unique.job_id, "postgres", 1, commit_point=True, policy=ADD))
     try:
         sink.begin_epoch(0)
@@ -177,7 +177,7 @@ def test_workers_add_the_column_in_their_own_transaction_and_never_wait_on_each_
     """The first part adds the column and commits that at once; the second part, while the
     first is prepared (holding its lock on the table), finds the column there and writes
     without an ALTER. A rollback of the epoch keeps the column (nullable, empty)."""
-    config = PostgresSinkConfig(postgres.conninfo(), table, participants_in_flight=4)
+    config = Postgres(postgres.conninfo(), table, participants_in_flight=4)
     coordinator = Coordinator(
         job_id,
         [PostgresSink(config)],
@@ -217,13 +217,13 @@ def test_a_job_user_that_cannot_alter_the_table_is_refused_at_open(
 ) -> None:
     role = roles()
     role.grant_table("events", "SELECT, INSERT")
-    sink = PostgresSink(PostgresSinkConfig(role.dsn(), table))
+    sink = PostgresSink(Postgres(role.dsn(), table))
     with pytest.raises(ConfigError, match="only its owner") as raised:
         sink.open(OpenContext(unique.job_id, "postgres", 1, policy=ADD))
     assert "leave schema_evolution out" in (raised.value.fix or "")
     sink.close()
     # Without schema evolution the same user runs the job.
-    sink = PostgresSink(PostgresSinkConfig(role.dsn(), table))
+    sink = PostgresSink(Postgres(role.dsn(), table))
     sink.open(OpenContext(unique.job_id, "postgres", 2))
     sink.close()
 
@@ -233,7 +233,7 @@ def test_a_part_whose_batches_change_columns_after_its_first_copy_is_refused(
 ) -> None:
     """A worker's own transaction holds the table's lock after its first COPY: it refuses a
     later batch with a new column at once, rather than wait on itself."""
-    config = PostgresSinkConfig(postgres.conninfo(), table)
+    config = Postgres(postgres.conninfo(), table)
     driver = PostgresSink(config)
     driver.open(OpenContext(unique.job_id, "postgres", 1, policy=ADD))
     worker = PostgresSink(config)
@@ -256,7 +256,7 @@ def test_a_column_added_in_dead_letter_mode_stays_when_a_later_batch_has_refused
     """The ALTER runs under dead-letter mode's savepoint: it is sealed before the next COPY,
     so rolling back a refused COPY never takes the new column away."""
     conn.execute(sql.SQL("ALTER TABLE {} ADD CHECK (id > 0)").format(sql.SQL(table)))
-    sink = PostgresSink(PostgresSinkConfig(postgres.conninfo(), table))
+    sink = PostgresSink(Postgres(postgres.conninfo(), table))
     policy = WritePolicy(BadRowPolicy.DEAD_LETTER, SchemaEvolution.ADD_COLUMNS)
     sink.open(OpenContext(unique.job_id, "postgres", 1, commit_point=True, policy=policy))
     try:
@@ -291,7 +291,7 @@ def test_an_alter_behind_a_reader_gives_up_after_the_lock_timeout_and_changes_no
     it gives up after the lock timeout with a TransientError, nothing of the epoch written,
     and the epoch succeeds once the reader is gone."""
     monkeypatch.setattr(catalog, "EVOLUTION_LOCK_TIMEOUT_S", 0.3)
-    sink = PostgresSink(PostgresSinkConfig(postgres.conninfo(), table))
+    sink = PostgresSink(Postgres(postgres.conninfo(), table))
     coordinator = Coordinator(
         job_id, [sink], LocalDirectoryStore(tmp_path / "store"), one_phase=False, policy=ADD
     )

@@ -30,7 +30,7 @@ from durable_sinks.core.redaction import redact
 from durable_sinks.manifest import LocalDirectoryStore
 from durable_sinks.manifest.postgres import PostgresDecisionStore
 from durable_sinks.sinks import create
-from durable_sinks.sinks.postgres import PostgresSink, PostgresSinkConfig
+from durable_sinks.sinks.postgres import Postgres, PostgresSink
 from durable_sinks.sinks.postgres.handles import PostgresHandleDetails
 from tests.conftest import UniqueNames
 from tests.services import PostgresEndpoint
@@ -81,7 +81,7 @@ def events(ids: list[int], names: list[str | None] | None = None) -> pa.RecordBa
 def job(
     postgres: PostgresEndpoint, table: str, unique: UniqueNames, tmp_path: Any, **options: Any
 ) -> Coordinator:
-    sink = PostgresSink(PostgresSinkConfig(postgres.conninfo(), table, **options))
+    sink = PostgresSink(Postgres(postgres.conninfo(), table, **options))
     coordinator = Coordinator(
         unique.job_id, [sink], LocalDirectoryStore(tmp_path / "store"), source="query-1"
     )
@@ -249,7 +249,7 @@ def test_bad_setups_are_refused_at_start(
     tmp_path: Any,
 ) -> None:
     config = {"table": table, **options}
-    sink = PostgresSink(PostgresSinkConfig(postgres.conninfo(), **config))
+    sink = PostgresSink(Postgres(postgres.conninfo(), **config))
     # Two-phase, as in any multi-sink job (a one-phase sink needs no prepared transactions).
     coordinator = Coordinator(unique.job_id, [sink], LocalDirectoryStore(tmp_path), one_phase=False)
     with pytest.raises(ConfigError, match=message) as raised:
@@ -270,7 +270,7 @@ def test_bad_setups_are_refused_at_start(
 def test_bad_config_is_refused_when_built(options: dict[str, Any], message: str) -> None:
     config = {"dsn": "host=localhost", "table": "t", **options}
     with pytest.raises(ConfigError, match=message):
-        PostgresSinkConfig(**config)
+        Postgres(**config)
 
 
 def test_registry_builds_postgres_sinks(postgres: PostgresEndpoint, table: str) -> None:
@@ -286,7 +286,7 @@ def test_unreachable_server_is_a_transient_error_without_the_password(
     unique: UniqueNames,
 ) -> None:
     dead = PostgresEndpoint("127.0.0.1", 1, postgres.user, postgres.password)
-    sink = PostgresSink(PostgresSinkConfig(dead.conninfo(connect_timeout="2"), "t"))
+    sink = PostgresSink(Postgres(dead.conninfo(connect_timeout="2"), "t"))
     with pytest.raises(TransientError, match="cannot connect to Postgres at") as raised:
         sink.open(OpenContext(unique.job_id, "postgres", 1))
     assert postgres.password not in str(raised.value)
@@ -296,7 +296,7 @@ def test_unreachable_server_is_a_transient_error_without_the_password(
 def test_an_older_generation_is_fenced_and_commits_nothing(
     postgres: PostgresEndpoint, table: str, conn: Any, unique: UniqueNames
 ) -> None:
-    config = PostgresSinkConfig(postgres.conninfo(), table)
+    config = Postgres(postgres.conninfo(), table)
     old, new = PostgresSink(config), PostgresSink(config)
     old.open(OpenContext(unique.job_id, "postgres", 1))
     old.begin_epoch(0)
@@ -316,9 +316,9 @@ CHILD = textwrap.dedent("""
     import json, sys
     import pyarrow as pa
     from durable_sinks.core import OpenContext
-    from durable_sinks.sinks.postgres import PostgresSink, PostgresSinkConfig
+    from durable_sinks.sinks.postgres import PostgresSink, Postgres
     dsn, table, job = sys.argv[1:4]
-    sink = PostgresSink(PostgresSinkConfig(dsn, table))
+    sink = PostgresSink(Postgres(dsn, table))
     sink.open(OpenContext(job, "postgres", 1))
     sink.begin_epoch(0)
     sink.write_batch(pa.record_batch({"id": pa.array([30, 31], pa.int64()),
@@ -343,7 +343,7 @@ def test_prepared_in_one_process_finished_in_another(
     assert prepared_gids(conn, unique.job_id, "postgres") == [handle.participant]
     assert rows(conn, table) == ROWS_BEFORE  # prepared: invisible
 
-    sink = PostgresSink(PostgresSinkConfig(postgres.conninfo(), table))
+    sink = PostgresSink(Postgres(postgres.conninfo(), table))
     sink.open(OpenContext(unique.job_id, "postgres", 2))
     assert sink.recover_prepared() == [
         CommitHandle(
@@ -372,7 +372,7 @@ def test_secrets_never_leave_the_dsn(
 ) -> None:
     caplog.set_level(logging.DEBUG)
     secret = postgres.password
-    config = PostgresSinkConfig(postgres.conninfo(), table)
+    config = Postgres(postgres.conninfo(), table)
     store = PostgresDecisionStore(postgres.conninfo(), schema=table.split(".")[0])
     coordinator = Coordinator(unique.job_id, [PostgresSink(config)], store)
     coordinator.start()
@@ -402,7 +402,7 @@ def test_missing_privileges_are_named_with_the_grant(
 ) -> None:
     schema = table.split(".")[0]
     role, password = unique.name("role"), "limited-password-1"
-    owner = PostgresSink(PostgresSinkConfig(postgres.conninfo(), table))
+    owner = PostgresSink(Postgres(postgres.conninfo(), table))
     owner.open(OpenContext(unique.name("owner"), "postgres", 1))  # creates the meta tables
     owner.close()
     conn.execute(
@@ -428,7 +428,7 @@ def test_missing_privileges_are_named_with_the_grant(
             )
         )
         limited = PostgresEndpoint(postgres.host, postgres.port, role, password)
-        sink = PostgresSink(PostgresSinkConfig(limited.conninfo(), table))
+        sink = PostgresSink(Postgres(limited.conninfo(), table))
         coordinator = Coordinator(unique.job_id, [sink], LocalDirectoryStore(tmp_path))
         with pytest.raises(ConfigError, match="lacks INSERT") as raised:
             coordinator.start()

@@ -18,7 +18,7 @@ from durable_sinks.coordinator import Coordinator, EpochOutcome
 from durable_sinks.core.errors import CommittedEpochLostError, DurableSinkError
 from durable_sinks.manifest import LocalDirectoryStore
 from durable_sinks.manifest.postgres import PostgresDecisionStore
-from durable_sinks.sinks.postgres import PostgresSink, PostgresSinkConfig
+from durable_sinks.sinks.postgres import Postgres, PostgresSink
 from tests.conftest import UniqueNames
 from tests.services import PostgresPair
 from tests.spark.streams import postgres_ids
@@ -43,7 +43,7 @@ def fresh_pair(pair: PostgresPair, mode: str) -> str:
 
 
 def sink_on(dsn: str) -> PostgresSink:
-    return PostgresSink(PostgresSinkConfig(dsn, TABLE, create_table=True))
+    return PostgresSink(Postgres(dsn, TABLE, create_table=True))
 
 
 def test_a_job_on_a_synchronous_pair_goes_on_after_a_failover_with_its_decisions(

@@ -29,8 +29,8 @@ from durable_sinks.core.s3 import S3Connection, S3Location
 from durable_sinks.manifest import LocalDirectoryStore
 from durable_sinks.manifest.postgres import PostgresDecisionStore
 from durable_sinks.manifest.s3 import S3DecisionStore
-from durable_sinks.sinks.kafka import KafkaSink, KafkaSinkConfig
-from durable_sinks.sinks.postgres import PostgresSink, PostgresSinkConfig
+from durable_sinks.sinks.kafka import Kafka, KafkaSink
+from durable_sinks.sinks.postgres import Postgres, PostgresSink
 from durable_sinks.sinks.s3 import S3Sink
 from durable_sinks.sinks.s3.reader import committed_dataset
 from durable_sinks.testing import run_conformance
@@ -103,7 +103,7 @@ def kafka_sink(
     endpoint = kafka_access.endpoint(user, host=host)
     settings = {**endpoint.security, **security}
     return KafkaSink(
-        KafkaSinkConfig(
+        Kafka(
             endpoint.bootstrap_servers,
             topic,
             request_timeout_s=REQUEST_TIMEOUT_S,
@@ -269,7 +269,7 @@ def test_postgres_job_over_verify_full_with_exactly_the_documented_grants(
     role.grant_table("events")
 
     def coordinator() -> Coordinator:
-        sink = PostgresSink(PostgresSinkConfig(role.dsn(), events_table))
+        sink = PostgresSink(Postgres(role.dsn(), events_table))
         store = PostgresDecisionStore(role.dsn(), schema=pg_schema)
         return Coordinator(unique.job_id, [sink], store, one_phase=False)
 
@@ -324,7 +324,7 @@ def test_postgres_refusals_stop_the_job_at_start_with_the_fix(
         assert postgres.tls is not None
         extra["sslrootcert"] = str(postgres.tls.other_ca)
     before = schema_tables(postgres, pg_schema)
-    sink = PostgresSink(PostgresSinkConfig(role.dsn(**extra), events_table))
+    sink = PostgresSink(Postgres(role.dsn(**extra), events_table))
     refused_at_start(
         Coordinator(unique.job_id, [sink], LocalDirectoryStore(tmp_path / "store")),
         words,
@@ -345,7 +345,7 @@ def test_postgres_prepared_transactions_of_another_role_are_refused_at_start(
     other.grant_table("events")
     first = Coordinator(
         unique.job_id,
-        [PostgresSink(PostgresSinkConfig(owner.dsn(), events_table))],
+        [PostgresSink(Postgres(owner.dsn(), events_table))],
         PostgresDecisionStore(owner.dsn(), schema=pg_schema),
         one_phase=False,
     )
@@ -364,7 +364,7 @@ def test_postgres_prepared_transactions_of_another_role_are_refused_at_start(
     first.close()  # the first driver is gone: its sessions end, its prepared transaction stays
     second = Coordinator(
         unique.job_id,
-        [PostgresSink(PostgresSinkConfig(other.dsn(), events_table))],
+        [PostgresSink(Postgres(other.dsn(), events_table))],
         PostgresDecisionStore(other.dsn(), schema=pg_schema),
         one_phase=False,
     )
@@ -377,7 +377,7 @@ def test_postgres_prepared_transactions_of_another_role_are_refused_at_start(
         second.close()
         third = Coordinator(
             unique.job_id,
-            [PostgresSink(PostgresSinkConfig(owner.dsn(), events_table))],
+            [PostgresSink(Postgres(owner.dsn(), events_table))],
             PostgresDecisionStore(owner.dsn(), schema=pg_schema),
             one_phase=False,
         )

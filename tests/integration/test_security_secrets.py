@@ -24,8 +24,8 @@ from durable_sinks.cli import main
 from durable_sinks.coordinator import Coordinator
 from durable_sinks.core.errors import DurableSinkError
 from durable_sinks.manifest.postgres import PostgresDecisionStore
-from durable_sinks.sinks.kafka import KafkaSink, KafkaSinkConfig
-from durable_sinks.sinks.postgres import PostgresSink, PostgresSinkConfig
+from durable_sinks.sinks.kafka import Kafka, KafkaSink
+from durable_sinks.sinks.postgres import Postgres, PostgresSink
 from durable_sinks.sinks.s3 import S3Sink
 from durable_sinks.spark._observe import BatchObserver
 from tests.conftest import UniqueNames
@@ -119,14 +119,14 @@ def test_no_secret_in_anything_a_crash_and_recover_run_over_tls_produces(
 
     def parts() -> tuple[list[Any], PostgresDecisionStore]:
         sinks = [
-            PostgresSink(PostgresSinkConfig(role.dsn(), events_table)),
+            PostgresSink(Postgres(role.dsn(), events_table)),
             S3Sink(
                 s3_sink_config(
                     s3_https, s3_path, secret_access_key=s3_settings["secret_access_key"]
                 )
             ),
             KafkaSink(
-                KafkaSinkConfig(
+                Kafka(
                     kafka_endpoint.bootstrap_servers,
                     secure_topic,
                     request_timeout_s=20,
@@ -171,7 +171,7 @@ def test_no_secret_in_anything_a_crash_and_recover_run_over_tls_produces(
         unique.job_id,
         [
             KafkaSink(
-                KafkaSinkConfig(
+                Kafka(
                     kafka_endpoint.bootstrap_servers,
                     secure_topic,
                     request_timeout_s=20,

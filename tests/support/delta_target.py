@@ -18,7 +18,7 @@ from typing import Any
 import pyarrow as pa
 
 from durable_sinks.core import SinkConnector
-from durable_sinks.sinks.delta import DeltaSink, DeltaSinkConfig
+from durable_sinks.sinks.delta import Delta, DeltaSink
 from durable_sinks.testing import COLUMNS, SCHEMA, Row
 from tests.services import S3Endpoint
 from tests.support.s3_objects import delete_prefix, object_keys
@@ -80,12 +80,10 @@ class DeltaTarget:
         self._log: dict[str, list[dict[str, Any]]] = {}
         self._client: Any = None
 
-    def config(self) -> DeltaSinkConfig:
+    def config(self) -> Delta:
         if self.s3 is not None:
-            return DeltaSinkConfig(
-                **delta_s3_options(self.s3, self.path, name=self.name, **self.options)
-            )
-        return DeltaSinkConfig(path=self.path, name=self.name, **self.options)
+            return Delta(**delta_s3_options(self.s3, self.path, name=self.name, **self.options))
+        return Delta(path=self.path, name=self.name, **self.options)
 
     def connector(self) -> SinkConnector:
         return DeltaSink(self.config())

@@ -10,7 +10,7 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from durable_sinks.core import SinkConnector
-from durable_sinks.sinks.s3 import EpochMarker, S3Sink, S3SinkConfig
+from durable_sinks.sinks.s3 import S3, EpochMarker, S3Sink
 from durable_sinks.testing import COLUMNS, Row
 from tests.services import S3Endpoint
 from tests.support.s3_objects import delete_prefix, incomplete_uploads, object_keys
@@ -30,9 +30,9 @@ def s3_options(endpoint: S3Endpoint, path: str, **options: Any) -> dict[str, Any
     }
 
 
-def s3_sink_config(endpoint: S3Endpoint, path: str, **options: Any) -> S3SinkConfig:
+def s3_sink_config(endpoint: S3Endpoint, path: str, **options: Any) -> S3:
     """An S3 sink's settings for a test-bed server."""
-    return S3SinkConfig(**s3_options(endpoint, path, **options))
+    return S3(**s3_options(endpoint, path, **options))
 
 
 class S3Target:
@@ -51,7 +51,7 @@ class S3Target:
         self._markers: dict[str, EpochMarker] = {}
         self._rows: dict[str, list[Row]] = {}
 
-    def config(self) -> S3SinkConfig:
+    def config(self) -> S3:
         return s3_sink_config(
             self.endpoint, f"s3://{self.bucket}/{self.prefix}", name=self.name, **self.options
         )

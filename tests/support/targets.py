@@ -18,10 +18,10 @@ from psycopg import sql
 
 from durable_sinks.core import SinkConnector
 from durable_sinks.core.naming import owner_prefix
-from durable_sinks.sinks.files import STAGING, FileSink, FileSinkConfig
-from durable_sinks.sinks.kafka import KafkaSink, KafkaSinkConfig
+from durable_sinks.sinks.files import STAGING, Files, FileSink
+from durable_sinks.sinks.kafka import Kafka, KafkaSink
 from durable_sinks.sinks.kafka.admin import list_offsets
-from durable_sinks.sinks.postgres import PostgresSink, PostgresSinkConfig
+from durable_sinks.sinks.postgres import Postgres, PostgresSink
 from durable_sinks.testing import COLUMNS, BadRows, Row
 from tests.services import KafkaEndpoint, PostgresEndpoint
 
@@ -50,7 +50,7 @@ class FileTarget:
         self._cache: dict[tuple[str, int, int, int], list[Row]] = {}
 
     def connector(self) -> SinkConnector:
-        return self.sink_class(FileSinkConfig(str(self.path), name=self.name))
+        return self.sink_class(Files(str(self.path), name=self.name))
 
     def committed_rows(self) -> list[Row]:
         rows: list[Row] = []
@@ -126,7 +126,7 @@ class PostgresTarget:
 
     def connector(self) -> SinkConnector:
         return PostgresSink(
-            PostgresSinkConfig(
+            Postgres(
                 self.endpoint.conninfo(),
                 f"{self.schema}.{self.table}",
                 name=self.name,
@@ -247,8 +247,8 @@ class KafkaTarget:
         self._consumer.assign([TopicPartition(self.topic, p, 0) for p in range(self.PARTITIONS)])
         self._rows: list[Row] = []
 
-    def config(self) -> KafkaSinkConfig:
-        return KafkaSinkConfig(
+    def config(self) -> Kafka:
+        return Kafka(
             self.endpoint.bootstrap_servers,
             self.topic,
             name=self.name,

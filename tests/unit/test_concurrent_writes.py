@@ -16,7 +16,7 @@ from durable_sinks.coordinator import Coordinator, EpochOutcome
 from durable_sinks.coordinator._fanout import IN_FLIGHT
 from durable_sinks.core import SinkConnector, WriteResult
 from durable_sinks.manifest import LocalDirectoryStore
-from durable_sinks.sinks.files import FileSink, FileSinkConfig
+from durable_sinks.sinks.files import Files, FileSink
 from tests.support.faulty import Faulty
 from tests.unit.test_coordinator import FAST, batch, published, staged
 
@@ -57,7 +57,7 @@ class Slow(Faulty):
 
 
 def files(tmp_path: Path, name: str) -> FileSink:
-    return FileSink(FileSinkConfig(str(tmp_path / name), name=name))
+    return FileSink(Files(str(tmp_path / name), name=name))
 
 
 def coordinator(tmp_path: Path, *sinks: SinkConnector, concurrent: bool = True) -> Coordinator:

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from durable_sinks.core.errors import ConfigError
-from durable_sinks.sinks.files import FileSinkConfig
-from durable_sinks.sinks.kafka import KafkaSinkConfig
+from durable_sinks.sinks.files import Files
+from durable_sinks.sinks.kafka import Kafka
 from durable_sinks.sinks.kafka.config import bootstrap_hosts
-from durable_sinks.sinks.postgres import PostgresSinkConfig
+from durable_sinks.sinks.postgres import Postgres
 from durable_sinks.spark import JobOptions
 
 POSTGRES = {"dsn": "host=127.0.0.1 port=1", "table": "t"}
@@ -22,28 +22,28 @@ KAFKA = {"bootstrap_servers": "127.0.0.1:1", "topic": "events"}
 @pytest.mark.parametrize(
     ("build", "options", "message"),
     [
-        (PostgresSinkConfig, {"dsn": ""}, "`dsn` is empty"),
-        (PostgresSinkConfig, {"table": "a.b.c"}, "is not `table` or `schema.table`"),
-        (PostgresSinkConfig, {"mode": "merge"}, "is not 'append' or 'upsert'"),
-        (PostgresSinkConfig, {"mode": "upsert"}, "upsert mode needs `key`"),
-        (PostgresSinkConfig, {"key": ("id",)}, "only used in upsert mode"),
-        (PostgresSinkConfig, {"mode": "upsert", "key": ("a b",)}, "not a plain identifier"),
-        (PostgresSinkConfig, {"meta_schema": "x;y"}, "is not an identifier"),
-        (PostgresSinkConfig, {"participants_in_flight": 0}, "participants_in_flight"),
-        (KafkaSinkConfig, {"topic": "bad topic"}, "not a valid topic name"),
-        (KafkaSinkConfig, {"progress_topic": "events"}, "progress_topic must differ"),
-        (KafkaSinkConfig, {"key_column": "id", "value_column": "id"}, "more than one role"),
-        (KafkaSinkConfig, {"expected_epoch_s": 0}, "must be > 0"),
+        (Postgres, {"dsn": ""}, "`dsn` is empty"),
+        (Postgres, {"table": "a.b.c"}, "is not `table` or `schema.table`"),
+        (Postgres, {"mode": "merge"}, "is not 'append' or 'upsert'"),
+        (Postgres, {"mode": "upsert"}, "upsert mode needs `key`"),
+        (Postgres, {"key": ("id",)}, "only used in upsert mode"),
+        (Postgres, {"mode": "upsert", "key": ("a b",)}, "not a plain identifier"),
+        (Postgres, {"meta_schema": "x;y"}, "is not an identifier"),
+        (Postgres, {"participants_in_flight": 0}, "participants_in_flight"),
+        (Kafka, {"topic": "bad topic"}, "not a valid topic name"),
+        (Kafka, {"progress_topic": "events"}, "progress_topic must differ"),
+        (Kafka, {"key_column": "id", "value_column": "id"}, "more than one role"),
+        (Kafka, {"expected_epoch_s": 0}, "must be > 0"),
         (
-            KafkaSinkConfig,
+            Kafka,
             {"transaction_timeout_s": 10, "expected_epoch_s": 20},
             "must exceed",
         ),
-        (KafkaSinkConfig, {"producer_config": {"acks": 1}}, "which the sink owns"),
-        (KafkaSinkConfig, {"topic_partitions": 0}, "topic_partitions"),
-        (KafkaSinkConfig, {"request_timeout_s": 0}, "time-outs must be > 0"),
-        (FileSinkConfig, {"path": " "}, "`path` is empty"),
-        (FileSinkConfig, {"path": "/tmp/x", "compression": "lzma"}, "compression"),
+        (Kafka, {"producer_config": {"acks": 1}}, "which the sink owns"),
+        (Kafka, {"topic_partitions": 0}, "topic_partitions"),
+        (Kafka, {"request_timeout_s": 0}, "time-outs must be > 0"),
+        (Files, {"path": " "}, "`path` is empty"),
+        (Files, {"path": "/tmp/x", "compression": "lzma"}, "compression"),
         (JobOptions, {"job_id": ""}, "job_id"),
         (JobOptions, {"job_id": "j", "guarantee": "exactly-twice"}, "guarantee"),
         (JobOptions, {"job_id": "j", "execution": "cluster"}, "execution"),
@@ -55,7 +55,7 @@ KAFKA = {"bootstrap_servers": "127.0.0.1:1", "topic": "events"}
 def test_a_bad_setting_is_named_with_its_fix(
     build: Any, options: dict[str, Any], message: str
 ) -> None:
-    defaults = {PostgresSinkConfig: POSTGRES, KafkaSinkConfig: KAFKA}.get(build, {})
+    defaults = {Postgres: POSTGRES, Kafka: KAFKA}.get(build, {})
     with pytest.raises(ConfigError, match=message) as raised:
         build(**{**defaults, **options})
     assert raised.value.fix, f"{raised.value} has no fix"
@@ -88,7 +88,7 @@ def test_a_malformed_bootstrap_string_is_refused_when_configured(
     """Each of these made librdkafka drop or misread the entry and wait the whole request
     time-out (30 s by default) before a TransientError; now refused at once."""
     with pytest.raises(ConfigError, match=re.escape(message)) as raised:
-        KafkaSinkConfig(servers, "events")
+        Kafka(servers, "events")
     assert f"bootstrap_servers entry {servers.strip()!r} is malformed" in raised.value.message
     assert BOOTSTRAP_FIX in (raised.value.fix or "")
 
@@ -96,7 +96,7 @@ def test_a_malformed_bootstrap_string_is_refused_when_configured(
 @pytest.mark.parametrize("servers", [" ", ",", " , "])
 def test_a_bootstrap_string_naming_no_broker_is_refused(servers: str) -> None:
     with pytest.raises(ConfigError, match=r"`?bootstrap_servers`? (is empty|names no broker)") as e:
-        KafkaSinkConfig(servers, "events")
+        Kafka(servers, "events")
     assert BOOTSTRAP_FIX in (e.value.fix or "")
 
 
@@ -111,13 +111,13 @@ def test_a_bootstrap_string_naming_no_broker_is_refused(servers: str) -> None:
     ],
 )
 def test_what_librdkafka_accepts_is_accepted(servers: str, hosts: list[tuple[str, int]]) -> None:
-    KafkaSinkConfig(servers, "events")
+    Kafka(servers, "events")
     assert bootstrap_hosts(servers, "plaintext", "w") == hosts
 
 
 def test_a_bootstrap_prefix_matching_security_protocol_is_accepted() -> None:
     config = {"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN"}
-    KafkaSinkConfig("sasl_ssl://h:9093", "events", producer_config=config)
+    Kafka("sasl_ssl://h:9093", "events", producer_config=config)
 
 
 def test_a_topic_too_long_for_its_progress_topic_is_refused_when_configured() -> None:
@@ -125,16 +125,16 @@ def test_a_topic_too_long_for_its_progress_topic_is_refused_when_configured() ->
     data topic had been created. Names both, and both ways out."""
     topic = "t" * 249
     with pytest.raises(ConfigError) as raised:
-        KafkaSinkConfig("h:9092", topic, create_topic=True)
+        Kafka("h:9092", topic, create_topic=True)
     message, fix = raised.value.message, raised.value.fix or ""
     assert f"topic {topic!r} has 249 characters" in message
     assert f"its progress topic {topic + '-ds-progress'!r} would have 261" in message
     assert "at most 237 characters" in fix
     assert "progress_topic=" in fix
-    KafkaSinkConfig("h:9092", topic, progress_topic="events-progress")  # the way out
-    KafkaSinkConfig("h:9092", "t" * 237)  # the longest with a derived progress topic
+    Kafka("h:9092", topic, progress_topic="events-progress")  # the way out
+    Kafka("h:9092", "t" * 237)  # the longest with a derived progress topic
     with pytest.raises(ConfigError, match="would have 250"):
-        KafkaSinkConfig("h:9092", "t" * 238)
+        Kafka("h:9092", "t" * 238)
 
 
 @pytest.mark.parametrize(
@@ -144,7 +144,7 @@ def test_a_progress_topic_colliding_with_the_topic_is_refused(topic: str, progre
     """Kafka counts '.' and '_' as one character; both were created in one request and
     the broker let them collide."""
     with pytest.raises(ConfigError, match=r"differ only by|must differ") as raised:
-        KafkaSinkConfig("h:9092", topic, progress_topic=progress)
+        Kafka("h:9092", topic, progress_topic=progress)
     assert "progress_topic" in (raised.value.fix or "")
 
 
@@ -162,7 +162,7 @@ def test_producer_config_of_a_wrong_shape_is_refused_when_configured(
 ) -> None:
     """These escaped as AttributeError at open (`'list' object has no attribute 'items'`)."""
     with pytest.raises(ConfigError, match=re.escape(message)) as raised:
-        KafkaSinkConfig("h:9092", "events", producer_config=producer_config)
+        Kafka("h:9092", "events", producer_config=producer_config)
     assert fix in (raised.value.fix or "")
 
 
@@ -171,5 +171,5 @@ def test_a_secret_of_a_wrong_type_is_not_shown() -> None:
     with pytest.raises(
         ConfigError, match=re.escape("producer_config['sasl.password'] is ***")
     ) as e:
-        KafkaSinkConfig("h:9092", "events", producer_config={"sasl.password": [secret]})  # type: ignore[dict-item]
+        Kafka("h:9092", "events", producer_config={"sasl.password": [secret]})  # type: ignore[dict-item]
     assert secret not in str(e.value) + repr(e.value)

@@ -22,7 +22,7 @@ from durable_sinks.core.errors import (
     UsageError,
 )
 from durable_sinks.manifest import LocalDirectoryStore
-from durable_sinks.sinks.files import STAGING, FileSink, FileSinkConfig
+from durable_sinks.sinks.files import STAGING, Files, FileSink
 from tests.support.faulty import Faulty
 
 FAST = RetryPolicy(attempts=3, first_wait_s=0.001, max_wait_s=0.01)
@@ -33,7 +33,7 @@ def batch(epoch: int, n: int = 4) -> pa.RecordBatch:
 
 
 def files(tmp_path: Path, name: str) -> FileSink:
-    return FileSink(FileSinkConfig(str(tmp_path / name), name=name))
+    return FileSink(Files(str(tmp_path / name), name=name))
 
 
 #: The stream the tests' coordinators write (a replay of a decided epoch is then told from a

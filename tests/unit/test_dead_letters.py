@@ -30,7 +30,7 @@ from durable_sinks.core.bad_rows import (
 )
 from durable_sinks.core.errors import CapabilityError, ConfigError
 from durable_sinks.manifest import DecisionRecord, LocalDirectoryStore
-from durable_sinks.sinks.files import FileSink, FileSinkConfig
+from durable_sinks.sinks.files import Files, FileSink
 from durable_sinks.spark._options import JobOptions
 from tests.support.refusing_sink import NEGATIVE, RefusingFileSink
 
@@ -42,11 +42,11 @@ def rows(*values: int, prefix: str = "k") -> pa.RecordBatch:
 
 
 def target(tmp_path: Path, name: str = "t") -> RefusingFileSink:
-    return RefusingFileSink(FileSinkConfig(str(tmp_path / name), name=name))
+    return RefusingFileSink(Files(str(tmp_path / name), name=name))
 
 
 def files(tmp_path: Path, name: str) -> FileSink:
-    return FileSink(FileSinkConfig(str(tmp_path / name), name=name))
+    return FileSink(Files(str(tmp_path / name), name=name))
 
 
 def coordinator(
@@ -177,7 +177,7 @@ def test_a_sink_that_ignores_the_policy_still_fails_the_epoch(tmp_path: Path) ->
         ) -> pa.RecordBatch:
             return batch.filter(refused.kept_mask(batch.num_rows))
 
-    job = coordinator(tmp_path, [Careless(FileSinkConfig(str(tmp_path / "t"), name="t"))], None)
+    job = coordinator(tmp_path, [Careless(Files(str(tmp_path / "t"), name="t"))], None)
     with pytest.raises(BadRowsError, match="1 of 2 rows cannot be written"):
         job.run_epoch(0, [rows(1, -2)])
     assert committed(tmp_path, "t") == []
@@ -301,7 +301,7 @@ def test_add_columns_needs_targets_that_evolve(tmp_path: Path) -> None:
 
     job = Coordinator(
         "job",
-        [Fixed(FileSinkConfig(str(tmp_path / "t"), name="t"))],
+        [Fixed(Files(str(tmp_path / "t"), name="t"))],
         LocalDirectoryStore(tmp_path / "store"),
         policy=WritePolicy(schema_evolution=SchemaEvolution.ADD_COLUMNS),
     )

@@ -21,11 +21,11 @@ from durable_sinks.core.errors import (
     TransientError,
 )
 from durable_sinks.sinks import create, kinds
-from durable_sinks.sinks.files import STAGING, FileSink, FileSinkConfig
+from durable_sinks.sinks.files import STAGING, Files, FileSink
 
 
 def opened(path: Path, generation: int = 1, job: str = "job") -> FileSink:
-    sink = FileSink(FileSinkConfig(str(path)))
+    sink = FileSink(Files(str(path)))
     sink.open(OpenContext(job, "files", generation))
     return sink
 
@@ -62,7 +62,7 @@ def test_protocol_and_registry(tmp_path: Path) -> None:
 )
 def test_bad_config_is_refused_when_built(config: dict[str, str], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
-        FileSinkConfig(**config)  # type: ignore[arg-type]
+        Files(**config)  # type: ignore[arg-type]
 
 
 def test_wrong_schema_fails_before_prepare_and_leaves_nothing(tmp_path: Path) -> None:

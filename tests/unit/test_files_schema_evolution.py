@@ -18,8 +18,8 @@ from durable_sinks.core.errors import SchemaMismatchError
 from durable_sinks.core.evolution import conform, evolve, schema_of_text, schema_text, unify
 from durable_sinks.sinks.files import (
     STAGING,
+    Files,
     FileSink,
-    FileSinkConfig,
     committed_dataset,
     committed_schema,
 )
@@ -28,7 +28,7 @@ EVOLVING = WritePolicy(schema_evolution=SchemaEvolution.ADD_COLUMNS)
 
 
 def opened(path: Path, generation: int = 1, policy: WritePolicy = EVOLVING) -> FileSink:
-    sink = FileSink(FileSinkConfig(str(path), fsync=False))
+    sink = FileSink(Files(str(path), fsync=False))
     sink.open(OpenContext("job", "files", generation, policy=policy))
     return sink
 

@@ -12,10 +12,10 @@ from hypothesis import strategies as st
 
 from durable_sinks.core.errors import ConfigError
 from durable_sinks.core.naming import ParticipantName
-from durable_sinks.sinks.files import FileSinkConfig
-from durable_sinks.sinks.kafka import KafkaSinkConfig
-from durable_sinks.sinks.postgres import PostgresSinkConfig
-from durable_sinks.sinks.s3 import S3SinkConfig
+from durable_sinks.sinks.files import Files
+from durable_sinks.sinks.kafka import Kafka
+from durable_sinks.sinks.postgres import Postgres
+from durable_sinks.sinks.s3 import S3
 
 #: Names an attacker (or an unlucky column) would try.
 KNOWN_BAD = [
@@ -70,7 +70,7 @@ def test_table_names_are_plain_identifiers_or_refused(name: str) -> None:
         parts = table.split(".")
         refused_or(
             len(parts) <= 2 and all(PG_PART.match(p) for p in parts),
-            lambda table=table: PostgresSinkConfig("host=db dbname=app", table),
+            lambda table=table: Postgres("host=db dbname=app", table),
         )
 
 
@@ -78,8 +78,8 @@ def test_table_names_are_plain_identifiers_or_refused(name: str) -> None:
 @given(name=HOSTILE)
 def test_topic_names_are_kafka_legal_or_refused(name: str) -> None:
     legal = bool(KAFKA_TOPIC.match(name)) and name not in (".", "..")
-    refused_or(legal, lambda: KafkaSinkConfig("broker:9092", name))
-    refused_or(legal, lambda: KafkaSinkConfig("broker:9092", "events", progress_topic=name))
+    refused_or(legal, lambda: Kafka("broker:9092", name))
+    refused_or(legal, lambda: Kafka("broker:9092", "events", progress_topic=name))
 
 
 @settings(max_examples=300, deadline=None)
@@ -88,7 +88,7 @@ def test_bucket_names_are_s3_legal_or_refused(name: str) -> None:
     """What reaches S3 as the bucket is a legal bucket name (a name with a `/` is read as
     a bucket and a prefix: `000/` is bucket `000`)."""
     try:
-        config = S3SinkConfig(f"s3://{name}/events", endpoint_url="http://127.0.0.1:1")
+        config = S3(f"s3://{name}/events", endpoint_url="http://127.0.0.1:1")
     except ConfigError:
         return
     bucket = config.location.bucket
@@ -103,7 +103,7 @@ def test_prefixes_stay_under_their_bucket(name: str) -> None:
     """An accepted prefix has no empty, `.` or `..` segment and no control character: its
     keys cannot climb out of it on servers or tools that treat keys as paths."""
     try:
-        config = S3SinkConfig(f"s3://bucket/{name}", endpoint_url="http://127.0.0.1:1")
+        config = S3(f"s3://bucket/{name}", endpoint_url="http://127.0.0.1:1")
     except ConfigError:
         return
     location = config.location
@@ -130,5 +130,5 @@ def test_job_and_sink_names_in_participant_names_are_safe(job: str, sink: str) -
 @given(name=HOSTILE)
 def test_sink_names_that_could_name_a_folder_are_plain_or_refused(name: str) -> None:
     plain = name not in ("", ".", "..") and not re.search(r"[/\\\x00-\x1f\x7f]", name)
-    refused_or(plain, lambda: FileSinkConfig("/data/out", name=name))
-    refused_or(plain, lambda: S3SinkConfig("s3://bucket/p", name=name))
+    refused_or(plain, lambda: Files("/data/out", name=name))
+    refused_or(plain, lambda: S3("s3://bucket/p", name=name))

@@ -14,13 +14,13 @@ import pytest
 from durable_sinks.coordinator import Coordinator
 from durable_sinks.core.errors import CorruptRecordError
 from durable_sinks.manifest import LocalDirectoryStore
-from durable_sinks.sinks.files import MARKER, STAGING, FileSink, FileSinkConfig
+from durable_sinks.sinks.files import MARKER, STAGING, Files, FileSink
 
 
 def job(tmp_path: Path) -> Coordinator:
     return Coordinator(
         "job",
-        [FileSink(FileSinkConfig(str(tmp_path / "out"), name="out"))],
+        [FileSink(Files(str(tmp_path / "out"), name="out"))],
         LocalDirectoryStore(tmp_path / "store"),
         source="query-1",
     )

@@ -7,7 +7,7 @@ import pytest
 
 from durable_sinks.core import DecisionHost, DecisionHostingSink
 from durable_sinks.core.errors import ManifestCorruptError
-from durable_sinks.sinks.kafka import KafkaDecisionHost, KafkaSink, KafkaSinkConfig
+from durable_sinks.sinks.kafka import Kafka, KafkaDecisionHost, KafkaSink
 from durable_sinks.sinks.kafka.progress import (
     encode_fence,
     fence_holder,
@@ -39,7 +39,7 @@ def test_the_fence_holder_is_the_newest_generation_found() -> None:
 
 
 def test_a_kafka_sink_offers_a_host_of_its_own_built_from_its_configuration() -> None:
-    config = KafkaSinkConfig("127.0.0.1:1", "orders", name="out")
+    config = Kafka("127.0.0.1:1", "orders", name="out")
     sink = KafkaSink(config)  # connects to nothing until used
     assert isinstance(sink, DecisionHostingSink)
     host = sink.decision_host()

@@ -24,7 +24,7 @@ from durable_sinks.core.errors import (
 )
 from durable_sinks.core.joblog import JobLogger
 from durable_sinks.core.protocol import CommitHandle, OpenContext
-from durable_sinks.sinks.kafka import KafkaSink, KafkaSinkConfig, admin, sink
+from durable_sinks.sinks.kafka import Kafka, KafkaSink, admin, sink
 from durable_sinks.sinks.kafka.admin import ATTEMPT_TIMEOUT_S, Cluster
 from durable_sinks.sinks.kafka.producer import TransactionalProducer
 from durable_sinks.sinks.kafka.progress import ProgressReader
@@ -91,8 +91,8 @@ class FakeProducer:
         pass
 
 
-def config() -> KafkaSinkConfig:
-    return KafkaSinkConfig(
+def config() -> Kafka:
+    return Kafka(
         "127.0.0.1:1",
         "events",
         request_timeout_s=0.4,

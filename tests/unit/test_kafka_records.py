@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from durable_sinks.core.errors import ConfigError, ManifestCorruptError
 from durable_sinks.core.joblog import JobLogger
 from durable_sinks.core.redaction import redact
-from durable_sinks.sinks.kafka import KafkaSinkConfig
+from durable_sinks.sinks.kafka import Kafka
 from durable_sinks.sinks.kafka.producer import TransactionalProducer
 from durable_sinks.sinks.kafka.progress import (
     ProgressRecord,
@@ -131,7 +131,7 @@ def test_progress_records_round_trip_and_refuse_garbage() -> None:
 
 
 def test_secrets_are_redacted_in_the_config_repr() -> None:
-    config = KafkaSinkConfig(
+    config = Kafka(
         "b:9092",
         "events",
         producer_config={"sasl.password": "hunter2", "ssl.key.password": "k", "linger.ms": 5},
@@ -154,23 +154,23 @@ def test_secrets_are_redacted_in_the_config_repr() -> None:
 def test_every_client_tries_a_lost_broker_again_within_a_second_unless_told_otherwise() -> None:
     """librdkafka's own cap (10 s) left a broker back from a restart unused for seconds."""
 
-    def producer_settings(config: KafkaSinkConfig) -> dict[str, Any]:
+    def producer_settings(config: Kafka) -> dict[str, Any]:
         log = JobLogger("job", "kafka", component="sinks.kafka")
         where: dict[str, Any] = {"job": "job", "sink": "kafka"}
         return TransactionalProducer(config, "t", lambda _: where, log).settings()
 
-    config = KafkaSinkConfig("b:9092", "events")
+    config = Kafka("b:9092", "events")
     assert producer_settings(config)["reconnect.backoff.max.ms"] == 1000
     assert config.connection_settings()["reconnect.backoff.max.ms"] == 1000
-    told = KafkaSinkConfig("b:9092", "events", producer_config={"reconnect.backoff.max.ms": 50})
+    told = Kafka("b:9092", "events", producer_config={"reconnect.backoff.max.ms": 50})
     assert producer_settings(told)["reconnect.backoff.max.ms"] == 50
     assert told.connection_settings()["reconnect.backoff.max.ms"] == 50
 
 
 def test_the_progress_topic_defaults_beside_the_topic_and_must_differ() -> None:
-    assert KafkaSinkConfig("b:9092", "events").progress_topic_name == "events-ds-progress"
+    assert Kafka("b:9092", "events").progress_topic_name == "events-ds-progress"
     with pytest.raises(ConfigError, match="must differ"):
-        KafkaSinkConfig("b:9092", "events", progress_topic="events")
+        Kafka("b:9092", "events", progress_topic="events")
 
 
 def test_json_values_are_iso_timestamps_and_valid_json() -> None:

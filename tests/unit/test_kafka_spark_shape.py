@@ -12,7 +12,7 @@ import pytest
 
 from durable_sinks.core.bad_rows import RefusalReason
 from durable_sinks.core.errors import ConfigError
-from durable_sinks.sinks.kafka import KafkaSinkConfig
+from durable_sinks.sinks.kafka import Kafka
 from durable_sinks.sinks.kafka.config import JSON_SHAPE, SPARK_SHAPE
 from durable_sinks.sinks.kafka.spark_shape import (
     build_spark_records,
@@ -50,8 +50,8 @@ def spark_batch() -> pa.RecordBatch:
     )
 
 
-def config(**options: Any) -> KafkaSinkConfig:
-    return KafkaSinkConfig("127.0.0.1:9092", "events", **options)
+def config(**options: Any) -> Kafka:
+    return Kafka("127.0.0.1:9092", "events", **options)
 
 
 # -- which shape -----------------------------------------------------------------------------

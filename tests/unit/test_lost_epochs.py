@@ -19,7 +19,7 @@ from durable_sinks.core import CommitHandle, DeliveryGuarantee
 from durable_sinks.core.bad_rows import BadRowCap, BadRowPolicy, WritePolicy
 from durable_sinks.core.errors import EpochOrderError, ParticipantLostError
 from durable_sinks.manifest import LocalDirectoryStore
-from durable_sinks.sinks.files import STAGING, FileSink, FileSinkConfig
+from durable_sinks.sinks.files import STAGING, Files, FileSink
 from tests.support.journal_sink import JournalSink
 from tests.support.refusing_sink import RefusingFileSink
 
@@ -30,7 +30,7 @@ def rows(epoch: int, *values: int) -> list[pa.RecordBatch]:
 
 
 def files(tmp_path: Path, name: str) -> FileSink:
-    return FileSink(FileSinkConfig(str(tmp_path / name), name=name))
+    return FileSink(Files(str(tmp_path / name), name=name))
 
 
 def job(tmp_path: Path, *names: str, recover: bool = True, **kwargs: object) -> Coordinator:
@@ -216,7 +216,7 @@ def test_a_sink_left_out_of_the_newest_epoch_is_not_asked_for_it(tmp_path: Path)
     def with_dead_letters() -> Coordinator:
         made = Coordinator(
             "job",
-            [RefusingFileSink(FileSinkConfig(str(tmp_path / "t"), name="t"))],
+            [RefusingFileSink(Files(str(tmp_path / "t"), name="t"))],
             LocalDirectoryStore(tmp_path / "store"),
             policy=WritePolicy(BadRowPolicy.DEAD_LETTER),
             dead_letter=files(tmp_path, "dl"),
@@ -286,7 +286,7 @@ def test_losses_are_not_looked_for_where_nothing_can_tell(tmp_path: Path, case: 
         lose(tmp_path, "b", 0, 1)
         forgetful = Coordinator(
             "job",
-            [files(tmp_path, "a"), Forgetful(FileSinkConfig(str(tmp_path / "b"), name="b"))],
+            [files(tmp_path, "a"), Forgetful(Files(str(tmp_path / "b"), name="b"))],
             LocalDirectoryStore(tmp_path / "store"),
         )
         forgetful.start()

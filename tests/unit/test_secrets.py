@@ -11,8 +11,8 @@ import pytest
 from durable_sinks.core.errors import ConfigError
 from durable_sinks.core.s3 import S3Connection
 from durable_sinks.core.secrets import resolve, resolve_settings
-from durable_sinks.sinks.kafka import KafkaSinkConfig
-from durable_sinks.sinks.postgres import PostgresSinkConfig
+from durable_sinks.sinks.kafka import Kafka
+from durable_sinks.sinks.postgres import Postgres
 
 SECRET = "pa$$-w0rd}{with:odd"
 
@@ -52,23 +52,21 @@ def test_settings_keep_the_reference_and_are_refused_when_built(
     """The settings objects hold the reference (so reprs and pickles hold no secret); a
     reference that cannot be resolved on the driver is refused when they are built."""
     monkeypatch.setenv("DS_TEST_SECRET", SECRET)
-    kafka = KafkaSinkConfig(
+    kafka = Kafka(
         "broker:9092", "events", producer_config={"sasl.password": "${env:DS_TEST_SECRET}"}
     )
     assert kafka.connection_settings().get("sasl.password") == SECRET
     assert SECRET.encode() not in pickle.dumps(kafka)
     assert SECRET not in repr(kafka)
-    pg = PostgresSinkConfig("host=db user=u password=${env:DS_TEST_SECRET}", "public.events")
+    pg = Postgres("host=db user=u password=${env:DS_TEST_SECRET}", "public.events")
     assert SECRET.encode() not in pickle.dumps(pg)
     s3 = S3Connection(access_key_id="${env:DS_TEST_SECRET}", secret_access_key="k")
     assert SECRET not in repr(s3)
     monkeypatch.delenv("DS_TEST_SECRET")
     with pytest.raises(ConfigError, match="DS_TEST_SECRET"):
-        KafkaSinkConfig(
-            "broker:9092", "events", producer_config={"sasl.password": "${env:DS_TEST_SECRET}"}
-        )
+        Kafka("broker:9092", "events", producer_config={"sasl.password": "${env:DS_TEST_SECRET}"})
     with pytest.raises(ConfigError, match="DS_TEST_SECRET"):
-        PostgresSinkConfig("host=db user=u password=${env:DS_TEST_SECRET}", "public.events")
+        Postgres("host=db user=u password=${env:DS_TEST_SECRET}", "public.events")
     with pytest.raises(ConfigError, match="DS_TEST_SECRET"):
         S3Connection(access_key_id="a", secret_access_key="${env:DS_TEST_SECRET}")
 

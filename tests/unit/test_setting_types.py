@@ -14,8 +14,8 @@ import pytest
 
 from durable_sinks import ConfigError, durable_sink, sink
 from durable_sinks.core.settings import from_strings
-from durable_sinks.sinks.kafka import KafkaSinkConfig
-from durable_sinks.sinks.postgres import PostgresSinkConfig
+from durable_sinks.sinks.kafka import Kafka
+from durable_sinks.sinks.postgres import Postgres
 from durable_sinks.spark import JobOptions
 
 DSN = "host=127.0.0.1 port=1 dbname=x user=u password=sekrit-pw"
@@ -117,7 +117,7 @@ def test_a_secret_of_the_wrong_type_is_not_shown() -> None:
 
 def test_spark_string_options_are_read_as_the_declared_types() -> None:
     read = from_strings(
-        PostgresSinkConfig,
+        Postgres,
         {"table": "123", "create_table": "true", "connect_timeout_s": "5", "key": "a,b"},
     )
     assert read == {
@@ -126,9 +126,9 @@ def test_spark_string_options_are_read_as_the_declared_types() -> None:
         "connect_timeout_s": 5,
         "key": ("a", "b"),
     }
-    read = from_strings(KafkaSinkConfig, {"request_timeout_s": "2.5", "value_column": "None"})
+    read = from_strings(Kafka, {"request_timeout_s": "2.5", "value_column": "None"})
     assert read == {"request_timeout_s": 2.5, "value_column": "None"}
     read = from_strings(JobOptions, {"one_phase": "false", "retain_epochs": "7"})
     assert read == {"one_phase": False, "retain_epochs": 7}
     # What does not read as its type stays a string, and the check then names it.
-    assert from_strings(PostgresSinkConfig, {"create_table": "maybe"}) == {"create_table": "maybe"}
+    assert from_strings(Postgres, {"create_table": "maybe"}) == {"create_table": "maybe"}

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import pickle
 from collections.abc import Iterator
-from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
 from durable_sinks.core import DeliveryGuarantee
-from durable_sinks.core.errors import ConfigError, DeprecatedOptionWarning
+from durable_sinks.core.errors import ConfigError
 from durable_sinks.manifest import LocalDirectoryStore, store_from
 from durable_sinks.manifest._choose import is_postgres_dsn
 from durable_sinks.manifest.postgres import PostgresDecisionStore
@@ -83,9 +82,7 @@ def test_job_options_are_split_from_sink_options() -> None:
         ({"job_id": "  "}, "job_id"),
         ({"job_id": "j", "guarantee": "exactly-twice"}, "guarantee"),
         ({"job_id": "j", "execution": "cluster"}, "execution"),
-        ({"job_id": "j", "mode": "cluster"}, "neither a sink's mode"),
-        ({"job_id": "j", "mode": "driver", "execution": "executor"}, "same option"),
-        ({"job_id": "j", "mode": "driver", "execution": "driver"}, "same option"),
+        ({"job_id": "j", "mode": "driver", "execution": "executor"}, "the sink's option"),
         ({"job_id": "j", "max_rows_in_memory": 0}, "max_rows_in_memory"),
         ({"job_id": "j", "driver_read": "collect"}, "driver_read"),
         ({"job_id": "j", "retain_epochs": 0}, "retain_epochs"),
@@ -146,21 +143,10 @@ def test_execution_has_its_own_name_and_mode_is_the_postgres_sinks() -> None:
     assert rest == {"mode": "append"}
 
 
-def test_the_old_spelling_of_execution_still_works_with_a_deprecation_warning(
-    tmp_path: Path,
-) -> None:
-    with pytest.warns(DeprecatedOptionWarning, match=r"option mode is deprecated: write execution"):
-        job, rest = JobOptions.split({"job_id": "j", "mode": "executor"})
-    assert job.execution == "executor"
-    assert rest == {}
-    with pytest.warns(DeprecatedOptionWarning, match="mode='driver' or 'executor'") as caught:
-        writer = durable_sink(
-            "files", path=str(tmp_path / "out"), job_id="j", mode="driver", decision_store=tmp_path
-        )
-    writer.close()
-    assert writer.options.execution == "driver"
-    # It points at the caller's line, where the fix goes.
-    assert caught[0].filename == __file__
+def test_mode_driver_or_executor_is_refused_naming_execution() -> None:
+    with pytest.raises(ConfigError, match="is the sink's option") as raised:
+        JobOptions.split({"job_id": "j", "mode": "executor"})
+    assert raised.value.fix == "execution='executor'"
 
 
 def test_data_source_options_are_read_from_spark_strings() -> None:
@@ -208,11 +194,7 @@ def test_data_source_options_are_read_from_spark_strings() -> None:
         ({"job_id": "j", "sinks": "[1]"}, "JSON list of objects"),
         ({"job_id": "j", "sinks": "[]", "table": "t"}, "go inside each sink"),
         ({"job_id": "j", "kind": "files", "path2": "x", "execution": "driver"}, "always writes"),
-        pytest.param(
-            {"job_id": "j", "kind": "files", "path2": "x", "mode": "driver"},
-            "always writes",
-            marks=pytest.mark.filterwarnings("ignore::durable_sinks.DeprecatedOptionWarning"),
-        ),
+        ({"job_id": "j", "kind": "files", "path2": "x", "mode": "driver"}, "sink's option"),
     ],
 )
 def test_bad_data_source_options_name_the_fix(options: dict[str, str], names: str) -> None:

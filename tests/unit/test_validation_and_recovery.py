@@ -10,14 +10,14 @@ from durable_sinks.coordinator import Resolution, resolve, validate
 from durable_sinks.core import CommitHandle, DeliveryGuarantee, SinkCapabilities
 from durable_sinks.core.errors import CapabilityError, ConfigError
 from durable_sinks.manifest import DecisionRecord, LocalDirectoryStore, MemoryDecisionStore
-from durable_sinks.sinks.files import FileSink, FileSinkConfig
-from durable_sinks.sinks.postgres import PostgresSink, PostgresSinkConfig
+from durable_sinks.sinks.files import Files, FileSink
+from durable_sinks.sinks.postgres import Postgres, PostgresSink
 from tests.support.journal_sink import JournalSink
 
 
 class Limited(FileSink):
     def __init__(self, path: Path, name: str, caps: SinkCapabilities) -> None:
-        super().__init__(FileSinkConfig(str(path), name=name))
+        super().__init__(Files(str(path), name=name))
         self._caps = caps
 
     def capabilities(self) -> SinkCapabilities:
@@ -25,7 +25,7 @@ class Limited(FileSink):
 
 
 def files(path: Path, name: str = "files") -> FileSink:
-    return FileSink(FileSinkConfig(str(path / name), name=name))
+    return FileSink(Files(str(path / name), name=name))
 
 
 def test_a_plain_file_job_validates(tmp_path: Path) -> None:
@@ -83,7 +83,7 @@ def test_a_lone_sink_that_can_carry_the_decision_is_committed_in_one_phase(
     tmp_path: Path,
 ) -> None:
     # Building a PostgresSink connects to nothing: validation is pure logic.
-    lone = PostgresSink(PostgresSinkConfig("host=127.0.0.1 dbname=none", "public.events"))
+    lone = PostgresSink(Postgres("host=127.0.0.1 dbname=none", "public.events"))
     store = LocalDirectoryStore(tmp_path)
     assert validate("job", [lone], store) is lone
     assert validate("job", [lone], store, one_phase=False) is None

@@ -38,9 +38,6 @@ executors back to the driver).
     │   └── ManifestCorruptError     ... a decision record (also a ManifestError)
     └── ManifestError                the decision store cannot be read or written
         └── ManifestCorruptError
-
-One warning: DeprecatedOptionWarning (a FutureWarning, so Python shows it by default) when an
-option is given by an older name, unit or value that is still accepted (core/settings.py).
 """
 
 from __future__ import annotations
@@ -326,9 +323,3 @@ class OutageError(TransientError):
             "recovers and writes (or finishes) the batch exactly once; to ride out longer "
             "outages without stopping, raise outage_tolerance_s",
         )
-
-
-class DeprecatedOptionWarning(FutureWarning):
-    """An option was given by an older name, unit or value, still accepted: the message names
-    the old and the current spelling and any unit conversion applied. Write the current one;
-    the older spellings will be removed in a later release."""

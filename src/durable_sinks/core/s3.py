@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from .errors import ConfigError, DurableSinkError, TransientError, UnreachableError
 from .secrets import check, resolve
-from .settings import accepts_renamed
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -101,7 +100,6 @@ class S3Location:
         return f"s3://{self.bucket}/{self.prefix}" if self.prefix else f"s3://{self.bucket}"
 
 
-@accepts_renamed("s3_connection", "S3Connection")
 @dataclass(frozen=True)
 class S3Connection:
     """How to reach the server (picklable: built where the sink or store runs).

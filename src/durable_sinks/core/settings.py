@@ -11,12 +11,7 @@ Values of settings whose name marks them secret (`dsn`, `producer_config`, passw
 never shown, only their type.
 
 One idea has one name and one unit everywhere: durations are seconds (a number, names ending
-in `_s`), sizes bytes (names ending in `_bytes`). `RENAMED` is the one table of older
-spellings still accepted: `current_names` rewrites them (converting the unit) with a
-DeprecatedOptionWarning, for the string form (`durable_sink("kafka", ...)`, `sink(...)`, job
-files, the data source's options); `accepts_renamed` makes a class's constructor do the same
-for keywords (`S3(max_object_bytes=...)`, at run time: type checkers know only the current
-names), and `current_values` rewrites older values (`Delta(mode="merge")`).
+in `_s`), sizes bytes (names ending in `_bytes`).
 """
 
 from __future__ import annotations
@@ -25,197 +20,17 @@ import contextlib
 import dataclasses
 import difflib
 import enum
-import functools
 import os
 import types
 import typing
-import warnings
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal
 
-from .errors import ConfigError, DeprecatedOptionWarning
+from .errors import ConfigError
 from .redaction import is_secret
 
 #: Settings whose values are never shown in a message (besides names `is_secret` flags).
 SECRET_SETTINGS = frozenset({"dsn", "producer_config", "decision_store"})
-
-
-@dataclass(frozen=True)
-class RenamedOption:
-    """An option's older name (and unit), still accepted with a DeprecatedOptionWarning."""
-
-    old: str
-    new: str
-    #: How an older value becomes a current one (None: unchanged).
-    convert: Callable[[Any], Any] | None = None
-    #: The conversion (or the values the older name stands for) in words, for the warning
-    #: ("milliseconds -> seconds, divided by 1000").
-    note: str | None = None
-    #: Which values of the older name are this option (None: all); the name means something
-    #: else for the others.
-    when: Callable[[Any], bool] | None = None
-
-
-@dataclass(frozen=True)
-class RenamedValue:
-    """An older value of an option, still accepted with a DeprecatedOptionWarning."""
-
-    option: str
-    old: str
-    new: str
-
-
-def _scaled(factor: float) -> Callable[[Any], Any]:
-    """Multiply a number (or a string that reads as one: Spark options, job files) by
-    `factor`; anything else is left for the type check to name."""
-
-    def convert(value: Any) -> Any:
-        if isinstance(value, str):
-            with contextlib.suppress(ValueError):
-                value = float(value)
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return value * factor
-        return value
-
-    return convert
-
-
-_MS = _scaled(1 / 1000)
-_MS_WORDS = "milliseconds -> seconds, divided by 1000"
-_DAYS = _scaled(86_400)
-_DAYS_WORDS = "days -> seconds, multiplied by 86400"
-
-#: Every older spelling still accepted, by where it is given: a sink kind (its string form and
-#: its configuration class), "job" (durable_sink's own options), or the constructor of the
-#: Postgres decision store, of S3Connection (the S3 decision store's) or of RetryPolicy (the
-#: job option commit_retry).
-RENAMED: Mapping[str, tuple[RenamedOption | RenamedValue, ...]] = {
-    "postgres": (RenamedOption("connect_timeout", "connect_timeout_s"),),
-    "kafka": (
-        RenamedOption("transaction_timeout_ms", "transaction_timeout_s", _MS, _MS_WORDS),
-        RenamedOption("expected_epoch_ms", "expected_epoch_s", _MS, _MS_WORDS),
-    ),
-    "s3": (
-        RenamedOption("connect_timeout", "connect_timeout_s"),
-        RenamedOption("read_timeout", "read_timeout_s"),
-        RenamedOption("part_size", "part_size_bytes"),
-        RenamedOption("max_object_bytes", "max_file_bytes"),
-        RenamedOption("recovery_window_days", "recovery_window_s", _DAYS, _DAYS_WORDS),
-    ),
-    "delta": (
-        RenamedOption("connect_timeout", "connect_timeout_s"),
-        RenamedOption("read_timeout", "read_timeout_s"),
-        RenamedValue("mode", "merge", "upsert"),
-    ),
-    "files": (),
-    "job": (
-        RenamedOption(
-            "mode",
-            "execution",
-            note="for mode='driver' or 'executor'; mode is otherwise the sink's own",
-            when=lambda value: value in ("driver", "executor"),
-        ),
-    ),
-    "postgres_store": (RenamedOption("connect_timeout", "connect_timeout_s"),),
-    "s3_connection": (
-        RenamedOption("connect_timeout", "connect_timeout_s"),
-        RenamedOption("read_timeout", "read_timeout_s"),
-    ),
-    "retry_policy": (
-        RenamedOption("max_seconds", "tolerance_s"),
-        RenamedOption("first_wait", "first_wait_s"),
-        RenamedOption("max_wait", "max_wait_s"),
-    ),
-}
-
-
-def current_names(
-    scope: str,
-    options: Mapping[str, Any],
-    where: str,
-    *,
-    job: str | None = None,
-    stacklevel: int = 3,
-) -> dict[str, Any]:
-    """`options` with every older spelling `RENAMED[scope]` lists (names, units, values)
-    rewritten to the current one, each with a DeprecatedOptionWarning naming both and the
-    conversion. An older and a current name given together is a ConfigError (which one
-    was meant is unknown). A scope the table does not know (a plugin's kind) passes
-    unchanged."""
-    current = dict(options)
-    for renamed in RENAMED.get(scope, ()):
-        if isinstance(renamed, RenamedValue):
-            if current.get(renamed.option) == renamed.old:
-                _warn_value(renamed, where, stacklevel)
-                current[renamed.option] = renamed.new
-            continue
-        if renamed.old not in current:
-            continue
-        if renamed.when is not None and not renamed.when(current[renamed.old]):
-            continue
-        if renamed.new in current:
-            raise ConfigError(
-                f"{where}: {renamed.old} and {renamed.new} are the same option (the older "
-                f"and the current name)",
-                job=job,
-                fix=f"give only {renamed.new}=...",
-            )
-        value = current.pop(renamed.old)
-        current[renamed.new] = renamed.convert(value) if renamed.convert else value
-        note = f" ({renamed.note})" if renamed.note else ""
-        warnings.warn(
-            f"{where}: option {renamed.old} is deprecated: write {renamed.new}{note}",
-            DeprecatedOptionWarning,
-            stacklevel=stacklevel,
-        )
-    return current
-
-
-C = TypeVar("C", bound=type)
-
-
-def accepts_renamed(scope: str, what: str | None = None) -> Callable[[C], C]:
-    """Class decorator: the constructor also takes the older keyword names `RENAMED[scope]`
-    lists, rewritten by `current_names` (warning, unit conversion, ConfigError for an older
-    and a current name together). `what` names the class in messages (default: the sink
-    `scope` and its `name=`). The signature type checkers and IDEs see is unchanged: only
-    the current names."""
-
-    def decorate(cls: C) -> C:
-        init: Callable[..., None] = cls.__init__  # type: ignore[misc]
-
-        @functools.wraps(init)
-        def init_with_older_names(self: Any, *args: Any, **kwargs: Any) -> None:
-            if kwargs:
-                name = kwargs.get("name", scope)
-                where = what or (f"{scope} sink {name!r}" if isinstance(name, str) else scope)
-                kwargs = current_names(scope, kwargs, where, stacklevel=3)
-            init(self, *args, **kwargs)
-
-        cls.__init__ = init_with_older_names  # type: ignore[misc]
-        return cls
-
-    return decorate
-
-
-def current_values(config: Any, scope: str, where: str, *, stacklevel: int = 4) -> None:
-    """The typed form's counterpart of `current_names`: a frozen configuration object built
-    with an older value (`Delta(mode="merge")`) gets the current one, with the warning.
-    Called from the configuration class's `__post_init__`."""
-    for renamed in RENAMED.get(scope, ()):
-        if isinstance(renamed, RenamedValue) and getattr(config, renamed.option) == renamed.old:
-            _warn_value(renamed, where, stacklevel)
-            object.__setattr__(config, renamed.option, renamed.new)
-
-
-def _warn_value(renamed: RenamedValue, where: str, stacklevel: int) -> None:
-    warnings.warn(
-        f"{where}: {renamed.option}={renamed.old!r} is deprecated: write "
-        f"{renamed.option}={renamed.new!r} (the same behaviour)",
-        DeprecatedOptionWarning,
-        stacklevel=stacklevel + 1,
-    )
 
 
 def settings_of(config: Any) -> dict[str, Any]:

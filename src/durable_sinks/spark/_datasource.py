@@ -72,8 +72,6 @@ def parse_options(options: Mapping[str, str]) -> tuple[list[SinkSpec], JobOption
     values = from_strings(JobOptions, {k: v for k, v in raw.items() if k in job_names})
     config_class = sinks.config_class_of(kind) if kind is not None else None
     sink_raw = {k: v for k, v in raw.items() if k not in job_names}
-    if isinstance(kind, str):  # older spellings first, so the current names' types apply
-        sink_raw = sinks.current_options(kind, sink_raw)
     if config_class is not None:
         values.update(from_strings(config_class, sink_raw))
     else:

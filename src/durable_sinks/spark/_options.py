@@ -19,16 +19,13 @@ from durable_sinks.core.bad_rows import (
     WritePolicy,
 )
 from durable_sinks.core.errors import ConfigError
-from durable_sinks.core.settings import check_types, closest, current_names, option_names
+from durable_sinks.core.settings import check_types, closest, option_names
 from durable_sinks.manifest import DecisionStore
 
 Execution = Literal["driver", "executor"]
 EXECUTIONS = ("driver", "executor")
 DriverRead = Literal["stream", "partitions", "chunked"]
 DRIVER_READS = ("stream", "partitions", "chunked")
-#: The sinks' own `mode`s (Postgres and Delta: append, upsert; Delta's older "merge"), passed
-#: to the sink in the one-sink form; each sink checks that its mode is one of its own.
-SINK_MODES = ("append", "upsert", "merge")
 StoreTarget = str | os.PathLike[str] | DecisionStore
 OnBadRows = Literal["fail", "dead_letter"]
 SchemaEvolutionMode = Literal["none", "add_columns"]
@@ -54,8 +51,7 @@ class JobOptions:
     - guarantee: "exactly-once" (default) or "at-least-once".
     - execution: "driver" (default: the batch is streamed to the driver as Arrow and written
       by one coordinator) or "executor" (each partition written and prepared in its task).
-      Its old spelling `mode="driver"|"executor"` still works, with a
-      DeprecatedOptionWarning; `mode` is otherwise the sink's option (append/upsert).
+      `mode` is the sink's option (append/upsert), never this one.
     - driver_read: how driver mode reads a batch (see _arrow.py). "stream" (default): as its
       partitions finish, through PySpark's collect-as-Arrow socket where a probe at
       `durable_sink(...)` finds it working (classic PySpark), partition by partition through
@@ -263,28 +259,17 @@ class JobOptions:
 
     @classmethod
     def split(cls, options: Mapping[str, Any]) -> tuple[JobOptions, dict[str, Any]]:
-        """Job options from `options`, and what is left (the sink's configuration). Older
-        spellings of job options (core/settings.py RENAMED["job"]: `mode="driver"|"executor"`
-        for `execution`) become the current ones with a DeprecatedOptionWarning; any other
-        `mode` is the sink's (Postgres's and Delta's append/upsert)."""
-        given_job = options.get("job_id")
-        options = current_names(
-            "job",
-            options,
-            "durable_sink",
-            job=given_job if isinstance(given_job, str) else None,
-            stacklevel=4,
-        )
+        """Job options from `options`, and what is left (the sink's configuration; `mode` is
+        the sink's, Postgres's and Delta's append/upsert)."""
         names = set(cls.__dataclass_fields__)
         job = {k: v for k, v in options.items() if k in names}
         rest = {k: v for k, v in options.items() if k not in names}
-        if "mode" in rest and rest["mode"] not in SINK_MODES:
+        if rest.get("mode") in EXECUTIONS:
             raise ConfigError(
-                f"mode {rest['mode']!r} is neither a sink's mode {SINK_MODES} nor the old "
-                f"spelling of execution {EXECUTIONS}",
+                f"mode={rest['mode']!r} is the sink's option (append or upsert); where batches "
+                "are written is the job's execution option",
                 job=str(job.get("job_id", "")),
-                fix="execution='driver' (the default) or 'executor' says where batches are "
-                "written; mode='append' or 'upsert' is the sink's",
+                fix=f"execution={rest['mode']!r}",
             )
         if "job_id" not in job:
             misspelt = [k for k in rest if closest(k, ["job_id"])]

@@ -19,20 +19,15 @@ class SinkSpec:
     """One sink of a job: a registered kind and its configuration mapping.
 
     Building a spec checks the configuration (no server is contacted): a bad option raises
-    ConfigError here, on the driver, before the query starts; an option given by an older
-    spelling is rewritten to the current one, with a DeprecatedOptionWarning, here and only
-    here. `build()` makes a fresh, unopened sink (clients connect at `open`, wherever the
-    sink runs).
+    ConfigError here, on the driver, before the query starts. `build()` makes a fresh,
+    unopened sink (clients connect at `open`, wherever the sink runs).
     """
 
     kind: str
     config: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        config = self.config
-        if isinstance(self.kind, str):
-            config = sinks.current_options(self.kind, config, stacklevel=5)
-        object.__setattr__(self, "config", dict(config))
+        object.__setattr__(self, "config", dict(self.config))
         self.build()  # validates kind and options now
 
     @classmethod

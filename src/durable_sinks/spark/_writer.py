@@ -559,7 +559,6 @@ def durable_sink(
     job, rest = JobOptions.split(options)
     typed = SinkSpec.of(kind_or_sinks)
     if isinstance(kind_or_sinks, str):
-        rest = sinks.current_options(kind_or_sinks, rest)
         _check_names(kind_or_sinks, rest, job.job_id)
         specs: list[SinkSpec | SinkConnector] = [SinkSpec(kind_or_sinks, rest)]
     elif typed is not None:
