@@ -199,7 +199,7 @@ def test_a_failover_to_a_lagging_asynchronous_standby_fails_typed_never_silently
 
 def repair_from(job: Job, folder: Path, old: PostgresEndpoint) -> str:
     """The lost epochs of the job's Postgres sink copied from `old` (repair-epochs --from)."""
-    sinks: list[dict[str, Any]] = [{"kind": "postgres", "dsn": "${JOB_PG}", "table": job.table}]
+    sinks: list[dict[str, Any]] = [{"kind": "postgres", "dsn": "${env:JOB_PG}", "table": job.table}]
     if job.topic is not None:
         kafka = job.bed.job_kafka.bootstrap_servers
         sinks.append({"kind": "kafka", "bootstrap_servers": kafka, "topic": job.topic})

@@ -53,12 +53,12 @@ class Job:
         self.secrets = [postgres.password, s3.secret_access_key]
         self.env = {"CLI_PG_DSN": postgres.conninfo(), "CLI_S3_SECRET": s3.secret_access_key}
         options = s3_options(s3, f"s3://{s3.bucket}/{self.prefix}")
-        options["secret_access_key"] = "${CLI_S3_SECRET}"
+        options["secret_access_key"] = "${env:CLI_S3_SECRET}"
         s3_lines = "\n".join(f"{k} = {_toml(v)}" for k, v in options.items())
         self.file = tmp_path / "job.toml"
         self.file.write_text(
             f'job_id = "{job}"\ndecision_store = "{self.store}"\n\n'
-            f'[[sinks]]\nkind = "postgres"\ndsn = "${{CLI_PG_DSN}}"\ntable = "{self.table}"\n'
+            f'[[sinks]]\nkind = "postgres"\ndsn = "${{env:CLI_PG_DSN}}"\ntable = "{self.table}"\n'
             f'create_table = true\n\n[[sinks]]\nkind = "s3"\n{s3_lines}\n'
         )
         self.specs = [
@@ -229,7 +229,7 @@ def test_an_unset_variable_is_named_not_guessed(job: Job) -> None:
         main, ["status", job.job, "-f", str(job.file)], env={"CLI_PG_DSN": ""}
     )
     assert result.exit_code == 2
-    assert "CLI_S3_SECRET, which is not set" in result.output
+    assert "CLI_S3_SECRET (named by ${env:CLI_S3_SECRET}) is not set" in result.output
 
 
 def test_the_console_script_is_installed() -> None:
@@ -270,7 +270,7 @@ def test_verify_counts_kafka_records_by_their_epoch_header(
                 "job_id": job_id,
                 "decision_store": str(store),
                 "sinks": [
-                    {"kind": "postgres", "dsn": "${PG}", "table": table},
+                    {"kind": "postgres", "dsn": "${env:PG}", "table": table},
                     {"kind": "kafka", **kafka_options},
                 ],
             }

@@ -56,7 +56,7 @@ def test_inspect_resolve_verify_an_iceberg_sink_after_a_crash(
                 "decision_store": str(store),
                 "kind": "iceberg",
                 **options,
-                "catalog": {**options["catalog"], "uri": "${CLI_ICEBERG_URI}"},
+                "catalog": {**options["catalog"], "uri": "${env:CLI_ICEBERG_URI}"},
             }
         )
     )

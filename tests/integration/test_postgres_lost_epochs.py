@@ -88,7 +88,7 @@ def test_rows_and_marker_deleted_behind_a_job_stop_its_start_until_the_loss_is_r
         "job_id": job_id,
         "decision_store": str(store),
         "sinks": [
-            {"kind": "postgres", "dsn": "${PG}", "table": f"{pg_schema}.events"},
+            {"kind": "postgres", "dsn": "${env:PG}", "table": f"{pg_schema}.events"},
             {"kind": "kafka", "bootstrap_servers": kafka.bootstrap_servers, "topic": kafka_topic},
         ],
     }
@@ -193,7 +193,7 @@ def test_lost_epochs_are_copied_from_the_old_primarys_data(
         "job_id": job_id,
         "decision_store": str(store),
         "sinks": [
-            {"kind": "postgres", "dsn": "${PG}", "table": "public.events", **keyed},
+            {"kind": "postgres", "dsn": "${env:PG}", "table": "public.events", **keyed},
             {"kind": "files", "path": str(tmp_path / "files")},
         ],
     }

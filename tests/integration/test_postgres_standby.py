@@ -134,7 +134,7 @@ def test_epochs_a_failover_to_a_lagging_standby_lost_are_repaired_from_the_old_p
     settings = {
         "job_id": unique.job_id,
         "decision_store": str(store),
-        "sinks": [{"kind": "postgres", "dsn": "${JOB_PG}", "table": TABLE}],
+        "sinks": [{"kind": "postgres", "dsn": "${env:JOB_PG}", "table": TABLE}],
     }
     with pair.retired_alone() as old:
         env = {"JOB_PG": dsn, "OLD_PG": old.conninfo()}

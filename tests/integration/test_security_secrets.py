@@ -209,7 +209,7 @@ def test_no_secret_in_anything_a_crash_and_recover_run_over_tls_produces(
             {
                 "job_id": unique.job_id,
                 "sinks": [
-                    {"kind": "postgres", "dsn": "${SCAN_PG_DSN}", "table": events_table},
+                    {"kind": "postgres", "dsn": "${env:SCAN_PG_DSN}", "table": events_table},
                     {**s3_settings, "kind": "s3", "name": "s3"},
                     {
                         "kind": "kafka",

@@ -32,7 +32,7 @@ def resolve_the_decided_leftover(args: Sequence[str]) -> None:
 
 def write_job_file(folder: Path, settings: Mapping[str, Any]) -> Path:
     """The job file the operator's commands read (`-f`), `folder`/job.json: `settings` is its
-    content (the job id, its decision store, its sinks with their DSNs as `${NAME}`
+    content (the job id, its decision store, its sinks with their DSNs as `${env:NAME}`
     references)."""
     job_file = folder / "job.json"
     job_file.write_text(json.dumps(settings))

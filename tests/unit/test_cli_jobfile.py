@@ -10,18 +10,22 @@ from durable_sinks.cli._jobfile import expand, job_settings, parse_option
 from durable_sinks.core.errors import ConfigError
 
 
-def test_variables_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_references_are_the_options_own(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("SECRET_DSN", "postgresql://u:hunter2@db/x")
-    assert expand({"dsn": "${SECRET_DSN}", "n": [1, "${SECRET_DSN}"]}) == {
+    (tmp_path / "pw").write_text("s3cret\n")
+    assert expand({"dsn": "${env:SECRET_DSN}", "n": [1, f"${{file:{tmp_path}/pw}}"]}) == {
         "dsn": "postgresql://u:hunter2@db/x",
-        "n": [1, "postgresql://u:hunter2@db/x"],
+        "n": [1, "s3cret"],
     }
 
 
-def test_an_unset_variable_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_unset_variable_and_a_bare_name_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("NOT_THERE", raising=False)
-    with pytest.raises(ConfigError, match="NOT_THERE, which is not set"):
+    with pytest.raises(ConfigError, match=r"NOT_THERE .* is not set"):
+        expand("${env:NOT_THERE}")
+    with pytest.raises(ConfigError, match="is not a reference") as raised:
         expand("${NOT_THERE}")
+    assert raised.value.fix == "write ${env:NOT_THERE}"
 
 
 def test_flags_are_json_when_they_parse() -> None:

@@ -4,7 +4,7 @@ from a TOML or JSON job file and/or flags, with secrets from the environment.
     # orders.toml: one sink (the options of durable_sink("postgres", ...))
     job_id = "orders"
     kind = "postgres"
-    dsn = "${ORDERS_PG_DSN}"
+    dsn = "${env:ORDERS_PG_DSN}"
     table = "events"
 
     # or several sinks (durable_sink([sink(...), sink(...)], ...))
@@ -12,20 +12,20 @@ from a TOML or JSON job file and/or flags, with secrets from the environment.
     decision_store = "postgresql://ops@db/orders"
     [[sinks]]
     kind = "postgres"
-    dsn = "${ORDERS_PG_DSN}"
+    dsn = "${env:ORDERS_PG_DSN}"
     table = "events"
     [[sinks]]
     kind = "s3"
     path = "s3://lake/orders"
 
-`${NAME}` in any string is replaced by the environment variable NAME (ConfigError naming the
-variable, never a value, when it is not set). Values never reach the command's output.
+A secret reference in any string, `${env:NAME}` or `${file:/path}` as in a sink's options
+(core/secrets.py), is replaced by what it names (ConfigError naming the reference, never a
+value, when it cannot be read). Values never reach the command's output.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import sys
 from collections.abc import Mapping, Sequence
@@ -38,26 +38,27 @@ else:  # the same parser, as a package
     import tomli as tomllib
 
 from durable_sinks.core.errors import ConfigError
+from durable_sinks.core.secrets import resolve
 from durable_sinks.spark._options import JobOptions
 from durable_sinks.spark._specs import SinkSpec, sink
 
-_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+#: `${NAME}` without `env:` or `file:`: not a reference (a job file's strings take the same
+#: references as a sink's options).
+_BARE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 def expand(value: Any, where: str = "the job file") -> Any:
-    """`value` with every `${NAME}` in its strings replaced by the environment's NAME."""
+    """`value` with every `${env:NAME}` and `${file:/path}` in its strings replaced by what it
+    names; a bare `${NAME}` is a ConfigError naming the reference to write instead."""
     if isinstance(value, str):
-
-        def variable(match: re.Match[str]) -> str:
-            name = match.group(1)
-            if name not in os.environ:
-                raise ConfigError(
-                    f"{where} refers to the environment variable {name}, which is not set",
-                    fix=f"export {name}=... before running durable-sinks",
-                )
-            return os.environ[name]
-
-        return _VARIABLE.sub(variable, value)
+        bare = _BARE.search(value)
+        if bare is not None:
+            raise ConfigError(
+                f"{where}: {bare.group(0)} is not a reference: write ${{env:{bare.group(1)}}} "
+                "(or ${file:/path}), as in a sink's options",
+                fix=f"write ${{env:{bare.group(1)}}}",
+            )
+        return resolve(value, where)
     if isinstance(value, list):
         return [expand(v, where) for v in value]
     if isinstance(value, dict):
