@@ -21,7 +21,6 @@
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -74,7 +73,6 @@ from .table import DeltaLog
 if TYPE_CHECKING:
     import pyarrow as pa
 
-log = logging.getLogger(__name__)
 
 #: Actions during which a vanished file means another process took the attempt away.
 _WRITING_ACTIONS = ("write a data file", "finish the data files")
@@ -371,11 +369,8 @@ class DeltaSink(SinkBase[Delta]):
             self._table_shape = self._shape = shape
         if made:
             self._count("epochs_committed")
-            log.info(
-                "committed %d participant(s) to %s",
-                len(handles),
-                self.storage.where,
-                extra={"job": self.context.job_id, "sink": self.name, "epoch": epoch},
+            self._logger(epoch).info(
+                "committed %d participant(s) to %s", len(handles), self.storage.where
             )
         self._committed_up_to(epoch)
         done = []  # the journals, and a merge's staged rows (an append's files are the table's)
@@ -482,10 +477,8 @@ class DeltaSink(SinkBase[Delta]):
             table = self._client_call(self._delta().load, "read the table's log", name.epoch)
             kept = listed & self._delta().referenced(table) if table is not None else set()
             if kept:
-                log.warning(
-                    "participant %s's files are in the table: only its journal is deleted",
-                    name,
-                    extra={"job": self.context.job_id, "sink": self.name, "epoch": name.epoch},
+                self._logger(name.epoch).warning(
+                    "participant %s's files are in the table: only its journal is deleted", name
                 )
             listed -= kept
         with self.translated("delete files", name.epoch):

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import logging
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -77,8 +76,6 @@ if TYPE_CHECKING:
     from pyiceberg.manifest import DataFile
     from pyiceberg.schema import Schema
     from pyiceberg.table import Table
-
-log = logging.getLogger(__name__)
 
 
 class IcebergSink(SinkBase[Iceberg]):
@@ -519,10 +516,9 @@ class IcebergSink(SinkBase[Iceberg]):
                 lambda: self._added_by(table, epoch), "read the epoch's snapshot", epoch
             )
             if added is None:
-                log.warning(
+                self._logger(epoch).warning(
                     "epoch %d is committed and its snapshot is gone: its other files are kept",
                     epoch,
-                    extra={"job": self.context.job_id, "sink": self.name, "epoch": epoch},
                 )
                 return
             doomed = [p for p in paths if p not in added]

@@ -164,10 +164,6 @@ class KafkaSink(SinkBase[Kafka]):
             raise self._not_open()
         return self._opened
 
-    def _log(self, epoch: int | None = None) -> JobLogger:
-        job = self._opened.context.job_id if self._opened else "-"
-        return JobLogger(job, self.name, epoch, component="sinks.kafka")
-
     @property
     def transactional_id(self) -> str:
         return self._state().producer.transactional_id
@@ -210,7 +206,7 @@ class KafkaSink(SinkBase[Kafka]):
         )
         self._last_committed = record.epoch if record is not None else None
         self._last_known = True
-        self._log().info(
+        self._logger().info(
             "producer %s ready for generation %d; last committed epoch %s",
             producer.transactional_id,
             generation,
@@ -300,7 +296,7 @@ class KafkaSink(SinkBase[Kafka]):
     def begin_epoch(self, epoch: int) -> None:
         producer = self._state().producer
         if producer.broken and producer.fenced is None:
-            self._log(epoch).warning("replacing the producer after a fatal error")
+            self._logger(epoch).warning("replacing the producer after a fatal error")
             self._start_producer(self.context.generation)
         producer.require(epoch)
         if self._current is not None:
@@ -633,7 +629,7 @@ class KafkaSink(SinkBase[Kafka]):
         if handle is not None and current.name != ParticipantName.parse(handle.participant):
             return
         self._abort()
-        self._log(epoch).info("rolled back participant %s", current.name)
+        self._logger(epoch).info("rolled back participant %s", current.name)
 
     @guarded("recovering prepared participants")
     def recover_prepared(self) -> list[CommitHandle]:

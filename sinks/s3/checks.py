@@ -13,7 +13,6 @@ permission and server feature the protocol needs, each refusal with its fix:
 from __future__ import annotations
 
 import json
-import logging
 import math
 import time
 import uuid
@@ -21,6 +20,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from durable_sinks.core.errors import ConfigError, DurableSinkError
+from durable_sinks.core.joblog import JobLogger
 from durable_sinks.core.s3 import error_code, is_missing, is_precondition_failed
 
 from .config import DAY_S, S3
@@ -29,7 +29,6 @@ from .layout import Layout
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
-log = logging.getLogger(__name__)
 
 Failure = Callable[[BaseException, str], DurableSinkError]
 
@@ -211,12 +210,9 @@ def _check_lifecycle(
         if code == "NoSuchLifecycleConfiguration":
             return
         if code in ("AccessDenied", "NotImplemented", "501"):
-            log.warning(
-                "[job=%s, sink=%s] cannot read the lifecycle rules of bucket %s (%s): make sure "
-                "none aborts incomplete multipart uploads under %s sooner than %g days "
-                "(recovery_window_s)",
-                job_id,
-                config.name,
+            JobLogger(job_id, config.name, component="sinks.s3").warning(
+                "cannot read the lifecycle rules of bucket %s (%s): make sure none aborts "
+                "incomplete multipart uploads under %s sooner than %g days (recovery_window_s)",
                 layout.bucket,
                 code,
                 layout.location.prefix,

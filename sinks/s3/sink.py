@@ -28,7 +28,6 @@ as ParticipantLostError, never skipped.
 from __future__ import annotations
 
 import hashlib
-import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -66,8 +65,6 @@ from .upload import PARTICIPANT_METADATA, ObjectUpload
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
-
-log = logging.getLogger(__name__)
 
 
 class S3Participant(OpenParticipant):

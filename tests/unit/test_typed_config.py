@@ -230,3 +230,15 @@ def test_every_built_in_kind_has_a_typed_configuration_that_is_a_sink_as_it_is(
     assert all(getattr(cls, "kind", None) == kind for kind, cls in typed.items()), typed
     jsonl = Jsonl(path=str(tmp_path / "out"))
     assert sink(jsonl) == sink("jsonl", path=str(tmp_path / "out"))
+
+
+@pytest.mark.parametrize(("cls", "kind", "options"), EXAMPLES, ids=IDS)
+def test_every_sink_logs_through_one_logger_with_the_same_fields(
+    cls: Any, kind: str, options: dict[str, Any]
+) -> None:
+    built = sinks.create(kind, options)
+    logger = built._logger(3)  # type: ignore[attr-defined]
+    assert logger.logger.name == f"durable_sinks.sinks.{kind}"
+    message, extra = logger.process("hello", {})
+    assert message == f"job=- sink={built.name} epoch=3: hello"
+    assert extra["extra"] == {"ds_job": "-", "ds_sink": built.name, "ds_epoch": 3}

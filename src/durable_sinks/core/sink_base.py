@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar, cas
 
 from .bad_rows import BadRowsError, RefusedRows
 from .errors import DurableSinkError, InDoubtError, TransientError, UsageError
+from .joblog import JobLogger
 from .naming import ParticipantName
 from .protocol import OpenContext
 
@@ -122,6 +123,14 @@ class SinkBase(ABC, Generic[ConfigT]):
 
     def _not_open(self) -> UsageError:
         return UsageError(f"{self!r} is not open; the coordinator opens sinks")
+
+    def _logger(self, epoch: int | None = None) -> JobLogger:
+        """The sink's logger: logger `durable_sinks.sinks.<kind>`, every line prefixed with,
+        and carrying as extras, the job, this sink's name and `epoch` (core/joblog.py)."""
+        job = self._context.job_id if self._context is not None else "-"
+        package = type(self).__module__.split(".")
+        component = ".".join(package[1:3]) if package[:2] == ["durable_sinks", "sinks"] else "sinks"
+        return JobLogger(job, self.name, epoch, component=component)
 
     def _where(self, epoch: int | None = None) -> dict[str, Any]:
         """The job, sink and epoch an error names (keyword arguments of DurableSinkError)."""
