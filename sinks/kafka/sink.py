@@ -44,7 +44,6 @@ from durable_sinks.core.errors import (
     TransientError,
     UsageError,
 )
-from durable_sinks.core.joblog import JobLogger
 from durable_sinks.core.naming import ParticipantName
 from durable_sinks.core.operations import Holding, Prepared
 from durable_sinks.core.protocol import (
@@ -109,7 +108,7 @@ class _Opened:
         #: Every client's librdkafka logs and error callbacks, rate-limited (clientlog.py).
         self.clientlog = ClientLog(context.job_id, sink.name)
         settings = {**sink.config.connection_settings(), **self.clientlog.settings()}
-        log = JobLogger(context.job_id, sink.name, component="sinks.kafka")
+        log = sink._logger()
         self.producer = TransactionalProducer(
             sink.config,
             transactional_id(context.job_id, sink.name),

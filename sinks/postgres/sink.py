@@ -61,7 +61,6 @@ from durable_sinks.core.errors import (
     SchemaMismatchError,
     UsageError,
 )
-from durable_sinks.core.joblog import JobLogger
 from durable_sinks.core.naming import ParticipantName, owner_prefix
 from durable_sinks.core.operations import DecidedCommit, EpochRepair, Holding, Prepared
 from durable_sinks.core.protocol import (
@@ -459,8 +458,8 @@ class PostgresSink(SinkBase[Postgres]):
             yield
             return
         conn = current.conn()
-        log = JobLogger(self.context.job_id, self.name, current.epoch, component="sinks.postgres")
         connect = functools.partial(self._connect, autocommit=True)
+        log = self._logger(current.epoch)
         with SiblingWatch(current.name, conn.info.backend_pid, connect, log) as watch:
             try:
                 yield

@@ -5,7 +5,7 @@ decision, which waits for every part. A part whose row meets a key that another 
 same epoch holds (the same upsert key, or the same value of a unique index in append mode, in
 two Spark partitions of one batch) would wait on a lock that only that decision releases: it
 cannot finish. `SiblingWatch` looks for that wait while one of the part's statements runs,
-from a second session: once the statement has run for PROBE_AFTER_S, every PROBE_EVERY_S it
+from a second connection: once the statement has run for PROBE_AFTER_S, every PROBE_EVERY_S it
 reads which prepared transaction the statement waits on (`pg_locks` joined with
 `pg_prepared_xacts`). A sibling's (ParticipantName.sibling_of) ends the statement
 (`pg_cancel_backend`) and is kept in `sibling` for the error. A wait on anything else (a dead
@@ -47,7 +47,7 @@ HOLDERS = (
 
 class SiblingWatch:
     """Watches the session `backend` (its server pid) for the time of a `with` block, on a
-    session of its own from `connect`; see the module's docstring."""
+    connection of its own from `connect`; see the module's docstring."""
 
     def __init__(
         self,

@@ -17,7 +17,6 @@ reading the old one: raise `VERSION` and turn older details into the new shape i
 from __future__ import annotations
 
 import dataclasses
-import functools
 import types
 import typing
 from collections.abc import Mapping
@@ -25,6 +24,7 @@ from typing import Any, ClassVar, TypeVar
 
 from .errors import CorruptRecordError
 from .protocol import JSON, CommitHandle
+from .settings import type_hints
 
 D = TypeVar("D", bound="HandleDetails")
 
@@ -114,7 +114,7 @@ def _decode(hint: Any, value: Any, where: str) -> Any:
     if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         if not isinstance(value, Mapping):
             raise _MalformedError(f"{where} is {value!r}, not an object")
-        hints = _field_hints(hint)
+        hints = type_hints(hint)
         fields: dict[str, Any] = {}
         for field in dataclasses.fields(hint):
             if field.name in value:
@@ -143,13 +143,6 @@ def _decode(hint: Any, value: Any, where: str) -> Any:
     if isinstance(hint, type) and isinstance(value, hint):
         return value
     raise _MalformedError(f"{where} is {value!r}, not {_name(hint)}")
-
-
-@functools.cache
-def _field_hints(cls: type) -> dict[str, Any]:
-    """The resolved annotations of a details dataclass, once per class (parsing runs per
-    handle and per object of a handle; the annotations never change)."""
-    return typing.get_type_hints(cls)
 
 
 def _name(hint: Any) -> str:

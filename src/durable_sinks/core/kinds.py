@@ -29,7 +29,6 @@ A third-party package registers its kind under the entry-point group `durable_si
 from __future__ import annotations
 
 import dataclasses
-import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib import import_module
@@ -37,7 +36,7 @@ from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from .errors import ConfigError
 from .protocol import SinkConnector
-from .settings import check_settings, convenient, option_names
+from .settings import check_settings, convenient, option_names, type_hints
 
 ConfigT = TypeVar("ConfigT")
 
@@ -106,7 +105,7 @@ class SinkKind(Generic[ConfigT]):
         return self.build(self.configure(options))
 
     def _normalised(self, options: Mapping[str, Any]) -> dict[str, Any]:
-        hints = typing.get_type_hints(self.config_class)
+        hints = type_hints(self.config_class)
         return {name: convenient(value, hints.get(name)) for name, value in options.items()}
 
 

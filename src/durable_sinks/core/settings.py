@@ -79,21 +79,24 @@ def convenient(value: Any, annotation: Any) -> Any:
     return value
 
 
-_HINTS: dict[type[Any], dict[str, Any]] = {}
+_TYPE_HINTS: dict[type[Any], dict[str, Any]] = {}
 
 
-def _hints(cls: type[Any]) -> dict[str, Any]:
-    """The resolved annotations of a configuration class (read once per class)."""
-    if cls not in _HINTS:
-        _HINTS[cls] = typing.get_type_hints(cls)
-    return _HINTS[cls]
+def type_hints(cls: type[Any]) -> dict[str, Any]:
+    """The resolved annotations of a (configuration or details) dataclass, once per class:
+    they never change, and configurations are built and checked per sink and per task, and
+    details parsed per handle. The mapping is shared: read it, never change it. (A dict, not
+    functools.cache: mypy does not take a class for the cache's Hashable argument.)"""
+    if cls not in _TYPE_HINTS:
+        _TYPE_HINTS[cls] = typing.get_type_hints(cls)
+    return _TYPE_HINTS[cls]
 
 
 def apply_conveniences(config: Any) -> None:
     """`convenient` applied to every option of a frozen configuration dataclass, first thing
     in its `__post_init__`: a configuration built directly (`Delta(key="order_id")`) gets
     what the string form (`durable_sink("delta", key="order_id")`) gets."""
-    hints = _hints(type(config))
+    hints = type_hints(type(config))
     for f in dataclasses.fields(config):
         value = getattr(config, f.name)
         changed = convenient(value, hints.get(f.name))
@@ -159,7 +162,7 @@ def check_types(
 ) -> None:
     """Raise ConfigError for the first value in `options` of another type than `cls`
     declares (for a mapping, naming the entry); names `cls` does not declare pass."""
-    hints = typing.get_type_hints(cls)
+    hints = type_hints(cls)
     for name, value in options.items():
         wanted = hints.get(name)
         if wanted is None or matches(value, wanted):
