@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from typing import Any, NoReturn
 from urllib.parse import unquote, urlsplit
 
-from durable_sinks.core.connecting import SEVERAL_SERVERS_FIX, may_reach_a_standby, server_of
+from durable_sinks.clients.postgres import SEVERAL_SERVERS_FIX, may_reach_a_standby, server_of
 from durable_sinks.core.errors import ConfigError
 from durable_sinks.core.extras import require_extra
 
@@ -105,7 +105,7 @@ _S3_STORE = "an S3 decision store"
 def _s3(uri: str, job: str | None) -> DecisionStore:
     """An S3DecisionStore at `uri` (parsed now: a bad bucket or prefix is a ConfigError before
     anything connects); the connection from boto3's default chain."""
-    from durable_sinks.core.s3 import S3Location
+    from durable_sinks.clients.s3 import S3Location
 
     from .s3 import S3DecisionStore
 
@@ -269,7 +269,7 @@ def _delta_beside(config: Mapping[str, Any]) -> DecisionStore | None:
 def _s3_beside(config: Mapping[str, Any], *, kind: str = "s3") -> DecisionStore | None:
     """An S3DecisionStore under `<path>/_decisions` of an S3 (or Delta) sink, reached as the
     sink is (its settings, else boto3's chain). None without a path."""
-    from durable_sinks.core.s3 import S3Connection, S3Location
+    from durable_sinks.clients.s3 import S3Connection, S3Location
 
     path = config.get("path")
     if not isinstance(path, str):

@@ -9,8 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from durable_sinks.core.errors import ConfigError, DurableSinkError, ManifestError
-from durable_sinks.core.s3 import (
+from durable_sinks.clients.s3 import (
     S3Connection,
     S3Location,
     conditional_write_problem,
@@ -19,6 +18,7 @@ from durable_sinks.core.s3 import (
     is_precondition_failed,
     s3_failure,
 )
+from durable_sinks.core.errors import ConfigError, DurableSinkError, ManifestError
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client

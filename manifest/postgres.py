@@ -34,8 +34,8 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from durable_sinks.core.connecting import connect_timeout as timeout_for
-from durable_sinks.core.connecting import (
+from durable_sinks.clients.postgres import connect_timeout as timeout_for
+from durable_sinks.clients.postgres import (
     connection_failure,
     connection_lost,
     server_of,

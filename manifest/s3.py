@@ -51,6 +51,7 @@ from dataclasses import dataclass
 
 from botocore.exceptions import ClientError
 
+from durable_sinks.clients.s3 import S3Connection, S3Location
 from durable_sinks.core.errors import (
     DurableSinkError,
     FencedError,
@@ -61,7 +62,6 @@ from durable_sinks.core.errors import (
     UsageError,
 )
 from durable_sinks.core.naming import component
-from durable_sinks.core.s3 import S3Connection, S3Location
 
 from ._record import DecisionRecord
 from ._s3_folder import REQUEST_ERRORS, WIDTH, S3Folder

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from durable_sinks.clients.s3 import conditional_write_problem
 from durable_sinks.core.errors import ConfigError
-from durable_sinks.core.s3 import conditional_write_problem
 
 from .config import Delta
 from .layout import ROOT

@@ -9,9 +9,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
+from durable_sinks.clients.s3 import AddressingStyle, S3Connection, S3Location, connection_of
 from durable_sinks.core.errors import ConfigError
 from durable_sinks.core.naming import check_sink_name
-from durable_sinks.core.s3 import AddressingStyle, S3Connection, S3Location, connection_of
 from durable_sinks.core.secrets import check
 from durable_sinks.core.settings import apply_conveniences
 

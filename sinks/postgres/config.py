@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
-from durable_sinks.core.connecting import (
+from durable_sinks.clients.postgres import (
     SEVERAL_SERVERS_FIX,
     connect_timeout,
     may_reach_a_standby,

@@ -10,8 +10,8 @@ from typing import Any
 
 import psycopg
 
+from durable_sinks.clients.postgres import connection_lost
 from durable_sinks.core.bad_rows import BadRowsError, Refusal, RefusalReason, RefusedRows
-from durable_sinks.core.connecting import connection_lost
 from durable_sinks.core.errors import (
     ConfigError,
     DurableSinkError,

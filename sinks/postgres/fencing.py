@@ -28,7 +28,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from durable_sinks.core.connecting import dsn_application_name, session_name
+from durable_sinks.clients.postgres import dsn_application_name, session_name
 from durable_sinks.core.errors import FencedError, TransientError
 from durable_sinks.core.protocol import JSON, OpenContext
 

@@ -20,8 +20,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from psycopg import sql
 
+from durable_sinks.clients.postgres import connection_lost
 from durable_sinks.core.bad_rows import Refusal, RefusedRows
-from durable_sinks.core.connecting import connection_lost
 from durable_sinks.core.errors import SchemaMismatchError, TransientError
 from durable_sinks.core.naming import ParticipantName
 from durable_sinks.core.protocol import CommitHandle, OpenContext

@@ -49,8 +49,8 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
+from durable_sinks.clients.postgres import connection_failure, server_of
 from durable_sinks.core.bad_rows import BadRowsError, RefusedRows
-from durable_sinks.core.connecting import connection_failure, server_of
 from durable_sinks.core.errors import (
     LOST_EPOCHS_CAUSES,
     LOST_EPOCHS_DOC,

@@ -19,9 +19,9 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from durable_sinks.clients.s3 import error_code, is_missing, is_precondition_failed
 from durable_sinks.core.errors import ConfigError, DurableSinkError
 from durable_sinks.core.joblog import JobLogger
-from durable_sinks.core.s3 import error_code, is_missing, is_precondition_failed
 
 from .config import DAY_S, S3
 from .layout import Layout

@@ -6,9 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from durable_sinks.core.errors import ConfigError
-from durable_sinks.core.naming import check_sink_name
-from durable_sinks.core.s3 import (
+from durable_sinks.clients.s3 import (
     MAX_OBJECT_SIZE,
     MAX_PART_SIZE,
     MAX_PARTS,
@@ -18,6 +16,8 @@ from durable_sinks.core.s3 import (
     S3Location,
     connection_of,
 )
+from durable_sinks.core.errors import ConfigError
+from durable_sinks.core.naming import check_sink_name
 from durable_sinks.core.settings import apply_conveniences
 
 COMPRESSIONS = ("none", "snappy", "gzip", "zstd", "lz4", "brotli")

@@ -22,9 +22,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from durable_sinks.clients.s3 import S3Location
 from durable_sinks.core.errors import ConfigError
 from durable_sinks.core.naming import ParticipantName
-from durable_sinks.core.s3 import S3Location
 
 EPOCH_DIGITS = 12
 MAX_EPOCH = 10**EPOCH_DIGITS - 1

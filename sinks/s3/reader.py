@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from durable_sinks.clients.s3 import S3Connection, S3Location, is_missing, s3_failure
 from durable_sinks.core.evolution import schema_of_text, unify
-from durable_sinks.core.s3 import S3Connection, S3Location, is_missing, s3_failure
 
 from .epochs import EpochMarker, EpochObject
 from .layout import Layout

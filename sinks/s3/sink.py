@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from durable_sinks.clients.s3 import is_missing, is_precondition_failed, s3_failure
 from durable_sinks.core.errors import (
     CorruptRecordError,
     DurableSinkError,
@@ -51,7 +52,6 @@ from durable_sinks.core.protocol import (
     SinkCapabilities,
     WriteResult,
 )
-from durable_sinks.core.s3 import is_missing, is_precondition_failed, s3_failure
 from durable_sinks.core.schemas import schema_difference
 from durable_sinks.core.sink_base import OpenParticipant, SinkBase, Step
 

@@ -22,8 +22,8 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
+from durable_sinks.clients.s3 import multipart_etag
 from durable_sinks.core.errors import DurableSinkError
-from durable_sinks.core.s3 import multipart_etag
 from durable_sinks.core.threads import process_pool
 
 if TYPE_CHECKING:

@@ -22,6 +22,7 @@ from botocore.awsrequest import AWSPreparedRequest
 from botocore.exceptions import ConnectionClosedError
 from botocore.httpsession import URLLib3Session
 
+from durable_sinks.clients.s3 import S3Connection, S3Location
 from durable_sinks.core import CommitHandle
 from durable_sinks.core.errors import (
     ConfigError,
@@ -30,7 +31,6 @@ from durable_sinks.core.errors import (
     ManifestCorruptError,
     UnreachableError,
 )
-from durable_sinks.core.s3 import S3Connection, S3Location
 from durable_sinks.manifest import DecisionRecord, DecisionStore, default_store_for, store_from
 from durable_sinks.manifest.s3 import CLAIM_MAX_BYTES, S3DecisionStore
 from durable_sinks.testing import Scenario, run_conformance

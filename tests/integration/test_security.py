@@ -23,9 +23,9 @@ from confluent_kafka import Consumer, TopicPartition
 from psycopg import sql
 
 from durable_sinks.cli import main
+from durable_sinks.clients.s3 import S3Connection, S3Location
 from durable_sinks.coordinator import Coordinator, EpochOutcome
 from durable_sinks.core.errors import ConfigError
-from durable_sinks.core.s3 import S3Connection, S3Location
 from durable_sinks.manifest import LocalDirectoryStore
 from durable_sinks.manifest.postgres import PostgresDecisionStore
 from durable_sinks.manifest.s3 import S3DecisionStore

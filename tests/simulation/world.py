@@ -34,11 +34,11 @@ import pyarrow as pa
 import pytest
 from confluent_kafka.admin import AdminClient
 
+from durable_sinks.clients.s3 import S3Location
 from durable_sinks.coordinator import Coordinator, EpochResult, prepare_part
 from durable_sinks.core import CommitHandle
 from durable_sinks.core.bad_rows import BadRowCap, BadRowPolicy, WritePolicy
 from durable_sinks.core.errors import DurableSinkError, FencedError
-from durable_sinks.core.s3 import S3Location
 from durable_sinks.manifest import DecisionStore, LocalDirectoryStore, default_store_for
 from durable_sinks.manifest.s3 import S3DecisionStore
 from durable_sinks.testing import COLUMNS, DEAD_LETTER_COLUMNS, Row, Target

@@ -3,7 +3,7 @@ ignores conditional writes, a request that fails (before or after the server han
 a count of the requests made.
 
 The S3 sink and the S3 decision store share one cached client per settings
-(`durable_sinks.core.s3.S3Connection(...).client()`), so a test that builds the same
+(`durable_sinks.clients.s3.S3Connection(...).client()`), so a test that builds the same
 S3Connection gets the very client they use and can break it:
 
     connection = S3Connection(endpoint_url=s3.endpoint_url, ...)   # the sink's settings

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from botocore.exceptions import ClientError, ConnectionClosedError, EndpointConnectionError
 
-from durable_sinks.core.s3 import S3Connection
+from durable_sinks.clients.s3 import S3Connection
 from tests.services import S3Endpoint
 from tests.support.s3_faults import (
     ErrorResponse,

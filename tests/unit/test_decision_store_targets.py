@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from durable_sinks.clients.s3 import S3Connection, S3Location
 from durable_sinks.core.errors import ConfigError
-from durable_sinks.core.s3 import S3Connection, S3Location
 from durable_sinks.manifest import LocalDirectoryStore, default_store_for, store_from
 from durable_sinks.manifest.postgres import PostgresDecisionStore
 from durable_sinks.manifest.s3 import S3DecisionStore

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from durable_sinks import durable_sink, sink, sinks
 from durable_sinks.cli import main
-from durable_sinks.core.connecting import connection_failure, connection_lost, server_of
+from durable_sinks.clients.postgres import connection_failure, connection_lost, server_of
 from durable_sinks.core.errors import ConfigError
 from durable_sinks.core.extras import (
     EXTRAS,

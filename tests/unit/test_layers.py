@@ -44,6 +44,9 @@ def test_the_package_keeps_every_contract(tmp_path: Path) -> None:
         ("manifest/_store.py", "import durable_sinks.sinks.postgres", "layers"),
         # The foundation reaching up into the coordinator: layers.
         ("core/naming.py", "import durable_sinks.coordinator", "layers"),
+        # A client reaching up into a decision store, and the foundation into a client.
+        ("clients/s3.py", "import durable_sinks.manifest", "layers"),
+        ("core/errors.py", "import durable_sinks.clients.postgres", "layers"),
         # The coordinator naming a particular sink.
         ("coordinator/validation.py", "import durable_sinks.sinks.kafka", "knows no particular"),
         # One sink using another's internals.

@@ -9,12 +9,12 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from durable_sinks.core import OpenContext
-from durable_sinks.core.connecting import (
+from durable_sinks.clients.postgres import (
     connection_lost,
     server_of,
     session_name,
 )
+from durable_sinks.core import OpenContext
 from durable_sinks.core.errors import (
     ConfigError,
     DurableSinkError,

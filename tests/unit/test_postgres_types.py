@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 
 from durable_sinks import ConfigError, TransientError, UnreachableError
-from durable_sinks.core.connecting import connection_failure
+from durable_sinks.clients.postgres import connection_failure
 from durable_sinks.sinks.postgres.columns import (
     TableColumn,
     base_type,

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from durable_sinks.clients.s3 import S3Connection
 from durable_sinks.core.errors import ConfigError
-from durable_sinks.core.s3 import S3Connection
 from durable_sinks.core.secrets import resolve, resolve_settings
 from durable_sinks.sinks.kafka import Kafka
 from durable_sinks.sinks.postgres import Postgres
@@ -74,7 +74,7 @@ def test_settings_keep_the_reference_and_are_refused_when_built(
 def test_the_arrow_s3_settings_resolve_secret_references(monkeypatch: pytest.MonkeyPatch) -> None:
     """`committed_dataset` and the Delta sink hand pyarrow the resolved keys, not the `${env:}`
     text (the reader did)."""
-    from durable_sinks.core.s3 import S3Connection
+    from durable_sinks.clients.s3 import S3Connection
 
     monkeypatch.setenv("DS_TEST_KEY_ID", "key-id")
     monkeypatch.setenv("DS_TEST_SECRET", "the-secret")

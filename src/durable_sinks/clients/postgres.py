@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .errors import ConfigError, UnreachableError
-from .redaction import redact
+from durable_sinks.core.errors import ConfigError, UnreachableError
+from durable_sinks.core.redaction import redact
 
 #: Phrases of libpq's (and the server's FATAL) messages when the server answered and refused
 #: the connection's settings: retrying cannot help.

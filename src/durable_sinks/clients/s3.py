@@ -21,8 +21,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from .errors import ConfigError, DurableSinkError, TransientError, UnreachableError
-from .secrets import check, resolve
+from durable_sinks.core.errors import (
+    ConfigError,
+    DurableSinkError,
+    TransientError,
+    UnreachableError,
+)
+from durable_sinks.core.secrets import check, resolve
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
