@@ -164,7 +164,7 @@ class DeltaSink(SinkBase[Delta]):
     def _translate(self, exc: Exception, step: Step) -> DurableSinkError | None:
         """A storage or delta-rs failure, typed by the storage (storage.py); a vanished file
         while writing means another process took the attempt away."""
-        where = self._where(step.epoch)
+        where = self.where(step.epoch)
         if isinstance(exc, FileNotFoundError) and step.action in _WRITING_ACTIONS:
             return FencedError(
                 f"could not {step.action}: a file of this attempt was deleted by someone else "
@@ -265,7 +265,7 @@ class DeltaSink(SinkBase[Delta]):
         adding = self.context.policy.adds_columns
         return SchemaMismatchError(
             f"the rows do not fit the Delta table at {self.storage.where}: " + "; ".join(problems),
-            **self._where(epoch),
+            **self.where(epoch),
             fix="select and cast the columns to the table's schema in the query (Delta types: "
             "docs/delta.md)"
             + ("" if adding else ", or let new columns be added: schema_evolution='add_columns'")
@@ -345,7 +345,7 @@ class DeltaSink(SinkBase[Delta]):
             raise ParticipantLostError(
                 f"data loss: participant {handle.participant} is decided to commit, but "
                 f"its file {self.storage.where}/{path} is gone",
-                **self._where(epoch),
+                **self.where(epoch),
                 fix="someone deleted it (VACUUM with a zero retention while the job was "
                 "down?): restore the epoch's rows from the source; keep the decision record",
             )
@@ -461,7 +461,7 @@ class DeltaSink(SinkBase[Delta]):
             raise CorruptRecordError(
                 f"commit handle names participant {handle.participant!r}, not a durable-sinks "
                 "participant name",
-                **self._where(epoch),
+                **self.where(epoch),
                 fix="this handle was not made by the Delta sink",
             )
         self._delete_participant(name, paths_of(handle))
@@ -499,7 +499,7 @@ class DeltaSink(SinkBase[Delta]):
         raise CorruptRecordError(
             f"participant {participant[:200]!r} lists {foreign[0][:300]!r}, not one of its own "
             f"files in {self.storage.where}; nothing was committed or deleted for it",
-            **self._where(epoch),
+            **self.where(epoch),
             fix="a handle or journal this job did not write is in the decision store or the "
             "table's _durable_sinks folder: check who writes there, remove it, then restart",
         )

@@ -140,7 +140,7 @@ class FileSink(SinkBase[Files]):
             return None
         return FencedError(
             f"staging folder {current.staging.name} was removed by a newer coordinator's recovery",
-            **self._where(step.epoch),
+            **self.where(step.epoch),
             fix="stop this coordinator; the newer one replays the epoch",
         )
 
@@ -171,7 +171,7 @@ class FileSink(SinkBase[Files]):
         """The schema of a committed epoch: its parts' files' schemas unified (None if it
         has no file)."""
         parts = reader.committed_parts(self.root, range(epoch, epoch + 1))
-        return unify((s for part in parts for s in reader.part_schemas(part)), **self._where(epoch))
+        return unify((s for part in parts for s in reader.part_schemas(part)), **self.where(epoch))
 
     def close(self) -> None:
         current, self._current = self._current, None
@@ -227,13 +227,13 @@ class FileSink(SinkBase[Files]):
 
     def _write(self, current: FileParticipant, batch: pa.RecordBatch) -> WriteResult:
         if self.context.policy.adds_columns:
-            self._schema, batch = evolved(self._schema, batch, **self._where(current.epoch))
+            self._schema, batch = evolved(self._schema, batch, **self.where(current.epoch))
         elif self._schema is None:
             self._schema = batch.schema
         elif not batch.schema.equals(self._schema):
             raise SchemaMismatchError(
                 schema_difference(self._schema, batch.schema),
-                **self._where(current.epoch),
+                **self.where(current.epoch),
                 fix="write batches of one schema to a files sink, give a new path for a new "
                 "schema, or let the dataset evolve: durable_sink(..., "
                 "schema_evolution='add_columns')",
@@ -304,7 +304,7 @@ class FileSink(SinkBase[Files]):
             raise CorruptRecordError(
                 f"participant {handle.participant[:200]!r}'s handle names part "
                 f"{details.part[:200]!r}, not its own; nothing was published for it",
-                **self._where(epoch),
+                **self.where(epoch),
                 fix="the decision holds a handle this job did not write: check who writes the "
                 "decision store, remove the record, then restart",
             )
@@ -317,7 +317,7 @@ class FileSink(SinkBase[Files]):
             raise ParticipantLostError(
                 f"participant {handle.participant} is neither prepared in {staging.parent} nor "
                 f"published at {target}",
-                **self._where(epoch),
+                **self.where(epoch),
                 fix="someone removed files of this dataset; the epoch must be rewritten",
             )
         target.parent.mkdir(exist_ok=True)
@@ -330,7 +330,7 @@ class FileSink(SinkBase[Files]):
             raise ParticipantLostError(
                 f"{target} already holds participant {self._marker_participant(target)}, not "
                 f"{handle.participant}",
-                **self._where(epoch),
+                **self.where(epoch),
             ) from None
         if self.config.fsync:
             fsync_dir(target.parent)

@@ -175,7 +175,7 @@ class IcebergSink(SinkBase[Iceberg]):
         return self._layout
 
     def _translate(self, exc: Exception, step: Step) -> DurableSinkError | None:
-        return translate(exc, step, self.config, self._where(step.epoch))
+        return translate(exc, step, self.config, self.where(step.epoch))
 
     def capabilities(self) -> SinkCapabilities:
         return SinkCapabilities(
@@ -297,7 +297,7 @@ class IcebergSink(SinkBase[Iceberg]):
         except (TypeError, ValueError) as exc:
             raise SchemaMismatchError(
                 f"cannot create the Iceberg table {self.config.where} from the rows: {exc}",
-                **self._where(epoch),
+                **self.where(epoch),
                 fix="cast the columns to types Iceberg has (no null-typed or nanosecond "
                 "columns in format version 2), or create the table first; nothing of the "
                 "epoch was committed",
@@ -313,7 +313,7 @@ class IcebergSink(SinkBase[Iceberg]):
         return table
 
     def _fitted(self, rows: pa.Table, table: Table, epoch: int) -> pa.Table:
-        return fitted(rows, self._arrow_schema(table), self.config.where, self._where(epoch))
+        return fitted(rows, self._arrow_schema(table), self.config.where, self.where(epoch))
 
     def _arrow_schema(self, table: Table) -> pa.Schema:
         """The table's schema in Arrow, converted once per schema object (a new one comes with
@@ -371,7 +371,7 @@ class IcebergSink(SinkBase[Iceberg]):
             raise ParticipantLostError(
                 f"data loss: participant {handle.participant} is decided to commit, but its "
                 f"data file {entry.path} is gone",
-                **self._where(epoch),
+                **self.where(epoch),
                 fix="someone deleted it (orphan file removal while the job was down?): "
                 "restore the epoch's rows from the source; keep the decision record",
             )
@@ -384,7 +384,7 @@ class IcebergSink(SinkBase[Iceberg]):
             raise ConfigError(
                 f"no Iceberg table {self.config.where}, yet a participant of epoch {epoch} "
                 "wrote data files into it",
-                **self._where(epoch),
+                **self.where(epoch),
                 fix="the table was dropped while the job ran: restore it or start a new job",
             )
         return table.io
@@ -438,7 +438,7 @@ class IcebergSink(SinkBase[Iceberg]):
         raise CommitConflictError(
             f"the commit of epoch {epoch} to {self.config.where} lost the race with other "
             f"writers {self.config.commit_retries + 1} times",
-            **self._where(epoch),
+            **self.where(epoch),
             fix="nothing of the epoch is visible; it is retried. If other writers commit "
             "this often, raise commit_retries",
         )
@@ -485,7 +485,7 @@ class IcebergSink(SinkBase[Iceberg]):
         raise CorruptRecordError(
             f"participant {handle.participant[:200]!r} lists {foreign[0][:300]!r}, not one of "
             "its own data files; nothing was committed or deleted for it",
-            **self._where(epoch),
+            **self.where(epoch),
             fix="the decision store holds a handle this job did not write: check who writes "
             "there, remove the record, then restart",
         )
@@ -507,7 +507,7 @@ class IcebergSink(SinkBase[Iceberg]):
             raise CorruptRecordError(
                 f"a data file to delete, {outside[0][:300]!r}, is not under the table's "
                 f"data folder {location}; nothing was deleted",
-                **self._where(epoch),
+                **self.where(epoch),
                 fix="a handle this job did not write is in the decision store: check who "
                 "writes there, remove the record, then restart",
             )

@@ -139,7 +139,7 @@ class JsonlSink(SinkBase[Jsonl]):
         current = self._require_current()
         if current.epoch != epoch:
             raise UsageError(
-                f"pre_commit({epoch}) while epoch {current.epoch} is open", **self._where()
+                f"pre_commit({epoch}) while epoch {current.epoch} is open", **self.where()
             )
         handle = current.prepare(self.name)
         self._current = None

@@ -238,7 +238,7 @@ class Cluster:
                 **where(None),
                 fix="check producer_config against librdkafka's CONFIGURATION.md",
             ) from None
-        self._where = where
+        self.where = where
         self._log = log
         self._timeout = config.request_timeout_s
 
@@ -266,7 +266,7 @@ class Cluster:
         if len(failures) == len(hosts):
             raise UnreachableError(
                 "no host of bootstrap_servers resolves: " + ", ".join(failures),
-                **self._where(None),
+                **self.where(None),
                 fix="check the host names in bootstrap_servers and this machine's DNS",
             )
         if failures:
@@ -279,7 +279,7 @@ class Cluster:
         return translate(
             exc,
             f"cannot reach the Kafka cluster at {self.config.bootstrap_servers}",
-            self._where(None),
+            self.where(None),
             fix="check that the brokers run and bootstrap_servers and the security "
             "settings are right",
             unknown=UnreachableError,
@@ -302,7 +302,7 @@ class Cluster:
         except KafkaException as exc:
             names = ", ".join(sorted({p.topic for p in partitions}))
             what = f"cannot read the offsets of {names}"
-            raise translate(exc, what, self._where(epoch)) from None
+            raise translate(exc, what, self.where(epoch)) from None
 
     def _check_broker(self) -> int:
         """transaction.timeout.ms must not exceed the broker's transaction.max.timeout.ms.
@@ -333,7 +333,7 @@ class Cluster:
             raise ConfigError(
                 f"transaction_timeout_s {self.config.transaction_timeout_s:g} exceeds the "
                 f"broker's transaction.max.timeout.ms ({limit} ms)",
-                **self._where(None),
+                **self.where(None),
                 fix=f"set transaction_timeout_s <= {limit / 1000:g}, or raise "
                 "transaction.max.timeout.ms in the brokers' server.properties",
             )
@@ -351,7 +351,7 @@ class Cluster:
             if refused is not None:
                 future.cancel()
                 found = explain(refused, self._settings, self.config.bootstrap_servers)
-                raise ConfigError(found.message, **self._where(None), fix=found.fix)
+                raise ConfigError(found.message, **self.where(None), fix=found.fix)
         return future.result(timeout=0)
 
     def _metadata(self) -> Any:
@@ -371,7 +371,7 @@ class Cluster:
             if not self.config.create_topic:
                 raise ConfigError(
                     f"topic {topic!r} does not exist, or this principal may not see it",
-                    **self._where(None),
+                    **self.where(None),
                     fix="create it, or set create_topic=True (with topic_partitions=); on a "
                     "cluster with ACLs, grant this principal DESCRIBE on it (docs/security.md)",
                 )
@@ -393,7 +393,7 @@ class Cluster:
             self._create(wanted, brokers)
             metadata = self._wait_for_topics([t.topic for t in wanted])
         allowed = {topic: ("WRITE",), progress: ("READ", "WRITE")}
-        check_access(self.admin, allowed, topic, self._timeout, self._where(None))
+        check_access(self.admin, allowed, topic, self._timeout, self.where(None))
         described = self._describe(topic)
         return TopicFacts(
             len(metadata.topics[topic].partitions),
@@ -451,10 +451,10 @@ class Cluster:
             KafkaError.INVALID_CONFIG: "create the topic yourself",
         }
         if error is not None and (error.retriable() or code in _METADATA_LAG):
-            return TransientError(message, **self._where(None), fix="retry when the cluster is up")
+            return TransientError(message, **self.where(None), fix="retry when the cluster is up")
         return ConfigError(
             message,
-            **self._where(None),
+            **self.where(None),
             fix=fixes.get(
                 code,
                 "create it yourself, or grant this principal CREATE on it; if it exists, "
@@ -508,7 +508,7 @@ class Cluster:
         if partitions != 1:
             raise ConfigError(
                 f"progress topic {progress!r} has {partitions} partitions; it needs 1",
-                **self._where(None),
+                **self.where(None),
                 fix="give the sink another progress_topic (it is created with 1 partition)",
             )
         entries = self._describe(progress)
@@ -523,7 +523,7 @@ class Cluster:
                 f"progress topic {progress!r} has cleanup.policy={cleanup} with retention.ms="
                 f"{retention} and retention.bytes={size}: its records of the last committed "
                 "epoch, the fence and the generation could be deleted",
-                **self._where(None),
+                **self.where(None),
                 fix="set cleanup.policy=compact on it (kafka-configs --alter --add-config "
                 "cleanup.policy=compact), or leave progress_topic unset so that the sink "
                 "creates a compacted one",
@@ -543,7 +543,7 @@ class Cluster:
             raise translate(
                 exc,
                 "the Kafka cluster does not answer",
-                self._where(None),
+                self.where(None),
                 fix="check that the brokers run",
                 unknown=UnreachableError,
             ) from None

@@ -102,7 +102,7 @@ class TransactionalProducer:
     ) -> None:
         self.config = config
         self.transactional_id = transactional_id
-        self._where = where
+        self.where = where
         self._log = log
         self._clientlog = clientlog or ClientLog(log.job, log.sink or "-")
         #: Whether a newer generation holds the sink's fence record (read when a fence must
@@ -160,7 +160,7 @@ class TransactionalProducer:
 
     def _invalid(self, exc: KafkaException) -> ConfigError:
         return refused_settings(
-            exc, self.config.producer_config, self._clientlog.settings(), self._where(None)
+            exc, self.config.producer_config, self._clientlog.settings(), self.where(None)
         )
 
     def start(self) -> None:
@@ -201,7 +201,7 @@ class TransactionalProducer:
         if self._producer is None:
             raise UsageError(
                 f"the producer of {self.transactional_id!r} is not started (the sink is not open)",
-                **self._where(epoch),
+                **self.where(epoch),
             )
         return self._producer
 
@@ -237,7 +237,7 @@ class TransactionalProducer:
             f"{self.config.transaction_timeout_s:g}; its first record is {age:.1f} s old) "
             f"and bumped the producer epoch (librdkafka: {cause}); nothing of the epoch is "
             "visible",
-            **self._where(epoch),
+            **self.where(epoch),
             fix=TIMEOUT_FIX,
         ) from None
 
@@ -245,7 +245,7 @@ class TransactionalProducer:
         """Remember and raise that a newer generation owns the sink (`what` says how)."""
         self.fenced = FencedError(
             f"{what}; this coordinator must stop",
-            **self._where(epoch),
+            **self.where(epoch),
             fix="nothing to do here: the newer coordinator owns the job",
         )
         raise self.fenced from None
@@ -269,7 +269,7 @@ class TransactionalProducer:
             f"commit_transaction was fenced ({error.name()}): {cause}, after this commit "
             "request may have reached the transaction coordinator; the epoch may or may not "
             "be committed, and this coordinator touches nothing more of it",
-            **self._where(epoch),
+            **self.where(epoch),
             fix=FENCED_AT_COMMIT_FIX + (f"; then {TIMEOUT_FIX}" if self.timed_out() else ""),
         ) from None
 
@@ -306,7 +306,7 @@ class TransactionalProducer:
                 self._aborted_by_broker(what, epoch, f"{type(exc).__name__}: {exc}")
         if error is None:
             raise TransientError(
-                f"{what} failed: {type(exc).__name__}: {exc}", **self._where(epoch)
+                f"{what} failed: {type(exc).__name__}: {exc}", **self.where(epoch)
             ) from exc
         code = error.code()
         if code in FENCED_CODES:
@@ -314,14 +314,14 @@ class TransactionalProducer:
         if code in AUTH_CODES:
             raise ConfigError(
                 f"{what} failed: {describe(error, exc)}",
-                **self._where(epoch),
-                fix=auth_fix(error, self._where(epoch)),
+                **self.where(epoch),
+                fix=auth_fix(error, self.where(epoch)),
             ) from None
         if code == KafkaError.INVALID_TRANSACTION_TIMEOUT:
             raise ConfigError(
                 f"{what} failed: the broker refuses transaction_timeout_s "
                 f"{self.config.transaction_timeout_s:g} ({error.str()})",
-                **self._where(epoch),
+                **self.where(epoch),
                 fix="set transaction_timeout_s <= the broker's transaction.max.timeout.ms",
             ) from None
         if error.fatal():
@@ -329,17 +329,17 @@ class TransactionalProducer:
             raise TransientError(
                 f"{what}: the producer hit a fatal error ({error.name()}: {error.str()}); "
                 "the next attempt starts a new producer",
-                **self._where(epoch),
+                **self.where(epoch),
             ) from None
         if code in UNREACHABLE_CODES:
             raise UnreachableError(
                 f"{what} failed: {error.name()}: {error.str()}",
-                **self._where(epoch),
+                **self.where(epoch),
                 fix="check that the brokers run and that bootstrap_servers is right; the job "
                 "retries while the outage lasts",
             ) from None
         raise TransientError(
-            f"{what} failed: {error.name()}: {error.str()}", **self._where(epoch)
+            f"{what} failed: {error.name()}: {error.str()}", **self.where(epoch)
         ) from None
 
     def _retriable(self, exc: BaseException) -> KafkaError | None:
@@ -438,7 +438,7 @@ class TransactionalProducer:
         except BufferError:
             raise TransientError(
                 "the producer's queue stayed full (the brokers do not keep up)",
-                **self._where(epoch),
+                **self.where(epoch),
                 fix="raise queue.buffering.max.messages/kbytes in producer_config, or check the "
                 "brokers",
             ) from None
@@ -457,7 +457,7 @@ class TransactionalProducer:
             if error.code() == KafkaError.MSG_SIZE_TOO_LARGE:
                 raise SchemaMismatchError(
                     f"the broker refused a record as too large ({error.str()})",
-                    **self._where(epoch),
+                    **self.where(epoch),
                     fix="raise max.message.bytes on the topic, or make rows smaller",
                 )
             if error.code() == KafkaError.INVALID_TIMESTAMP:
@@ -466,7 +466,7 @@ class TransactionalProducer:
                     f"timestamp_column {self.config.timestamp_column!r} holds a time outside "
                     "what the topic accepts (message.timestamp.before.max.ms / "
                     "after.max.ms; Kafka 4 refuses more than an hour ahead by default)",
-                    **self._where(epoch),
+                    **self.where(epoch),
                     fix="check the column: integers are milliseconds since the Unix epoch (not "
                     "microseconds or nanoseconds); or widen the topic's limits",
                 )
@@ -483,7 +483,7 @@ class TransactionalProducer:
         if remaining:
             raise TransientError(
                 f"{remaining} records were not acknowledged within {self._timeout:g} s",
-                **self._where(epoch),
+                **self.where(epoch),
             )
 
     def write_alone(self, what: str, topic: str, value: bytes, key: bytes) -> None:
@@ -498,7 +498,7 @@ class TransactionalProducer:
         try:
             self.commit()
         except InDoubtError as exc:
-            raise TransientError(exc.message, **self._where(None)) from None
+            raise TransientError(exc.message, **self.where(None)) from None
         except TransientError:
             self.abort_quietly(None)
             raise
@@ -536,7 +536,7 @@ class TransactionalProducer:
             raise TransientError(
                 f"the transaction had to be aborted ({error.name()}: {error.str()}); "
                 "nothing of the epoch is visible",
-                **self._where(epoch),
+                **self.where(epoch),
             ) from None
         if error is not None and error.code() in FENCED_CODES:
             if epoch is None:  # the sink's own records (the fence record): never in doubt
@@ -553,7 +553,7 @@ class TransactionalProducer:
         raise InDoubtError(
             f"commit_transaction failed ({describe(error, exc)}); the epoch may or may not "
             "be committed",
-            **self._where(epoch),
+            **self.where(epoch),
             fix="nothing to do if the job retries or restarts: recovery reads the outcome from "
             "the progress topic",
         ) from None

@@ -112,20 +112,20 @@ class _Opened:
         self.producer = TransactionalProducer(
             sink.config,
             transactional_id(context.job_id, sink.name),
-            sink._where,
+            sink.where,
             log,
             self.clientlog,
             sink._newer_owner,
         )
         # Every producer setting is checked before any client connects or topic is made.
         self.producer.check_settings()
-        self.cluster = Cluster(sink.config, settings, sink._where, log, self.clientlog.refusals)
+        self.cluster = Cluster(sink.config, settings, sink.where, log, self.clientlog.refusals)
         self.progress = ProgressReader(
             self.cluster.admin,
             settings,
             sink.config.progress_topic_name,
             sink.config.progress_scan_timeout_s,
-            sink._where,
+            sink.where,
             request_timeout=sink.config.request_timeout_s,
         )
         self.topic = TopicFacts(0, 0)
@@ -154,7 +154,7 @@ class KafkaSink(SinkBase[Kafka]):
         if not isinstance(exc, RAW):
             return None
         unknown = InDoubtError if step.in_doubt else TransientError
-        where = self._where(step.epoch)
+        where = self.where(step.epoch)
         return translate(exc, f"{step.action} failed", where, fix=step.in_doubt, unknown=unknown)
 
     # -- context -------------------------------------------------------------------------------
@@ -234,7 +234,7 @@ class KafkaSink(SinkBase[Kafka]):
                 FencedError(
                     f"generation {holder} of this job already opened the sink; this "
                     f"coordinator (generation {generation}) is older and must stop",
-                    **self._where(),
+                    **self.where(),
                     fix="nothing to do here: the newer coordinator owns the job",
                 )
             )
@@ -366,7 +366,7 @@ class KafkaSink(SinkBase[Kafka]):
         if problems:
             raise SchemaMismatchError(
                 f"the batch does not fit the {shape} record shape: " + "; ".join(problems),
-                **self._where(epoch),
+                **self.where(epoch),
                 fix=fix,
             )
         self._checked_schema, self._checked_shape = batch.schema, shape
@@ -544,7 +544,7 @@ class KafkaSink(SinkBase[Kafka]):
         if current.prepared is None or current.prepared.participant != handle.participant:
             raise UsageError(
                 f"participant {handle.participant} is not this sink's prepared one",
-                **self._where(epoch),
+                **self.where(epoch),
             )
         state = self._state()
         producer = state.producer
@@ -613,7 +613,7 @@ class KafkaSink(SinkBase[Kafka]):
         raise ParticipantLostError(
             f"Kafka participant {handle.participant} cannot be committed: its transaction "
             "ended with the producer that opened it",
-            **self._where(epoch),
+            **self.where(epoch),
             fix="Kafka must be the job's last resource (the coordinator does this for "
             "exactly-once jobs); replay the epoch",
         )

@@ -84,11 +84,11 @@ class EpochCopy:
         self.old_server = old_server
         self.table = sql.Identifier(config.schema_name, config.table_name)
         context = meta.context
-        self._where: dict[str, Any] = {"job": context.job_id, "sink": context.sink}
+        self.where: dict[str, Any] = {"job": context.job_id, "sink": context.sink}
 
     def _refused(self, message: str, fix: str, epoch: int | None = None) -> RepairRefused:
         return RepairRefused(
-            message, **self._where, epoch=epoch, fix=f"{fix}; see {LOST_EPOCHS_DOC}"
+            message, **self.where, epoch=epoch, fix=f"{fix}; see {LOST_EPOCHS_DOC}"
         )
 
     def run(self, decided: DecidedCommit, *, apply: bool) -> list[EpochRepair]:

@@ -205,7 +205,7 @@ class PostgresSink(SinkBase[Postgres]):
             f"holds {lost}, which this sink committed (their marker rows are gone: the newest "
             f"is {'none' if found is None else f'epoch {found}'}); likely causes: "
             f"{LOST_EPOCHS_CAUSES}",
-            **self._where(held),
+            **self.where(held),
             first_lost=first,
             last_lost=held,
             holder=self.name,
@@ -262,7 +262,7 @@ class PostgresSink(SinkBase[Postgres]):
                 "on_bad_rows='dead_letter' is not supported with mode='upsert': the rows the "
                 "server refuses (keys, constraints, triggers) show only when the epoch's rows "
                 "are merged at pre-commit, after the dead letters are written",
-                **self._where(),
+                **self.where(),
                 fix="use mode='append' with a dead-letter sink, or on_bad_rows='fail' with "
                 "mode='upsert' (and filter bad rows in the query)",
             )
@@ -345,7 +345,7 @@ class PostgresSink(SinkBase[Postgres]):
         current = self._require_current()
         if current.handle is not None:
             raise UsageError(
-                "the epoch was pre-committed; no more batches", **self._where(current.epoch)
+                "the epoch was pre-committed; no more batches", **self.where(current.epoch)
             )
         with self._errors("write_batch (COPY)", current.epoch, in_epoch=True):
             table = self._state().table
@@ -361,7 +361,7 @@ class PostgresSink(SinkBase[Postgres]):
                 raise BadRowsError(
                     exc.message,
                     refused=refused,
-                    **self._where(current.epoch),
+                    **self.where(current.epoch),
                     fix=bad_rows_fix(refused, self.config),
                 ) from None
             if kept.num_rows == 0:
@@ -399,7 +399,7 @@ class PostgresSink(SinkBase[Postgres]):
                     f"the batches of part {current.name.part} changed columns after its first "
                     f"COPY ({', '.join(c.column for c in changes)}): in executor mode a part "
                     "adds columns before it writes",
-                    **self._where(current.epoch),
+                    **self.where(current.epoch),
                     fix="give every batch of a partition the same columns (Spark does), or "
                     "run the query in driver mode; nothing of the epoch was committed",
                 )
@@ -488,7 +488,7 @@ class PostgresSink(SinkBase[Postgres]):
             f"{current.name.part} waits on a row that part {holder.part} holds in its prepared "
             "transaction, and in executor mode each partition keeps its rows apart until the "
             "driver's decision, which waits for both",
-            **self._where(current.epoch),
+            **self.where(current.epoch),
             fix=f"deduplicate by key in the query, e.g. {dedup} (a key twice in one batch is "
             "refused in driver mode too); nothing of the epoch was committed",
         )
@@ -539,7 +539,7 @@ class PostgresSink(SinkBase[Postgres]):
                     "lost (a failover to an asynchronous standby that had not received the "
                     "PREPARE, a restore from an older backup) or rolled back by hand "
                     "(ROLLBACK PREPARED)",
-                    **self._where(epoch),
+                    **self.where(epoch),
                     fix="stop the job; if the old primary's data still exists, `durable-sinks "
                     "repair-epochs` commits the epoch from it into this server, otherwise "
                     "re-supply the epoch's rows and record the loss (`durable-sinks "

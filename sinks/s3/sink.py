@@ -110,7 +110,7 @@ class S3Sink(SinkBase[S3]):
         return f"path={str(self.layout.location)!r}"
 
     def _translate(self, exc: Exception, step: Step) -> DurableSinkError | None:
-        return s3_failure(exc, step.action, self.config.connection, **self._where(step.epoch))
+        return s3_failure(exc, step.action, self.config.connection, **self.where(step.epoch))
 
     # -- lifecycle -----------------------------------------------------------------------------
     def open(self, context: OpenContext) -> None:
@@ -168,13 +168,13 @@ class S3Sink(SinkBase[S3]):
     def write_batch(self, batch: pa.RecordBatch) -> WriteResult:
         current = self._require_current()
         if self.context.policy.adds_columns:
-            self._schema, batch = evolved(self._schema, batch, **self._where(current.epoch))
+            self._schema, batch = evolved(self._schema, batch, **self.where(current.epoch))
         elif self._schema is None:
             self._schema = batch.schema
         elif not batch.schema.equals(self._schema):
             raise SchemaMismatchError(
                 schema_difference(self._schema, batch.schema),
-                **self._where(current.epoch),
+                **self.where(current.epoch),
                 fix="write batches of one schema to an S3 sink, give a new path for a new "
                 "schema, or let the dataset evolve: durable_sink(..., "
                 "schema_evolution='add_columns')",
@@ -241,7 +241,7 @@ class S3Sink(SinkBase[S3]):
                 f"cannot {action}: the upload was aborted by someone else (a newer "
                 "coordinator's recovery, the driver discarding this attempt, or a bucket "
                 "lifecycle rule)",
-                **self._where(current.epoch),
+                **self.where(current.epoch),
                 fix="if another driver of this job started, stop this one; otherwise restart "
                 "the query: the epoch is written again",
             )
@@ -315,7 +315,7 @@ class S3Sink(SinkBase[S3]):
                     f"participant {handle.participant[:200]!r}'s handle names object "
                     f"s3://{self.layout.bucket}/{described.key[:300]}, not one of its own data "
                     "keys under the sink's prefix; nothing was completed or aborted for it",
-                    **self._where(epoch),
+                    **self.where(epoch),
                     fix="the decision or the sink's storage holds a handle this job did not "
                     "write: check who writes there, remove the record, then restart",
                 )
@@ -355,7 +355,7 @@ class S3Sink(SinkBase[S3]):
             raise ParticipantLostError(
                 f"data loss: participant {participant} is decided to commit, but its upload "
                 f"of {where} is gone ({type(cause).__name__}) and the object does not exist",
-                **self._where(epoch),
+                **self.where(epoch),
                 fix="someone aborted the upload (a bucket lifecycle rule shorter than "
                 "recovery_window_s, or a person): the epoch's rows must be restored from "
                 "the source; keep the decision record for the audit",
@@ -366,7 +366,7 @@ class S3Sink(SinkBase[S3]):
                 f"{where} holds another object (participant {owner!r}, "
                 f"{head.get('ContentLength')} bytes), not participant {participant}'s "
                 f"{size} bytes",
-                **self._where(epoch),
+                **self.where(epoch),
                 fix="give each job its own prefix; never write under a sink's prefix by hand",
             ) from cause
 
@@ -396,7 +396,7 @@ class S3Sink(SinkBase[S3]):
             ):
                 raise CorruptRecordError(
                     f"{where} already exists and lists other objects than epoch {epoch}'s decision",
-                    **self._where(epoch),
+                    **self.where(epoch),
                     fix="give each job its own prefix; never write under a sink's prefix by hand",
                 ) from exc
             outcome = CommitOutcome.ALREADY_COMMITTED

@@ -350,7 +350,7 @@ NO_LEADERS = kafka(KafkaError._NOENT)  # "Failed to query partition leaders: No 
 
 def cluster(fake: FakeAdmin) -> Cluster:
     made = Cluster.__new__(Cluster)
-    made.config, made.admin, made._where = config(), fake, where  # type: ignore[assignment]
+    made.config, made.admin, made.where = config(), fake, where  # type: ignore[assignment]
     made._timeout = 0.4
     return made
 

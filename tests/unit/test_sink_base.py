@@ -43,7 +43,7 @@ class Sink(SinkBase[Config]):
         if not isinstance(exc, ClientFailureError):
             return None
         kind = InDoubtError if step.in_doubt else TransientError
-        return kind(f"could not {step.action}: {exc}", **self._where(step.epoch), fix="retry")
+        return kind(f"could not {step.action}: {exc}", **self.where(step.epoch), fix="retry")
 
     @guarded("commit the epoch", in_doubt="the decision")
     def commit(self, epoch: int, failure: Exception | None) -> str:
@@ -56,7 +56,7 @@ def test_a_sink_used_before_open_is_a_usage_error_naming_it() -> None:
     sink = Sink()
     with pytest.raises(UsageError, match=r"Sink\(name='t', path='/x'\) is not open"):
         _ = sink.context
-    assert sink._where(3) == {"job": None, "sink": "t", "epoch": 3}
+    assert sink.where(3) == {"job": None, "sink": "t", "epoch": 3}
 
 
 def test_every_attempt_at_an_epoch_gets_a_participant_of_its_own() -> None:
@@ -67,7 +67,7 @@ def test_every_attempt_at_an_epoch_gets_a_participant_of_its_own() -> None:
     assert first.generation == 5
     assert first.epoch == 7
     assert first != second
-    assert sink._where() == {"job": "job", "sink": "t", "epoch": None}
+    assert sink.where() == {"job": "job", "sink": "t", "epoch": None}
 
 
 def test_counters_are_the_common_ones_and_the_sinks_own() -> None:

@@ -132,7 +132,7 @@ class SinkBase(ABC, Generic[ConfigT]):
         component = ".".join(package[1:3]) if package[:2] == ["durable_sinks", "sinks"] else "sinks"
         return JobLogger(job, self.name, epoch, component=component)
 
-    def _where(self, epoch: int | None = None) -> dict[str, Any]:
+    def where(self, epoch: int | None = None) -> dict[str, Any]:
         """The job, sink and epoch an error names (keyword arguments of DurableSinkError)."""
         job = self._context.job_id if self._context is not None else None
         return {"job": job, "sink": self.name, "epoch": epoch}
@@ -145,7 +145,7 @@ class SinkBase(ABC, Generic[ConfigT]):
 
     def _no_epoch(self, epoch: int | None = None) -> UsageError:
         what = "no epoch is open" if epoch is None else f"epoch {epoch} is not open"
-        return UsageError(f"{what}; call begin_epoch first", **self._where(epoch))
+        return UsageError(f"{what}; call begin_epoch first", **self.where(epoch))
 
     def last_committed_epoch(self) -> int | None:
         return self._last_committed
@@ -185,7 +185,7 @@ class SinkBase(ABC, Generic[ConfigT]):
             raise BadRowsError(
                 f"{len(refused)} of {batch.num_rows} rows cannot be written: {refused.summary()}",
                 refused=refused,
-                **self._where(epoch),
+                **self.where(epoch),
             )
         self._count("refused_rows", len(refused))
         return batch.filter(refused.kept_mask(batch.num_rows))
@@ -201,7 +201,7 @@ class SinkBase(ABC, Generic[ConfigT]):
     @abstractmethod
     def _translate(self, exc: Exception, step: Step) -> DurableSinkError | None:
         """What `exc`, raised by the sink's client during `step`, means: a typed error naming
-        `self._where(step.epoch)` and the fix, or None when `exc` is not the client's (it is
+        `self.where(step.epoch)` and the fix, or None when `exc` is not the client's (it is
         then re-raised unchanged)."""
 
     def failure(
@@ -218,7 +218,7 @@ class SinkBase(ABC, Generic[ConfigT]):
         if typed is not None:
             return typed
         return DurableSinkError(
-            f"could not {known.action}: {type(exc).__name__}: {exc}", **self._where(known.epoch)
+            f"could not {known.action}: {type(exc).__name__}: {exc}", **self.where(known.epoch)
         )
 
     def _client_call(self, call: Callable[[], T], step: Step | str, epoch: int | None = None) -> T:
@@ -253,12 +253,12 @@ class SinkBase(ABC, Generic[ConfigT]):
         if step.in_doubt is not None:
             return InDoubtError(
                 f"{what}; whether it took effect is unknown",
-                **self._where(step.epoch),
+                **self.where(step.epoch),
                 fix=step.in_doubt,
             )
         return TransientError(
             what,
-            **self._where(step.epoch),
+            **self.where(step.epoch),
             fix="check the disk or network the sink writes to (free space, permissions, I/O "
             "errors in the kernel log); the job retries, and a retried commit finds what the "
             "failed one published",
