@@ -874,7 +874,7 @@ class S3Bench:
     # -- ours --------------------------------------------------------------------------------
     def ours(self, prefix: str, variant: str) -> S3Run:
         import durable_sinks.core.content as content
-        import durable_sinks.sinks.s3.upload as upload
+        import durable_sinks.sinks.s3.writer as upload
         from durable_sinks.sinks.s3 import S3Sink
         from tests.support.s3_target import s3_sink_config
 

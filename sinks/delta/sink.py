@@ -28,7 +28,6 @@ from durable_sinks.core.errors import (
     ConfigError,
     CorruptRecordError,
     DurableSinkError,
-    FencedError,
     ParticipantLostError,
     SchemaMismatchError,
 )
@@ -43,9 +42,8 @@ from durable_sinks.core.protocol import (
 )
 from durable_sinks.core.sink_base import SinkBase, Step
 
-from . import checks, operations
+from . import checks, errors, operations
 from .config import Delta
-from .files import DeltaParticipant, checksum
 from .handles import (
     PREPARED,
     WRITING,
@@ -69,13 +67,10 @@ from .shape import (
 )
 from .storage import TableStorage
 from .table import DeltaLog
+from .writer import DeltaParticipant, checksum
 
 if TYPE_CHECKING:
     import pyarrow as pa
-
-
-#: Actions during which a vanished file means another process took the attempt away.
-_WRITING_ACTIONS = ("write a data file", "finish the data files")
 
 
 #: The table property after which Delta drops a transaction identifier (the commit record).
@@ -162,22 +157,7 @@ class DeltaSink(SinkBase[Delta]):
         return self._layout
 
     def _translate(self, exc: Exception, step: Step) -> DurableSinkError | None:
-        """A storage or delta-rs failure, typed by the storage (storage.py); a vanished file
-        while writing means another process took the attempt away."""
-        where = self.where(step.epoch)
-        if isinstance(exc, FileNotFoundError) and step.action in _WRITING_ACTIONS:
-            return FencedError(
-                f"could not {step.action}: a file of this attempt was deleted by someone else "
-                "(a newer coordinator's recovery, or the driver discarding this attempt)",
-                **where,
-                fix="if another driver of this job started, stop this one; otherwise restart "
-                "the query: the epoch is written again",
-            )
-
-        def made(cls: type[DurableSinkError], text: str, fix: str | None) -> DurableSinkError:
-            return cls(text, **where, fix=fix)
-
-        return self.storage.failure(exc, step.action, made)
+        return errors.translate(exc, step, self)
 
     def capabilities(self) -> SinkCapabilities:
         merging = self.config.mode == "upsert"

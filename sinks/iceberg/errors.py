@@ -4,8 +4,6 @@ the catalog's secrets masked in its text."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from durable_sinks.core.errors import (
     ConfigError,
     DurableSinkError,
@@ -13,7 +11,7 @@ from durable_sinks.core.errors import (
     TransientError,
     UnreachableError,
 )
-from durable_sinks.core.sink_base import Step
+from durable_sinks.core.sink_base import SinkBase, Step
 
 from .config import Iceberg, redacted
 
@@ -22,12 +20,10 @@ class CommitConflictError(TransientError):
     """An epoch's Iceberg commit kept losing races with other writers of the table."""
 
 
-def translate(
-    exc: Exception, step: Step, config: Iceberg, where: dict[str, Any]
-) -> DurableSinkError | None:
-    """The typed error for `exc`, raised by a client during `step`, naming `where` (job, sink,
-    epoch) and the fix; None when `exc` is none of the clients' (it is re-raised as it is).
-    A failure of the commit itself whose outcome is unknown is an InDoubtError."""
+def translate(exc: Exception, step: Step, sink: SinkBase[Iceberg]) -> DurableSinkError | None:
+    """The typed error for `exc`, raised by a client during `step`, naming the sink's job,
+    name and epoch and the fix; None when `exc` is none of the clients' (it is re-raised as it
+    is). A failure of the commit itself whose outcome is unknown is an InDoubtError."""
     from pyiceberg.exceptions import (
         CommitFailedException,
         CommitStateUnknownException,
@@ -40,6 +36,7 @@ def translate(
         UnauthorizedError,
     )
 
+    config, where = sink.config, sink.where(step.epoch)
     text = f"could not {step.action} ({config.where}): {type(exc).__name__}: {exc}"
     text = hide_secrets(text, config)
     if isinstance(exc, (NoSuchNamespaceError, NoSuchTableError)):

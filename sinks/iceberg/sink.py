@@ -33,7 +33,6 @@
 
 from __future__ import annotations
 
-import itertools
 import json
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -56,19 +55,18 @@ from durable_sinks.core.protocol import (
 )
 from durable_sinks.core.sink_base import SinkBase, Step
 
-from . import _pyiceberg, operations
+from . import _pyiceberg, errors, operations
 from .config import Iceberg, redacted
-from .errors import CommitConflictError, translate
+from .errors import CommitConflictError
 from .handles import (
-    DataFileEntry,
     IcebergHandleDetails,
     data_files_of,
-    file_entry,
     path_entry,
     paths_of,
 )
 from .layout import SUMMARY_EPOCH, SUMMARY_JOB, SUMMARY_PARTICIPANTS, SUMMARY_SINK, Layout
 from .shape import fitted
+from .writer import IcebergParticipant
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -88,11 +86,8 @@ class IcebergSink(SinkBase[Iceberg]):
         self._catalog: Catalog | None = None
         self._table: Table | None = None
         self._layout: Layout | None = None
-        self._pending: ParticipantName | None = None
-        self._files: list[DataFileEntry] = []
-        self._open_file: _pyiceberg.OpenDataFile | None = None
+        self._current: IcebergParticipant | None = None
         self._arrow: tuple[Schema, pa.Schema] | None = None
-        self._counter: itertools.count[int] = itertools.count(0)
         #: On a worker (one task's part: open, one epoch, close), the table `open` read is
         #: the epoch's: `begin_epoch` need not read it again.
         self._fresh = False
@@ -160,9 +155,9 @@ class IcebergSink(SinkBase[Iceberg]):
                 )
 
     def close(self) -> None:
-        self._leftovers()  # closes an open file: a later start's recovery deletes it
-        self._files = []
-        self._pending = None
+        current, self._current = self._current, None
+        if current is not None:
+            current.leftovers()  # closes an open file: a later start's recovery deletes it
 
     def _cat(self) -> Catalog:
         if self._catalog is None:
@@ -175,7 +170,7 @@ class IcebergSink(SinkBase[Iceberg]):
         return self._layout
 
     def _translate(self, exc: Exception, step: Step) -> DurableSinkError | None:
-        return translate(exc, step, self.config, self.where(step.epoch))
+        return errors.translate(exc, step, self)
 
     def capabilities(self) -> SinkCapabilities:
         return SinkCapabilities(
@@ -215,12 +210,12 @@ class IcebergSink(SinkBase[Iceberg]):
 
     # -- phase 1 -------------------------------------------------------------------------------
     def begin_epoch(self, epoch: int) -> None:
-        pending, paths = self._pending, self._leftovers()
-        if pending is not None and paths:  # a failed attempt not rolled back
-            self._delete_unless_committed(pending.epoch, paths)
-        self._files = []
-        self._pending = self._next_participant(epoch)
-        self._counter = self._paths().task_numbers(self._pending)
+        failed, self._current = self._current, None
+        if failed is not None:  # a failed attempt not rolled back
+            paths = failed.leftovers()
+            if paths:
+                self._delete_unless_committed(failed.epoch, paths)
+        self._current = IcebergParticipant(epoch, self._next_participant(epoch), self._paths())
         if self._table is not None and not self._fresh:  # its schema and spec as they are now
             self._reload(epoch)
         self._fresh = False
@@ -228,65 +223,19 @@ class IcebergSink(SinkBase[Iceberg]):
     def write_batch(self, batch: pa.RecordBatch) -> WriteResult:
         import pyarrow as pa
 
-        name = self._pending
-        if name is None:
+        current = self._current
+        if current is None:
             raise self._no_epoch()
         if batch.num_rows == 0:
             return WriteResult(0, 0)
-        table = self._table or self._create(batch.schema, name.epoch)
-        rows = self._fitted(pa.Table.from_batches([batch]), table, name.epoch)
-        if table.spec().is_unpartitioned():
-            size = self._client_call(
-                lambda: self._append_rows(table, rows, name), "write a data file", name.epoch
-            )
-        else:
-            written = self._client_call(
-                lambda: _pyiceberg.write_data_files(
-                    table, rows, self._paths().write_uuid(name), self._counter
-                ),
-                "write a data file",
-                name.epoch,
-            )
-            self._files += [file_entry(f, table) for f in written]
-            size = sum(int(f.file_size_in_bytes) for f in written)
+        table = self._table or self._create(batch.schema, current.epoch)
+        rows = self._fitted(pa.Table.from_batches([batch]), table, current.epoch)
+        size = self._client_call(
+            lambda: current.write(table, rows), "write a data file", current.epoch
+        )
         self._count("rows", rows.num_rows)
         self._count("bytes", size)
         return WriteResult(rows.num_rows, size)
-
-    def _append_rows(self, table: Table, rows: pa.Table, name: ParticipantName) -> int:
-        """Append `rows` to the participant's open data file (begun if none is open), which
-        is finished once it holds the table's target file size (in Arrow bytes, as pyiceberg
-        counts it); the bytes written."""
-        current = self._open_file
-        if current is None:
-            current = _pyiceberg.OpenDataFile(
-                table, self._paths().write_uuid(name), next(self._counter)
-            )
-            self._open_file = current
-        grown = current.write(rows)
-        if current.arrow_bytes >= _pyiceberg.target_file_bytes(table):
-            grown += self._finish_file()
-        return grown
-
-    def _finish_file(self) -> int:
-        """Finish the open data file, if any (complete on storage from now on); the bytes its
-        footer added."""
-        current = self._open_file
-        if current is None:
-            return 0
-        data_file, grown = current.finish()
-        self._open_file = None
-        self._files.append(file_entry(data_file, current.table))
-        return grown
-
-    def _leftovers(self) -> list[str]:
-        """The paths of the participant's data files, the open one closed as it is."""
-        paths = [f.path for f in self._files]
-        if self._open_file is not None:
-            self._open_file.abandon()
-            paths.append(self._open_file.path)
-            self._open_file = None
-        return paths
 
     def _create(self, schema: pa.Schema, epoch: int) -> Table:
         """The table, made from the first batch's schema (unpartitioned). A catalog that
@@ -324,11 +273,11 @@ class IcebergSink(SinkBase[Iceberg]):
         return self._arrow[1]
 
     def pre_commit(self, epoch: int) -> CommitHandle:
-        name = self._pending
-        if name is None or name.epoch != epoch:
+        current = self._current
+        if current is None or current.epoch != epoch:
             raise self._no_epoch(epoch)
-        self._count("bytes", self._client_call(self._finish_file, "write a data file", epoch))
-        files = self._files
+        self._count("bytes", self._client_call(current.finish, "write a data file", epoch))
+        files, name = current.files, current.name
         handle = CommitHandle(
             sink=self.name,
             epoch=epoch,
@@ -339,8 +288,7 @@ class IcebergSink(SinkBase[Iceberg]):
             details=IcebergHandleDetails(tuple(files), self.context.job_id).to_json(),
         )
         self._count("files", len(files))
-        self._pending = None
-        self._files = []
+        self._current = None
         return handle
 
     # -- phase 2 -------------------------------------------------------------------------------
@@ -461,10 +409,11 @@ class IcebergSink(SinkBase[Iceberg]):
 
     def rollback_epoch(self, epoch: int, handle: CommitHandle | None) -> None:
         if handle is None:
-            pending, paths = self._pending, self._leftovers()
-            self._pending, self._files = None, []
-            if pending is not None and pending.epoch == epoch:
-                self._delete_unless_committed(epoch, paths)
+            current, self._current = self._current, None
+            if current is not None:
+                paths = current.leftovers()
+                if current.epoch == epoch:
+                    self._delete_unless_committed(epoch, paths)
             return
         paths = paths_of(handle)
         self._require_own(handle, paths, epoch)

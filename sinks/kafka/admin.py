@@ -26,7 +26,7 @@ from durable_sinks.core.joblog import JobLogger
 
 from .access import check_access
 from .config import Kafka, bootstrap_hosts
-from .errors import Where, kafka_error_of, translate
+from .errors import Where, client_failure, kafka_error_of
 from .refusals import Refusals, explain
 
 #: Errors a just-created partition (or a moving leader, or a broker that just restarted)
@@ -276,7 +276,7 @@ class Cluster:
         """A failed admin call at open: UnreachableError (ConfigError for refused
         credentials or ACLs)."""
         self.admin.poll(0)
-        return translate(
+        return client_failure(
             exc,
             f"cannot reach the Kafka cluster at {self.config.bootstrap_servers}",
             self.where(None),
@@ -302,7 +302,7 @@ class Cluster:
         except KafkaException as exc:
             names = ", ".join(sorted({p.topic for p in partitions}))
             what = f"cannot read the offsets of {names}"
-            raise translate(exc, what, self.where(epoch)) from None
+            raise client_failure(exc, what, self.where(epoch)) from None
 
     def _check_broker(self) -> int:
         """transaction.timeout.ms must not exceed the broker's transaction.max.timeout.ms.
@@ -540,7 +540,7 @@ class Cluster:
         try:
             self.admin.list_topics(self.config.topic, timeout=self._timeout)
         except KafkaException as exc:
-            raise translate(
+            raise client_failure(
                 exc,
                 "the Kafka cluster does not answer",
                 self.where(None),

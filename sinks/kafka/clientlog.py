@@ -9,7 +9,7 @@ WARNING, counts the repeats for `window_s` seconds and then logs one summary (".
 times within 10 s"). A kind quiet for a whole window is logged afresh at its next occurrence.
 
 The lines are informational: what the sink's callers see is the typed error of the call that
-failed (errors.py, producer.py); these lines tell an operator what librdkafka saw meanwhile.
+failed (errors.py, writer.py); these lines tell an operator what librdkafka saw meanwhile.
 Logs and callbacks reach Python only when the client is served (poll, flush, consume, or an
 admin client's poll), which the sink does after its calls.
 """

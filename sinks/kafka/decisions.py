@@ -49,7 +49,6 @@ from durable_sinks.core.protocol import JSON
 from .admin import Cluster
 from .clientlog import ClientLog
 from .config import Kafka
-from .producer import TransactionalProducer
 from .progress import (
     ProgressReader,
     ProgressRecord,
@@ -60,6 +59,7 @@ from .progress import (
     progress_key,
     transactional_id,
 )
+from .writer import TransactionalProducer
 
 #: How often a claim fenced by a concurrent claim starts again before it gives up, and the
 #: longest pause (seconds, random, grows with the attempt) before it does: drivers that

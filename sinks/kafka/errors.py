@@ -1,15 +1,15 @@
 """librdkafka's errors as the sink reads them: the KafkaError behind an exception, the classes
 of codes that matter (a newer producer took over, the cluster cannot be reached, a setting or
-permission is wrong) and `translate`, which turns any client failure outside the producer's
-transactions (admin calls, progress-topic reads) into a typed error. What a transactional
+permission is wrong) and `client_failure`, which turns any client failure outside the
+producer's transactions (admin calls, progress-topic reads) into a typed error. What a transactional
 call's failure becomes (FencedError, TransientError, InDoubtError) is decided by the producer
-(producer.py), which knows the transaction's state. `refused_settings` names the user's own
+(writer.py), which knows the transaction's state. `refused_settings` names the user's own
 producer setting librdkafka refuses. Refusals that only the client's error callback reports
 (credentials, TLS) are watched by refusals.py; the ACL checks at open are access.py's.
 
-Nothing the sink raises is a raw KafkaException, SystemError or BufferError: the sink's
-`_translate` applies `translate` to them (core/sink_base.py's `guarded` is the last guard around
-every protocol method)."""
+Nothing the sink raises is a raw KafkaException, SystemError or BufferError: `translate`, the
+sink's one translation (its `_translate`), applies `client_failure` to them, in doubt around a
+commit point (core/sink_base.py's `guarded` is the last guard around every protocol method)."""
 
 from __future__ import annotations
 
@@ -27,8 +27,9 @@ from durable_sinks.core.errors import (
 )
 from durable_sinks.core.naming import component
 from durable_sinks.core.redaction import MASK, is_secret
+from durable_sinks.core.sink_base import SinkBase, Step
 
-from .config import PROGRESS_READER_GROUP
+from .config import PROGRESS_READER_GROUP, Kafka
 
 #: What every error of the sink names: the job, the sink and (when known) the epoch, as the
 #: keyword arguments of a DurableSinkError.
@@ -124,7 +125,19 @@ def describe(error: KafkaError | None, exc: BaseException) -> str:
     return f"{error.name()}: {error.str()}"
 
 
-def translate(
+def translate(exc: Exception, step: Step, sink: SinkBase[Kafka]) -> DurableSinkError | None:
+    """A raw librdkafka failure that no inner path translated (those that know the
+    transaction's state do, in writer.py), raised during `step`: `client_failure`'s, an
+    InDoubtError when the step's outcome is unknown (`step.in_doubt`); None for anything that
+    is not the client's."""
+    if not isinstance(exc, RAW):
+        return None
+    unknown = InDoubtError if step.in_doubt else TransientError
+    where = sink.where(step.epoch)
+    return client_failure(exc, f"{step.action} failed", where, fix=step.in_doubt, unknown=unknown)
+
+
+def client_failure(
     exc: BaseException,
     what: str,
     where: dict[str, Any],

@@ -42,7 +42,7 @@ from durable_sinks.core.protocol import JSON
 
 from .admin import list_offsets
 from .config import PROGRESS_READER_GROUP
-from .errors import RAW, translate
+from .errors import RAW, client_failure
 
 PROGRESS_VERSION = 1
 #: Records read per step of a backwards scan.
@@ -214,7 +214,9 @@ class ProgressReader:
                 pass
 
     def _failed(self, exc: BaseException) -> DurableSinkError:
-        return translate(exc, f"cannot read the progress topic {self.topic!r}", self.describe())
+        return client_failure(
+            exc, f"cannot read the progress topic {self.topic!r}", self.describe()
+        )
 
     def watermarks(self, deadline: float) -> tuple[int, int]:
         """(low, high) of the partition, read_uncommitted; both read before `deadline`

@@ -32,7 +32,6 @@ from collections.abc import Callable, Mapping
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from confluent_kafka import TopicPartition
 
 from durable_sinks.core.bad_rows import BadRowsError, Refusal, RefusalReason, RefusedRows
 from durable_sinks.core.errors import (
@@ -54,16 +53,14 @@ from durable_sinks.core.protocol import (
     SinkCapabilities,
     WriteResult,
 )
-from durable_sinks.core.sink_base import OpenParticipant, SinkBase, Step, guarded
+from durable_sinks.core.sink_base import SinkBase, Step, guarded
 
-from . import operations, spark_shape
+from . import errors, operations, spark_shape
 from .admin import Cluster, TopicFacts
 from .clientlog import ClientLog
 from .config import SPARK_SHAPE, Kafka
 from .decisions import KafkaDecisionHost
-from .errors import RAW, translate
 from .handles import KafkaHandleDetails
-from .producer import TransactionalProducer
 from .progress import (
     ProgressReader,
     ProgressRecord,
@@ -74,6 +71,7 @@ from .progress import (
     transactional_id,
 )
 from .records import Encoded, encode_records, millis
+from .writer import KafkaParticipant, TransactionalProducer
 
 #: How much nearer than the topic's timestamp limits a record's timestamp must be to now (the
 #: broker checks against its own clock, later): rows within it of a limit are refused.
@@ -84,20 +82,6 @@ _COMMIT_IN_DOUBT = (
     "the progress record tells whether the epoch committed: the epoch's replay or the next "
     "start reads it and commits or rolls back the job's other sinks accordingly"
 )
-
-
-class KafkaParticipant(OpenParticipant):
-    """One attempt at an epoch: what its open transaction holds so far."""
-
-    def __init__(self, epoch: int, name: ParticipantName) -> None:
-        super().__init__(epoch, name)
-        self.rows = 0
-        self.bytes = 0
-        self.checksum = 0
-        self.prepared: CommitHandle | None = None
-        #: The data partitions' high watermarks from before the attempt's first record
-        #: (awaited before it is produced): where the epoch's offset ranges start.
-        self.starts: Callable[[], dict[TopicPartition, int]] | None = None
 
 
 class _Opened:
@@ -148,14 +132,7 @@ class KafkaSink(SinkBase[Kafka]):
         return f"topic={self.config.topic!r}"
 
     def _translate(self, exc: Exception, step: Step) -> DurableSinkError | None:
-        """A raw librdkafka failure that no inner path translated (those that know the
-        transaction's state do, in producer.py): typed by errors.translate, in doubt around
-        the commit point."""
-        if not isinstance(exc, RAW):
-            return None
-        unknown = InDoubtError if step.in_doubt else TransientError
-        where = self.where(step.epoch)
-        return translate(exc, f"{step.action} failed", where, fix=step.in_doubt, unknown=unknown)
+        return errors.translate(exc, step, self)
 
     # -- context -------------------------------------------------------------------------------
     def _state(self) -> _Opened:

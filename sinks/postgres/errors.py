@@ -6,11 +6,11 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import psycopg
 
-from durable_sinks.clients.postgres import connection_lost
+from durable_sinks.clients.postgres import connection_lost, server_of
 from durable_sinks.core.bad_rows import BadRowsError, Refusal, RefusalReason, RefusedRows
 from durable_sinks.core.errors import (
     ConfigError,
@@ -170,7 +170,30 @@ _RETRY_FIX = (
 )
 
 
-def translate(
+class Translating(Protocol):
+    """What the translation reads of the sink: its settings, its open context, and whether a
+    newer generation holds the fence (read on a fresh session)."""
+
+    config: Postgres
+
+    @property
+    def context(self) -> OpenContext: ...
+
+    def fence_moved(self) -> bool: ...
+
+
+def translate(exc: Exception, step: Step, sink: Translating) -> DurableSinkError | None:
+    """The typed error for `exc`, raised by psycopg during `step` (a `PostgresStep`, or a
+    plain one of the sink base's guards): `psycopg_failure`'s."""
+    known = (
+        step
+        if isinstance(step, PostgresStep)
+        else PostgresStep(step.action, step.epoch, step.in_doubt, server_of(sink.config.dsn))
+    )
+    return psycopg_failure(exc, sink.context, known, sink.fence_moved, sink.config)
+
+
+def psycopg_failure(
     exc: Exception,
     context: OpenContext,
     step: PostgresStep,

@@ -41,7 +41,6 @@ import contextlib
 import functools
 import json
 from collections.abc import Iterator, Mapping
-from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -74,16 +73,16 @@ from durable_sinks.core.protocol import (
 from durable_sinks.core.secrets import resolve
 from durable_sinks.core.sink_base import SinkBase, Step
 
-from . import operations
+from . import errors, operations
 from .catalog import TargetTable, refuse_foreign_prepared
 from .columns import Evolution, TableColumn, bad_values
 from .config import Postgres
-from .errors import PostgresStep, bad_rows_fix, first_line, translate
+from .errors import PostgresStep, bad_rows_fix, first_line
 from .fencing import MetaTables, application_name
 from .handles import PostgresHandleDetails
-from .load import PostgresParticipant
 from .repair import EpochCopy, record_lost_epochs
 from .waits import SiblingWatch
+from .writer import PostgresParticipant
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -215,30 +214,24 @@ class PostgresSink(SinkBase[Postgres]):
             f"repair-epochs --record-loss`); see {LOST_EPOCHS_DOC}",
         )
 
-    def _errors(
+    def _step(
         self,
         call: str,
         epoch: int | None = None,
         *,
         in_doubt: str | None = None,
         in_epoch: bool = False,
-    ) -> AbstractContextManager[None]:
-        """The base's `translated` for a Postgres step: `call` names the protocol call and
+    ) -> PostgresStep:
+        """A Postgres step for the base's `translated`: `call` names the protocol call and
         its statement; `in_doubt` is the fix of an InDoubtError, for a statement whose
         outcome a lost session leaves unknown; `in_epoch` says the statements run in the
         epoch's own transaction."""
-        server = server_of(self.config.dsn)
-        return self.translated(PostgresStep(call, epoch, in_doubt, server, in_epoch))
+        return PostgresStep(call, epoch, in_doubt, server_of(self.config.dsn), in_epoch)
 
     def _translate(self, exc: Exception, step: Step) -> DurableSinkError | None:
-        known = (
-            step
-            if isinstance(step, PostgresStep)
-            else PostgresStep(step.action, step.epoch, step.in_doubt, server_of(self.config.dsn))
-        )
-        return translate(exc, self.context, known, self._fence_moved, self.config)
+        return errors.translate(exc, step, self)
 
-    def _fence_moved(self) -> bool:
+    def fence_moved(self) -> bool:
         """Whether a newer generation holds the fence, read on a fresh session (False when
         the server cannot tell)."""
         ctx = self.context
@@ -274,14 +267,14 @@ class PostgresSink(SinkBase[Postgres]):
         if context.worker:
             # The driver's instance created the tables and raised the fence; a worker only
             # connects (begin_epoch checks the fence still names this generation).
-            with self._errors("open"):
+            with self.translated(self._step("open")):
                 self._tx_conn()
             return
         if context.inspect:  # an operator's tool: read only (operations.py)
-            with self._errors("open (reading the marker rows)"):
+            with self.translated(self._step("open (reading the marker rows)")):
                 self._last_committed = operations.last_committed(self._admin_conn(), opened.meta)
             return
-        with self._errors("open (tables, fence, last committed epoch)"):
+        with self.translated(self._step("open (tables, fence, last committed epoch)")):
             conn = self._admin_conn()
             opened.table.check_schemas(conn)  # before anything is created in them
             refuse_foreign_prepared(conn, context, owner_prefix(context.job_id, self.name))
@@ -322,7 +315,9 @@ class PostgresSink(SinkBase[Postgres]):
         open did not, so they are checked now."""
         ctx = self.context
         if ctx.worker or ctx.inspect:
-            with self._errors("health_check (the server's settings, the table, privileges)"):
+            with self.translated(
+                self._step("health_check (the server's settings, the table, privileges)")
+            ):
                 self._state().table.check()
 
     # -- phase 1 -------------------------------------------------------------------------------
@@ -332,7 +327,7 @@ class PostgresSink(SinkBase[Postgres]):
             self._abandon_transaction()
         name = self._next_participant(epoch)
         self._current = current = PostgresParticipant(epoch, name, self.config, state.context)
-        with self._errors("begin_epoch (the fence check)", epoch, in_epoch=True):
+        with self.translated(self._step("begin_epoch (the fence check)", epoch, in_epoch=True)):
             current.session = self._tx_conn()
             state.meta.check_fence(current.session, epoch)
             if state.context.policy.isolates:
@@ -347,7 +342,7 @@ class PostgresSink(SinkBase[Postgres]):
             raise UsageError(
                 "the epoch was pre-committed; no more batches", **self.where(current.epoch)
             )
-        with self._errors("write_batch (COPY)", current.epoch, in_epoch=True):
+        with self.translated(self._step("write_batch (COPY)", current.epoch, in_epoch=True)):
             table = self._state().table
             evolve = None
             if self.context.policy.adds_columns:
@@ -418,7 +413,9 @@ class PostgresSink(SinkBase[Postgres]):
         current = self._require_current()
         state = self._state()
         gid = str(current.name)
-        with self._errors("pre_commit (the merge and the marker row)", epoch, in_epoch=True):
+        with self.translated(
+            self._step("pre_commit (the merge and the marker row)", epoch, in_epoch=True)
+        ):
             conn = current.conn()
             if state.table.checked_schema is not None:
                 with self._siblings_watched(current):
@@ -431,7 +428,9 @@ class PostgresSink(SinkBase[Postgres]):
                 "was recorded, so recovery (a new coordinator, or the query's restart) rolls "
                 "it back if it exists and the replay writes the epoch again"
             )
-            with self._errors(f"pre_commit (PREPARE TRANSACTION {gid})", epoch, in_doubt=in_doubt):
+            with self.translated(
+                self._step(f"pre_commit (PREPARE TRANSACTION {gid})", epoch, in_doubt=in_doubt)
+            ):
                 conn.execute(sql.SQL("PREPARE TRANSACTION {}").format(sql.Literal(gid)))
         handle = CommitHandle(
             self.name,
@@ -524,7 +523,7 @@ class PostgresSink(SinkBase[Postgres]):
             "COMMIT PREPARED of a committed one finds its marker row"
         )
         call = f"commit_epoch (COMMIT PREPARED {handle.participant})"
-        with self._errors(call, epoch, in_doubt=in_doubt):
+        with self.translated(self._step(call, epoch, in_doubt=in_doubt)):
             conn = self._admin_conn()
             try:
                 conn.execute(sql.SQL("COMMIT PREPARED {}").format(sql.Literal(handle.participant)))
@@ -567,7 +566,9 @@ class PostgresSink(SinkBase[Postgres]):
                 sink=self.name,
                 epoch=epoch,
             )
-        with self._errors("commit_with_decision (the marker row)", epoch, in_epoch=True):
+        with self.translated(
+            self._step("commit_with_decision (the marker row)", epoch, in_epoch=True)
+        ):
             conn = current.conn()
             self._mark(conn, current, handle.participant, handle.checksum, json.dumps(decision))
         self._current = None
@@ -576,7 +577,7 @@ class PostgresSink(SinkBase[Postgres]):
             "epoch or restarting the job reads its marker row, and writes it again only if "
             "it did not commit"
         )
-        with self._errors("commit_with_decision (COMMIT)", epoch, in_doubt=in_doubt):
+        with self.translated(self._step("commit_with_decision (COMMIT)", epoch, in_doubt=in_doubt)):
             conn.commit()
         self._evolved.discard(epoch)
         self._count("epochs_committed")
@@ -584,7 +585,7 @@ class PostgresSink(SinkBase[Postgres]):
 
     def read_decision(self, epoch: int) -> Mapping[str, JSON] | None:
         """The decision a one-phase commit of `epoch` carried, or None."""
-        with self._errors("read_decision (the marker row)", epoch):
+        with self.translated(self._step("read_decision (the marker row)", epoch)):
             return self._state().meta.decision(self._admin_conn(), epoch)
 
     def rollback_epoch(self, epoch: int, handle: CommitHandle | None) -> None:
@@ -596,7 +597,9 @@ class PostgresSink(SinkBase[Postgres]):
             self._abandon_transaction()
         if handle is None:
             return
-        with self._errors(f"rollback_epoch (ROLLBACK PREPARED {handle.participant})", epoch):
+        with self.translated(
+            self._step(f"rollback_epoch (ROLLBACK PREPARED {handle.participant})", epoch)
+        ):
             try:
                 self._admin_conn().execute(
                     sql.SQL("ROLLBACK PREPARED {}").format(sql.Literal(handle.participant))
@@ -636,7 +639,9 @@ class PostgresSink(SinkBase[Postgres]):
     ) -> Iterator[tuple[ParticipantName, CommitHandle]]:
         """Prepared transactions of this job and sink whose gid starts with `prefix`."""
         ctx = self.context
-        with self._errors("the list of prepared transactions (pg_prepared_xacts)", epoch):
+        with self.translated(
+            self._step("the list of prepared transactions (pg_prepared_xacts)", epoch)
+        ):
             rows = (
                 self._admin_conn()
                 .execute(
@@ -657,24 +662,24 @@ class PostgresSink(SinkBase[Postgres]):
         return super().last_committed_epoch()
 
     def _read_last_committed(self) -> int | None:
-        with self._errors("read the marker rows"):
+        with self.translated(self._step("read the marker rows")):
             return self._state().meta.last_committed(self._admin_conn())
 
     # -- operations (durable-sinks status/inspect/verify/expire; operations.py) ----------------
     def in_doubt(self) -> list[Prepared]:
-        with self._errors("in_doubt (pg_prepared_xacts)"):
+        with self.translated(self._step("in_doubt (pg_prepared_xacts)")):
             return operations.in_doubt(self._admin_conn(), self.context)
 
     def holdings(self, first: int, last: int) -> dict[int, Holding]:
-        with self._errors("holdings (the marker rows)"):
+        with self.translated(self._step("holdings (the marker rows)")):
             return operations.holdings(self._admin_conn(), self._state().meta, first, last)
 
     def live_generations(self) -> list[int]:
-        with self._errors("live_generations (pg_stat_activity)"):
+        with self.translated(self._step("live_generations (pg_stat_activity)")):
             return operations.live_generations(self._admin_conn(), self.context)
 
     def expire_markers(self, before_epoch: int) -> int:
-        with self._errors("expire_markers (the marker rows)"):
+        with self.translated(self._step("expire_markers (the marker rows)")):
             return operations.expire_markers(self._admin_conn(), self._state().meta, before_epoch)
 
     # -- repair of lost epochs (durable-sinks repair-epochs; repair.py) ------------------------
@@ -685,7 +690,7 @@ class PostgresSink(SinkBase[Postgres]):
         `source` (a DSN of the old primary's data, started alone) holds, copied with their
         marker rows in one transaction (repair.py says how their rows are picked)."""
         old_server = server_of(source)
-        with self._errors(f"copy_lost_epochs (from {old_server})"):
+        with self.translated(self._step(f"copy_lost_epochs (from {old_server})")):
             ctx = self.context
             try:
                 old = psycopg.connect(
@@ -707,7 +712,7 @@ class PostgresSink(SinkBase[Postgres]):
     def record_lost_epochs(self, through: int, note: str, *, apply: bool) -> list[EpochRepair]:
         """Marker rows recording the epochs after the last committed one up to `through` as
         lost (repair.py), in one transaction."""
-        with self._errors("record_lost_epochs (the marker rows)"):
+        with self.translated(self._step("record_lost_epochs (the marker rows)")):
             return record_lost_epochs(
                 self._admin_conn(), self._state().meta, through, note, apply=apply
             )

@@ -82,37 +82,6 @@ def claim_prefix(client: S3Client, layout: Layout, job_id: str, sink: str, fail:
         )
 
 
-def highest_marker(client: S3Client, layout: Layout, fail: Failure) -> int | None:
-    """The highest epoch with a marker, in O(log n) listings of at most a few keys
-    (galloping, then bisecting, on "is there a marker above epoch x?")."""
-
-    def above(epoch: int) -> bool:
-        start = layout.marker_key(epoch) if epoch >= 0 else layout.marker_folder
-        try:
-            page = client.list_objects_v2(
-                Bucket=layout.bucket, Prefix=layout.marker_folder, StartAfter=start, MaxKeys=10
-            )
-        except Exception as exc:
-            raise fail(exc, f"list s3://{layout.bucket}/{layout.marker_folder}") from exc
-        return any(
-            layout.parse_marker(o.get("Key", "")) is not None for o in page.get("Contents", [])
-        )
-
-    if not above(-1):
-        return None
-    low, step = -1, 1  # a marker exists above `low`
-    while above(low + step):
-        low, step = low + step, step * 2
-    high = low + step  # none above `high`
-    while high - low > 1:
-        middle = (low + high) // 2
-        if above(middle):
-            low = middle
-        else:
-            high = middle
-    return high
-
-
 #: Seconds a successful check_bucket of one location and settings is trusted in a process:
 #: a job restarted by its driver (a ride-out, a recovery) does not probe again each time.
 CHECK_TTL_S = 300.0

@@ -190,7 +190,7 @@ def kafka(monkeypatch: pytest.MonkeyPatch, faults: Faults) -> None:
     def make(*args: Any, **kwargs: Any) -> Any:
         return _FaultyProducer(Producer(*args, **kwargs), faults)
 
-    monkeypatch.setattr("durable_sinks.sinks.kafka.producer.Producer", make)
+    monkeypatch.setattr("durable_sinks.sinks.kafka.writer.Producer", make)
 
 
 # -- Delta and Iceberg -----------------------------------------------------------------------------

@@ -26,9 +26,9 @@ from durable_sinks.core.joblog import JobLogger
 from durable_sinks.core.protocol import CommitHandle, OpenContext
 from durable_sinks.sinks.kafka import Kafka, KafkaSink, admin, sink
 from durable_sinks.sinks.kafka.admin import ATTEMPT_TIMEOUT_S, Cluster
-from durable_sinks.sinks.kafka.producer import TransactionalProducer
 from durable_sinks.sinks.kafka.progress import ProgressReader
 from durable_sinks.sinks.kafka.records import build_records
+from durable_sinks.sinks.kafka.writer import KafkaParticipant, TransactionalProducer
 
 Outcome = BaseException | None
 
@@ -505,7 +505,7 @@ def test_no_raw_client_error_leaves_a_protocol_method(
     monkeypatch.setattr(KafkaSink, "_state", fail)
     target = KafkaSink(config())
     name = OpenContext("job", "kafka", 1).participant(0, 0)
-    target._current = sink.KafkaParticipant(0, name)
+    target._current = KafkaParticipant(0, name)
     target._current.prepared = HANDLE
     with pytest.raises(DurableSinkError) as raised:
         METHODS[method](target)

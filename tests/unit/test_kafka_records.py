@@ -18,7 +18,6 @@ from durable_sinks.core.errors import ConfigError, ManifestCorruptError
 from durable_sinks.core.joblog import JobLogger
 from durable_sinks.core.redaction import redact
 from durable_sinks.sinks.kafka import Kafka
-from durable_sinks.sinks.kafka.producer import TransactionalProducer
 from durable_sinks.sinks.kafka.progress import (
     ProgressRecord,
     decode_fence,
@@ -26,6 +25,7 @@ from durable_sinks.sinks.kafka.progress import (
     progress_key,
 )
 from durable_sinks.sinks.kafka.records import RecordLayout, build_records
+from durable_sinks.sinks.kafka.writer import TransactionalProducer
 
 BATCH = pa.record_batch(
     {

@@ -25,7 +25,7 @@ from durable_sinks.core.errors import (
     TransientError,
 )
 from durable_sinks.manifest.postgres import PostgresDecisionStore
-from durable_sinks.sinks.postgres.errors import PostgresStep, translate
+from durable_sinks.sinks.postgres.errors import PostgresStep, psycopg_failure
 from durable_sinks.sinks.postgres.fencing import application_name, owner_token
 
 DSN = "host=db.example port=6543 dbname=orders user=etl password=s3cret"
@@ -61,7 +61,7 @@ OTHER: list[psycopg.Error] = [
 
 def raise_in(step: PostgresStep, exc: Exception, *, fence_moved: bool = False) -> DurableSinkError:
     """What `exc`, raised in `step`, becomes (the sink raises it from `exc`)."""
-    typed = translate(exc, CONTEXT, step, lambda: fence_moved)
+    typed = psycopg_failure(exc, CONTEXT, step, lambda: fence_moved)
     assert typed is not None
     return typed
 

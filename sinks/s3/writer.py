@@ -22,12 +22,22 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from durable_sinks.clients.s3 import multipart_etag
-from durable_sinks.core.errors import DurableSinkError
+from durable_sinks.clients.s3 import is_missing, multipart_etag
+from durable_sinks.core.errors import DurableSinkError, FencedError
+from durable_sinks.core.evolution import schema_text
+from durable_sinks.core.naming import ParticipantName
+from durable_sinks.core.sink_base import OpenParticipant, SinkBase
 from durable_sinks.core.threads import process_pool
 
+from .config import S3
+from .handles import S3Object
+from .layout import DataKey, Layout
+
 if TYPE_CHECKING:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
     from mypy_boto3_s3 import S3Client
+
 
 #: Metadata every data object carries: the participant that wrote it, so that an object found
 #: complete can be told apart from another attempt's (its key says the same, its upload id
@@ -181,3 +191,135 @@ class ObjectUpload:
             "rows": self.rows,
             "sha256": self._digest.hexdigest(),
         }
+
+
+class S3Participant(OpenParticipant):
+    """The participant being written: its finished objects and the one being uploaded.
+
+    Rows are gathered into row groups (`row_group_rows` / `row_group_bytes`), encoded as
+    Parquet into the object being uploaded, and an object is finished at `max_file_bytes`
+    or when the batches' schema changes (one schema per object)."""
+
+    def __init__(
+        self,
+        epoch: int,
+        name: ParticipantName,
+        sink: SinkBase[S3],
+        client: S3Client,
+        layout: Layout,
+        count: Callable[[str, float], None],
+    ) -> None:
+        super().__init__(epoch, name)
+        self._sink, self._client, self._layout, self._count = sink, client, layout, count
+        self.rows = 0
+        self.finished: list[S3Object] = []
+        self.upload: ObjectUpload | None = None
+        self.writer: pq.ParquetWriter | None = None
+        #: The schema of the object being written (and of the rows gathered for it).
+        self.schema: pa.Schema | None = None
+        #: Batches gathered for the next row group, not yet encoded, and their size.
+        self.gathered: list[pa.RecordBatch] = []
+        self.gathered_rows = 0
+        self.gathered_bytes = 0
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        """Gather `batch` (not empty) for the next row group, written once it is full."""
+        if self.schema is not None and not self.schema.equals(batch.schema):
+            self.finish_object()  # one schema per object: the next one is evolved
+        self.schema = batch.schema
+        self.gathered.append(batch)
+        self.gathered_rows += batch.num_rows
+        self.gathered_bytes += batch.nbytes
+        self.rows += batch.num_rows
+        config = self._sink.config
+        if self.gathered_rows >= config.row_group_rows or self.gathered_bytes >= min(
+            config.row_group_bytes, config.max_file_bytes
+        ):
+            self._write_row_group()
+
+    def _write_row_group(self) -> None:
+        """Encode the gathered batches as one row group (as pyarrow's own `write_table` of
+        them would) into the object being uploaded; a full object is finished."""
+        import pyarrow as pa
+
+        if not self.gathered:
+            return
+        assert self.schema is not None
+        if self.writer is None:
+            self._start_object(self.schema)
+        assert self.writer is not None
+        assert self.upload is not None
+        table = pa.Table.from_batches(self.gathered, self.schema)
+        rows = self.gathered_rows
+        self.gathered, self.gathered_rows, self.gathered_bytes = [], 0, 0
+        before = self.upload.size
+        self.writer.write_table(table, row_group_size=max(rows, 1))
+        self.upload.rows += rows
+        self._count("bytes", self.upload.size - before)
+        if self.upload.size >= self._sink.config.max_file_bytes:
+            self.finish_object()
+
+    def _start_object(self, schema: pa.Schema) -> None:
+        import pyarrow.parquet as pq
+
+        config = self._sink.config
+        key = self._layout.data_key(DataKey.of(self.name, len(self.finished)))
+        self.upload = ObjectUpload(
+            self._client,
+            self._layout.bucket,
+            key,
+            str(self.name),
+            config.part_size_bytes,
+            self._upload_failure,
+        )
+        self.writer = pq.ParquetWriter(self.upload, schema, compression=config.compression)
+
+    def _upload_failure(self, exc: BaseException, action: str) -> DurableSinkError:
+        """An upload that vanished under a writer was aborted by someone else: a newer
+        coordinator's recovery, the driver discarding a losing executor attempt, or a bucket
+        lifecycle rule. This attempt can no longer commit."""
+        if is_missing(exc):
+            return FencedError(
+                f"cannot {action}: the upload was aborted by someone else (a newer "
+                "coordinator's recovery, the driver discarding this attempt, or a bucket "
+                "lifecycle rule)",
+                **self._sink.where(self.epoch),
+                fix="if another driver of this job started, stop this one; otherwise restart "
+                "the query: the epoch is written again",
+            )
+        return self._sink.failure(exc, action, self.epoch)
+
+    def finish_object(self) -> None:
+        """Write what is gathered and complete the object's Parquet file and upload (its
+        multipart upload stays open: phase 2 completes it)."""
+        self._write_row_group()
+        if self.writer is None or self.upload is None:
+            return
+        self.writer.close()
+        self.writer = None
+        schema = self.schema
+        upload, self.upload = self.upload, None
+        finished = upload.finish()
+        self.finished.append(
+            S3Object(
+                key=str(finished["key"]),
+                upload_id=str(finished["upload_id"]),
+                etags=tuple(str(e) for e in finished["etags"]),
+                etag=str(finished["etag"]),
+                size=int(finished["size"]),
+                rows=int(finished["rows"]),
+                sha256=str(finished["sha256"]),
+                schema=None if schema is None else schema_text(schema),
+            )
+        )
+        self._count("parts_uploaded", len(upload.etags))
+
+    def uploads(self) -> list[tuple[str, str]]:
+        """(key, upload id) of every upload this participant started (waiting for requests
+        in flight; an upload whose creation failed has nothing to abort)."""
+        started = [(o.key, o.upload_id) for o in self.finished]
+        if self.upload is not None:
+            upload_id = self.upload.started()
+            if upload_id is not None:
+                started.append((self.upload.key, upload_id))
+        return started

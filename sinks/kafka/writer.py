@@ -35,7 +35,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
 from durable_sinks.core.errors import (
     ConfigError,
@@ -48,7 +48,10 @@ from durable_sinks.core.errors import (
     UsageError,
 )
 from durable_sinks.core.joblog import JobLogger
+from durable_sinks.core.naming import ParticipantName
+from durable_sinks.core.protocol import CommitHandle
 from durable_sinks.core.secrets import resolve_settings
+from durable_sinks.core.sink_base import OpenParticipant
 
 from .clientlog import ClientLog
 from .config import RECONNECT_DEFAULTS, THROUGHPUT_DEFAULTS, Kafka
@@ -573,3 +576,17 @@ class TransactionalProducer:
         """Abort after a failure that is being raised anyway."""
         with contextlib.suppress(DurableSinkError):
             self.abort(epoch)
+
+
+class KafkaParticipant(OpenParticipant):
+    """One attempt at an epoch: what its open transaction holds so far."""
+
+    def __init__(self, epoch: int, name: ParticipantName) -> None:
+        super().__init__(epoch, name)
+        self.rows = 0
+        self.bytes = 0
+        self.checksum = 0
+        self.prepared: CommitHandle | None = None
+        #: The data partitions' high watermarks from before the attempt's first record
+        #: (awaited before it is produced): where the epoch's offset ranges start.
+        self.starts: Callable[[], dict[TopicPartition, int]] | None = None
