@@ -465,7 +465,7 @@ class IcebergSink(SinkBase[Iceberg]):
                 lambda: self._added_by(table, epoch), "read the epoch's snapshot", epoch
             )
             if added is None:
-                self._logger(epoch).warning(
+                self.logger(epoch).warning(
                     "epoch %d is committed and its snapshot is gone: its other files are kept",
                     epoch,
                 )

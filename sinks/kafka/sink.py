@@ -92,7 +92,7 @@ class _Opened:
         #: Every client's librdkafka logs and error callbacks, rate-limited (clientlog.py).
         self.clientlog = ClientLog(context.job_id, sink.name)
         settings = {**sink.config.connection_settings(), **self.clientlog.settings()}
-        log = sink._logger()
+        log = sink.logger()
         self.producer = TransactionalProducer(
             sink.config,
             transactional_id(context.job_id, sink.name),
@@ -182,7 +182,7 @@ class KafkaSink(SinkBase[Kafka]):
         )
         self._last_committed = record.epoch if record is not None else None
         self._last_known = True
-        self._logger().info(
+        self.logger().info(
             "producer %s ready for generation %d; last committed epoch %s",
             producer.transactional_id,
             generation,
@@ -272,7 +272,7 @@ class KafkaSink(SinkBase[Kafka]):
     def begin_epoch(self, epoch: int) -> None:
         producer = self._state().producer
         if producer.broken and producer.fenced is None:
-            self._logger(epoch).warning("replacing the producer after a fatal error")
+            self.logger(epoch).warning("replacing the producer after a fatal error")
             self._start_producer(self.context.generation)
         producer.require(epoch)
         if self._current is not None:
@@ -605,7 +605,7 @@ class KafkaSink(SinkBase[Kafka]):
         if handle is not None and current.name != ParticipantName.parse(handle.participant):
             return
         self._abort()
-        self._logger(epoch).info("rolled back participant %s", current.name)
+        self.logger(epoch).info("rolled back participant %s", current.name)
 
     @guarded("recovering prepared participants")
     def recover_prepared(self) -> list[CommitHandle]:

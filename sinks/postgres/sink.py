@@ -458,7 +458,7 @@ class PostgresSink(SinkBase[Postgres]):
             return
         conn = current.conn()
         connect = functools.partial(self._connect, autocommit=True)
-        log = self._logger(current.epoch)
+        log = self.logger(current.epoch)
         with SiblingWatch(current.name, conn.info.backend_pid, connect, log) as watch:
             try:
                 yield

@@ -237,7 +237,7 @@ def test_every_sink_logs_through_one_logger_with_the_same_fields(
     cls: Any, kind: str, options: dict[str, Any]
 ) -> None:
     built = sinks.create(kind, options)
-    logger = built._logger(3)  # type: ignore[attr-defined]
+    logger = built.logger(3)  # type: ignore[attr-defined]
     assert logger.logger.name == f"durable_sinks.sinks.{kind}"
     message, extra = logger.process("hello", {})
     assert message == f"job=- sink={built.name} epoch=3: hello"

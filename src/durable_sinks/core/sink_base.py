@@ -124,7 +124,7 @@ class SinkBase(ABC, Generic[ConfigT]):
     def _not_open(self) -> UsageError:
         return UsageError(f"{self!r} is not open; the coordinator opens sinks")
 
-    def _logger(self, epoch: int | None = None) -> JobLogger:
+    def logger(self, epoch: int | None = None) -> JobLogger:
         """The sink's logger: logger `durable_sinks.sinks.<kind>`, every line prefixed with,
         and carrying as extras, the job, this sink's name and `epoch` (core/joblog.py)."""
         job = self._context.job_id if self._context is not None else "-"

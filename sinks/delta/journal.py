@@ -1,0 +1,57 @@
+"""The participants' journals: one small JSON file per participant under the table's
+`_durable_sinks` folder (layout.py), written before each of its data files is created (the
+paths it has created or is about to create) and rewritten by `pre_commit` with its whole
+handle. Recovery, rollback and the operator views read them; the epoch's commit deletes them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from durable_sinks.core.naming import ParticipantName
+from durable_sinks.core.sink_base import SinkBase
+
+from .config import Delta
+from .handles import WRITING
+from .layout import Layout
+from .storage import TableStorage
+
+
+class Journals:
+    """The journals of one sink's participants in one table's storage."""
+
+    def __init__(self, sink: SinkBase[Delta], storage: TableStorage, layout: Layout) -> None:
+        self._sink, self._storage, self.layout = sink, storage, layout
+
+    def write(self, name: ParticipantName, content: Mapping[str, Any]) -> None:
+        data = json.dumps({"participant": str(name), **content}, sort_keys=True).encode()
+        self._storage.write_bytes(self.layout.journal(name), data)
+
+    def read(self, path: str) -> Mapping[str, Any] | None:
+        """The journal at `path`: None when there is none; one cut short by a crash while it
+        was written reads as a participant still writing, with no paths."""
+        with self._sink.translated("read a journal"):
+            data = self._storage.read_bytes(path)
+        if data is None:
+            return None
+        try:
+            found = json.loads(data)
+        except ValueError:
+            return {"state": WRITING, "paths": []}
+        return found if isinstance(found, dict) else None
+
+    def under(self, folder: str) -> list[tuple[ParticipantName, Mapping[str, Any]]]:
+        """Every journal under `folder` (the sink's, or one epoch's), by participant."""
+        with self._sink.translated("list the journals"):
+            listed = self._storage.list(folder)
+        found = []
+        for item in listed:
+            name = self.layout.parse_journal(item.path)
+            if name is None:
+                continue
+            journal = self.read(item.path)
+            if journal is not None:
+                found.append((name, journal))
+        return found
