@@ -27,6 +27,7 @@ from durable_sinks.core.errors import (
 from durable_sinks.core.protocol import CommitHandle, CommitOutcome, OpenContext
 from durable_sinks.manifest import LocalDirectoryStore
 from durable_sinks.sinks import create
+from durable_sinks.sinks.iceberg import committer as iceberg_committer
 from durable_sinks.sinks.iceberg.errors import CommitConflictError
 from durable_sinks.sinks.iceberg.handles import IcebergHandleDetails, paths_of
 from durable_sinks.sinks.iceberg.sink import IcebergSink
@@ -281,16 +282,18 @@ def test_a_stale_writer_is_retried_after_rechecking_the_epoch(
     with_table(catalog)
     sink = opened(catalog)
     handle = prepared(sink, 0, events([1]))
-    commit = IcebergSink._commit
+    commit = iceberg_committer._commit
     raced: list[int] = []
 
-    def racing(self: IcebergSink, table: Any, epoch: int, files: Any, names: Any) -> None:
+    def racing(
+        sink: IcebergSink, tables: Any, table: Any, epoch: int, files: Any, names: Any
+    ) -> None:
         if not raced:  # another writer appends between our read and our commit
             raced.append(epoch)
             catalog.catalog().load_table(catalog.identifier()).append(pa.table(events([100])))
-        commit(self, table, epoch, files, names)
+        commit(sink, tables, table, epoch, files, names)
 
-    monkeypatch.setattr(IcebergSink, "_commit", racing)
+    monkeypatch.setattr(iceberg_committer, "_commit", racing)
     assert committed(sink, 0, handle) is CommitOutcome.COMMITTED
     assert sink.metrics()["commit_conflicts"] == 1
     assert ids(catalog) == [1, 100]
@@ -299,19 +302,21 @@ def test_a_stale_writer_is_retried_after_rechecking_the_epoch(
     handle = prepared(sink, 1, events([2]))
     raced.clear()
 
-    def replayed(self: IcebergSink, table: Any, epoch: int, files: Any, names: Any) -> None:
+    def replayed(
+        sink: IcebergSink, tables: Any, table: Any, epoch: int, files: Any, names: Any
+    ) -> None:
         if not raced:
             raced.append(epoch)
             assert committed(opened(catalog, generation=2), 1, handle) is CommitOutcome.COMMITTED
-        commit(self, table, epoch, files, names)
+        commit(sink, tables, table, epoch, files, names)
 
-    monkeypatch.setattr(IcebergSink, "_commit", replayed)
+    monkeypatch.setattr(iceberg_committer, "_commit", replayed)
     assert committed(sink, 1, handle) is CommitOutcome.ALREADY_COMMITTED
     assert ids(catalog) == [1, 2, 100]
 
     # Committed by another process after this one last read the table (at the epoch's start):
     # the commit from that read loses the race, and the fresh read shows the epoch.
-    monkeypatch.setattr(IcebergSink, "_commit", commit)
+    monkeypatch.setattr(iceberg_committer, "_commit", commit)
     handle = prepared(sink, 2, events([3]))
     assert committed(opened(catalog, generation=3), 2, handle) is CommitOutcome.COMMITTED
     assert committed(sink, 2, handle) is CommitOutcome.ALREADY_COMMITTED
@@ -424,16 +429,20 @@ def test_a_commit_whose_outcome_is_unknown_is_in_doubt_and_keeps_its_files(
     with_table(catalog)
     sink = opened(catalog)
     handle = prepared(sink, 0, events([1]))
-    commit = IcebergSink._commit
+    commit = iceberg_committer._commit
 
-    def lost_answer(self: IcebergSink, table: Any, epoch: int, files: Any, names: Any) -> None:
-        commit(self, table, epoch, files, names)  # the catalog took it, the answer never came
+    def lost_answer(
+        sink: IcebergSink, tables: Any, table: Any, epoch: int, files: Any, names: Any
+    ) -> None:
+        commit(
+            sink, tables, table, epoch, files, names
+        )  # the catalog took it, the answer never came
         raise ConnectionResetError("connection reset by peer")
 
-    monkeypatch.setattr(IcebergSink, "_commit", lost_answer)
+    monkeypatch.setattr(iceberg_committer, "_commit", lost_answer)
     with pytest.raises(InDoubtError):
         committed(sink, 0, handle)
-    monkeypatch.setattr(IcebergSink, "_commit", commit)
+    monkeypatch.setattr(iceberg_committer, "_commit", commit)
     assert len(catalog.data_locations()) == 1
     assert committed(opened(catalog, generation=2), 0, handle) is (CommitOutcome.ALREADY_COMMITTED)
     assert ids(catalog) == [1]
@@ -471,19 +480,21 @@ def test_a_commit_that_keeps_losing_races_stops_at_the_bound(
     assert isinstance(sink, IcebergSink)
     sink.open(OpenContext("orders", sink.name, 1))
     handle = prepared(sink, 0, events([1]))
-    commit = IcebergSink._commit
+    commit = iceberg_committer._commit
     others = iter(range(100, 200))
 
-    def always_raced(self: IcebergSink, table: Any, epoch: int, files: Any, names: Any) -> None:
+    def always_raced(
+        sink: IcebergSink, tables: Any, table: Any, epoch: int, files: Any, names: Any
+    ) -> None:
         catalog.catalog().load_table(catalog.identifier()).append(pa.table(events([next(others)])))
-        commit(self, table, epoch, files, names)
+        commit(sink, tables, table, epoch, files, names)
 
-    monkeypatch.setattr(IcebergSink, "_commit", always_raced)
+    monkeypatch.setattr(iceberg_committer, "_commit", always_raced)
     with pytest.raises(CommitConflictError, match="lost the race with other writers 3 times"):
         committed(sink, 0, handle)
     assert sink.metrics()["commit_conflicts"] == 3
     assert ids(catalog) == [100, 101, 102]  # nothing of the epoch
-    monkeypatch.setattr(IcebergSink, "_commit", commit)
+    monkeypatch.setattr(iceberg_committer, "_commit", commit)
     assert committed(sink, 0, handle) is CommitOutcome.COMMITTED  # the retry of the epoch
     assert ids(catalog) == [1, 100, 101, 102]
 
@@ -665,17 +676,19 @@ def test_two_processes_committing_one_epoch_at_once_land_it_once(
         sink.begin_epoch(0)
         sink.write_batch(events([1, 2]))
         handles.append(sink.pre_commit(0))
-    commit = IcebergSink._commit
+    commit = iceberg_committer._commit
     together = threading.Barrier(2)
     waited: set[int] = set()
 
-    def at_once(self: IcebergSink, table: Any, epoch: int, files: Any, names: Any) -> None:
-        if id(self) not in waited:  # both read the table before either commits
-            waited.add(id(self))
+    def at_once(
+        sink: IcebergSink, tables: Any, table: Any, epoch: int, files: Any, names: Any
+    ) -> None:
+        if id(sink) not in waited:  # both read the table before either commits
+            waited.add(id(sink))
             together.wait(timeout=30)
-        commit(self, table, epoch, files, names)
+        commit(sink, tables, table, epoch, files, names)
 
-    monkeypatch.setattr(IcebergSink, "_commit", at_once)
+    monkeypatch.setattr(iceberg_committer, "_commit", at_once)
     outcomes: dict[int, CommitOutcome] = {}
 
     def run(n: int) -> None:

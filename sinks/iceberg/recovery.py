@@ -1,0 +1,68 @@
+"""What a restart of the Iceberg sink finds: the last committed epoch (the table's epoch
+property, table.py) and the participants left prepared, found by listing the table's data
+folder (each file's name encodes its participant: layout.py). Every participant of an older
+generation whose files are there and not in the table is handed to the coordinator, which
+commits it (if its epoch's decision names it) or rolls it back; a participant that never
+prepared is in no decision. After a distributed epoch, `prepared_of_epoch` lists the epoch's
+participants the same way, so the coordinator rolls back the losing task attempts."""
+
+from __future__ import annotations
+
+from durable_sinks.core.naming import ParticipantName
+from durable_sinks.core.protocol import CommitHandle
+from durable_sinks.core.sink_base import SinkBase
+
+from .config import Iceberg
+from .handles import IcebergHandleDetails, path_entry
+from .table import IcebergTable
+
+
+def leftover(sink: SinkBase[Iceberg], name: ParticipantName, paths: list[str]) -> CommitHandle:
+    """A handle naming a participant's files (enough to roll it back)."""
+    entries = tuple(path_entry(p) for p in sorted(paths))
+    return CommitHandle(
+        sink=sink.name,
+        epoch=name.epoch,
+        participant=str(name),
+        rows=0,
+        bytes=0,
+        checksum="",
+        details=IcebergHandleDetails(entries, sink.context.job_id).to_json(),
+    )
+
+
+def leftovers(sink: SinkBase[Iceberg], tables: IcebergTable) -> list[CommitHandle]:
+    """Every participant of an older generation with files in the table's data folder, as a
+    handle naming its files (the coordinator commits the decision's own handle)."""
+    if tables.current is None:
+        return []
+    table = tables.reload()
+    found = {
+        name: paths
+        for name, paths in tables.listed(table).items()
+        if name.generation < sink.context.generation
+    }
+    committed = tables.committed_epoch(table)
+    if any(committed is not None and name.epoch <= committed for name in found):
+        # Files the table holds are not leftovers (else every start would hand back every
+        # committed participant); what it does not hold of a committed epoch is a losing
+        # attempt's, whose rollback re-checks against the epoch's snapshot.
+        held = tables.referenced(table)
+        found = {k: v for k, v in found.items() if not set(v) & held}
+    return [leftover(sink, name, paths) for name, paths in sorted(found.items())]
+
+
+def prepared_of_epoch(
+    sink: SinkBase[Iceberg], tables: IcebergTable, epoch: int
+) -> list[CommitHandle]:
+    """Every participant of `epoch` with files in the data folder that the table does not
+    hold (any generation): after a distributed epoch, its losing task attempts."""
+    table = tables.existing(epoch)
+    if table is None:
+        return []
+    found = {n: p for n, p in tables.listed(table).items() if n.epoch == epoch}
+    committed = tables.committed_epoch(table)
+    if found and committed is not None and committed >= epoch:
+        added = tables.added_by(table, epoch)
+        found = {k: v for k, v in found.items() if added is None or not set(v) & added}
+    return [leftover(sink, name, paths) for name, paths in sorted(found.items())]

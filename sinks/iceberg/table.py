@@ -1,0 +1,116 @@
+"""The sink's view of its Iceberg table through the catalog: the table as last read (at the
+epoch's start, or as the catalog answered the sink's own last commit), read again on demand,
+and what the phases ask of it: the epoch property (`durable-sinks.<job>.<sink>.epoch`, the
+last committed epoch), the data files a committed epoch's snapshot added, the sink's own
+files in the table's data folder, the files the current snapshot references."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from durable_sinks.core.errors import ConfigError
+from durable_sinks.core.naming import ParticipantName
+from durable_sinks.core.sink_base import SinkBase
+
+from . import _pyiceberg, operations
+from .config import Iceberg
+from .layout import Layout
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
+    from pyiceberg.table import Table
+
+
+class IcebergTable:
+    """One sink's table. `on_committed(epoch)` is told the committed epoch of every read."""
+
+    def __init__(
+        self,
+        sink: SinkBase[Iceberg],
+        catalog: Catalog,
+        layout: Layout,
+        on_committed: Callable[[int], None],
+    ) -> None:
+        self._sink, self.catalog, self.layout = sink, catalog, layout
+        self._on_committed = on_committed
+        #: The table as last read or committed; None while it does not exist.
+        self.current: Table | None = None
+        #: Whether `current` is the catalog's latest answer (a worker's own read at open, or
+        #: the sink's own commit): the next epoch need not read it again.
+        self.fresh = False
+
+    def committed(self, epoch: int) -> None:
+        """The sink committed `epoch` to the table."""
+        self._on_committed(epoch)
+
+    def committed_epoch(self, table: Table) -> int | None:
+        value = table.metadata.properties.get(self.layout.epoch_property)
+        return int(value) if value is not None else None
+
+    def reload(self, epoch: int | None = None) -> Table:
+        """The table read again through the catalog."""
+        with self._sink.translated("load the table", epoch):
+            table = self.catalog.load_table(self._sink.config.identifier)
+        self.current = table
+        committed = self.committed_epoch(table)
+        if committed is not None:
+            self._on_committed(committed)
+        return table
+
+    def existing(self, epoch: int) -> Table | None:
+        """The table read again, or None if it does not exist."""
+        from pyiceberg.exceptions import NoSuchTableError
+
+        try:
+            return self.reload(epoch)
+        except ConfigError as exc:
+            if isinstance(exc.__cause__, NoSuchTableError):
+                return None
+            raise
+
+    def io(self, epoch: int) -> Any:
+        """The table's FileIO (as last read; before the first epoch it may not be loaded)."""
+        if self.current is not None:
+            return self.current.io
+        table = self.existing(epoch)
+        if table is None:
+            raise ConfigError(
+                f"no Iceberg table {self._sink.config.where}, yet a participant of epoch "
+                f"{epoch} wrote data files into it",
+                **self._sink.where(epoch),
+                fix="the table was dropped while the job ran: restore it or start a new job",
+            )
+        return table.io
+
+    def added_by(self, table: Table, epoch: int) -> set[str] | None:
+        """The data files the snapshot that committed `epoch` for this job's sink added;
+        None if no such snapshot is left."""
+        with self._sink.translated("read the epoch's snapshot", epoch):
+            for snapshot in table.snapshots():
+                if self.layout.epoch_of(snapshot.summary) == epoch:
+                    added = operations.added_data_files(table, snapshot)
+                    return {str(f.file_path) for f in added}
+        return None
+
+    def listed(self, table: Table) -> dict[ParticipantName, list[str]]:
+        """The data files of this job's sink in the table's data folder, by participant."""
+        found: dict[ParticipantName, list[str]] = {}
+        with self._sink.translated("list the data files"):
+            paths = list(self._data_files(table))
+        for path in paths:
+            name = self.layout.parse(path)
+            if name is not None:
+                found.setdefault(name, []).append(path)
+        return found
+
+    def referenced(self, table: Table) -> set[str]:
+        """The data files of the table's current snapshot."""
+        with self._sink.translated("read the table's files"):
+            return {str(task.file.file_path) for task in table.scan().plan_files()}
+
+    @staticmethod
+    def _data_files(table: Table) -> Iterator[str]:
+        """The files under the folder the table's data files are written to: `<location>/data`,
+        or the table's `write.data.path`."""
+        return _pyiceberg.list_files(table, table.location_provider().data_path)
