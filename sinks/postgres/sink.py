@@ -56,7 +56,6 @@ from durable_sinks.core.errors import (
     CommittedEpochLostError,
     ConfigError,
     DurableSinkError,
-    ParticipantLostError,
     SchemaMismatchError,
     UsageError,
 )
@@ -73,7 +72,7 @@ from durable_sinks.core.protocol import (
 from durable_sinks.core.secrets import resolve
 from durable_sinks.core.sink_base import SinkBase, Step
 
-from . import errors, operations
+from . import committer, errors, operations, recovery
 from .catalog import TargetTable, refuse_foreign_prepared
 from .columns import Evolution, TableColumn, bad_values
 from .config import Postgres
@@ -515,7 +514,7 @@ class PostgresSink(SinkBase[Postgres]):
             raise self._no_epoch()
         return self._current
 
-    # -- phase 2 -------------------------------------------------------------------------------
+    # -- phase 2: committer.py -----------------------------------------------------------------
     def commit_epoch(self, epoch: int, handle: CommitHandle) -> CommitOutcome:
         in_doubt = (
             f"the epoch is decided: committing {handle.participant} again (the coordinator's "
@@ -524,30 +523,14 @@ class PostgresSink(SinkBase[Postgres]):
         )
         call = f"commit_epoch (COMMIT PREPARED {handle.participant})"
         with self.translated(self._step(call, epoch, in_doubt=in_doubt)):
-            conn = self._admin_conn()
-            try:
-                conn.execute(sql.SQL("COMMIT PREPARED {}").format(sql.Literal(handle.participant)))
-            except psycopg.errors.UndefinedObject:
-                part = PostgresHandleDetails.of(handle).part
-                if self._state().meta.marker_participant(conn, epoch, part) == handle.participant:
-                    self._committed_up_to(epoch)
-                    return CommitOutcome.ALREADY_COMMITTED
-                raise ParticipantLostError(
-                    f"prepared transaction {handle.participant} does not exist and its marker "
-                    "row is not there, although the epoch's decision says commit: it was "
-                    "lost (a failover to an asynchronous standby that had not received the "
-                    "PREPARE, a restore from an older backup) or rolled back by hand "
-                    "(ROLLBACK PREPARED)",
-                    **self.where(epoch),
-                    fix="stop the job; if the old primary's data still exists, `durable-sinks "
-                    "repair-epochs` commits the epoch from it into this server, otherwise "
-                    "re-supply the epoch's rows and record the loss (`durable-sinks "
-                    f"repair-epochs --record-loss`); see {LOST_EPOCHS_DOC}",
-                ) from None
-        self._count("epochs_committed")
+            outcome = committer.commit_prepared(
+                self._admin_conn(), self._state().meta, epoch, handle, self.where(epoch)
+            )
         self._committed_up_to(epoch)
-        self._evolved.discard(epoch)
-        return CommitOutcome.COMMITTED
+        if outcome is CommitOutcome.COMMITTED:
+            self._count("epochs_committed")
+            self._evolved.discard(epoch)
+        return outcome
 
     # -- one-phase commit (the job's only sink carries the decision) ----------------------------
     def commit_with_decision(
@@ -586,7 +569,7 @@ class PostgresSink(SinkBase[Postgres]):
     def read_decision(self, epoch: int) -> Mapping[str, JSON] | None:
         """The decision a one-phase commit of `epoch` carried, or None."""
         with self.translated(self._step("read_decision (the marker row)", epoch)):
-            return self._state().meta.decision(self._admin_conn(), epoch)
+            return committer.read_decision(self._admin_conn(), self._state().meta, epoch)
 
     def rollback_epoch(self, epoch: int, handle: CommitHandle | None) -> None:
         if epoch in self._evolved:
@@ -600,13 +583,8 @@ class PostgresSink(SinkBase[Postgres]):
         with self.translated(
             self._step(f"rollback_epoch (ROLLBACK PREPARED {handle.participant})", epoch)
         ):
-            try:
-                self._admin_conn().execute(
-                    sql.SQL("ROLLBACK PREPARED {}").format(sql.Literal(handle.participant))
-                )
+            if committer.rollback_prepared(self._admin_conn(), handle.participant):
                 self._count("rollbacks")
-            except psycopg.errors.UndefinedObject:
-                pass  # never prepared, or already rolled back
 
     def _abandon_transaction(self) -> None:
         """Roll back the open (unprepared) transaction, if the session still lives."""
@@ -620,42 +598,19 @@ class PostgresSink(SinkBase[Postgres]):
             except psycopg.Error:
                 self._tx.close()
 
-    # -- recovery ------------------------------------------------------------------------------
+    # -- recovery: recovery.py -----------------------------------------------------------------
     def recover_prepared(self) -> list[CommitHandle]:
         ctx = self.context
-        return [
-            handle
-            for name, handle in self._prepared(owner_prefix(ctx.job_id, self.name))
-            if name.generation < ctx.generation
-        ]
+        with self.translated(self._step("the list of prepared transactions (pg_prepared_xacts)")):
+            return recovery.leftovers(self._admin_conn(), ctx.job_id, self.name, ctx.generation)
 
     def prepared_participants(self, epoch: int) -> list[CommitHandle]:
-        ctx = self.context
-        prefix = f"{owner_prefix(ctx.job_id, self.name)}{epoch}:"
-        return [handle for name, handle in self._prepared(prefix, epoch) if name.epoch == epoch]
-
-    def _prepared(
-        self, prefix: str, epoch: int | None = None
-    ) -> Iterator[tuple[ParticipantName, CommitHandle]]:
-        """Prepared transactions of this job and sink whose gid starts with `prefix`."""
-        ctx = self.context
         with self.translated(
             self._step("the list of prepared transactions (pg_prepared_xacts)", epoch)
         ):
-            rows = (
-                self._admin_conn()
-                .execute(
-                    "SELECT gid FROM pg_prepared_xacts WHERE database = current_database() "
-                    "AND starts_with(gid, %s) ORDER BY gid",
-                    (prefix,),
-                )
-                .fetchall()
+            return recovery.prepared_of_epoch(
+                self._admin_conn(), self.context.job_id, self.name, epoch
             )
-        for (gid,) in rows:
-            name = ParticipantName.parse(gid)
-            if name is not None and name.owned_by(ctx.job_id, self.name):
-                details = PostgresHandleDetails(name.part).to_json()
-                yield name, CommitHandle(self.name, name.epoch, gid, 0, 0, "", details)
 
     def last_committed_epoch(self) -> int | None:
         self._state()  # UsageError before open
@@ -663,7 +618,7 @@ class PostgresSink(SinkBase[Postgres]):
 
     def _read_last_committed(self) -> int | None:
         with self.translated(self._step("read the marker rows")):
-            return self._state().meta.last_committed(self._admin_conn())
+            return recovery.last_committed(self._admin_conn(), self._state().meta)
 
     # -- operations (durable-sinks status/inspect/verify/expire; operations.py) ----------------
     def in_doubt(self) -> list[Prepared]:
