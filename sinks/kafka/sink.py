@@ -28,7 +28,7 @@ keeps (decisions.py) is a fence record too.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -55,7 +55,7 @@ from durable_sinks.core.protocol import (
 )
 from durable_sinks.core.sink_base import SinkBase, Step, guarded
 
-from . import errors, operations, spark_shape
+from . import committer, errors, operations, recovery, spark_shape
 from .admin import Cluster, TopicFacts
 from .clientlog import ClientLog
 from .config import SPARK_SHAPE, Kafka
@@ -63,11 +63,8 @@ from .decisions import KafkaDecisionHost
 from .handles import KafkaHandleDetails
 from .progress import (
     ProgressReader,
-    ProgressRecord,
-    decode_fence,
     encode_fence,
     fence_key,
-    progress_key,
     transactional_id,
 )
 from .records import Encoded, encode_records, millis
@@ -164,21 +161,20 @@ class KafkaSink(SinkBase[Kafka]):
         (aborting what an older producer left open); write this generation as the fence;
         read the last committed epoch."""
         state = self._state()
-        fence = fence_key(state.context.job_id, self.name)
-        self._check_fence(state.progress.latest({fence: _any}).get(fence), generation)
+        job, topic = state.context.job_id, self.config.progress_topic_name
+        self._check_fence(recovery.fence_holder(state.progress, job, self.name, topic), generation)
         producer = state.producer
         producer.start()
         # The older producer's transaction is settled now: the progress topic is exact, and
         # holds every fence written before this producer's init_transactions. One written
         # after it came with a later init_transactions, which fenced this producer: the
         # fence record below then fails instead of lowering the fence.
-        record, holder = self._latest_progress(lambda r: True, fence)
+        record, holder = recovery.latest_progress(
+            state.progress, job, self.name, topic, lambda r: True, with_fence=True
+        )
         self._check_fence(holder, generation)
         producer.write_alone(
-            "writing the fence record",
-            self.config.progress_topic_name,
-            encode_fence(generation),
-            fence,
+            "writing the fence record", topic, encode_fence(generation), fence_key(job, self.name)
         )
         self._last_committed = record.epoch if record is not None else None
         self._last_known = True
@@ -193,19 +189,14 @@ class KafkaSink(SinkBase[Kafka]):
         """Whether a newer generation than this sink's holds the fence record (read when
         the producer must tell a fence from a transaction time-out)."""
         state = self._state()
-        fence = fence_key(state.context.job_id, self.name)
-        holder = self._holder(state.progress.latest({fence: _any}).get(fence))
+        topic = self.config.progress_topic_name
+        found = recovery.fence_holder(state.progress, state.context.job_id, self.name, topic)
+        holder = recovery.holder(found, topic)
         return holder is not None and holder > state.context.generation
-
-    def _holder(self, found: tuple[int, bytes] | None) -> int | None:
-        """The generation in a fence record (offset, value), if any."""
-        if found is None:
-            return None
-        return decode_fence(found[1], f"{self.config.progress_topic_name}@{found[0]}")
 
     def _check_fence(self, found: tuple[int, bytes] | None, generation: int) -> None:
         """`found` is the latest fence record (offset, value), if any."""
-        holder = self._holder(found)
+        holder = recovery.holder(found, self.config.progress_topic_name)
         if holder is not None and holder > generation:
             self._state().producer.refuse(
                 FencedError(
@@ -215,27 +206,6 @@ class KafkaSink(SinkBase[Kafka]):
                     fix="nothing to do here: the newer coordinator owns the job",
                 )
             )
-
-    def _latest_progress(
-        self, accept: Callable[[ProgressRecord], bool], fence: bytes | None = None
-    ) -> tuple[ProgressRecord | None, tuple[int, bytes] | None]:
-        """The latest progress record `accept`s and, in the same scan, the latest fence
-        record (offset, value) when `fence` is given."""
-        state = self._state()
-        key = progress_key(state.context.job_id, self.name)
-        topic = self.config.progress_topic_name
-        decoded: dict[int, ProgressRecord] = {}
-
-        def check(value: bytes, offset: int) -> bool:
-            decoded[offset] = ProgressRecord.decode(value, f"{topic}@{offset}")
-            return accept(decoded[offset])
-
-        want: dict[bytes, Callable[[bytes, int], bool]] = {key: check}
-        if fence is not None:
-            want[fence] = _any
-        found = state.progress.latest(want)
-        record = decoded[found[key][0]] if key in found else None
-        return record, found.get(fence) if fence is not None else None
 
     # -- protocol ------------------------------------------------------------------------------
     def capabilities(self) -> SinkCapabilities:
@@ -527,33 +497,19 @@ class KafkaSink(SinkBase[Kafka]):
         producer = state.producer
         producer.require(epoch)
         started = time.perf_counter()
-        key = progress_key(state.context.job_id, self.name)
         written = state.cluster.high_watermarks(state.topic.partitions, epoch)
         starts = current.starts() if current.starts is not None else written
-        record = ProgressRecord(
-            epoch,
-            state.context.generation,
-            handle.participant,
-            handle.rows,
-            handle.checksum,
-            decision,
-            {p.partition: (starts.get(p, end), end) for p, end in written.items()},
-        )
+        ranges = {p: (starts.get(p, end), end) for p, end in written.items()}
         try:
-            producer.send_one(
-                "writing the progress record",
+            committer.commit(
+                producer,
+                state.context,
+                self.name,
                 self.config.progress_topic_name,
-                record.encode(),
-                key,
-                epoch,
+                handle,
+                decision,
+                ranges,
             )
-            # The progress record is acknowledged before the commit request, so that a fence
-            # or an abortable error met on its way (adding the progress partition to the
-            # transaction, the record refused) comes before the commit point, where it is
-            # certain: the transaction is aborted (below), nothing becomes visible. What
-            # commit_transaction then fails with concerns the EndTxn alone.
-            producer.flush(epoch)
-            producer.commit(epoch)
         except InDoubtError:
             self._last_known = False
             raise
@@ -584,8 +540,10 @@ class KafkaSink(SinkBase[Kafka]):
         if prepared is not None and prepared.participant == handle.participant:
             self._commit(epoch, handle, None)
             return CommitOutcome.COMMITTED
-        record, _ = self._latest_progress(lambda r: r.epoch == epoch)
-        if record is not None and record.participant == handle.participant:
+        state, topic = self._state(), self.config.progress_topic_name
+        if committer.committed_before(
+            state.progress, state.context.job_id, self.name, topic, handle
+        ):
             return CommitOutcome.ALREADY_COMMITTED
         raise ParticipantLostError(
             f"Kafka participant {handle.participant} cannot be committed: its transaction "
@@ -623,8 +581,10 @@ class KafkaSink(SinkBase[Kafka]):
 
     @guarded("reading the last committed epoch")
     def _read_last_committed(self) -> int | None:
-        record, _ = self._latest_progress(lambda r: True)
-        return record.epoch if record is not None else None
+        state = self._state()
+        return recovery.last_committed(
+            state.progress, state.context.job_id, self.name, self.config.progress_topic_name
+        )
 
     # -- operations (durable-sinks status/inspect/verify; operations.py) -----------------------
     @guarded("looking for open transactions")
@@ -646,14 +606,8 @@ class KafkaSink(SinkBase[Kafka]):
 
     @guarded("reading the epoch's decision")
     def read_decision(self, epoch: int) -> Mapping[str, JSON] | None:
-        record, _ = self._latest_progress(lambda r: r.epoch <= epoch)
-        if record is None or record.epoch != epoch:
-            return None
-        return record.decision
-
-
-def _any(value: bytes, offset: int) -> bool:
-    return True
+        state, topic = self._state(), self.config.progress_topic_name
+        return committer.decision_of(state.progress, state.context.job_id, self.name, topic, epoch)
 
 
 def _limit(ms: int | None) -> str:
