@@ -6,7 +6,7 @@ runs (tests/fresh_machine.py).
 The blocks of one page are one module, in page order, as a reader follows them: a block may
 use what an earlier block of its page defined. Besides those, a block may assume the names of
 `PRELUDE`, what a streaming job has at hand (`spark`, a streaming `df`, the Postgres `dsn`,
-Kafka's `brokers`, a `lake` folder). An indented block (in a list item) is dedented first.
+Kafka's `brokers`, a `topic` name, a `lake` folder). An indented block (in a list item) is dedented first.
 Each block starts with a comment naming its page and line, so that an error points at the
 docs.
 
@@ -31,7 +31,7 @@ README = ROOT / "README.md"
 PAGES = (README, *sorted((ROOT / "docs").glob("*.md")))
 #: What every example may assume: a Spark session, a streaming DataFrame (the columns of
 #: `SOURCE_COLUMNS`), the connection string of the job's Postgres database, Kafka's bootstrap
-#: servers and an absolute folder (or `s3://` location) where tables and files go.
+#: servers, a Kafka topic's name and an absolute folder (or `s3://` location) where tables and files go.
 PRELUDE = """\
 from pyspark.sql import DataFrame, SparkSession
 
@@ -39,6 +39,7 @@ spark: SparkSession
 df: DataFrame
 dsn: str
 brokers: str
+topic: str
 lake: str
 """
 #: The columns of the examples' streaming `df`: orders (and their customers).

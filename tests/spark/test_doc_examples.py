@@ -1,0 +1,143 @@
+"""Every Python example of the README and docs/ that is not marked typecheck-only runs here,
+against the test bed, as a reader would run it (tests/support/doc_examples.py): one page's
+blocks in page order in one namespace, which starts with the names the docs assume (`spark`:
+the shared session; `df`: a file stream of a few orders; `dsn`: a database of the test's own
+on the bed's Postgres; `brokers`: the bed's Kafka; `topic`: a
+new topic name; `lake`: a folder of the test's own), in a
+working directory of its own (where relative checkpoint folders go).
+
+Each streaming query a block starts is run until it has processed every available row, then
+stopped: it must have read all of them without an error. Some pages' rows are then read back
+from their targets (CHECKS). A block that raises fails its page's test, which names the page
+and line."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from tests.services import KafkaEndpoint, PostgresEndpoint
+from tests.support import doc_examples
+
+#: The user property the test records its counts under (printed at the end of the run).
+RUN_PROPERTY = "doc-examples-run"
+#: The orders of the examples' `df` (the columns of doc_examples.SOURCE_COLUMNS).
+ORDERS = [
+    {"order_id": i, "customer": f"c{i % 3}", "customer_id": i, "amount": 10.0 * i, "id": i}
+    for i in range(1, 7)
+]
+PAGES = [p for p in doc_examples.PAGES if any(b.runs for b in doc_examples.blocks(p))]
+
+
+def _rows(dsn: str, query: str) -> list[tuple[Any, ...]]:
+    with psycopg.connect(dsn) as conn:
+        return conn.execute(query).fetchall()
+
+
+def _postgres_count(*tables: str) -> Callable[[dict[str, Any]], None]:
+    def check(names: dict[str, Any]) -> None:
+        for table in tables:
+            ids = _rows(names["dsn"], f"SELECT order_id FROM {table} ORDER BY order_id")
+            assert [i for (i,) in ids] == [o["order_id"] for o in ORDERS], table
+
+    return check
+
+
+#: What a page's examples must have left in their targets, read back as readers would.
+CHECKS: dict[str, Callable[[dict[str, Any]], None]] = {
+    "README.md": _postgres_count("public.events", "public.orders"),
+}
+
+
+@pytest.fixture
+def database(postgres: PostgresEndpoint) -> Iterator[str]:
+    """A database of the test's own: the docs' table names and job ids are fixed, so each
+    run needs a fresh place for them (the table, its markers, the decision store)."""
+    name = f"docs_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(postgres.conninfo(), autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    yield postgres.conninfo(dbname=name)
+    with psycopg.connect(postgres.conninfo(), autocommit=True) as conn:
+        for (gid,) in conn.execute(
+            "SELECT gid FROM pg_prepared_xacts WHERE database = %s", (name,)
+        ).fetchall():
+            # a prepared transaction holds the database; the page's own checks catch it
+            with psycopg.connect(postgres.conninfo(dbname=name), autocommit=True) as there:
+                there.execute(f"ROLLBACK PREPARED '{gid}'")
+        with contextlib.suppress(psycopg.Error):
+            conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def names(
+    spark: Any,
+    database: str,
+    kafka: KafkaEndpoint,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> dict[str, Any]:
+    """The names every example may assume (doc_examples.PRELUDE), bound to the test bed."""
+    source = tmp_path / "incoming"
+    source.mkdir()
+    (source / "orders-1.json").write_text("".join(json.dumps(o) + "\n" for o in ORDERS))
+    lake = tmp_path / "lake"
+    lake.mkdir()
+    monkeypatch.chdir(tmp_path)
+    return {
+        "__name__": "__doc_example__",
+        "spark": spark,
+        "df": spark.readStream.schema(doc_examples.SOURCE_COLUMNS).json(str(source)),
+        "dsn": database,
+        "brokers": kafka.bootstrap_servers,
+        "lake": str(lake),
+        "topic": f"docs-{uuid.uuid4().hex[:12]}",
+    }
+
+
+def run_queries(spark: Any, before: set[str], where: str) -> int:
+    """Run every query started since `before` to the end of its input, stop it, check it
+    read every order; how many there were."""
+    started = [q for q in spark.streams.active if q.id not in before]
+    for query in started:
+        try:
+            query.processAllAvailable()
+            progress = query.recentProgress
+        finally:
+            query.stop()
+        read = sum(p["numInputRows"] if isinstance(p, dict) else p.numInputRows for p in progress)
+        assert read == len(ORDERS), (where, progress)
+    return len(started)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[p.name for p in PAGES])
+def test_the_examples_of_a_page_run_against_the_test_bed(
+    page: Path,
+    spark: Any,
+    names: dict[str, Any],
+    record_property: Callable[[str, object], None],
+) -> None:
+    found = doc_examples.blocks(page)
+    run = [b for b in found if b.runs]
+    namespace = dict(names)
+    for block in run:
+        # blank lines first, so that a traceback's line numbers are the page's
+        code = compile("\n" * (block.line - 1) + block.code, str(block.page), "exec")
+        before = {q.id for q in spark.streams.active}
+        try:
+            exec(code, namespace)
+            run_queries(spark, before, block.where)
+        finally:
+            for query in spark.streams.active:
+                if query.id not in before:
+                    query.stop()
+    record_property(RUN_PROPERTY, {"run": len(run), "typecheck_only": len(found) - len(run)})
+    check = CHECKS.get(page.name)
+    if check is not None:
+        check(namespace)
