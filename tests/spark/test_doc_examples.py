@@ -3,8 +3,9 @@ against the test bed, as a reader would run it (tests/support/doc_examples.py): 
 blocks in page order in one namespace, which starts with the names the docs assume (`spark`:
 the shared session; `df`: a file stream of a few orders; `dsn`: a database of the test's own
 on the bed's Postgres; `brokers`: the bed's Kafka; `topic`: a
-new topic name; `lake`: a folder of the test's own), in a
-working directory of its own (where relative checkpoint folders go).
+new topic name; `lake`: a folder of the test's own, or a prefix
+in the bed's bucket; `checkpoints`: a folder), in a
+working directory of its own.
 
 Each streaming query a block starts is run until it has processed every available row, then
 stopped: it must have read all of them without an error. Some pages' rows are then read back
@@ -19,11 +20,12 @@ import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import psycopg
 import pytest
 
-from tests.services import KafkaEndpoint, PostgresEndpoint
+from tests.services import KafkaEndpoint, PostgresEndpoint, S3Endpoint
 from tests.support import doc_examples
 
 #: The user property the test records its counts under (printed at the end of the run).
@@ -50,20 +52,64 @@ def _postgres_count(*tables: str) -> Callable[[dict[str, Any]], None]:
     return check
 
 
+def _order_ids(table: Any) -> list[int]:
+    return sorted(table.column("order_id").to_pylist())
+
+
+def _delta(names: dict[str, Any]) -> None:
+    from deltalake import DeltaTable
+
+    for table in ("events", "orders"):  # appended, and merged by key
+        read = DeltaTable(f"{names['lake']}/{table}").to_pyarrow_table()
+        assert _order_ids(read) == [o["order_id"] for o in ORDERS], table
+    _postgres_count("public.orders")(names)
+
+
+def _files(names: dict[str, Any]) -> None:
+    # the page's own read of the committed files, with their unified schema
+    assert sorted(r["order_id"] for r in names["df"].collect()) == [o["order_id"] for o in ORDERS]
+
+
+def _iceberg(names: dict[str, Any]) -> None:
+    catalog = names["events"].catalog
+    scanned = _iceberg_catalog(catalog).load_table(("analytics", "events")).scan().to_arrow()
+    assert _order_ids(scanned) == [o["order_id"] for o in ORDERS]
+
+
+def _iceberg_catalog(properties: Any) -> Any:
+    import os
+
+    from pyiceberg.catalog import load_catalog
+
+    resolved = {k: os.path.expandvars(v.replace("${env:", "${")) for k, v in properties.items()}
+    return load_catalog("lake", **resolved)
+
+
+def _s3(names: dict[str, Any]) -> None:
+    # the page's own read through the epoch markers
+    assert _order_ids(names["table"]) == [o["order_id"] for o in ORDERS]
+
+
 #: What a page's examples must have left in their targets, read back as readers would.
 CHECKS: dict[str, Callable[[dict[str, Any]], None]] = {
     "README.md": _postgres_count("public.events", "public.orders"),
+    "dead-letters.md": _postgres_count("public.events"),
+    "delta.md": _delta,
+    "files.md": _files,
+    "iceberg.md": _iceberg,
+    "s3.md": _s3,
 }
 
 
 @pytest.fixture
 def database(postgres: PostgresEndpoint) -> Iterator[str]:
-    """A database of the test's own: the docs' table names and job ids are fixed, so each
-    run needs a fresh place for them (the table, its markers, the decision store)."""
+    """A database of the test's own (its name): the docs' table names and job ids are fixed,
+    so each run needs a fresh place for them (the table, its markers, the decision store,
+    an Iceberg SQL catalog)."""
     name = f"docs_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(postgres.conninfo(), autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
-    yield postgres.conninfo(dbname=name)
+    yield name
     with psycopg.connect(postgres.conninfo(), autocommit=True) as conn:
         for (gid,) in conn.execute(
             "SELECT gid FROM pg_prepared_xacts WHERE database = %s", (name,)
@@ -77,26 +123,51 @@ def database(postgres: PostgresEndpoint) -> Iterator[str]:
 
 @pytest.fixture
 def names(
+    page: Path,
     spark: Any,
+    postgres: PostgresEndpoint,
     database: str,
     kafka: KafkaEndpoint,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
 ) -> dict[str, Any]:
-    """The names every example may assume (doc_examples.PRELUDE), bound to the test bed."""
+    """The names every example may assume (doc_examples.PRELUDE), bound to the test bed, and
+    what a page's examples take from the environment."""
     source = tmp_path / "incoming"
     source.mkdir()
     (source / "orders-1.json").write_text("".join(json.dumps(o) + "\n" for o in ORDERS))
-    lake = tmp_path / "lake"
-    lake.mkdir()
+    (tmp_path / "lake").mkdir()
+    lake = str(tmp_path / "lake")
     monkeypatch.chdir(tmp_path)
+    if page.name == "s3.md":  # the bucket, through boto3's own variables
+        s3: S3Endpoint = request.getfixturevalue("s3")
+        lake = f"s3://{s3.bucket}/docs-{uuid.uuid4().hex[:12]}"
+        for variable, value in {
+            "AWS_ENDPOINT_URL": s3.endpoint_url,
+            "AWS_REGION": s3.region,
+            "AWS_ACCESS_KEY_ID": s3.access_key_id,
+            "AWS_SECRET_ACCESS_KEY": s3.secret_access_key,
+        }.items():
+            monkeypatch.setenv(variable, value)
+    if page.name == "iceberg.md":  # a SQL catalog in the test's database, its namespace made
+        p = postgres
+        uri = f"postgresql+psycopg://{quote(p.user, safe='')}:{quote(p.password, safe='')}"
+        monkeypatch.setenv("LAKE_CATALOG_URI", f"{uri}@{p.host}:{p.port}/{database}")
+        monkeypatch.setenv("LAKE_WAREHOUSE", f"file://{tmp_path / 'warehouse'}")
+        catalog = {"type": "sql", "uri": "${env:LAKE_CATALOG_URI}"}
+        _iceberg_catalog({**catalog, "warehouse": "${env:LAKE_WAREHOUSE}"}).create_namespace(
+            "analytics"
+        )
+    monkeypatch.setenv("KAFKA_PASSWORD", "not-used")  # security.md's producer settings
     return {
         "__name__": "__doc_example__",
         "spark": spark,
         "df": spark.readStream.schema(doc_examples.SOURCE_COLUMNS).json(str(source)),
-        "dsn": database,
+        "dsn": postgres.conninfo(dbname=database),
         "brokers": kafka.bootstrap_servers,
-        "lake": str(lake),
+        "lake": lake,
+        "checkpoints": str(tmp_path / "checkpoints"),
         "topic": f"docs-{uuid.uuid4().hex[:12]}",
     }
 

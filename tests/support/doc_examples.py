@@ -6,7 +6,8 @@ runs (tests/fresh_machine.py).
 The blocks of one page are one module, in page order, as a reader follows them: a block may
 use what an earlier block of its page defined. Besides those, a block may assume the names of
 `PRELUDE`, what a streaming job has at hand (`spark`, a streaming `df`, the Postgres `dsn`,
-Kafka's `brokers`, a `topic` name, a `lake` folder). An indented block (in a list item) is dedented first.
+Kafka's `brokers`, a `topic` name, a `lake` folder,
+`checkpoints` for Spark's checkpoints). An indented block (in a list item) is dedented first.
 Each block starts with a comment naming its page and line, so that an error points at the
 docs.
 
@@ -31,7 +32,8 @@ README = ROOT / "README.md"
 PAGES = (README, *sorted((ROOT / "docs").glob("*.md")))
 #: What every example may assume: a Spark session, a streaming DataFrame (the columns of
 #: `SOURCE_COLUMNS`), the connection string of the job's Postgres database, Kafka's bootstrap
-#: servers, a Kafka topic's name and an absolute folder (or `s3://` location) where tables and files go.
+#: servers, a Kafka topic's name, an absolute folder (or `s3://` location) where tables and files go
+#: and an absolute folder for Spark's checkpoints.
 PRELUDE = """\
 from pyspark.sql import DataFrame, SparkSession
 
@@ -41,6 +43,7 @@ dsn: str
 brokers: str
 topic: str
 lake: str
+checkpoints: str
 """
 #: The columns of the examples' streaming `df`: orders (and their customers).
 SOURCE_COLUMNS = "order_id LONG, customer STRING, customer_id LONG, amount DOUBLE, id LONG"
