@@ -22,10 +22,11 @@ Then it runs the README's shell blocks there, in the README's order, each comman
 and tests/unit/test_doc_examples.py checks that every other one is run here): `make demo` on
 the bare clone, then `make test`: with `--full` the whole suite (the README's command
 exactly), otherwise the same command with a smoke subset of tests (SMOKE) that starts every
-server, the on-demand ones included. The first command that fails ends the run. Afterwards the servers' data is deleted and the folder removed
-(`--keep` keeps it). What the machine itself provides is not undone: Java, Maven, Go, and
-PostgreSQL once `apt-get` installed it. Each run's output goes to `<folder>/run.log` and to
-stdout; the exit status is non-zero when any run failed.
+server, the on-demand ones included. The first command that fails ends the run. Afterwards
+the servers' data is deleted and the folder removed (`--keep` keeps it). What the machine
+itself provides is not undone: Java, Maven, Go, and PostgreSQL once `apt-get` installed it.
+Each run's output goes to `<folder>/run.log` and to stdout; the exit status is non-zero when
+any run failed.
 """
 
 from __future__ import annotations

@@ -14,10 +14,9 @@ and line."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -35,7 +34,13 @@ ORDERS = [
     {"order_id": i, "customer": f"c{i % 3}", "customer_id": i, "amount": 10.0 * i, "id": i}
     for i in range(1, 7)
 ]
-PAGES = [p for p in doc_examples.PAGES if any(b.runs for b in doc_examples.blocks(p))]
+#: The pages whose examples run here; a page with a whole program has a test of its own.
+PAGES = [
+    p
+    for p in doc_examples.PAGES
+    if any(b.runs for b in doc_examples.blocks(p))
+    and not any(b.file for b in doc_examples.blocks(p))
+]
 
 
 def _rows(dsn: str, query: str) -> list[tuple[Any, ...]]:
@@ -99,26 +104,6 @@ CHECKS: dict[str, Callable[[dict[str, Any]], None]] = {
     "iceberg.md": _iceberg,
     "s3.md": _s3,
 }
-
-
-@pytest.fixture
-def database(postgres: PostgresEndpoint) -> Iterator[str]:
-    """A database of the test's own (its name): the docs' table names and job ids are fixed,
-    so each run needs a fresh place for them (the table, its markers, the decision store,
-    an Iceberg SQL catalog)."""
-    name = f"docs_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(postgres.conninfo(), autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    yield name
-    with psycopg.connect(postgres.conninfo(), autocommit=True) as conn:
-        for (gid,) in conn.execute(
-            "SELECT gid FROM pg_prepared_xacts WHERE database = %s", (name,)
-        ).fetchall():
-            # a prepared transaction holds the database; the page's own checks catch it
-            with psycopg.connect(postgres.conninfo(dbname=name), autocommit=True) as there:
-                there.execute(f"ROLLBACK PREPARED '{gid}'")
-        with contextlib.suppress(psycopg.Error):
-            conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
 
 
 @pytest.fixture
@@ -202,7 +187,7 @@ def test_the_examples_of_a_page_run_against_the_test_bed(
         code = compile("\n" * (block.line - 1) + block.code, str(block.page), "exec")
         before = {q.id for q in spark.streams.active}
         try:
-            exec(code, namespace)
+            exec(code, namespace)  # noqa: S102 (the docs' own examples)
             run_queries(spark, before, block.where)
         finally:
             for query in spark.streams.active:

@@ -92,7 +92,8 @@ def test_every_shell_block_of_the_readme_runs_on_a_fresh_machine_or_says_why_not
     for block in found:
         if block.runs:
             commands = doc_examples.shell_commands(block)
-            assert commands and all(c in run for c in commands), (block.where, commands, run)
+            assert commands, block.where
+            assert all(c in run for c in commands), (block.where, commands, run)
         else:
             assert block.not_run, block.where
     # the README's test command is run as written, with only the choice of tests added
