@@ -16,7 +16,9 @@ why it cannot, an HTML comment a reader of the rendered page does not see:
 
     <!-- example: typecheck-only (needs a Databricks workspace) -->
 
-Such a block is still type-checked. Every shell block of the README runs in a fresh
+Such a block is still type-checked. A block that is a whole program the reader saves and
+runs says so, `<!-- example: file (quickstart.py) -->`: its page's own test runs it as a
+process (tests/spark/test_quickstart.py). Every shell block of the README runs in a fresh
 machine's set-up, unless marked the same way: `<!-- example: not run (why) -->`.
 """
 
@@ -49,9 +51,11 @@ checkpoints: str
 SOURCE_COLUMNS = "order_id LONG, customer STRING, customer_id LONG, amount DOUBLE, id LONG"
 _FENCE = re.compile(r"^(\s*)```(\w+)\s*$")
 _END = re.compile(r"^\s*```\s*$")
-_MARKER = re.compile(r"^\s*<!--\s*example:\s*(typecheck-only|not run)\s*(?:\((.*)\))?\s*-->\s*$")
+_MARKER = re.compile(
+    r"^\s*<!--\s*example:\s*(typecheck-only|not run|file)\s*(?:\((.*)\))?\s*-->\s*$"
+)
 #: Markers by the language of the blocks they may precede.
-MARKERS = {"python": "typecheck-only", "sh": "not run", "bash": "not run"}
+MARKERS = {"python": ("typecheck-only", "file"), "sh": ("not run",), "bash": ("not run",)}
 
 
 @dataclass(frozen=True)
@@ -62,6 +66,8 @@ class Block:
     language: str = "python"
     #: Why the block is not run (the marker's reason); None when it runs.
     not_run: str | None = None
+    #: The file name of a block that is a whole program, run as a process.
+    file: str | None = None
 
     @property
     def runs(self) -> bool:
@@ -98,13 +104,15 @@ def all_blocks(page: Path) -> list[Block]:
             while not _END.match(lines[end]):
                 end += 1
             language = fence.group(2)
-            if marker is not None and MARKERS.get(language) != marker[1]:
+            if marker is not None and marker[1] not in MARKERS.get(language, ()):
                 raise MarkerError(
                     f"{page.name}:{marker[0]}: {marker[1]!r} before a {language} block"
                 )
             code = textwrap.dedent("\n".join(lines[index + 1 : end]))
-            reason = marker[2] if marker else None
-            found.append(Block(page, index + 2, code, language, reason))
+            kind, detail = (marker[1], marker[2]) if marker else (None, None)
+            file = detail if kind == "file" else None
+            reason = None if kind in (None, "file") else detail
+            found.append(Block(page, index + 2, code, language, reason, file))
             marker = None
             index = end
         elif line.strip() and marker is not None:
