@@ -14,15 +14,19 @@ and line."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
+import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 import psycopg
 import pytest
+from pyspark.errors import StreamingQueryException
 
 from tests.services import KafkaEndpoint, PostgresEndpoint, S3Endpoint
 from tests.support import doc_examples
@@ -34,6 +38,8 @@ ORDERS = [
     {"order_id": i, "customer": f"c{i % 3}", "customer_id": i, "amount": 10.0 * i, "id": i}
     for i in range(1, 7)
 ]
+#: The loggers examples configure (besides the root logger).
+LOGGERS = ("durable_sinks", "durable_sinks.epochs")
 #: The pages whose examples run here; a page with a whole program has a test of its own.
 PAGES = [
     p
@@ -55,6 +61,13 @@ def _postgres_count(*tables: str) -> Callable[[dict[str, Any]], None]:
             assert [i for (i,) in ids] == [o["order_id"] for o in ORDERS], table
 
     return check
+
+
+def _guide(names: dict[str, Any]) -> None:
+    # one job through foreachBatch, one through format("durable"), both into public.events
+    ids = _rows(names["dsn"], "SELECT order_id FROM public.events ORDER BY order_id")
+    assert [i for (i,) in ids] == sorted(2 * [o["order_id"] for o in ORDERS])
+    _postgres_count("public.orders")(names)
 
 
 def _order_ids(table: Any) -> list[int]:
@@ -98,6 +111,7 @@ def _s3(names: dict[str, Any]) -> None:
 #: What a page's examples must have left in their targets, read back as readers would.
 CHECKS: dict[str, Callable[[dict[str, Any]], None]] = {
     "README.md": _postgres_count("public.events", "public.orders"),
+    "guide.md": _guide,
     "dead-letters.md": _postgres_count("public.events"),
     "delta.md": _delta,
     "files.md": _files,
@@ -152,24 +166,72 @@ def names(
         "dsn": postgres.conninfo(dbname=database),
         "brokers": kafka.bootstrap_servers,
         "lake": lake,
+        "incoming": str(source),
         "checkpoints": str(tmp_path / "checkpoints"),
         "topic": f"docs-{uuid.uuid4().hex[:12]}",
     }
 
 
-def run_queries(spark: Any, before: set[str], where: str) -> int:
-    """Run every query started since `before` to the end of its input, stop it, check it
-    read every order; how many there were."""
-    started = [q for q in spark.streams.active if q.id not in before]
-    for query in started:
+class Queries(threading.Thread):
+    """Runs every streaming query started after it, while a block runs (a block may wait for
+    its query, `query.awaitTermination()`): each to the end of its input, then stopped, with
+    what it read and its error."""
+
+    def __init__(self, spark: Any) -> None:
+        super().__init__(daemon=True)
+        self.spark = spark
+        self.before = {q.id for q in spark.streams.active}
+        self.done: dict[str, tuple[int, BaseException | None]] = {}
+        self._finish = threading.Event()
+
+    def run(self) -> None:
+        while True:
+            last = self._finish.is_set()
+            for query in self.spark.streams.active:
+                if query.id not in self.before and query.id not in self.done:
+                    self.done[query.id] = self._settle(query)
+            if last:
+                return
+            self._finish.wait(0.2)
+
+    @staticmethod
+    def _settle(query: Any) -> tuple[int, BaseException | None]:
+        error: BaseException | None = None
         try:
             query.processAllAvailable()
-            progress = query.recentProgress
+        except StreamingQueryException as exc:  # the block's own wait raises it too
+            error = exc
         finally:
             query.stop()
-        read = sum(p["numInputRows"] if isinstance(p, dict) else p.numInputRows for p in progress)
-        assert read == len(ORDERS), (where, progress)
-    return len(started)
+        progress = query.recentProgress
+        return sum(
+            p["numInputRows"] if isinstance(p, dict) else p.numInputRows for p in progress
+        ), error
+
+    def finish(self, where: str) -> None:
+        """Settle the queries still running, then check that each read every order."""
+        self._finish.set()
+        self.join(timeout=300)
+        assert not self.is_alive(), f"{where}: a query did not settle"
+        for read, error in self.done.values():
+            assert error is None, f"{where}: {error}"
+            assert read == len(ORDERS), f"{where}: the query read {read} rows"
+
+
+@contextlib.contextmanager
+def logging_kept() -> Iterator[None]:
+    """The logging set-up as it was: examples configure logging as a job would."""
+    loggers = [logging.getLogger(), *(logging.getLogger(n) for n in LOGGERS)]
+    kept = [(lg, lg.level, list(lg.handlers)) for lg in loggers]
+    try:
+        yield
+    finally:
+        for logger, level, handlers in kept:
+            for handler in logger.handlers:
+                if handler not in handlers:
+                    handler.close()
+            logger.setLevel(level)
+            logger.handlers[:] = handlers
 
 
 @pytest.mark.parametrize("page", PAGES, ids=[p.name for p in PAGES])
@@ -182,17 +244,16 @@ def test_the_examples_of_a_page_run_against_the_test_bed(
     found = doc_examples.blocks(page)
     run = [b for b in found if b.runs]
     namespace = dict(names)
-    for block in run:
-        # blank lines first, so that a traceback's line numbers are the page's
-        code = compile("\n" * (block.line - 1) + block.code, str(block.page), "exec")
-        before = {q.id for q in spark.streams.active}
-        try:
-            exec(code, namespace)  # noqa: S102 (the docs' own examples)
-            run_queries(spark, before, block.where)
-        finally:
-            for query in spark.streams.active:
-                if query.id not in before:
-                    query.stop()
+    with logging_kept():
+        for block in run:
+            # blank lines first, so that a traceback's line numbers are the page's
+            code = compile("\n" * (block.line - 1) + block.code, str(block.page), "exec")
+            queries = Queries(spark)
+            queries.start()
+            try:
+                exec(code, namespace)  # noqa: S102 (the docs' own examples)
+            finally:
+                queries.finish(block.where)
     record_property(RUN_PROPERTY, {"run": len(run), "typecheck_only": len(found) - len(run)})
     check = CHECKS.get(page.name)
     if check is not None:

@@ -6,10 +6,10 @@ runs (tests/fresh_machine.py).
 The blocks of one page are one module, in page order, as a reader follows them: a block may
 use what an earlier block of its page defined. Besides those, a block may assume the names of
 `PRELUDE`, what a streaming job has at hand (`spark`, a streaming `df`, the Postgres `dsn`,
-Kafka's `brokers`, a `topic` name, a `lake` folder,
-`checkpoints` for Spark's checkpoints). An indented block (in a list item) is dedented first.
-Each block starts with a comment naming its page and line, so that an error points at the
-docs.
+Kafka's `brokers`, a `topic` name, a `lake` folder, `checkpoints` for Spark's checkpoints,
+`incoming`, a folder of orders as JSON files). An indented block (in a list item) is dedented
+first. Each block starts with a comment naming its page and line, so that an error points at
+the docs.
 
 Every Python block runs, unless the line before it (blank lines aside) is a marker saying
 why it cannot, an HTML comment a reader of the rendered page does not see:
@@ -46,6 +46,7 @@ brokers: str
 topic: str
 lake: str
 checkpoints: str
+incoming: str
 """
 #: The columns of the examples' streaming `df`: orders (and their customers).
 SOURCE_COLUMNS = "order_id LONG, customer STRING, customer_id LONG, amount DOUBLE, id LONG"
