@@ -34,7 +34,7 @@ from tests.support import doc_examples
 #: The user property the test records its counts under (printed at the end of the run).
 RUN_PROPERTY = "doc-examples-run"
 #: The orders of the examples' `df` (the columns of doc_examples.SOURCE_COLUMNS).
-ORDERS = [
+ORDERS: list[dict[str, Any]] = [
     {"order_id": i, "customer": f"c{i % 3}", "customer_id": i, "amount": 10.0 * i, "id": i}
     for i in range(1, 7)
 ]
@@ -66,7 +66,7 @@ def _postgres_count(*tables: str) -> Callable[[dict[str, Any]], None]:
 def _guide(names: dict[str, Any]) -> None:
     # one job through foreachBatch, one through format("durable"), both into public.events
     ids = _rows(names["dsn"], "SELECT order_id FROM public.events ORDER BY order_id")
-    assert [i for (i,) in ids] == sorted(2 * [o["order_id"] for o in ORDERS])
+    assert [i for (i,) in ids] == sorted(2 * [int(o["order_id"]) for o in ORDERS])
     _postgres_count("public.orders")(names)
 
 

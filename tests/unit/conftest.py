@@ -23,5 +23,5 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         terminalreporter.write_line(
             f"docs examples: {found['blocks']} Python blocks of {found['pages']} pages "
             f"type-checked with mypy --strict ({found['typecheck_only']} of them marked "
-            "typecheck-only; the others run in tests/spark/test_doc_examples.py)"
+            "typecheck-only; the others run against the test bed in tests/spark)"
         )
