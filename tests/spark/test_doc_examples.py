@@ -26,6 +26,7 @@ from urllib.parse import quote
 
 import psycopg
 import pytest
+from confluent_kafka.admin import AdminClient
 from pyspark.errors import StreamingQueryException
 
 from tests.services import KafkaEndpoint, PostgresEndpoint, S3Endpoint
@@ -130,9 +131,10 @@ def names(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     request: pytest.FixtureRequest,
-) -> dict[str, Any]:
+) -> Iterator[dict[str, Any]]:
     """The names every example may assume (doc_examples.PRELUDE), bound to the test bed, and
-    what a page's examples take from the environment."""
+    what a page's examples take from the environment. The topic an example creates (and its
+    progress topic) is deleted afterwards."""
     source = tmp_path / "incoming"
     source.mkdir()
     (source / "orders-1.json").write_text("".join(json.dumps(o) + "\n" for o in ORDERS))
@@ -159,7 +161,8 @@ def names(
             "analytics"
         )
     monkeypatch.setenv("KAFKA_PASSWORD", "not-used")  # security.md's producer settings
-    return {
+    topic = f"docs-{uuid.uuid4().hex[:12]}"
+    yield {
         "__name__": "__doc_example__",
         "spark": spark,
         "df": spark.readStream.schema(doc_examples.SOURCE_COLUMNS).json(str(source)),
@@ -168,8 +171,14 @@ def names(
         "lake": lake,
         "incoming": str(source),
         "checkpoints": str(tmp_path / "checkpoints"),
-        "topic": f"docs-{uuid.uuid4().hex[:12]}",
+        "topic": topic,
     }
+    admin = AdminClient(kafka.config())
+    present = set(admin.list_topics(timeout=30).topics)
+    made = [t for t in (topic, f"{topic}-ds-progress") if t in present]
+    if made:
+        for future in admin.delete_topics(made, request_timeout=30).values():
+            future.result(timeout=30)
 
 
 class Queries(threading.Thread):
