@@ -17,12 +17,16 @@ Each run here starts from nothing the project made:
   keeps running;
 - `CI=true`, so the servers stop at the end, as in CI.
 
-Then it runs `make test` there: with `--full` the whole suite (the README's command exactly),
-otherwise the same command with a smoke subset of tests (SMOKE) that starts every server,
-the on-demand ones included. Afterwards the servers' data is deleted and the folder removed
-(`--keep` keeps it). What the machine itself provides is not undone: Java, Maven, Go, and
-PostgreSQL once `apt-get` installed it. Each run's output goes to `<folder>/run.log` and to
-stdout; the exit status is non-zero when any run failed.
+Then it runs the README's shell blocks there, in the README's order, each command as written
+(tests/support/doc_examples.py; a block marked `<!-- example: not run (why) -->` is left out,
+and tests/unit/test_doc_examples.py checks that every other one is run here): `make demo` on
+the bare clone, then `make test`: with `--full` the whole suite (the README's command
+exactly), otherwise the same command with a smoke subset of tests (SMOKE) that starts every
+server, the on-demand ones included. The first command that fails ends the run. Afterwards
+the servers' data is deleted and the folder removed (`--keep` keeps it). What the machine
+itself provides is not undone: Java, Maven, Go, and PostgreSQL once `apt-get` installed it.
+Each run's output goes to `<folder>/run.log` and to stdout; the exit status is non-zero when
+any run failed.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from typing import TextIO
 
 from tests.services._layout import REPO_ROOT, Layout
 from tests.services._process import port_is_free
+from tests.support import doc_examples
 from tests.support.checkout import checkout_files
 from tests.support.tiers import COMPAT_SMOKE_ENV
 
@@ -125,9 +130,18 @@ def run_once(root: Path, offset: int, *, full: bool, head: bool, extra: str) -> 
     clone(checkout, with_working_tree=not head)
     env = fresh_environment(home, offset)
     pytest_args = extra if full else (extra or " ".join(SMOKE))
-    command = ["make", "--no-print-directory", "test", f"PYTEST_ARGS={pytest_args}"]
     with (root / "run.log").open("w") as log:
-        status = _tee(command, cwd=checkout, env=env, log=log)
+        status = 0
+        for command in readme_commands():
+            if command == "make test":
+                argv = ["make", "--no-print-directory", "test", f"PYTEST_ARGS={pytest_args}"]
+            else:
+                argv = ["bash", "-euo", "pipefail", "-c", command]
+            print(f"== README: {command}", flush=True)
+            log.write(f"== README: {command}\n")
+            status = _tee(argv, cwd=checkout, env=env, log=log)
+            if status != 0:
+                break
         # Delete the servers' data (a Postgres cluster may live under /var/tmp); with CI set,
         # `make test` has already stopped them.
         venv_python = checkout / ".venv" / "bin" / "python"
@@ -136,6 +150,16 @@ def run_once(root: Path, offset: int, *, full: bool, head: bool, extra: str) -> 
                 [str(venv_python), "-m", "tests.services", "reset"], cwd=checkout, env=env, log=log
             )
     return status
+
+
+def readme_commands() -> list[str]:
+    """The commands of the README's shell blocks that are not marked as not run, in order."""
+    return [
+        command
+        for block in doc_examples.shell_blocks()
+        if block.runs
+        for command in doc_examples.shell_commands(block)
+    ]
 
 
 def clone(target: Path, *, with_working_tree: bool) -> None:

@@ -22,5 +22,6 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     for found in _counted:
         terminalreporter.write_line(
             f"docs examples: {found['blocks']} Python blocks of {found['pages']} pages "
-            "type-checked with mypy --strict"
+            f"type-checked with mypy --strict ({found['typecheck_only']} of them marked "
+            "typecheck-only; the others run against the test bed in tests/spark)"
         )
