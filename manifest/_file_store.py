@@ -45,7 +45,7 @@ from durable_sinks.core.errors import (
 from durable_sinks.core.naming import component
 
 from ._record import DecisionRecord
-from ._store import require_open, require_own
+from ._store import logs_expire, logs_open, logs_put, require_open, require_own
 
 _WIDTH = 12  # digits of epoch and generation numbers in file names (sortable)
 #: A temporary file (`.tmp-*`: a record or hint being written) older than this is a crashed
@@ -87,6 +87,7 @@ class LocalDirectoryStore:
         return f"LocalDirectoryStore({str(self.path)!r}, job={self._job!r})"
 
     # -- generations ---------------------------------------------------------------------------
+    @logs_open
     def open(self, job_id: str) -> int:
         if self._job is not None:
             raise UsageError(f"{self!r} is already open", job=job_id)
@@ -223,6 +224,7 @@ class LocalDirectoryStore:
         return require_open(self._job)
 
     # -- records -------------------------------------------------------------------------------
+    @logs_put
     def put(self, record: DecisionRecord) -> DecisionRecord:
         job = self._require_open()
         require_own(record, job, self._generation)
@@ -317,6 +319,7 @@ class LocalDirectoryStore:
             hint += 1
         return hint
 
+    @logs_expire
     def expire(self, before_epoch: int) -> int:
         """Delete finished records of epochs below `before_epoch`, oldest first, stopping at
         the first unfinished one. Amortised O(1) per epoch: a watermark remembers where the

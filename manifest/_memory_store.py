@@ -5,7 +5,7 @@ from __future__ import annotations
 from durable_sinks.core.errors import FencedError
 
 from ._record import DecisionRecord
-from ._store import require_open, require_own
+from ._store import logs_expire, logs_open, logs_put, require_open, require_own
 
 
 class MemoryStoreBackend:
@@ -31,6 +31,7 @@ class MemoryDecisionStore:
     def durable(self) -> bool:
         return False
 
+    @logs_open
     def open(self, job_id: str) -> int:
         self._job = job_id
         self._generation = self.backend.generation.get(job_id, 0) + 1
@@ -49,6 +50,7 @@ class MemoryDecisionStore:
     def _job_id(self) -> str:
         return require_open(self._job)
 
+    @logs_put
     def put(self, record: DecisionRecord) -> DecisionRecord:
         job = self._job_id()
         require_own(record, job, self._generation)
@@ -69,6 +71,7 @@ class MemoryDecisionStore:
         job = self._job_id()
         return max((epoch for j, epoch in self.backend.records if j == job), default=None)
 
+    @logs_expire
     def expire(self, before_epoch: int) -> int:
         job = self._job_id()
         doomed = [

@@ -1,10 +1,14 @@
-"""The decision-store protocol."""
+"""The decision-store protocol, and what every store shares: the checks of its caller and
+its logging."""
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+import functools
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar, cast, runtime_checkable
 
 from durable_sinks.core.errors import UsageError
+from durable_sinks.core.joblog import JobLogger
 
 from ._record import DecisionRecord
 
@@ -99,3 +103,63 @@ def require_own(record: DecisionRecord, job: str, generation: int) -> None:
             job=job,
             epoch=record.epoch,
         )
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def store_logger(store: object, job: str) -> JobLogger:
+    """The logger every decision store logs through: logger `durable_sinks.manifest.<store>`
+    (the store's class), the job on every line and in the record's extras, as the sinks'
+    and the coordinator's loggers put them (core/joblog.py)."""
+    return JobLogger(job, component=f"manifest.{type(store).__name__}")
+
+
+def logs_open(open_: F) -> F:
+    """`open`, logging the generation it claimed (INFO: once per coordinator start)."""
+
+    @functools.wraps(open_)
+    def run(self: object, job_id: str) -> int:
+        generation: int = open_(self, job_id)
+        store_logger(self, job_id).info("claimed generation %d in %r", generation, self)
+        return generation
+
+    return cast(F, run)
+
+
+def logs_put(put: F) -> F:
+    """`put`, logging a record that was there first (INFO: a replay, or a coordinator that
+    raced this one; the record found stands) and each record written (DEBUG)."""
+
+    @functools.wraps(put)
+    def run(self: object, record: DecisionRecord) -> DecisionRecord:
+        stored: DecisionRecord = put(self, record)
+        log = store_logger(self, record.job_id).bind(epoch=record.epoch)
+        if stored is record or stored == record:
+            log.debug("decision recorded: %d participant(s)", len(stored.handles))
+        else:
+            log.info(
+                "the epoch was decided before, by generation %d (%d participant(s)): that "
+                "decision stands",
+                stored.generation,
+                len(stored.handles),
+            )
+        return stored
+
+    return cast(F, run)
+
+
+def logs_expire(expire: F) -> F:
+    """`expire`, logging how many records it deleted (INFO, when any)."""
+
+    @functools.wraps(expire)
+    def run(self: object, before_epoch: int) -> int:
+        removed: int = expire(self, before_epoch)
+        if removed:
+            job = getattr(self, "_job", None) or "-"
+            store_logger(self, job).info(
+                "expired %d finished decision(s) of epochs below %d", removed, before_epoch
+            )
+        return removed
+
+    return cast(F, run)

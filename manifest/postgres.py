@@ -52,7 +52,7 @@ from durable_sinks.core.redaction import redact
 from durable_sinks.core.secrets import check, resolve
 
 from ._record import DecisionRecord
-from ._store import require_open, require_own
+from ._store import logs_expire, logs_open, logs_put, require_open, require_own
 
 
 def _first_line(exc: BaseException) -> str:
@@ -159,6 +159,7 @@ class PostgresDecisionStore:
     def _require_open(self) -> str:
         return require_open(self._job)
 
+    @logs_open
     def open(self, job_id: str) -> int:
         self._job = job_id
         conn = self._connection()
@@ -227,6 +228,7 @@ class PostgresDecisionStore:
                 return 0  # no job ever opened a store here
         return 0 if row is None else int(row[0])
 
+    @logs_put
     def put(self, record: DecisionRecord) -> DecisionRecord:
         job = self._require_open()
         require_own(record, job, self._generation)
@@ -354,6 +356,7 @@ class PostgresDecisionStore:
         ).fetchone()
         return None if row is None or row[0] is None else int(row[0])
 
+    @logs_expire
     def expire(self, before_epoch: int) -> int:
         job = self._require_open()
         cursor = self._run(

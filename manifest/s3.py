@@ -65,7 +65,7 @@ from durable_sinks.core.naming import component
 
 from ._record import DecisionRecord
 from ._s3_folder import REQUEST_ERRORS, WIDTH, S3Folder
-from ._store import require_open, require_own
+from ._store import logs_expire, logs_open, logs_put, require_open, require_own
 
 GENERATION_FORMAT = "durable-sinks/generation"
 CLAIM_FORMAT = "durable-sinks/claim"
@@ -153,6 +153,7 @@ class S3DecisionStore:
         return S3Folder(self.location, self.connection, home, where=self.where, job=job)
 
     # -- generations ---------------------------------------------------------------------------
+    @logs_open
     def open(self, job_id: str) -> int:
         if self._job is not None:
             raise UsageError(f"{self!r} is already open", job=job_id)
@@ -334,6 +335,7 @@ class S3DecisionStore:
                 highest = epoch
         return highest
 
+    @logs_put
     def put(self, record: DecisionRecord) -> DecisionRecord:
         job = self._require_open()
         require_own(record, job, self._generation)
@@ -444,6 +446,7 @@ class S3DecisionStore:
                 highest = epoch
         return highest
 
+    @logs_expire
     def expire(self, before_epoch: int) -> int:
         """Delete finished records of epochs below `before_epoch`, oldest first, stopping at
         the first unfinished one (claims of undecided epochs stay: they fence). Amortised

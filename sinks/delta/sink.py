@@ -96,7 +96,10 @@ class DeltaSink(SinkBase[Delta]):
         self._opening(context)
         self._layout = Layout(context.job_id, self.name)
         self._log = DeltaLog(
-            self.storage, app_id(context.job_id, self.name), self.config.commit_retries
+            self.storage,
+            app_id(context.job_id, self.name),
+            self.config.commit_retries,
+            self.logger(),
         )
         self._journals = Journals(self, self.storage, self._layout)
         self._committer = Committer(

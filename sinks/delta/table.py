@@ -11,9 +11,10 @@ Conflicts with other writers (appends, compactions) are retried by delta-rs per 
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
+
+from durable_sinks.core.joblog import JobLogger
 
 from .shape import Shape, adds_columns, normalised_schema
 from .storage import TableStorage
@@ -22,7 +23,6 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from deltalake import DeltaTable
 
-log = logging.getLogger(__name__)
 
 #: How often a commit that lost to a concurrent commit of the same appId is looked at again.
 CONCURRENT_CHECKS = 3
@@ -33,8 +33,11 @@ class DeltaLog:
     the epoch's commit starts from the table this log committed to last, brought up to date
     (`latest`)."""
 
-    def __init__(self, storage: TableStorage, app_id: str, commit_retries: int) -> None:
+    def __init__(
+        self, storage: TableStorage, app_id: str, commit_retries: int, log: JobLogger
+    ) -> None:
         self.storage = storage
+        self._log = log
         self.app_id = app_id
         self.commit_retries = commit_retries
         self._latest: DeltaTable | None = None
@@ -54,7 +57,9 @@ class DeltaLog:
                 if self.storage.exists(f"_delta_log/{table.version():020d}.json"):
                     return table
             except Exception as exc:  # noqa: BLE001 - any failure: read the log afresh
-                log.debug("catching up with the Delta log failed (%s): loading it afresh", exc)
+                self._log.debug(
+                    "catching up with the Delta log failed (%s): loading it afresh", exc
+                )
         self._latest = table = self.load()
         return table
 

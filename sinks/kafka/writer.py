@@ -29,7 +29,6 @@ these; nothing raw leaves):
 from __future__ import annotations
 
 import contextlib
-import logging
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -67,9 +66,6 @@ from .errors import (
 )
 from .records import EPOCH_HEADER, Records
 
-#: librdkafka's own log lines go here (never with secrets: it redacts sensitive settings),
-#: through each sink's ClientLog (rate-limited).
-client_log = logging.getLogger("durable_sinks.sinks.kafka.client")
 #: Backoff between two tries of a retriable call: doubles from the first to the last.
 RETRY_BACKOFF_S = (0.05, 1.0)
 #: Retriable in librdkafka's eyes, but another API call is in progress: trying the same call

@@ -4,6 +4,7 @@ lookups, expiry, and loud errors on damage."""
 from __future__ import annotations
 
 import errno
+import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -257,3 +258,44 @@ def test_a_crashed_writers_temporary_files_are_swept_at_open(tmp_path: Path) -> 
     opened(tmp_path)
     assert not old.exists()
     assert fresh.exists()  # may be a live writer's
+
+
+def test_the_store_logs_its_generation_a_lost_race_and_expiry_with_the_job(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every decision store logs through the jobs' logger: the job on the line and in the
+    record's extras (manifest/_store.py)."""
+    caplog.set_level(logging.DEBUG, logger="durable_sinks")
+    store = LocalDirectoryStore(tmp_path)
+    generation = store.open("orders")
+    first = DecisionRecord("orders", 0, generation, ())
+    assert store.put(first) is first
+    again = DecisionRecord("orders", 0, generation, (), source="another")
+    assert store.put(again) == first
+    store.mark_finished(0)
+    assert store.expire(before_epoch=1) == 1
+    lines = [
+        (r.name, r.levelname, r.getMessage(), getattr(r, "ds_job", None)) for r in caplog.records
+    ]
+    name = "durable_sinks.manifest.LocalDirectoryStore"
+    assert (
+        name,
+        "INFO",
+        f"job=orders sink=- epoch=-: claimed generation {generation} in {store!r}",
+        "orders",
+    ) in lines
+    assert (
+        name,
+        "DEBUG",
+        "job=orders sink=- epoch=0: decision recorded: 0 participant(s)",
+        "orders",
+    ) in lines
+    assert any(
+        n == name and level == "INFO" and "decided before" in m for n, level, m, _ in lines
+    ), lines
+    assert (
+        name,
+        "INFO",
+        "job=orders sink=- epoch=-: expired 1 finished decision(s) of epochs below 1",
+        "orders",
+    ) in lines
