@@ -189,13 +189,15 @@ def stale() -> list[str]:
 # stand for values. Between them are its pieces; each piece (with three letters or more) must
 # be a part of one template, a hole standing for a value the page spells out (a name, a
 # number, a quoted or bracketed value) or for another template whose holes are values (a
-# message made of parts: `f"{what}: {why}"`), and at least one letter of it the template's
-# own text. A changed word of the code's own text is found; a changed value is not.
+# message made of parts: `f"{what}: {why}"`), and a word of three letters or more of it the
+# code's own text, not a value. A changed word of the code's own text is found; a changed
+# value is not (`postgres sink '…'` is as good as `kafka sink '…'`).
 #
 # Another program's words (Postgres's, librdkafka's, Spark's, Python's) are marked as such:
 # the code span follows the program's name and `'s`, e.g. Postgres's `maximum number of
-# prepared transactions reached`. Such a span is not the code's: at least one of its pieces
-# must match no template (the mark is for text the code does not produce).
+# prepared transactions reached` (or a list of them: Postgres's `a`, `b` or `c`). Such a span
+# is not the code's: at least one of its pieces must match no template (the mark is for text
+# the code does not produce).
 
 #: The page whose quoted messages are checked, and the programs whose words it may quote.
 TROUBLESHOOTING = ROOT / "docs" / "troubleshooting.md"
@@ -209,7 +211,7 @@ _OTHERS = "|".join(re.escape(name) for name in OTHER_PROGRAMS)
 _SPAN = re.compile(
     rf"(?:(?P<other>{_OTHERS})'s )?(?P<ticks>``?)(?!`)(?P<text>.+?)(?<!`)(?P=ticks)(?!`)"
 )
-_EDGES = " \t.,;:()"
+_EDGES = " \t.,;:()/"
 _TRIM = " \t.,;:'\"()[]{}"
 _CLOSING = {"[": "]", "(": ")", "{": "}", "'": "'", '"': '"'}
 
@@ -248,13 +250,19 @@ def code_messages() -> tuple[str, ...]:
             }
             for node in ast.walk(tree):
                 if id(node) not in docstrings and (text := _template(node)) is not None:
-                    found.add(text)
+                    # Values side by side (`f"{a} {b}"`) are one value: a hole stands for
+                    # one, and two holes in a row would take any two words of the page.
+                    found.add(re.sub(f"{_HOLE}(?:[ \t]+{_HOLE})+", _HOLE, text))
     return tuple(sorted(found))
 
 
 #: A value in a message: a quoted or bracketed one, a name with its detail in brackets
 #: (`not_null (column 'id')`), or a run of non-blank characters (`?`: as few as fit).
 _VALUE = r"""(?:'[^']*'|"[^"]*"|\[[^\]]*\]|\([^)]*\)|\w+ \([^)]*(?:\)|\Z)|\S*{})"""
+
+
+#: The state of a match in which a word of the template's own text has been matched.
+_WORD = 3
 
 
 class _Matcher:
@@ -284,20 +292,22 @@ class _Matcher:
 
     @staticmethod
     @functools.cache
-    def _part(template: str) -> tuple[re.Pattern[str], ...]:
-        """`template` as patterns, its holes values (as short, then as long, as fit), which
-        may also end where the piece ends, before a hole (the piece's `…`)."""
+    def _part(template: str, start: int = 0) -> tuple[re.Pattern[str], ...]:
+        """`template` from its `start`th text on as patterns, each hole a value (a group; as
+        short, then as long, as fits), which may also end where the piece ends, before a hole
+        (the piece's `…`)."""
         texts = template.split(_HOLE)
 
         def pattern(k: int, lazy: str) -> str:
-            head = texts[k].rstrip(_TRIM)
-            rest = re.escape(texts[k][len(head) :])
+            text = texts[k].lstrip() if k == start > 0 else texts[k]  # after a hole: a word
+            head = text.rstrip(_TRIM)
+            rest = re.escape(text[len(head) :])
             if k == len(texts) - 1:
                 return re.escape(head) + rest
             value = _VALUE.format(lazy)
-            return rf"{re.escape(head)}(?:\Z|{rest}{value}{pattern(k + 1, lazy)})"
+            return rf"{re.escape(head)}(?:\Z|{rest}({value}){pattern(k + 1, lazy)})"
 
-        return tuple(re.compile(pattern(0, lazy)) for lazy in ("?", ""))
+        return tuple(re.compile(pattern(start, lazy)) for lazy in ("?", ""))
 
     @staticmethod
     def _value_ends(piece: str, i: int) -> set[int]:
@@ -313,43 +323,63 @@ class _Matcher:
             ends.add(k + 1)
         return ends
 
-    def _part_ends(self, piece: str, i: int, parts: list[str]) -> set[int]:
-        """Where one of `parts` starting at piece[i] may end."""
-        return {
-            m.end()
-            for template in parts
-            for pattern in self._part(template)
-            if (m := pattern.match(piece, i)) and m.end() > i
-        }
+    def _part_ends(self, piece: str, i: int, parts: list[str]) -> dict[int, bool]:
+        """Where one of `parts` starting at piece[i] may end (at the piece's start, a part
+        may also be entered after one of its holes), and whether a word of three letters or
+        more of it is its text, not its values."""
+        ends: dict[int, bool] = {}
+        for template in parts:
+            for start in range(template.count(_HOLE) + 1 if i == 0 else 1):
+                for pattern in self._part(template, start):
+                    found = pattern.match(piece, i)
+                    if found is None or found.end() == i:
+                        continue
+                    text, at = [], found.start()
+                    for begin, end in found.regs[1:]:
+                        if begin >= 0:
+                            text.append(piece[at:begin])
+                            at = max(at, end)
+                    text.append(piece[at : found.end()])
+                    worded = any(re.search(r"[A-Za-z]{3}", t) for t in text)
+                    ends[found.end()] = ends.get(found.end(), False) or worded
+        return ends
 
     def __call__(self, piece: str) -> bool:
-        """`piece` is part of one template, at least one letter of it the code's text."""
+        """`piece` is part of one template, a word of three letters or more of it text of
+        the code (of the template, or of a part put into one of its holes), not a value."""
         n = len(piece)
         parts = [t for texts, t in self.parts if any(text in piece for text in texts)]
-        # plain[i], lettered[i]: where piece[:i] may end, without / with a letter matched.
-        plain, lettered = [0] * (n + 1), [0] * (n + 1)
-        plain[0] = self.anywhere
+        # states[i][run]: where piece[:i] may end, with `run` letters in a row of the
+        # template's text just matched (0-2), or WORD: a word of three already matched.
+        states = [[0] * 4 for _ in range(n + 1)]
+        states[0][0] = self.anywhere
         for i in range(n + 1):
-            for states in (plain, lettered):
+            here = states[i]
+            for run in range(4):
                 before = -1
-                while states[i] != before:  # a hole may stand for nothing
-                    before = states[i]
-                    states[i] |= (states[i] & self.holes) << 1
+                while here[run] != before:  # a hole may stand for nothing
+                    before = here[run]
+                    here[run] |= (here[run] & self.holes) << 1
             if i == n:
                 break
             same = self.at.get(piece[i], 0)
-            if piece[i].isalpha():
-                lettered[i + 1] |= ((plain[i] | lettered[i]) & same) << 1
-            else:
-                plain[i + 1] |= (plain[i] & same) << 1
-                lettered[i + 1] |= (lettered[i] & same) << 1
-            if (plain[i] | lettered[i]) & self.holes:
-                for k in self._value_ends(piece, i):
-                    plain[k] |= (plain[i] & self.holes) << 1
-                    lettered[k] |= (lettered[i] & self.holes) << 1
-                for k in self._part_ends(piece, i, parts):  # a part's text has letters
-                    lettered[k] |= ((plain[i] | lettered[i]) & self.holes) << 1
-        return bool(lettered[n])
+            after = states[i + 1]
+            for run, at in enumerate(here):
+                grown = (at & same) << 1
+                if run == _WORD:
+                    after[_WORD] |= grown
+                elif piece[i].isalpha():
+                    after[run + 1] |= grown  # 2 + 1 is _WORD
+                else:
+                    after[0] |= grown
+            if any(at & self.holes for at in here):
+                ends = dict.fromkeys(self._value_ends(piece, i), False)
+                for k, worded in self._part_ends(piece, i, parts).items():
+                    ends[k] = ends.get(k, False) or worded
+                for k, worded in ends.items():
+                    for run, at in enumerate(here):
+                        states[k][_WORD if worded or run == _WORD else 0] |= (at & self.holes) << 1
+        return bool(states[n][_WORD])
 
 
 @functools.cache
@@ -389,8 +419,13 @@ def quoted_messages(text: str) -> Iterator[tuple[int, str | None, str]]:
             checked = True
             continue
         if checked:
+            other, end = None, 0
             for span in _SPAN.finditer(cells[0]):
-                yield number, span["other"], span["text"].strip()
+                # Postgres's `a`, `b` or `c`: the mark holds for a list of quotes.
+                listed = cells[0][end : span.start()] in (", ", " or ", ", or ")
+                other = span["other"] or (other if listed else None)
+                end = span.end()
+                yield number, other, span["text"].strip()
 
 
 def unmatched_messages(path: Path = TROUBLESHOOTING) -> list[str]:

@@ -102,8 +102,10 @@ def test_the_message_check_finds_a_changed_message_and_a_wrong_marker(tmp_path: 
         "| `guarantee '…' is not a known guarantee` | changed | ok |\n"
         "| Postgres's `maximum number of prepared transactions reached` | theirs | ok |\n"
         "| Spark's `guarantee '…' is not one of […]` | ours, marked | ok |\n"
+        "| Postgres's `out of shared memory` or `job_id is empty` | ours, in a marked list | ok |\n"
     )
     found = docs_reference.unmatched_messages(page)
-    assert len(found) == 2, found
+    assert len(found) == 3, found
     assert found[0].startswith(f"{page}:4: 'is not a known guarantee'"), found
     assert found[1].startswith(f"{page}:6: Spark's"), found
+    assert found[2].startswith(f"{page}:7: Postgres's 'job_id is empty'"), found
