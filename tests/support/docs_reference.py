@@ -11,12 +11,16 @@ The tables:
   sentence of its package's docstring) and its page;
 - `options KIND`: the options of the kind's typed configuration, from its fields: name,
   type, default and meaning (the field's docstring, the one place an option is described).
+
+Besides, `unmatched_messages()` checks the messages docs/troubleshooting.md quotes against
+those the code can raise or log (the comment above it says how).
 """
 
 from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import importlib
 import inspect
 import re
@@ -172,6 +176,278 @@ def stale() -> list[str]:
         for match in regions(text):
             if match["body"] != generate(match["name"], path):
                 found.append(f"{path.relative_to(ROOT)}: {match['name']}")
+    return found
+
+
+# The troubleshooting page's messages against the messages the code can raise or log.
+#
+# The code's messages: every string literal of the package's source (src/, sinks/,
+# coordinator/, manifest/; docstrings left out) as a template, in which an f-string's
+# replacement field, an operand of `+` that is no literal and a `%s`-style placeholder are
+# holes. The page's: each code span of a message cell (the first cell of a table headed
+# `message starts with`, `message contains` or `error`), in which `…` and `<placeholder>`
+# stand for values. Between them are its pieces; each piece (with three letters or more) must
+# be a part of one template, a hole standing for a value the page spells out (a name, a
+# number, a quoted or bracketed value) or for another template whose holes are values (a
+# message made of parts: `f"{what}: {why}"`), and a word of three letters or more of it the
+# code's own text, not a value. A changed word of the code's own text is found; a changed
+# value is not (`postgres sink '…'` is as good as `kafka sink '…'`).
+#
+# Another program's words (Postgres's, librdkafka's, Spark's, Python's) are marked as such:
+# the code span follows the program's name and `'s`, e.g. Postgres's `maximum number of
+# prepared transactions reached` (or a list of them: Postgres's `a`, `b` or `c`). Such a span
+# is not the code's: at least one of its pieces must match no template (the mark is for text
+# the code does not produce).
+
+#: The page whose quoted messages are checked, and the programs whose words it may quote.
+TROUBLESHOOTING = ROOT / "docs" / "troubleshooting.md"
+OTHER_PROGRAMS = ("Postgres", "librdkafka", "Spark", "PySpark", "Python", "boto3", "delta-rs")
+_SOURCES = ("src", "sinks", "coordinator", "manifest")
+_HOLE, _SEP = "\x00", "\x01"
+_PLACEHOLDER = re.compile(r"…|<[a-z][^<>`]*>")
+_FORMAT_HOLE = re.compile(r"%[-+ #0]*\d*(?:\.\d+)?[sdrfg]|\{\}")
+_MESSAGE_HEADERS = ("message starts with", "message contains", "error")
+_OTHERS = "|".join(re.escape(name) for name in OTHER_PROGRAMS)
+_SPAN = re.compile(
+    rf"(?:(?P<other>{_OTHERS})'s )?(?P<ticks>``?)(?!`)(?P<text>.+?)(?<!`)(?P=ticks)(?!`)"
+)
+_EDGES = " \t.,;:()/"
+_TRIM = " \t.,;:'\"()[]{}"
+_CLOSING = {"[": "]", "(": ")", "{": "}", "'": "'", '"': '"'}
+
+
+def _template(node: ast.AST) -> str | None:
+    """The string `node` evaluates to, each part that is not a literal a hole; None if it is
+    no string expression."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return _FORMAT_HOLE.sub(_HOLE, node.value)
+    if isinstance(node, ast.JoinedStr):
+        return "".join(
+            _FORMAT_HOLE.sub(_HOLE, str(part.value)) if isinstance(part, ast.Constant) else _HOLE
+            for part in node.values
+        )
+    if isinstance(node, ast.IfExp):  # `f"..." if c else ""`: the message as it reads with it
+        return _template(node.body)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        left, right = _template(node.left), _template(node.right)
+        if left is None and right is None:
+            return None
+        return (left if left is not None else _HOLE) + (right if right is not None else _HOLE)
+    return None
+
+
+@functools.cache
+def code_messages() -> tuple[str, ...]:
+    """Every string the package's source can put together, as a template (holes: `_HOLE`)."""
+    found: set[str] = set()
+    for folder in _SOURCES:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            tree = ast.parse(path.read_text(), str(path))
+            docstrings = {
+                id(node.value)
+                for node in ast.walk(tree)
+                if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+            }
+            for node in ast.walk(tree):
+                if id(node) not in docstrings and (text := _template(node)) is not None:
+                    # Values side by side (`f"{a} {b}"`) are one value: a hole stands for
+                    # one, and two holes in a row would take any two words of the page.
+                    found.add(re.sub(f"{_HOLE}(?:[ \t]+{_HOLE})+", _HOLE, text))
+    return tuple(sorted(found))
+
+
+#: A value in a message: a quoted or bracketed one, a name with its detail in brackets
+#: (`not_null (column 'id')`), or a run of non-blank characters (`?`: as few as fit).
+_VALUE = r"""(?:'[^']*'|"[^"]*"|\[[^\]]*\]|\([^)]*\)|\w+ \([^)]*(?:\)|\Z)|\S*{})"""
+
+
+#: The state of a match in which a word of the template's own text has been matched.
+_WORD = 3
+
+
+class _Matcher:
+    """Whether a piece of text is part of one of the code's templates: a bit-parallel run
+    over all of them at once (bit j set: "the piece so far may end before character j").
+
+    A hole of the template stands for a value (a run of non-blank characters, a quoted or
+    bracketed value) or for a whole other template (a message made of parts: `f"{what}:
+    {why}"` with `what = f"the producer settings are refused by {client}"`), whose own holes
+    stand for values."""
+
+    def __init__(self, templates: tuple[str, ...]) -> None:
+        text = _SEP + _SEP.join(templates) + _SEP
+        self.at: dict[str, int] = {}
+        for j, char in enumerate(text):
+            self.at[char] = self.at.get(char, 0) | (1 << j)
+        self.holes = self.at[_HOLE]
+        self.anywhere = ((1 << len(text)) - 1) & ~self.at[_SEP]
+        #: The templates a hole may hold (those of two words or more), each with its texts
+        #: between holes (a piece holds a part of the template only if it holds one).
+        self.parts = [
+            (texts, template)
+            for template in templates
+            if len(re.findall(r"[A-Za-z]{2,}", template)) >= 2
+            for texts in [tuple({t.strip(_TRIM) for t in template.split(_HOLE)} - {""})]
+        ]
+
+    @staticmethod
+    @functools.cache
+    def _part(template: str, start: int = 0) -> tuple[re.Pattern[str], ...]:
+        """`template` from its `start`th text on as patterns, each hole a value (a group; as
+        short, then as long, as fits), which may also end where the piece ends, before a hole
+        (the piece's `…`)."""
+        texts = template.split(_HOLE)
+
+        def pattern(k: int, lazy: str) -> str:
+            text = texts[k].lstrip() if k == start > 0 else texts[k]  # after a hole: a word
+            head = text.rstrip(_TRIM)
+            rest = re.escape(text[len(head) :])
+            if k == len(texts) - 1:
+                return re.escape(head) + rest
+            value = _VALUE.format(lazy)
+            return rf"{re.escape(head)}(?:\Z|{rest}({value}){pattern(k + 1, lazy)})"
+
+        return tuple(re.compile(pattern(start, lazy)) for lazy in ("?", ""))
+
+    @staticmethod
+    def _value_ends(piece: str, i: int) -> set[int]:
+        """Where a value starting at piece[i] may end: after a run of non-blank characters,
+        or a quoted or bracketed value."""
+        ends = set()
+        k = i
+        while k < len(piece) and not piece[k].isspace():
+            k += 1
+            ends.add(k)
+        close = _CLOSING.get(piece[i])
+        if close is not None and (k := piece.find(close, i + 1)) > 0:
+            ends.add(k + 1)
+        return ends
+
+    def _part_ends(self, piece: str, i: int, parts: list[str]) -> dict[int, bool]:
+        """Where one of `parts` starting at piece[i] may end (at the piece's start, a part
+        may also be entered after one of its holes), and whether a word of three letters or
+        more of it is its text, not its values."""
+        ends: dict[int, bool] = {}
+        for template in parts:
+            for start in range(template.count(_HOLE) + 1 if i == 0 else 1):
+                for pattern in self._part(template, start):
+                    found = pattern.match(piece, i)
+                    if found is None or found.end() == i:
+                        continue
+                    text, at = [], found.start()
+                    for begin, end in found.regs[1:]:
+                        if begin >= 0:
+                            text.append(piece[at:begin])
+                            at = max(at, end)
+                    text.append(piece[at : found.end()])
+                    worded = any(re.search(r"[A-Za-z]{3}", t) for t in text)
+                    ends[found.end()] = ends.get(found.end(), False) or worded
+        return ends
+
+    def __call__(self, piece: str) -> bool:
+        """`piece` is part of one template, a word of three letters or more of it text of
+        the code (of the template, or of a part put into one of its holes), not a value."""
+        n = len(piece)
+        parts = [t for texts, t in self.parts if any(text in piece for text in texts)]
+        # states[i][run]: where piece[:i] may end, with `run` letters in a row of the
+        # template's text just matched (0-2), or WORD: a word of three already matched.
+        states = [[0] * 4 for _ in range(n + 1)]
+        states[0][0] = self.anywhere
+        for i in range(n + 1):
+            here = states[i]
+            for run in range(4):
+                before = -1
+                while here[run] != before:  # a hole may stand for nothing
+                    before = here[run]
+                    here[run] |= (here[run] & self.holes) << 1
+            if i == n:
+                break
+            same = self.at.get(piece[i], 0)
+            after = states[i + 1]
+            for run, at in enumerate(here):
+                grown = (at & same) << 1
+                if run == _WORD:
+                    after[_WORD] |= grown
+                elif piece[i].isalpha():
+                    after[run + 1] |= grown  # 2 + 1 is _WORD
+                else:
+                    after[0] |= grown
+            if any(at & self.holes for at in here):
+                ends = dict.fromkeys(self._value_ends(piece, i), False)
+                for k, worded in self._part_ends(piece, i, parts).items():
+                    ends[k] = ends.get(k, False) or worded
+                for k, worded in ends.items():
+                    for run, at in enumerate(here):
+                        states[k][_WORD if worded or run == _WORD else 0] |= (at & self.holes) << 1
+        return bool(states[n][_WORD])
+
+
+@functools.cache
+def _matcher() -> _Matcher:
+    return _Matcher(code_messages())
+
+
+def pieces(message: str) -> list[str]:
+    """The pieces of a quoted message that are checked: the text between its `…` and
+    `<placeholder>`s, without the quotes or brackets around those (`'…'`, `[…]`: part of the
+    value) and trimmed of blanks and `.,;:` at the ends; only those with a word of three
+    letters or more."""
+    found = []
+    split = _PLACEHOLDER.split(message)
+    for i, piece in enumerate(split):
+        if i > 0 and piece[:1] in _CLOSING.values():
+            piece = piece[1:]
+        if i < len(split) - 1 and piece[-1:] in _CLOSING:
+            piece = piece[:-1]
+        piece = piece.strip(_EDGES)
+        if re.search(r"[A-Za-z]{3}", piece):
+            found.append(piece)
+    return found
+
+
+def quoted_messages(text: str) -> Iterator[tuple[int, str | None, str]]:
+    """(line number, other program or None, message) for each code span of a message cell."""
+    checked = False
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.startswith("|"):
+            checked = False
+            continue
+        cells = [cell.strip() for cell in line.strip().strip("|").split(" | ")]
+        if set(cells[0]) <= set("-"):
+            continue
+        if cells[0] in _MESSAGE_HEADERS:
+            checked = True
+            continue
+        if checked:
+            other, end = None, 0
+            for span in _SPAN.finditer(cells[0]):
+                # Postgres's `a`, `b` or `c`: the mark holds for a list of quotes.
+                listed = cells[0][end : span.start()] in (", ", " or ", ", or ")
+                other = span["other"] or (other if listed else None)
+                end = span.end()
+                yield number, other, span["text"].strip()
+
+
+def unmatched_messages(path: Path = TROUBLESHOOTING) -> list[str]:
+    """`page:line: piece (in message)` for each piece of the code's own messages that no
+    template has, and `page:line: ...` for each other program's quote the code itself makes."""
+    match = _matcher()
+    found: list[str] = []
+    shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+    for number, other, message in quoted_messages(path.read_text()):
+        where = f"{shown}:{number}"
+        checked = pieces(message)
+        if other is None:
+            found.extend(
+                f"{where}: {piece!r} is in no message of the code (quoted: {message!r})"
+                for piece in checked
+                if not match(piece)
+            )
+        elif checked and all(match(piece) for piece in checked):
+            found.append(
+                f"{where}: {other}'s {message!r} is the code's own message: quote it without "
+                f'"{other}\'s"'
+            )
     return found
 
 

@@ -1,10 +1,12 @@
 """The docs' reference tables are generated from the code (tests/support/docs_reference.py):
 each region is what the code gives now, every built-in kind has its options table in a page,
-and every option of every typed configuration is documented under its field."""
+every option of every typed configuration is documented under its field, and the
+troubleshooting page quotes the messages the code gives."""
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from durable_sinks import sinks
 from tests.support import docs_reference
@@ -72,3 +74,38 @@ def test_the_errors_page_names_every_error_class_and_no_other() -> None:
     text = (docs_reference.ROOT / "docs" / "errors.md").read_text()
     named = set(re.findall(r"`([A-Z][A-Za-z]*Error)`", text))
     assert named == classes, (sorted(classes - named), sorted(named - classes))
+
+
+def test_the_troubleshooting_pages_messages_are_the_codes() -> None:
+    """Every message docs/troubleshooting.md quotes (the code spans of the first cell of its
+    message tables) is one the code can raise or log, piece by piece between its `…`s
+    (tests/support/docs_reference.py says how pieces match the code's string literals).
+
+    The page marks another program's words by naming it before the quote: Postgres's
+    `maximum number of prepared transactions reached`, Spark's `AnalysisException: ...`,
+    Python's `ModuleNotFoundError: ...` (the names: `docs_reference.OTHER_PROGRAMS`). A marked
+    quote is not checked against the code, but must not be the code's own text."""
+    unmatched = docs_reference.unmatched_messages()
+    assert not unmatched, "\n".join(
+        ["the troubleshooting page quotes messages the code does not give:", *unmatched]
+    )
+
+
+def test_the_message_check_finds_a_changed_message_and_a_wrong_marker(tmp_path: Path) -> None:
+    """The check names the page's line and the piece that no message of the code has, and a
+    quote marked as another program's that is the code's own."""
+    page = tmp_path / "troubleshooting.md"
+    page.write_text(
+        "| message starts with | cause | fix |\n"
+        "|---|---|---|\n"
+        "| `guarantee '…' is not one of […]` | ok | ok |\n"
+        "| `guarantee '…' is not a known guarantee` | changed | ok |\n"
+        "| Postgres's `maximum number of prepared transactions reached` | theirs | ok |\n"
+        "| Spark's `guarantee '…' is not one of […]` | ours, marked | ok |\n"
+        "| Postgres's `out of shared memory` or `job_id is empty` | ours, in a marked list | ok |\n"
+    )
+    found = docs_reference.unmatched_messages(page)
+    assert len(found) == 3, found
+    assert found[0].startswith(f"{page}:4: 'is not a known guarantee'"), found
+    assert found[1].startswith(f"{page}:6: Spark's"), found
+    assert found[2].startswith(f"{page}:7: Postgres's 'job_id is empty'"), found
