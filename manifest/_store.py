@@ -4,6 +4,7 @@ its logging."""
 from __future__ import annotations
 
 import functools
+import weakref
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar, cast, runtime_checkable
 
@@ -106,6 +107,8 @@ def require_own(record: DecisionRecord, job: str, generation: int) -> None:
 
 
 F = TypeVar("F", bound=Callable[..., Any])
+#: The job each store was opened for, for the lines of calls that do not name it.
+_opened_for: weakref.WeakKeyDictionary[object, str] = weakref.WeakKeyDictionary()
 
 
 def store_logger(store: object, job: str) -> JobLogger:
@@ -121,6 +124,7 @@ def logs_open(open_: F) -> F:
     @functools.wraps(open_)
     def run(self: object, job_id: str) -> int:
         generation: int = open_(self, job_id)
+        _opened_for[self] = job_id
         store_logger(self, job_id).info("claimed generation %d in %r", generation, self)
         return generation
 
@@ -156,8 +160,7 @@ def logs_expire(expire: F) -> F:
     def run(self: object, before_epoch: int) -> int:
         removed: int = expire(self, before_epoch)
         if removed:
-            job = getattr(self, "_job", None) or "-"
-            store_logger(self, job).info(
+            store_logger(self, _opened_for.get(self, "-")).info(
                 "expired %d finished decision(s) of epochs below %d", removed, before_epoch
             )
         return removed
