@@ -190,7 +190,7 @@ class Bench:
     def run(self, variant: str, source: Path, rows: int, batches: int) -> Run:
         self.conn.execute("CHECKPOINT")  # no other run's dirty pages flushed during this one
         if variant == "pg-ours-executor":
-            return self.pg_ours(source, rows, batches, "exactly-once", execution="executor")
+            return self.pg_ours(source, rows, batches, "exactly_once", execution="executor")
         if variant.startswith("pg-kafka-ours-eo"):
             serial = variant.endswith("-serial")
             return self.pg_kafka_ours(source, rows, batches, concurrent_writes=not serial)
@@ -203,21 +203,21 @@ class Bench:
             finally:
                 _arrow.GROUP_ROWS = saved
         if variant == "pg-ours-eo-serial":
-            return self.pg_ours(source, rows, batches, "exactly-once", concurrent_writes=False)
+            return self.pg_ours(source, rows, batches, "exactly_once", concurrent_writes=False)
         if variant == "pg-ours-chunked":
-            return self.pg_ours(source, rows, batches, "exactly-once", driver_read="chunked")
+            return self.pg_ours(source, rows, batches, "exactly_once", driver_read="chunked")
         if variant.startswith("pg-ours-"):
             return self.pg_ours(source, rows, batches, _guarantee(variant))
         if variant.startswith("pg-jdbc"):
             return self.pg_jdbc(source, rows, batches, rewrite=variant.endswith("-rewrite"))
         if variant == "kafka-ours-eo-header":
-            return self.kafka_ours(source, rows, batches, "exactly-once", epoch_header=True)
+            return self.kafka_ours(source, rows, batches, "exactly_once", epoch_header=True)
         if variant == "kafka-ours-eo-uncompressed":
-            return self.kafka_ours(source, rows, batches, "exactly-once", compression="none")
+            return self.kafka_ours(source, rows, batches, "exactly_once", compression="none")
         if variant.startswith("kafka-ours-eo-tojson"):
             header = True if variant.endswith("-header") else None
             return self.kafka_ours(
-                source, rows, batches, "exactly-once", spark_json=True, epoch_header=header
+                source, rows, batches, "exactly_once", spark_json=True, epoch_header=header
             )
         if variant.startswith("kafka-ours-"):
             return self.kafka_ours(source, rows, batches, _guarantee(variant))
@@ -455,7 +455,7 @@ class Bench:
             decision_store=str(store),
             guarantee=guarantee,
         )
-        if guarantee == "exactly-once":
+        if guarantee == "exactly_once":
             self.audit_topic(topic, job, rows // batches, batches, bool(epoch_header))
         # At-least-once may or may not use transactions: allow the markers either way.
         self.check_topic(topic, rows, markers=PARTITIONS * batches)
@@ -575,7 +575,7 @@ def _to_json(stream: Any) -> Any:
 
 
 def _guarantee(variant: str) -> str:
-    return "at-least-once" if variant.endswith("-alo") else "exactly-once"
+    return "at_least_once" if variant.endswith("-alo") else "exactly_once"
 
 
 def _progress(progress: Any, name: str) -> Any:

@@ -59,7 +59,7 @@ class EpochOutcome(TextEnum):
     #: The epoch was already decided (Spark replayed a batch that had landed, or a crash
     #: happened after the decision): its decided participants were committed, the data given
     #: this time was not written (only compared: the replay check).
-    ALREADY_COMMITTED = "already-committed"
+    ALREADY_COMMITTED = "already_committed"
 
     def __repr__(self) -> str:
         return f"EpochOutcome.{self.name}"

@@ -13,7 +13,7 @@ from durable_sinks.manifest import DecisionRecord
 
 class Resolution(TextEnum):
     COMMIT = "commit"
-    ROLL_BACK = "roll-back"
+    ROLL_BACK = "roll_back"
 
     def __repr__(self) -> str:
         return f"Resolution.{self.name}"

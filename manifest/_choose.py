@@ -246,7 +246,7 @@ _S3_CONNECTION_KEYS = (
     "session_token",
     "addressing_style",
     "connect_timeout_s",
-    "read_timeout_s",
+    "request_timeout_s",
 )
 
 
@@ -280,7 +280,7 @@ def _s3_beside(config: Mapping[str, Any], *, kind: str = "s3") -> DecisionStore 
     name = str(config.get("name", kind))
     location = S3Location.parse(path, what=f"{kind} sink {name!r}: path").child("_decisions")
     settings = {k: config[k] for k in _S3_CONNECTION_KEYS if config.get(k) is not None}
-    for timeout in ("connect_timeout_s", "read_timeout_s"):
+    for timeout in ("connect_timeout_s", "request_timeout_s"):
         if timeout in settings:
             try:
                 settings[timeout] = float(settings[timeout])

@@ -68,7 +68,7 @@ class Delta:
     connect_timeout_s: float = 10.0
     """S3 tables: seconds a connection attempt may take (whole seconds for delta-rs, rounded
     up). Default 10."""
-    read_timeout_s: float = 60.0
+    request_timeout_s: float = 60.0
     """S3 tables: seconds a request may take (rounded up). Default 60."""
     ca_bundle: str | None = None
     """Refused: delta-rs reads its CAs from the system or SSL_CERT_FILE only."""

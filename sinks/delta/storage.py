@@ -86,7 +86,7 @@ class TableStorage:
                 options["AWS_ALLOW_HTTP"] = "true"
             if connection.addressing_style == "virtual":
                 options["AWS_VIRTUAL_HOSTED_STYLE_REQUEST"] = "true"
-            options["timeout"] = f"{math.ceil(connection.read_timeout_s)}s"
+            options["timeout"] = f"{math.ceil(connection.request_timeout_s)}s"
             options["connect_timeout"] = f"{math.ceil(connection.connect_timeout_s)}s"
         options.update(self.config.storage_options or {})
         return resolve_settings(options, f"delta sink {self.config.name!r}")

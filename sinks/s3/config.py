@@ -63,7 +63,7 @@ class S3:
     `"auto"`."""
     connect_timeout_s: float = 10.0
     """Seconds a connection attempt may take. Default 10."""
-    read_timeout_s: float = 60.0
+    request_timeout_s: float = 60.0
     """Seconds a request may wait for an answer (boto3 also retries throttling and 5xx 3 times).
     Default 60."""
     ca_bundle: str | None = None

@@ -49,7 +49,7 @@ def connection_of(s3: S3Endpoint, **changes: Any) -> S3Connection:
         "secret_access_key": s3.secret_access_key,
         "addressing_style": "path",
         "connect_timeout_s": 2.0,
-        "read_timeout_s": 10.0,
+        "request_timeout_s": 10.0,
     }
     settings.update(changes)
     return S3Connection(**settings)

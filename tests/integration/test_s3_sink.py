@@ -367,7 +367,7 @@ def test_a_completed_object_is_never_overwritten(s3: S3Endpoint, path: str, tmp_
     key = str(objects[0]["key"])  # type: ignore[index, call-overload]
     with pytest.raises(ClientError, match="PreconditionFailed"):
         s3.client().put_object(Bucket=s3.bucket, Key=key, Body=b"x", IfNoneMatch="*")
-    assert coordinator.sinks[0].commit_epoch(0, handle).value == "already-committed"
+    assert coordinator.sinks[0].commit_epoch(0, handle).value == "already_committed"
 
 
 @pytest.mark.parametrize(

@@ -132,7 +132,7 @@ def test_postgres_alone_lands_every_row_once_across_a_restart_from_the_checkpoin
 
 @pytest.mark.parametrize(
     ("execution", "guarantee"),
-    [("driver", "exactly-once"), ("executor", "exactly-once"), ("driver", "at-least-once")],
+    [("driver", "exactly_once"), ("executor", "exactly_once"), ("driver", "at_least_once")],
 )
 def test_postgres_and_a_second_sink_commit_each_batch_once_from_the_server(
     spark_connect: str,
@@ -160,7 +160,7 @@ def test_postgres_and_a_second_sink_commit_each_batch_once_from_the_server(
     assert prepared_transactions(dsn, job_id) == []
     if execution == "driver":
         assert kafka_open_transactions(kafka, kafka_topic, f"{kafka_topic}-ds-progress") == []
-    if guarantee == "exactly-once":
+    if guarantee == "exactly_once":
         decided = decisions(dsn, pg_schema, job_id)
         assert sorted(decided) == [0, 1]
         rows = {"postgres": 50, second["kind"]: 50}

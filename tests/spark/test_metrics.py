@@ -134,7 +134,7 @@ def test_the_metrics_endpoint_shows_the_counters_moving_during_a_running_query(
     assert [(f["epoch"], f["outcome"]) for f in facts] == [
         (0, "committed"),
         (1, "committed"),
-        (1, "already-committed"),
+        (1, "already_committed"),
     ]
     for record in records:
         facts = json.loads(record.ds_epoch_json)  # type: ignore[attr-defined]

@@ -271,10 +271,10 @@ class Forgetful(FileSink):
     KEEPS_COMMIT_RECORD = False
 
 
-@pytest.mark.parametrize("case", ["at-least-once", "no-recovery", "nothing-held"])
+@pytest.mark.parametrize("case", ["at_least_once", "no-recovery", "nothing-held"])
 def test_losses_are_not_looked_for_where_nothing_can_tell(tmp_path: Path, case: str) -> None:
     run(job(tmp_path), 0, 1)
-    if case == "at-least-once":
+    if case == "at_least_once":
         lose(tmp_path, "b", 1)
         restarted = job(tmp_path, guarantee=DeliveryGuarantee.AT_LEAST_ONCE)
         assert restarted.run_epoch(5, rows(5)).outcome is EpochOutcome.COMMITTED

@@ -196,7 +196,7 @@ def test_the_epoch_record_holds_the_facts_as_json(tmp_path: Path) -> None:
     replay = epoch_record(
         "orders", 0, results[-1], seconds=0.01, attempts=1, generation=7, execution="driver"
     )
-    assert (replay["outcome"], replay["rows"]) == ("already-committed", {})
+    assert (replay["outcome"], replay["rows"]) == ("already_committed", {})
 
     error = OutageError(f"password={SECRET} refused", job="orders", epoch=3)
     failed = epoch_record(
@@ -242,7 +242,7 @@ def test_one_info_record_per_batch_on_the_epochs_logger(
     assert [(f["epoch"], f["outcome"]) for f in facts] == [
         (0, "committed"),
         (1, "committed"),
-        (0, "already-committed"),
+        (0, "already_committed"),
         (2, "failed"),
     ]
     assert records[0].getMessage().startswith("job=orders sink=- epoch=0: committed: 8 rows in")

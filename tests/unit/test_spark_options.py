@@ -69,7 +69,7 @@ def test_closing_the_groups_closes_the_read_under_them() -> None:
 
 
 def test_job_options_are_split_from_sink_options() -> None:
-    job, rest = JobOptions.split({"job_id": "orders", "table": "t", "guarantee": "at-least-once"})
+    job, rest = JobOptions.split({"job_id": "orders", "table": "t", "guarantee": "at_least_once"})
     assert job.job_id == "orders"
     assert job.guarantee is DeliveryGuarantee.AT_LEAST_ONCE
     assert rest == {"table": "t"}

@@ -123,7 +123,7 @@ class S3Connection:
     #: Seconds a connection attempt may take.
     connect_timeout_s: float = 10.0
     #: Seconds a request may wait for the server's answer.
-    read_timeout_s: float = 60.0
+    request_timeout_s: float = 60.0
     #: A PEM file of the CAs that verify an https endpoint (None: boto3's default, i.e.
     #: AWS_CA_BUNDLE or the system's CAs).
     ca_bundle: str | None = None
@@ -146,7 +146,7 @@ class S3Connection:
             )
         for secret in ("access_key_id", "secret_access_key", "session_token"):
             check(getattr(self, secret), f"S3: {secret}")
-        for name in ("connect_timeout_s", "read_timeout_s"):
+        for name in ("connect_timeout_s", "request_timeout_s"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"S3: {name} must be > 0 seconds", fix=f"{name}=10")
 
@@ -172,7 +172,7 @@ class S3Connection:
         """These settings as pyarrow.fs.S3FileSystem's (secret references resolved here)."""
         settings: dict[str, Any] = {
             "connect_timeout": self.connect_timeout_s,
-            "request_timeout": self.read_timeout_s,
+            "request_timeout": self.request_timeout_s,
         }
         if self.access_key_id is not None:
             settings["access_key"] = self._secret(self.access_key_id, "access_key_id")
@@ -223,7 +223,7 @@ class S3Connection:
                 s3={"addressing_style": self.addressing_style},
                 retries={"max_attempts": 3, "mode": "standard"},
                 connect_timeout=self.connect_timeout_s,
-                read_timeout=self.read_timeout_s,
+                read_timeout=self.request_timeout_s,
                 max_pool_connections=16,
                 # Only where the operation demands one: some S3-compatible servers reject
                 # the CRC32 trailers boto3 adds to every upload by default.
@@ -377,7 +377,7 @@ def s3_failure(
         return made(
             TransientError,
             f"cannot {action}: S3 at {server} dropped the request ({type(exc).__name__})",
-            fix="a retry may succeed; check the network and read_timeout_s",
+            fix="a retry may succeed; check the network and request_timeout_s",
         )
     if isinstance(exc, ClientError):
         code = error_code(exc) or "unknown"

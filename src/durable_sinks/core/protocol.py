@@ -45,8 +45,8 @@ JSON = None | bool | int | float | str | list["JSON"] | dict[str, "JSON"]
 
 
 class DeliveryGuarantee(TextEnum):
-    AT_LEAST_ONCE = "at-least-once"
-    EXACTLY_ONCE = "exactly-once"
+    AT_LEAST_ONCE = "at_least_once"
+    EXACTLY_ONCE = "exactly_once"
 
     def __repr__(self) -> str:
         return f"DeliveryGuarantee.{self.name}"
@@ -218,7 +218,7 @@ class CommitOutcome(TextEnum):
     """What `commit_epoch` did: both mean the participant's data is now visible."""
 
     COMMITTED = "committed"
-    ALREADY_COMMITTED = "already-committed"
+    ALREADY_COMMITTED = "already_committed"
 
 
 @runtime_checkable

@@ -145,7 +145,7 @@ def epoch_record(
     error: BaseException | None = None,
 ) -> dict[str, Any]:
     """The facts of one batch as a JSON-able dict (the `ds_epoch_record` of its log record):
-    job, epoch, outcome (`committed`, `already-committed` or `failed`), attempts (1 unless an
+    job, epoch, outcome (`committed`, `already_committed` or `failed`), attempts (1 unless an
     outage was ridden out), generation (of the writer's coordinator; `decision_generation`
     is the one that decided the epoch), execution, rows and bytes per sink, milliseconds per
     phase and in all (`ms`, `total_ms`), record batches, and for a failure the error's class

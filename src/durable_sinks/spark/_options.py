@@ -48,7 +48,7 @@ class JobOptions:
       and no other query may use it (required).
     - decision_store: where commit decisions are made durable: a directory path, a Postgres
       DSN or a DecisionStore. Default: the database of the job's first Postgres sink.
-    - guarantee: "exactly-once" (default) or "at-least-once".
+    - guarantee: "exactly_once" (default) or "at_least_once".
     - execution: "driver" (default: the batch is streamed to the driver as Arrow and written
       by one coordinator) or "executor" (each partition written and prepared in its task).
       `mode` is the sink's option (append/upsert), never this one.
@@ -151,7 +151,7 @@ class JobOptions:
                 f"guarantee {self.guarantee!r} is not one of "
                 f"{[g.value for g in DeliveryGuarantee]}",
                 job=self.job_id,
-                fix="guarantee='exactly-once' (the default) or 'at-least-once'",
+                fix="guarantee='exactly_once' (the default) or 'at_least_once'",
             ) from None
         if self.execution not in EXECUTIONS:
             raise ConfigError(

@@ -517,7 +517,7 @@ def durable_sink(
     *,
     job_id: str,
     decision_store: StoreTarget | None = None,
-    guarantee: DeliveryGuarantee | Literal["exactly-once", "at-least-once"] = ...,
+    guarantee: DeliveryGuarantee | Literal["exactly_once", "at_least_once"] = ...,
     execution: Execution = "driver",
     driver_read: DriverRead = "stream",
     max_rows_in_memory: int = ...,
