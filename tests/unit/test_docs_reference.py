@@ -34,9 +34,9 @@ def test_every_option_of_every_typed_configuration_is_documented_under_its_field
         assert table.count("\n") >= 3, kind
 
 
-def _guide_metrics() -> dict[str, tuple[str, tuple[str, ...]]]:
-    """The guide's metrics table: name -> (type, labels)."""
-    text = (docs_reference.ROOT / "docs" / "guide.md").read_text()
+def _documented_metrics() -> dict[str, tuple[str, tuple[str, ...]]]:
+    """The metrics table of the operations page: name -> (type, labels)."""
+    text = (docs_reference.ROOT / "docs" / "operations.md").read_text()
     found = {}
     for line in text.splitlines():
         cells = [c.strip() for c in line.strip("|").split("|")]
@@ -46,9 +46,9 @@ def _guide_metrics() -> dict[str, tuple[str, tuple[str, ...]]]:
     return found
 
 
-def test_the_guides_metrics_table_is_what_the_endpoint_serves() -> None:
-    """Every metric the Prometheus endpoint registers is in the guide's table, with its type
-    and labels, and the table names no other."""
+def test_the_documented_metrics_table_is_what_the_endpoint_serves() -> None:
+    """Every metric the Prometheus endpoint registers is in the operations page's table, with
+    its type and labels, and the table names no other."""
     from prometheus_client import CollectorRegistry
 
     from durable_sinks.spark._prometheus import Families
@@ -60,7 +60,7 @@ def test_the_guides_metrics_table_is_what_the_endpoint_serves() -> None:
         kind = collector._type  # type: ignore[attr-defined]
         name = collector._name + ("_total" if kind == "counter" else "")  # type: ignore[attr-defined]
         served[name] = (kind, tuple(collector._labelnames))  # type: ignore[attr-defined]
-    assert _guide_metrics() == served
+    assert _documented_metrics() == served
 
 
 def test_the_errors_page_names_every_error_class_and_no_other() -> None:

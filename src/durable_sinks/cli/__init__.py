@@ -1,4 +1,4 @@
-"""The `durable-sinks` console command (docs/guide.md, "Operations"): status, inspect,
+"""The `durable-sinks` console command (docs/operations.md): status, inspect,
 resolve, verify, doctor and expire for a job, from the same settings as `durable_sink(...)`.
 Needs click and rich (dependencies of the package)."""
 

@@ -1,5 +1,5 @@
 """`durable-sinks`: status, inspect, resolve, verify, doctor, expire and repair-epochs for a job
-(docs/guide.md, "Operations"). Every command takes the job's settings as `durable_sink(...)`
+(docs/operations.md). Every command takes the job's settings as `durable_sink(...)`
 does (`-f job.toml`, or `--kind` and `-o key=value`, `--store`), secrets from the environment.
 
 Exit codes: 0 fine; 1 a check failed (verify found a mismatch, doctor a failing check,

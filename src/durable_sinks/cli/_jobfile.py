@@ -73,7 +73,7 @@ def read_file(path: Path) -> dict[str, Any]:
     except OSError as exc:
         raise ConfigError(
             f"cannot read the job file {path}: {exc.strerror}",
-            fix="give the path of a TOML or JSON job file (docs/guide.md, Operations)",
+            fix="give the path of a TOML or JSON job file (docs/operations.md)",
         ) from None
     try:
         loaded = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
@@ -153,6 +153,6 @@ def specs_of(settings: Mapping[str, Any]) -> tuple[list[SinkSpec], JobOptions]:
         raise ConfigError(
             "the job has no sink: give `kind` and its options, or [[sinks]] tables",
             job=job.job_id,
-            fix="-f job.toml (docs/guide.md, Operations), or --kind postgres -o table=...",
+            fix="-f job.toml (docs/operations.md), or --kind postgres -o table=...",
         )
     return [SinkSpec(str(kind), sink_options)], job

@@ -2,7 +2,7 @@
 
 The coordinator computes it while an epoch's record batches stream through (driver mode) and
 keeps it in the epoch's decision record; when Spark replays a decided epoch, the replayed rows
-are summarised the same way and compared (coordinator/_replay.py, docs/guide.md "Replay
+are summarised the same way and compared (coordinator/_replay.py, docs/operations.md "Replay
 check"). It depends on the rows alone, never on a sink.
 
 The digest (algorithm `ALGORITHM`) is the sum modulo 2**64 of one 64-bit hash per row, so it is
@@ -24,7 +24,7 @@ One changed word in a row always changes the row's hash. Values as words:
 - dictionary-encoded values as the values; any other type through a slow per-row fallback.
 
 Everything is vectorised with numpy over the Arrow buffers (no Python loop per row); measured
-cost: docs/guide.md "Replay check". It is a check against accidents (a non-deterministic
+cost: docs/operations.md "Replay check". It is a check against accidents (a non-deterministic
 query), not against an adversary: 64 bits, not a cryptographic hash.
 """
 

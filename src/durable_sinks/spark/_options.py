@@ -81,7 +81,7 @@ class JobOptions:
       replayed rows (count and digest) with the committed ones: "warn" (default: a difference
       is logged and counted in the coordinator's totals.replay_mismatches), "fail" (raise
       ReplayMismatchError once the epoch is finished) or "off" (no digest, no check). Driver
-      mode only (docs/guide.md, "Replay check").
+      mode only (docs/operations.md, "Replay check").
     - on_bad_rows: "fail" (default: a row a sink cannot take fails the batch, nothing of it
       committed) or "dead_letter": such rows go to `dead_letter` in the same epoch and the
       same atomic decision as the good rows (docs/dead-letters.md).
