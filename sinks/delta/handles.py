@@ -61,15 +61,8 @@ def journal_handle(journal: Mapping[str, Any]) -> CommitHandle | None:
 def leftover(name: ParticipantName, journal: Mapping[str, Any], sink: str) -> CommitHandle:
     """A handle naming a half-written participant (enough to roll it back)."""
     paths = journal_paths(journal)
-    return CommitHandle(
-        sink=sink,
-        epoch=name.epoch,
-        participant=str(name),
-        rows=0,
-        bytes=0,
-        checksum="",
-        details=DeltaHandleDetails(tuple({"path": p} for p in paths)).to_json(),
-    )
+    details = DeltaHandleDetails(tuple({"path": p} for p in paths)).to_json()
+    return CommitHandle.leftover(sink, name.epoch, str(name), details)
 
 
 def handle_shape(handles: Sequence[CommitHandle]) -> Shape | None:

@@ -20,15 +20,8 @@ from .table import IcebergTable
 def leftover(sink: SinkBase[Iceberg], name: ParticipantName, paths: list[str]) -> CommitHandle:
     """A handle naming a participant's files (enough to roll it back)."""
     entries = tuple(path_entry(p) for p in sorted(paths))
-    return CommitHandle(
-        sink=sink.name,
-        epoch=name.epoch,
-        participant=str(name),
-        rows=0,
-        bytes=0,
-        checksum="",
-        details=IcebergHandleDetails(entries, sink.context.job_id).to_json(),
-    )
+    details = IcebergHandleDetails(entries, sink.context.job_id).to_json()
+    return CommitHandle.leftover(sink.name, name.epoch, str(name), details)
 
 
 def leftovers(sink: SinkBase[Iceberg], tables: IcebergTable) -> list[CommitHandle]:

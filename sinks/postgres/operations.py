@@ -28,7 +28,7 @@ def in_doubt(conn: psycopg.Connection[Any], context: OpenContext) -> list[Prepar
         name = ParticipantName.parse(gid)
         if name is None or not name.owned_by(context.job_id, context.sink):
             continue
-        handle = CommitHandle(context.sink, name.epoch, gid, 0, 0, "", {"part": name.part})
+        handle = CommitHandle.leftover(context.sink, name.epoch, gid, {"part": name.part})
         found.append(Prepared(handle, f"prepared transaction {gid}", age_s=float(age)))
     return found
 

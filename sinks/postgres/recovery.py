@@ -38,7 +38,7 @@ def _prepared(
         name = ParticipantName.parse(gid)
         if name is not None and name.owned_by(job_id, sink):
             details = PostgresHandleDetails(name.part).to_json()
-            yield name, CommitHandle(sink, name.epoch, gid, 0, 0, "", details)
+            yield name, CommitHandle.leftover(sink, name.epoch, gid, details)
 
 
 def leftovers(

@@ -153,7 +153,7 @@ class EpochCopy:
             if name.epoch <= after:
                 continue
             details = PostgresHandleDetails(name.part).to_json()
-            handle = CommitHandle(context.sink, name.epoch, gid, 0, 0, "", details)
+            handle = CommitHandle.leftover(context.sink, name.epoch, gid, details)
             decision = decided(handle)
             if decision is not None:
                 found.append((handle, decision))

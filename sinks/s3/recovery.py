@@ -57,17 +57,9 @@ def leftover(
     sink: SinkBase[S3], layout: Layout, name: ParticipantName, uploads: list[tuple[str, str]]
 ) -> CommitHandle:
     """A handle that can roll the participant back."""
-    return CommitHandle(
-        sink=sink.name,
-        epoch=name.epoch,
-        participant=str(name),
-        rows=0,
-        bytes=0,
-        checksum="",
-        details=S3HandleDetails(
-            sink.context.job_id, layout.bucket, tuple(S3Object(k, u) for k, u in sorted(uploads))
-        ).to_json(),
-    )
+    objects = tuple(S3Object(k, u) for k, u in sorted(uploads))
+    details = S3HandleDetails(sink.context.job_id, layout.bucket, objects).to_json()
+    return CommitHandle.leftover(sink.name, name.epoch, str(name), details)
 
 
 def _uploads(

@@ -155,6 +155,15 @@ class CommitHandle:
     checksum: str
     details: Mapping[str, JSON] = field(default_factory=dict)
 
+    @classmethod
+    def leftover(
+        cls, sink: str, epoch: int, participant: str, details: Mapping[str, JSON]
+    ) -> CommitHandle:
+        """A handle that recovery (or an operator's view) rebuilds for a participant it found
+        on the target: no rows, bytes or checksum known, only what rolls it back (`details`).
+        The decision's own handle is what commits it."""
+        return cls(sink, epoch, participant, 0, 0, "", details)
+
     def to_json(self) -> dict[str, JSON]:
         return {
             "version": HANDLE_VERSION,
