@@ -9,8 +9,8 @@ the versions installed before. In it, with local Spark: durable-sinks imports, a
 sink's configuration is built and its extra found, pyspark's own pandas check passes, and the
 socket read (driver mode) and the partitions read (mapInArrow, pyspark's pandas UDF machinery)
 give every row, with the content digest (core/content.py, numpy over the Arrow buffers) that
-this environment's numpy gives the same rows. A requirement on a newer pandas than the
-runtime's fails here.
+this environment's numpy gives the same rows. A requirement on a newer pandas or numpy than
+the runtime's fails here.
 
 Marked `compat_tier`: `make test-compat` runs it (tests/compat_lanes.py), as `make test-fresh`
 does; the default suite deselects it.
