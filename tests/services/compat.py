@@ -2,11 +2,12 @@
 its own Python, in which `make test-compat` (tests/compat_lanes.py) runs the Spark tests.
 
     oldest: Python 3.10, pyspark 3.5.0 (no Python Data Source API; Connect's server jar from
-            Maven Central, maven/spark-compat-3.5.xml)
+            Maven Central, maven/spark-compat-3.5.xml), pandas 1.5.3, numpy 1.23.5
     newest: Python 3.13, pyspark 4.3.0
 
 and the managed runtime (MANAGED): Python 3.10 with pyspark 3.5.0, pandas 1.5.3 and numpy
-1.23.5 installed before durable-sinks, whose install must keep them.
+1.23.5 installed before durable-sinks, whose install must keep them (the oldest lane pins
+the same pandas and numpy).
 
 `up` builds each lane's virtualenv once (a set-up step, tests/services/_steps.py) under
 `<cache>/compat/<lane>-<digest>`, the digest covering the lane, its install recipe and
@@ -59,22 +60,8 @@ class Lane:
     lacks: tuple[str, ...] = ()
 
     def describe(self) -> str:
-        return f"Python {self.python}, pyspark {self.pyspark}"
-
-
-#: pyspark 3.5 has no Python Data Source API: `format("durable")` is refused there.
-NO_DATA_SOURCE = (
-    "tests/spark/test_datasource.py::test_postgres_and_files_through_the_data_source_exactly_once_across_a_restart",
-    "tests/spark/test_datasource.py::test_one_sink_by_kind_and_string_options",
-    "tests/spark/test_datasource.py::test_kafka_through_the_data_source_is_refused_with_the_reason",
-    "tests/spark/test_datasource.py::test_spark_shows_no_option_of_a_durable_query",
-    "tests/spark/test_datasource.py::test_a_new_checkpoint_in_a_new_application_is_refused_not_a_key_collision",
-    "tests/spark/test_connect.py::test_the_durable_data_source_writes_through_a_remote_session",
-)
-LANES = (
-    Lane("oldest", "3.10", "3.5.0", lacks=NO_DATA_SOURCE),
-    Lane("newest", "3.13", "4.3.0"),
-)
+        pins = "".join(f", {p.replace('==', ' ')}" for p in self.pins)
+        return f"Python {self.python}, pyspark {self.pyspark}{pins}"
 
 
 @dataclass(frozen=True)
@@ -97,6 +84,26 @@ class ManagedRuntime:
 #: there) is left out: durable-sinks needs pyarrow >= 17, which pip installs in its place.
 MANAGED = ManagedRuntime("managed", "3.10", ("pyspark==3.5.0", "pandas==1.5.3", "numpy==1.23.5"))
 
+#: pyspark 3.5 has no Python Data Source API: `format("durable")` is refused there.
+NO_DATA_SOURCE = (
+    "tests/spark/test_datasource.py::test_postgres_and_files_through_the_data_source_exactly_once_across_a_restart",
+    "tests/spark/test_datasource.py::test_one_sink_by_kind_and_string_options",
+    "tests/spark/test_datasource.py::test_kafka_through_the_data_source_is_refused_with_the_reason",
+    "tests/spark/test_datasource.py::test_spark_shows_no_option_of_a_durable_query",
+    "tests/spark/test_datasource.py::test_a_new_checkpoint_in_a_new_application_is_refused_not_a_key_collision",
+    "tests/spark/test_connect.py::test_the_durable_data_source_writes_through_a_remote_session",
+)
+LANES = (
+    # The managed runtime's pandas and numpy: the Spark tests on the oldest pandas tested.
+    Lane(
+        "oldest",
+        "3.10",
+        "3.5.0",
+        pins=tuple(p for p in MANAGED.packages if not p.startswith("pyspark==")),
+        lacks=NO_DATA_SOURCE,
+    ),
+    Lane("newest", "3.13", "4.3.0"),
+)
 #: What a lane installs from the checkout (the tests import what the dev extras bring).
 EXTRAS = "dev"
 #: Raise it when `_build` changes: the lanes' virtualenvs are built again.
