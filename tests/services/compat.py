@@ -2,8 +2,12 @@
 its own Python, in which `make test-compat` (tests/compat_lanes.py) runs the Spark tests.
 
     oldest: Python 3.10, pyspark 3.5.0 (no Python Data Source API; Connect's server jar from
-            Maven Central, maven/spark-compat-3.5.xml)
+            Maven Central, maven/spark-compat-3.5.xml), pandas 1.5.3, numpy 1.23.5
     newest: Python 3.13, pyspark 4.3.0
+
+and the managed runtime (MANAGED): Python 3.10 with pyspark 3.5.0, pandas 1.5.3 and numpy
+1.23.5 installed before durable-sinks, whose install must keep them (the oldest lane pins
+the same pandas and numpy).
 
 `up` builds each lane's virtualenv once (a set-up step, tests/services/_steps.py) under
 `<cache>/compat/<lane>-<digest>`, the digest covering the lane, its install recipe and
@@ -56,8 +60,29 @@ class Lane:
     lacks: tuple[str, ...] = ()
 
     def describe(self) -> str:
-        return f"Python {self.python}, pyspark {self.pyspark}"
+        pins = "".join(f", {p.replace('==', ' ')}" for p in self.pins)
+        return f"Python {self.python}, pyspark {self.pyspark}{pins}"
 
+
+@dataclass(frozen=True)
+class ManagedRuntime:
+    """The Python of a managed Spark runtime, into which users pip-install durable-sinks: an
+    interpreter version and the packages the runtime ships. Not a lane's virtualenv: its test
+    (tests/unit/test_install_keeps_pandas.py) builds a fresh one each run, from pip's cache."""
+
+    name: str
+    python: str
+    #: Installed first, as the runtime ships them; the install of durable-sinks keeps them.
+    packages: tuple[str, ...]
+
+    def describe(self) -> str:
+        return f"Python {self.python}, " + ", ".join(p.replace("==", " ") for p in self.packages)
+
+
+#: The versions of a managed runtime with Spark 3.5.0 (Databricks Runtime 14.3 LTS's): pandas
+#: 1.5.3, built against numpy 1 (it does not import with numpy 2). The runtime's pyarrow (8.0.0
+#: there) is left out: durable-sinks needs pyarrow >= 17, which pip installs in its place.
+MANAGED = ManagedRuntime("managed", "3.10", ("pyspark==3.5.0", "pandas==1.5.3", "numpy==1.23.5"))
 
 #: pyspark 3.5 has no Python Data Source API: `format("durable")` is refused there.
 NO_DATA_SOURCE = (
@@ -69,7 +94,14 @@ NO_DATA_SOURCE = (
     "tests/spark/test_connect.py::test_the_durable_data_source_writes_through_a_remote_session",
 )
 LANES = (
-    Lane("oldest", "3.10", "3.5.0", lacks=NO_DATA_SOURCE),
+    # The managed runtime's pandas and numpy: the Spark tests on the oldest pandas tested.
+    Lane(
+        "oldest",
+        "3.10",
+        "3.5.0",
+        pins=tuple(p for p in MANAGED.packages if not p.startswith("pyspark==")),
+        lacks=NO_DATA_SOURCE,
+    ),
     Lane("newest", "3.13", "4.3.0"),
 )
 #: What a lane installs from the checkout (the tests import what the dev extras bring).

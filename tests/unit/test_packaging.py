@@ -148,7 +148,10 @@ def _installed_by(requirements: list[Requirement], extra: str | None) -> set[str
 def test_the_base_install_requires_no_sink_client_and_each_extra_brings_one(wheel: Path) -> None:
     requirements = _requirements(wheel)
     base = _installed_by(requirements, None)
-    assert {"pyspark", "pyarrow", "pandas", "numpy"} <= base
+    assert {"pyspark", "pyarrow", "numpy"} <= base
+    # pandas comes with pyspark's `sql` extra, at the floor of the pyspark installed.
+    assert "pandas" not in base
+    assert any(r.name == "pyspark" and "sql" in r.extras and not r.marker for r in requirements)
     assert not base & CLIENTS, sorted(base & CLIENTS)
     # The extras the sinks and stores name in their errors are the ones declared here.
     assert set(EXTRAS) == set(SINK_EXTRAS)

@@ -2,9 +2,10 @@
 decision store's client, and the one check that turns a missing client into a ConfigError
 naming the extra to install.
 
-The base install holds what every job needs (pyspark, pyarrow, pandas, ...); each sink's
-client comes with its extra (`pip install 'durable-sinks[kafka]'`; each kind's extra is named
-by the registry, durable_sinks.sinks.built_in(); or `[all]`). A sink or decision store asks
+The base install holds what every job needs (pyspark with its `sql` extra, which brings the
+pandas its Arrow paths check for; pyarrow, numpy, ...); each sink's client comes with its
+extra (`pip install 'durable-sinks[kafka]'`; each kind's extra is named by the registry,
+durable_sinks.sinks.built_in(); or `[all]`). A sink or decision store asks
 for its extra when it is built, before anything is written: `require_extra("kafka", "the
 kafka sink")` imports the client modules and raises ConfigError if one is not installed.
 Only a module of that extra that is missing is converted: any other import error (a broken
