@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from durable_sinks.sinks.kafka import producer as kafka_producer
+from durable_sinks.sinks.kafka import writer as kafka_writer
 from durable_sinks.sinks.kafka.progress import transactional_id
 from tests.services import KafkaCluster, PostgresEndpoint
 from tests.support.fault_bed import Later
@@ -96,10 +96,10 @@ class KillInCommit:
         self.armed = False
         self.fired_at: float | None = None
         self.commit_returned_at: float | None = None
-        original = kafka_producer.TransactionalProducer.commit
+        original = kafka_writer.TransactionalProducer.commit
 
         def commit(
-            producer: kafka_producer.TransactionalProducer, epoch: int | None = None
+            producer: kafka_writer.TransactionalProducer, epoch: int | None = None
         ) -> None:
             if not self.armed:
                 original(producer, epoch)
@@ -113,7 +113,7 @@ class KillInCommit:
                 self.commit_returned_at = time.monotonic()
                 timer.join()
 
-        monkeypatch.setattr(kafka_producer.TransactionalProducer, "commit", commit)
+        monkeypatch.setattr(kafka_writer.TransactionalProducer, "commit", commit)
 
     def arm(self) -> None:
         """Kill in the next commit (a step trigger's fault: it ends when the kill fires)."""
