@@ -5,8 +5,9 @@ and its build function; building through it checks the options the same way for 
 (unknown names with the closest one, required options, types, then the class's own checks).
 Kinds come from three places, looked up in this order:
 
-- the built-in table below: one line per sink package, which exports its `KIND`; the package
-  (and its client library) is imported only when a sink of that kind is asked for;
+- the built-in table below: one line per kind, naming the sink package that exports its
+  `SinkKind` (one package may hold several kinds: `folder` holds `files` and `jsonl`); the
+  package (and its client library) is imported only when a sink of that kind is asked for;
 - `register(...)` at run time;
 - installed distributions, through the entry-point group `durable_sinks.sinks`: each entry's
   name is the kind's name and its object a `SinkKind`. An entry naming a bare callable
@@ -37,16 +38,17 @@ ENTRY_POINT_GROUP = "durable_sinks.sinks"
 #: The bare-callable form of a kind: options in, sink out, no option checking.
 SinkFactory = Callable[[Mapping[str, Any]], SinkConnector]
 
-#: The built-in kinds: each one's package (relative to this package; it exports `KIND`) and
-#: the extra that installs its client (core/extras.py; None: it needs none).
-_BUILT_IN: dict[str, tuple[str, str | None]] = {
-    "delta": (".delta", "delta"),
-    "files": (".files", None),
-    "iceberg": (".iceberg", "iceberg"),
-    "jsonl": (".jsonl", None),
-    "kafka": (".kafka", "kafka"),
-    "postgres": (".postgres", "postgres"),
-    "s3": (".s3", "s3"),
+#: The built-in kinds: each one's package (relative to this package), the name of its
+#: `SinkKind` there, and the extra that installs its client (core/extras.py; None: it needs
+#: none).
+_BUILT_IN: dict[str, tuple[str, str, str | None]] = {
+    "delta": (".delta", "KIND", "delta"),
+    "files": (".folder", "FILES", None),
+    "iceberg": (".iceberg", "KIND", "iceberg"),
+    "jsonl": (".folder", "JSONL", None),
+    "kafka": (".kafka", "KIND", "kafka"),
+    "postgres": (".postgres", "KIND", "postgres"),
+    "s3": (".s3", "KIND", "s3"),
 }
 
 _registered: dict[str, SinkKind[Any] | SinkFactory] = {}
@@ -89,7 +91,13 @@ def built_in() -> dict[str, str | None]:
     """The built-in kinds, each with the extra that installs its client (None: it needs
     none): the one list of them, which the package's exports, the extras check, the CLI and
     the docs' reference tables are derived from."""
-    return {kind: extra for kind, (_, extra) in sorted(_BUILT_IN.items())}
+    return {kind: extra for kind, (_, _, extra) in sorted(_BUILT_IN.items())}
+
+
+def package_of(kind: str) -> str:
+    """The package of a built-in kind (`durable_sinks.sinks.folder` for `files`), without
+    importing it; KeyError for any other kind."""
+    return f"{__package__}{_BUILT_IN[kind][0]}"
 
 
 def create(kind: str, config: Mapping[str, Any]) -> SinkConnector:
@@ -138,7 +146,7 @@ def options_of(kind: str) -> list[str] | None:
 
 def _resolve(kind: str) -> SinkKind[Any] | SinkFactory:
     if isinstance(kind, str) and kind in _BUILT_IN:
-        built_in: SinkKind[Any] = _load(kind).KIND
+        built_in: SinkKind[Any] = getattr(_load(kind), _BUILT_IN[kind][1])
         return built_in
     if isinstance(kind, str) and kind in _registered:
         return _registered[kind]
@@ -214,7 +222,7 @@ def _load(kind: str) -> ModuleType:
     (`pip install 'durable-sinks[kafka]'`), whether the sink is asked for by `create`,
     `sink(...)`, `durable_sink(...)` (string or typed form) or the command line. The package
     alone (its configuration class) needs no client."""
-    module, extra = _BUILT_IN[kind]
+    module, _, extra = _BUILT_IN[kind]
     if extra is None:
         import_module(f"{module}.sink", __package__)
         return import_module(module, __package__)

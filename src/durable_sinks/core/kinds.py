@@ -45,8 +45,8 @@ class SinkConfig(Protocol):
     """A sink's typed configuration: a frozen dataclass whose class names its registered
     kind (`kind`) and whose fields are the kind's options, `name` among them. Every built-in
     kind has one (`durable_sinks.Postgres`, `Kafka`, `S3`, `Delta`, `Iceberg`, `Files`,
-    `durable_sinks.sinks.jsonl.Jsonl`); a plugin's may be one too, and is then a
-    sink as it is (`durable_sink(MyConfig(...), job_id=...)`)."""
+    `Jsonl`); a plugin's may be one too, and is then a sink as it is
+    (`durable_sink(MyConfig(...), job_id=...)`)."""
 
     kind: ClassVar[str]
 
