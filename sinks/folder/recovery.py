@@ -44,7 +44,8 @@ def last_committed(layout: Layout, context: OpenContext) -> int | None:
                     f"{context.job_id!r} (sink {context.sink!r})",
                     job=context.job_id,
                     sink=context.sink,
-                    fix="give each folder sink of each job its own path",
+                    fix="give each folder sink of each job its own path; to read this one, "
+                    f"open it as sink {marker.sink!r} of job {owner!r}",
                 )
             best = epoch if best is None else max(best, epoch)
     return best

@@ -67,8 +67,9 @@ def test_a_folder_another_sink_of_the_job_published_into_is_refused(
     take each other's epochs for their own."""
     first = opened(kind, tmp_path, name="first")
     first.commit_epoch(0, prepare(first, 0))
-    with pytest.raises(ConfigError, match="sink 'first'"):
+    with pytest.raises(ConfigError, match="sink 'first'") as raised:
         opened(kind, tmp_path, name="second")
+    assert "open it as sink 'first' of job 'job'" in (raised.value.fix or "")
 
 
 @pytest.mark.parametrize("kind", KINDS)
