@@ -6,8 +6,9 @@ and its build function; building through it checks the options the same way for 
 Kinds come from three places, looked up in this order:
 
 - the built-in table below: one line per kind, naming the sink package that exports its
-  `SinkKind` (one package may hold several kinds: `folder` holds `files` and `jsonl`); the
-  package (and its client library) is imported only when a sink of that kind is asked for;
+  `SinkKind` (`KIND`, or one per kind where a package holds several: `folder` holds `files`
+  and `jsonl`); the package (and its client library) is imported only when a sink of that
+  kind is asked for;
 - `register(...)` at run time;
 - installed distributions, through the entry-point group `durable_sinks.sinks`: each entry's
   name is the kind's name and its object a `SinkKind`. An entry naming a bare callable
@@ -38,17 +39,17 @@ ENTRY_POINT_GROUP = "durable_sinks.sinks"
 #: The bare-callable form of a kind: options in, sink out, no option checking.
 SinkFactory = Callable[[Mapping[str, Any]], SinkConnector]
 
-#: The built-in kinds: each one's package (relative to this package), the name of its
-#: `SinkKind` there, and the extra that installs its client (core/extras.py; None: it needs
-#: none).
-_BUILT_IN: dict[str, tuple[str, str, str | None]] = {
-    "delta": (".delta", "KIND", "delta"),
-    "files": (".folder", "FILES", None),
-    "iceberg": (".iceberg", "KIND", "iceberg"),
-    "jsonl": (".folder", "JSONL", None),
-    "kafka": (".kafka", "KIND", "kafka"),
-    "postgres": (".postgres", "KIND", "postgres"),
-    "s3": (".s3", "KIND", "s3"),
+#: The built-in kinds: each one's package (relative to this package; it exports the kind's
+#: `SinkKind`, see `_kind_in`) and the extra that installs its client (core/extras.py; None:
+#: it needs none). Two kinds may share a package.
+_BUILT_IN: dict[str, tuple[str, str | None]] = {
+    "delta": (".delta", "delta"),
+    "files": (".folder", None),
+    "iceberg": (".iceberg", "iceberg"),
+    "jsonl": (".folder", None),
+    "kafka": (".kafka", "kafka"),
+    "postgres": (".postgres", "postgres"),
+    "s3": (".s3", "s3"),
 }
 
 _registered: dict[str, SinkKind[Any] | SinkFactory] = {}
@@ -91,7 +92,7 @@ def built_in() -> dict[str, str | None]:
     """The built-in kinds, each with the extra that installs its client (None: it needs
     none): the one list of them, which the package's exports, the extras check, the CLI and
     the docs' reference tables are derived from."""
-    return {kind: extra for kind, (_, _, extra) in sorted(_BUILT_IN.items())}
+    return {kind: extra for kind, (_, extra) in sorted(_BUILT_IN.items())}
 
 
 def package_of(kind: str) -> str:
@@ -146,8 +147,7 @@ def options_of(kind: str) -> list[str] | None:
 
 def _resolve(kind: str) -> SinkKind[Any] | SinkFactory:
     if isinstance(kind, str) and kind in _BUILT_IN:
-        built_in: SinkKind[Any] = getattr(_load(kind), _BUILT_IN[kind][1])
-        return built_in
+        return _kind_in(_load(kind), kind)
     if isinstance(kind, str) and kind in _registered:
         return _registered[kind]
     entries = [e for e in _plugin_entries() if e.name == kind]
@@ -222,7 +222,7 @@ def _load(kind: str) -> ModuleType:
     (`pip install 'durable-sinks[kafka]'`), whether the sink is asked for by `create`,
     `sink(...)`, `durable_sink(...)` (string or typed form) or the command line. The package
     alone (its configuration class) needs no client."""
-    module, _, extra = _BUILT_IN[kind]
+    module, extra = _BUILT_IN[kind]
     if extra is None:
         import_module(f"{module}.sink", __package__)
         return import_module(module, __package__)
@@ -231,6 +231,15 @@ def _load(kind: str) -> ModuleType:
     with needs_extra(extra, what):
         import_module(f"{module}.sink", __package__)
     return import_module(module, __package__)
+
+
+def _kind_in(package: ModuleType, kind: str) -> SinkKind[Any]:
+    """The `SinkKind` named `kind` that a built-in package exports: its `KIND`, or one of
+    several where the package holds several kinds (`folder`: `FILES` and `JSONL`)."""
+    for value in vars(package).values():
+        if isinstance(value, SinkKind) and value.name == kind:
+            return value
+    raise LookupError(f"{package.__name__} exports no SinkKind named {kind!r}")
 
 
 def _where(kind: str, options: Mapping[str, Any]) -> str:
