@@ -42,7 +42,7 @@ from durable_sinks.coordinator import Coordinator
 from durable_sinks.coordinator._dead_letters import DeadLetterPass
 from durable_sinks.core.bad_rows import BadRowCap, BadRowPolicy, WritePolicy
 from durable_sinks.manifest import LocalDirectoryStore
-from durable_sinks.sinks.files import Files, FileSink
+from durable_sinks.sinks.folder import Files, FolderSink
 from durable_sinks.sinks.kafka import Kafka, KafkaSink
 from durable_sinks.sinks.kafka.admin import TopicFacts
 from durable_sinks.sinks.kafka.records import RecordLayout, encode_records
@@ -101,7 +101,7 @@ class Job:
             [sink],
             LocalDirectoryStore(work / "store"),
             policy=WritePolicy(on_bad_rows=BadRowPolicy.DEAD_LETTER) if isolating else None,
-            dead_letter=FileSink(Files(str(work / "dead"), name="dead")) if isolating else None,
+            dead_letter=FolderSink(Files(str(work / "dead"), name="dead")) if isolating else None,
             bad_row_cap=BadRowCap(0.05),
         )
         self.coordinator.start()

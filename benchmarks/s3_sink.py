@@ -44,7 +44,7 @@ yields) through each step of the files sink alone (Parquet encoding as the sink 
 row group per record batch; the SHA-256 of each batch's IPC serialisation; fsync), against
 alternatives (zstd level 3; one row group; two files encoded in two threads; CRC-32), and
 through a coordinator with the files sink and a local-directory store (its phases). Then
-`--history` epochs are published and a worker's `FileSink.open()`, which every executor-mode
+`--history` epochs are published and a worker's `FolderSink.open()`, which every executor-mode
 task runs, is timed on them.
 
 Section "s3" (`--only s3`): `--batches` epochs of `--rows-per-batch` events, each handed over
@@ -96,7 +96,7 @@ from durable_sinks.coordinator import Coordinator
 from durable_sinks.core import OpenContext
 from durable_sinks.core.content import summarise
 from durable_sinks.manifest import LocalDirectoryStore
-from durable_sinks.sinks.files import MARKER, STAGING, Files, FileSink
+from durable_sinks.sinks.folder import MARKER, STAGING, Files, FolderSink
 from durable_sinks.spark import durable_sink
 from durable_sinks.spark._arrow import socket_batches
 from tests.services import up
@@ -495,13 +495,13 @@ def profile(
     timings["record batches per micro-batch"] = [float(len(batches))]
     shutil.rmtree(folder)
     if history:
-        name = f"executor mode, each task: FileSink.open() after {history:,} epochs of 2 parts"
+        name = f"executor mode, each task: FolderSink.open() after {history:,} epochs of 2 parts"
         timings[name] = _open_after(history, work / "history", repeats=3)
     return timings
 
 
 def _open_after(epochs: int, root: Path, repeats: int) -> list[float]:
-    """Seconds of a worker's FileSink.open() (what every executor-mode task does before it
+    """Seconds of a worker's FolderSink.open() (what every executor-mode task does before it
     writes) on a dataset that has published `epochs` epochs of two parts each."""
     job = "profile-history"
     marker = json.dumps({"participant": "x", "details": {"job_id": job}}).encode()
@@ -512,7 +512,7 @@ def _open_after(epochs: int, root: Path, repeats: int) -> list[float]:
             (folder / MARKER).write_bytes(marker)
     seconds = []
     for attempt in range(repeats):
-        sink = FileSink(Files(str(root)))
+        sink = FolderSink(Files(str(root)))
         started = time.perf_counter()
         sink.open(OpenContext(job, "files", 1, worker=True, part=f"p0-t{attempt + 2}"))
         seconds.append(time.perf_counter() - started)
@@ -545,7 +545,7 @@ def _read(df: Any, into: list[pa.RecordBatch]) -> None:
 
 
 def _encode(batches: list[pa.RecordBatch], path: Path, level: int | None = None) -> None:
-    """What FileSink does: one ParquetWriter, write_batch per record batch (a row group
+    """What FolderSink does: one ParquetWriter, write_batch per record batch (a row group
     each), close."""
     with pq.ParquetWriter(
         path, batches[0].schema, compression=CODEC, compression_level=level
@@ -585,7 +585,7 @@ def _sink_epoch(batches: list[pa.RecordBatch], root: Path) -> dict[str, float]:
     fsyncing (driver mode without Spark): seconds per phase, and the whole run_epoch."""
     coordinator = Coordinator(
         f"profile-{uuid.uuid4().hex[:8]}",
-        [FileSink(Files(str(root / "out")))],
+        [FolderSink(Files(str(root / "out")))],
         LocalDirectoryStore(root / "store"),
     )
     coordinator.start()

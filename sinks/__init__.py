@@ -1,8 +1,8 @@
-"""Sink connectors: the targets durable-sinks writes to, one package per built-in kind
-(`built_in()`: `durable_sinks.sinks.<kind>`), each split by role (configuration, error
-translation, checks against the server, the write path, the protocol methods).
-`durable_sinks.sinks.jsonl` is the reference sink: the template a sink author copies
-(docs/writing-a-sink.md).
+"""Sink connectors: the targets durable-sinks writes to, one package per target (`built_in()`
+lists the kinds, `package_of(kind)` their package: `durable_sinks.sinks.<target>`), each split
+by role (configuration, error translation, the write path, the commit, recovery, operator
+views, the protocol methods). `durable_sinks.sinks.folder` (the `files` and `jsonl` kinds) is
+the reference sink: the template a sink author copies (docs/writing-a-sink.md).
 
 A sink knows nothing of Spark or of the coordinator: it implements the protocol of
 `durable_sinks.core` and nothing else. This package builds sinks by kind name
@@ -22,6 +22,7 @@ from ._registry import (
     kind_of,
     kinds,
     options_of,
+    package_of,
     register,
     typed_config,
 )
@@ -36,6 +37,7 @@ __all__ = [
     "kind_of",
     "kinds",
     "options_of",
+    "package_of",
     "register",
     "typed_config",
 ]

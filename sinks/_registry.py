@@ -5,8 +5,10 @@ and its build function; building through it checks the options the same way for 
 (unknown names with the closest one, required options, types, then the class's own checks).
 Kinds come from three places, looked up in this order:
 
-- the built-in table below: one line per sink package, which exports its `KIND`; the package
-  (and its client library) is imported only when a sink of that kind is asked for;
+- the built-in table below: one line per kind, naming the sink package that exports its
+  `SinkKind` (`KIND`, or one per kind where a package holds several: `folder` holds `files`
+  and `jsonl`); the package (and its client library) is imported only when a sink of that
+  kind is asked for;
 - `register(...)` at run time;
 - installed distributions, through the entry-point group `durable_sinks.sinks`: each entry's
   name is the kind's name and its object a `SinkKind`. An entry naming a bare callable
@@ -37,13 +39,14 @@ ENTRY_POINT_GROUP = "durable_sinks.sinks"
 #: The bare-callable form of a kind: options in, sink out, no option checking.
 SinkFactory = Callable[[Mapping[str, Any]], SinkConnector]
 
-#: The built-in kinds: each one's package (relative to this package; it exports `KIND`) and
-#: the extra that installs its client (core/extras.py; None: it needs none).
+#: The built-in kinds: each one's package (relative to this package; it exports the kind's
+#: `SinkKind`, see `_kind_in`) and the extra that installs its client (core/extras.py; None:
+#: it needs none). Two kinds may share a package.
 _BUILT_IN: dict[str, tuple[str, str | None]] = {
     "delta": (".delta", "delta"),
-    "files": (".files", None),
+    "files": (".folder", None),
     "iceberg": (".iceberg", "iceberg"),
-    "jsonl": (".jsonl", None),
+    "jsonl": (".folder", None),
     "kafka": (".kafka", "kafka"),
     "postgres": (".postgres", "postgres"),
     "s3": (".s3", "s3"),
@@ -92,6 +95,12 @@ def built_in() -> dict[str, str | None]:
     return {kind: extra for kind, (_, extra) in sorted(_BUILT_IN.items())}
 
 
+def package_of(kind: str) -> str:
+    """The package of a built-in kind (`durable_sinks.sinks.folder` for `files`), without
+    importing it; KeyError for any other kind."""
+    return f"{__package__}{_BUILT_IN[kind][0]}"
+
+
 def create(kind: str, config: Mapping[str, Any]) -> SinkConnector:
     """Build a sink of `kind` from `config`, checked by the kind's configuration class (a
     bare-callable plugin checks its own)."""
@@ -138,8 +147,7 @@ def options_of(kind: str) -> list[str] | None:
 
 def _resolve(kind: str) -> SinkKind[Any] | SinkFactory:
     if isinstance(kind, str) and kind in _BUILT_IN:
-        built_in: SinkKind[Any] = _load(kind).KIND
-        return built_in
+        return _kind_in(_load(kind), kind)
     if isinstance(kind, str) and kind in _registered:
         return _registered[kind]
     entries = [e for e in _plugin_entries() if e.name == kind]
@@ -223,6 +231,15 @@ def _load(kind: str) -> ModuleType:
     with needs_extra(extra, what):
         import_module(f"{module}.sink", __package__)
     return import_module(module, __package__)
+
+
+def _kind_in(package: ModuleType, kind: str) -> SinkKind[Any]:
+    """The `SinkKind` named `kind` that a built-in package exports: its `KIND`, or one of
+    several where the package holds several kinds (`folder`: `FILES` and `JSONL`)."""
+    for value in vars(package).values():
+        if isinstance(value, SinkKind) and value.name == kind:
+            return value
+    raise LookupError(f"{package.__name__} exports no SinkKind named {kind!r}")
 
 
 def _where(kind: str, options: Mapping[str, Any]) -> str:

@@ -51,9 +51,8 @@ from .core.protocol import DeliveryGuarantee
 
 if TYPE_CHECKING:
     from .sinks.delta.config import Delta
-    from .sinks.files.config import Files
+    from .sinks.folder.config import Files, Jsonl
     from .sinks.iceberg.config import Iceberg
-    from .sinks.jsonl.config import Jsonl
     from .sinks.kafka.config import Kafka
     from .sinks.postgres.config import Postgres
     from .sinks.s3.config import S3
@@ -70,14 +69,14 @@ _SPARK_NAMES = frozenset({"durable_sink", "sink", "register_data_source", "Durab
 
 def typed_configurations() -> dict[str, type[Any]]:
     """The typed configuration of every built-in kind, by class name (`durable_sinks.sinks.
-    built_in()`, the one list of kinds): the class of the kind's `config` module whose `kind`
-    is the kind's name. Each is importable from here; importing one loads configuration
+    built_in()`, the one list of kinds): the class of its package's `config` module whose
+    `kind` is the kind's name. Each is importable from here; importing one loads configuration
     modules only, no client (nor checks that the client is installed)."""
     from . import sinks
 
     found: dict[str, type[Any]] = {}
     for kind in sinks.built_in():
-        module = importlib.import_module(f".sinks.{kind}.config", __name__)
+        module = importlib.import_module(f"{sinks.package_of(kind)}.config")
         for value in vars(module).values():
             if (
                 isinstance(value, type)

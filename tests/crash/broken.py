@@ -12,53 +12,53 @@ from durable_sinks.coordinator import Coordinator
 from durable_sinks.core import CommitHandle, CommitOutcome, SinkConnector, WriteResult
 from durable_sinks.core.bad_rows import RefusedRows
 from durable_sinks.manifest import DecisionStore, LocalDirectoryStore
-from durable_sinks.sinks.files import MARKER, FileSink
+from durable_sinks.sinks.folder import MARKER, FolderSink
 from tests.support.faulty import Faulty
 from tests.support.refusing_sink import RefusingConformanceFileSink, conformance_refusals
 
 
-class NonIdempotentCommitSink(FileSink):
+class NonIdempotentCommitSink(FolderSink):
     """Commits a second copy when asked to commit an already committed participant."""
 
     def commit_epoch(self, epoch: int, handle: CommitHandle) -> CommitOutcome:
         outcome = super().commit_epoch(epoch, handle)
         if outcome is CommitOutcome.ALREADY_COMMITTED:
-            published = self.root / f"epoch={epoch}" / "part=0"
-            copy = (
-                self.root / f"epoch={epoch}" / f"part=again-{len(list(published.parent.iterdir()))}"
-            )
+            root = self.layout.root
+            published = root / f"epoch={epoch}" / "part=0"
+            copy = root / f"epoch={epoch}" / f"part=again-{len(list(published.parent.iterdir()))}"
             shutil.copytree(published, copy)
         return outcome
 
 
-class RollbackCommitsSink(FileSink):
+class RollbackCommitsSink(FolderSink):
     """Publishes a prepared participant when asked to roll it back."""
 
     def rollback_epoch(self, epoch: int, handle: CommitHandle | None) -> None:
-        if handle is not None and (self.root / "_staging" / handle.participant / MARKER).exists():
+        staging = self.layout.staging_area
+        if handle is not None and (staging / handle.participant / MARKER).exists():
             self.commit_epoch(epoch, handle)
         else:
             super().rollback_epoch(epoch, handle)
 
 
-class MarkerOutsideTransactionSink(FileSink):
+class MarkerOutsideTransactionSink(FolderSink):
     """Keeps its epoch marker (what last_committed_epoch reads) apart from the data: written
     in phase 1 instead of moving with the data in phase 2."""
 
     def pre_commit(self, epoch: int) -> CommitHandle:
         handle = super().pre_commit(epoch)
-        markers = self.root / "markers"
+        markers = self.layout.root / "markers"
         markers.mkdir(exist_ok=True)
         (markers / str(epoch)).write_text(handle.participant)
         return handle
 
-    def _scan_last_committed(self) -> int | None:
-        markers = self.root / "markers"
+    def _read_last_committed(self) -> int | None:
+        markers = self.layout.root / "markers"
         epochs = [int(p.name) for p in markers.iterdir()] if markers.exists() else []
         return max(epochs, default=None)
 
     def last_committed_epoch(self) -> int | None:
-        return self._scan_last_committed()
+        return self._read_last_committed()
 
 
 class _CommitsAtPrepare(Faulty):
@@ -91,7 +91,7 @@ class WritesRefusedRowsToo(RefusingConformanceFileSink):
 
     def write_batch(self, batch: pa.RecordBatch) -> WriteResult:
         refused = conformance_refusals(batch)
-        written = FileSink.write_batch(self, batch)
+        written = FolderSink.write_batch(self, batch)
         return WriteResult(written.rows, written.bytes, refused)
 
 

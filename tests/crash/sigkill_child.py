@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from durable_sinks.coordinator import Coordinator
 from durable_sinks.manifest import LocalDirectoryStore
-from durable_sinks.sinks.files import Files, FileSink
+from durable_sinks.sinks.folder import Files, FolderSink
 from durable_sinks.testing import COLUMNS, SCHEMA
 
 SINKS = ("a", "b")
@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
 
     coordinator = Coordinator(
         "sigkill",
-        [FileSink(Files(str(root / name), name=name)) for name in SINKS],
+        [FolderSink(Files(str(root / name), name=name)) for name in SINKS],
         LocalDirectoryStore(root / "store"),
         on_step=maybe_crash,
     )

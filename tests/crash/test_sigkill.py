@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from durable_sinks.sinks.files import STAGING
+from durable_sinks.sinks.folder import STAGING
 from tests.crash.sigkill_child import SINKS, expected_rows
 from tests.services._layout import REPO_ROOT
 from tests.support.targets import FileTarget

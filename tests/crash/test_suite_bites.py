@@ -13,7 +13,7 @@ import pytest
 from durable_sinks.coordinator import Coordinator
 from durable_sinks.core.errors import DurableSinkError
 from durable_sinks.manifest import DecisionStore, LocalDirectoryStore
-from durable_sinks.sinks.files import FileSink
+from durable_sinks.sinks.folder import FolderSink
 from durable_sinks.testing import Scenario, run_conformance
 from tests.crash import broken
 from tests.crash.test_file_sink_conformance import files_dead_letter
@@ -27,7 +27,7 @@ DEAD_LETTER_EXAMPLES = 1
 
 
 def scenario(
-    sink_class: type[FileSink] = FileSink,
+    sink_class: type[FolderSink] = FolderSink,
     coordinator_class: type[Coordinator] = Coordinator,
     store_class: Callable[[Path], DecisionStore] = LocalDirectoryStore,
     *,

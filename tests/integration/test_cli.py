@@ -317,4 +317,4 @@ def test_files_sink_staging_and_counted_rows(tmp_path: Path, job_id: str) -> Non
     failed = CliRunner().invoke(main, ["verify", *args])
     assert failed.exit_code == 1, failed.output
     assert "in epoch(s) [0]" in failed.output
-    assert "hold 14 rows, its marker 7" in failed.output
+    assert "holds 14 rows, its marker 7" in failed.output

@@ -26,7 +26,7 @@ from durable_sinks.core.bad_rows import (
 from durable_sinks.core.errors import SchemaMismatchError
 from durable_sinks.manifest import LocalDirectoryStore
 from durable_sinks.sinks import create
-from durable_sinks.sinks.files import Files
+from durable_sinks.sinks.folder import Files
 from tests.support.delta_target import folder_leftovers, log_epochs
 from tests.support.refusing_sink import RefusingFileSink
 

@@ -31,7 +31,7 @@ from durable_sinks.core.bad_rows import (
 )
 from durable_sinks.core.errors import CapabilityError
 from durable_sinks.manifest import LocalDirectoryStore
-from durable_sinks.sinks.files import Files, FileSink
+from durable_sinks.sinks.folder import Files, FolderSink
 from durable_sinks.sinks.kafka import Kafka, KafkaSink
 from tests.conftest import UniqueNames
 from tests.services import KafkaEndpoint
@@ -120,7 +120,7 @@ def test_refused_rows_go_to_the_dead_letter_and_the_rest_to_the_topic(
     into a batch the topic refuses."""
     letters_path = tmp_path / "dead"
     target = kafka_sink(kafka, small_topic, key_column="id", partition_column="p")
-    dead = FileSink(Files(str(letters_path), name="dead"))
+    dead = FolderSink(Files(str(letters_path), name="dead"))
     coordinator = started(
         Coordinator(
             unique.job_id,
@@ -169,7 +169,7 @@ def test_timestamps_the_topic_refuses_go_to_the_dead_letter(
             [kafka_sink(kafka, topic, key_column="id", timestamp_column="ts")],
             LocalDirectoryStore(tmp_path / "store"),
             policy=DEAD_LETTERS,
-            dead_letter=FileSink(Files(str(letters_path), name="dead")),
+            dead_letter=FolderSink(Files(str(letters_path), name="dead")),
             bad_row_cap=BadRowCap(5),
         )
     )
@@ -203,7 +203,7 @@ def test_spark_shape_rows_the_sink_cannot_write_go_to_the_dead_letter(
             [kafka_sink(kafka, topic)],
             LocalDirectoryStore(tmp_path / "store"),
             policy=DEAD_LETTERS,
-            dead_letter=FileSink(Files(str(letters_path), name="dead")),
+            dead_letter=FolderSink(Files(str(letters_path), name="dead")),
             bad_row_cap=BadRowCap(5),
         )
     )

@@ -30,7 +30,7 @@ from durable_sinks.coordinator import Coordinator, EpochOutcome, RetryPolicy
 from durable_sinks.core import SinkConnector
 from durable_sinks.core.errors import DurableSinkError, InDoubtError
 from durable_sinks.manifest.postgres import PostgresDecisionStore
-from durable_sinks.sinks.files import Files, FileSink
+from durable_sinks.sinks.folder import Files, FolderSink
 from durable_sinks.sinks.postgres import Postgres, PostgresSink
 from tests.conftest import UniqueNames
 from tests.services import PostgresEndpoint
@@ -110,7 +110,7 @@ class Job:
             PostgresSink(Postgres(self.dsn, f"{self.schema}.events", name="pg"))
         ]
         if self.files is not None:
-            sinks.append(FileSink(Files(str(self.files), name="files", fsync=False)))
+            sinks.append(FolderSink(Files(str(self.files), name="files", fsync=False)))
         store = PostgresDecisionStore(self.dsn, schema=self.schema)
         return Coordinator(self.job_id, sinks, store, commit_retry=QUICK_RETRY, on_step=on_step)
 

@@ -18,8 +18,8 @@ from durable_sinks.coordinator import Coordinator, EpochOutcome
 from durable_sinks.core import SinkConnector
 from durable_sinks.core.bad_rows import BadRowCap, BadRowPolicy, TooManyBadRowsError, WritePolicy
 from durable_sinks.manifest import LocalDirectoryStore
-from durable_sinks.sinks import files as files_reader
-from durable_sinks.sinks.files import STAGING, Files, FileSink
+from durable_sinks.sinks import folder as files_reader
+from durable_sinks.sinks.folder import STAGING, Files, FolderSink
 from durable_sinks.sinks.s3 import S3Sink, committed_dataset
 from tests.services import S3Endpoint
 from tests.support.refusing_sink import RefusingFileSink
@@ -48,7 +48,7 @@ def dead_letters(
     if request.param == "files":
         root = tmp_path / "dead"
         place = DeadLetterPlace(
-            lambda: FileSink(Files(path=str(root), name=DEAD_LETTERS, fsync=False)),
+            lambda: FolderSink(Files(path=str(root), name=DEAD_LETTERS, fsync=False)),
             lambda: files_reader.committed_dataset(root).to_table(),
         )
         return place, lambda: staged(root)

@@ -319,6 +319,6 @@ def folders(monkeypatch: pytest.MonkeyPatch, roots: list[Path], faults: Faults) 
     from durable_sinks.core.durable_fs import rename_noreplace
 
     monkeypatch.setattr(
-        "durable_sinks.sinks.files.sink.rename_noreplace",
+        "durable_sinks.sinks.folder.committer.rename_noreplace",
         wrap("rename_noreplace", rename_noreplace),
     )

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from durable_sinks.core.naming import job_prefix
-from durable_sinks.sinks.files import STAGING
+from durable_sinks.sinks.folder import STAGING
 from tests.services import S3Endpoint
 from tests.soak.beds import Bed
 from tests.soak.faults import Injected

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from durable_sinks.sinks.files import STAGING
+from durable_sinks.sinks.folder import STAGING
 from tests.services import PostgresEndpoint, S3Endpoint
 from tests.services._process import descendants
 from tests.services.spark_cluster import SparkCluster

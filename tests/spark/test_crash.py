@@ -29,7 +29,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from durable_sinks.sinks.files import STAGING
+from durable_sinks.sinks.folder import STAGING
 from tests.services import KafkaEndpoint, PostgresEndpoint, S3Endpoint, Testbed
 from tests.support.child_process import start_child
 from tests.support.iceberg_spark_reader import read_with_spark

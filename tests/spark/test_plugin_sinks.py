@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from durable_sinks.coordinator import EpochOutcome
-from durable_sinks.sinks.jsonl import ROWS, STAGING
+from durable_sinks.sinks.folder import ROWS, STAGING
 from durable_sinks.spark import durable_sink
 
 from .streams import run_available_now, source_stream, write_input
@@ -59,6 +59,10 @@ def run_twice_with_a_replay(
 def test_the_reference_sink_in_a_streaming_job(spark: Any, job_id: str, tmp_path: Path) -> None:
     out = run_twice_with_a_replay(spark, tmp_path, "jsonl", "path", job_id)
     assert sorted(p.name for p in out.glob("epoch=*")) == [f"epoch={n}" for n in range(4)]
+    # Spark's JSON reader reads the folder as it is (skipping `_staging` and the markers).
+    read = spark.read.json(str(out))
+    assert {"id", "epoch", "part"} <= set(read.columns)
+    assert sorted(row["id"] for row in read.select("id").collect()) == list(range(40))
 
 
 def test_the_reference_sink_prepared_on_executors(spark: Any, job_id: str, tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ from durable_sinks import S3, Files
 from durable_sinks.coordinator import Coordinator, EpochOutcome
 from durable_sinks.core.bad_rows import SchemaEvolution, WritePolicy
 from durable_sinks.manifest import LocalDirectoryStore
-from durable_sinks.sinks import files as files_reader
+from durable_sinks.sinks import folder as files_reader
 from durable_sinks.sinks.s3 import (
     S3Sink,
     committed_dataset,

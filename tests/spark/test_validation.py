@@ -14,7 +14,7 @@ import pytest
 from durable_sinks import __version__
 from durable_sinks.core.errors import CapabilityError, ConfigError, DurableSinkError
 from durable_sinks.manifest import HostedDecisionStore, LocalDirectoryStore
-from durable_sinks.sinks.files import Files, FileSink
+from durable_sinks.sinks.folder import Files, FolderSink
 from durable_sinks.spark import JobOptions, durable_sink, sink
 from durable_sinks.spark._build import decision_store
 from durable_sinks.spark._worker_check import check_workers
@@ -142,7 +142,7 @@ def test_an_unreachable_server_is_a_clear_error_before_the_query_starts(
 def test_executor_mode_needs_sinks_as_options_it_can_ship_to_executors(
     job_id: str, tmp_path: Path
 ) -> None:
-    built = FileSink(Files(str(tmp_path / "out")))
+    built = FolderSink(Files(str(tmp_path / "out")))
     with pytest.raises(ConfigError, match="builds its sinks on the executors") as caught:
         durable_sink(
             [built], job_id=job_id, execution="executor", decision_store=str(tmp_path / "d")

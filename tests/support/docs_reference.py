@@ -8,7 +8,8 @@ gives now (tests/unit/test_docs_reference.py fails on any).
 The tables:
 - `kinds`: the built-in sink kinds (`durable_sinks.sinks.built_in()`, the one list of them):
   the kind, its typed configuration, what installs its client, what it does (the first
-  sentence of its package's docstring) and its page;
+  sentence of its package's docstring, or of its typed configuration's where a package holds
+  several kinds) and its page;
 - `options KIND`: the options of the kind's typed configuration, from its fields: name,
   type, default and meaning (the field's docstring, the one place an option is described).
 
@@ -43,9 +44,17 @@ _REGION = re.compile(
 )
 
 
+def _siblings(kind: str) -> list[str]:
+    """The built-in kinds of `kind`'s package, `kind` first (`files` and `jsonl` share one)."""
+    package = sinks.package_of(kind)
+    return [kind, *(k for k in sinks.built_in() if k != kind and sinks.package_of(k) == package)]
+
+
 def _page(kind: str) -> str:
-    """The docs page of `kind`, relative to docs/."""
-    return f"{kind}.md" if (ROOT / "docs" / f"{kind}.md").exists() else "writing-a-sink.md"
+    """The docs page of `kind`, relative to docs/: its own, else that of another kind of its
+    package, else the guide to writing a sink."""
+    pages = [f"{k}.md" for k in _siblings(kind) if (ROOT / "docs" / f"{k}.md").exists()]
+    return pages[0] if pages else "writing-a-sink.md"
 
 
 def _public_name(cls: type[Any]) -> str:
@@ -56,8 +65,12 @@ def _public_name(cls: type[Any]) -> str:
 
 
 def _summary(kind: str) -> str:
-    """The first sentence of the kind's package docstring, without its file references."""
-    doc = inspect.getdoc(importlib.import_module(f"durable_sinks.sinks.{kind}")) or ""
+    """The first sentence of the kind's package docstring (of its typed configuration's when
+    the package holds several kinds), without its file references."""
+    if len(_siblings(kind)) > 1:
+        doc = inspect.getdoc(sinks.config_class_of(kind)) or ""
+    else:
+        doc = inspect.getdoc(importlib.import_module(sinks.package_of(kind))) or ""
     paragraph = " ".join(doc.split("\n\n", 1)[0].split())
     sentence = re.split(r"(?<=[.])\s", paragraph, maxsplit=1)[0]
     sentence = re.sub(r"\s*\((?:docs/[^)]*|[a-z_]+\.py)\)", "", sentence)

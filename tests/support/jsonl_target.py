@@ -10,12 +10,12 @@ from pathlib import Path
 
 from durable_sinks import sinks
 from durable_sinks.core import SinkConnector
-from durable_sinks.sinks.jsonl import ROWS, STAGING, Jsonl, JsonlSink
+from durable_sinks.sinks.folder import ROWS, STAGING, FolderSink, Jsonl
 from durable_sinks.testing import COLUMNS, BadRows, Row
 
 
 class JsonlTarget:
-    """`sink_class` (a JsonlSink subclass) replaces the registry's kind; `columns` are what
+    """`sink_class` (a FolderSink subclass) replaces the registry's kind; `columns` are what
     `committed_rows` reads (DEAD_LETTER_COLUMNS for a dead-letter target); `bad_rows` says
     what the sink refuses (durable_sinks.testing.BadRows)."""
 
@@ -25,7 +25,7 @@ class JsonlTarget:
         name: str = "jsonl",
         kind: str = "jsonl",
         *,
-        sink_class: type[JsonlSink] | None = None,
+        sink_class: type[FolderSink] | None = None,
         columns: Sequence[str] = COLUMNS,
         bad_rows: BadRows | None = None,
     ) -> None:

@@ -17,8 +17,7 @@ from hypothesis import strategies as st
 
 from durable_sinks.core import WriteResult
 from durable_sinks.core.bad_rows import Refusal, RefusalReason, RefusedRows
-from durable_sinks.sinks.files import FileSink
-from durable_sinks.sinks.jsonl import JsonlSink
+from durable_sinks.sinks.folder import FolderSink
 from durable_sinks.testing import BadRows, Row
 
 NEGATIVE = Refusal(
@@ -26,7 +25,7 @@ NEGATIVE = Refusal(
 )
 
 
-class RefusingFileSink(FileSink):
+class RefusingFileSink(FolderSink):
     """Refuses rows with v < 0 (reason `check`), by the job's bad-row policy."""
 
     def write_batch(self, batch: pa.RecordBatch) -> WriteResult:
@@ -94,14 +93,14 @@ def _refusing_write(sink: Any, batch: pa.RecordBatch, write: Any) -> WriteResult
     return WriteResult(written.rows, written.bytes, refused)
 
 
-class RefusingConformanceFileSink(FileSink):
+class RefusingConformanceFileSink(FolderSink):
     """A files sink refusing what CONFORMANCE_BAD_ROWS says, by the job's bad-row policy."""
 
     def write_batch(self, batch: pa.RecordBatch) -> WriteResult:
         return _refusing_write(self, batch, super().write_batch)
 
 
-class RefusingConformanceJsonlSink(JsonlSink):
+class RefusingConformanceJsonlSink(FolderSink):
     """The JSON Lines sink refusing what CONFORMANCE_BAD_ROWS says, by the job's policy."""
 
     def write_batch(self, batch: pa.RecordBatch) -> WriteResult:

@@ -18,7 +18,7 @@ from psycopg import sql
 
 from durable_sinks.core import SinkConnector
 from durable_sinks.core.naming import owner_prefix
-from durable_sinks.sinks.files import STAGING, Files, FileSink
+from durable_sinks.sinks.folder import STAGING, Files, FolderSink
 from durable_sinks.sinks.kafka import Kafka, KafkaSink
 from durable_sinks.sinks.kafka.admin import list_offsets
 from durable_sinks.sinks.postgres import Postgres, PostgresSink
@@ -29,7 +29,7 @@ from .journal_sink import JournalSink
 
 
 class FileTarget:
-    """A FileSink's folder, read as its readers would: published Parquet files only (the
+    """A FolderSink's folder, read as its readers would: published Parquet files only (the
     conformance suite's COLUMNS; `columns=DEAD_LETTER_COLUMNS` for a dead-letter target).
     `bad_rows` says what its sink class refuses (durable_sinks.testing.BadRows)."""
 
@@ -37,7 +37,7 @@ class FileTarget:
         self,
         path: Path,
         name: str = "files",
-        sink_class: type[FileSink] = FileSink,
+        sink_class: type[FolderSink] = FolderSink,
         *,
         columns: Sequence[str] = COLUMNS,
         bad_rows: BadRows | None = None,

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from durable_sinks.cli import main
 from durable_sinks.coordinator import Coordinator
 from durable_sinks.manifest import LocalDirectoryStore
-from durable_sinks.sinks.jsonl import ROWS
+from durable_sinks.sinks.folder import ROWS
 from durable_sinks.spark import sink
 from tests.support.operator_cli import resolve_the_decided_leftover
 

@@ -16,7 +16,7 @@ from durable_sinks.coordinator import Coordinator, EpochOutcome
 from durable_sinks.coordinator._fanout import IN_FLIGHT
 from durable_sinks.core import SinkConnector, WriteResult
 from durable_sinks.manifest import LocalDirectoryStore
-from durable_sinks.sinks.files import Files, FileSink
+from durable_sinks.sinks.folder import Files, FolderSink
 from tests.support.faulty import Faulty
 from tests.unit.test_coordinator import FAST, batch, published, staged
 
@@ -56,8 +56,8 @@ class Slow(Faulty):
         super().rollback_epoch(epoch, handle)  # type: ignore[arg-type]
 
 
-def files(tmp_path: Path, name: str) -> FileSink:
-    return FileSink(Files(str(tmp_path / name), name=name))
+def files(tmp_path: Path, name: str) -> FolderSink:
+    return FolderSink(Files(str(tmp_path / name), name=name))
 
 
 def coordinator(tmp_path: Path, *sinks: SinkConnector, concurrent: bool = True) -> Coordinator:

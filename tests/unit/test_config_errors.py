@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from durable_sinks.core.errors import ConfigError
-from durable_sinks.sinks.files import Files
+from durable_sinks.sinks.folder import Files
 from durable_sinks.sinks.kafka import Kafka
 from durable_sinks.sinks.kafka.config import bootstrap_hosts
 from durable_sinks.sinks.postgres import Postgres

@@ -22,7 +22,7 @@ from durable_sinks.core.errors import (
     UsageError,
 )
 from durable_sinks.manifest import LocalDirectoryStore
-from durable_sinks.sinks.files import STAGING, Files, FileSink
+from durable_sinks.sinks.folder import STAGING, Files, FolderSink
 from tests.support.faulty import Faulty
 
 FAST = RetryPolicy(attempts=3, first_wait_s=0.001, max_wait_s=0.01)
@@ -32,8 +32,8 @@ def batch(epoch: int, n: int = 4) -> pa.RecordBatch:
     return pa.record_batch({"key": [f"{epoch}:{i}" for i in range(n)], "v": list(range(n))})
 
 
-def files(tmp_path: Path, name: str) -> FileSink:
-    return FileSink(Files(str(tmp_path / name), name=name))
+def files(tmp_path: Path, name: str) -> FolderSink:
+    return FolderSink(Files(str(tmp_path / name), name=name))
 
 
 #: The stream the tests' coordinators write (a replay of a decided epoch is then told from a

@@ -30,7 +30,7 @@ from durable_sinks.core.bad_rows import (
 )
 from durable_sinks.core.errors import CapabilityError, ConfigError
 from durable_sinks.manifest import DecisionRecord, LocalDirectoryStore
-from durable_sinks.sinks.files import Files, FileSink
+from durable_sinks.sinks.folder import Files, FolderSink
 from durable_sinks.spark._options import JobOptions
 from tests.support.refusing_sink import NEGATIVE, RefusingFileSink
 
@@ -45,8 +45,8 @@ def target(tmp_path: Path, name: str = "t") -> RefusingFileSink:
     return RefusingFileSink(Files(str(tmp_path / name), name=name))
 
 
-def files(tmp_path: Path, name: str) -> FileSink:
-    return FileSink(Files(str(tmp_path / name), name=name))
+def files(tmp_path: Path, name: str) -> FolderSink:
+    return FolderSink(Files(str(tmp_path / name), name=name))
 
 
 def coordinator(

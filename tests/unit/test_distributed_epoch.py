@@ -13,7 +13,7 @@ from durable_sinks.coordinator import Coordinator, EpochOutcome, prepare_part
 from durable_sinks.core import CommitHandle, SinkConnector
 from durable_sinks.core.errors import CapabilityError, FencedError
 from durable_sinks.manifest import LocalDirectoryStore
-from durable_sinks.sinks.files import STAGING, Files, FileSink
+from durable_sinks.sinks.folder import STAGING, Files, FolderSink
 from tests.support.journal_sink import JournalSink
 
 
@@ -21,8 +21,8 @@ def rows(n: int, start: int = 0) -> list[pa.RecordBatch]:
     return [pa.record_batch({"id": list(range(start, start + n))})]
 
 
-def files(tmp_path: Path, name: str = "a") -> FileSink:
-    return FileSink(Files(str(tmp_path / name), name=name))
+def files(tmp_path: Path, name: str = "a") -> FolderSink:
+    return FolderSink(Files(str(tmp_path / name), name=name))
 
 
 def coordinator(tmp_path: Path, *names: str) -> Coordinator:

@@ -21,11 +21,11 @@ from durable_sinks.core.errors import (
     TransientError,
 )
 from durable_sinks.sinks import create, kinds
-from durable_sinks.sinks.files import STAGING, Files, FileSink
+from durable_sinks.sinks.folder import STAGING, Files, FolderSink
 
 
-def opened(path: Path, generation: int = 1, job: str = "job") -> FileSink:
-    sink = FileSink(Files(str(path)))
+def opened(path: Path, generation: int = 1, job: str = "job") -> FolderSink:
+    sink = FolderSink(Files(str(path)))
     sink.open(OpenContext(job, "files", generation))
     return sink
 
@@ -34,7 +34,7 @@ def batch(n: int = 3) -> pa.RecordBatch:
     return pa.record_batch({"id": list(range(n)), "name": [f"r{i}" for i in range(n)]})
 
 
-def prepare(sink: FileSink, epoch: int, *batches: pa.RecordBatch) -> CommitHandle:
+def prepare(sink: FolderSink, epoch: int, *batches: pa.RecordBatch) -> CommitHandle:
     sink.begin_epoch(epoch)
     for b in batches:
         sink.write_batch(b)
@@ -215,7 +215,7 @@ def test_a_publication_whose_answer_was_lost_is_retried_into_already_committed(
         durable_fs.rename_noreplace(source, target)
         raise OSError(errno.EIO, "Input/output error", str(source))
 
-    monkeypatch.setattr("durable_sinks.sinks.files.sink.rename_noreplace", rename_then_fail)
+    monkeypatch.setattr("durable_sinks.sinks.folder.committer.rename_noreplace", rename_then_fail)
     with pytest.raises(TransientError, match="EIO Input/output error") as hit:
         sink.commit_epoch(0, handle)
     assert hit.value.epoch == 0

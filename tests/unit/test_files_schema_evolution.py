@@ -16,10 +16,10 @@ from durable_sinks.core import CommitHandle, OpenContext
 from durable_sinks.core.bad_rows import SchemaEvolution, WritePolicy
 from durable_sinks.core.errors import SchemaMismatchError
 from durable_sinks.core.evolution import conform, evolve, schema_of_text, schema_text, unify
-from durable_sinks.sinks.files import (
+from durable_sinks.sinks.folder import (
     STAGING,
     Files,
-    FileSink,
+    FolderSink,
     committed_dataset,
     committed_schema,
 )
@@ -27,8 +27,8 @@ from durable_sinks.sinks.files import (
 EVOLVING = WritePolicy(schema_evolution=SchemaEvolution.ADD_COLUMNS)
 
 
-def opened(path: Path, generation: int = 1, policy: WritePolicy = EVOLVING) -> FileSink:
-    sink = FileSink(Files(str(path), fsync=False))
+def opened(path: Path, generation: int = 1, policy: WritePolicy = EVOLVING) -> FolderSink:
+    sink = FolderSink(Files(str(path), fsync=False))
     sink.open(OpenContext("job", "files", generation, policy=policy))
     return sink
 
@@ -37,7 +37,7 @@ def rows(**columns: Any) -> pa.RecordBatch:
     return pa.record_batch(columns)
 
 
-def committed(sink: FileSink, epoch: int, *batches: pa.RecordBatch) -> CommitHandle:
+def committed(sink: FolderSink, epoch: int, *batches: pa.RecordBatch) -> CommitHandle:
     sink.begin_epoch(epoch)
     for b in batches:
         sink.write_batch(b)

@@ -24,7 +24,7 @@ from durable_sinks.manifest import (
     default_store_for,
 )
 from durable_sinks.manifest.s3 import S3DecisionStore
-from durable_sinks.sinks.files import Files, FileSink
+from durable_sinks.sinks.folder import Files, FolderSink
 from durable_sinks.testing import SCHEMA
 from tests.support.journal_sink import JournalSink
 
@@ -172,7 +172,7 @@ def test_put_only_confirms_what_the_sink_committed(tmp_path: Path) -> None:
 def test_validation_refuses_a_hosted_store_for_any_other_job(tmp_path: Path) -> None:
     sink, store = hosted(tmp_path / "j")
     assert validate("job", [sink], store) is sink
-    files = FileSink(Files(str(tmp_path / "files"), name="files"))
+    files = FolderSink(Files(str(tmp_path / "files"), name="files"))
     with pytest.raises(CapabilityError, match="kept by sink 'journal'") as raised:
         validate("job", [files, sink], store)
     assert raised.value.sink == "journal"

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from durable_sinks.core.errors import ConfigError
 from durable_sinks.core.naming import ParticipantName
-from durable_sinks.sinks.files import Files
+from durable_sinks.sinks.folder import Files
 from durable_sinks.sinks.kafka import Kafka
 from durable_sinks.sinks.postgres import Postgres
 from durable_sinks.sinks.s3 import S3

@@ -14,13 +14,13 @@ import pytest
 from durable_sinks.coordinator import Coordinator
 from durable_sinks.core.errors import CorruptRecordError
 from durable_sinks.manifest import LocalDirectoryStore
-from durable_sinks.sinks.files import MARKER, STAGING, Files, FileSink
+from durable_sinks.sinks.folder import MARKER, STAGING, Files, FolderSink
 
 
 def job(tmp_path: Path) -> Coordinator:
     return Coordinator(
         "job",
-        [FileSink(Files(str(tmp_path / "out"), name="out"))],
+        [FolderSink(Files(str(tmp_path / "out"), name="out"))],
         LocalDirectoryStore(tmp_path / "store"),
         source="query-1",
     )

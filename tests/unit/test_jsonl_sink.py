@@ -23,11 +23,11 @@ from durable_sinks.core.errors import (
 from durable_sinks.core.operations import OperableSink
 from durable_sinks.core.protocol import DistributedSink, SinkConnector
 from durable_sinks.sinks import create
-from durable_sinks.sinks.jsonl import MARKER, ROWS, STAGING, Jsonl, JsonlSink
+from durable_sinks.sinks.folder import MARKER, ROWS, STAGING, FolderSink, Jsonl
 
 
-def opened(path: Path, generation: int = 1, job: str = "job") -> JsonlSink:
-    sink = JsonlSink(Jsonl(str(path)))
+def opened(path: Path, generation: int = 1, job: str = "job") -> FolderSink:
+    sink = FolderSink(Jsonl(str(path)))
     sink.open(OpenContext(job, "jsonl", generation))
     return sink
 
@@ -38,7 +38,7 @@ def batch(start: int = 0, n: int = 3) -> pa.RecordBatch:
     )
 
 
-def prepare(sink: JsonlSink, epoch: int, *batches: pa.RecordBatch) -> CommitHandle:
+def prepare(sink: FolderSink, epoch: int, *batches: pa.RecordBatch) -> CommitHandle:
     sink.begin_epoch(epoch)
     for b in batches:
         sink.write_batch(b)
@@ -55,7 +55,7 @@ def published(path: Path) -> list[dict[str, object]]:
 
 def test_built_by_kind_it_offers_the_protocols_it_claims(tmp_path: Path) -> None:
     sink = create("jsonl", {"path": tmp_path, "name": "events"})
-    assert isinstance(sink, JsonlSink)
+    assert isinstance(sink, FolderSink)
     assert isinstance(sink, SinkConnector)
     assert isinstance(sink, DistributedSink)
     assert isinstance(sink, OperableSink)
@@ -176,7 +176,7 @@ def test_a_folder_another_job_or_sink_published_into_is_refused_at_open(tmp_path
     sink.commit_epoch(0, prepare(sink, 0, batch()))
     with pytest.raises(ConfigError, match=r"written by job 'first' \(sink 'jsonl'\)"):
         opened(tmp_path, job="second")
-    other = JsonlSink(Jsonl(str(tmp_path), name="other"))
+    other = FolderSink(Jsonl(str(tmp_path), name="other"))
     with pytest.raises(ConfigError, match=r"not by job 'first' \(sink 'other'\)"):
         other.open(OpenContext("first", "other", 1))
 
@@ -194,7 +194,7 @@ def test_operator_views_show_what_is_in_doubt_and_held(tmp_path: Path) -> None:
     sink = opened(tmp_path)
     sink.commit_epoch(0, prepare(sink, 0, batch(0, 4)))
     doubtful = prepare(sink, 1, batch())
-    inspector = JsonlSink(Jsonl(str(tmp_path)))
+    inspector = FolderSink(Jsonl(str(tmp_path)))
     inspector.open(OpenContext("job", "jsonl", 2, inspect=True))
     (prepared,) = inspector.in_doubt()
     assert prepared.handle == doubtful

@@ -52,7 +52,7 @@ def test_the_package_keeps_every_contract(tmp_path: Path) -> None:
         # One sink using another's internals.
         ("sinks/kafka/records.py", "import durable_sinks.sinks.postgres.columns", "stands alone"),
         # Spark below the Spark layer.
-        ("sinks/files/sink.py", "import pyspark", "only the Spark layer"),
+        ("sinks/folder/sink.py", "import pyspark", "only the Spark layer"),
         # A repository folder used as an import name.
         ("spark/_specs.py", "import sinks", "not import names"),
     ],

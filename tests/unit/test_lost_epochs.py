@@ -19,7 +19,7 @@ from durable_sinks.core import CommitHandle, DeliveryGuarantee
 from durable_sinks.core.bad_rows import BadRowCap, BadRowPolicy, WritePolicy
 from durable_sinks.core.errors import EpochOrderError, ParticipantLostError
 from durable_sinks.manifest import LocalDirectoryStore
-from durable_sinks.sinks.files import STAGING, Files, FileSink
+from durable_sinks.sinks.folder import STAGING, Files, FolderSink
 from tests.support.journal_sink import JournalSink
 from tests.support.refusing_sink import RefusingFileSink
 
@@ -29,8 +29,8 @@ def rows(epoch: int, *values: int) -> list[pa.RecordBatch]:
     return [pa.record_batch({"key": [f"{epoch}:{i}" for i in range(len(values))], "v": values})]
 
 
-def files(tmp_path: Path, name: str) -> FileSink:
-    return FileSink(Files(str(tmp_path / name), name=name))
+def files(tmp_path: Path, name: str) -> FolderSink:
+    return FolderSink(Files(str(tmp_path / name), name=name))
 
 
 def job(tmp_path: Path, *names: str, recover: bool = True, **kwargs: object) -> Coordinator:
@@ -264,7 +264,7 @@ def test_an_undecided_newest_epoch_is_left_to_its_replay(tmp_path: Path) -> None
         job(tmp_path)
 
 
-class Forgetful(FileSink):
+class Forgetful(FolderSink):
     """A files sink that says its target may drop its commit record (as a Delta table whose
     transaction identifiers expire does)."""
 
@@ -303,12 +303,21 @@ def test_a_new_store_is_still_an_order_error_at_the_first_epoch(tmp_path: Path) 
 
 def test_repair_epochs_needs_one_way_and_a_sink_kind_that_can(tmp_path: Path) -> None:
     run(job(tmp_path, "a"), 0)
-    args = ["repair-epochs", "job", "--kind", "files", "-o", f"path={tmp_path / 'a'}"]
+    args = [
+        "repair-epochs",
+        "job",
+        "--kind",
+        "files",
+        "-o",
+        f"path={tmp_path / 'a'}",
+        "-o",
+        "name=a",
+    ]
     args += ["--store", str(tmp_path / "store")]
     both = CliRunner().invoke(main, [*args, "--sink", "a", "--from", "x", "--record-loss"])
     assert both.exit_code == 2, both.output
     assert "give either --from SOURCE, or --record-loss with --through EPOCH" in both.output
-    files_sink = CliRunner().invoke(main, [*args, "--sink", "files", "--from", "elsewhere"])
+    files_sink = CliRunner().invoke(main, [*args, "--sink", "a", "--from", "elsewhere"])
     assert files_sink.exit_code == 1, files_sink.output
     assert "has no repair of lost epochs" in files_sink.output
     unknown = CliRunner().invoke(main, [*args, "--sink", "nope", "--record-loss", "--through", "3"])

@@ -21,7 +21,7 @@ from durable_sinks.coordinator import Coordinator, EpochResult, JobTotals, Recov
 from durable_sinks.coordinator._metrics import PHASES
 from durable_sinks.core.errors import ConfigError, OutageError
 from durable_sinks.manifest import LocalDirectoryStore
-from durable_sinks.sinks.files import Files, FileSink
+from durable_sinks.sinks.folder import Files, FolderSink
 from durable_sinks.spark import JobOptions
 from durable_sinks.spark._observe import (
     EPOCH_LOGGER,
@@ -41,7 +41,7 @@ SECRET = "s3cr3t-pw"
 
 def committed_epochs(tmp_path: Path, n: int) -> tuple[Coordinator, list[EpochResult]]:
     """`n` epochs of 4 rows each through two file sinks, then epoch 0 replayed."""
-    sinks = [FileSink(Files(str(tmp_path / name), name=name)) for name in ("a", "b")]
+    sinks = [FolderSink(Files(str(tmp_path / name), name=name)) for name in ("a", "b")]
     coordinator = Coordinator("orders", list(sinks), LocalDirectoryStore(tmp_path / "store"))
     coordinator.start()
     rows = pa.record_batch({"id": [1, 2, 3, 4]})

@@ -20,7 +20,7 @@ from durable_sinks.core.content import ContentSummary, summarise
 from durable_sinks.core.errors import ConfigError
 from durable_sinks.core.joblog import JobLogger
 from durable_sinks.manifest import DecisionRecord, LocalDirectoryStore
-from durable_sinks.sinks.files import Files, FileSink
+from durable_sinks.sinks.folder import Files, FolderSink
 from tests.support.journal_sink import JournalSink
 
 FAST = RetryPolicy(attempts=3, first_wait_s=0.001, max_wait_s=0.01)
@@ -32,8 +32,8 @@ def rows(epoch: int, n: int = 6, body: str = "row") -> pa.RecordBatch:
     )
 
 
-def files(tmp_path: Path, name: str = "a") -> FileSink:
-    return FileSink(Files(str(tmp_path / name), name=name))
+def files(tmp_path: Path, name: str = "a") -> FolderSink:
+    return FolderSink(Files(str(tmp_path / name), name=name))
 
 
 def coordinator(

@@ -13,8 +13,7 @@ import pytest
 from durable_sinks import ConfigError, durable_sink, sink
 from durable_sinks import sinks as registry
 from durable_sinks.core import SinkKind
-from durable_sinks.sinks.files import FileSink
-from durable_sinks.sinks.jsonl import JsonlSink
+from durable_sinks.sinks.folder import FolderSink
 from durable_sinks.spark._datasource import parse_options
 from tests.support.plugin_sink import LedgerConfig
 
@@ -30,7 +29,7 @@ def test_every_built_in_kind_is_a_sink_kind(kind: str) -> None:
 
 def test_built_in_kinds_convert_paths_and_single_names_by_declared_type(tmp_path: Path) -> None:
     built = registry.create("files", {"path": tmp_path / "out"})
-    assert isinstance(built, FileSink)
+    assert isinstance(built, FolderSink)
     assert built.config.path == str(tmp_path / "out")
     postgres = registry.kind_of("postgres")
     assert postgres is not None
@@ -45,7 +44,7 @@ def test_an_installed_kind_is_listed_and_built_with_its_own_options(
     assert registry.config_class_of("ledger") is LedgerConfig
     assert registry.options_of("ledger") == ["folder", "name", "durable"]
     built = registry.create("ledger", {"folder": tmp_path / "l", "durable": False})
-    assert isinstance(built, JsonlSink)
+    assert isinstance(built, FolderSink)
     assert built.config.path == str(tmp_path / "l")
     assert built.config.fsync is False
 
@@ -97,7 +96,7 @@ def test_a_bare_callable_entry_point_is_built_unchecked(plugin_dists: Path, tmp_
     assert registry.config_class_of("ledger_bare") is None
     assert registry.options_of("ledger_bare") is None
     built = registry.create("ledger_bare", {"folder": tmp_path, "anything": 1})
-    assert isinstance(built, JsonlSink)
+    assert isinstance(built, FolderSink)
     assert built.name == "ledger_bare"
 
 
@@ -122,8 +121,8 @@ def test_a_broken_entry_point_names_its_distribution_and_spares_other_kinds(
     with pytest.raises(ConfigError, match="ds-test-broken-plugins"):
         sink(kind)
     # Every other kind, built-in or installed, still builds.
-    assert isinstance(registry.create("jsonl", {"path": str(tmp_path / "j")}), JsonlSink)
-    assert isinstance(registry.create("ledger", {"folder": str(tmp_path / "l")}), JsonlSink)
+    assert isinstance(registry.create("jsonl", {"path": str(tmp_path / "j")}), FolderSink)
+    assert isinstance(registry.create("ledger", {"folder": str(tmp_path / "l")}), FolderSink)
 
 
 def test_without_the_distribution_its_kinds_are_unknown() -> None:
@@ -141,16 +140,16 @@ class _Options:
 
 def test_a_sink_kind_refuses_what_cannot_work() -> None:
     with pytest.raises(ConfigError, match="config_class must be a dataclass"):
-        SinkKind("odd", dict, JsonlSink)  # type: ignore[arg-type]
+        SinkKind("odd", dict, FolderSink)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="build must be callable"):
         SinkKind("odd", _Options, "not callable")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="non-empty string"):
-        SinkKind("", _Options, JsonlSink)  # type: ignore[arg-type]
+        SinkKind("", _Options, FolderSink)  # type: ignore[arg-type]
 
 
 def test_register_refuses_a_built_in_name() -> None:
     with pytest.raises(ConfigError, match="already registered"):
-        registry.register(SinkKind("files", _Options, JsonlSink))
+        registry.register(SinkKind("files", _Options, FolderSink))
 
 
 def test_the_data_source_reads_an_installed_kinds_string_options_as_declared(

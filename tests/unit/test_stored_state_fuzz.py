@@ -22,8 +22,8 @@ from durable_sinks.core.errors import CorruptRecordError
 from durable_sinks.core.protocol import HANDLE_VERSION
 from durable_sinks.manifest import DecisionRecord
 from durable_sinks.sinks.delta.handles import DeltaHandleDetails
+from durable_sinks.sinks.folder.handles import FolderHandleDetails
 from durable_sinks.sinks.iceberg.handles import IcebergHandleDetails
-from durable_sinks.sinks.jsonl.handles import JsonlHandleDetails
 from durable_sinks.sinks.kafka.handles import KafkaHandleDetails
 from durable_sinks.sinks.kafka.progress import ProgressRecord, decode_fence
 from durable_sinks.sinks.postgres.handles import PostgresHandleDetails
@@ -116,7 +116,7 @@ def test_a_commit_handle_is_read_or_refused(data: Any) -> None:
 DETAILS = [
     DeltaHandleDetails,
     IcebergHandleDetails,
-    JsonlHandleDetails,
+    FolderHandleDetails,
     KafkaHandleDetails,
     PostgresHandleDetails,
     S3HandleDetails,

@@ -16,7 +16,7 @@ from durable_sinks.coordinator import Coordinator, EpochOutcome, RetryPolicy, pr
 from durable_sinks.core import CommitHandle
 from durable_sinks.core.errors import EpochOrderError
 from durable_sinks.manifest import LocalDirectoryStore
-from durable_sinks.sinks.files import Files, FileSink
+from durable_sinks.sinks.folder import Files, FolderSink
 
 FAST = RetryPolicy(attempts=3, first_wait_s=0.001, max_wait_s=0.01)
 
@@ -108,8 +108,8 @@ def test_the_same_known_stream_replays_with_other_rows_under_the_replay_check(
     assert landed(tmp_path) == list(range(10))
 
 
-def files(tmp_path: Path) -> FileSink:
-    return FileSink(Files(str(tmp_path / "out"), name="out"))
+def files(tmp_path: Path) -> FolderSink:
+    return FolderSink(Files(str(tmp_path / "out"), name="out"))
 
 
 def on_executors(first: int, tmp_path: Path) -> Callable[[int], Sequence[CommitHandle]]:

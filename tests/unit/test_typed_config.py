@@ -47,7 +47,7 @@ IDS = [kind for _, kind, _ in EXAMPLES]
 
 def test_the_classes_are_the_sinks_own_configurations_and_keep_their_old_names() -> None:
     from durable_sinks.sinks.delta import Delta
-    from durable_sinks.sinks.files import Files
+    from durable_sinks.sinks.folder import Files
     from durable_sinks.sinks.kafka import Kafka
     from durable_sinks.sinks.postgres import Postgres
     from durable_sinks.sinks.s3 import S3
@@ -224,7 +224,7 @@ def test_every_built_in_kind_has_a_typed_configuration_that_is_a_sink_as_it_is(
     tmp_path: Path,
 ) -> None:
     from durable_sinks import sinks
-    from durable_sinks.sinks.jsonl import Jsonl
+    from durable_sinks.sinks.folder import Jsonl
 
     typed = {kind: sinks.config_class_of(kind) for kind in sinks.kinds()}
     assert all(getattr(cls, "kind", None) == kind for kind, cls in typed.items()), typed

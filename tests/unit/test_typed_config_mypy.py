@@ -11,7 +11,7 @@ from pathlib import Path
 
 SCRIPT = """
 from durable_sinks import Delta, Files, Iceberg, Kafka, Postgres, durable_sink, sink
-from durable_sinks.sinks.jsonl import Jsonl
+from durable_sinks.sinks.folder import Jsonl
 
 postgres = Postgres(dsn="host=db dbname=app", {table}="events", mode="upsert", key=("id",))
 kafka = Kafka(bootstrap_servers="broker:9092", topic="events", transaction_timeout_s=90.0)

@@ -14,14 +14,14 @@ from durable_sinks import ConfigError, DurableSinkError, UsageError
 from durable_sinks.coordinator import Coordinator
 from durable_sinks.core import OpenContext, SinkConnector
 from durable_sinks.manifest import LocalDirectoryStore, MemoryDecisionStore
-from durable_sinks.sinks.files import Files, FileSink
+from durable_sinks.sinks.folder import Files, FolderSink
 from durable_sinks.sinks.kafka import Kafka, KafkaSink
 from durable_sinks.sinks.postgres import Postgres, PostgresSink
 
 
 def unopened(tmp_path: Path) -> list[SinkConnector]:
     return [
-        FileSink(Files(str(tmp_path / "files"))),
+        FolderSink(Files(str(tmp_path / "files"))),
         PostgresSink(Postgres("host=127.0.0.1 port=1 dbname=x", "t")),
         KafkaSink(Kafka("127.0.0.1:1", "events")),
     ]
@@ -43,7 +43,7 @@ def test_a_sink_used_before_open_raises_usage_error(tmp_path: Path, index: int) 
 
 
 def test_a_write_with_no_epoch_begun_raises_usage_error(tmp_path: Path) -> None:
-    sink = FileSink(Files(str(tmp_path / "files")))
+    sink = FolderSink(Files(str(tmp_path / "files")))
     sink.open(OpenContext("job", sink.name, 1))
     with pytest.raises(UsageError, match="begin_epoch"):
         sink.write_batch(pa.record_batch({"x": [1]}))
@@ -61,7 +61,7 @@ def test_stores_used_before_open_raise_usage_error(tmp_path: Path) -> None:
 
 def test_a_coordinator_used_out_of_order_raises_usage_error(tmp_path: Path) -> None:
     coordinator = Coordinator(
-        "job", [FileSink(Files(str(tmp_path / "files")))], LocalDirectoryStore(tmp_path)
+        "job", [FolderSink(Files(str(tmp_path / "files")))], LocalDirectoryStore(tmp_path)
     )
     with pytest.raises(UsageError, match="call start"):
         coordinator.run_epoch(0, [])
@@ -78,7 +78,7 @@ def test_a_coordinator_entered_from_a_second_thread_refuses_and_does_nothing(
 ) -> None:
     """Two threads in one coordinator would interleave its sinks' epochs (one writer given to
     two queries would lose batches): the second call is refused while the first runs."""
-    sink = FileSink(Files(str(tmp_path / "files")))
+    sink = FolderSink(Files(str(tmp_path / "files")))
     coordinator = Coordinator("job", [sink], LocalDirectoryStore(tmp_path / "store"))
     coordinator.start()
     inside, release = threading.Event(), threading.Event()

@@ -10,12 +10,12 @@ from durable_sinks.coordinator import Resolution, resolve, validate
 from durable_sinks.core import CommitHandle, DeliveryGuarantee, SinkCapabilities
 from durable_sinks.core.errors import CapabilityError, ConfigError
 from durable_sinks.manifest import DecisionRecord, LocalDirectoryStore, MemoryDecisionStore
-from durable_sinks.sinks.files import Files, FileSink
+from durable_sinks.sinks.folder import Files, FolderSink
 from durable_sinks.sinks.postgres import Postgres, PostgresSink
 from tests.support.journal_sink import JournalSink
 
 
-class Limited(FileSink):
+class Limited(FolderSink):
     def __init__(self, path: Path, name: str, caps: SinkCapabilities) -> None:
         super().__init__(Files(str(path), name=name))
         self._caps = caps
@@ -24,8 +24,8 @@ class Limited(FileSink):
         return self._caps
 
 
-def files(path: Path, name: str = "files") -> FileSink:
-    return FileSink(Files(str(path / name), name=name))
+def files(path: Path, name: str = "files") -> FolderSink:
+    return FolderSink(Files(str(path / name), name=name))
 
 
 def test_a_plain_file_job_validates(tmp_path: Path) -> None:

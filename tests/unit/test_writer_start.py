@@ -15,13 +15,13 @@ from durable_sinks.core.errors import (
     TransientError,
     UnreachableError,
 )
-from durable_sinks.sinks.files import Files, FileSink
+from durable_sinks.sinks.folder import Files, FolderSink
 from durable_sinks.spark import DurableBatchWriter, durable_sink
 from tests.support.faulty import Faulty
 
 
-def files(tmp_path: Path) -> FileSink:
-    return FileSink(Files(str(tmp_path / "out"), name="files"))
+def files(tmp_path: Path) -> FolderSink:
+    return FolderSink(Files(str(tmp_path / "out"), name="files"))
 
 
 def start(tmp_path: Path, sink: Faulty, tolerance_s: float = 30.0) -> DurableBatchWriter:

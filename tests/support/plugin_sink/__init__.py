@@ -13,7 +13,7 @@ fixture of tests/conftest.py).
 
 The ledger sink is written as a sink author outside durable-sinks writes one: its own
 configuration class, whose fields are its options, and a build function. It stores each epoch
-as JSON Lines through the reference sink's roles (`durable_sinks.sinks.jsonl`, the template
+as JSON Lines through the reference sink's roles (`durable_sinks.sinks.folder`, the template
 the writing-a-sink guide starts from).
 """
 
@@ -27,7 +27,7 @@ from typing import Any
 
 from durable_sinks.core import SinkConnector, SinkKind
 from durable_sinks.core.errors import ConfigError
-from durable_sinks.sinks.jsonl import Jsonl, JsonlSink
+from durable_sinks.sinks.folder import FolderSink, Jsonl
 
 #: The folder to put on `sys.path` for `importlib.metadata` to find the two distributions.
 DISTS = Path(__file__).parent / "dists"
@@ -57,7 +57,7 @@ class LedgerConfig:
 
 def build_ledger(config: LedgerConfig) -> SinkConnector:
     """A ledger sink: JSON Lines files in `config.folder`."""
-    return JsonlSink(Jsonl(path=config.folder, name=config.name, fsync=config.durable))
+    return FolderSink(Jsonl(path=config.folder, name=config.name, fsync=config.durable))
 
 
 KIND = SinkKind("ledger", LedgerConfig, build_ledger)
@@ -65,7 +65,7 @@ KIND = SinkKind("ledger", LedgerConfig, build_ledger)
 
 def bare_ledger(config: Mapping[str, Any]) -> SinkConnector:
     """The bare-callable form: it sees the options exactly as the user gave them."""
-    return JsonlSink(Jsonl(path=os.fspath(config["folder"]), name="ledger_bare"))
+    return FolderSink(Jsonl(path=os.fspath(config["folder"]), name="ledger_bare"))
 
 
 #: Neither a SinkKind nor callable: what a broken entry point may name.

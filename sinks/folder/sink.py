@@ -1,6 +1,8 @@
-"""The JSON Lines sink: the protocol's methods (core/protocol.py), each handing over to one
-role (writer, committer, recovery, views). What one instance keeps between calls (its open
-context, attempt counters, counters, the last committed epoch) is the shared base's,
+"""The folder sink: the protocol's methods (core/protocol.py), each handing over to one role
+(writer, committer, recovery, operations); errors.py says what the file system's failures
+mean. One class serves both kinds, `files` and `jsonl`: the configuration's kind chooses the
+encoder (encoders.py), and nothing else differs. What one instance keeps between calls (its
+open context, attempt counters, counters, the last committed epoch) is the shared base's,
 core/sink_base.py; this class adds only the participant being written and the schema.
 
 Call order, on one instance: `open`, then per epoch `begin_epoch`, `write_batch`...,
@@ -10,12 +12,14 @@ handle); `recover_prepared` once after `open` at start; `close` at the end.
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from durable_sinks.core.durable_fs import probe_as_owner
 from durable_sinks.core.errors import ConfigError, DurableSinkError, UsageError
+from durable_sinks.core.joblog import JobLogger
 from durable_sinks.core.naming import component
 from durable_sinks.core.operations import Holding, Prepared
 from durable_sinks.core.protocol import (
@@ -25,41 +29,57 @@ from durable_sinks.core.protocol import (
     SinkCapabilities,
     WriteResult,
 )
-from durable_sinks.core.sink_base import SinkBase, Step
+from durable_sinks.core.sink_base import SinkBase, Step, guarded
 
-from . import committer, recovery, views
-from .config import Jsonl
-from .handles import JsonlHandle
+from . import committer, errors, operations, recovery
+from .config import FolderConfig
+from .encoders import encoder_for
+from .handles import FolderHandle
 from .layout import PROBE, Layout
-from .writer import JsonlParticipant
+from .writer import FolderParticipant, fitted
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
+#: What the file system answers when the job may not write a folder, or the path is not a
+#: folder: a setting to fix (any other failure, EIO or ENOSPC, is the disk's).
+REFUSED_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EISDIR})
 
-class JsonlSink(SinkBase[Jsonl]):
-    """Exactly-once JSON Lines files through staging folders and create-only renames.
+
+class FolderSink(SinkBase[FolderConfig]):
+    """Exactly-once files in a local folder through staging folders and create-only renames:
+    Parquet (`Files`) or JSON Lines (`Jsonl`).
 
     Implements SinkConnector, DistributedSink (executors prepare, the driver commits) and
     OperableSink (the `durable-sinks` command's views)."""
 
     KEEPS_COMMIT_RECORD = True
 
-    def __init__(self, config: Jsonl) -> None:
+    def __init__(self, config: FolderConfig) -> None:
         # Nothing is touched here: a sink is built on the driver to check its options, and
         # may be pickled to executors. The folder is first used in `open`.
         super().__init__(config)
         self.layout = Layout(Path(config.path))
-        self._current: JsonlParticipant | None = None
+        self.encoder = encoder_for(config)
+        self._current: FolderParticipant | None = None
         self._schema: pa.Schema | None = None
 
     def _target(self) -> str:
         return f"path={self.config.path!r}"
 
     def _translate(self, exc: Exception, step: Step) -> DurableSinkError | None:
-        """The file system's errors mean nothing beyond themselves here: the writer raises
-        FencedError itself when its staging folder vanished (writer.py)."""
-        return None
+        return errors.translate(exc, step, self)
+
+    def _logger(self, epoch: int | None = None) -> JobLogger:
+        # Named for the kind, as every sink's logger is (`durable_sinks.sinks.files` or
+        # `.jsonl`), though both kinds live in this one package.
+        job = self._context.job_id if self._context is not None else "-"
+        return JobLogger(job, self.name, epoch, component=f"sinks.{self.config.kind}")
+
+    @property
+    def writing(self) -> FolderParticipant | None:
+        """The participant this instance is writing (begun, not yet prepared), if any."""
+        return self._current
 
     # -- lifecycle ---------------------------------------------------------------------------
     def open(self, context: OpenContext) -> None:
@@ -72,9 +92,14 @@ class JsonlSink(SinkBase[Jsonl]):
                     f"cannot create {self.layout.staging_area}: {exc.strerror}",
                     job=context.job_id,
                     sink=self.name,
-                    fix="point the jsonl sink at a writable folder",
+                    fix=f"point the {self.config.kind} sink at a writable folder",
                 ) from exc
-        self._last_committed = recovery.last_committed(self.layout, context)
+        self._last_committed = last = self._read_last_committed()
+        evolving = context.policy.adds_columns and self.encoder.one_schema_per_file
+        if evolving and not context.inspect and last is not None:
+            # Start from the dataset's schema: a column once added or widened stays so.
+            with self.translated("read the committed epoch's schema", last):
+                self._schema = recovery.epoch_schema(self.layout, last, self.where(last))
 
     def _read_last_committed(self) -> int | None:
         with self.translated("read the committed epochs"):
@@ -87,9 +112,9 @@ class JsonlSink(SinkBase[Jsonl]):
 
     def capabilities(self) -> SinkCapabilities:
         # A staged folder outlives its writer and any process can rename it (resumable and
-        # distributed prepare); parts of one epoch publish side by side (partitioned). Each
-        # line is a JSON object of its own row's columns, whatever the batch's schema: a new
-        # or missing column is just a key more or less (schema evolution).
+        # distributed prepare); parts of one epoch publish side by side (partitioned). Schema
+        # evolution: Parquet files take an evolved schema file by file (writer.fitted); each
+        # JSON line holds its own row's columns, whatever the batch's schema.
         return SinkCapabilities(
             exactly_once=True,
             two_phase_commit=True,
@@ -100,18 +125,21 @@ class JsonlSink(SinkBase[Jsonl]):
         )
 
     def schema(self) -> pa.Schema | None:
-        return self._schema  # JSON Lines has no schema of its own: the first batch's
+        return self._schema
 
     def health_check(self) -> None:
         """Probe that the job can create, link and delete files in the staging area. The
         probe's names carry the job, the sink and the generation; a start killed while
         probing leaves them behind, and a later generation's probe removes them."""
         ctx = self.context
-        area = self.layout.staging_area
         owner = f"{PROBE}:{component(ctx.job_id)}:{component(self.name)}:"
         try:
-            probe_as_owner(area, owner, ctx.generation, fsync=self.config.fsync)
+            probe_as_owner(self.layout.staging_area, owner, ctx.generation, fsync=self.config.fsync)
         except OSError as exc:
+            if exc.errno not in REFUSED_ERRNOS:  # EIO, ENOSPC, ...: the disk, not the settings
+                raise self.failure(
+                    exc, f"probe that the job can write in {self.layout.root}"
+                ) from exc
             raise ConfigError(
                 f"cannot write in {self.layout.root}: {exc.strerror}",
                 job=ctx.job_id,
@@ -125,12 +153,22 @@ class JsonlSink(SinkBase[Jsonl]):
             self._current.discard()
             self._current = None
         name = self._next_participant(epoch)
-        self._current = JsonlParticipant(self.layout, self.context, epoch, name, self.config.fsync)
+        with self.translated("create the staging folder", epoch):
+            self._current = FolderParticipant(
+                self.layout, self.encoder, self.context, epoch, name, fsync=self.config.fsync
+            )
 
     def write_batch(self, batch: pa.RecordBatch) -> WriteResult:
-        result = self._require_current().write(batch)
-        if self._schema is None:
-            self._schema = batch.schema
+        current = self._require_current()
+        with self.translated("write the staged file", current.epoch):
+            self._schema, batch = fitted(
+                self._schema,
+                batch,
+                self.encoder,
+                adds_columns=self.context.policy.adds_columns,
+                where=self.where(current.epoch),
+            )
+            result = current.write(batch)
         self._count("rows", result.rows)
         self._count("bytes", result.bytes)
         return result
@@ -139,23 +177,32 @@ class JsonlSink(SinkBase[Jsonl]):
         current = self._require_current()
         if current.epoch != epoch:
             raise UsageError(
-                f"pre_commit({epoch}) while epoch {current.epoch} is open", **self.where()
+                f"pre_commit({epoch}) while epoch {current.epoch} is open", **self.where(epoch)
             )
-        handle = current.prepare(self.name)
+        with self.translated("prepare the staged files", epoch):
+            handle = current.prepare(self.name)
         self._current = None
         return handle
 
     # -- phase 2: committer.py ---------------------------------------------------------------
+    @guarded("publish the epoch's staged files")
     def commit_epoch(self, epoch: int, handle: CommitHandle) -> CommitOutcome:
-        ctx = self.context
+        parsed = FolderHandle.parse(handle)
         outcome = committer.commit(
-            self.layout, ctx, JsonlHandle.parse(handle), fsync=self.config.fsync
+            self.layout, parsed, fsync=self.config.fsync, where=self.where(epoch)
         )
         self._committed_up_to(epoch)
         if outcome is CommitOutcome.COMMITTED:
             self._count("epochs_committed")
+        else:
+            self._logger(epoch).info(
+                "participant %s was already published (part %s): nothing to do",
+                handle.participant,
+                parsed.details.part,
+            )
         return outcome
 
+    @guarded("remove the epoch's staging folder")
     def rollback_epoch(self, epoch: int, handle: CommitHandle | None) -> None:
         _ = self.context  # UsageError before open
         current = self._current
@@ -163,37 +210,47 @@ class JsonlSink(SinkBase[Jsonl]):
             # No handle: the attempt this instance is writing, if it is of this epoch.
             if current is None or current.epoch != epoch:
                 return
-            self._current = None
-            current.close()
             participant = str(current.name)
         else:
-            if current is not None and str(current.name) == handle.participant:
-                self._current = None
-                current.close()
             participant = handle.participant
+        if current is not None and str(current.name) == participant:
+            self._current = None
+            current.close()
         if committer.rollback(self.layout, participant, fsync=self.config.fsync):
             self._count("rollbacks")
+            if handle is not None:
+                self._logger(epoch).info(
+                    "rolled back prepared participant %s: its staging folder is removed",
+                    participant,
+                )
 
     # -- recovery: recovery.py ---------------------------------------------------------------
+    @guarded("list the staging folders")
     def recover_prepared(self) -> list[CommitHandle]:
-        return recovery.leftovers(self.layout, self.context)
+        found = recovery.leftovers(self.layout, self.context)
+        for name in found.removed:
+            self._logger().info(
+                "removed staging folder %s, left unprepared by an older generation", name
+            )
+        return found.prepared
 
+    @guarded("list the staging folders")
     def prepared_participants(self, epoch: int) -> list[CommitHandle]:
         return recovery.prepared_of_epoch(self.layout, self.context, epoch)
 
-    # -- operator views: views.py ------------------------------------------------------------
+    # -- operator views: operations.py -------------------------------------------------------
     def in_doubt(self) -> list[Prepared]:
-        return views.in_doubt(self.layout, self.context)
+        return operations.in_doubt(self.layout, self.context)
 
     def holdings(self, first: int, last: int) -> dict[int, Holding]:
         _ = self.context  # UsageError before open
-        return views.holdings(self.layout, first, last)
+        return operations.holdings(self.layout, self.encoder, first, last)
 
     def live_generations(self) -> Sequence[int]:
         return []  # a folder keeps no sessions: no running coordinator can be seen
 
     # -- the participant being written --------------------------------------------------------
-    def _require_current(self) -> JsonlParticipant:
+    def _require_current(self) -> FolderParticipant:
         if self._current is None:
             raise self._no_epoch()
         return self._current

@@ -1,16 +1,17 @@
-"""What the `durable-sinks` command shows of a JSON Lines folder (core/operations.py): the
-job's prepared participants, and per epoch the published parts, their markers and their rows
-counted on the files themselves. Read only: nothing here creates, moves or removes a file."""
+"""What the `durable-sinks` command shows of a folder sink (core/operations.py): the job's
+prepared participants, and per epoch the published parts, their markers and their rows
+counted on the data files themselves (the encoder reads them: Parquet footers, JSON lines).
+Read only: nothing here creates, moves or removes a file."""
 
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 from durable_sinks.core.operations import Holding, Prepared
 from durable_sinks.core.protocol import OpenContext
 
-from .layout import MARKER, ROWS, Layout, read_marker
+from .encoders import Encoder
+from .layout import MARKER, Layout, read_marker
 from .recovery import owned_staging
 
 
@@ -19,26 +20,29 @@ def in_doubt(layout: Layout, context: OpenContext) -> list[Prepared]:
     now = time.time()
     found = []
     for _, folder in owned_staging(layout, context):
-        handle = read_marker(folder)
+        try:
+            handle = read_marker(folder)
+            age = now - (folder / MARKER).stat().st_mtime
+            size = sum(f.stat().st_size for f in folder.iterdir() if f.is_file())
+        except FileNotFoundError:
+            continue  # committed or rolled back while it was read
         if handle is None:
             continue  # being written, or abandoned unprepared: recovery removes it
-        age = now - (folder / MARKER).stat().st_mtime
-        size = sum(f.stat().st_size for f in folder.iterdir() if f.is_file())
         found.append(Prepared(handle, f"staging folder {folder}", age, size))
     return found
 
 
-def holdings(layout: Layout, first: int, last: int) -> dict[int, Holding]:
+def holdings(layout: Layout, encoder: Encoder, first: int, last: int) -> dict[int, Holding]:
     """Per epoch in `first..last` with a published folder: its parts' markers, and the rows
-    of their files counted line by line (a part without a marker, or whose marker records
-    another count, is a problem named in the holding)."""
+    of their data files (a part without a marker, or whose marker records another count, is a
+    problem named in the holding)."""
     found = {}
     for epoch, folder in sorted(layout.epochs()):
         if not first <= epoch <= last:
             continue
         participants, problems, rows, at = set(), [], 0, None
         for part in sorted(folder.glob("part=*")):
-            counted = _count_lines(part / ROWS)
+            counted = sum(encoder.count_rows(f) for f in encoder.data_files(part))
             rows += counted
             marker = read_marker(part)
             if marker is None:
@@ -47,7 +51,7 @@ def holdings(layout: Layout, first: int, last: int) -> dict[int, Holding]:
             participants.add(marker.participant)
             at = max(at or 0.0, (part / MARKER).stat().st_mtime)
             if marker.rows != counted:
-                problems.append(f"{part}: {ROWS} holds {counted} rows, its marker {marker.rows}")
+                problems.append(f"{part} holds {counted} rows, its marker {marker.rows}")
         found[epoch] = Holding(
             epoch,
             marker=bool(participants),
@@ -58,11 +62,3 @@ def holdings(layout: Layout, first: int, last: int) -> dict[int, Holding]:
             problems=tuple(problems),
         )
     return found
-
-
-def _count_lines(path: Path) -> int:
-    try:
-        with path.open("rb") as file:
-            return sum(1 for _ in file)
-    except FileNotFoundError:
-        return 0

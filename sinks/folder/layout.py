@@ -1,17 +1,22 @@
-"""Where a JSON Lines sink keeps what, under its folder::
+"""Where a folder sink keeps what, under its folder (both kinds; the data files' names are
+the encoder's, encoders.py)::
 
-    _staging/<participant>/rows.jsonl           phase 1: the rows, written and fsynced
+    _staging/<participant>/<data files>         phase 1: the rows, written and fsynced
     _staging/<participant>/_EPOCH.json          phase 1's last step: the handle (= prepared)
-    epoch=<epoch>/part=<part>/rows.jsonl        phase 2: the staging folder, renamed here
+    epoch=<epoch>/part=<part>/<data files>      phase 2: the staging folder, renamed here
     epoch=<epoch>/part=<part>/_EPOCH.json       the epoch marker, published with the rows
 
-Readers read `epoch=*/part=*/rows.jsonl` (one JSON object per line, in ASCII) and never look into
-`_staging`. The marker is the participant's CommitHandle; it moves with the rows in one atomic
-rename, so a reader that sees the rows sees the marker and the other way round, and
-`last_committed_epoch` is read from the published markers.
+The data files are `part-00000.parquet` (then `part-00001.parquet`, ... when the schema
+evolves mid-epoch) for `files`, `rows.jsonl` for `jsonl`. Readers read
+`epoch=*/part=*/<data files>` as a Hive-partitioned dataset and never look into `_staging`
+(Spark, pyarrow and DuckDB skip folders starting with `_`). The marker is the participant's
+CommitHandle; it moves with the rows in one atomic rename, so a reader that sees the rows
+sees the marker and the other way round, and the last committed epoch is read from the
+published markers.
 
 Every name in `_staging` is a participant name (core/naming.py: job, sink, epoch, part,
-generation, attempt): recovery finds what belongs to its job and sink by name alone.
+generation, attempt): recovery finds what belongs to its job and sink by name alone. The
+start-up probe's files are `_staging/.probe:<job>:<sink>:<generation>`.
 """
 
 from __future__ import annotations
@@ -23,7 +28,6 @@ from pathlib import Path
 from durable_sinks.core.protocol import CommitHandle
 
 STAGING = "_staging"
-ROWS = "rows.jsonl"
 MARKER = "_EPOCH.json"
 #: Names of the start-up probe's files in `_staging`: `.probe:<job>:<sink>:<generation>`.
 PROBE = ".probe"
@@ -54,9 +58,22 @@ class Layout:
             if text.isdigit():
                 yield int(text), folder
 
+    def committed_parts(self, epochs: range | None = None) -> list[Path]:
+        """The published part folders holding a marker (whole, by the one rename that
+        published them), of `epochs` if given, in epoch and part order."""
+        parts = [
+            (epoch, part)
+            for epoch, folder in self.epochs()
+            if epochs is None or epoch in epochs
+            for part in folder.glob("part=*")
+            if (part / MARKER).is_file()
+        ]
+        return [part for _, part in sorted(parts)]
+
 
 def read_marker(folder: Path) -> CommitHandle | None:
-    """The handle in `folder`'s marker, or None when it has none."""
+    """The handle in `folder`'s marker, or None when it has none; CorruptRecordError naming
+    the file when the marker is not a handle."""
     try:
         data = (folder / MARKER).read_bytes()
     except FileNotFoundError:

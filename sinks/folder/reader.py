@@ -1,8 +1,8 @@
-"""Reading a files sink's committed epochs: its published part folders (each moved into place
-with its marker in one rename, so a part folder with a marker is whole; `_staging` is never
-read), as one `pyarrow.dataset` with `epoch` and `part` columns from the folders::
+"""Reading a `files` sink's committed epochs: its published part folders (each moved into
+place with its marker in one rename, so a part folder with a marker is whole; `_staging` is
+never read), as one `pyarrow.dataset` with `epoch` and `part` columns from the folders::
 
-    from durable_sinks.sinks.files import committed_dataset
+    from durable_sinks.sinks.folder import committed_dataset
     table = committed_dataset("/data/events").to_table()
 
 Under schema evolution the files hold different schemas: the dataset's schema is theirs
@@ -17,33 +17,23 @@ from typing import TYPE_CHECKING
 
 from durable_sinks.core.evolution import schema_of_text, unify
 
-from .operations import MARKER, read_marker
+from .handles import FolderHandleDetails
+from .layout import Layout, read_marker
 
 if TYPE_CHECKING:
     import pyarrow as pa
     import pyarrow.dataset as ds
 
 
-def committed_parts(root: Path, epochs: range | None) -> list[Path]:
-    """The published part folders (those with a marker), in epoch and part order."""
-    parts: list[tuple[int, Path]] = []
-    for folder in root.glob("epoch=*"):
-        text = folder.name.partition("=")[2]
-        if not text.isdigit() or (epochs is not None and int(text) not in epochs):
-            continue
-        parts += [(int(text), p) for p in folder.glob("part=*") if (p / MARKER).is_file()]
-    return [p for _, p in sorted(parts)]
-
-
 def part_schemas(part: Path) -> list[pa.Schema]:
-    """The schemas of a part's files: from its marker, or their footers if it has none."""
+    """The schemas of a part's Parquet files: from its marker, or their footers if the
+    marker records none."""
     import pyarrow.parquet as pq
 
-    marker = read_marker(part) or {}
-    details = marker.get("details")
-    recorded = details.get("schemas") if isinstance(details, dict) else None
+    marker = read_marker(part)
+    recorded = FolderHandleDetails.of(marker).schemas if marker is not None else ()
     if recorded:
-        return [schema_of_text(str(text)) for text in recorded]
+        return [schema_of_text(text) for text in recorded]
     return [pq.read_schema(f) for f in sorted(part.glob("*.parquet"))]
 
 
@@ -52,7 +42,8 @@ def committed_schema(path: str | Path, *, epochs: range | None = None) -> pa.Sch
     schema unified, without the `epoch` and `part` columns; None when no epoch holds a file.
     Spark readers give it as the read schema (`mergeSchema` does not merge int32 with int64
     files): `spark.read.schema(from_arrow_schema(committed_schema(path))).parquet(path)`."""
-    return unify(s for part in committed_parts(Path(path), epochs) for s in part_schemas(part))
+    parts = Layout(Path(path)).committed_parts(epochs)
+    return unify(s for part in parts for s in part_schemas(part))
 
 
 def committed_dataset(path: str | Path, *, epochs: range | None = None) -> ds.Dataset:
@@ -62,7 +53,7 @@ def committed_dataset(path: str | Path, *, epochs: range | None = None) -> ds.Da
     import pyarrow.dataset as ds
 
     root = Path(path)
-    parts = committed_parts(root, epochs)
+    parts = Layout(root).committed_parts(epochs)
     files = [str(f) for part in parts for f in sorted(part.glob("*.parquet"))]
     partitions = pa.schema([("epoch", pa.int32()), ("part", pa.string())])
     schema = unify(s for part in parts for s in part_schemas(part))

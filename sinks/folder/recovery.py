@@ -1,5 +1,5 @@
-"""What the folder holds when a sink opens: the epochs committed, and what earlier
-generations of the job left in the staging area.
+"""What the folder holds when a sink opens: the epochs committed, the schema they were
+written in, and what earlier generations of the job left in the staging area.
 
 Ownership is by name: a staging folder belongs to (job, sink) when its participant name says
 so, and to a generation by the same name: staging folders of other jobs or sinks are never
@@ -10,15 +10,22 @@ refused at open.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from durable_sinks.core.durable_fs import remove_tree
 from durable_sinks.core.errors import ConfigError
+from durable_sinks.core.evolution import unify
 from durable_sinks.core.naming import ParticipantName
 from durable_sinks.core.protocol import CommitHandle, OpenContext
 
-from .handles import JsonlHandle
+from .handles import FolderHandle
 from .layout import Layout, read_marker
+from .reader import part_schemas
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 def last_committed(layout: Layout, context: OpenContext) -> int | None:
@@ -30,33 +37,51 @@ def last_committed(layout: Layout, context: OpenContext) -> int | None:
             marker = read_marker(part)
             if marker is None:
                 continue
-            owner = JsonlHandle.parse(marker).details.job_id
+            owner = FolderHandle.parse(marker).details.job_id
             if (owner, marker.sink) != (context.job_id, context.sink):
                 raise ConfigError(
                     f"{part} was written by job {owner!r} (sink {marker.sink!r}), not by job "
                     f"{context.job_id!r} (sink {context.sink!r})",
                     job=context.job_id,
                     sink=context.sink,
-                    fix="give each jsonl sink of each job its own path",
+                    fix="give each folder sink of each job its own path; to read this one, "
+                    f"open it as sink {marker.sink!r} of job {owner!r}",
                 )
             best = epoch if best is None else max(best, epoch)
     return best
 
 
-def leftovers(layout: Layout, context: OpenContext) -> list[CommitHandle]:
-    """Participants of this job and sink that older generations prepared (their handles),
-    after removing those they left unprepared: nothing can ever commit a participant without
-    a handle."""
-    prepared: list[CommitHandle] = []
+def epoch_schema(layout: Layout, epoch: int, where: dict[str, Any]) -> pa.Schema | None:
+    """The schema a committed epoch was written in: its parts' files' schemas unified (None
+    if it has no file)."""
+    parts = layout.committed_parts(range(epoch, epoch + 1))
+    return unify((s for part in parts for s in part_schemas(part)), **where)
+
+
+@dataclass
+class Leftovers:
+    """What older generations of the job left in the staging area: the participants they
+    prepared (their handles, for the coordinator to commit or roll back by its decisions) and
+    the staging folders they left unprepared, which `leftovers` removed."""
+
+    prepared: list[CommitHandle] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+
+
+def leftovers(layout: Layout, context: OpenContext) -> Leftovers:
+    """Participants of this job and sink that older generations prepared, after removing
+    those they left unprepared: nothing can ever commit a participant without a handle."""
+    found = Leftovers()
     for name, folder in owned_staging(layout, context):
         if name.generation >= context.generation:
             continue  # this generation's, or a newer coordinator's: not leftovers
-        handle = _prepared(folder)
+        handle = read_marker(folder)
         if handle is None:
             remove_tree(folder)
+            found.removed.append(folder.name)
         else:
-            prepared.append(handle)
-    return prepared
+            found.prepared.append(handle)
+    return found
 
 
 def prepared_of_epoch(layout: Layout, context: OpenContext, epoch: int) -> list[CommitHandle]:
@@ -64,8 +89,8 @@ def prepared_of_epoch(layout: Layout, context: OpenContext, epoch: int) -> list[
     winning and the losing attempts of each part, in executor mode)."""
     found = []
     for name, folder in owned_staging(layout, context):
-        handle = _prepared(folder) if name.epoch == epoch else None
-        if handle is not None:
+        handle = read_marker(folder) if name.epoch == epoch else None
+        if handle is not None:  # else still being written (or abandoned): not prepared
             found.append(handle)
     return found
 
@@ -79,9 +104,3 @@ def owned_staging(layout: Layout, context: OpenContext) -> list[tuple[Participan
         if name is not None and name.owned_by(context.job_id, context.sink):
             owned.append((name, folder))
     return owned
-
-
-def _prepared(folder: Path) -> CommitHandle | None:
-    """The handle of a staging folder that holds a marker (None: still being written, or
-    abandoned before its prepare finished)."""
-    return read_marker(folder)
