@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING
 
 from durable_sinks.core.durable_fs import probe_as_owner
 from durable_sinks.core.errors import ConfigError, DurableSinkError, UsageError
-from durable_sinks.core.joblog import JobLogger
 from durable_sinks.core.naming import component
 from durable_sinks.core.operations import Holding, Prepared
 from durable_sinks.core.protocol import (
@@ -69,12 +68,6 @@ class FolderSink(SinkBase[FolderConfig]):
 
     def _translate(self, exc: Exception, step: Step) -> DurableSinkError | None:
         return errors.translate(exc, step, self)
-
-    def _logger(self, epoch: int | None = None) -> JobLogger:
-        # Named for the kind, as every sink's logger is (`durable_sinks.sinks.files` or
-        # `.jsonl`), though both kinds live in this one package.
-        job = self._context.job_id if self._context is not None else "-"
-        return JobLogger(job, self.name, epoch, component=f"sinks.{self.config.kind}")
 
     @property
     def writing(self) -> FolderParticipant | None:
@@ -195,7 +188,7 @@ class FolderSink(SinkBase[FolderConfig]):
         if outcome is CommitOutcome.COMMITTED:
             self._count("epochs_committed")
         else:
-            self._logger(epoch).info(
+            self.logger(epoch).info(
                 "participant %s was already published (part %s): nothing to do",
                 handle.participant,
                 parsed.details.part,
@@ -219,7 +212,7 @@ class FolderSink(SinkBase[FolderConfig]):
         if committer.rollback(self.layout, participant, fsync=self.config.fsync):
             self._count("rollbacks")
             if handle is not None:
-                self._logger(epoch).info(
+                self.logger(epoch).info(
                     "rolled back prepared participant %s: its staging folder is removed",
                     participant,
                 )
@@ -229,7 +222,7 @@ class FolderSink(SinkBase[FolderConfig]):
     def recover_prepared(self) -> list[CommitHandle]:
         found = recovery.leftovers(self.layout, self.context)
         for name in found.removed:
-            self._logger().info(
+            self.logger().info(
                 "removed staging folder %s, left unprepared by an older generation", name
             )
         return found.prepared

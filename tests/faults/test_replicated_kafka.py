@@ -98,9 +98,7 @@ class KillInCommit:
         self.commit_returned_at: float | None = None
         original = kafka_writer.TransactionalProducer.commit
 
-        def commit(
-            producer: kafka_writer.TransactionalProducer, epoch: int | None = None
-        ) -> None:
+        def commit(producer: kafka_writer.TransactionalProducer, epoch: int | None = None) -> None:
             if not self.armed:
                 original(producer, epoch)
                 return

@@ -125,11 +125,13 @@ class SinkBase(ABC, Generic[ConfigT]):
         return UsageError(f"{self!r} is not open; the coordinator opens sinks")
 
     def logger(self, epoch: int | None = None) -> JobLogger:
-        """The sink's logger: logger `durable_sinks.sinks.<kind>`, every line prefixed with,
-        and carrying as extras, the job, this sink's name and `epoch` (core/joblog.py)."""
+        """The sink's logger: logger `durable_sinks.sinks.<kind>` (the kind its configuration
+        names; `durable_sinks.sinks` for a configuration that names none), every line
+        prefixed with, and carrying as extras, the job, this sink's name and `epoch`
+        (core/joblog.py)."""
         job = self._context.job_id if self._context is not None else "-"
-        package = type(self).__module__.split(".")
-        component = ".".join(package[1:3]) if package[:2] == ["durable_sinks", "sinks"] else "sinks"
+        kind = getattr(type(self.config), "kind", None)
+        component = f"sinks.{kind}" if isinstance(kind, str) and kind else "sinks"
         return JobLogger(job, self.name, epoch, component=component)
 
     def where(self, epoch: int | None = None) -> dict[str, Any]:
