@@ -44,84 +44,113 @@ DEFAULT_OUTAGE_TOLERANCE_S = OutagePolicy.tolerance_s
 class JobOptions:
     """How one streaming query writes through durable-sinks.
 
-    - job_id: the stable name of the query's output; every restart must use the same one,
-      and no other query may use it (required).
-    - decision_store: where commit decisions are made durable: a directory path, a Postgres
-      DSN or a DecisionStore. Default: the database of the job's first Postgres sink.
-    - guarantee: "exactly_once" (default) or "at_least_once".
-    - execution: "driver" (default: the batch is streamed to the driver as Arrow and written
-      by one coordinator) or "executor" (each partition written and prepared in its task).
-      `mode` is the sink's option (append/upsert), never this one.
-    - driver_read: how driver mode reads a batch (see _arrow.py). "stream" (default): as its
-      partitions finish, through PySpark's collect-as-Arrow socket where a probe at
-      `durable_sink(...)` finds it working (classic PySpark), partition by partition through
-      the public API otherwise (Spark Connect); a batch larger than spark.driver.maxResultSize
-      is read again partition by partition (and so are the writer's later batches).
-      "partitions": always partition by partition through the public API (nothing cached).
-      "chunked": persisted, counted, collected in chunks of max_rows_in_memory (the cache
-      guards against a query that is not deterministic; serverless Spark refuses it).
-    - max_rows_in_memory: the chunked read's chunks hold whole partitions of at most this
-      many rows (a single larger partition is read alone).
-    - one_phase: a job with one sink that can carry the decision commits each epoch in one
-      transaction (default True).
-    - retain_epochs: how many recent decisions the store keeps.
-    - concurrent_writes: driver mode writes each record batch into the sinks from one thread
-      per sink, all sinks at once and while the next batch is read (default True); False
-      writes them one after the other in the thread that reads (for a plugin sink whose client
-      must stay on the thread that opened it).
-    - outage_tolerance_s: how long a batch rides out retriable failures (a server restarting,
-      connections cut, a leader election) by attempting it again with new connections, before
-      the query fails with OutageError (default 120 s; 0: fail at the first error).
-    - commit_retry: how the coordinator retries one commit or rollback call in place (a few
-      seconds, same connection) before the attempt counts as failed and riding out takes over.
-    - metrics_port: serve Prometheus metrics on this port of the driver (needs the `metrics`
-      extra; 0: any free port, logged; writers of one process given one port share one
-      endpoint, labelled by job). None (default): no endpoint. See _prometheus.py.
-    - replay_check: when Spark replays a batch whose epoch already committed, compare the
-      replayed rows (count and digest) with the committed ones: "warn" (default: a difference
-      is logged and counted in the coordinator's totals.replay_mismatches), "fail" (raise
-      ReplayMismatchError once the epoch is finished) or "off" (no digest, no check). Driver
-      mode only (docs/operations.md, "Replay check").
-    - on_bad_rows: "fail" (default: a row a sink cannot take fails the batch, nothing of it
-      committed) or "dead_letter": such rows go to `dead_letter` in the same epoch and the
-      same atomic decision as the good rows (docs/dead-letters.md).
-    - dead_letter: the dead-letter sink, as any sink is given (`sink("postgres", ...)`, a
-      typed configuration, or, in the data source's options, a JSON object with a `kind`).
-      Named "dead_letters" unless its configuration names it.
-    - max_bad_rows: at most this many refused rows per sink and epoch (an int) or this
-      fraction of the sink's rows in the epoch (a float in (0, 1], rounded up); more fail the
-      batch with TooManyBadRowsError, nothing of it committed. Default 0.1.
-    - schema_evolution: "none" (default: a new column is refused with SchemaMismatchError)
-      or "add_columns": a new nullable column is added to each target inside the epoch, and
-      columns are widened where that is safe (int -> bigint, float -> double).
-    - checkpoint_location: the query's `checkpointLocation`, from which the job reads the
-      query's id (Spark keeps it in the checkpoint's `metadata` file) at its first batch.
-      Needed where Spark does not tell a batch which query runs it (Spark Connect with more
-      than one query active in the session, and pyspark 4.3's Spark Connect, which runs
-      foreachBatch in a cloned session): there a job without it refuses its first batch.
-      Elsewhere optional: given, it must name the running query's checkpoint. The job's
-      query id is what tells a replay of a decided batch from a new stream whose batch ids
-      start again (docs/guide.md, "Which stream a job writes").
+    Each option is described under its field; docs/guide.md's table of the job options is
+    generated from those descriptions (tests/support/docs_reference.py), so they are Markdown
+    whose relative links are written as they read in docs/guide.md. (`mode` is the sink's
+    option, append or upsert, never the job's `execution`.)
     """
 
     job_id: str
+    """The stable name of the query's output. Keep it the same across restarts; no other query
+    may use it. Every participant, marker, fence and decision is keyed by it."""
     decision_store: StoreTarget | None = None
+    """Where commit decisions are made durable. Default (`None`): the store one sink of the job
+    hosts, e.g. the database of its first Postgres sink ([when you need
+    one](#when-you-need-a-decision_store)). A string starting with `postgresql://` or
+    `postgres://`, or containing `host=`, `hostaddr=`, `dbname=`, `user=`, `port=` or
+    `service=`, is a Postgres DSN (tables in schema `public`); an absolute path (or
+    `file:///absolute/path`) is a directory; relative paths, `~` and other URI schemes are
+    refused (a relative folder would move with the driver's current directory, and a restarted
+    driver would find no decisions). Required when no sink of the job can host one. See
+    below."""
     guarantee: DeliveryGuarantee = DeliveryGuarantee.EXACTLY_ONCE
+    """Exactly once, or at least once: see [at-least-once](#at-least-once)."""
     execution: Execution = "driver"
+    """Where batches are written. [Driver mode](#driver-mode): the batch is streamed to the
+    driver as Arrow and written there by one coordinator. [Executor mode](#executor-mode):
+    each partition is written and prepared in its own task."""
     driver_read: DriverRead = "stream"
+    """How [driver mode](#driver-mode) reads a batch. `"stream"`: as its partitions finish,
+    through PySpark's collect-as-Arrow socket where a probe at `durable_sink(...)` finds it
+    working (classic PySpark), partition by partition through the public API otherwise (e.g.
+    under Spark Connect); a streamed batch larger than `spark.driver.maxResultSize` is read
+    again partition by partition, and so are the query's later batches. `"partitions"`:
+    always partition by partition through the public API (nothing cached). `"chunked"`:
+    persisted, counted and collected in chunks of `max_rows_in_memory` rows (the cache guards
+    against a query that is not deterministic; serverless Spark refuses it)."""
     max_rows_in_memory: int = DEFAULT_MAX_ROWS_IN_MEMORY
+    """Driver mode, chunked read: the batch is read in chunks of whole partitions of at most
+    this many rows (a larger single partition is read alone). At least 1."""
     one_phase: bool = True
+    """A job whose only sink can carry the decision in its own commit (one Postgres sink,
+    driver mode, exactly-once) commits each batch in one transaction: no `PREPARE`, no
+    decision record in the store. `False` forces two-phase commit."""
     retain_epochs: int = 10_000
+    """How many recent decisions the store keeps (at least 1); older finished ones are deleted
+    (not in one-phase mode, where the store holds none)."""
     concurrent_writes: bool = True
+    """Driver mode: each record batch goes to every sink from one writer thread per sink, the
+    sinks writing at the same time and while the next batch is read from Spark (a sink is
+    still called from one thread at a time, in order). `False`: written in the thread that
+    reads, one sink after the other, for a plugin sink whose client must stay on the thread
+    that opened it."""
     outage_tolerance_s: float = DEFAULT_OUTAGE_TOLERANCE_S
+    """Seconds (0 or more) a batch rides out retriable failures (a server restarting or
+    failing over, connections cut, a Kafka leader election, a transaction the broker timed
+    out) without stopping the query: the failed attempt is dropped with its connections and
+    the batch is attempted again by a new coordinator (which fences and recovers the old
+    attempt) until this many seconds after the first failure; then the query fails with
+    `OutageError`. `0`: fail at the first error. See [Outages](#outages)."""
     commit_retry: RetryPolicy = field(default_factory=RetryPolicy)
+    """How one phase-2 commit or recovery rollback is retried in place, on the same
+    connection, before the attempt counts as failed (then `outage_tolerance_s` takes over):
+    `attempts=8` or `tolerance_s=10.0` seconds, whichever comes first, with exponential waits
+    from `first_wait_s=0.05` up to `max_wait_s=5.0` seconds: with the defaults 8 calls in
+    about 6.4 s."""
     metrics_port: int | None = None
+    """Serve Prometheus metrics on this port (0 to 65535) of the driver, at `/metrics`, on
+    every interface ([Metrics](operations.md#metrics)). Default (`None`): no endpoint. Needs
+    the `metrics` extra (`pip install 'durable-sinks[metrics]'`, else a `ConfigError` saying
+    so). `0`: a free port chosen at start (logged, and `writer.metrics_port`). Writers of one
+    process given the same port share one endpoint, labelled by `job`. A port another process
+    holds is a `ConfigError` before the query starts."""
     replay_check: ReplayCheckMode = "warn"
+    """When Spark replays a batch whose epoch already committed, compare the replayed rows
+    (count and an order-independent digest) with the committed ones. `"warn"`: a difference
+    is logged at WARNING and counted (the coordinator's `totals.replay_mismatches`); `"fail"`:
+    the query stops with `ReplayMismatchError`, after the epoch is finished (the committed
+    rows stay); `"off"`: no digest, the replay is not read. Driver mode only. See [Replay
+    check](operations.md#replay-check)."""
     on_bad_rows: OnBadRows = "fail"
+    """What happens to a row a sink cannot take (a null in a NOT NULL column, a string too
+    long, a constraint violated, a Kafka record too large): `"fail"` fails the batch with
+    `BadRowsError`, nothing committed; `"dead_letter"` sends it to `dead_letter` in the same
+    epoch and the same atomic decision as the good rows. See [dead
+    letters](dead-letters.md)."""
     dead_letter: Any = None
+    """The dead-letter sink, required with `on_bad_rows="dead_letter"`: any sink, given as a
+    sink is (`sink(...)`, a typed configuration, or in the data source's options a JSON
+    object with a `kind`), e.g. `sink("postgres", dsn=..., table="events_dead_letters",
+    create_table=True)`. Named `dead_letters` unless its configuration names it."""
     max_bad_rows: int | float = DEFAULT_MAX_BAD_ROWS
+    """At most this many refused rows per sink and batch: an `int` >= 0 (rows) or a `float` in
+    (0, 1] (a fraction of the sink's rows in the batch, rounded up); more fail the batch with
+    `TooManyBadRowsError`, nothing of it committed anywhere."""
     schema_evolution: SchemaEvolutionMode = "none"
+    """`"none"`: a new batch column is refused with `SchemaMismatchError`. `"add_columns"`: it
+    is added to every target as a nullable column inside the epoch (so it commits or rolls
+    back with the data), and safe widenings (int to bigint, float to double) are applied;
+    every target must support it. See [new
+    columns](dead-letters.md#new-columns-schema_evolutionadd_columns)."""
     checkpoint_location: str | None = None
+    """The query's `checkpointLocation`, where the job reads its query's id (Spark keeps it in
+    the checkpoint's `metadata` file), at its first batch; that id is what tells a replay of
+    a decided batch from a new stream whose batch ids start again. **Needed under Spark
+    Connect when the session runs more than one streaming query, and always on pyspark 4.3's
+    Connect** (which runs foreachBatch in a cloned session): there Spark does not tell a
+    batch which query runs it, and a job that cannot tell refuses its first batch with
+    `ConfigError` rather than guess. Elsewhere optional; given, it must be the running
+    query's checkpoint. See [Which stream a job writes](#which-stream-a-job-writes)."""
 
     @property
     def write_policy(self) -> WritePolicy:
