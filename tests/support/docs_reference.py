@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import enum
 import functools
 import importlib
 import inspect
@@ -126,16 +127,32 @@ def _type(annotation: Any) -> str:
         return f"mapping of {_type(args[0])} to {_type(args[1])}"
     if annotation is type(None):
         return "`None`"
+    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
+        values = ", ".join(f'`"{member.value}"`' for member in annotation)
+        return f"{values} (or `{_public_name(annotation)}`)"
+    if isinstance(annotation, type) and annotation.__module__.startswith("durable_sinks."):
+        return f"`{_public_name(annotation)}`"
     if isinstance(annotation, type):
         return f"`{annotation.__name__}`"
     return f"`{annotation}`".replace("typing.", "")
 
 
-def _default(f: dataclasses.Field[Any]) -> str:
+def _default(f: dataclasses.Field[Any], group_digits: bool = False) -> str:
+    """The default as it would be written: an enum member as its value, a dataclass made
+    with its own defaults as `Name()`, and with `group_digits` an int of five digits or more
+    with `_` between thousands."""
     if f.default is not dataclasses.MISSING:
-        return f"`{f.default!r}`".replace("'", '"')
+        value = f.default
+        if isinstance(value, enum.Enum):
+            value = value.value
+        if group_digits and type(value) is int and abs(value) >= 10_000:
+            return f"`{value:_}`"
+        return f"`{value!r}`".replace("'", '"')
     if f.default_factory is not dataclasses.MISSING:
-        return f"`{f.default_factory()!r}`"
+        factory = f.default_factory
+        if isinstance(factory, type) and dataclasses.is_dataclass(factory):
+            return f"`{factory.__name__}()`"
+        return f"`{factory()!r}`"
     return "required"
 
 
@@ -143,9 +160,11 @@ def _cell(text: str) -> str:
     return " ".join(text.split()).replace("|", "\\|")
 
 
-def options_table(kind: str) -> str:
-    cls = sinks.config_class_of(kind)
-    assert cls is not None, kind
+def _fields_table(
+    cls: type[Any], meaning_of: Callable[[str], str] = lambda text: text, group_digits: bool = False
+) -> str:
+    """The options table of a dataclass: each field given to its constructor, with its type,
+    default (`_default`'s `group_digits`) and docstring (`meaning_of` applied)."""
     hints = typing.get_type_hints(cls)
     docs = field_docs(cls)
     rows = ["| option | type | default | meaning |", "|---|---|---|---|"]
@@ -154,8 +173,17 @@ def options_table(kind: str) -> str:
             continue
         meaning = docs.get(f.name)
         assert meaning, f"{cls.__name__}.{f.name} has no docstring: document it under the field"
-        rows.append(f"| `{f.name}` | {_type(hints[f.name])} | {_default(f)} | {_cell(meaning)} |")
+        rows.append(
+            f"| `{f.name}` | {_type(hints[f.name])} | {_default(f, group_digits)} | "
+            f"{_cell(meaning_of(meaning))} |"
+        )
     return "\n".join(rows) + "\n"
+
+
+def options_table(kind: str) -> str:
+    cls = sinks.config_class_of(kind)
+    assert cls is not None, kind
+    return _fields_table(cls)
 
 
 TABLES: dict[str, Callable[[list[str], Path], str]] = {
