@@ -11,7 +11,10 @@ The tables:
   sentence of its package's docstring, or of its typed configuration's where a package holds
   several kinds) and its page;
 - `options KIND`: the options of the kind's typed configuration, from its fields: name,
-  type, default and meaning (the field's docstring, the one place an option is described).
+  type, default and meaning (the field's docstring, the one place an option is described);
+- `job options`: the job's options (`durable_sinks.spark.JobOptions`), likewise. Their
+  docstrings' relative links are written as they read in docs/guide.md, and rewritten for a
+  region in another file.
 
 Besides, `unmatched_messages()` checks the messages docs/troubleshooting.md quotes against
 those the code can raise or log (the comment above it says how).
@@ -25,6 +28,7 @@ import enum
 import functools
 import importlib
 import inspect
+import os
 import re
 import sys
 import textwrap
@@ -186,13 +190,48 @@ def options_table(kind: str) -> str:
     return _fields_table(cls)
 
 
+GUIDE = ROOT / "docs" / "guide.md"
+_LINK = re.compile(r"\]\((?P<target>[^)\s]+)\)")
+
+
+def relink(text: str, here: Path) -> str:
+    """`text`'s relative Markdown links, written as they read in docs/guide.md, as they must
+    read in `here`: an anchor of its own becomes the guide's, a page path is made relative to
+    `here`'s folder."""
+    if here.resolve() == GUIDE:
+        return text
+
+    def moved(link: re.Match[str]) -> str:
+        target = link["target"]
+        if re.match(r"[a-z][a-z0-9+.-]*:", target):  # https:, mailto:: not relative
+            return link[0]
+        if target.startswith("#"):
+            target = GUIDE.name + target
+        path, _, anchor = target.partition("#")
+        path = os.path.relpath(GUIDE.parent / path, here.resolve().parent)
+        return f"]({Path(path).as_posix()}{'#' + anchor if anchor else ''})"
+
+    return _LINK.sub(moved, text)
+
+
+def job_options_table(here: Path) -> str:
+    from durable_sinks.spark import JobOptions
+
+    return _fields_table(JobOptions, lambda text: relink(text, here), group_digits=True)
+
+
 TABLES: dict[str, Callable[[list[str], Path], str]] = {
     "kinds": lambda args, here: kinds_table(here),
     "options": lambda args, here: options_table(args[0]),
+    "job options": lambda args, here: job_options_table(here),
 }
 
 
 def generate(name: str, here: Path) -> str:
+    """The table NAME: a table's name (`kinds`, `job options`), or one and its arguments
+    (`options postgres`)."""
+    if name in TABLES:
+        return TABLES[name]([], here)
     table, *args = name.split()
     if table not in TABLES:
         raise KeyError(f"{here}: no reference table {table!r} (known: {sorted(TABLES)})")

@@ -1,7 +1,7 @@
 """The docs' reference tables are generated from the code (tests/support/docs_reference.py):
 each region is what the code gives now, every built-in kind has its options table in a page,
-every option of every typed configuration is documented under its field, and the
-troubleshooting page quotes the messages the code gives."""
+every option of every typed configuration and of the job is documented under its field, and
+the troubleshooting page quotes the messages the code gives."""
 
 from __future__ import annotations
 
@@ -32,6 +32,32 @@ def test_every_option_of_every_typed_configuration_is_documented_under_its_field
     for kind in sinks.built_in():
         table = docs_reference.options_table(kind)  # asserts each field has a docstring
         assert table.count("\n") >= 3, kind
+
+
+def test_the_guide_shows_the_job_options_table_with_every_option_documented() -> None:
+    from durable_sinks.spark import JobOptions
+
+    names = [m["name"] for m in docs_reference.regions(docs_reference.GUIDE.read_text())]
+    assert "job options" in names
+    table = docs_reference.job_options_table(docs_reference.GUIDE)  # asserts the docstrings
+    shown = re.findall(r"^\| `(\w+)` \|", table, re.M)
+    assert shown == list(JobOptions.__dataclass_fields__)
+
+
+def test_the_job_options_links_are_rewritten_for_a_region_outside_the_guide() -> None:
+    text = (
+        "[Driver mode](#driver-mode), [Metrics](operations.md#metrics), "
+        "[dead letters](dead-letters.md), [site](https://example.com/x)"
+    )
+    assert docs_reference.relink(text, docs_reference.GUIDE) == text
+    assert docs_reference.relink(text, docs_reference.ROOT / "README.md") == (
+        "[Driver mode](docs/guide.md#driver-mode), [Metrics](docs/operations.md#metrics), "
+        "[dead letters](docs/dead-letters.md), [site](https://example.com/x)"
+    )
+    assert docs_reference.relink(text, docs_reference.ROOT / "docs" / "operations.md") == (
+        "[Driver mode](guide.md#driver-mode), [Metrics](operations.md#metrics), "
+        "[dead letters](dead-letters.md), [site](https://example.com/x)"
+    )
 
 
 def _documented_metrics() -> dict[str, tuple[str, tuple[str, ...]]]:
