@@ -139,7 +139,7 @@ def logs_put(put: F) -> F:
     def run(self: object, record: DecisionRecord) -> DecisionRecord:
         stored: DecisionRecord = put(self, record)
         log = store_logger(self, record.job_id).bind(epoch=record.epoch)
-        if stored is record or stored == record:
+        if stored == record:
             log.debug("decision recorded: %d participant(s)", len(stored.handles))
         else:
             log.info(

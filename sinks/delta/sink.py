@@ -158,10 +158,15 @@ class DeltaSink(SinkBase[Delta]):
             raise self._not_open()
         return self._layout
 
-    def _roles(self) -> tuple[Journals, Committer]:
-        if self._journals is None or self._committer is None:
+    def _journal(self) -> Journals:
+        if self._journals is None:
             raise self._not_open()
-        return self._journals, self._committer
+        return self._journals
+
+    def _phase2(self) -> Committer:
+        if self._committer is None:
+            raise self._not_open()
+        return self._committer
 
     def _translate(self, exc: Exception, step: Step) -> DurableSinkError | None:
         return errors.translate(exc, step, self)
@@ -188,7 +193,7 @@ class DeltaSink(SinkBase[Delta]):
     # -- phase 1 -------------------------------------------------------------------------------
     def begin_epoch(self, epoch: int) -> None:
         if self._current is not None:  # a failed attempt whose rollback did not run
-            self._roles()[1].delete_participant(self._current.name, self._current.abandon())
+            self._phase2().delete_participant(self._current.name, self._current.abandon())
             self._current = None
         self._shape = self._table_shape  # columns a failed attempt added are not the table's
         self._pending = self._next_participant(epoch)
@@ -268,7 +273,7 @@ class DeltaSink(SinkBase[Delta]):
             staged=self.config.mode == "upsert",
             compression=self.config.compression,
             max_file_bytes=self.config.max_file_bytes,
-            announce=lambda paths: self._roles()[0].write(name, {"state": WRITING, "paths": paths}),
+            announce=lambda paths: self._journal().write(name, {"state": WRITING, "paths": paths}),
         )
         return self._current
 
@@ -300,7 +305,7 @@ class DeltaSink(SinkBase[Delta]):
         )
         if files:
             self._client_call(
-                lambda: self._roles()[0].write(
+                lambda: self._journal().write(
                     name, {"state": PREPARED, "handle": handle.to_json()}
                 ),
                 "write the participant's journal",
@@ -317,10 +322,10 @@ class DeltaSink(SinkBase[Delta]):
         epoch."""
         if self._last_committed is not None and self._last_committed >= epoch:
             return CommitOutcome.ALREADY_COMMITTED
-        return self._roles()[1].commit(epoch, handle)
+        return self._phase2().commit(epoch, handle)
 
     def publish_epoch(self, epoch: int, handles: Sequence[CommitHandle]) -> CommitOutcome:
-        made, shape = self._roles()[1].publish(epoch, handles, self._table_shape)
+        made, shape = self._phase2().publish(epoch, handles, self._table_shape)
         if shape is not None:
             self._table_shape = self._shape = shape
         if made:
@@ -331,7 +336,7 @@ class DeltaSink(SinkBase[Delta]):
     def rollback_epoch(self, epoch: int, handle: CommitHandle | None) -> None:
         """Delete the participant's files and journal (a participant never prepared: what
         this instance wrote of it). Never deletes a file the table references."""
-        committer = self._roles()[1]
+        committer = self._phase2()
         if handle is None:
             pending = self._pending
             current, self._current = self._current, None
@@ -355,15 +360,15 @@ class DeltaSink(SinkBase[Delta]):
 
     # -- recovery: recovery.py -----------------------------------------------------------------
     def recover_prepared(self) -> list[CommitHandle]:
-        journals, committer = self._roles()
+        journals, committer = self._journal(), self._phase2()
         return recovery.leftovers(self, self._delta(), journals, committer)
 
     def prepared_participants(self, epoch: int) -> list[CommitHandle]:
-        return recovery.prepared_of_epoch(self._roles()[0], epoch)
+        return recovery.prepared_of_epoch(self._journal(), epoch)
 
     # -- operations (durable-sinks status/inspect/verify; operations.py) -----------------------
     def in_doubt(self) -> list[Prepared]:
-        journals = self._roles()[0]
+        journals = self._journal()
         return operations.in_doubt(journals.under(self._paths().folder), self.name)
 
     def holdings(self, first: int, last: int) -> dict[int, Holding]:
