@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import re
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -243,7 +244,20 @@ def logging_kept() -> Iterator[None]:
             logger.handlers[:] = handlers
 
 
-@pytest.mark.parametrize("page", PAGES, ids=[p.name for p in PAGES])
+def _param(page: Path) -> Any:
+    """A page as a test case. Pages whose examples start a Kafka sink run one after another on
+    one worker: the examples share job ids (`orders`), and a Kafka sink's `transactional.id`
+    (`ds:<job>:<sink>`) is its job's identity on the broker, so two such pages at once fence
+    each other as two drivers of one job would."""
+    kafka = any(
+        b.runs and re.search(r"""["']kafka["']|Kafka\(""", b.code)
+        for b in doc_examples.blocks(page)
+    )
+    marks = [pytest.mark.xdist_group("doc-examples-kafka")] if kafka else []
+    return pytest.param(page, id=page.name, marks=marks)
+
+
+@pytest.mark.parametrize("page", [_param(p) for p in PAGES])
 def test_the_examples_of_a_page_run_against_the_test_bed(
     page: Path,
     spark: Any,
