@@ -172,7 +172,7 @@ def breakdown(clean: pa.RecordBatch, bad: pa.RecordBatch, repeats: int = 7) -> N
         for name, batch in (("clean", clean), ("oversize", bad)):
             started = time.perf_counter()
             encoded = encode_records(batch, layout)
-            refused = sink._size_refusals(encoded, facts)
+            refused = sink._size_refusals(encoded, "t", facts)
             if refused:
                 encoded = encoded.kept(refused.kept_mask(len(encoded)))
                 batch.filter(refused.kept_mask(batch.num_rows))  # what _refuse returns

@@ -241,13 +241,16 @@ class Cluster:
         self.where = where
         self._log = log
         self._timeout = config.request_timeout_s
+        #: How many brokers the cluster has (known once `check` ran).
+        self._brokers = 1
 
     # -- at open -------------------------------------------------------------------------------
-    def check(self) -> TopicFacts:
-        """Check that a bootstrap host resolves, the broker's transaction limit, then both
-        topics; create the missing ones only once every check passed and the broker agreed
-        to create all of them (validate_only), so a refusal leaves no topic behind.
-        ConfigError naming the fix; TransientError when the cluster cannot be reached."""
+    def check(self) -> TopicFacts | None:
+        """Check that a bootstrap host resolves, the broker's transaction limit, then the
+        sink's topic (if it has one: without, rows name theirs) and its progress topic; create
+        the missing ones only once every check passed and the broker agreed to create all of
+        them (validate_only), so a refusal leaves no topic behind. ConfigError naming the fix;
+        TransientError when the cluster cannot be reached."""
         self._resolve_bootstrap()
         brokers = self._check_broker()
         return self._ensure_topics(brokers)
@@ -363,11 +366,12 @@ class Cluster:
         finally:
             self.admin.poll(0)
 
-    def _ensure_topics(self, brokers: int) -> TopicFacts:
+    def _ensure_topics(self, brokers: int) -> TopicFacts | None:
         topic, progress = self.config.topic, self.config.progress_topic_name
+        self._brokers = brokers
         metadata = self._metadata()
         wanted: list[NewTopic] = []
-        if topic not in metadata.topics:
+        if topic is not None and topic not in metadata.topics:
             if not self.config.create_topic:
                 raise ConfigError(
                     f"topic {topic!r} does not exist, or this principal may not see it",
@@ -392,14 +396,40 @@ class Cluster:
         if wanted:
             self._create(wanted, brokers)
             metadata = self._wait_for_topics([t.topic for t in wanted])
-        allowed = {topic: ("WRITE",), progress: ("READ", "WRITE")}
-        check_access(self.admin, allowed, topic, self._timeout, self.where(None))
+        allowed: dict[str, tuple[str, ...]] = {progress: ("READ", "WRITE")}
+        if topic is not None:
+            allowed[topic] = ("WRITE",)
+        check_access(self.admin, allowed, topic or "", self._timeout, self.where(None))
+        return None if topic is None else self._facts(topic, metadata)
+
+    def _facts(self, topic: str, metadata: Any) -> TopicFacts:
         described = self._describe(topic)
         return TopicFacts(
             len(metadata.topics[topic].partitions),
             self._record_limit(described),
             timestamp_window(described),
         )
+
+    def routed_topic(self, topic: str, epoch: int) -> TopicFacts | None:
+        """What a topic a row names is like, checked as `check` checks the sink's topic
+        (created first when missing and `create_topic`; the caller checked that rows may
+        name it); None when it does not exist (or this principal may not see it) and is not
+        to be created. ConfigError when this principal may not write it."""
+        metadata = self._metadata()
+        if topic not in metadata.topics:
+            if not self.config.create_topic:
+                return None
+            new = NewTopic(topic, self.config.topic_partitions, self.config.replication_factor)
+            self._create([new], self._brokers)
+            metadata = self._wait_for_topics([topic])
+            if topic not in metadata.topics:
+                raise TransientError(
+                    f"topic {topic!r} was created but the cluster does not show it yet",
+                    **self.where(epoch),
+                    fix="nothing to do: the job writes the epoch again",
+                )
+        check_access(self.admin, {topic: ("WRITE",)}, topic, self._timeout, self.where(epoch))
+        return self._facts(topic, metadata)
 
     def _create(self, wanted: list[NewTopic], brokers: int) -> None:
         """Create `wanted` all or none: the broker first validates every one (validate_only
@@ -538,7 +568,7 @@ class Cluster:
 
     def health_check(self) -> None:
         try:
-            self.admin.list_topics(self.config.topic, timeout=self._timeout)
+            self.admin.list_topics(self.config.progress_topic_name, timeout=self._timeout)
         except KafkaException as exc:
             raise client_failure(
                 exc,
@@ -550,19 +580,54 @@ class Cluster:
         finally:
             self.admin.poll(0)
 
+    def lost_ranges(
+        self, ranges: Mapping[str, Mapping[int, tuple[int, int]]], epoch: int
+    ) -> list[str]:
+        """What of an epoch's offset ranges the cluster no longer holds, each said: a topic
+        or partition gone, or a partition whose high watermark is below the range's end (the
+        topic deleted and made again, or an unclean leader election truncated it). Records
+        deleted by retention leave the high watermark where it was: not a loss."""
+        wanted = {t: spans for t, spans in ranges.items() if any(e > s for s, e in spans.values())}
+        if not wanted:
+            return []
+        metadata = self._metadata()
+        lost: list[str] = []
+        parts: list[TopicPartition] = []
+        for topic, spans in sorted(wanted.items()):
+            found = metadata.topics.get(topic)
+            if found is None or found.error is not None:
+                lost.append(f"topic {topic!r} does not exist")
+                continue
+            for partition, (start, end) in sorted(spans.items()):
+                if end <= start:
+                    continue
+                if partition not in found.partitions:
+                    lost.append(f"{topic}[{partition}] does not exist")
+                else:
+                    parts.append(TopicPartition(topic, partition))
+        if parts:
+            high = self.offsets(parts, IsolationLevel.READ_UNCOMMITTED, epoch)
+            for part in parts:
+                end = wanted[part.topic][part.partition][1]
+                if high[part] < end:
+                    lost.append(
+                        f"{part.topic}[{part.partition}] ends at offset {high[part]}, below the "
+                        f"epoch's range end {end}"
+                    )
+        return lost
+
     # -- per epoch -----------------------------------------------------------------------------
     def high_watermarks(
-        self, partitions: int, epoch: int | None = None
+        self, topic: Sequence[TopicPartition], epoch: int | None = None
     ) -> dict[TopicPartition, int]:
-        """High watermarks (read_uncommitted) of the topic's partitions: after pre_commit's
+        """High watermarks (read_uncommitted) of the partitions `topic`: after pre_commit's
         flush they are past the epoch's records. The progress record needs no wait: its
         readers (recovery) read up to the high watermark with read_committed, which waits
         for the commit markers by itself."""
-        topic = [TopicPartition(self.config.topic, p) for p in range(partitions)]
         return self.offsets(topic, IsolationLevel.READ_UNCOMMITTED, epoch)
 
     def high_watermarks_soon(
-        self, partitions: int, epoch: int | None = None
+        self, topic: Sequence[TopicPartition], epoch: int | None = None
     ) -> Callable[[], dict[TopicPartition, int]]:
         """`high_watermarks`, asked now and awaited when the returned function is first
         called: each offset is the high watermark at some moment before that call (a failed
@@ -571,7 +636,6 @@ class Cluster:
         early request waits ATTEMPT_TIMEOUT_S at most, like every list_offsets attempt: sent
         to a partition leader that just died (killed between two epochs), it would otherwise
         hold the epoch's pre-commit for the whole request_timeout_s."""
-        topic = [TopicPartition(self.config.topic, p) for p in range(partitions)]
         spec = _spec(False)
         attempt_s = min(self._timeout, ATTEMPT_TIMEOUT_S)
         try:

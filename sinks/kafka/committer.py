@@ -32,7 +32,7 @@ def commit(
     ranges: Mapping[TopicPartition, tuple[int, int]],
 ) -> None:
     """Produce the epoch's progress record into its transaction and commit it. `ranges`:
-    each data partition's (start, end) offsets of the epoch."""
+    each data partition's (start, end) offsets of the epoch, over every topic it wrote."""
     epoch = handle.epoch
     record = ProgressRecord(
         epoch,
@@ -41,7 +41,7 @@ def commit(
         handle.rows,
         handle.checksum,
         decision,
-        {p.partition: span for p, span in ranges.items()},
+        by_topic(ranges),
     )
     producer.send_one(
         "writing the progress record",
@@ -52,6 +52,16 @@ def commit(
     )
     producer.flush(epoch)
     producer.commit(epoch)
+
+
+def by_topic(
+    ranges: Mapping[TopicPartition, tuple[int, int]],
+) -> dict[str, dict[int, tuple[int, int]]]:
+    """`ranges` grouped by topic, as a progress record holds them."""
+    grouped: dict[str, dict[int, tuple[int, int]]] = {}
+    for part, span in ranges.items():
+        grouped.setdefault(part.topic, {})[part.partition] = span
+    return grouped
 
 
 def committed_before(

@@ -115,10 +115,24 @@ class Kafka:
     address in brackets (`[::1]:9092`), an optional `PLAINTEXT://`-style prefix that must match
     `security.protocol`. Anything else (`localhost:abc`, `host:99999`, `http://...`, `a:9092
     b:9092`) is a ConfigError naming the entry. Required."""
-    topic: str
-    """The data topic; it must exist unless `create_topic`. At most 237 characters with the
-    default progress topic (`<topic>-ds-progress` must fit Kafka's 249), or give
-    `progress_topic`. Required."""
+    topic: str | None = None
+    """The topic every record goes to; it must exist unless `create_topic`. As in Spark's
+    Kafka sink it takes precedence over a `topic` column, which is then ignored. At most 237
+    characters with the default progress topic (`<topic>-ds-progress` must fit Kafka's 249),
+    or give `progress_topic`. Default None: each row goes to the topic its `topic` column
+    names (`topic_column` in the JSON record shape), within `topics` / `topic_pattern`
+    ([kafka.md](kafka.md#a-topic-per-row)); `progress_topic` is then required."""
+    topics: tuple[str, ...] = ()
+    """Without `topic`: the topics rows may name. A row naming another topic is a bad row
+    (INVALID_VALUE). With `topic_pattern`, a topic may match either. Default none: any topic
+    that exists (then `create_topic` is refused: a bad row must not create topics)."""
+    topic_pattern: str | None = None
+    """Without `topic`: a regular expression (Python `re`, whole name) the topics rows name
+    must match, like `topics`. Default None."""
+    topic_column: str | None = None
+    """The JSON record shape's column naming each row's topic when `topic` is not set (a
+    string column, left out of the JSON value); the Spark record shape always reads `topic`.
+    Default None."""
     name: str = "kafka"
     """The sink's name within the job: part of the `transactional.id` `ds:<job>:<name>`, of
     progress records and of logs. Default "kafka"."""
@@ -143,8 +157,10 @@ class Kafka:
     `<topic>-ds-progress`; created if missing, checked if present; jobs may share it. It must
     differ from `topic` by more than `.` against `_` (Kafka counts those as one character)."""
     create_topic: bool = False
-    """Create `topic` if it is missing (with topic_partitions and replication_factor).
-    Default False: a missing topic is a ConfigError at start."""
+    """Create `topic` if it is missing (with topic_partitions and replication_factor); with
+    a topic per row, create a missing topic of `topics` / `topic_pattern` when a row first
+    names it. Default False: a missing `topic` is a ConfigError at start, a row naming a
+    missing topic a bad row."""
     topic_partitions: int = 1
     """Partitions of a topic this sink creates. Default 1."""
     replication_factor: int = -1
@@ -195,11 +211,13 @@ class Kafka:
         protocol = str(self.producer_config.get("security.protocol", "plaintext"))
         bootstrap_hosts(self.bootstrap_servers, protocol, where)
         _check_topics(self.topic, self.progress_topic, where)
+        _check_routing(self, where)
         roles = [
             self.value_column,
             self.key_column,
             self.timestamp_column,
             self.partition_column,
+            self.topic_column,
             *self.header_columns,
         ]
         used = [r for r in roles if r is not None]
@@ -250,6 +268,31 @@ class Kafka:
     def progress_topic_name(self) -> str:
         return progress_topic_of(self.topic, self.progress_topic)
 
+    @property
+    def routed(self) -> bool:
+        """Whether each row names its topic (no `topic` option)."""
+        return self.topic is None
+
+    def allows(self, topic: str) -> bool:
+        """Whether rows may name `topic` (always, when neither `topics` nor `topic_pattern`
+        bounds them)."""
+        if not self.topics and self.topic_pattern is None:
+            return True
+        if topic in self.topics:
+            return True
+        return (
+            self.topic_pattern is not None and re.fullmatch(self.topic_pattern, topic) is not None
+        )
+
+    def bounds(self) -> str:
+        """The topics rows may name, as the options say it."""
+        said = []
+        if self.topics:
+            said.append(f"topics={list(self.topics)!r}")
+        if self.topic_pattern is not None:
+            said.append(f"topic_pattern={self.topic_pattern!r}")
+        return " or ".join(said) or "any existing topic"
+
     def record_shape_for(self, schema: pa.Schema) -> str:
         """The record shape a batch of `schema` is written in (record_shape_of)."""
         return record_shape_of(self.record_shape, self.layout, schema.names)
@@ -265,6 +308,7 @@ class Kafka:
             tuple(self.header_columns),
             self.timestamp_column,
             self.partition_column,
+            self.topic_column,
         )
 
     def connection_settings(self) -> dict[str, ConfigValue]:
@@ -309,9 +353,85 @@ def _valid_topic(name: str) -> bool:
     )
 
 
-def progress_topic_of(topic: str, progress_topic: str | None) -> str:
-    """The progress topic's name: the one given, else `<topic>-ds-progress`."""
-    return progress_topic or f"{topic}{PROGRESS_SUFFIX}"
+def valid_topic(name: str) -> bool:
+    """Whether Kafka takes `name` as a topic name."""
+    return _valid_topic(name)
+
+
+def progress_topic_of(topic: str | None, progress_topic: str | None) -> str:
+    """The progress topic's name: the one given, else `<topic>-ds-progress` (a sink with a
+    topic per row must give one: checked when the configuration is built)."""
+    if progress_topic is not None:
+        return progress_topic
+    if topic is None:
+        raise ConfigError(
+            "a Kafka sink without `topic` needs progress_topic",
+            fix="progress_topic='<job>-ds-progress'",
+        )
+    return f"{topic}{PROGRESS_SUFFIX}"
+
+
+def _check_routing(config: Kafka, where: str) -> None:
+    """A topic per row: a progress topic named, the bounds valid, and `create_topic` only
+    within bounds; with `topic`, no bounds (the column is ignored)."""
+    for name in config.topics:
+        if not _valid_topic(name):
+            raise ConfigError(
+                f"{where}: topics holds {name!r}, which is not a valid topic name",
+                fix=f"use 1-{MAX_TOPIC_LENGTH} characters of [A-Za-z0-9._-]",
+            )
+    if config.topic_pattern is not None:
+        try:
+            re.compile(config.topic_pattern)
+        except (re.error, TypeError) as exc:
+            raise ConfigError(
+                f"{where}: topic_pattern {config.topic_pattern!r} is not a regular expression "
+                f"({exc})",
+                fix="give a Python regular expression matched against whole topic names, "
+                "e.g. topic_pattern=r'events\\.[a-z]+'",
+            ) from None
+    if not config.routed:
+        given = [
+            n
+            for n, v in (
+                ("topics", config.topics),
+                ("topic_pattern", config.topic_pattern),
+                ("topic_column", config.topic_column),
+            )
+            if v
+        ]
+        if given:
+            raise ConfigError(
+                f"{where}: topic={config.topic!r} sends every row to that topic (it takes "
+                f"precedence over a topic column, as in Spark's Kafka sink), so {given} "
+                "would have no effect",
+                fix="remove topic= to send each row to the topic its topic column names, or "
+                f"remove {', '.join(given)}",
+            )
+        return
+    if config.progress_topic is None:
+        raise ConfigError(
+            f"{where}: without topic=, each row names its topic, and the sink needs a "
+            "progress topic of its own name",
+            fix="give progress_topic='<job>-ds-progress' (a stable name: the job's progress "
+            "and fence live there; jobs may share it), or give topic= for one topic",
+        )
+    if config.progress_topic in config.topics or (
+        config.topic_pattern is not None and config.allows(config.progress_topic)
+    ):
+        raise ConfigError(
+            f"{where}: progress_topic {config.progress_topic!r} is among the topics rows may "
+            f"name ({config.bounds()})",
+            fix="give the progress topic a name outside topics and topic_pattern",
+        )
+    if config.create_topic and not (config.topics or config.topic_pattern is not None):
+        raise ConfigError(
+            f"{where}: create_topic=True with a topic per row and no bound: any row could "
+            "create a topic",
+            fix="name the topics rows may create: topics=['orders', 'refunds'] or "
+            "topic_pattern=r'events\\..*'; or create the topics yourself and leave "
+            "create_topic=False",
+        )
 
 
 def collision_name(topic: str) -> str:
@@ -320,14 +440,17 @@ def collision_name(topic: str) -> str:
     return topic.replace(".", "_")
 
 
-def _check_topics(topic: str, progress_topic: str | None, where: str) -> None:
-    """Both names valid, the derived progress topic's too, and distinct for Kafka."""
+def _check_topics(topic: str | None, progress_topic: str | None, where: str) -> None:
+    """Both names valid, the derived progress topic's too, and distinct for Kafka (without
+    `topic`, _check_routing checks the progress topic)."""
     for what, name in (("topic", topic), ("progress_topic", progress_topic)):
         if name is not None and not _valid_topic(name):
             raise ConfigError(
                 f"{where}: {what} {name!r} is not a valid topic name",
                 fix=f"use 1-{MAX_TOPIC_LENGTH} characters of [A-Za-z0-9._-]",
             )
+    if topic is None:
+        return
     progress = progress_topic_of(topic, progress_topic)
     if progress_topic is None and not _valid_topic(progress):
         room = MAX_TOPIC_LENGTH - len(PROGRESS_SUFFIX)

@@ -1,14 +1,16 @@
 """What `durable-sinks` reads from Kafka (core/operations.py), read_committed and read only:
 
 - in doubt: a Kafka transaction cannot be listed by transactional id with confluent-kafka
-  (no DescribeTransactions), so a partition of the topic whose last stable offset (LSO) lags
-  its high watermark is reported: a transaction is open there (this job's, whose next start
-  aborts it, or another writer's; `kafka-transactions.sh --describe` names its producer);
+  (no DescribeTransactions), so a partition of the sink's topics (its topic, or those its
+  newest progress record names) whose last stable offset (LSO) lags its high watermark is
+  reported: a transaction is open there (this job's, whose next start aborts it, or another
+  writer's; `kafka-transactions.sh --describe` names its producer);
 - holdings: the job's progress records per epoch (the sink's markers: participant, rows,
-  when) and the committed records of each epoch, counted: with `epoch_header`, by their
-  `ds-epoch` header over the whole topic; without it (the default), inside the offset
-  ranges the epoch's progress records name (progress.py). A range holds every record of its
-  epoch and, when another producer wrote the same partitions during the epoch, theirs too:
+  when) and the committed records of each epoch, counted in every topic the epoch wrote:
+  with `epoch_header`, by their `ds-epoch` header over those whole topics; without it (the
+  default), inside the offset ranges the epoch's progress records name (progress.py). A
+  range holds every record of its epoch and, when another producer wrote the same
+  partitions during the epoch, theirs too:
   its progress record says how many offsets the range spans against the epoch's rows, so
   such a range is known. Where a range holds only the epoch's records, the count proves the
   epoch once, with its rows; where it is shared and the count stays within what the other
@@ -46,24 +48,30 @@ def partitions(admin: AdminClient, topic: str, timeout: float) -> list[TopicPart
 
 def in_doubt(
     admin: AdminClient,
-    topic: str,
+    topics: list[str],
     timeout: float,
     handle: Callable[[str], CommitHandle],
 ) -> list[Prepared]:
-    """One entry when some partition of `topic` has an open transaction (LSO < high
+    """One entry when some partition of `topics` has an open transaction (LSO < high
     watermark); `handle(what)` names the participant it most likely is."""
-    parts = partitions(admin, topic, timeout)
+    parts = [p for topic in topics for p in partitions(admin, topic, timeout)]
     if not parts:
         return []
     stable = list_offsets(admin, parts, IsolationLevel.READ_COMMITTED, timeout)
     high = list_offsets(admin, parts, IsolationLevel.READ_UNCOMMITTED, timeout)
-    held = [p.partition for p in parts if stable[p] < high[p]]
+    held: dict[str, list[int]] = {}
+    for p in parts:
+        if stable[p] < high[p]:
+            held.setdefault(p.topic, []).append(p.partition)
     if not held:
         return []
+    where = "; ".join(
+        f"partition{'s' if len(found) > 1 else ''} {', '.join(map(str, found))} of topic {topic!r}"
+        for topic, found in sorted(held.items())
+    )
     what = (
-        f"an open transaction holds partition{'s' if len(held) > 1 else ''} "
-        f"{', '.join(map(str, held))} of topic {topic!r} (last stable offset behind the high "
-        "watermark): this job's producer's, or another writer's"
+        f"an open transaction holds {where} (last stable offset behind the high watermark): "
+        "this job's producer's, or another writer's"
     )
     return [Prepared(handle(what), what)]
 
@@ -87,29 +95,31 @@ def committed(
         }
     )
     try:
-        ends: dict[int, int] = {}
+        ends: dict[tuple[str, int], int] = {}
         for p in parts:
             _low, high = consumer.get_watermark_offsets(p, timeout=timeout, cached=False)
-            ends[p.partition] = high
-        begins = {p.partition: max(p.offset, 0) for p in parts}
-        todo = {p.partition for p in parts if ends[p.partition] > begins[p.partition]}
-        consumer.assign([TopicPartition(p.topic, p.partition, begins[p.partition]) for p in parts])
+            ends[(p.topic, p.partition)] = high
+        begins = {(p.topic, p.partition): max(p.offset, 0) for p in parts}
+        todo = {key for key in ends if ends[key] > begins[key]}
+        consumer.assign([TopicPartition(t, n, begins[(t, n)]) for t, n in begins])
         deadline = time.monotonic() + max(timeout, 10.0) * 6
         while todo:
             if time.monotonic() > deadline:
+                names = ", ".join(sorted({t for t, _ in todo}))
                 raise TransientError(
-                    f"reading topic {parts[0].topic!r} to its end did not finish in time: an "
-                    "open transaction may hold it",
+                    f"reading {names} to the end did not finish in time: an open transaction "
+                    "may hold it",
                     fix="run the command again once the transaction ended (or timed out)",
                 )
             for message in consumer.consume(num_messages=1000, timeout=0.2):
                 if message.error() is not None:
                     raise KafkaException(message.error())
                 yield message
-            positions = consumer.position([TopicPartition(p.topic, p.partition) for p in parts])
+            positions = consumer.position([TopicPartition(t, n) for t, n in begins])
             for position in positions:
-                if position.offset >= ends[position.partition]:
-                    todo.discard(position.partition)
+                key = (position.topic, position.partition)
+                if position.offset >= ends[key]:
+                    todo.discard(key)
     finally:
         consumer.close()
 
@@ -117,7 +127,7 @@ def committed(
 def holdings(
     settings: Mapping[str, Any],
     admin: AdminClient,
-    topic: str,
+    topic: str | None,
     progress_topic: str,
     progress_key: bytes,
     epoch_header: bool,
@@ -132,11 +142,12 @@ def holdings(
         record = ProgressRecord.decode(message.value(), f"{progress_topic}@{message.offset()}")
         if first <= record.epoch <= last:
             markers.setdefault(record.epoch, []).append((record, message.timestamp()[1] / 1e3))
+    records = [record for found in markers.values() for record, _ in found]
     if epoch_header:
-        counts = _counts_by_header(settings, admin, topic, first, last, timeout)
+        topics = sorted({t for r in records for t in r.topics()} | ({topic} if topic else set()))
+        counts = _counts_by_header(settings, admin, topics, first, last, timeout)
     else:
-        records = [record for found in markers.values() for record, _ in found]
-        counts = _counts_in_ranges(settings, admin, topic, records, timeout)
+        counts = _counts_in_ranges(settings, admin, records, timeout)
     held = {}
     for epoch in sorted(set(markers) | set(counts)):
         marked = markers.get(epoch, [])
@@ -160,14 +171,16 @@ def holdings(
 def _counts_by_header(
     settings: Mapping[str, Any],
     admin: AdminClient,
-    topic: str,
+    topics: list[str],
     first: int,
     last: int,
     timeout: float,
 ) -> dict[int, int]:
-    """Committed records per epoch in `first..last`, by their `ds-epoch` header."""
+    """Committed records per epoch in `first..last` over `topics`, by their `ds-epoch`
+    header."""
     counts: dict[int, int] = {}
-    for message in committed(settings, partitions(admin, topic, timeout), timeout):
+    parts = [p for topic in topics for p in partitions(admin, topic, timeout)]
+    for message in committed(settings, parts, timeout):
         for name, value in message.headers() or ():
             if name == EPOCH_HEADER and value is not None and value.isdigit():
                 epoch = int(value)
@@ -179,29 +192,36 @@ def _counts_by_header(
 def _counts_in_ranges(
     settings: Mapping[str, Any],
     admin: AdminClient,
-    topic: str,
     records: list[ProgressRecord],
     timeout: float,
 ) -> dict[int, int]:
-    """Committed records per epoch inside the offset ranges `records` name (every
-    progress record of an epoch counts: an epoch committed twice holds both ranges)."""
-    ranges: dict[int, list[tuple[int, int, int]]] = {}
+    """Committed records per epoch inside the offset ranges `records` name, in every topic
+    (every progress record of an epoch counts: an epoch committed twice holds both ranges).
+    A partition a range names that the topic no longer has counts nothing."""
+    ranges: dict[tuple[str, int], list[tuple[int, int, int]]] = {}
     for record in records:
-        for partition, (start, end) in (record.ranges or {}).items():
-            if end > start:
-                ranges.setdefault(partition, []).append((start, end, record.epoch))
-    for spans in ranges.values():
-        spans.sort()
-    starts = {p: [start for start, _, _ in spans] for p, spans in ranges.items()}
+        for topic, spans in (record.ranges or {}).items():
+            for partition, (start, end) in spans.items():
+                if end > start:
+                    ranges.setdefault((topic, partition), []).append((start, end, record.epoch))
+    for found in ranges.values():
+        found.sort()
+    starts = {key: [start for start, _, _ in found] for key, found in ranges.items()}
     counts = {record.epoch: 0 for record in records if record.ranges is not None}
-    parts = [p for p in partitions(admin, topic, timeout) if p.partition in ranges]
+    topics = sorted({topic for topic, _ in ranges})
+    parts = [
+        p
+        for topic in topics
+        for p in partitions(admin, topic, timeout)
+        if (p.topic, p.partition) in ranges
+    ]
     for p in parts:  # read from the first range on
-        p.offset = ranges[p.partition][0][0]
+        p.offset = ranges[(p.topic, p.partition)][0][0]
     for message in committed(settings, parts, timeout):
-        partition, offset = message.partition(), message.offset()
-        at = bisect_right(starts[partition], offset) - 1
+        key, offset = (message.topic(), message.partition()), message.offset()
+        at = bisect_right(starts[key], offset) - 1
         if at >= 0:
-            _start, end, epoch = ranges[partition][at]
+            _start, end, epoch = ranges[key][at]
             if offset < end:
                 counts[epoch] += 1
     return counts
@@ -251,7 +271,20 @@ def sink_in_doubt(sink: Any, opened: Any, last_committed: int | None) -> list[Pr
             KafkaHandleDetails(transactional_id, note=what).to_json(),
         )
 
-    return in_doubt(opened.cluster.admin, sink.config.topic, sink.config.request_timeout_s, handle)
+    topics = set(opened.routed) | ({sink.config.topic} if sink.config.topic else set())
+    if sink.config.topic is None:  # the topics the newest epoch wrote, too
+        from .recovery import latest_progress
+
+        record, _ = latest_progress(
+            opened.progress,
+            opened.context.job_id,
+            sink.name,
+            sink.config.progress_topic_name,
+            lambda r: True,
+        )
+        topics |= set(record.topics() if record is not None else ())
+    timeout = sink.config.request_timeout_s
+    return in_doubt(opened.cluster.admin, sorted(topics), timeout, handle)
 
 
 def sink_holdings(config: Any, opened: Any, first: int, last: int) -> dict[int, Holding]:

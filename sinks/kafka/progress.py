@@ -4,9 +4,10 @@ transaction, which epoch it committed and the decision that epoch carried.
 One partition, compacted. Two keys per (job, sink):
 - `<owner>progress`: one record per committed epoch `{epoch, generation, participant, rows,
   checksum, decision, ranges}`; compaction keeps at least the latest, which is all recovery
-  needs. `ranges` maps each data partition to `[start, end)`: the partition's high watermark
-  read before the epoch's first record was produced and after its last was acknowledged, so
-  every record of the epoch lies inside (the audit counts them there: operations.py);
+  needs. `ranges` maps each topic the epoch wrote, and each of its partitions, to
+  `[start, end)`: the partition's high watermark read before the epoch's first record to
+  that topic was produced and after its last was acknowledged, so every record of the epoch
+  lies inside (the audit counts them there: operations.py);
 - `<owner>fence`: `{generation}`, written when a coordinator opens the sink, so an older
   coordinator that opens it later refuses to start instead of fencing the newer producer;
 - `<owner>generation`: `{generation}`, written only by a generation claim of the job's
@@ -76,9 +77,9 @@ class ProgressRecord:
     rows: int
     checksum: str
     decision: Mapping[str, JSON] | None
-    #: Data partition -> (start, end) offsets holding every record of the epoch (others'
-    #: records may share them: see the module docstring); None in records of older versions.
-    ranges: Mapping[int, tuple[int, int]] | None = None
+    #: Topic -> partition -> (start, end) offsets holding every record of the epoch
+    #: (others' records may share them: see the module docstring).
+    ranges: Mapping[str, Mapping[int, tuple[int, int]]] | None = None
 
     def encode(self) -> bytes:
         fields: dict[str, Any] = {
@@ -91,14 +92,21 @@ class ProgressRecord:
             "decision": self.decision,
         }
         if self.ranges is not None:
-            fields["ranges"] = {str(p): [s, e] for p, (s, e) in sorted(self.ranges.items())}
+            fields["ranges"] = {
+                topic: {str(p): [s, e] for p, (s, e) in sorted(spans.items())}
+                for topic, spans in sorted(self.ranges.items())
+            }
         return json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
 
     def span(self) -> int | None:
         """Offsets the ranges cover (the epoch's records, and whatever shares them)."""
         if self.ranges is None:
             return None
-        return sum(end - start for start, end in self.ranges.values())
+        return sum(end - start for spans in self.ranges.values() for start, end in spans.values())
+
+    def topics(self) -> list[str]:
+        """The topics the epoch wrote records into, sorted."""
+        return sorted(self.ranges or {})
 
     @classmethod
     def decode(cls, value: bytes, where: str) -> ProgressRecord:
@@ -122,12 +130,16 @@ class ProgressRecord:
             ) from None
 
 
-def _ranges(data: Any) -> dict[int, tuple[int, int]] | None:
+def _ranges(data: Any) -> dict[str, dict[int, tuple[int, int]]] | None:
     if data is None:
         return None
-    ranges = {int(p): (int(r[0]), int(r[1])) for p, r in data.items()}
-    if any(end < start for start, end in ranges.values()):
-        raise ValueError(f"an offset range ends before it starts: {data!r}")
+    ranges = {
+        str(topic): {int(p): (int(r[0]), int(r[1])) for p, r in spans.items()}
+        for topic, spans in data.items()
+    }
+    for spans in ranges.values():
+        if any(end < start or start < 0 for start, end in spans.values()):
+            raise ValueError(f"an offset range ends before it starts: {data!r}")
     return ranges
 
 

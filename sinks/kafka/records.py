@@ -62,6 +62,8 @@ class RecordLayout:
     header_columns: tuple[str, ...] = ()
     timestamp_column: str | None = None
     partition_column: str | None = None
+    #: The column naming each row's topic (a sink without a `topic` option).
+    topic_column: str | None = None
 
     def roles(self) -> dict[str, str]:
         named = {
@@ -69,6 +71,7 @@ class RecordLayout:
             "key_column": self.key_column,
             "timestamp_column": self.timestamp_column,
             "partition_column": self.partition_column,
+            "topic_column": self.topic_column,
         }
         roles = {column: role for role, column in named.items() if column is not None}
         for column in self.header_columns:
@@ -84,7 +87,10 @@ class RecordLayout:
                 found.append(f"{role} {column!r} is not a column (columns: {schema.names})")
                 continue
             type_ = schema.field(index).type
-            if role in ("value_column", "key_column", "header_columns"):
+            if role == "topic_column":
+                if not (pa.types.is_string(type_) or pa.types.is_large_string(type_)):
+                    found.append(f"topic_column {column!r} is {type_}; it must be a string")
+            elif role in ("value_column", "key_column", "header_columns"):
                 if not _is_bytes_like(type_):
                     found.append(f"{role} {column!r} is {type_}; it must be string or binary")
             elif role == "timestamp_column":

@@ -29,12 +29,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from confluent_kafka import TopicPartition
 
 from durable_sinks.core.bad_rows import BadRowsError, Refusal, RefusalReason, RefusedRows
 from durable_sinks.core.errors import (
+    LOST_EPOCHS_DOC,
+    CommittedEpochLostError,
     DurableSinkError,
     FencedError,
     InDoubtError,
@@ -58,7 +62,7 @@ from durable_sinks.core.sink_base import SinkBase, Step, guarded
 from . import committer, errors, operations, recovery, spark_shape
 from .admin import Cluster, TopicFacts
 from .clientlog import ClientLog
-from .config import SPARK_SHAPE, Kafka
+from .config import MAX_TOPIC_LENGTH, SPARK_SHAPE, Kafka, valid_topic
 from .decisions import KafkaDecisionHost
 from .handles import KafkaHandleDetails
 from .progress import (
@@ -79,6 +83,17 @@ _COMMIT_IN_DOUBT = (
     "the progress record tells whether the epoch committed: the epoch's replay or the next "
     "start reads it and commits or rolls back the job's other sinks accordingly"
 )
+
+
+@dataclass
+class _Group:
+    """The rows of one batch bound for one topic."""
+
+    topic: str
+    facts: TopicFacts
+    batch: pa.RecordBatch
+    #: The rows' indices in the batch given to write_batch (None: all of them, in order).
+    rows: list[int] | None
 
 
 class _Opened:
@@ -109,7 +124,10 @@ class _Opened:
             sink.where,
             request_timeout=sink.config.request_timeout_s,
         )
-        self.topic = TopicFacts(0, 0)
+        #: The sink's topic (None: rows name theirs).
+        self.topic: TopicFacts | None = None
+        #: Each topic rows named, once checked.
+        self.routed: dict[str, TopicFacts] = {}
 
 
 class KafkaSink(SinkBase[Kafka]):
@@ -126,7 +144,9 @@ class KafkaSink(SinkBase[Kafka]):
         self._checked_shape: str | None = None
 
     def _target(self) -> str:
-        return f"topic={self.config.topic!r}"
+        if self.config.topic is not None:
+            return f"topic={self.config.topic!r}"
+        return f"topics by row ({self.config.bounds()})"
 
     def _translate(self, exc: Exception, step: Step) -> DurableSinkError | None:
         return errors.translate(exc, step, self)
@@ -150,7 +170,8 @@ class KafkaSink(SinkBase[Kafka]):
             return
         try:
             opened.topic = opened.cluster.check()
-            opened.producer.batch_limit = opened.topic.record_limit
+            if opened.topic is not None:
+                opened.producer.batch_limit = opened.topic.record_limit
             self._start_producer(context.generation)
         except BaseException:
             self.close()  # a refused open holds no client
@@ -173,6 +194,8 @@ class KafkaSink(SinkBase[Kafka]):
             state.progress, job, self.name, topic, lambda r: True, with_fence=True
         )
         self._check_fence(holder, generation)
+        if record is not None and record.ranges:
+            self._check_held(record.epoch, record.ranges)
         producer.write_alone(
             "writing the fence record", topic, encode_fence(generation), fence_key(job, self.name)
         )
@@ -183,6 +206,26 @@ class KafkaSink(SinkBase[Kafka]):
             producer.transactional_id,
             generation,
             self._last_committed,
+        )
+
+    def _check_held(self, epoch: int, ranges: Mapping[str, Mapping[int, tuple[int, int]]]) -> None:
+        """The topics must still hold the newest committed epoch's records (its progress
+        record's offset ranges): CommittedEpochLostError, before anything is written,
+        when a topic lost them."""
+        lost = self._state().cluster.lost_ranges(ranges, epoch)
+        if not lost:
+            return
+        raise CommittedEpochLostError(
+            f"the topics no longer hold epoch {epoch}, which this sink committed: "
+            f"{'; '.join(lost)} (a topic deleted and made again, or an unclean leader "
+            "election)",
+            **self.where(epoch),
+            first_lost=epoch,
+            last_lost=epoch,
+            holder=self.name,
+            fix="write the lost records into the topics again from the source before "
+            "restarting (Kafka has no repair command); if the topic was deleted on purpose, "
+            f"start the query under a new job_id; see {LOST_EPOCHS_DOC}",
         )
 
     def _newer_owner(self) -> bool:
@@ -251,7 +294,15 @@ class KafkaSink(SinkBase[Kafka]):
         producer.begin(epoch)
         current = KafkaParticipant(epoch, name)
         state = self._state()
-        current.starts = state.cluster.high_watermarks_soon(state.topic.partitions, epoch)
+        known = list(state.routed.items())
+        if state.topic is not None and self.config.topic is not None:
+            known.append((self.config.topic, state.topic))
+            current.topics[self.config.topic] = state.topic.partitions
+        # The ranges' starts of the topics the epoch likely writes, asked now, awaited before
+        # its first record; a topic first named later is asked then (`_started_topic`).
+        ahead = [TopicPartition(t, p) for t, facts in known for p in range(facts.partitions)]
+        if ahead:
+            current.pending = state.cluster.high_watermarks_soon(ahead, epoch)
         self._current = current
 
     def _require_current(self, epoch: int | None = None) -> KafkaParticipant:
@@ -262,36 +313,149 @@ class KafkaSink(SinkBase[Kafka]):
 
     @guarded("writing a batch")
     def write_batch(self, batch: pa.RecordBatch) -> WriteResult:
-        """Produce the batch's records into the epoch's transaction, but none of a row the
-        topic cannot take (a record over the size limit, a partition the topic does not have,
-        a Spark-shape row Spark's sink would fail on): by the job's bad-row policy such rows
-        fail the batch before any of its records is produced (BadRowsError), or are left out
-        and returned as refused rows."""
+        """Produce the batch's records into the epoch's transaction, each to the sink's topic
+        or, without one, to the topic its row names; but none of a row the topic cannot take
+        (a record over the size limit, a partition the topic does not have, a Spark-shape row
+        Spark's sink would fail on, a topic that is null, invalid, outside `topics` /
+        `topic_pattern` or missing): by the job's bad-row policy such rows fail the batch
+        before any of its records is produced (BadRowsError), or are left out and returned as
+        refused rows."""
         current = self._require_current()
         state = self._state()
         state.producer.require(current.epoch)
         shape = self._check_schema(batch, current.epoch)
-        if shape == SPARK_SHAPE:
-            encoded = spark_shape.encode_spark_records(batch)
-            refused = spark_shape.row_refusals(batch, self.config.topic, state.topic.partitions)
+        if self.config.topic is not None and state.topic is not None:
+            groups = [_Group(self.config.topic, state.topic, batch, None)]
+            refused = RefusedRows()
         else:
-            encoded = encode_records(batch, self.config.layout)
-            refused = self._partition_refusals(encoded, state.topic)
-        refused = self._size_refusals(encoded, state.topic).merged(
-            refused, self._timestamp_refusals(encoded, state.topic, shape)
-        )
+            groups, refused = self._route(batch, shape, current.epoch)
+        encoded: list[Encoded] = []
+        for group in groups:
+            found, group_encoded = self._group_refusals(group, shape)
+            encoded.append(group_encoded)
+            refused = refused.merged(found if group.rows is None else found.through(group.rows))
+        kept = None
         if refused:
             self._refused(batch, refused, current.epoch)
-            encoded = encoded.kept(refused.kept_mask(len(encoded)))
-        records = encoded.records(current.checksum)
-        if current.starts is not None:
-            current.starts()  # the ranges' starts are known before the first record is sent
-        state.producer.send(records, current.epoch)
-        written = records.total_bytes()
-        current.rows += len(records)
+            kept = refused.kept_mask(batch.num_rows)
+        rows = written = 0
+        for group, group_encoded in zip(groups, encoded, strict=True):
+            to_send = group_encoded
+            if kept is not None:
+                mask = kept if group.rows is None else pc.take(kept, pa.array(group.rows))
+                to_send = group_encoded.kept(mask)
+            records = to_send.records(current.checksum)
+            if len(records) == 0:
+                continue
+            self._started_topic(current, group.topic, group.facts)
+            state.producer.send(records, current.epoch, group.topic)
+            rows += len(records)
+            written += records.total_bytes()
+            current.checksum = records.checksum
+        current.rows += rows
         current.bytes += written
-        current.checksum = records.checksum
-        return WriteResult(len(records), written, refused)
+        return WriteResult(rows, written, refused)
+
+    def _group_refusals(self, group: _Group, shape: str) -> tuple[RefusedRows, Encoded]:
+        """One topic's rows encoded, and what of them the topic cannot take (rows of
+        `group.batch`)."""
+        batch, topic, facts = group.batch, group.topic, group.facts
+        if shape == SPARK_SHAPE:
+            encoded = spark_shape.encode_spark_records(batch)
+            found = spark_shape.row_refusals(batch, topic, facts.partitions)
+        else:
+            encoded = encode_records(batch, self.config.layout)
+            found = self._partition_refusals(encoded, topic, facts)
+        refused = self._size_refusals(encoded, topic, facts).merged(
+            found, self._timestamp_refusals(encoded, topic, facts, shape)
+        )
+        return refused, encoded
+
+    def _route(
+        self, batch: pa.RecordBatch, shape: str, epoch: int
+    ) -> tuple[list[_Group], RefusedRows]:
+        """The batch's rows by the topic each names (in their order within each topic), and
+        the rows no topic takes: a null or invalid name, one outside the sink's bounds, or a
+        topic that does not exist (and is not to be created)."""
+        column_name = spark_shape.TOPIC if shape == SPARK_SHAPE else self.config.topic_column
+        if column_name is None:  # checked with the schema; here for the type checker
+            raise self._no_topic_column(epoch)
+        column = batch.column(column_name)
+        encoded = pc.dictionary_encode(column)
+        names = encoded.dictionary.to_pylist()
+        indices = encoded.indices
+        refusals: list[RefusedRows] = [
+            RefusedRows.where(
+                pc.is_null(column),
+                Refusal(
+                    RefusalReason.INVALID_VALUE,
+                    "the topic is null; without the sink's topic option every row must name "
+                    "its topic",
+                    column_name,
+                ),
+            )
+        ]
+        groups: list[_Group] = []
+        for code, name in enumerate(names):
+            mask = pc.equal(indices, code)
+            why = self._unusable_topic(name, epoch)
+            if why is not None:
+                refusals.append(
+                    RefusedRows.where(mask, Refusal(RefusalReason.INVALID_VALUE, why, column_name))
+                )
+                continue
+            facts = self._state().routed[name]
+            rows = pc.indices_nonzero(mask)
+            sub = batch if len(rows) == batch.num_rows else batch.take(rows)
+            groups.append(_Group(name, facts, sub, rows.to_pylist()))
+        return groups, RefusedRows().merged(*refusals)
+
+    def _unusable_topic(self, name: str, epoch: int) -> str | None:
+        """Why rows cannot go to topic `name`, or None (it is checked, or created when
+        allowed, the first time a row names it)."""
+        state = self._state()
+        if not valid_topic(name):
+            return (
+                f"topic {name!r} is not a valid Kafka topic name (1-{MAX_TOPIC_LENGTH} "
+                "characters of [A-Za-z0-9._-])"
+            )
+        if not self.config.allows(name):
+            return f"topic {name!r} is not among the sink's topics ({self.config.bounds()})"
+        if name == self.config.progress_topic_name:
+            return f"topic {name!r} is the sink's progress topic"
+        current = self._require_current(epoch)
+        if name not in state.routed and name not in current.missing:
+            facts = state.cluster.routed_topic(name, epoch)
+            if facts is None:
+                current.missing.add(name)  # looked up again in a later epoch
+            else:
+                state.routed[name] = facts
+                self.logger(epoch).info("writing topic %s (%d partitions)", name, facts.partitions)
+        if name in current.missing:
+            return (
+                f"topic {name!r} does not exist (or this principal may not see it), and the "
+                "sink does not create it"
+            )
+        return None
+
+    def _started_topic(self, current: KafkaParticipant, topic: str, facts: TopicFacts) -> None:
+        """Make sure the epoch's offset ranges in `topic` have their starts before its first
+        record is produced (the high watermarks asked at begin_epoch, or now)."""
+        if current.pending is not None:
+            pending, current.pending = current.pending, None
+            current.starts.update(pending())
+        parts = [TopicPartition(topic, p) for p in range(facts.partitions)]
+        if any(p not in current.starts for p in parts):
+            current.starts.update(self._state().cluster.high_watermarks(parts, current.epoch))
+        current.topics.setdefault(topic, facts.partitions)
+
+    def _no_topic_column(self, epoch: int | None) -> SchemaMismatchError:
+        return SchemaMismatchError(
+            "the sink has no topic option, so each row must name its topic, but the JSON "
+            "record shape has no topic_column",
+            **self.where(epoch),
+            fix="set topic_column='<a string column>' (or topic= for one topic)",
+        )
 
     def _check_schema(self, batch: pa.RecordBatch, epoch: int) -> str:
         """The batch's record shape, once its schema is checked against it (once per
@@ -310,6 +474,15 @@ class KafkaSink(SinkBase[Kafka]):
         else:
             problems = self.config.layout.problems(batch.schema)
             fix = "change the sink's column roles or the query's columns"
+            if self.config.routed and self.config.topic_column is None:
+                raise self._no_topic_column(epoch)
+        routed = shape == SPARK_SHAPE and self.config.routed
+        if routed and spark_shape.TOPIC not in batch.schema.names:
+            problems.append(
+                "the sink has no topic option, so each row must name its topic in a 'topic' "
+                f"column (columns: {batch.schema.names})"
+            )
+            fix = "add a string column 'topic' naming each row's topic, or give the sink topic="
         if problems:
             raise SchemaMismatchError(
                 f"the batch does not fit the {shape} record shape: " + "; ".join(problems),
@@ -319,34 +492,34 @@ class KafkaSink(SinkBase[Kafka]):
         self._checked_schema, self._checked_shape = batch.schema, shape
         return shape
 
-    def _size_refusals(self, encoded: Encoded, topic: TopicFacts) -> RefusedRows:
+    def _size_refusals(self, encoded: Encoded, topic: str, facts: TopicFacts) -> RefusedRows:
         """Records heavier than the topic or the producer takes (RECORD_TOO_LARGE)."""
-        over = pc.greater(encoded.wire_sizes, topic.record_limit)
+        over = pc.greater(encoded.wire_sizes, facts.record_limit)
         if not pc.any(over).as_py():
             return RefusedRows()
         rows = pc.indices_nonzero(over)
-        limit = topic.record_limit
+        limit = facts.record_limit
         return RefusedRows(
             tuple(rows.to_pylist()),
             tuple(
                 Refusal(
                     RefusalReason.RECORD_TOO_LARGE,
                     f"the record is about {size} bytes; the limit is {limit} bytes (the "
-                    f"smaller of topic {self.config.topic!r} max.message.bytes and the "
+                    f"smaller of topic {topic!r} max.message.bytes and the "
                     "producer's message.max.bytes)",
                 )
                 for size in pc.take(encoded.wire_sizes, rows).to_pylist()
             ),
         )
 
-    def _partition_refusals(self, encoded: Encoded, topic: TopicFacts) -> RefusedRows:
+    def _partition_refusals(self, encoded: Encoded, topic: str, facts: TopicFacts) -> RefusedRows:
         """Rows whose partition_column names a partition the topic does not have (null or -1:
         the partitioner chooses)."""
         column = encoded.partitions
         if column is None:
             return RefusedRows()
         outside = pc.fill_null(
-            pc.or_(pc.less(column, -1), pc.greater_equal(column, topic.partitions)), False
+            pc.or_(pc.less(column, -1), pc.greater_equal(column, facts.partitions)), False
         )
         if not pc.any(outside).as_py():
             return RefusedRows()
@@ -357,15 +530,17 @@ class KafkaSink(SinkBase[Kafka]):
             tuple(
                 Refusal(
                     RefusalReason.INVALID_VALUE,
-                    f"partition {value}, but topic {self.config.topic!r} has partitions "
-                    f"0..{topic.partitions - 1}",
+                    f"partition {value}, but topic {topic!r} has partitions "
+                    f"0..{facts.partitions - 1}",
                     name,
                 )
                 for value in pc.take(column, rows).to_pylist()
             ),
         )
 
-    def _timestamp_refusals(self, encoded: Encoded, topic: TopicFacts, shape: str) -> RefusedRows:
+    def _timestamp_refusals(
+        self, encoded: Encoded, topic: str, facts: TopicFacts, shape: str
+    ) -> RefusedRows:
         """Records whose timestamp the topic would refuse (TIMESTAMP_OUT_OF_RANGE): before
         1970, or outside its window around now (message.timestamp.before/after.max.ms), less
         a margin for the clocks of this host and the broker, which checks later."""
@@ -373,7 +548,7 @@ class KafkaSink(SinkBase[Kafka]):
             return RefusedRows()
         stamps = millis(encoded.timestamps)
         outside = pc.less(stamps, 0)
-        window = topic.timestamps
+        window = facts.timestamps
         now = int(time.time() * 1000)
         if window is not None and window.before_ms is not None:
             earliest = now - window.before_ms + TIMESTAMP_MARGIN_MS
@@ -394,7 +569,7 @@ class KafkaSink(SinkBase[Kafka]):
                 return f"timestamp {ms} ms is before 1970: Kafka takes no negative timestamp"
             return (
                 f"timestamp {ms} ms is {(ms - now) / 1000:+.0f} s from now, outside what topic "
-                f"{self.config.topic!r} takes (message.timestamp.before.max.ms "
+                f"{topic!r} takes (message.timestamp.before.max.ms "
                 f"{_limit(window.before_ms if window else None)}, after.max.ms "
                 f"{_limit(window.after_ms if window else None)})"
             )
@@ -435,9 +610,11 @@ class KafkaSink(SinkBase[Kafka]):
                 "compute partitions modulo the topic's partition count, or leave the column "
                 "null to let the partitioner choose"
             )
-        if spark_shape.TOPIC in columns:
+        if {spark_shape.TOPIC, self.config.topic_column} & columns:
             fixes.append(
-                "rows for another topic need a job of their own whose Kafka sink writes that topic"
+                "name an existing topic in each row's topic column, within "
+                f"{self.config.bounds()} (or let the sink create topics: create_topic=True "
+                "with topics= or topic_pattern=)"
             )
         if spark_shape.HEADERS in columns:
             fixes.append("give every header a key")
@@ -467,7 +644,9 @@ class KafkaSink(SinkBase[Kafka]):
             current.bytes,
             f"crc32:{current.checksum:08x}",
             KafkaHandleDetails(
-                producer.transactional_id, self.config.topic, self.config.progress_topic_name
+                producer.transactional_id,
+                tuple(sorted(current.topics)),
+                self.config.progress_topic_name,
             ).to_json(),
         )
         return current.prepared
@@ -497,9 +676,11 @@ class KafkaSink(SinkBase[Kafka]):
         producer = state.producer
         producer.require(epoch)
         started = time.perf_counter()
-        written = state.cluster.high_watermarks(state.topic.partitions, epoch)
-        starts = current.starts() if current.starts is not None else written
-        ranges = {p: (starts.get(p, end), end) for p, end in written.items()}
+        parts = [TopicPartition(t, p) for t, count in current.topics.items() for p in range(count)]
+        written = state.cluster.high_watermarks(parts, epoch) if parts else {}
+        if current.pending is not None:  # nothing was written: the ranges are empty
+            current.pending = None
+        ranges = {p: (current.starts.get(p, end), end) for p, end in written.items()}
         try:
             committer.commit(
                 producer,

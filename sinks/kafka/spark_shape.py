@@ -20,10 +20,10 @@ a partition the topic does not have (negative, or beyond its count). By the job'
 policy such a row fails the epoch (nothing of it becomes visible) or goes to the dead letter.
 A wrong column type is refused from the schema alone, once per schema.
 
-The sink writes one topic: its `topic` option, which, as in Spark, takes precedence over a
-`topic` column. Spark then sends every row to the option's topic whatever the column says;
-this sink refuses a row whose `topic` names another topic instead of redirecting it (a null
-`topic` means the sink's topic), since a job that fills the column expects it honoured.
+Topics are Spark's rule: with the sink's `topic` option every row goes to that topic and the
+`topic` column is ignored; without it each row goes to the topic its `topic` column names
+(the sink routes the rows, sink.py: a null topic, or one the sink may not write, is a bad
+row).
 """
 
 from __future__ import annotations
@@ -121,26 +121,11 @@ def schema_problems(schema: pa.Schema) -> list[str]:
 
 def row_refusals(batch: pa.RecordBatch, topic: str, partitions: int) -> RefusedRows:
     """The rows of `batch` (whose schema passed `schema_problems`) the sink cannot write
-    into `topic` (which has `partitions` partitions), each with why (INVALID_VALUE): a row
-    naming another topic, a partition the topic does not have, a null header or a header
-    with a null key. Vectorized; nothing per row in Python but the refused rows' messages."""
+    into `topic` (which has `partitions` partitions), each with why (INVALID_VALUE): a
+    partition the topic does not have, a null header or a header with a null key.
+    Vectorized; nothing per row in Python but the refused rows' messages."""
     found: list[RefusedRows] = []
     names = batch.schema.names
-    if TOPIC in names:
-        column = batch.column(TOPIC)
-        other = pc.and_(pc.is_valid(column), pc.not_equal(column, pa.scalar(topic, column.type)))
-        found.append(
-            _each(
-                other,
-                lambda row: Refusal(
-                    RefusalReason.INVALID_VALUE,
-                    f"topic {column[row].as_py()!r}, but the sink writes topic {topic!r} only "
-                    "(its topic option takes precedence over the 'topic' column, and it does "
-                    "not redirect rows)",
-                    TOPIC,
-                ),
-            )
-        )
     if PARTITION in names:
         column = batch.column(PARTITION)
         outside = pc.or_(pc.less(column, 0), pc.greater_equal(column, partitions))

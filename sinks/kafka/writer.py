@@ -384,15 +384,14 @@ class TransactionalProducer:
         except Exception as exc:  # noqa: BLE001 - translated
             self.fail(exc, what, epoch)
 
-    def send(self, records: Records, epoch: int) -> None:
-        """Produce every record of a batch into the open transaction, each with the epoch
+    def send(self, records: Records, epoch: int, topic: str) -> None:
+        """Produce every record of a batch into `topic` in the open transaction, each with the epoch
         header unless the configuration turns it off (and its own headers, timestamp and
         partition when the batch has them; its own headers come first in the Spark record
         shape). A record without headers costs librdkafka half the time of one with."""
         producer = self.require(epoch)
         epoch_header = (EPOCH_HEADER, str(epoch).encode()) if self.config.epoch_header else None
         self._started()
-        topic = self.config.topic
         produce, poll = producer.produce, producer.poll
         plain = (
             records.headers is None and records.timestamps is None and records.partitions is None
@@ -583,6 +582,13 @@ class KafkaParticipant(OpenParticipant):
         self.bytes = 0
         self.checksum = 0
         self.prepared: CommitHandle | None = None
-        #: The data partitions' high watermarks from before the attempt's first record
-        #: (awaited before it is produced): where the epoch's offset ranges start.
-        self.starts: Callable[[], dict[TopicPartition, int]] | None = None
+        #: High watermarks asked at begin_epoch, of the topics the epoch likely writes
+        #: (awaited before its first record is produced): where its offset ranges start.
+        self.pending: Callable[[], dict[TopicPartition, int]] | None = None
+        #: The ranges' starts known so far.
+        self.starts: dict[TopicPartition, int] = {}
+        #: Topic -> partitions of every topic the epoch writes (the sink's topic from the
+        #: start; a topic rows name from its first record).
+        self.topics: dict[str, int] = {}
+        #: Topics rows named this epoch that do not exist (looked up once per epoch).
+        self.missing: set[str] = set()

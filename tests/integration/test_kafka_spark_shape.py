@@ -134,11 +134,6 @@ BAD_BATCHES = {
         "invalid_value (column 'partition'): 1 row (first: row 1: partition 2, but topic",
         "modulo the topic's partition count",
     ),
-    "another topic": (
-        pa.record_batch({"value": ["v", "w"], "topic": ["{topic}", "elsewhere"]}),
-        "row 1: topic 'elsewhere', but the sink writes topic",
-        "a job of their own",
-    ),
     "a header without a key": (
         pa.record_batch({"value": ["v"], "headers": pa.array([[{"value": b"1"}]], HEADERS)}),
         "row 0: a header with a null key in 'headers'",

@@ -125,7 +125,7 @@ def producer(
 
 def send(made: TransactionalProducer) -> None:
     records = build_records(pa.record_batch({"n": [1]}), config().layout, 0)
-    made.send(records, 0)
+    made.send(records, 0, "events")
 
 
 # (path, script, age of the transaction, a newer generation holds the fence, expected)
@@ -348,6 +348,10 @@ class FakeAdmin:
 NO_LEADERS = kafka(KafkaError._NOENT)  # "Failed to query partition leaders: No leaders found"
 
 
+#: The one partition of the topic the clusters below read.
+EVENTS = [TopicPartition("events", 0)]
+
+
 def cluster(fake: FakeAdmin) -> Cluster:
     made = Cluster.__new__(Cluster)
     made.config, made.admin, made.where = config(), fake, where  # type: ignore[assignment]
@@ -359,7 +363,7 @@ def test_no_leaders_found_after_a_broker_restart_is_retried() -> None:
     """The incident: list_offsets right before the commit point raised a raw KafkaException
     "No leaders found" (_NOENT) 0.8 s after the broker came back."""
     fake = FakeAdmin([NO_LEADERS, NO_LEADERS, None])
-    assert cluster(fake).high_watermarks(1, 0) == {TopicPartition("events", 0): 7}
+    assert cluster(fake).high_watermarks(EVENTS, 0) == {TopicPartition("events", 0): 7}
     assert fake.calls == 3
 
 
@@ -373,7 +377,7 @@ def test_a_retry_asks_for_fresh_metadata_and_no_attempt_waits_past_its_bound() -
     fake = FakeAdmin([NO_LEADERS, NO_LEADERS, None])
     made = cluster(fake)
     made._timeout = 60.0
-    assert made.high_watermarks(1, 0) == {TopicPartition("events", 0): 7}
+    assert made.high_watermarks(EVENTS, 0) == {TopicPartition("events", 0): 7}
     assert fake.refreshed == ["events", "events"]
     assert len(fake.request_timeouts) == 3
     assert max(fake.request_timeouts) <= ATTEMPT_TIMEOUT_S
@@ -387,7 +391,7 @@ def test_the_early_offset_read_waits_one_attempt_at_most_then_asks_with_fresh_me
     fake = FakeAdmin([NO_LEADERS, None])
     made = cluster(fake)
     made._timeout = 60.0
-    soon = made.high_watermarks_soon(1, 0)
+    soon = made.high_watermarks_soon(EVENTS, 0)
     assert soon() == {TopicPartition("events", 0): 7}
     assert fake.refreshed == ["events"]
     assert fake.request_timeouts == [ATTEMPT_TIMEOUT_S, ATTEMPT_TIMEOUT_S]
@@ -413,12 +417,12 @@ def test_an_answer_without_an_offset_is_asked_again_never_taken_as_an_offset() -
     came back as -1001 without an error and the progress record named the range
     [3057, -1001), which every later start refused as unreadable (the job wedged)."""
     fake = MovingLeaderAdmin(invalid=2)
-    assert cluster(fake).high_watermarks(1, 0) == {TopicPartition("events", 0): 7}
+    assert cluster(fake).high_watermarks(EVENTS, 0) == {TopicPartition("events", 0): 7}
     assert fake.calls == 3
-    soon = cluster(MovingLeaderAdmin(invalid=1)).high_watermarks_soon(1, 0)
+    soon = cluster(MovingLeaderAdmin(invalid=1)).high_watermarks_soon(EVENTS, 0)
     assert soon() == {TopicPartition("events", 0): 7}
     with pytest.raises(TransientError, match="no offset for events\\[0\\]") as raised:
-        cluster(MovingLeaderAdmin(invalid=10**6)).high_watermarks(1, 4)
+        cluster(MovingLeaderAdmin(invalid=10**6)).high_watermarks(EVENTS, 4)
     assert raised.value.epoch == 4
 
 
@@ -434,7 +438,7 @@ def test_offsets_failures_are_typed(
     outcome: BaseException, expected: type[DurableSinkError]
 ) -> None:
     with pytest.raises(expected) as raised:
-        cluster(FakeAdmin([outcome])).high_watermarks(1, 3)
+        cluster(FakeAdmin([outcome])).high_watermarks(EVENTS, 3)
     assert type(raised.value) is expected
     assert raised.value.epoch == 3
 

@@ -11,7 +11,9 @@ from durable_sinks.sinks.kafka.progress import ProgressRecord
 def marker(
     rows: int, ranges: dict[int, tuple[int, int]] | None, participant: str = "p1"
 ) -> ProgressRecord:
-    return ProgressRecord(4, 1, participant, rows, "crc32:0", None, ranges)
+    """A progress record of epoch 4 whose ranges are in topic `events`."""
+    spans = None if ranges is None else {"events": ranges}
+    return ProgressRecord(4, 1, participant, rows, "crc32:0", None, spans)
 
 
 def test_a_range_of_the_epochs_own_offsets_is_counted_exactly() -> None:

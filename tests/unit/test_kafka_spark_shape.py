@@ -174,11 +174,9 @@ def problems(batch: pa.RecordBatch, topic: str, partitions: int = 2) -> list[tup
     return [(row, r.message) for row, r in zip(refused.rows, refused.refusals, strict=True)]
 
 
-def test_a_row_for_another_topic_is_refused_and_a_null_topic_is_the_sinks() -> None:
+def test_with_the_topic_option_the_topic_column_is_ignored_as_spark_ignores_it() -> None:
     assert problems(spark_batch(), "events") == []
-    found = problems(spark_batch(), "orders")
-    assert [row for row, _ in found] == [0, 2]  # row 1's topic is null: the sink's
-    assert found[0][1].startswith("topic 'events', but the sink writes topic 'orders'")
+    assert problems(spark_batch(), "orders") == []  # the option takes precedence
 
 
 def test_rows_sparks_sink_fails_on_are_refused_with_the_row() -> None:
