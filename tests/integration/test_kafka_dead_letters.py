@@ -1,8 +1,9 @@
 """Bad rows and dead letters with Kafka, against the test bed's real Kafka, read by
 read_committed consumers: rows a topic cannot take (a record over its max.message.bytes, a
 partition it does not have, a timestamp outside its window, a Spark-shape row Spark's sink
-would fail on; a `topic` column is ignored under the sink's topic option, as in Spark) fail the epoch with the row, the limit and the fix, or go to a files dead
-letter while every other row lands in the topic; a Kafka topic as the dead-letter
+would fail on; a `topic` column is ignored under the sink's topic option, as in Spark) fail
+the epoch with the row, the limit and the fix, or go to a files dead letter while every
+other row lands in the topic; a Kafka topic as the dead-letter
 sink of a files target is the job's commit point; a Kafka target cannot have a Kafka dead
 letter; and a new column flows through with schema_evolution='add_columns'."""
 
