@@ -25,7 +25,9 @@ decision must leave out and roll back.
 
 `"mode": "kafka-alone"` and `"mode": "delta-alone"` write that one sink in driver mode and
 name no decision store: Kafka keeps the job's decisions in its progress topic, a Delta table
-in its folder's `_decisions`.
+in its folder's `_decisions`. `"mode": "kafka-routed"` is Kafka alone without a topic option:
+row n goes to `topics[n % 3]` by its `topic` column (Spark's record shape), the third topic
+made when a row first names it.
 
 With `"bad_rows": true` (driver or executor mode) the source is tests/spark/bad_rows.py's
 stream, which carries rows of every kind the Postgres table refuses, and the job writes that
@@ -177,6 +179,17 @@ def main(plan_path: str) -> int:
                 request_timeout_s=20,
             )
         ]
+    elif plan.get("mode") == "kafka-routed":
+        sinks = [
+            sink(
+                "kafka",
+                bootstrap_servers=plan["bootstrap_servers"],
+                topics=plan["topics"],
+                create_topic=True,  # the last topic does not exist until a row names it
+                progress_topic=plan["progress_topic"],
+                request_timeout_s=20,
+            )
+        ]
     elif plan.get("mode") == "delta-alone":
         sinks = [sink("delta", path=plan["delta"], create_table=True)]
     elif executor:
@@ -211,6 +224,12 @@ def main(plan_path: str) -> int:
         stream = source_stream(spark, Path(plan["source"]))
     if executor:
         stream = stream.repartition(3)
+    if plan.get("mode") == "kafka-routed":  # row n goes to topic n % 3
+        names = ", ".join(f"'{t}'" for t in plan["topics"])
+        stream = stream.selectExpr(
+            "to_json(struct(id, body)) AS value",
+            f"element_at(array({names}), CAST(id % 3 AS INT) + 1) AS topic",
+        )
     run_available_now(stream, writer, Path(plan["checkpoint"]), 600)
     writer.close()
     spark.stop()

@@ -28,8 +28,10 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from durable_sinks.sinks.folder import STAGING
+from tests.conftest import UniqueNames
 from tests.services import KafkaEndpoint, PostgresEndpoint, S3Endpoint, Testbed
 from tests.support.child_process import start_child
 from tests.support.iceberg_spark_reader import read_with_spark
@@ -148,6 +150,10 @@ LONE = {
 }
 #: Kills of a lone sink's job: as many as per mode (DS_SPARK_KILLS raises it).
 LONE_KILLS = KILLS
+#: A lone Kafka sink routing rows to three topics by their `topic` column (crash_child's
+#: `kafka-routed`): the moments of a lone Kafka sink, at least 4 kills.
+ROUTED = LONE["kafka-alone"]
+ROUTED_KILLS = max(4, KILLS)
 #: The moments of a job writing one Postgres table with a Postgres dead-letter table
 #: (on_bad_rows="dead_letter", every batch has dead letters). Driver mode: the table is the
 #: commit point (one-phase, its marker holds the decision), the dead letters are prepared
@@ -458,3 +464,54 @@ def test_bad_rows_into_a_dead_letter_table_killed_then_restarted(
         context,
     )
     assert prepared_transactions(dsn, job_id) == [], context
+
+
+@pytest.mark.crash_tier
+@pytest.mark.timeout(max(900, 90 * ROUTED_KILLS))
+def test_rows_routed_to_three_topics_by_their_topic_column_killed_then_restarted(
+    kafka: KafkaEndpoint, unique: UniqueNames, job_id: str, tmp_path: Path
+) -> None:
+    """No topic option: each row goes to the topic its `topic` column names (Spark's rule),
+    all three topics in each epoch's one transaction; the driver SIGKILLed at random moments:
+    afterwards each topic's read_committed content is exactly its rows, once, and no
+    transaction is left open on any of them."""
+    rng = random.Random(SEED)
+    admin = AdminClient(kafka.config())
+    prefix = unique.name("routed")
+    topics = [f"{prefix}-{n}" for n in range(3)]
+    progress = f"{prefix}-progress"
+    for name in topics[:2]:  # the third is made by the sink when a row first names it
+        for future in admin.create_topics([NewTopic(name, 1)], request_timeout=30).values():
+            future.result(timeout=30)
+    try:
+        files = 2 * ROUTED_KILLS + 2
+        source, checkpoint = tmp_path / "in", tmp_path / "checkpoint"
+        for n in range(files):
+            ids = range(n * ROWS_PER_FILE, (n + 1) * ROWS_PER_FILE)
+            write_input(source, f"part-{n:04d}.json", ids)
+        base: dict[str, object] = {
+            "bootstrap_servers": kafka.bootstrap_servers,
+            "topics": topics,
+            "progress_topic": progress,
+            "job_id": job_id,
+            "source": str(source),
+            "checkpoint": str(checkpoint),
+            "mode": "kafka-routed",
+            "flags": str(tmp_path),
+            "target": "local",
+        }
+        kills = kill_and_restart(
+            rng, base, ROUTED, ROUTED_KILLS, files, tmp_path, after_prepared=None
+        )
+        context = f"seed {SEED}, kills {kills}"
+        every = range(files * ROWS_PER_FILE)
+        for n, topic in enumerate(topics):
+            found = kafka_ids(kafka, topic)
+            assert len(found) == len(set(found)), f"duplicates in {topic} ({context})"
+            assert found == [i for i in every if i % 3 == n], f"{topic} ({context})"
+        assert kafka_open_transactions(kafka, *topics, progress) == [], context
+    finally:
+        existing = set(admin.list_topics(timeout=30).topics)
+        made = [t for t in [*topics, progress] if t in existing]
+        for future in admin.delete_topics(made, request_timeout=30).values():
+            future.result(timeout=30)
