@@ -42,7 +42,7 @@ from ._participants import Participants, brief, require_part_of
 from ._recovery import RecoveryReport, Resolution, require_no_newer, resolve
 from ._replay import ReplayCheck, unproven_replay
 from ._retry import RetryPolicy
-from .validation import validate
+from .validation import transaction_members, validate
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -151,6 +151,9 @@ class Coordinator:
         #: before start() has finished; None until then).
         self.claimed_generation: int | None = None
         self.decisions = DecisionBook(job_id, store, self.sinks, None)
+        #: The sinks whose participants ride in the last resource's transaction (validation's
+        #: transaction_members; set at start).
+        self._transaction: tuple[str, ...] = ()
         self.lost_epochs = LostEpochCheck(job_id, self.decisions, self.sinks)
         self.participants = Participants(
             job_id, self.sinks, commit_retry, concurrent_writes, occasional=dead_letter
@@ -251,6 +254,7 @@ class Coordinator:
             policy=self.policy,
         )
         self.decisions.last = last
+        self._transaction = transaction_members(self.sinks, last)
         if successor_of is not None:
             require_no_newer(self.job_id, self.store.peek_generation(self.job_id), successor_of)
         generation = self.store.open(self.job_id)
@@ -262,7 +266,16 @@ class Coordinator:
         for sink in self.sinks:
             commit_point = sink is last or (self._at_least_once and isinstance(sink, LastResource))
             policy = WritePolicy() if sink is self.dead_letter else self.policy
-            sink.open(OpenContext(self.job_id, sink.name, generation, commit_point, policy=policy))
+            sink.open(
+                OpenContext(
+                    self.job_id,
+                    sink.name,
+                    generation,
+                    commit_point,
+                    policy=policy,
+                    transaction=self._transaction if sink.name in self._transaction else (),
+                )
+            )
             sink.health_check()
             yield f"recovery:after-open:{sink.name}"
         self.generation = generation

@@ -8,7 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from durable_sinks.core import DeliveryGuarantee, DistributedSink, LastResource, SinkConnector
+from durable_sinks.core import (
+    DeliveryGuarantee,
+    DistributedSink,
+    LastResource,
+    SharesTransactions,
+    SinkConnector,
+)
 from durable_sinks.core.bad_rows import WritePolicy
 from durable_sinks.core.errors import CapabilityError, ConfigError
 from durable_sinks.manifest import DecisionStore, HostedDecisionStore
@@ -125,26 +131,10 @@ def _commit_point(
             )
         if not caps.resumable_prepare:
             last_resources.append(sink)
-    if len(last_resources) > 1 and dead_letter in last_resources:
-        others = [s.name for s in last_resources if s is not dead_letter]
-        raise CapabilityError(
-            f"the dead-letter sink {dead_letter.name!r} and the target(s) {others} cannot "
-            "resume a prepared epoch after a crash (Kafka topics); at most one such sink "
-            "(committed last, as the commit point) fits in a job",
-            job=job_id,
-            sink=dead_letter.name,
-            fix="give the job a dead letter that can resume a prepared epoch: "
-            "dead_letter=sink('postgres', dsn=..., table='events_dead_letters', "
-            "create_table=True), an S3 prefix (sink('s3', ...)) or a files path "
-            "(sink('files', path=...))",
-        )
-    if len(last_resources) > 1:
-        raise CapabilityError(
-            f"sinks {[s.name for s in last_resources]} cannot resume a prepared epoch after a "
-            "crash; at most one such sink (committed last, as the commit point) fits in a job",
-            job=job_id,
-            fix="split the job, or keep one of these sinks",
-        )
+    # The carrier of the decision: a target before the dead letter (which joins only the
+    # epochs that have dead letters).
+    last_resources.sort(key=lambda s: s is dead_letter)
+    _check_one_transaction(job_id, last_resources, dead_letter)
     if not last_resources:
         targets = [s for s in sinks if s is not dead_letter]
         only = targets[0]
@@ -161,6 +151,66 @@ def _commit_point(
             fix="implement the LastResource protocol for it",
         )
     return last
+
+
+def transaction_members(
+    sinks: Sequence[SinkConnector], last: SinkConnector | None
+) -> tuple[str, ...]:
+    """The names of the sinks whose participants ride in `last`'s transaction (`last` first,
+    then the others of its transaction group in the job's order); empty when `last` shares
+    its transactions with no other sink."""
+    if last is None or not isinstance(last, SharesTransactions):
+        return ()
+    group = last.transaction_group()
+    riders = [
+        s.name
+        for s in sinks
+        if s is not last
+        and isinstance(s, SharesTransactions)
+        and not s.capabilities().resumable_prepare
+        and s.transaction_group() == group
+    ]
+    return (last.name, *riders) if riders else ()
+
+
+def _check_one_transaction(
+    job_id: str, last_resources: Sequence[SinkConnector], dead_letter: SinkConnector | None
+) -> None:
+    """Sinks that cannot resume a prepared epoch fit in one job only when they share one
+    transaction (one transaction group): only one commit can carry the decision."""
+    if len(last_resources) < 2:
+        return
+    groups = [
+        s.transaction_group() if isinstance(s, SharesTransactions) else None for s in last_resources
+    ]
+    if None not in groups and len(set(groups)) == 1:
+        return
+    said = "; ".join(
+        f"{s.name!r}: {g if g is not None else 'a transaction of its own'}"
+        for s, g in zip(last_resources, groups, strict=True)
+    )
+    why = (
+        f"cannot resume a prepared epoch after a crash, and they do not share one transaction "
+        f"({said}): only one commit can carry the epoch's decision"
+    )
+    if dead_letter is not None and dead_letter in last_resources:
+        others = [s.name for s in last_resources if s is not dead_letter]
+        raise CapabilityError(
+            f"the dead-letter sink {dead_letter.name!r} and the target(s) {others} {why}",
+            job=job_id,
+            sink=dead_letter.name,
+            fix="put the dead-letter topic on the target's Kafka cluster (the same "
+            "bootstrap_servers: one transaction carries both), or give the job a dead letter "
+            "that can resume a prepared epoch: dead_letter=sink('postgres', dsn=..., "
+            "table='events_dead_letters', create_table=True), an S3 prefix (sink('s3', ...)) "
+            "or a files path (sink('files', path=...))",
+        )
+    raise CapabilityError(
+        f"sinks {[s.name for s in last_resources]} {why}",
+        job=job_id,
+        fix="write these topics through one Kafka cluster (the same bootstrap_servers), or "
+        "split the job into one job per cluster",
+    )
 
 
 def _check_policy(

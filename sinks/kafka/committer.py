@@ -11,7 +11,7 @@ the EndTxn alone (InDoubtError: the progress topic tells)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from confluent_kafka import TopicPartition
 
@@ -19,7 +19,27 @@ from durable_sinks.core.protocol import JSON, CommitHandle, OpenContext
 
 from .progress import ProgressReader, ProgressRecord, progress_key
 from .recovery import latest_progress
+from .transaction import RidingRecord
 from .writer import TransactionalProducer
+
+
+def progress_record(
+    context: OpenContext,
+    handle: CommitHandle,
+    decision: Mapping[str, JSON] | None,
+    ranges: Mapping[TopicPartition, tuple[int, int]],
+) -> ProgressRecord:
+    """The progress record of the epoch `handle` prepared. `ranges`: each data partition's
+    (start, end) offsets of the epoch, over every topic it wrote."""
+    return ProgressRecord(
+        handle.epoch,
+        context.generation,
+        handle.participant,
+        handle.rows,
+        handle.checksum,
+        decision,
+        by_topic(ranges),
+    )
 
 
 def commit(
@@ -30,23 +50,20 @@ def commit(
     handle: CommitHandle,
     decision: Mapping[str, JSON] | None,
     ranges: Mapping[TopicPartition, tuple[int, int]],
+    riding: Sequence[RidingRecord] = (),
 ) -> None:
-    """Produce the epoch's progress record into its transaction and commit it. `ranges`:
-    each data partition's (start, end) offsets of the epoch, over every topic it wrote."""
+    """Produce the epoch's progress record, and those of the sinks `riding` in its
+    transaction, into the transaction and commit it: all of them, and every member's
+    records, become visible at once."""
     epoch = handle.epoch
-    record = ProgressRecord(
-        epoch,
-        context.generation,
-        handle.participant,
-        handle.rows,
-        handle.checksum,
-        decision,
-        by_topic(ranges),
-    )
+    for other in riding:
+        producer.send_one(
+            "writing a riding sink's progress record", other.topic, other.value, other.key, epoch
+        )
     producer.send_one(
         "writing the progress record",
         progress_topic,
-        record.encode(),
+        progress_record(context, handle, decision, ranges).encode(),
         progress_key(context.job_id, sink),
         epoch,
     )

@@ -62,16 +62,18 @@ from durable_sinks.core.sink_base import SinkBase, Step, guarded
 from . import committer, errors, operations, recovery, spark_shape
 from .admin import Cluster, TopicFacts
 from .clientlog import ClientLog
-from .config import MAX_TOPIC_LENGTH, SPARK_SHAPE, Kafka, valid_topic
+from .config import MAX_TOPIC_LENGTH, SPARK_SHAPE, Kafka, bootstrap_hosts, valid_topic
 from .decisions import KafkaDecisionHost
 from .handles import KafkaHandleDetails
 from .progress import (
     ProgressReader,
     encode_fence,
     fence_key,
+    progress_key,
     transactional_id,
 )
 from .records import Encoded, encode_records, millis
+from .transaction import RidingRecord, SharedTransaction, join, leave
 from .writer import KafkaParticipant, TransactionalProducer
 
 #: How much nearer than the topic's timestamp limits a record's timestamp must be to now (the
@@ -105,16 +107,29 @@ class _Opened:
         self.clientlog = ClientLog(context.job_id, sink.name)
         settings = {**sink.config.connection_settings(), **self.clientlog.settings()}
         log = sink.logger()
-        self.producer = TransactionalProducer(
-            sink.config,
-            transactional_id(context.job_id, sink.name),
-            sink.where,
-            log,
-            self.clientlog,
-            sink._newer_owner,
-        )
-        # Every producer setting is checked before any client connects or topic is made.
-        self.producer.check_settings()
+        members = () if context.inspect else context.transaction
+        carrier = members[0] if members else sink.name
+
+        def producer() -> TransactionalProducer:
+            made = TransactionalProducer(
+                sink.config,
+                transactional_id(context.job_id, carrier),
+                sink.where,
+                log,
+                self.clientlog,
+                sink._newer_owner,
+            )
+            # Every producer setting is checked before any client connects or topic is made.
+            made.check_settings()
+            return made
+
+        if members:  # the job's other Kafka sinks on this cluster share the transaction
+            self.shared = join(context.job_id, context.generation, members, sink.config, producer)
+        else:
+            self.shared = SharedTransaction(producer(), (sink.name,), {sink.name})
+        self.producer = self.shared.producer
+        #: Whether this sink's commit commits the transaction (else it rides in the carrier's).
+        self.carries = carrier == sink.name
         self.cluster = Cluster(sink.config, settings, sink.where, log, self.clientlog.refusals)
         self.progress = ProgressReader(
             self.cluster.admin,
@@ -185,7 +200,9 @@ class KafkaSink(SinkBase[Kafka]):
         job, topic = state.context.job_id, self.config.progress_topic_name
         self._check_fence(recovery.fence_holder(state.progress, job, self.name, topic), generation)
         producer = state.producer
-        producer.start()
+        if not state.shared.started:  # the first member of a shared transaction starts it
+            producer.start()
+            state.shared.restarted()
         # The older producer's transaction is settled now: the progress topic is exact, and
         # holds every fence written before this producer's init_transactions. One written
         # after it came with a later init_transactions, which fenced this producer: the
@@ -251,6 +268,15 @@ class KafkaSink(SinkBase[Kafka]):
             )
 
     # -- protocol ------------------------------------------------------------------------------
+    def transaction_group(self) -> str:
+        """The job's Kafka sinks with the same bootstrap servers share one transaction
+        (transaction.py): one cluster. Named by the servers as given (the same cluster reached
+        through other bootstrap servers counts as another)."""
+        protocol = str(self.config.producer_config.get("security.protocol", "plaintext"))
+        hosts = bootstrap_hosts(self.config.bootstrap_servers, protocol, self.name)
+        servers = ",".join(sorted({f"{host}:{port}" for host, port in hosts}))
+        return f"kafka cluster {servers}"
+
     def capabilities(self) -> SinkCapabilities:
         # New columns need nothing of the topic: the JSON record shape sends every column
         # the batch has, Spark's record shape ignores columns it does not know.
@@ -277,23 +303,24 @@ class KafkaSink(SinkBase[Kafka]):
         librdkafka client takes one of the process's 1,024 thread-local keys until freed)."""
         opened, self._opened, self._current = self._opened, None, None
         if opened is not None:
-            opened.producer.close()
+            leave(opened.shared, self.name)
             opened.progress.close()
             opened.clientlog.flush()
 
     @guarded("beginning the epoch")
     def begin_epoch(self, epoch: int) -> None:
-        producer = self._state().producer
+        state = self._state()
+        producer = state.producer
         if producer.broken and producer.fenced is None:
             self.logger(epoch).warning("replacing the producer after a fatal error")
+            state.shared.started = False
             self._start_producer(self.context.generation)
         producer.require(epoch)
         if self._current is not None:
             self._abort()
         name = self._next_participant(epoch)
-        producer.begin(epoch)
         current = KafkaParticipant(epoch, name)
-        state = self._state()
+        current.number = state.shared.begin(epoch)
         known = list(state.routed.items())
         if state.topic is not None and self.config.topic is not None:
             known.append((self.config.topic, state.topic))
@@ -634,7 +661,9 @@ class KafkaSink(SinkBase[Kafka]):
     def pre_commit(self, epoch: int) -> CommitHandle:
         """Phase 1: every record acknowledged inside the still-open transaction."""
         current = self._require_current(epoch)
-        producer = self._state().producer
+        state = self._state()
+        producer = state.producer
+        self._require_open(current)
         producer.flush(epoch)
         current.prepared = CommitHandle(
             self.name,
@@ -649,7 +678,40 @@ class KafkaSink(SinkBase[Kafka]):
                 self.config.progress_topic_name,
             ).to_json(),
         )
+        if not state.carries:  # its progress record rides in the carrier's commit
+            current.written = self._written(current)
+            record = committer.progress_record(
+                state.context, current.prepared, None, self._ranges(current, current.written)
+            )
+            state.shared.riding[self.name] = RidingRecord(
+                self.config.progress_topic_name,
+                progress_key(state.context.job_id, self.name),
+                record.encode(),
+            )
         return current.prepared
+
+    def _require_open(self, current: KafkaParticipant) -> None:
+        """TransientError when the epoch's transaction ended under this participant (another
+        member of a shared transaction aborted it): nothing of it is visible."""
+        if not self._state().shared.is_open(current.number):
+            raise TransientError(
+                "the epoch's Kafka transaction was aborted (another Kafka sink of the job on "
+                "this cluster, which shares it, rolled it back); nothing of it is visible",
+                **self.where(current.epoch),
+            )
+
+    def _written(self, current: KafkaParticipant) -> dict[TopicPartition, int]:
+        """The high watermarks of the epoch's partitions (after its flush: past its
+        records)."""
+        parts = [TopicPartition(t, p) for t, count in current.topics.items() for p in range(count)]
+        current.pending = None  # nothing was written when it is still pending: ranges empty
+        return self._state().cluster.high_watermarks(parts, current.epoch) if parts else {}
+
+    @staticmethod
+    def _ranges(
+        current: KafkaParticipant, written: Mapping[TopicPartition, int]
+    ) -> dict[TopicPartition, tuple[int, int]]:
+        return {p: (current.starts.get(p, end), end) for p, end in written.items()}
 
     @guarded("committing the epoch with its decision", in_doubt=_COMMIT_IN_DOUBT)
     def commit_with_decision(
@@ -675,12 +737,10 @@ class KafkaSink(SinkBase[Kafka]):
         state = self._state()
         producer = state.producer
         producer.require(epoch)
+        self._require_open(current)
         started = time.perf_counter()
-        parts = [TopicPartition(t, p) for t, count in current.topics.items() for p in range(count)]
-        written = state.cluster.high_watermarks(parts, epoch) if parts else {}
-        if current.pending is not None:  # nothing was written: the ranges are empty
-            current.pending = None
-        ranges = {p: (current.starts.get(p, end), end) for p, end in written.items()}
+        written = self._written(current)
+        shared = state.shared
         try:
             committer.commit(
                 producer,
@@ -689,15 +749,18 @@ class KafkaSink(SinkBase[Kafka]):
                 self.config.progress_topic_name,
                 handle,
                 decision,
-                ranges,
+                self._ranges(current, written),
+                list(shared.riding.values()),
             )
         except InDoubtError:
             self._last_known = False
+            shared.ended(current.number, committed=False)
             raise
         except (TransientError, FencedError):
-            producer.abort_quietly(epoch)
+            shared.abort_quietly(current.number)
             self._current = None
             raise
+        shared.ended(current.number, committed=True)
         self._current = None
         self._committed_up_to(epoch)
         state.cluster.await_visible(written, epoch)
@@ -709,19 +772,33 @@ class KafkaSink(SinkBase[Kafka]):
     def _abort(self) -> None:
         current, self._current = self._current, None
         if current is not None:
-            self._state().producer.abort(current.epoch)
+            self._state().shared.abort(current.number)
 
     @guarded("committing the epoch", in_doubt=_COMMIT_IN_DOUBT)
     def commit_epoch(self, epoch: int, handle: CommitHandle) -> CommitOutcome:
-        """Commit outside the last-resource path (a job that asks for at-least-once): only
-        the producer that prepared the participant can. A participant whose progress record
-        is already committed is ALREADY_COMMITTED."""
+        """Commit outside the last-resource path: a job that asks for at-least-once (only the
+        producer that prepared the participant can), or a sink riding in another Kafka sink's
+        transaction (committed with the carrier's commit, or not at all). A participant whose
+        progress record is already committed is ALREADY_COMMITTED."""
         current = self._current
         prepared = current.prepared if current is not None else None
-        if prepared is not None and prepared.participant == handle.participant:
-            self._commit(epoch, handle, None)
-            return CommitOutcome.COMMITTED
         state, topic = self._state(), self.config.progress_topic_name
+        if (
+            current is not None
+            and prepared is not None
+            and prepared.participant == (handle.participant)
+        ):
+            if state.carries:
+                self._commit(epoch, handle, None)
+                return CommitOutcome.COMMITTED
+            if state.shared.committed == current.number:
+                self._current = None
+                self._committed_up_to(epoch)
+                state.cluster.await_visible(current.written, epoch)
+                self._count("rows", handle.rows)
+                self._count("bytes", handle.bytes)
+                self._count("epochs_committed")
+                return CommitOutcome.COMMITTED
         if committer.committed_before(
             state.progress, state.context.job_id, self.name, topic, handle
         ):

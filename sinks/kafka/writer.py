@@ -592,3 +592,8 @@ class KafkaParticipant(OpenParticipant):
         self.topics: dict[str, int] = {}
         #: Topics rows named this epoch that do not exist (looked up once per epoch).
         self.missing: set[str] = set()
+        #: The number of the (shared) transaction the participant's records are in.
+        self.number = 0
+        #: A riding participant's high watermarks after its pre_commit (what its commit
+        #: waits to see).
+        self.written: dict[TopicPartition, int] = {}

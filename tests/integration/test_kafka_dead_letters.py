@@ -3,9 +3,10 @@ read_committed consumers: rows a topic cannot take (a record over its max.messag
 partition it does not have, a timestamp outside its window, a Spark-shape row Spark's sink
 would fail on; a `topic` column is ignored under the sink's topic option, as in Spark) fail
 the epoch with the row, the limit and the fix, or go to a files dead letter while every
-other row lands in the topic; a Kafka topic as the dead-letter
-sink of a files target is the job's commit point; a Kafka target cannot have a Kafka dead
-letter; and a new column flows through with schema_evolution='add_columns'."""
+other row lands in the topic; a Kafka topic as the dead-letter sink of a files target is the
+job's commit point; a Kafka target and a Kafka dead-letter topic on one cluster commit in one
+transaction (on two clusters they are refused); and a new column flows through with
+schema_evolution='add_columns'."""
 
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ from durable_sinks.core.errors import CapabilityError
 from durable_sinks.manifest import LocalDirectoryStore
 from durable_sinks.sinks.folder import Files, FolderSink
 from durable_sinks.sinks.kafka import Kafka, KafkaSink
+from durable_sinks.sinks.kafka.progress import transactional_id
 from tests.conftest import UniqueNames
 from tests.services import KafkaEndpoint
 from tests.support.kafka_reads import open_transactions, read_committed
@@ -281,22 +283,68 @@ def test_a_kafka_dead_letter_topic_is_the_commit_point_of_a_files_target(
         coordinator.close()
 
 
-def test_a_kafka_target_with_a_kafka_dead_letter_topic_is_refused_with_the_fix(
+def test_a_kafka_target_and_a_kafka_dead_letter_topic_commit_in_one_transaction(
+    kafka: KafkaEndpoint, admin: AdminClient, small_topic: str, unique: UniqueNames, tmp_path: Path
+) -> None:
+    """Both on the test bed's cluster: one producer, one transaction per epoch, the target's
+    commit carries the decision and the dead letters' progress record rides in it; an epoch
+    without dead letters leaves the dead-letter topic out."""
+    letters = f"{small_topic}-dlq"
+    target = kafka_sink(kafka, small_topic, key_column="id", partition_column="p")
+    dead = kafka_sink(kafka, letters, name="dead", create_topic=True)
+    coordinator = started(
+        Coordinator(
+            unique.job_id,
+            [target],
+            LocalDirectoryStore(tmp_path),
+            policy=DEAD_LETTERS,
+            dead_letter=dead,
+            bad_row_cap=BadRowCap(5),
+        )
+    )
+    try:
+        shared = transactional_id(unique.job_id, "kafka")  # the carrier's
+        assert target.transactional_id == dead.transactional_id == shared
+        first = rows([0, 1, 2], [10, 2 * TOPIC_LIMIT, 10], [0, None, 7])
+        assert coordinator.run_epoch(0, [first]).outcome is EpochOutcome.COMMITTED
+        assert coordinator.run_epoch(1, [rows([3], [10], [1])]).outcome is EpochOutcome.COMMITTED
+        landed = sorted(m.key() or b"" for m in read_committed(kafka, admin, small_topic))
+        assert landed == [b"0", b"3"]
+        found = [json.loads(m.value() or b"{}") for m in read_committed(kafka, admin, letters)]
+        assert sorted((r["row_number"], r["reason"]) for r in found) == [
+            (1, "record_too_large"),
+            (2, "invalid_value"),
+        ]
+        assert {r["epoch"] for r in found} == {0}
+        assert (target.last_committed_epoch(), dead.last_committed_epoch()) == (1, 0)
+        progress = (f"{small_topic}-ds-progress", f"{letters}-ds-progress")
+        assert open_transactions(admin, small_topic, letters, *progress) == []
+    finally:
+        coordinator.close()
+    delete_with_progress(admin, letters)
+
+
+def test_a_kafka_dead_letter_on_another_cluster_is_refused_with_the_fix(
     kafka: KafkaEndpoint, topic: str, unique: UniqueNames, tmp_path: Path
 ) -> None:
+    """Named by other bootstrap servers, the dead-letter topic's cluster counts as another:
+    two transactions, and only one can carry the decision."""
+    port = kafka.bootstrap_servers.rsplit(":", 1)[1]
+    other = KafkaSink(Kafka(f"localhost:{port}", f"{topic}-dlq", name="dead"))
     coordinator = Coordinator(
         unique.job_id,
         [kafka_sink(kafka, topic)],
         LocalDirectoryStore(tmp_path),
         policy=DEAD_LETTERS,
-        dead_letter=kafka_sink(kafka, f"{topic}-dlq", name="dead"),
+        dead_letter=other,
     )
     with pytest.raises(CapabilityError, match="dead-letter sink 'dead'") as raised:
         coordinator.start()
     coordinator.close()
+    assert f"'dead': kafka cluster localhost:{port}" in raised.value.message
     fix = raised.value.fix or ""
+    assert "the same bootstrap_servers" in fix
     assert "dead_letter=sink('postgres'" in fix
-    assert "sink('files', path=...)" in fix
 
 
 def test_a_new_column_flows_through_with_add_columns(

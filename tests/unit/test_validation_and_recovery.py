@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 
 from durable_sinks.coordinator import Resolution, resolve, validate
-from durable_sinks.core import CommitHandle, DeliveryGuarantee, SinkCapabilities
+from durable_sinks.coordinator.validation import transaction_members
+from durable_sinks.core import CommitHandle, DeliveryGuarantee, SinkCapabilities, SinkConnector
+from durable_sinks.core.bad_rows import BadRowPolicy, WritePolicy
 from durable_sinks.core.errors import CapabilityError, ConfigError
 from durable_sinks.manifest import DecisionRecord, LocalDirectoryStore, MemoryDecisionStore
 from durable_sinks.sinks.folder import Files, FolderSink
@@ -22,6 +24,9 @@ class Limited(FolderSink):
 
     def capabilities(self) -> SinkCapabilities:
         return self._caps
+
+
+DEAD_LETTERS = WritePolicy(on_bad_rows=BadRowPolicy.DEAD_LETTER)
 
 
 def files(path: Path, name: str = "files") -> FolderSink:
@@ -70,6 +75,35 @@ def test_at_most_one_last_resource(tmp_path: Path) -> None:
     two = JournalSink(tmp_path / "j2", name="j2")
     with pytest.raises(CapabilityError, match=r"\['j1', 'j2'\]"):
         validate("job", [one, two], LocalDirectoryStore(tmp_path))
+
+
+class GroupedJournal(JournalSink):
+    """A journal sink that shares one transaction with the others of its group."""
+
+    def __init__(self, path: Path, name: str, group: str) -> None:
+        super().__init__(path, name=name)
+        self.group = group
+
+    def transaction_group(self) -> str:
+        return self.group
+
+
+def test_last_resources_of_one_transaction_group_fit_in_one_job(tmp_path: Path) -> None:
+    store = LocalDirectoryStore(tmp_path)
+    one = GroupedJournal(tmp_path / "j1", "j1", "cluster a")
+    two = GroupedJournal(tmp_path / "j2", "j2", "cluster a")
+    other = GroupedJournal(tmp_path / "j3", "j3", "cluster b")
+    sinks: list[SinkConnector] = [files(tmp_path), one, two]
+    assert validate("job", sinks, store) is one
+    assert transaction_members(sinks, one) == ("j1", "j2")
+    assert transaction_members([files(tmp_path), one], one) == ()  # alone: its own
+    # the carrier is a target, not the dead letter (which joins only some epochs)
+    assert validate("job", [two, one], store, dead_letter=two, policy=DEAD_LETTERS) is one
+    assert transaction_members([two, one], one) == ("j1", "j2")
+    with pytest.raises(CapabilityError, match="do not share one transaction") as raised:
+        validate("job", [one, other], store)
+    assert "'j1': cluster a; 'j3': cluster b" in raised.value.message
+    assert "the same bootstrap_servers" in (raised.value.fix or "")
 
 
 def test_a_non_resumable_sink_must_carry_the_decision(tmp_path: Path) -> None:

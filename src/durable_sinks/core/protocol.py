@@ -118,7 +118,12 @@ class OpenContext:
 
     `policy` is what the job asks of the writer (core/bad_rows.py): refuse bad rows by
     failing (the default) or by leaving them out and reporting them in the WriteResult, and
-    whether new columns may be added to the target inside the epoch."""
+    whether new columns may be added to the target inside the epoch.
+
+    `transaction` names the job's sinks whose participants ride in one transaction with this
+    sink's (SharesTransactions: the same `transaction_group`), in the job's order, the
+    carrier of the decision first; empty when this sink's transactions are its own. Every
+    member's epoch then commits or aborts with the carrier's commit."""
 
     job_id: str
     sink: str
@@ -128,6 +133,7 @@ class OpenContext:
     part: str = "0"
     inspect: bool = False
     policy: WritePolicy = field(default_factory=WritePolicy)
+    transaction: tuple[str, ...] = ()
 
     def participant(self, epoch: int, attempt: int, part: str | None = None) -> ParticipantName:
         return ParticipantName.build(
@@ -343,6 +349,18 @@ class DistributedSink(SinkConnector, Protocol):
     """
 
     def prepared_participants(self, epoch: int) -> list[CommitHandle]: ...
+
+
+@runtime_checkable
+class SharesTransactions(Protocol):
+    """A sink whose participants can ride in one transaction with those of other sinks of the
+    same `transaction_group()` (Kafka topics of one cluster: one producer's transaction spans
+    them). Several sinks that cannot resume a prepared epoch (LastResource) fit in one job when
+    they share one group: the first carries the decision and its commit commits every
+    member's participant with it (OpenContext.transaction names them). The group is a
+    readable name of what the members share, e.g. `kafka cluster 127.0.0.1:9092`."""
+
+    def transaction_group(self) -> str: ...
 
 
 @runtime_checkable
