@@ -27,7 +27,10 @@ decision must leave out and roll back.
 name no decision store: Kafka keeps the job's decisions in its progress topic, a Delta table
 in its folder's `_decisions`. `"mode": "kafka-routed"` is Kafka alone without a topic option:
 row n goes to `topics[n % 3]` by its `topic` column (Spark's record shape), the third topic
-made when a row first names it.
+made when a row first names it; with `dead_letter_topic`, every 7th row names a topic outside
+the sink's bounds and goes to that Kafka dead-letter topic, in the same transaction.
+`"mode": "two-kafka"` writes Postgres and two Kafka topics of one cluster (`topic`,
+`audit_topic`), which share one Kafka transaction per epoch.
 
 With `"bad_rows": true` (driver or executor mode) the source is tests/spark/bad_rows.py's
 stream, which carries rows of every kind the Postgres table refuses, and the job writes that
@@ -190,6 +193,35 @@ def main(plan_path: str) -> int:
                 request_timeout_s=20,
             )
         ]
+        if plan.get("dead_letter_topic"):  # on the same cluster: in the same transaction
+            options = {
+                "on_bad_rows": "dead_letter",
+                "dead_letter": sink(
+                    "kafka",
+                    bootstrap_servers=plan["bootstrap_servers"],
+                    topic=plan["dead_letter_topic"],
+                    name="dead_letters",
+                    request_timeout_s=20,
+                ),
+                "max_bad_rows": 1.0,
+            }
+    elif plan.get("mode") == "two-kafka":
+        sinks = [
+            sink("postgres", dsn=plan["dsn"], table=plan["table"], create_table=True),
+            sink(
+                "kafka",
+                bootstrap_servers=plan["bootstrap_servers"],
+                topic=plan["topic"],
+                request_timeout_s=20,
+            ),
+            sink(
+                "kafka",
+                bootstrap_servers=plan["bootstrap_servers"],
+                topic=plan["audit_topic"],
+                name="audit",
+                request_timeout_s=20,
+            ),
+        ]
     elif plan.get("mode") == "delta-alone":
         sinks = [sink("delta", path=plan["delta"], create_table=True)]
     elif executor:
@@ -226,10 +258,10 @@ def main(plan_path: str) -> int:
         stream = stream.repartition(3)
     if plan.get("mode") == "kafka-routed":  # row n goes to topic n % 3
         names = ", ".join(f"'{t}'" for t in plan["topics"])
-        stream = stream.selectExpr(
-            "to_json(struct(id, body)) AS value",
-            f"element_at(array({names}), CAST(id % 3 AS INT) + 1) AS topic",
-        )
+        routed = f"element_at(array({names}), CAST(id % 3 AS INT) + 1)"
+        if plan.get("dead_letter_topic"):  # every 7th row names a topic outside the bounds
+            routed = f"IF(id % 7 = 6, 'nowhere', {routed})"
+        stream = stream.selectExpr("to_json(struct(id, body)) AS value", f"{routed} AS topic")
     run_available_now(stream, writer, Path(plan["checkpoint"]), 600)
     writer.close()
     spark.stop()

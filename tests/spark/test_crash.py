@@ -21,6 +21,7 @@ one per mode and per lone sink by default; the extended run, `make test-crash`, 
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import subprocess
@@ -36,6 +37,7 @@ from tests.services import KafkaEndpoint, PostgresEndpoint, S3Endpoint, Testbed
 from tests.support.child_process import start_child
 from tests.support.iceberg_spark_reader import read_with_spark
 from tests.support.iceberg_target import IcebergCatalog
+from tests.support.kafka_reads import read_committed
 from tests.support.s3_objects import incomplete_uploads
 from tests.support.s3_target import s3_options
 from tests.support.tiers import SPARK_KILLS
@@ -154,6 +156,21 @@ LONE_KILLS = KILLS
 #: `kafka-routed`): the moments of a lone Kafka sink, at least 4 kills.
 ROUTED = LONE["kafka-alone"]
 ROUTED_KILLS = max(4, KILLS)
+#: Postgres and two Kafka topics sharing one transaction (crash_child's `two-kafka`): the
+#: first Kafka sink carries the decision, Postgres is prepared before it.
+TWO_KAFKA = [
+    "step:after-begin:kafka",
+    "step:after-write:0:audit",
+    "step:after-pre-commit:postgres",
+    "step:after-pre-commit:audit",
+    "step:after-pre-commit:kafka",
+    "step:after-decision",
+    "step:after-commit:postgres",
+    "after-fn",
+    "recovery:after-fence",
+    "recovery:after-open:kafka",
+    "recovery:after-open:audit",
+]
 #: The moments of a job writing one Postgres table with a Postgres dead-letter table
 #: (on_bad_rows="dead_letter", every batch has dead letters). Driver mode: the table is the
 #: commit point (one-phase, its marker holds the decision), the dead letters are prepared
@@ -468,19 +485,23 @@ def test_bad_rows_into_a_dead_letter_table_killed_then_restarted(
 
 @pytest.mark.crash_tier
 @pytest.mark.timeout(max(900, 90 * ROUTED_KILLS))
+@pytest.mark.parametrize("dead_letters", [False, True], ids=["routed", "routed+dead-letters"])
 def test_rows_routed_to_three_topics_by_their_topic_column_killed_then_restarted(
-    kafka: KafkaEndpoint, unique: UniqueNames, job_id: str, tmp_path: Path
+    dead_letters: bool, kafka: KafkaEndpoint, unique: UniqueNames, job_id: str, tmp_path: Path
 ) -> None:
     """No topic option: each row goes to the topic its `topic` column names (Spark's rule),
-    all three topics in each epoch's one transaction; the driver SIGKILLed at random moments:
-    afterwards each topic's read_committed content is exactly its rows, once, and no
-    transaction is left open on any of them."""
+    all three topics in each epoch's one transaction (with `dead_letters`, every 7th row names
+    a topic outside the sink's bounds and goes to a Kafka dead-letter topic in that same
+    transaction); the driver SIGKILLed at random moments: afterwards each topic's
+    read_committed content is exactly its rows, once, and no transaction is left open."""
     rng = random.Random(SEED)
     admin = AdminClient(kafka.config())
     prefix = unique.name("routed")
     topics = [f"{prefix}-{n}" for n in range(3)]
     progress = f"{prefix}-progress"
-    for name in topics[:2]:  # the third is made by the sink when a row first names it
+    letters = f"{prefix}-dlq"
+    made = topics[:2] + ([letters] if dead_letters else [])
+    for name in made:  # the third is made by the sink when a row first names it
         for future in admin.create_topics([NewTopic(name, 1)], request_timeout=30).values():
             future.result(timeout=30)
     try:
@@ -497,21 +518,106 @@ def test_rows_routed_to_three_topics_by_their_topic_column_killed_then_restarted
             "source": str(source),
             "checkpoint": str(checkpoint),
             "mode": "kafka-routed",
+            "dead_letter_topic": letters if dead_letters else None,
+            "flags": str(tmp_path),
+            "target": "local",
+        }
+        choices = ROUTED if not dead_letters else [*ROUTED, "recovery:after-open:dead_letters"]
+        kills = kill_and_restart(
+            rng, base, choices, ROUTED_KILLS, files, tmp_path, after_prepared=None
+        )
+        context = f"seed {SEED}, kills {kills}"
+        every = range(files * ROWS_PER_FILE)
+        bad = {i for i in every if dead_letters and i % 7 == 6}
+        for n, topic in enumerate(topics):
+            found = kafka_ids(kafka, topic)
+            assert len(found) == len(set(found)), f"duplicates in {topic} ({context})"
+            wanted = [i for i in every if i % 3 == n and i not in bad]
+            assert found == wanted, f"{topic} ({context})"
+        if dead_letters:
+            found = dead_letter_ids(kafka, letters)
+            assert found == sorted(bad), f"dead letters ({context})"
+        written = [*topics, progress, *([letters] if dead_letters else [])]
+        assert kafka_open_transactions(kafka, *written) == [], context
+    finally:
+        existing = set(admin.list_topics(timeout=30).topics)
+        gone = [t for t in [*topics, progress, letters] if t in existing]
+        gone += [f"{letters}-ds-progress"] if f"{letters}-ds-progress" in existing else []
+        for future in admin.delete_topics(gone, request_timeout=30).values():
+            future.result(timeout=30)
+
+
+def dead_letter_ids(kafka: KafkaEndpoint, topic: str) -> list[int]:
+    """The `id` of each dead letter's row in a Kafka dead-letter topic (read_committed)."""
+    admin = AdminClient(kafka.config())
+    found = []
+    for message in read_committed(kafka, admin, topic):
+        letter = json.loads(message.value() or b"{}")
+        assert letter["reason"] == "invalid_value", letter
+        found.append(int(json.loads(json.loads(letter["row_json"])["value"])["id"]))
+    return sorted(found)
+
+
+@pytest.mark.crash_tier
+@pytest.mark.timeout(max(900, 90 * ROUTED_KILLS))
+def test_postgres_and_two_kafka_topics_in_one_job_killed_then_restarted(
+    kafka: KafkaEndpoint,
+    postgres: PostgresEndpoint,
+    pg_schema: str,
+    unique: UniqueNames,
+    job_id: str,
+    tmp_path: Path,
+) -> None:
+    """Two Kafka sinks of one cluster share one transaction per epoch, the first carrying
+    the decision, with a Postgres table prepared before it; the driver SIGKILLed at random
+    moments: afterwards the table and both topics hold every row exactly once, nothing is
+    left prepared or open."""
+    rng = random.Random(SEED)
+    admin = AdminClient(kafka.config())
+    prefix = unique.name("two")
+    topic, audit = f"{prefix}-events", f"{prefix}-audit"
+    for name in (topic, audit):
+        for future in admin.create_topics([NewTopic(name, 1)], request_timeout=30).values():
+            future.result(timeout=30)
+    try:
+        files = 2 * ROUTED_KILLS + 2
+        source, checkpoint = tmp_path / "in", tmp_path / "checkpoint"
+        for n in range(files):
+            ids = range(n * ROWS_PER_FILE, (n + 1) * ROWS_PER_FILE)
+            write_input(source, f"part-{n:04d}.json", ids)
+        base: dict[str, object] = {
+            "bootstrap_servers": kafka.bootstrap_servers,
+            "topic": topic,
+            "audit_topic": audit,
+            "dsn": postgres.conninfo(),
+            "table": f"{pg_schema}.events",
+            "job_id": job_id,
+            "source": str(source),
+            "checkpoint": str(checkpoint),
+            "mode": "two-kafka",
             "flags": str(tmp_path),
             "target": "local",
         }
         kills = kill_and_restart(
-            rng, base, ROUTED, ROUTED_KILLS, files, tmp_path, after_prepared=None
+            rng,
+            base,
+            TWO_KAFKA,
+            ROUTED_KILLS,
+            files,
+            tmp_path,
+            after_prepared="recovery:after-resolve:postgres",
         )
         context = f"seed {SEED}, kills {kills}"
-        every = range(files * ROWS_PER_FILE)
-        for n, topic in enumerate(topics):
-            found = kafka_ids(kafka, topic)
-            assert len(found) == len(set(found)), f"duplicates in {topic} ({context})"
-            assert found == [i for i in every if i % 3 == n], f"{topic} ({context})"
-        assert kafka_open_transactions(kafka, *topics, progress) == [], context
+        every = list(range(files * ROWS_PER_FILE))
+        for name in (topic, audit):
+            found = kafka_ids(kafka, name)
+            assert found == every, f"{name} ({context})"
+        assert postgres_ids(postgres.conninfo(), f"{pg_schema}.events") == every, context
+        assert prepared_transactions(postgres.conninfo(), job_id) == [], context
+        progress = [f"{t}-ds-progress" for t in (topic, audit)]
+        assert kafka_open_transactions(kafka, topic, audit, *progress) == [], context
     finally:
         existing = set(admin.list_topics(timeout=30).topics)
-        made = [t for t in [*topics, progress] if t in existing]
-        for future in admin.delete_topics(made, request_timeout=30).values():
+        gone = [t for t in (topic, audit) for t in (t, f"{t}-ds-progress") if t in existing]
+        for future in admin.delete_topics(gone, request_timeout=30).values():
             future.result(timeout=30)
