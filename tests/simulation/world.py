@@ -206,6 +206,17 @@ def kafka_alone(servers: Servers, job: str) -> World:
     return World(job, targets, store, lambda patch, f: _patched(patch, f, roots=[folder]))
 
 
+def kafka_kafka(servers: Servers, job: str) -> World:
+    """Two Kafka sinks of one cluster: one producer, one transaction per epoch; the first
+    carries the decision, the second's progress record rides in its commit."""
+    store, folder = _local_store(servers, job)
+    targets: list[Target] = [
+        KafkaTarget(servers.kafka, servers.admin, servers.progress_topic),
+        KafkaTarget(servers.kafka, servers.admin, servers.progress_topic, name="audit"),
+    ]
+    return World(job, targets, store, lambda patch, f: _patched(patch, f, roots=[folder]))
+
+
 def postgres_s3(servers: Servers, job: str) -> World:
     """Postgres and S3, two phases, decisions in the S3 decision store."""
     s3_target = S3Target(servers.s3)
@@ -292,6 +303,7 @@ SHAPES: dict[str, Callable[[Servers, str], World]] = {
     "postgres": postgres_alone,
     "postgres+kafka": postgres_kafka,
     "kafka": kafka_alone,
+    "kafka+kafka": kafka_kafka,
     "postgres+s3/s3-store": postgres_s3,
     "files+dead-letters": files_dead_letters,
     "delta/beside-table": delta_alone,
