@@ -166,6 +166,8 @@ def _require_offsets(found: dict[TopicPartition, int]) -> dict[TopicPartition, i
     return found
 
 
+#: Seconds a committed epoch's offsets must stay missing before the sink reports them lost.
+LOSS_CONFIRM_S = 10.0
 #: A topic setting of this value or more means "no limit".
 _UNLIMITED = 2**62
 
@@ -586,7 +588,19 @@ class Cluster:
         """What of an epoch's offset ranges the cluster no longer holds, each said: a topic
         or partition gone, or a partition whose high watermark is below the range's end (the
         topic deleted and made again, or an unclean leader election truncated it). Records
-        deleted by retention leave the high watermark where it was: not a loss."""
+        deleted by retention leave the high watermark where it was: not a loss. A new leader
+        may answer a high watermark that lags its log for a moment (it advances it as the
+        followers fetch), so a shortfall is read again for LOSS_CONFIRM_S before it counts."""
+        deadline = time.monotonic() + min(self._timeout, LOSS_CONFIRM_S)
+        while True:
+            lost = self._lost_ranges(ranges, epoch)
+            if not lost or time.monotonic() >= deadline:
+                return lost
+            time.sleep(0.5)
+
+    def _lost_ranges(
+        self, ranges: Mapping[str, Mapping[int, tuple[int, int]]], epoch: int
+    ) -> list[str]:
         wanted = {t: spans for t, spans in ranges.items() if any(e > s for s, e in spans.values())}
         if not wanted:
             return []
