@@ -30,9 +30,12 @@ def commit(
     handle: CommitHandle,
     decision: Mapping[str, JSON] | None,
     ranges: Mapping[TopicPartition, tuple[int, int]],
+    open_s: float | None = None,
+    longest_open_s: float | None = None,
 ) -> None:
     """Produce the epoch's progress record into its transaction and commit it. `ranges`:
-    each data partition's (start, end) offsets of the epoch."""
+    each data partition's (start, end) offsets of the epoch; `open_s`, `longest_open_s`: how
+    long its transaction has been open, and the longest of the recent epochs' (timeouts.py)."""
     epoch = handle.epoch
     record = ProgressRecord(
         epoch,
@@ -42,6 +45,8 @@ def commit(
         handle.checksum,
         decision,
         {p.partition: span for p, span in ranges.items()},
+        open_s,
+        longest_open_s,
     )
     producer.send_one(
         "writing the progress record",

@@ -3,10 +3,13 @@ transaction, which epoch it committed and the decision that epoch carried.
 
 One partition, compacted. Two keys per (job, sink):
 - `<owner>progress`: one record per committed epoch `{epoch, generation, participant, rows,
-  checksum, decision, ranges}`; compaction keeps at least the latest, which is all recovery
-  needs. `ranges` maps each data partition to `[start, end)`: the partition's high watermark
-  read before the epoch's first record was produced and after its last was acknowledged, so
-  every record of the epoch lies inside (the audit counts them there: operations.py);
+  checksum, decision, ranges, open_s, longest_open_s}`; compaction keeps at least the latest,
+  which is all recovery needs. `ranges` maps each data partition to `[start, end)`: the
+  partition's high watermark read before the epoch's first record was produced and after its
+  last was acknowledged, so every record of the epoch lies inside (the audit counts them
+  there: operations.py). `open_s` is how long the epoch's transaction was open (from its
+  first record to its progress record), `longest_open_s` the longest of the job's recent
+  epochs (timeouts.py): a restarted job derives its transaction timeout from it;
 - `<owner>fence`: `{generation}`, written when a coordinator opens the sink, so an older
   coordinator that opens it later refuses to start instead of fencing the newer producer;
 - `<owner>generation`: `{generation}`, written only by a generation claim of the job's
@@ -23,6 +26,7 @@ raw client error.
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -79,6 +83,10 @@ class ProgressRecord:
     #: Data partition -> (start, end) offsets holding every record of the epoch (others'
     #: records may share them: see the module docstring); None in records of older versions.
     ranges: Mapping[int, tuple[int, int]] | None = None
+    #: Seconds the epoch's transaction was open (first record to progress record), and the
+    #: longest of the sink's recent epochs (timeouts.py); None in records of older versions.
+    open_s: float | None = None
+    longest_open_s: float | None = None
 
     def encode(self) -> bytes:
         fields: dict[str, Any] = {
@@ -92,6 +100,10 @@ class ProgressRecord:
         }
         if self.ranges is not None:
             fields["ranges"] = {str(p): [s, e] for p, (s, e) in sorted(self.ranges.items())}
+        if self.open_s is not None:
+            fields["open_s"] = round(self.open_s, 3)
+        if self.longest_open_s is not None:
+            fields["longest_open_s"] = round(self.longest_open_s, 3)
         return json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
 
     def span(self) -> int | None:
@@ -113,6 +125,8 @@ class ProgressRecord:
                 checksum=str(data["checksum"]),
                 decision=data.get("decision"),
                 ranges=_ranges(data.get("ranges")),
+                open_s=_seconds(data.get("open_s")),
+                longest_open_s=_seconds(data.get("longest_open_s")),
             )
         except MALFORMED as exc:
             raise ManifestCorruptError(
@@ -129,6 +143,15 @@ def _ranges(data: Any) -> dict[int, tuple[int, int]] | None:
     if any(end < start for start, end in ranges.values()):
         raise ValueError(f"an offset range ends before it starts: {data!r}")
     return ranges
+
+
+def _seconds(data: Any) -> float | None:
+    if data is None:
+        return None
+    seconds = float(data)
+    if not (math.isfinite(seconds) and seconds >= 0):
+        raise ValueError(f"a time in seconds that is not one: {data!r}")
+    return seconds
 
 
 def _check_version(data: Mapping[str, Any]) -> None:

@@ -55,7 +55,7 @@ from durable_sinks.core.protocol import (
 )
 from durable_sinks.core.sink_base import SinkBase, Step, guarded
 
-from . import committer, errors, operations, recovery, spark_shape
+from . import committer, errors, operations, recovery, spark_shape, timeouts
 from .admin import Cluster, TopicFacts
 from .clientlog import ClientLog
 from .config import SPARK_SHAPE, Kafka
@@ -98,6 +98,14 @@ class _Opened:
             self.clientlog,
             sink._newer_owner,
         )
+        #: The producer's transaction timeout (timeouts.py), shared by this process's sinks of
+        #: the same transactional id: a ride-out's new sink continues from what it learnt.
+        self.timeouts = timeouts.shared(
+            sink.config.bootstrap_servers,
+            self.producer.transactional_id,
+            sink.config.transaction_timeout_s,
+        )
+        self.producer.timeouts = self.timeouts
         # Every producer setting is checked before any client connects or topic is made.
         self.producer.check_settings()
         self.cluster = Cluster(sink.config, settings, sink.where, log, self.clientlog.refusals)
@@ -141,6 +149,11 @@ class KafkaSink(SinkBase[Kafka]):
     def transactional_id(self) -> str:
         return self._state().producer.transactional_id
 
+    @property
+    def transaction_timeout_s(self) -> float:
+        """The transaction timeout (seconds) of the producer the sink runs now."""
+        return self._state().producer.started_timeout_s
+
     # -- open ----------------------------------------------------------------------------------
     @guarded("opening the sink")
     def open(self, context: OpenContext) -> None:
@@ -162,8 +175,15 @@ class KafkaSink(SinkBase[Kafka]):
         read the last committed epoch."""
         state = self._state()
         job, topic = state.context.job_id, self.config.progress_topic_name
-        self._check_fence(recovery.fence_holder(state.progress, job, self.name, topic), generation)
+        latest, found = recovery.latest_progress(
+            state.progress, job, self.name, topic, lambda r: True, with_fence=True
+        )
+        self._check_fence(found, generation)
         producer = state.producer
+        stored = None if latest is None else latest.longest_open_s or latest.open_s
+        producer.transaction_timeout_s = state.timeouts.bounded(
+            state.cluster.transaction_ceiling_s(), stored
+        )
         producer.start()
         # The older producer's transaction is settled now: the progress topic is exact, and
         # holds every fence written before this producer's init_transactions. One written
@@ -179,10 +199,26 @@ class KafkaSink(SinkBase[Kafka]):
         self._last_committed = record.epoch if record is not None else None
         self._last_known = True
         self.logger().info(
-            "producer %s ready for generation %d; last committed epoch %s",
+            "producer %s ready for generation %d; last committed epoch %s; transaction "
+            "timeout %g s (%s)",
             producer.transactional_id,
             generation,
             self._last_committed,
+            producer.started_timeout_s,
+            self._timeout_origin(),
+        )
+
+    def _timeout_origin(self) -> str:
+        """Where the producer's transaction timeout comes from, for the log."""
+        chosen = self._state().timeouts
+        if chosen.explicit_s is not None:
+            return "transaction_timeout_s"
+        longest = chosen.longest_recent_s
+        if longest is None:
+            return f"nothing measured yet: the ceiling, {chosen.ceiling_s:g} s"
+        return (
+            f"derived: the longest recent transaction was open {longest:.1f} s; ceiling "
+            f"{chosen.ceiling_s:g} s"
         )
 
     def _newer_owner(self) -> bool:
@@ -240,9 +276,27 @@ class KafkaSink(SinkBase[Kafka]):
 
     @guarded("beginning the epoch")
     def begin_epoch(self, epoch: int) -> None:
-        producer = self._state().producer
+        state = self._state()
+        producer = state.producer
+        wanted = state.timeouts.current_s
         if producer.broken and producer.fenced is None:
             self.logger(epoch).warning("replacing the producer after a fatal error")
+            self._start_producer(self.context.generation)
+        elif (
+            self._current is None
+            and producer.fenced is None
+            and wanted is not None
+            and wanted != producer.started_timeout_s
+        ):
+            # transaction.timeout.ms is fixed per producer (init_transactions sends it)
+            self.logger(epoch).info(
+                "transaction timeout %g s -> %g s (the longest of the last %d epochs' "
+                "transactions was open %.1f s): starting a new producer",
+                producer.started_timeout_s,
+                wanted,
+                len(state.timeouts.recent),
+                state.timeouts.longest_recent_s or 0.0,
+            )
             self._start_producer(self.context.generation)
         producer.require(epoch)
         if self._current is not None:
@@ -500,6 +554,7 @@ class KafkaSink(SinkBase[Kafka]):
         written = state.cluster.high_watermarks(state.topic.partitions, epoch)
         starts = current.starts() if current.starts is not None else written
         ranges = {p: (starts.get(p, end), end) for p, end in written.items()}
+        open_s = producer.open_s()
         try:
             committer.commit(
                 producer,
@@ -509,6 +564,8 @@ class KafkaSink(SinkBase[Kafka]):
                 handle,
                 decision,
                 ranges,
+                open_s,
+                max(open_s, state.timeouts.longest_recent_s or 0.0),
             )
         except InDoubtError:
             self._last_known = False
@@ -519,6 +576,7 @@ class KafkaSink(SinkBase[Kafka]):
             raise
         self._current = None
         self._committed_up_to(epoch)
+        state.timeouts.committed(open_s)  # a change takes effect at the next begin_epoch
         state.cluster.await_visible(written, epoch)
         self._count("rows", handle.rows)
         self._count("bytes", handle.bytes)
