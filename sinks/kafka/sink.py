@@ -29,9 +29,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from importlib.metadata import version as distribution_version
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from confluent_kafka import Producer, libversion
 
 from durable_sinks.core.bad_rows import BadRowsError, Refusal, RefusalReason, RefusedRows
 from durable_sinks.core.errors import (
@@ -55,10 +57,10 @@ from durable_sinks.core.protocol import (
 )
 from durable_sinks.core.sink_base import SinkBase, Step, guarded
 
-from . import committer, errors, operations, recovery, spark_shape, timeouts
+from . import committer, errors, kip939, operations, recovery, spark_shape, timeouts
 from .admin import Cluster, TopicFacts
 from .clientlog import ClientLog
-from .config import SPARK_SHAPE, Kafka
+from .config import SPARK_SHAPE, Kafka, bootstrap_hosts
 from .decisions import KafkaDecisionHost
 from .handles import KafkaHandleDetails
 from .progress import (
@@ -73,6 +75,9 @@ from .writer import KafkaParticipant, TransactionalProducer
 #: How much nearer than the topic's timestamp limits a record's timestamp must be to now (the
 #: broker checks against its own clock, later): rows within it of a limit are refused.
 TIMESTAMP_MARGIN_MS = 60_000
+
+#: The longest the KIP-939 probe waits for a bootstrap broker's ApiVersions answer (seconds).
+KIP939_PROBE_TIMEOUT_S = 3.0
 
 #: What settles a commit whose outcome a failure left unknown.
 _COMMIT_IN_DOUBT = (
@@ -162,8 +167,10 @@ class KafkaSink(SinkBase[Kafka]):
         if context.inspect:  # an operator's tool: read only (no topic made, no producer)
             return
         try:
+            versions = self._ask_broker_versions()  # beside the checks, in a thread
             opened.topic = opened.cluster.check()
             opened.producer.batch_limit = opened.topic.record_limit
+            self.logger().info("%s", self._kip939(versions).line())
             self._start_producer(context.generation)
         except BaseException:
             self.close()  # a refused open holds no client
@@ -220,6 +227,37 @@ class KafkaSink(SinkBase[Kafka]):
             f"derived: the longest recent transaction was open {longest:.1f} s; ceiling "
             f"{chosen.ceiling_s:g} s"
         )
+
+    def _ask_broker_versions(self) -> kip939.BrokerVersions:
+        """The KIP-939 probe's ApiVersions request to a bootstrap broker, started now."""
+        protocol = str(self.config.producer_config.get("security.protocol", "plaintext"))
+        hosts = bootstrap_hosts(
+            self.config.bootstrap_servers, protocol, f"kafka sink {self.name!r}"
+        )
+        return kip939.BrokerVersions(
+            hosts, protocol, min(self.config.request_timeout_s, KIP939_PROBE_TIMEOUT_S)
+        )
+
+    def _kip939(self, versions: kip939.BrokerVersions) -> kip939.Kip939Probe:
+        """What the KIP-939 probe found, once the broker's settings were read."""
+        cluster = self._state().cluster
+        return kip939.Kip939Probe(
+            kip939.versions_answer(versions.result()),
+            kip939.setting_answer(cluster.broker_settings, cluster.broker_settings_unread),
+            kip939.client_answer(
+                Producer, (distribution_version("confluent-kafka"), libversion()[0])
+            ),
+        )
+
+    @guarded("probing the cluster for KIP-939")
+    def notes(self) -> list[tuple[str, str]]:
+        """What `durable-sinks doctor` reports beside its checks: the KIP-939 probe (reads
+        the broker's settings and API versions; works on a sink opened to inspect)."""
+        versions = self._ask_broker_versions()
+        cluster = self._state().cluster
+        if not cluster.broker_described:
+            cluster.describe_broker()
+        return [(f"kafka sink {self.name!r}", self._kip939(versions).line())]
 
     def _newer_owner(self) -> bool:
         """Whether a newer generation than this sink's holds the fence record (read when
