@@ -13,7 +13,11 @@ Needs the test bed's Kafka. Each round, on fresh topics and transactional ids:
   until its position passes the record, vs the same after `list_topics` of the topic when it
   was made: a topic it has no metadata for is looked up at librdkafka's once-a-second scan;
 - `durable_sink("kafka", ...)`'s construction (validation, topics, fencing, the producer, the
-  progress read), which does both the second way (sinks/kafka/config.py, progress.py).
+  progress read), which does both the second way (sinks/kafka/config.py, progress.py);
+- an open sink's producer replaced between two epochs, as a change of its transaction timeout
+  does (sinks/kafka/timeouts.py): the fence and progress read, a new producer's
+  `init_transactions`, the fence record written;
+- the start's KIP-939 probe's ApiVersions request to a bootstrap broker (sinks/kafka/kip939.py).
 Medians over the rounds, in ms.
 """
 
@@ -30,11 +34,17 @@ from pathlib import Path
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from durable_sinks.core.protocol import OpenContext
+from durable_sinks.sinks.kafka import Kafka, KafkaSink
+from durable_sinks.sinks.kafka.config import bootstrap_hosts
+from durable_sinks.sinks.kafka.kip939 import broker_api_versions
 from durable_sinks.spark import durable_sink
 from tests.services import up
 from tests.support.targets import create_topic
 
 BUILT = "durable_sink('kafka', ...) built"
+REPLACED = "an open sink's producer replaced (a transaction timeout change)"
+PROBED = "KIP-939 probe: ApiVersions to a bootstrap broker"
 
 
 def timed(run: Callable[..., object], *args: object) -> float:
@@ -114,6 +124,14 @@ def main() -> None:
             built = (time.perf_counter() - started) * 1e3
             ms.setdefault(BUILT, []).append(built)
             writer.close()
+        sink = KafkaSink(Kafka(bootstrap, topic))
+        sink.open(OpenContext(f"bench-startup-{uuid.uuid4().hex[:8]}", "kafka", 1))
+        try:
+            ms.setdefault(REPLACED, []).append(timed(sink._start_producer, 1))
+        finally:
+            sink.close()
+        hosts = bootstrap_hosts(bootstrap, "plaintext", "bench")
+        ms.setdefault(PROBED, []).append(timed(broker_api_versions, hosts, "plaintext", 5.0))
 
     print(f"\nmedian of {args.rounds} rounds (ms; each round's runs in the first column)\n")
     print("| step | median | runs |")

@@ -28,6 +28,7 @@ from .access import check_access
 from .config import Kafka, bootstrap_hosts
 from .errors import Where, client_failure, kafka_error_of
 from .refusals import Refusals, explain
+from .timeouts import KAFKA_MAX_S
 
 #: Errors a just-created partition (or a moving leader, or a broker that just restarted)
 #: gives until the metadata settles. `_NOENT` is list_offsets' "Failed to query partition
@@ -245,6 +246,14 @@ class Cluster:
         self._timeout = config.request_timeout_s
         #: How many brokers the cluster has (known once `check` ran).
         self._brokers = 1
+        #: The broker's settings as `check` read them (name -> value); empty before, or when
+        #: this principal may not read them (`broker_settings_unread` says why).
+        self.broker_settings: dict[str, str] = {}
+        self.broker_settings_unread: str | None = "not read yet"
+        #: Whether `describe_broker` ran.
+        self.broker_described = False
+        #: The broker's transaction.max.timeout.ms in seconds, once read.
+        self.transaction_max_s: float | None = None
 
     # -- at open -------------------------------------------------------------------------------
     def check(self) -> TopicFacts | None:
@@ -310,13 +319,33 @@ class Cluster:
             raise client_failure(exc, what, self.where(epoch)) from None
 
     def _check_broker(self) -> int:
-        """transaction.timeout.ms must not exceed the broker's transaction.max.timeout.ms.
-        Returns how many brokers the cluster has."""
+        """A given transaction_timeout_s must not exceed the broker's
+        transaction.max.timeout.ms, which is also the ceiling of the derived one. Returns how
+        many brokers the cluster has."""
+        brokers = self.describe_broker()
+        limit_s, given = self.transaction_max_s, self.config.transaction_timeout_s
+        if given is not None and limit_s is not None and given > limit_s:
+            limit = round(limit_s * 1000)
+            raise ConfigError(
+                f"transaction_timeout_s {given:g} exceeds the broker's "
+                f"transaction.max.timeout.ms ({limit} ms)",
+                **self.where(None),
+                fix=f"set transaction_timeout_s <= {limit_s:g}, leave it unset (the sink "
+                "then derives it, at most the broker's limit), or raise "
+                "transaction.max.timeout.ms in the brokers' server.properties",
+            )
+        return brokers
+
+    def describe_broker(self) -> int:
+        """Read a broker's settings (`broker_settings`, `transaction_max_s`; without
+        DESCRIBE_CONFIGS on the cluster `broker_settings_unread` says so). Returns how many
+        brokers the cluster has."""
         try:
             cluster = self._awaited(self.admin.describe_cluster(request_timeout=self._timeout))
         except KafkaException as exc:
             raise self._unreachable(exc) from None
         broker = ConfigResource(ConfigResource.Type.BROKER, str(cluster.nodes[0].id))
+        self.broker_described = True
         try:
             configs = self.admin.describe_configs([broker], request_timeout=self._timeout)
             entries = self._awaited(configs[broker])
@@ -327,22 +356,29 @@ class Cluster:
             # Not allowed to read the broker's settings (DESCRIBE_CONFIGS on the cluster is
             # not among the least privileges): init_transactions refuses a time-out above
             # the broker's limit with its own clear error.
+            self.broker_settings_unread = "no DESCRIBE_CONFIGS on the cluster"
             self._log.info(
                 "cannot read the broker's transaction.max.timeout.ms (no DESCRIBE_CONFIGS on "
-                "the cluster): init_transactions checks transaction_timeout_s instead"
+                "the cluster): init_transactions checks the transaction timeout instead, and "
+                "a derived one is at most Kafka's default limit, %g s",
+                KAFKA_MAX_S,
             )
             return len(cluster.nodes)
+        self.broker_settings = {k: str(v.value) for k, v in entries.items() if v.value is not None}
+        self.broker_settings_unread = None
         entry = entries.get("transaction.max.timeout.ms")
-        limit = int(entry.value) if entry is not None and entry.value else 900_000
-        if self.config.transaction_timeout_s * 1000 > limit:
-            raise ConfigError(
-                f"transaction_timeout_s {self.config.transaction_timeout_s:g} exceeds the "
-                f"broker's transaction.max.timeout.ms ({limit} ms)",
-                **self.where(None),
-                fix=f"set transaction_timeout_s <= {limit / 1000:g}, or raise "
-                "transaction.max.timeout.ms in the brokers' server.properties",
-            )
+        self.transaction_max_s = (
+            int(entry.value) / 1000 if entry is not None and entry.value else KAFKA_MAX_S
+        )
         return len(cluster.nodes)
+
+    def transaction_ceiling_s(self) -> float:
+        """The longest transaction timeout the sink may derive: the broker's
+        transaction.max.timeout.ms (Kafka's default when it cannot be read), or the lower
+        max_transaction_timeout_s."""
+        broker = self.transaction_max_s if self.transaction_max_s is not None else KAFKA_MAX_S
+        cap = self.config.max_transaction_timeout_s
+        return broker if cap is None else min(cap, broker)
 
     def _awaited(self, future: Future[Any]) -> Any:
         """The admin request's result; while it waits, a refused login or certificate that

@@ -28,6 +28,8 @@ def progress_record(
     handle: CommitHandle,
     decision: Mapping[str, JSON] | None,
     ranges: Mapping[TopicPartition, tuple[int, int]],
+    open_s: float | None = None,
+    longest_open_s: float | None = None,
 ) -> ProgressRecord:
     """The progress record of the epoch `handle` prepared. `ranges`: each data partition's
     (start, end) offsets of the epoch, over every topic it wrote."""
@@ -39,6 +41,8 @@ def progress_record(
         handle.checksum,
         decision,
         by_topic(ranges),
+        open_s,
+        longest_open_s,
     )
 
 
@@ -51,19 +55,23 @@ def commit(
     decision: Mapping[str, JSON] | None,
     ranges: Mapping[TopicPartition, tuple[int, int]],
     riding: Sequence[RidingRecord] = (),
+    open_s: float | None = None,
+    longest_open_s: float | None = None,
 ) -> None:
     """Produce the epoch's progress record, and those of the sinks `riding` in its
     transaction, into the transaction and commit it: all of them, and every member's
-    records, become visible at once."""
+    records, become visible at once. `open_s`, `longest_open_s`: how long its transaction
+    has been open, and the longest of the recent epochs' (timeouts.py)."""
     epoch = handle.epoch
     for other in riding:
         producer.send_one(
             "writing a riding sink's progress record", other.topic, other.value, other.key, epoch
         )
+    record = progress_record(context, handle, decision, ranges, open_s, longest_open_s)
     producer.send_one(
         "writing the progress record",
         progress_topic,
-        progress_record(context, handle, decision, ranges).encode(),
+        record.encode(),
         progress_key(context.job_id, sink),
         epoch,
     )

@@ -17,6 +17,8 @@ from durable_sinks.core.redaction import is_secret, redact
 from durable_sinks.core.secrets import resolve_settings
 from durable_sinks.core.settings import apply_conveniences
 
+from .timeouts import CLIENT_MAX_S, CLIENT_MIN_S
+
 if TYPE_CHECKING:
     from .records import RecordLayout
 
@@ -165,13 +167,20 @@ class Kafka:
     """Partitions of a topic this sink creates. Default 1."""
     replication_factor: int = -1
     """Replication factor of a topic this sink creates. Default -1: the broker's default."""
-    transaction_timeout_s: float = 60.0
-    """Seconds after which the broker aborts a transaction left open (the producer's
-    `transaction.timeout.ms`). Must exceed `expected_epoch_s` and not exceed the broker's
-    `transaction.max.timeout.ms` (900000 ms by default; read at start). Default 60."""
-    expected_epoch_s: float = 30.0
-    """Seconds: the longest a batch should take from its first record to its commit (only
-    checked against `transaction_timeout_s`). Default 30."""
+    transaction_timeout_s: float | None = None
+    """Seconds after which the broker aborts an epoch's transaction left open (the producer's
+    `transaction.timeout.ms`), used as is; above the broker's `transaction.max.timeout.ms`
+    (read at start) it is a ConfigError. Default None: derived from how long the job's epochs
+    keep their transaction open (four times the longest of the last 20, on a ladder from
+    60 s up to the broker's limit; a job's first epoch ever takes the limit), and raised to
+    the limit for the next attempt when the broker aborts a transaction for its age
+    ([kafka.md](kafka.md#transaction-timeout))."""
+    max_transaction_timeout_s: float | None = None
+    """Seconds: the longest transaction timeout the sink derives by itself, and so the longest
+    a driver that died with an epoch's transaction open holds `read_committed` readers of
+    its partitions back ([kafka.md](kafka.md#transaction-timeout)). Default None: the
+    broker's `transaction.max.timeout.ms` (Kafka's default 900 s). Not with
+    `transaction_timeout_s`."""
     producer_config: Mapping[str, ConfigValue] = field(default_factory=dict, repr=False)
     """Extra librdkafka producer settings: SASL/SSL (`security.protocol`, `sasl.*`, `ssl.*`),
     tuning; they override `THROUGHPUT_DEFAULTS` ([kafka.md](kafka.md#throughput-settings)).
@@ -228,18 +237,24 @@ class Kafka:
                 fix="give value_column, key_column, timestamp_column, partition_column and "
                 "header_columns different columns",
             )
-        if not (self.expected_epoch_s > 0 and self.transaction_timeout_s > 0):
+        for what, seconds in (
+            ("transaction_timeout_s", self.transaction_timeout_s),
+            ("max_transaction_timeout_s", self.max_transaction_timeout_s),
+        ):
+            if seconds is not None and not (
+                isinstance(seconds, int | float) and CLIENT_MIN_S <= seconds <= CLIENT_MAX_S
+            ):
+                raise ConfigError(
+                    f"{where}: {what} must be from {CLIENT_MIN_S:g} to {CLIENT_MAX_S:g} s "
+                    f"(librdkafka's range of transaction.timeout.ms), not {seconds!r}",
+                    fix=f"give {what} in seconds, or leave it unset for the derived timeout",
+                )
+        if self.transaction_timeout_s is not None and self.max_transaction_timeout_s is not None:
             raise ConfigError(
-                f"{where}: expected_epoch_s and transaction_timeout_s must be > 0",
-                fix="leave the defaults or give positive seconds",
-            )
-        if self.transaction_timeout_s <= self.expected_epoch_s:
-            raise ConfigError(
-                f"{where}: transaction_timeout_s ({self.transaction_timeout_s:g}) must exceed "
-                f"expected_epoch_s ({self.expected_epoch_s:g}), or the broker aborts epochs "
-                "that take as long as expected",
-                fix="raise transaction_timeout_s (up to the broker's "
-                "transaction.max.timeout.ms) or make epochs shorter",
+                f"{where}: transaction_timeout_s and max_transaction_timeout_s are both set; "
+                "the first fixes the timeout, the second bounds the derived one",
+                fix="give transaction_timeout_s alone (a fixed timeout) or "
+                "max_transaction_timeout_s alone (the derived timeout, at most this)",
             )
         reserved = sorted(RESERVED & set(self.producer_config))
         if reserved:

@@ -3,11 +3,14 @@ transaction, which epoch it committed and the decision that epoch carried.
 
 One partition, compacted. Two keys per (job, sink):
 - `<owner>progress`: one record per committed epoch `{epoch, generation, participant, rows,
-  checksum, decision, ranges}`; compaction keeps at least the latest, which is all recovery
-  needs. `ranges` maps each topic the epoch wrote, and each of its partitions, to
-  `[start, end)`: the partition's high watermark read before the epoch's first record to
-  that topic was produced and after its last was acknowledged, so every record of the epoch
-  lies inside (the audit counts them there: operations.py);
+  checksum, decision, ranges, open_s, longest_open_s}`; compaction keeps at least the latest,
+  which is all recovery needs. `ranges` maps each topic the epoch wrote, and each of its
+  partitions, to `[start, end)`: the partition's high watermark read before the epoch's first
+  record to that topic was produced and after its last was acknowledged, so every record of
+  the epoch lies inside (the audit counts them there: operations.py). `open_s` is how long
+  the epoch's transaction was open (from its first record to its progress record),
+  `longest_open_s` the longest of the job's recent epochs (timeouts.py): a restarted job
+  derives its transaction timeout from it;
 - `<owner>fence`: `{generation}`, written when a coordinator opens the sink, so an older
   coordinator that opens it later refuses to start instead of fencing the newer producer;
 - `<owner>generation`: `{generation}`, written only by a generation claim of the job's
@@ -24,6 +27,7 @@ raw client error.
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -80,6 +84,10 @@ class ProgressRecord:
     #: Topic -> partition -> (start, end) offsets holding every record of the epoch
     #: (others' records may share them: see the module docstring).
     ranges: Mapping[str, Mapping[int, tuple[int, int]]] | None = None
+    #: Seconds the epoch's transaction was open (first record to progress record), and the
+    #: longest of the sink's recent epochs (timeouts.py); None in records of older versions.
+    open_s: float | None = None
+    longest_open_s: float | None = None
 
     def encode(self) -> bytes:
         fields: dict[str, Any] = {
@@ -96,6 +104,10 @@ class ProgressRecord:
                 topic: {str(p): [s, e] for p, (s, e) in sorted(spans.items())}
                 for topic, spans in sorted(self.ranges.items())
             }
+        if self.open_s is not None:
+            fields["open_s"] = round(self.open_s, 3)
+        if self.longest_open_s is not None:
+            fields["longest_open_s"] = round(self.longest_open_s, 3)
         return json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
 
     def span(self) -> int | None:
@@ -121,6 +133,8 @@ class ProgressRecord:
                 checksum=str(data["checksum"]),
                 decision=data.get("decision"),
                 ranges=_ranges(data.get("ranges")),
+                open_s=_seconds(data.get("open_s")),
+                longest_open_s=_seconds(data.get("longest_open_s")),
             )
         except MALFORMED as exc:
             raise ManifestCorruptError(
@@ -141,6 +155,15 @@ def _ranges(data: Any) -> dict[str, dict[int, tuple[int, int]]] | None:
         if any(end < start or start < 0 for start, end in spans.values()):
             raise ValueError(f"an offset range ends before it starts: {data!r}")
     return ranges
+
+
+def _seconds(data: Any) -> float | None:
+    if data is None:
+        return None
+    seconds = float(data)
+    if not (math.isfinite(seconds) and seconds >= 0):
+        raise ValueError(f"a time in seconds that is not one: {data!r}")
+    return seconds
 
 
 def _check_version(data: Mapping[str, Any]) -> None:

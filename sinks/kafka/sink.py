@@ -30,10 +30,11 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from importlib.metadata import version as distribution_version
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from confluent_kafka import TopicPartition
+from confluent_kafka import Producer, TopicPartition, libversion
 
 from durable_sinks.core.bad_rows import BadRowsError, Refusal, RefusalReason, RefusedRows
 from durable_sinks.core.errors import (
@@ -59,7 +60,7 @@ from durable_sinks.core.protocol import (
 )
 from durable_sinks.core.sink_base import SinkBase, Step, guarded
 
-from . import committer, errors, operations, recovery, spark_shape
+from . import committer, errors, kip939, operations, recovery, spark_shape, timeouts
 from .admin import Cluster, TopicFacts
 from .clientlog import ClientLog
 from .config import MAX_TOPIC_LENGTH, SPARK_SHAPE, Kafka, bootstrap_hosts, valid_topic
@@ -79,6 +80,9 @@ from .writer import KafkaParticipant, TransactionalProducer
 #: How much nearer than the topic's timestamp limits a record's timestamp must be to now (the
 #: broker checks against its own clock, later): rows within it of a limit are refused.
 TIMESTAMP_MARGIN_MS = 60_000
+
+#: The longest the KIP-939 probe waits for a bootstrap broker's ApiVersions answer (seconds).
+KIP939_PROBE_TIMEOUT_S = 3.0
 
 #: What settles a commit whose outcome a failure left unknown.
 _COMMIT_IN_DOUBT = (
@@ -109,16 +113,18 @@ class _Opened:
         log = sink.logger()
         members = () if context.inspect else context.transaction
         carrier = members[0] if members else sink.name
+        txn_id = transactional_id(context.job_id, carrier)
+        #: The producer's transaction timeout (timeouts.py), shared by this process's sinks
+        #: of the same transactional id: a ride-out's new sink continues from what it learnt.
+        self.timeouts = timeouts.shared(
+            sink.config.bootstrap_servers, txn_id, sink.config.transaction_timeout_s
+        )
 
         def producer() -> TransactionalProducer:
             made = TransactionalProducer(
-                sink.config,
-                transactional_id(context.job_id, carrier),
-                sink.where,
-                log,
-                self.clientlog,
-                sink._newer_owner,
+                sink.config, txn_id, sink.where, log, self.clientlog, sink._newer_owner
             )
+            made.timeouts = self.timeouts
             # Every producer setting is checked before any client connects or topic is made.
             made.check_settings()
             return made
@@ -176,6 +182,11 @@ class KafkaSink(SinkBase[Kafka]):
     def transactional_id(self) -> str:
         return self._state().producer.transactional_id
 
+    @property
+    def transaction_timeout_s(self) -> float:
+        """The transaction timeout (seconds) of the producer the sink runs now."""
+        return self._state().producer.started_timeout_s
+
     # -- open ----------------------------------------------------------------------------------
     @guarded("opening the sink")
     def open(self, context: OpenContext) -> None:
@@ -184,9 +195,11 @@ class KafkaSink(SinkBase[Kafka]):
         if context.inspect:  # an operator's tool: read only (no topic made, no producer)
             return
         try:
+            versions = self._ask_broker_versions()  # beside the checks, in a thread
             opened.topic = opened.cluster.check()
             if opened.topic is not None:
                 opened.producer.batch_limit = opened.topic.record_limit
+            self.logger().info("%s", self._kip939(versions).line())
             self._start_producer(context.generation)
         except BaseException:
             self.close()  # a refused open holds no client
@@ -198,9 +211,16 @@ class KafkaSink(SinkBase[Kafka]):
         read the last committed epoch."""
         state = self._state()
         job, topic = state.context.job_id, self.config.progress_topic_name
-        self._check_fence(recovery.fence_holder(state.progress, job, self.name, topic), generation)
+        latest, found = recovery.latest_progress(
+            state.progress, job, self.name, topic, lambda r: True, with_fence=True
+        )
+        self._check_fence(found, generation)
         producer = state.producer
         if not state.shared.started:  # the first member of a shared transaction starts it
+            stored = None if latest is None else latest.longest_open_s or latest.open_s
+            producer.transaction_timeout_s = state.timeouts.bounded(
+                state.cluster.transaction_ceiling_s(), stored
+            )
             producer.start()
             state.shared.restarted()
         # The older producer's transaction is settled now: the progress topic is exact, and
@@ -219,10 +239,13 @@ class KafkaSink(SinkBase[Kafka]):
         self._last_committed = record.epoch if record is not None else None
         self._last_known = True
         self.logger().info(
-            "producer %s ready for generation %d; last committed epoch %s",
+            "producer %s ready for generation %d; last committed epoch %s; transaction "
+            "timeout %g s (%s)",
             producer.transactional_id,
             generation,
             self._last_committed,
+            producer.started_timeout_s,
+            self._timeout_origin(),
         )
 
     def _check_held(self, epoch: int, ranges: Mapping[str, Mapping[int, tuple[int, int]]]) -> None:
@@ -244,6 +267,50 @@ class KafkaSink(SinkBase[Kafka]):
             "restarting (Kafka has no repair command); if the topic was deleted on purpose, "
             f"start the query under a new job_id; see {LOST_EPOCHS_DOC}",
         )
+
+    def _timeout_origin(self) -> str:
+        """Where the producer's transaction timeout comes from, for the log."""
+        chosen = self._state().timeouts
+        if chosen.explicit_s is not None:
+            return "transaction_timeout_s"
+        longest = chosen.longest_recent_s
+        if longest is None:
+            return f"nothing measured yet: the ceiling, {chosen.ceiling_s:g} s"
+        return (
+            f"derived: the longest recent transaction was open {longest:.1f} s; ceiling "
+            f"{chosen.ceiling_s:g} s"
+        )
+
+    def _ask_broker_versions(self) -> kip939.BrokerVersions:
+        """The KIP-939 probe's ApiVersions request to a bootstrap broker, started now."""
+        protocol = str(self.config.producer_config.get("security.protocol", "plaintext"))
+        hosts = bootstrap_hosts(
+            self.config.bootstrap_servers, protocol, f"kafka sink {self.name!r}"
+        )
+        return kip939.BrokerVersions(
+            hosts, protocol, min(self.config.request_timeout_s, KIP939_PROBE_TIMEOUT_S)
+        )
+
+    def _kip939(self, versions: kip939.BrokerVersions) -> kip939.Kip939Probe:
+        """What the KIP-939 probe found, once the broker's settings were read."""
+        cluster = self._state().cluster
+        return kip939.Kip939Probe(
+            kip939.versions_answer(versions.result()),
+            kip939.setting_answer(cluster.broker_settings, cluster.broker_settings_unread),
+            kip939.client_answer(
+                Producer, (distribution_version("confluent-kafka"), libversion()[0])
+            ),
+        )
+
+    @guarded("probing the cluster for KIP-939")
+    def notes(self) -> list[tuple[str, str]]:
+        """What `durable-sinks doctor` reports beside its checks: the KIP-939 probe (reads
+        the broker's settings and API versions; works on a sink opened to inspect)."""
+        versions = self._ask_broker_versions()
+        cluster = self._state().cluster
+        if not cluster.broker_described:
+            cluster.describe_broker()
+        return [(f"kafka sink {self.name!r}", self._kip939(versions).line())]
 
     def _newer_owner(self) -> bool:
         """Whether a newer generation than this sink's holds the fence record (read when
@@ -311,8 +378,27 @@ class KafkaSink(SinkBase[Kafka]):
     def begin_epoch(self, epoch: int) -> None:
         state = self._state()
         producer = state.producer
+        wanted = state.timeouts.current_s
         if producer.broken and producer.fenced is None:
             self.logger(epoch).warning("replacing the producer after a fatal error")
+            state.shared.started = False
+            self._start_producer(self.context.generation)
+        elif (
+            self._current is None
+            and not state.shared.number  # no member began this epoch's transaction yet
+            and producer.fenced is None
+            and wanted is not None
+            and wanted != producer.started_timeout_s
+        ):
+            # transaction.timeout.ms is fixed per producer (init_transactions sends it)
+            self.logger(epoch).info(
+                "transaction timeout %g s -> %g s (the longest of the last %d epochs' "
+                "transactions was open %.1f s): starting a new producer",
+                producer.started_timeout_s,
+                wanted,
+                len(state.timeouts.recent),
+                state.timeouts.longest_recent_s or 0.0,
+            )
             state.shared.started = False
             self._start_producer(self.context.generation)
         producer.require(epoch)
@@ -741,6 +827,7 @@ class KafkaSink(SinkBase[Kafka]):
         started = time.perf_counter()
         written = self._written(current)
         shared = state.shared
+        open_s = producer.open_s()
         try:
             committer.commit(
                 producer,
@@ -751,6 +838,8 @@ class KafkaSink(SinkBase[Kafka]):
                 decision,
                 self._ranges(current, written),
                 list(shared.riding.values()),
+                open_s,
+                max(open_s, state.timeouts.longest_recent_s or 0.0),
             )
         except InDoubtError:
             self._last_known = False
@@ -763,6 +852,7 @@ class KafkaSink(SinkBase[Kafka]):
         shared.ended(current.number, committed=True)
         self._current = None
         self._committed_up_to(epoch)
+        state.timeouts.committed(open_s)  # a change takes effect at the next begin_epoch
         state.cluster.await_visible(written, epoch)
         self._count("rows", handle.rows)
         self._count("bytes", handle.bytes)

@@ -19,7 +19,9 @@ these; nothing raw leaves):
   a fence (fatal `_FENCED`, the broker having answered INVALID_PRODUCER_EPOCH). It is told
   apart by time (a timeout needs the transaction's first record to be older than
   transaction.timeout.ms) and by the fence record (no newer generation holds it):
-  TransientError saying so, and the producer is `broken`;
+  TransientError saying so, and the producer is `broken`; with a derived timeout the next
+  attempt's producer takes the ceiling (timeouts.py), and when the timeout already was the
+  ceiling, ConfigError instead (no attempt can commit such a batch);
 - another fatal error: TransientError (InDoubtError from commit), and the producer is
   `broken` until `start` replaces it (the sink does so at the next epoch);
 - a commit whose outcome is unknown: InDoubtError (the progress topic tells, later);
@@ -65,6 +67,7 @@ from .errors import (
     refused_settings,
 )
 from .records import EPOCH_HEADER, Records
+from .timeouts import FLOOR_S, TransactionTimeout
 
 #: Backoff between two tries of a retriable call: doubles from the first to the last.
 RETRY_BACKOFF_S = (0.05, 1.0)
@@ -74,9 +77,23 @@ _NOT_IN_PLACE = frozenset({KafkaError._CONFLICT})
 #: Time-out fix: what to do when the broker times transactions out.
 TIMEOUT_FIX = (
     "raise transaction_timeout_s above the longest time from an epoch's first record to its "
-    "commit (up to the broker's transaction.max.timeout.ms), or make batches smaller "
-    "(maxOffsetsPerTrigger, maxFilesPerTrigger); the job writes the epoch again"
+    "commit (up to the broker's transaction.max.timeout.ms), or leave it unset so that the "
+    "sink derives it from the epochs' times, or make batches smaller (maxOffsetsPerTrigger, "
+    "maxFilesPerTrigger); the job writes the epoch again"
 )
+#: The fix when even the longest transaction timeout was too short for a batch.
+CEILING_FIX = (
+    "make batches take less time from their first record to their commit "
+    "(maxOffsetsPerTrigger, maxFilesPerTrigger, a shorter trigger interval), or raise "
+    "transaction.max.timeout.ms in the brokers' server.properties (and "
+    "max_transaction_timeout_s, if set)"
+)
+#: librdkafka's own socket.timeout.ms default (ms). With a transactional.id and no
+#: socket.timeout.ms given, librdkafka raises it to the transaction timeout (less 100 ms), so
+#: a request sent to a dead broker would wait up to the transaction timeout (15 minutes with
+#: the broker's default limit): the sink gives it explicitly, at most the transaction timeout
+#: (librdkafka refuses a socket.timeout.ms above transaction.timeout.ms + 100).
+SOCKET_TIMEOUT_MS = 60_000
 
 #: An epoch's EndTxn fenced: what settles it.
 FENCED_AT_COMMIT_FIX = (
@@ -108,6 +125,16 @@ class TransactionalProducer:
         #: be told apart from a transaction time-out); None: never.
         self._newer_owner = newer_owner
         self._timeout = config.request_timeout_s
+        #: The transaction timeout (seconds) the next `start` gives its producer: the given
+        #: transaction_timeout_s, or what `timeouts` derives (the sink sets it before each
+        #: start; Kafka's default until then).
+        self.transaction_timeout_s = config.transaction_timeout_s or FLOOR_S
+        #: The timeout the running producer started with.
+        self.started_timeout_s = self.transaction_timeout_s
+        #: What chooses the timeout (the sink's; None: the timeout never changes).
+        self.timeouts: TransactionTimeout | None = None
+        #: What `timeouts` chose after this producer's transaction timed out, once known.
+        self._timed_out_to: tuple[float | None] | None = None
         self._producer: Producer | None = None
         #: When the open transaction's first record was produced (monotonic), if it has one:
         #: the broker's transaction timer cannot have started before.
@@ -127,7 +154,9 @@ class TransactionalProducer:
     # -- life ----------------------------------------------------------------------------------
     def settings(self) -> dict[str, Any]:
         """Every librdkafka setting of the producer (may hold secrets)."""
+        timeout_ms = round(self.transaction_timeout_s * 1000)
         settings: dict[str, Any] = {
+            "socket.timeout.ms": min(SOCKET_TIMEOUT_MS, timeout_ms),
             **THROUGHPUT_DEFAULTS,
             **RECONNECT_DEFAULTS,
             **resolve_settings(
@@ -137,7 +166,7 @@ class TransactionalProducer:
             "transactional.id": self.transactional_id,
             "enable.idempotence": True,
             "acks": "all",
-            "transaction.timeout.ms": round(self.config.transaction_timeout_s * 1000),
+            "transaction.timeout.ms": timeout_ms,
             # Only failures are reported: no Python call per delivered record.
             "delivery.report.only.error": True,
             "on_delivery": self._on_delivery_error,
@@ -173,6 +202,8 @@ class TransactionalProducer:
         self._producer = producer
         self.fenced, self.broken = None, False
         self._first_record = None
+        self.started_timeout_s = self.transaction_timeout_s
+        self._timed_out_to = None
         self.call("init_transactions", producer.init_transactions)
 
     def close(self) -> None:
@@ -213,8 +244,12 @@ class TransactionalProducer:
         """Whether the broker may have timed the open transaction out: its first record is
         older than transaction.timeout.ms (the broker's timer starts later still)."""
         first = self._first_record
-        limit = self.config.transaction_timeout_s
-        return first is not None and time.monotonic() - first >= limit
+        return first is not None and time.monotonic() - first >= self.started_timeout_s
+
+    def open_s(self) -> float:
+        """Seconds since the open transaction's first record (0 without one)."""
+        first = self._first_record
+        return 0.0 if first is None else time.monotonic() - first
 
     def _fence_or_timeout(self, error: KafkaError, what: str, epoch: int | None) -> NoReturn:
         """A `_FENCED` error: the transaction timed out, or a newer producer took over."""
@@ -227,18 +262,43 @@ class TransactionalProducer:
         )
 
     def _aborted_by_broker(self, what: str, epoch: int | None, cause: str) -> NoReturn:
-        """The broker timed the open transaction out (and bumped the producer epoch)."""
+        """The broker timed the open transaction out (and bumped the producer epoch). With a
+        derived timeout the next attempt's producer takes the ceiling; when the timeout
+        already was the ceiling, no attempt can commit the batch: ConfigError."""
         self.broken = True
-        age = time.monotonic() - (self._first_record or 0.0)
-        raise TransientError(
+        age = self.open_s()
+        timeout = self.started_timeout_s
+        following = self._after_timeout(age)
+        message = (
             f"{what}: the broker aborted the transaction because it was open longer than "
-            f"transaction.timeout.ms (transaction_timeout_s="
-            f"{self.config.transaction_timeout_s:g}; its first record is {age:.1f} s old) "
+            f"transaction.timeout.ms ({timeout:g} s; its first record is {age:.1f} s old) "
             f"and bumped the producer epoch (librdkafka: {cause}); nothing of the epoch is "
-            "visible",
-            **self.where(epoch),
-            fix=TIMEOUT_FIX,
-        ) from None
+            "visible"
+        )
+        if following is not None:
+            raise TransientError(
+                f"{message}; the next attempt uses a transaction timeout of {following:g} s, "
+                "the longest the sink may choose",
+                **self.where(epoch),
+                fix="nothing to do: the job writes the epoch again",
+            ) from None
+        if self.timeouts is not None and self.timeouts.explicit_s is None:
+            raise ConfigError(
+                f"{message}; {timeout:g} s is already the longest transaction timeout the "
+                f"sink may choose (the broker's transaction.max.timeout.ms, or "
+                "max_transaction_timeout_s), so no attempt can commit a batch this long",
+                **self.where(epoch),
+                fix=CEILING_FIX,
+            ) from None
+        raise TransientError(message, **self.where(epoch), fix=TIMEOUT_FIX) from None
+
+    def _after_timeout(self, age: float) -> float | None:
+        """The next attempt's transaction timeout after the broker timed this producer's
+        transaction out (asked of `timeouts` once per producer), or None."""
+        if self._timed_out_to is None:
+            chosen = self.timeouts.timed_out(age) if self.timeouts is not None else None
+            self._timed_out_to = (chosen,)
+        return self._timed_out_to[0]
 
     def _stop_fenced(self, what: str, epoch: int | None) -> NoReturn:
         """Remember and raise that a newer generation owns the sink (`what` says how)."""
@@ -259,11 +319,12 @@ class TransactionalProducer:
         self.broken = True
         cause = (
             "the broker may have timed the transaction out (its first record is "
-            f"{time.monotonic() - (self._first_record or 0.0):.1f} s old, "
-            f"transaction_timeout_s={self.config.transaction_timeout_s:g})"
+            f"{self.open_s():.1f} s old, transaction.timeout.ms {self.started_timeout_s:g} s)"
             if self.timed_out()
             else "a newer producer of the job took over"
         )
+        if self.timed_out():
+            self._after_timeout(self.open_s())  # if it was not committed, take longer
         raise InDoubtError(
             f"commit_transaction was fenced ({error.name()}): {cause}, after this commit "
             "request may have reached the transaction coordinator; the epoch may or may not "
@@ -318,10 +379,12 @@ class TransactionalProducer:
             ) from None
         if code == KafkaError.INVALID_TRANSACTION_TIMEOUT:
             raise ConfigError(
-                f"{what} failed: the broker refuses transaction_timeout_s "
-                f"{self.config.transaction_timeout_s:g} ({error.str()})",
+                f"{what} failed: the broker refuses a transaction timeout of "
+                f"{self.started_timeout_s:g} s ({error.str()})",
                 **self.where(epoch),
-                fix="set transaction_timeout_s <= the broker's transaction.max.timeout.ms",
+                fix="set transaction_timeout_s (or max_transaction_timeout_s) <= the broker's "
+                "transaction.max.timeout.ms; the sink reads that limit when this principal "
+                "may describe the cluster's configuration (DESCRIBE_CONFIGS on the cluster)",
             ) from None
         if error.fatal():
             self.broken = True

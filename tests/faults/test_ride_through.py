@@ -149,7 +149,7 @@ def test_a_kafka_transaction_the_broker_timed_out_is_written_again_exactly_once(
     """The batch stalls between writing and preparing for longer than the producer's
     transaction.timeout.ms: the broker aborts the transaction (nothing of it is visible) and
     the batch is written again, once."""
-    job.kafka_options = {"transaction_timeout_s": 3.0, "expected_epoch_s": 1.0}
+    job.kafka_options = {"transaction_timeout_s": 3.0}
     stall = Fault("a batch stalled past transaction.timeout.ms", lambda: time.sleep(STALL_S))
     writer = job.writer([Trigger(HIT_EPOCH, "after-write:0:kafka", stall)])
     job.run(writer)

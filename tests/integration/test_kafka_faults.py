@@ -57,7 +57,6 @@ def topic(admin: AdminClient, unique: UniqueNames) -> Iterator[str]:
 
 def kafka_sink(kafka: KafkaEndpoint, topic: str, **options: Any) -> KafkaSink:
     options.setdefault("transaction_timeout_s", TIMEOUT_S)
-    options.setdefault("expected_epoch_s", TIMEOUT_S - 1)
     options.setdefault("request_timeout_s", 20)
     return KafkaSink(Kafka(kafka.bootstrap_servers, topic, key_column="id", **options))
 

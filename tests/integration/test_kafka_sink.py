@@ -446,7 +446,7 @@ def test_a_transaction_timeout_above_the_brokers_limit_is_refused(
     [
         ({"producer_config": {"transactional.id": "mine"}}, "which the sink owns"),
         ({"producer_config": {"acks": 1}}, "which the sink owns"),
-        ({"transaction_timeout_s": 10, "expected_epoch_s": 20}, "must exceed"),
+        ({"transaction_timeout_s": 10, "max_transaction_timeout_s": 20}, "are both set"),
         ({"topic": "bad topic"}, "not a valid topic name"),
         ({"value_column": "id"}, "more than one role"),
     ],

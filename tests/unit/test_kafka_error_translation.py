@@ -28,6 +28,7 @@ from durable_sinks.sinks.kafka import Kafka, KafkaSink, admin, sink
 from durable_sinks.sinks.kafka.admin import ATTEMPT_TIMEOUT_S, Cluster
 from durable_sinks.sinks.kafka.progress import ProgressReader
 from durable_sinks.sinks.kafka.records import build_records
+from durable_sinks.sinks.kafka.timeouts import TransactionTimeout
 from durable_sinks.sinks.kafka.writer import KafkaParticipant, TransactionalProducer
 
 Outcome = BaseException | None
@@ -97,7 +98,6 @@ def config() -> Kafka:
         "events",
         request_timeout_s=0.4,
         transaction_timeout_s=3.0,
-        expected_epoch_s=1.0,
     )
 
 
@@ -541,3 +541,56 @@ def test_a_bare_failure_of_a_producer_a_newer_generation_fenced_is_fenced() -> N
         timed_out.flush(0)
     assert "transaction_timeout_s" in (hit.value.fix or "")
     assert timed_out.broken
+
+
+def derived_producer(fake: FakeProducer, *, age: float, ceiling: float) -> TransactionalProducer:
+    """A producer whose timeout is derived (no transaction_timeout_s), started at 60 s with
+    `ceiling` the longest it may take."""
+    made = producer(fake, age=age)
+    chooser = TransactionTimeout(explicit_s=None)
+    chooser.bounded(ceiling, stored_open_s=1.0)  # measured: 4 x 1 s -> the 60 s rung
+    made.timeouts = chooser
+    made.started_timeout_s = chooser.current_s or 0.0
+    return made
+
+
+def test_a_derived_timeout_the_broker_enforced_takes_the_ceiling_next() -> None:
+    """The broker aborted a transaction that outlived a derived timeout below the ceiling:
+    retriable, and the next attempt's producer takes the ceiling (never the same timeout
+    again)."""
+    made = derived_producer(FakeProducer(flush=[system_error(FENCED)]), age=61.0, ceiling=900.0)
+    assert made.started_timeout_s == 60.0
+    with pytest.raises(
+        TransientError, match="the next attempt uses a transaction timeout of 900 s"
+    ):
+        made.flush(0)
+    assert made.timeouts is not None
+    assert made.timeouts.current_s == 900.0
+    assert made.broken
+
+
+def test_a_batch_longer_than_the_ceiling_is_a_config_error_naming_both() -> None:
+    """The broker aborted a transaction whose timeout was already the ceiling: no attempt
+    can commit such a batch, so it is not retried (ConfigError with the measured age, the
+    limit and the fix)."""
+    made = derived_producer(FakeProducer(flush=[system_error(FENCED)]), age=61.0, ceiling=900.0)
+    made.timeouts = TransactionTimeout()
+    made.timeouts.bounded(60.0, stored_open_s=None)  # the ceiling is 60 s
+    made.started_timeout_s = 60.0
+    with pytest.raises(ConfigError, match=r"first record is 61\.\d s old") as raised:
+        made.flush(0)
+    assert not raised.value.retriable
+    assert "already the longest transaction timeout" in raised.value.message
+    assert "transaction.max.timeout.ms" in (raised.value.fix or "")
+    with pytest.raises(ConfigError):  # asked again of the same producer: the same answer
+        made.flush(0)
+
+
+def test_socket_timeout_never_exceeds_the_transaction_timeout() -> None:
+    """librdkafka refuses socket.timeout.ms above transaction.timeout.ms + 100 ms and raises
+    it to the transaction timeout when not given: the sink gives 60 s at most."""
+    made = producer(FakeProducer())
+    made.transaction_timeout_s = 900.0
+    assert made.settings()["socket.timeout.ms"] == 60_000
+    made.transaction_timeout_s = 3.0
+    assert made.settings()["socket.timeout.ms"] == 3_000

@@ -263,8 +263,10 @@ def doctor(read_only: bool, **params: Any) -> None:
     from ._doctor import run_checks
 
     failures = 0
-    for name, problem in run_checks(params, read_only=read_only):
-        if problem is None:
+    for name, problem, informational in run_checks(params, read_only=read_only):
+        if informational:
+            out.print(f"info    {name}")
+        elif problem is None:
             out.print(f"ok      {name}")
         else:
             failures += 1

@@ -82,6 +82,15 @@ class ExpiringSink(SinkConnector, Protocol):
     def expire_markers(self, before_epoch: int) -> int: ...
 
 
+@runtime_checkable
+class InformingSink(SinkConnector, Protocol):
+    """A sink with facts for `durable-sinks doctor` that are neither a pass nor a failure
+    (what the target could support, for instance). `notes()` only reads, works on a sink
+    opened with `OpenContext(inspect=True)`, and returns (what, what was found) pairs."""
+
+    def notes(self) -> list[tuple[str, str]]: ...
+
+
 @dataclass(frozen=True)
 class EpochRepair:
     """One epoch of one sink that `durable-sinks repair-epochs` put back (or, in a dry run,
