@@ -6,7 +6,6 @@ another writer of the topic neither passes for the epoch's records nor fails the
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -19,17 +18,11 @@ from durable_sinks.manifest import LocalDirectoryStore
 from durable_sinks.spark import sink
 from tests.conftest import UniqueNames
 from tests.services import KafkaEndpoint
+from tests.support.coordinators import run_until
 
 
 def rows(start: int, count: int) -> pa.RecordBatch:
     return pa.record_batch({"id": pa.array(range(start, start + count), pa.int64())})
-
-
-def run_until(steps: Iterator[str], wanted: str) -> None:
-    for step in steps:
-        if step == wanted:
-            return
-    raise AssertionError(f"the epoch never reached {wanted}")
 
 
 def another_writer(kafka: KafkaEndpoint, topic: str, count: int) -> None:

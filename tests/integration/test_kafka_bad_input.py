@@ -29,6 +29,7 @@ from durable_sinks.manifest import LocalDirectoryStore
 from durable_sinks.sinks import create
 from tests.conftest import UniqueNames
 from tests.services import KafkaEndpoint
+from tests.support.coordinators import started
 from tests.support.kafka_reads import assert_nothing_visible, read_committed
 from tests.support.targets import create_topic
 
@@ -55,15 +56,9 @@ def start(
     """A job writing to `topic`, started (so its sink is opened) as `durable_sink` does."""
     settings = {"bootstrap_servers": kafka.bootstrap_servers, "topic": topic, **options}
     settings.setdefault("request_timeout_s", 20)
-    coordinator = Coordinator(
-        unique.job_id, [create("kafka", settings)], LocalDirectoryStore(tmp_path)
+    return started(
+        Coordinator(unique.job_id, [create("kafka", settings)], LocalDirectoryStore(tmp_path))
     )
-    try:
-        coordinator.start()
-    except BaseException:
-        coordinator.close()
-        raise
-    return coordinator
 
 
 def assert_named(error: DurableSinkError, job_id: str, fix: str) -> None:

@@ -38,6 +38,7 @@ from durable_sinks.sinks.kafka import Kafka, KafkaSink
 from durable_sinks.sinks.kafka.progress import transactional_id
 from tests.conftest import UniqueNames
 from tests.services import KafkaEndpoint
+from tests.support.coordinators import started
 from tests.support.kafka_reads import open_transactions, read_committed
 from tests.support.refusing_sink import RefusingFileSink
 from tests.support.targets import create_topic, delete_with_progress
@@ -51,15 +52,6 @@ def kafka_sink(kafka: KafkaEndpoint, topic: str, name: str = "kafka", **options:
     return KafkaSink(
         Kafka(kafka.bootstrap_servers, topic, name=name, request_timeout_s=20, **options)
     )
-
-
-def started(coordinator: Coordinator) -> Coordinator:
-    try:
-        coordinator.start()
-    except BaseException:
-        coordinator.close()
-        raise
-    return coordinator
 
 
 def rows(ids: list[int], sizes: list[int], partitions: list[int | None]) -> pa.RecordBatch:

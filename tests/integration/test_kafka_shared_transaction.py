@@ -14,7 +14,6 @@ import psycopg
 import pyarrow as pa
 import pytest
 from confluent_kafka.admin import AdminClient
-from psycopg import sql
 
 from durable_sinks.coordinator import Coordinator, EpochOutcome
 from durable_sinks.core import SinkConnector
@@ -25,7 +24,9 @@ from durable_sinks.sinks.kafka.operations import holdings
 from durable_sinks.sinks.kafka.progress import progress_key, transactional_id
 from durable_sinks.sinks.postgres import Postgres, PostgresSink
 from tests.conftest import UniqueNames
+from tests.integration.test_kafka_sink import pg_ids
 from tests.services import KafkaEndpoint, PostgresEndpoint
+from tests.support.coordinators import run_until, started
 from tests.support.kafka_reads import open_transactions, read_committed
 from tests.support.targets import create_topic, delete_with_progress, prepared_gids
 
@@ -72,13 +73,7 @@ def job(
             )
         ),
     ]
-    coordinator = Coordinator(unique.job_id, sinks, LocalDirectoryStore(tmp_path))
-    try:
-        coordinator.start()
-    except BaseException:
-        coordinator.close()
-        raise
-    return coordinator
+    return started(Coordinator(unique.job_id, sinks, LocalDirectoryStore(tmp_path)))
 
 
 def numbers(kafka: KafkaEndpoint, admin: AdminClient, topic: str) -> list[int]:
@@ -87,19 +82,6 @@ def numbers(kafka: KafkaEndpoint, admin: AdminClient, topic: str) -> list[int]:
 
 def count(kafka: KafkaEndpoint, admin: AdminClient, topic: str) -> int:
     return len(read_committed(kafka, admin, topic))
-
-
-def pg_ids(conn: psycopg.Connection[Any], table: str) -> list[int]:
-    query = sql.SQL("SELECT n FROM {} ORDER BY n").format(sql.Identifier(*table.split(".")))
-    return [row[0] for row in conn.execute(query).fetchall()]
-
-
-def run_until(steps: Iterator[str], wanted: str) -> None:
-    """Drive an epoch's steps up to `wanted` and stop there, as a crashed driver would."""
-    for step in steps:
-        if step == wanted:
-            return
-    raise AssertionError(f"the epoch never reached {wanted}")
 
 
 def test_two_kafka_sinks_and_postgres_commit_each_epoch_at_once(

@@ -10,7 +10,6 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -36,6 +35,7 @@ from durable_sinks.sinks.postgres import Postgres, PostgresSink
 from tests.conftest import UniqueNames
 from tests.services import KafkaEndpoint, PostgresEndpoint
 from tests.services.kafka import TRANSACTION_MAX_TIMEOUT_MS
+from tests.support.coordinators import run_until
 from tests.support.kafka_reads import open_transactions, partitions_of, read_committed
 from tests.support.targets import create_topic, prepared_gids
 
@@ -75,15 +75,6 @@ def job(
 
 def ids(messages: list[Message]) -> list[int]:
     return sorted(json.loads(m.value() or b"")["n"] for m in messages)
-
-
-def run_until(steps: Iterator[str], wanted: str) -> None:
-    """Drive an epoch's steps up to `wanted`, then stop there as a crashed driver would
-    (the caller keeps `steps` alive, so nothing runs on clean-up)."""
-    for step in steps:
-        if step == wanted:
-            return
-    raise AssertionError(f"the epoch never reached {wanted}")
 
 
 # -- records --------------------------------------------------------------------------------------

@@ -28,6 +28,7 @@ from durable_sinks.sinks.kafka.operations import holdings
 from durable_sinks.sinks.kafka.progress import progress_key
 from tests.conftest import UniqueNames
 from tests.services import KafkaEndpoint
+from tests.support.coordinators import started
 from tests.support.kafka_reads import open_transactions, read_committed
 from tests.support.targets import create_topic
 
@@ -50,15 +51,6 @@ def topics(admin: AdminClient, unique: UniqueNames) -> Iterator[list[str]]:
 def routed_sink(kafka: KafkaEndpoint, progress: str, **options: Any) -> KafkaSink:
     options.setdefault("request_timeout_s", 20)
     return KafkaSink(Kafka(kafka.bootstrap_servers, progress_topic=progress, **options))
-
-
-def started(coordinator: Coordinator) -> Coordinator:
-    try:
-        coordinator.start()
-    except BaseException:
-        coordinator.close()
-        raise
-    return coordinator
 
 
 def batch(values: list[str], topics: list[str | None]) -> pa.RecordBatch:

@@ -21,10 +21,12 @@ one per mode and per lone sink by default; the extended run, `make test-crash`, 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -495,21 +497,13 @@ def test_rows_routed_to_three_topics_by_their_topic_column_killed_then_restarted
     transaction); the driver SIGKILLed at random moments: afterwards each topic's
     read_committed content is exactly its rows, once, and no transaction is left open."""
     rng = random.Random(SEED)
-    admin = AdminClient(kafka.config())
     prefix = unique.name("routed")
     topics = [f"{prefix}-{n}" for n in range(3)]
     progress = f"{prefix}-progress"
     letters = f"{prefix}-dlq"
-    made = topics[:2] + ([letters] if dead_letters else [])
-    for name in made:  # the third is made by the sink when a row first names it
-        for future in admin.create_topics([NewTopic(name, 1)], request_timeout=30).values():
-            future.result(timeout=30)
-    try:
-        files = 2 * ROUTED_KILLS + 2
-        source, checkpoint = tmp_path / "in", tmp_path / "checkpoint"
-        for n in range(files):
-            ids = range(n * ROWS_PER_FILE, (n + 1) * ROWS_PER_FILE)
-            write_input(source, f"part-{n:04d}.json", ids)
+    made = topics[:2] + ([letters] if dead_letters else [])  # the sink makes the third
+    with kafka_topics(kafka, made, prefix):
+        files, source, checkpoint = input_files(tmp_path, 2 * ROUTED_KILLS + 2)
         base: dict[str, object] = {
             "bootstrap_servers": kafka.bootstrap_servers,
             "topics": topics,
@@ -539,12 +533,31 @@ def test_rows_routed_to_three_topics_by_their_topic_column_killed_then_restarted
             assert found == sorted(bad), f"dead letters ({context})"
         written = [*topics, progress, *([letters] if dead_letters else [])]
         assert kafka_open_transactions(kafka, *written) == [], context
+
+
+@contextlib.contextmanager
+def kafka_topics(kafka: KafkaEndpoint, names: list[str], prefix: str) -> Iterator[None]:
+    """One-partition topics `names` made for the test; afterwards every topic whose name
+    starts with `prefix` (those, the sink's progress topics and any it made) deleted."""
+    admin = AdminClient(kafka.config())
+    for name in names:
+        for future in admin.create_topics([NewTopic(name, 1)], request_timeout=30).values():
+            future.result(timeout=30)
+    try:
+        yield
     finally:
-        existing = set(admin.list_topics(timeout=30).topics)
-        gone = [t for t in [*topics, progress, letters] if t in existing]
-        gone += [f"{letters}-ds-progress"] if f"{letters}-ds-progress" in existing else []
+        gone = [t for t in admin.list_topics(timeout=30).topics if t.startswith(prefix)]
         for future in admin.delete_topics(gone, request_timeout=30).values():
             future.result(timeout=30)
+
+
+def input_files(folder: Path, files: int) -> tuple[int, Path, Path]:
+    """`files` JSON input files of ROWS_PER_FILE rows each under `folder`/in (one per batch):
+    their count, the input folder and the checkpoint folder to use."""
+    source = folder / "in"
+    for n in range(files):
+        write_input(source, f"part-{n:04d}.json", range(n * ROWS_PER_FILE, (n + 1) * ROWS_PER_FILE))
+    return files, source, folder / "checkpoint"
 
 
 def dead_letter_ids(kafka: KafkaEndpoint, topic: str) -> list[int]:
@@ -573,18 +586,10 @@ def test_postgres_and_two_kafka_topics_in_one_job_killed_then_restarted(
     moments: afterwards the table and both topics hold every row exactly once, nothing is
     left prepared or open."""
     rng = random.Random(SEED)
-    admin = AdminClient(kafka.config())
     prefix = unique.name("two")
     topic, audit = f"{prefix}-events", f"{prefix}-audit"
-    for name in (topic, audit):
-        for future in admin.create_topics([NewTopic(name, 1)], request_timeout=30).values():
-            future.result(timeout=30)
-    try:
-        files = 2 * ROUTED_KILLS + 2
-        source, checkpoint = tmp_path / "in", tmp_path / "checkpoint"
-        for n in range(files):
-            ids = range(n * ROWS_PER_FILE, (n + 1) * ROWS_PER_FILE)
-            write_input(source, f"part-{n:04d}.json", ids)
+    with kafka_topics(kafka, [topic, audit], prefix):
+        files, source, checkpoint = input_files(tmp_path, 2 * ROUTED_KILLS + 2)
         base: dict[str, object] = {
             "bootstrap_servers": kafka.bootstrap_servers,
             "topic": topic,
@@ -616,8 +621,3 @@ def test_postgres_and_two_kafka_topics_in_one_job_killed_then_restarted(
         assert prepared_transactions(postgres.conninfo(), job_id) == [], context
         progress = [f"{t}-ds-progress" for t in (topic, audit)]
         assert kafka_open_transactions(kafka, topic, audit, *progress) == [], context
-    finally:
-        existing = set(admin.list_topics(timeout=30).topics)
-        gone = [t for t in (topic, audit) for t in (t, f"{t}-ds-progress") if t in existing]
-        for future in admin.delete_topics(gone, request_timeout=30).values():
-            future.result(timeout=30)
