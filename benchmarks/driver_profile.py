@@ -74,8 +74,9 @@ def instrument(clock: Clock) -> None:
     from psycopg import Copy
 
     from durable_sinks.sinks.kafka.sink import KafkaSink
-    from durable_sinks.sinks.postgres import catalog, load
+    from durable_sinks.sinks.postgres import catalog
     from durable_sinks.sinks.postgres import sink as pg_sink
+    from durable_sinks.sinks.postgres import writer as load
     from durable_sinks.spark import _writer
 
     def wrap(owner: Any, name: str, part: str) -> None:
