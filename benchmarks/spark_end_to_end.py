@@ -118,6 +118,7 @@ VARIANTS = {
     "kafka-ours-eo-header": "kafka, ours exactly-once, epoch_header=True",
     "kafka-ours-eo-uncompressed": "kafka, ours exactly-once, compression.type=none",
     "kafka-ours-eo-tojson-header": "kafka, ours exactly-once, value by to_json, epoch_header=True",
+    "kafka-ours-eo-execjson": "kafka, ours exactly-once, value built by the executors' Python",
     "pg-kafka-ours-eo": "postgres + kafka in one job, ours exactly-once",
     "pg-kafka-ours-eo-serial": "postgres + kafka in one job, ours, concurrent_writes=False",
     "pg-kafka-ours-eo-ungrouped": "postgres + kafka in one job, ours, record batches not grouped",
@@ -149,12 +150,15 @@ def median_batch_ms(done: list[Run]) -> float:
     return statistics.median(ms for r in done for ms in r.batch_ms)
 
 
-def write_source(folder: Path, rows_per_batch: int, batches: int) -> None:
-    """`batches` x FILES_PER_BATCH Parquet files, written before any query looks."""
+def write_source(
+    folder: Path, rows_per_batch: int, batches: int, files: int = FILES_PER_BATCH
+) -> None:
+    """`batches` x `files` Parquet files (one row group each), written before any query
+    looks."""
     folder.mkdir(parents=True)
-    per_file = rows_per_batch // FILES_PER_BATCH
-    table = make_rows(per_file * FILES_PER_BATCH * batches)
-    for n in range(batches * FILES_PER_BATCH):
+    per_file = rows_per_batch // files
+    table = make_rows(per_file * files * batches)
+    for n in range(batches * files):
         pq.write_table(table.slice(n * per_file, per_file), folder / f"part-{n:05d}.parquet")
 
 
@@ -170,6 +174,7 @@ class Bench:
         schema: str,
         work: Path,
         timeout: float,
+        files_per_batch: int = FILES_PER_BATCH,
     ) -> None:
         self.spark = spark
         self.pg = pg
@@ -179,6 +184,7 @@ class Bench:
         self.schema = schema
         self.work = work
         self.timeout = timeout
+        self.files_per_batch = files_per_batch
         self.conn = psycopg.connect(self.dsn, autocommit=True)
         self.conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
 
@@ -214,6 +220,8 @@ class Bench:
             return self.kafka_ours(source, rows, batches, "exactly_once", epoch_header=True)
         if variant == "kafka-ours-eo-uncompressed":
             return self.kafka_ours(source, rows, batches, "exactly_once", compression="none")
+        if variant == "kafka-ours-eo-execjson":
+            return self.kafka_ours(source, rows, batches, "exactly_once", executor_json=True)
         if variant.startswith("kafka-ours-eo-tojson"):
             header = True if variant.endswith("-header") else None
             return self.kafka_ours(
@@ -247,7 +255,7 @@ class Bench:
         checkpoint = self.work / f"checkpoint-{uuid.uuid4().hex[:12]}"
         stream = (
             self.spark.readStream.schema(SPARK_SCHEMA)
-            .option("maxFilesPerTrigger", FILES_PER_BATCH)
+            .option("maxFilesPerTrigger", self.files_per_batch)
             .parquet(str(source))
         )
         writer = (
@@ -430,6 +438,7 @@ class Bench:
         guarantee: str,
         *,
         spark_json: bool = False,
+        executor_json: bool = False,
         epoch_header: bool | None = None,
         compression: str | None = None,
     ) -> Run:
@@ -438,6 +447,8 @@ class Bench:
         options: dict[str, Any] = {}
         if spark_json:
             options = {"select": _to_json, "value_column": "value"}
+        if executor_json:
+            options = {"select": _executor_json, "value_column": "value"}
         if epoch_header is not None:
             options["epoch_header"] = epoch_header
         if compression is not None:
@@ -574,6 +585,24 @@ def _to_json(stream: Any) -> Any:
     return stream.selectExpr("to_json(struct(*)) AS value")
 
 
+def _executor_json(stream: Any) -> Any:
+    """The sink's default JSON value (every column as one JSON object, byte for byte), built
+    in the executors' Python workers by `mapInArrow` as part of the batch's own computation,
+    so that the driver only produces."""
+    names = list(stream.columns)
+
+    def encode(batches: Any) -> Any:
+        import pyarrow as pa
+
+        from durable_sinks.sinks.kafka.records import _json_values
+
+        for batch in batches:
+            value = _json_values(batch, names)
+            yield pa.RecordBatch.from_arrays([value], names=["value"])
+
+    return stream.mapInArrow(encode, "value binary")
+
+
 def _guarantee(variant: str) -> str:
     return "at_least_once" if variant.endswith("-alo") else "exactly_once"
 
@@ -589,6 +618,12 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--chart", type=Path, help="also draw the per-batch times into this PNG")
+    parser.add_argument(
+        "--files-per-batch",
+        type=int,
+        default=FILES_PER_BATCH,
+        help="Parquet files (one row group each, so input partitions) per micro-batch",
+    )
     parser.add_argument("--settle", type=float, default=1.0, help="seconds of rest before a run")
     parser.add_argument("--timeout", type=float, default=600.0, help="per query, seconds")
     parser.add_argument(
@@ -617,8 +652,8 @@ def main() -> None:
     unknown = set(variants) - set(VARIANTS)
     if unknown:
         parser.error(f"unknown variants {sorted(unknown)}; choose from {', '.join(VARIANTS)}")
-    if args.rows_per_batch % FILES_PER_BATCH:
-        parser.error(f"--rows-per-batch must be a multiple of {FILES_PER_BATCH}")
+    if args.rows_per_batch % args.files_per_batch:
+        parser.error(f"--rows-per-batch must be a multiple of {args.files_per_batch}")
     rows = args.rows_per_batch * args.batches
 
     if args.master not in ("local[2]", "cluster"):
@@ -633,8 +668,8 @@ def main() -> None:
     testbed = up(servers)
     work = Path(tempfile.mkdtemp(prefix="ds-spark-bench-"))
     began = time.perf_counter()
-    write_source(work / "in", args.rows_per_batch, args.batches)
-    write_source(work / "warmup", args.rows_per_batch, 1)
+    write_source(work / "in", args.rows_per_batch, args.batches, args.files_per_batch)
+    write_source(work / "warmup", args.rows_per_batch, 1, args.files_per_batch)
     if args.connect:
         from pyspark.sql import SparkSession
 
@@ -656,6 +691,7 @@ def main() -> None:
         f"bench_spark_{uuid.uuid4().hex[:8]}",
         work,
         args.timeout,
+        args.files_per_batch,
     )
     runs: dict[str, list[Run]] = {v: [] for v in variants}
     try:
