@@ -65,7 +65,8 @@ import statistics
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -129,6 +130,48 @@ VARIANTS = {
     "delta-spark": "delta, delta-spark's streaming sink",
     "floor": "floor: foreachBatch streaming the batch as Arrow only",
 }
+#: Variants run on input of more, smaller partitions: VARIANT-<n>parts reads micro-batches of
+#: <n> Parquet files (input partitions) instead of --files-per-batch, in the same run.
+MORE_PARTS = (8,)
+for _parts in MORE_PARTS:
+    for _name in ("kafka-ours-eo", "kafka-spark", "floor"):
+        VARIANTS[f"{_name}-{_parts}parts"] = f"{VARIANTS[_name]}, {_parts} input partitions"
+
+
+#: Spark packs small files into one input partition up to its split size, counting each file
+#: this many bytes more; at the split size itself, each file is a partition of its own.
+OPEN_COST = "spark.sql.files.openCostInBytes"
+SPLIT_SIZE = "spark.sql.files.maxPartitionBytes"
+
+
+@contextmanager
+def one_file_per_partition(spark: Any) -> Iterator[None]:
+    """Queries started inside read each input file as a partition of its own."""
+    saved = spark.conf.get(OPEN_COST, None)
+    spark.conf.set(OPEN_COST, str(spark.conf.get(SPLIT_SIZE)))
+    try:
+        yield
+    finally:
+        if saved is None:
+            spark.conf.unset(OPEN_COST)
+        else:
+            spark.conf.set(OPEN_COST, saved)
+
+
+def input_partitions(spark: Any, folder: Path, files: int) -> int:
+    """The partitions Spark reads the first `files` Parquet files of `folder` in, one file
+    per partition (what a micro-batch of the `-<n>parts` variants reads)."""
+    paths = sorted(str(p) for p in folder.glob("*.parquet"))[:files]
+    with one_file_per_partition(spark):
+        return int(spark.read.schema(SPARK_SCHEMA).parquet(*paths).rdd.getNumPartitions())
+
+
+def parts_of(variant: str) -> tuple[str, int | None]:
+    """The variant without its `-<n>parts` suffix, and n (None without one)."""
+    head, _, tail = variant.rpartition("-")
+    if head and tail.endswith("parts") and tail.removesuffix("parts").isdigit():
+        return head, int(tail.removesuffix("parts"))
+    return variant, None
 
 
 @dataclass
@@ -195,6 +238,15 @@ class Bench:
 
     def run(self, variant: str, source: Path, rows: int, batches: int) -> Run:
         self.conn.execute("CHECKPOINT")  # no other run's dirty pages flushed during this one
+        base, parts = parts_of(variant)
+        if parts is not None:
+            saved, self.files_per_batch = self.files_per_batch, parts
+            try:
+                return self.run(
+                    base, source.with_name(f"{source.name}-{parts}parts"), rows, batches
+                )
+            finally:
+                self.files_per_batch = saved
         if variant == "pg-ours-executor":
             return self.pg_ours(source, rows, batches, "exactly_once", execution="executor")
         if variant.startswith("pg-kafka-ours-eo"):
@@ -670,6 +722,9 @@ def main() -> None:
     began = time.perf_counter()
     write_source(work / "in", args.rows_per_batch, args.batches, args.files_per_batch)
     write_source(work / "warmup", args.rows_per_batch, 1, args.files_per_batch)
+    for parts in sorted({n for n in (parts_of(v)[1] for v in variants) if n is not None}):
+        write_source(work / f"in-{parts}parts", args.rows_per_batch, args.batches, parts)
+        write_source(work / f"warmup-{parts}parts", args.rows_per_batch, 1, parts)
     if args.connect:
         from pyspark.sql import SparkSession
 
@@ -684,6 +739,10 @@ def main() -> None:
             conf.update(DELTA_CONF)
         spark = testbed.spark.session("bench", **conf)
         spark.sparkContext.setLogLevel("ERROR")  # not the cached producer on deleted topics
+    for parts in sorted({n for n in (parts_of(v)[1] for v in variants) if n is not None}):
+        found = input_partitions(spark, work / f"in-{parts}parts", parts)
+        if found != parts:
+            raise RuntimeError(f"{parts} files per batch are read as {found} partitions")
     bench = Bench(
         spark,
         testbed.postgres.endpoint(),
@@ -890,14 +949,18 @@ def report_batch_ratios(runs: dict[str, list[Run]]) -> None:
             ratio = median_ms(variant) / median_ms("floor")
             rounds = per_round(variant, round_ms("floor"))
             print(f"  {VARIANTS[variant]} / floor: {ratio:.2f}x / {rounds:.2f}x")
-    kafka = [v for v in runs if v.startswith("kafka-ours-eo")]
-    peer_over_ours("kafka", "kafka-spark", kafka, 1.5)
-    if kafka and "floor" in runs:
-        print("  kafka, per batch / floor (lower is better):")
-        for variant in [*kafka, *(["kafka-spark"] if "kafka-spark" in runs else [])]:
-            ratio = median_ms(variant) / median_ms("floor")
-            rounds = per_round(variant, round_ms("floor"))
-            print(f"    {VARIANTS[variant]}: {ratio:.2f}x / {rounds:.2f}x")
+    for parts in (None, *MORE_PARTS):
+        suffix = "" if parts is None else f"-{parts}parts"
+        kafka = [v for v in runs if v.startswith("kafka-ours-eo") and parts_of(v)[1] == parts]
+        peer_over_ours("kafka", f"kafka-spark{suffix}", kafka, 1.5)
+        floor = f"floor{suffix}"
+        if kafka and floor in runs:
+            print(f"  kafka, per batch / {VARIANTS[floor]} (lower is better):")
+            spark = [f"kafka-spark{suffix}"] if f"kafka-spark{suffix}" in runs else []
+            for variant in [*kafka, *spark]:
+                ratio = median_ms(variant) / median_ms(floor)
+                rounds = per_round(variant, round_ms(floor))
+                print(f"    {VARIANTS[variant]}: {ratio:.2f}x / {rounds:.2f}x")
 
 
 if __name__ == "__main__":
