@@ -26,8 +26,13 @@ Variants:
   defaults, compresses nothing); and, exactly-once, with the
   value made by Spark (`to_json(struct(*)) AS value`, `value_column="value"`), the same
   bytes-building as the next variant, with or without the header.
+- kafka, ours, value built in the executors (`kafka-ours-eo-execjson`): the sink's own JSON
+  value computed by `mapInArrow` in Spark's Python workers, `value_column="value"`.
 - kafka, Spark: `selectExpr("to_json(struct(*)) AS value").writeStream.format("kafka")` (the
   connector's defaults: idempotent producer, acks=all, no transactions).
+- `<variant>-8parts` (ours, Spark's Kafka sink, the floor): the same rows in micro-batches of
+  8 files, each read as an input partition of its own (`--files-per-batch` sets the usual
+  count, 2), to see whether the driver's writes overlap Spark's later tasks.
 - delta (on request, `--variants delta-ours-eo,...`; benchmarks/delta_spark.py runs them at
   several batch sizes): ours in driver and executor mode, delta-spark's streaming sink
   (`format("delta")`), with the session settings of DELTA_CONF.
