@@ -74,8 +74,9 @@ def instrument(clock: Clock) -> None:
     from psycopg import Copy
 
     from durable_sinks.sinks.kafka.sink import KafkaSink
-    from durable_sinks.sinks.postgres import catalog, load
+    from durable_sinks.sinks.postgres import catalog
     from durable_sinks.sinks.postgres import sink as pg_sink
+    from durable_sinks.sinks.postgres import writer as load
     from durable_sinks.spark import _writer
 
     def wrap(owner: Any, name: str, part: str) -> None:
@@ -173,6 +174,27 @@ def pids_of(match: Callable[[str], bool]) -> list[int]:
     return found
 
 
+def with_descendants(roots: list[int]) -> list[int]:
+    """`roots` and every process below them (other checkouts' Spark drivers and test beds on
+    the same machine are not counted)."""
+    children: dict[int, list[int]] = defaultdict(list)
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            # "pid (comm) state ppid ...": the command may hold spaces, not ")".
+            parent = int((entry / "stat").read_text().rpartition(")")[2].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children[parent].append(int(entry.name))
+    found, todo = [], list(roots)
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(children.get(pid, []))
+    return found
+
+
 class SparkRest:
     """The driver web UI's status API: the stages of the jobs a batch ran."""
 
@@ -265,9 +287,11 @@ def main() -> None:
 
     clock = Clock()
     instrument(clock)
-    jvm = pids_of(lambda c: "java" in c and "pyspark-shell" in c and str(os.getpid()) not in c)
-    pg_pids = pids_of(lambda c: c.startswith("postgres:") or "/postgres " in c)
-    kafka_pids = pids_of(lambda c: "kafka.Kafka" in c or "KafkaRaftServer" in c)
+    # This driver's own JVM, and the test bed's servers (by their folders), not others'.
+    beds = os.environ.get("DS_SERVICES_DIR") or str(Path(__file__).parents[1] / ".services")
+    jvm = [p for p in with_descendants([os.getpid()]) if p != os.getpid()]
+    pg_pids = with_descendants(pids_of(lambda c: f"-D {beds}/postgres/" in c))
+    kafka_pids = pids_of(lambda c: "kafka.Kafka" in c and f"={beds}/kafka/" in c)
     me = [os.getpid()]
     processes = {
         "cpu: Spark JVM": jvm,

@@ -26,8 +26,13 @@ Variants:
   defaults, compresses nothing); and, exactly-once, with the
   value made by Spark (`to_json(struct(*)) AS value`, `value_column="value"`), the same
   bytes-building as the next variant, with or without the header.
+- kafka, ours, value built in the executors (`kafka-ours-eo-execjson`): the sink's own JSON
+  value computed by `mapInArrow` in Spark's Python workers, `value_column="value"`.
 - kafka, Spark: `selectExpr("to_json(struct(*)) AS value").writeStream.format("kafka")` (the
   connector's defaults: idempotent producer, acks=all, no transactions).
+- `<variant>-8parts` (ours, Spark's Kafka sink, the floor): the same rows in micro-batches of
+  8 files, each read as an input partition of its own (`--files-per-batch` sets the usual
+  count, 2), to see whether the driver's writes overlap Spark's later tasks.
 - delta (on request, `--variants delta-ours-eo,...`; benchmarks/delta_spark.py runs them at
   several batch sizes): ours in driver and executor mode, delta-spark's streaming sink
   (`format("delta")`), with the session settings of DELTA_CONF.
@@ -65,7 +70,8 @@ import statistics
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -118,6 +124,7 @@ VARIANTS = {
     "kafka-ours-eo-header": "kafka, ours exactly-once, epoch_header=True",
     "kafka-ours-eo-uncompressed": "kafka, ours exactly-once, compression.type=none",
     "kafka-ours-eo-tojson-header": "kafka, ours exactly-once, value by to_json, epoch_header=True",
+    "kafka-ours-eo-execjson": "kafka, ours exactly-once, value built by the executors' Python",
     "pg-kafka-ours-eo": "postgres + kafka in one job, ours exactly-once",
     "pg-kafka-ours-eo-serial": "postgres + kafka in one job, ours, concurrent_writes=False",
     "pg-kafka-ours-eo-ungrouped": "postgres + kafka in one job, ours, record batches not grouped",
@@ -128,6 +135,48 @@ VARIANTS = {
     "delta-spark": "delta, delta-spark's streaming sink",
     "floor": "floor: foreachBatch streaming the batch as Arrow only",
 }
+#: Variants run on input of more, smaller partitions: VARIANT-<n>parts reads micro-batches of
+#: <n> Parquet files (input partitions) instead of --files-per-batch, in the same run.
+MORE_PARTS = (8,)
+for _parts in MORE_PARTS:
+    for _name in ("kafka-ours-eo", "kafka-spark", "floor"):
+        VARIANTS[f"{_name}-{_parts}parts"] = f"{VARIANTS[_name]}, {_parts} input partitions"
+
+
+#: Spark packs small files into one input partition up to its split size, counting each file
+#: this many bytes more; at the split size itself, each file is a partition of its own.
+OPEN_COST = "spark.sql.files.openCostInBytes"
+SPLIT_SIZE = "spark.sql.files.maxPartitionBytes"
+
+
+@contextmanager
+def one_file_per_partition(spark: Any) -> Iterator[None]:
+    """Queries started inside read each input file as a partition of its own."""
+    saved = spark.conf.get(OPEN_COST, None)
+    spark.conf.set(OPEN_COST, str(spark.conf.get(SPLIT_SIZE)))
+    try:
+        yield
+    finally:
+        if saved is None:
+            spark.conf.unset(OPEN_COST)
+        else:
+            spark.conf.set(OPEN_COST, saved)
+
+
+def input_partitions(spark: Any, folder: Path, files: int) -> int:
+    """The partitions Spark reads the first `files` Parquet files of `folder` in, one file
+    per partition (what a micro-batch of the `-<n>parts` variants reads)."""
+    paths = sorted(str(p) for p in folder.glob("*.parquet"))[:files]
+    with one_file_per_partition(spark):
+        return int(spark.read.schema(SPARK_SCHEMA).parquet(*paths).rdd.getNumPartitions())
+
+
+def parts_of(variant: str) -> tuple[str, int | None]:
+    """The variant without its `-<n>parts` suffix, and n (None without one)."""
+    head, _, tail = variant.rpartition("-")
+    if head and tail.endswith("parts") and tail.removesuffix("parts").isdigit():
+        return head, int(tail.removesuffix("parts"))
+    return variant, None
 
 
 @dataclass
@@ -149,12 +198,15 @@ def median_batch_ms(done: list[Run]) -> float:
     return statistics.median(ms for r in done for ms in r.batch_ms)
 
 
-def write_source(folder: Path, rows_per_batch: int, batches: int) -> None:
-    """`batches` x FILES_PER_BATCH Parquet files, written before any query looks."""
+def write_source(
+    folder: Path, rows_per_batch: int, batches: int, files: int = FILES_PER_BATCH
+) -> None:
+    """`batches` x `files` Parquet files (one row group each), written before any query
+    looks."""
     folder.mkdir(parents=True)
-    per_file = rows_per_batch // FILES_PER_BATCH
-    table = make_rows(per_file * FILES_PER_BATCH * batches)
-    for n in range(batches * FILES_PER_BATCH):
+    per_file = rows_per_batch // files
+    table = make_rows(per_file * files * batches)
+    for n in range(batches * files):
         pq.write_table(table.slice(n * per_file, per_file), folder / f"part-{n:05d}.parquet")
 
 
@@ -170,6 +222,7 @@ class Bench:
         schema: str,
         work: Path,
         timeout: float,
+        files_per_batch: int = FILES_PER_BATCH,
     ) -> None:
         self.spark = spark
         self.pg = pg
@@ -179,6 +232,7 @@ class Bench:
         self.schema = schema
         self.work = work
         self.timeout = timeout
+        self.files_per_batch = files_per_batch
         self.conn = psycopg.connect(self.dsn, autocommit=True)
         self.conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
 
@@ -189,6 +243,15 @@ class Bench:
 
     def run(self, variant: str, source: Path, rows: int, batches: int) -> Run:
         self.conn.execute("CHECKPOINT")  # no other run's dirty pages flushed during this one
+        base, parts = parts_of(variant)
+        if parts is not None:
+            saved, self.files_per_batch = self.files_per_batch, parts
+            try:
+                return self.run(
+                    base, source.with_name(f"{source.name}-{parts}parts"), rows, batches
+                )
+            finally:
+                self.files_per_batch = saved
         if variant == "pg-ours-executor":
             return self.pg_ours(source, rows, batches, "exactly_once", execution="executor")
         if variant.startswith("pg-kafka-ours-eo"):
@@ -214,6 +277,8 @@ class Bench:
             return self.kafka_ours(source, rows, batches, "exactly_once", epoch_header=True)
         if variant == "kafka-ours-eo-uncompressed":
             return self.kafka_ours(source, rows, batches, "exactly_once", compression="none")
+        if variant == "kafka-ours-eo-execjson":
+            return self.kafka_ours(source, rows, batches, "exactly_once", executor_json=True)
         if variant.startswith("kafka-ours-eo-tojson"):
             header = True if variant.endswith("-header") else None
             return self.kafka_ours(
@@ -247,7 +312,7 @@ class Bench:
         checkpoint = self.work / f"checkpoint-{uuid.uuid4().hex[:12]}"
         stream = (
             self.spark.readStream.schema(SPARK_SCHEMA)
-            .option("maxFilesPerTrigger", FILES_PER_BATCH)
+            .option("maxFilesPerTrigger", self.files_per_batch)
             .parquet(str(source))
         )
         writer = (
@@ -430,6 +495,7 @@ class Bench:
         guarantee: str,
         *,
         spark_json: bool = False,
+        executor_json: bool = False,
         epoch_header: bool | None = None,
         compression: str | None = None,
     ) -> Run:
@@ -438,6 +504,8 @@ class Bench:
         options: dict[str, Any] = {}
         if spark_json:
             options = {"select": _to_json, "value_column": "value"}
+        if executor_json:
+            options = {"select": _executor_json, "value_column": "value"}
         if epoch_header is not None:
             options["epoch_header"] = epoch_header
         if compression is not None:
@@ -574,6 +642,24 @@ def _to_json(stream: Any) -> Any:
     return stream.selectExpr("to_json(struct(*)) AS value")
 
 
+def _executor_json(stream: Any) -> Any:
+    """The sink's default JSON value (every column as one JSON object, byte for byte), built
+    in the executors' Python workers by `mapInArrow` as part of the batch's own computation,
+    so that the driver only produces."""
+    names = list(stream.columns)
+
+    def encode(batches: Any) -> Any:
+        import pyarrow as pa
+
+        from durable_sinks.sinks.kafka.records import _json_values
+
+        for batch in batches:
+            value = _json_values(batch, names)
+            yield pa.RecordBatch.from_arrays([value], names=["value"])
+
+    return stream.mapInArrow(encode, "value binary")
+
+
 def _guarantee(variant: str) -> str:
     return "at_least_once" if variant.endswith("-alo") else "exactly_once"
 
@@ -589,6 +675,12 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--chart", type=Path, help="also draw the per-batch times into this PNG")
+    parser.add_argument(
+        "--files-per-batch",
+        type=int,
+        default=FILES_PER_BATCH,
+        help="Parquet files (one row group each, so input partitions) per micro-batch",
+    )
     parser.add_argument("--settle", type=float, default=1.0, help="seconds of rest before a run")
     parser.add_argument("--timeout", type=float, default=600.0, help="per query, seconds")
     parser.add_argument(
@@ -617,8 +709,8 @@ def main() -> None:
     unknown = set(variants) - set(VARIANTS)
     if unknown:
         parser.error(f"unknown variants {sorted(unknown)}; choose from {', '.join(VARIANTS)}")
-    if args.rows_per_batch % FILES_PER_BATCH:
-        parser.error(f"--rows-per-batch must be a multiple of {FILES_PER_BATCH}")
+    if args.rows_per_batch % args.files_per_batch:
+        parser.error(f"--rows-per-batch must be a multiple of {args.files_per_batch}")
     rows = args.rows_per_batch * args.batches
 
     if args.master not in ("local[2]", "cluster"):
@@ -633,8 +725,11 @@ def main() -> None:
     testbed = up(servers)
     work = Path(tempfile.mkdtemp(prefix="ds-spark-bench-"))
     began = time.perf_counter()
-    write_source(work / "in", args.rows_per_batch, args.batches)
-    write_source(work / "warmup", args.rows_per_batch, 1)
+    write_source(work / "in", args.rows_per_batch, args.batches, args.files_per_batch)
+    write_source(work / "warmup", args.rows_per_batch, 1, args.files_per_batch)
+    for parts in sorted({n for n in (parts_of(v)[1] for v in variants) if n is not None}):
+        write_source(work / f"in-{parts}parts", args.rows_per_batch, args.batches, parts)
+        write_source(work / f"warmup-{parts}parts", args.rows_per_batch, 1, parts)
     if args.connect:
         from pyspark.sql import SparkSession
 
@@ -649,6 +744,10 @@ def main() -> None:
             conf.update(DELTA_CONF)
         spark = testbed.spark.session("bench", **conf)
         spark.sparkContext.setLogLevel("ERROR")  # not the cached producer on deleted topics
+    for parts in sorted({n for n in (parts_of(v)[1] for v in variants) if n is not None}):
+        found = input_partitions(spark, work / f"in-{parts}parts", parts)
+        if found != parts:
+            raise RuntimeError(f"{parts} files per batch are read as {found} partitions")
     bench = Bench(
         spark,
         testbed.postgres.endpoint(),
@@ -656,6 +755,7 @@ def main() -> None:
         f"bench_spark_{uuid.uuid4().hex[:8]}",
         work,
         args.timeout,
+        args.files_per_batch,
     )
     runs: dict[str, list[Run]] = {v: [] for v in variants}
     try:
@@ -854,14 +954,18 @@ def report_batch_ratios(runs: dict[str, list[Run]]) -> None:
             ratio = median_ms(variant) / median_ms("floor")
             rounds = per_round(variant, round_ms("floor"))
             print(f"  {VARIANTS[variant]} / floor: {ratio:.2f}x / {rounds:.2f}x")
-    kafka = [v for v in runs if v.startswith("kafka-ours-eo")]
-    peer_over_ours("kafka", "kafka-spark", kafka, 1.5)
-    if kafka and "floor" in runs:
-        print("  kafka, per batch / floor (lower is better):")
-        for variant in [*kafka, *(["kafka-spark"] if "kafka-spark" in runs else [])]:
-            ratio = median_ms(variant) / median_ms("floor")
-            rounds = per_round(variant, round_ms("floor"))
-            print(f"    {VARIANTS[variant]}: {ratio:.2f}x / {rounds:.2f}x")
+    for parts in (None, *MORE_PARTS):
+        suffix = "" if parts is None else f"-{parts}parts"
+        kafka = [v for v in runs if v.startswith("kafka-ours-eo") and parts_of(v)[1] == parts]
+        peer_over_ours("kafka", f"kafka-spark{suffix}", kafka, 1.5)
+        floor = f"floor{suffix}"
+        if kafka and floor in runs:
+            print(f"  kafka, per batch / {VARIANTS[floor]} (lower is better):")
+            spark = [f"kafka-spark{suffix}"] if f"kafka-spark{suffix}" in runs else []
+            for variant in [*kafka, *spark]:
+                ratio = median_ms(variant) / median_ms(floor)
+                rounds = per_round(variant, round_ms(floor))
+                print(f"    {VARIANTS[variant]}: {ratio:.2f}x / {rounds:.2f}x")
 
 
 if __name__ == "__main__":

@@ -5,8 +5,9 @@ replaced; tests/unit/test_kafka_records.py compares the two), at a fraction of i
 dict and no orjson call per row. Each column becomes the JSON text of its values as one Arrow string
 array, and Arrow joins the columns into objects:
 - integers and booleans: Arrow's cast to text (the digits, `true`/`false`);
-- floats: one `orjson.dumps` of the whole column as a list, split at the commas (a float's
-  JSON never holds one), so every value is written by orjson itself;
+- floats: one `orjson.dumps` of the whole column as a list, cut at the commas (a float's
+  JSON never holds one) into an Arrow string array by offsets computed in numpy (no Python
+  object per value), so every value is written by orjson itself;
 - strings: written as they are when no value needs escaping (no `"`, `\\` or control
   character: one scan of the column's bytes), their quotes joined into the text around them
   (no array of quoted copies), else each value by orjson;
@@ -56,8 +57,7 @@ def _json_text(array: pa.Array, default: Callable[[Any], Any]) -> tuple[pa.Array
     if pa.types.is_integer(kind) or pa.types.is_boolean(kind):
         text = array.cast(pa.string())
     elif pa.types.is_floating(kind):
-        dumped = orjson.dumps(array.to_pylist())  # "[v,v,...]", null for None
-        return pa.array(dumped[1:-1].split(b","), pa.binary()).cast(pa.string()), False
+        return _float_text(array), False
     elif (pa.types.is_string(kind) or pa.types.is_large_string(kind)) and not _needs_escape(array):
         if array.null_count == 0:
             return array.cast(pa.string()), True
@@ -68,6 +68,24 @@ def _json_text(array: pa.Array, default: Callable[[Any], Any]) -> tuple[pa.Array
         return pa.array(values, pa.binary()).cast(pa.string()), False
     filled: pa.Array = pc.fill_null(text, "null")
     return filled, False
+
+
+def _float_text(array: pa.Array) -> pa.Array:
+    """orjson's text of each float of a non-empty array (null: `null`), as a string array:
+    the column dumped as one JSON list, its commas dropped and their places made the
+    values' offsets (a column whose text outgrows 32-bit offsets is split into a list)."""
+    values = array.to_numpy().tolist() if array.null_count == 0 else array.to_pylist()
+    dumped = orjson.dumps(values)  # "[v,v,...]", null for None
+    body = np.frombuffer(dumped, dtype=np.uint8)[1:-1]
+    commas = np.flatnonzero(body == 0x2C)
+    data = np.delete(body, commas)
+    if len(data) > np.iinfo(np.int32).max:
+        return pa.array(dumped[1:-1].split(b","), pa.binary()).cast(pa.string())
+    offsets = np.empty(len(array) + 1, dtype=np.int32)
+    offsets[0], offsets[-1] = 0, len(data)
+    offsets[1:-1] = commas - np.arange(len(commas))
+    buffers = [None, pa.py_buffer(offsets), pa.py_buffer(data)]
+    return pa.Array.from_buffers(pa.string(), len(array), buffers)
 
 
 def _needs_escape(array: pa.Array) -> bool:

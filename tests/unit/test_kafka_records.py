@@ -269,3 +269,21 @@ def test_column_wise_json_values_equal_orjson_per_row(batch: pa.RecordBatch) -> 
     assert records.values == expected
     assert records.sizes.to_pylist() == [len(v) for v in expected]
     assert records.checksum == zlib.crc32(b"".join(expected), 5)
+
+
+def test_float_columns_keep_orjson_text_in_sliced_batches_and_beside_nulls() -> None:
+    floats = [0.1, None, -0.0, 1e-07, 100.0, 1.5e300, 123456789.125, None]
+    batch = pa.record_batch(
+        {
+            "x": pa.array(floats, pa.float64()),
+            "y": pa.array([1.0, 2.5, 3.25, 0.0, -1.0, 7.0, 0.5, 8.0], pa.float32()),
+            "z": pa.array([2.0**-1074, 0.3, 2.0, 9.5, 1e22, 5e-324, 1.0, 4.0]),
+        }
+    )
+    for part in (batch, batch.slice(1, 5), batch.slice(5), batch.slice(2, 1)):
+        expected = _reference_values(part)
+        records = build_records(part, RecordLayout(), 0)
+        assert records.values == expected
+        assert records.checksum == zlib.crc32(b"".join(expected))
+    first = build_records(batch.slice(3, 1), RecordLayout(), 0).values
+    assert first == [b'{"x":1e-7,"y":0.0,"z":9.5}']
