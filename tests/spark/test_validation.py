@@ -70,17 +70,20 @@ def test_a_lone_kafka_or_delta_sink_keeps_the_decisions_of_a_job_naming_no_store
     assert isinstance(named, LocalDirectoryStore)
 
 
-def test_two_sinks_that_cannot_resume_a_prepared_epoch_are_refused(
+def test_kafka_sinks_on_two_clusters_are_refused(
     kafka: KafkaEndpoint, kafka_topic: str, job_id: str, tmp_path: Path
 ) -> None:
-    with pytest.raises(CapabilityError, match="at most one such sink"):
+    """Named by other bootstrap servers, the second sink's cluster counts as another: two
+    transactions, and only one can carry the decision."""
+    port = kafka.bootstrap_servers.rsplit(":", 1)[1]
+    with pytest.raises(CapabilityError, match="do not share one transaction") as caught:
         durable_sink(
             [
                 sink("kafka", bootstrap_servers=kafka.bootstrap_servers, topic=kafka_topic),
                 sink(
                     "kafka",
                     name="kafka2",
-                    bootstrap_servers=kafka.bootstrap_servers,
+                    bootstrap_servers=f"localhost:{port}",
                     topic=kafka_topic,
                     progress_topic=f"{kafka_topic}-p2",
                 ),
@@ -88,11 +91,14 @@ def test_two_sinks_that_cannot_resume_a_prepared_epoch_are_refused(
             job_id=job_id,
             decision_store=str(tmp_path / "decisions"),
         )
+    assert f"'kafka2': kafka cluster localhost:{port}" in caught.value.message
+    assert "one job per cluster" in (caught.value.fix or "")
 
 
-def test_a_kafka_dead_letter_topic_beside_a_kafka_target_is_refused_with_the_fix(
+def test_a_kafka_dead_letter_topic_on_another_cluster_is_refused_with_the_fix(
     kafka: KafkaEndpoint, kafka_topic: str, job_id: str, tmp_path: Path
 ) -> None:
+    port = kafka.bootstrap_servers.rsplit(":", 1)[1]
     with pytest.raises(CapabilityError, match="dead-letter sink 'dead_letters'") as caught:
         durable_sink(
             "kafka",
@@ -103,11 +109,12 @@ def test_a_kafka_dead_letter_topic_beside_a_kafka_target_is_refused_with_the_fix
             on_bad_rows="dead_letter",
             dead_letter=sink(
                 "kafka",
-                bootstrap_servers=kafka.bootstrap_servers,
+                bootstrap_servers=f"localhost:{port}",
                 topic=f"{kafka_topic}-dlq",
                 create_topic=True,
             ),
         )
+    assert "the same bootstrap_servers" in (caught.value.fix or "")
     assert "dead_letter=sink('postgres'" in (caught.value.fix or "")
 
 
