@@ -200,15 +200,17 @@ class KafkaSink(SinkBase[Kafka]):
             if opened.topic is not None:
                 opened.producer.batch_limit = opened.topic.record_limit
             self.logger().info("%s", self._kip939(versions).line())
-            self._start_producer(context.generation)
+            self._start_producer(context.generation, opening=True)
         except BaseException:
             self.close()  # a refused open holds no client
             raise
 
-    def _start_producer(self, generation: int) -> None:
+    def _start_producer(self, generation: int, *, opening: bool = False) -> None:
         """Refuse if a newer generation holds the fence; take over the transactional.id
         (aborting what an older producer left open); write this generation as the fence;
-        read the last committed epoch."""
+        read the last committed epoch. `opening`: the sink's open, which also checks that the
+        topics still hold the newest committed epoch (a producer replaced mid-run committed
+        that epoch itself)."""
         state = self._state()
         job, topic = state.context.job_id, self.config.progress_topic_name
         latest, found = recovery.latest_progress(
@@ -231,7 +233,7 @@ class KafkaSink(SinkBase[Kafka]):
             state.progress, job, self.name, topic, lambda r: True, with_fence=True
         )
         self._check_fence(holder, generation)
-        if record is not None and record.ranges:
+        if opening and record is not None and record.ranges:
             self._check_held(record.epoch, record.ranges)
         producer.write_alone(
             "writing the fence record", topic, encode_fence(generation), fence_key(job, self.name)
