@@ -25,7 +25,9 @@ Variants:
   `compression.type=none` (the sink's default is lz4; Spark's sink, with the Kafka client's
   defaults, compresses nothing); and, exactly-once, with the
   value made by Spark (`to_json(struct(*)) AS value`, `value_column="value"`), the same
-  bytes-building as the next variant, with or without the header.
+  bytes-building as the next variant, with or without the header; exactly-once with
+  `produce_in_bulk=False` (a `produce()` call per record instead of librdkafka's batch call,
+  `kafka-ours-eo-perrecord`).
 - kafka, ours, value built in the executors (`kafka-ours-eo-execjson`): the sink's own JSON
   value computed by `mapInArrow` in Spark's Python workers, `value_column="value"`.
 - kafka, Spark: `selectExpr("to_json(struct(*)) AS value").writeStream.format("kafka")` (the
@@ -123,6 +125,7 @@ VARIANTS = {
     "kafka-ours-eo-tojson": "kafka, ours exactly-once, value by Spark's to_json",
     "kafka-ours-eo-header": "kafka, ours exactly-once, epoch_header=True",
     "kafka-ours-eo-uncompressed": "kafka, ours exactly-once, compression.type=none",
+    "kafka-ours-eo-perrecord": "kafka, ours exactly-once, produce_in_bulk=False",
     "kafka-ours-eo-tojson-header": "kafka, ours exactly-once, value by to_json, epoch_header=True",
     "kafka-ours-eo-execjson": "kafka, ours exactly-once, value built by the executors' Python",
     "pg-kafka-ours-eo": "postgres + kafka in one job, ours exactly-once",
@@ -279,6 +282,8 @@ class Bench:
             return self.kafka_ours(source, rows, batches, "exactly_once", compression="none")
         if variant == "kafka-ours-eo-execjson":
             return self.kafka_ours(source, rows, batches, "exactly_once", executor_json=True)
+        if variant == "kafka-ours-eo-perrecord":
+            return self.kafka_ours(source, rows, batches, "exactly_once", in_bulk=False)
         if variant.startswith("kafka-ours-eo-tojson"):
             header = True if variant.endswith("-header") else None
             return self.kafka_ours(
@@ -498,6 +503,7 @@ class Bench:
         executor_json: bool = False,
         epoch_header: bool | None = None,
         compression: str | None = None,
+        in_bulk: bool | None = None,
     ) -> Run:
         topic = self.topic()
         store = self.work / f"store-{uuid.uuid4().hex[:12]}"
@@ -510,6 +516,8 @@ class Bench:
             options["epoch_header"] = epoch_header
         if compression is not None:
             options["producer_config"] = {"compression.type": compression}
+        if in_bulk is not None:
+            options["produce_in_bulk"] = in_bulk
         job = f"bench-spark-{uuid.uuid4().hex[:12]}"
         run = self.ours(
             source,

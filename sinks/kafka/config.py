@@ -204,6 +204,12 @@ class Kafka:
     twice the producer's per-record cost (docs/kafka.md, "The epoch header"). Either way
     read_committed readers see each epoch exactly once, and each progress record names the
     offset ranges its epoch's records occupy, which the audit counts. Default False."""
+    produce_in_bulk: bool = True
+    """True: a batch's records without headers, timestamps or partitions of their own reach
+    librdkafka in one call per record batch, read from the Arrow buffers (about twice as fast
+    as a call per record; docs/kafka.md, "Throughput settings"), when the installed
+    confluent-kafka is one the sink can verify this on; else, and with False, one `produce()`
+    call per record. Default True."""
     record_shape: str | None = None
     """How a row becomes a record (docs/kafka.md, "Record shape"): "spark", Spark's Kafka
     sink's columns `value`, `key`, `headers`, `partition`, `topic`, `timestamp`, written as

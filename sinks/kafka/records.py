@@ -18,6 +18,7 @@ import json
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from itertools import repeat
 from typing import Any
 
@@ -112,22 +113,45 @@ class RecordLayout:
 
 @dataclass
 class Records:
-    """One batch's records as parallel lists (None where a role is unused), with each
-    record's size (key + value + headers) as an Arrow array (no Python int per row)."""
+    """One batch's records: values, keys and partitions as Arrow arrays (what the bulk call
+    reads, bulk.py), as Python lists on first use (what `produce` takes); headers and
+    timestamps as lists (None where a role is unused); each record's size (key + value +
+    headers) as an Arrow array (no Python int per row)."""
 
-    values: list[Any]
-    keys: list[Any] | None
+    value_array: pa.Array
+    key_array: pa.Array | None
     headers: list[list[tuple[str, Any]]] | None
     timestamps: list[int] | None
-    partitions: list[int] | None
+    #: Each record's partition; null: the partitioner's choice.
+    partition_array: pa.Array | None
     sizes: pa.Array
     checksum: int
     #: Whether the record's own headers come before the epoch header (the Spark shape, so
     #: that a header keeps the index Spark's sink gives it); else the epoch header is first.
     own_headers_first: bool = False
 
+    @cached_property
+    def values(self) -> list[Any]:
+        values: list[Any] = self.value_array.to_pylist()
+        return values
+
+    @cached_property
+    def keys(self) -> list[Any] | None:
+        if self.key_array is None:
+            return None
+        keys: list[Any] = self.key_array.to_pylist()
+        return keys
+
+    @cached_property
+    def partitions(self) -> list[int] | None:
+        """Each record's partition, -1 for the partitioner's choice."""
+        if self.partition_array is None:
+            return None
+        filled: list[int] = pc.fill_null(self.partition_array, -1).to_pylist()
+        return filled
+
     def __len__(self) -> int:
-        return len(self.values)
+        return len(self.value_array)
 
     def total_bytes(self) -> int:
         total = pc.sum(self.sizes).as_py()
@@ -142,7 +166,7 @@ class Records:
 
     def produce_args(self) -> Iterator[tuple[Any, Any, list[tuple[str, Any]] | None, int, int]]:
         """(value, key, extra headers, timestamp ms or 0, partition or -1) per record."""
-        n = len(self.values)
+        n = len(self)
         return zip(
             self.values,
             self.keys if self.keys is not None else repeat(None, n),
@@ -198,9 +222,7 @@ class Encoded:
         """The records `produce` takes. `checksum` is the running CRC-32 of the epoch's values
         and keys; the returned Records carry it updated with these."""
         checksum = fold_crc(self.values, checksum)
-        keys = None
         if self.keys is not None:
-            keys = self.keys.to_pylist()
             checksum = fold_crc(self.keys, checksum)
         headers: list[list[tuple[str, Any]]] | None = None
         if self.header_columns:
@@ -215,15 +237,12 @@ class Encoded:
                 for entries in self.header_lists.to_pylist()
             ]
         timestamps = epoch_millis(self.timestamps) if self.timestamps is not None else None
-        partitions = None
-        if self.partitions is not None:
-            partitions = pc.fill_null(self.partitions, -1).to_pylist()
         return Records(
-            self.values.to_pylist(),
-            keys,
+            self.values,
+            self.keys,
             headers,
             timestamps,
-            partitions,
+            self.partitions,
             self.sizes,
             checksum,
             own_headers_first=self.own_headers_first,

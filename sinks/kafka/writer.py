@@ -54,6 +54,7 @@ from durable_sinks.core.protocol import CommitHandle
 from durable_sinks.core.secrets import resolve_settings
 from durable_sinks.core.sink_base import OpenParticipant
 
+from .bulk import BulkProducer, bulk_capable
 from .clientlog import ClientLog
 from .config import RECONNECT_DEFAULTS, THROUGHPUT_DEFAULTS, Kafka
 from .errors import (
@@ -69,6 +70,8 @@ from .errors import (
 from .records import EPOCH_HEADER, Records
 from .timeouts import FLOOR_S, TransactionTimeout
 
+#: How long a full producer queue is served before the records are offered again.
+QUEUE_FULL_WAIT_S = 0.05
 #: Backoff between two tries of a retriable call: doubles from the first to the last.
 RETRY_BACKOFF_S = (0.05, 1.0)
 #: Retriable in librdkafka's eyes, but another API call is in progress: trying the same call
@@ -136,6 +139,7 @@ class TransactionalProducer:
         #: What `timeouts` chose after this producer's transaction timed out, once known.
         self._timed_out_to: tuple[float | None] | None = None
         self._producer: Producer | None = None
+        self._bulk: BulkProducer | None = None
         #: When the open transaction's first record was produced (monotonic), if it has one:
         #: the broker's transaction timer cannot have started before.
         self._first_record: float | None = None
@@ -200,6 +204,7 @@ class TransactionalProducer:
         except KafkaException as exc:
             raise self._invalid(exc) from None
         self._producer = producer
+        self._bulk = BulkProducer.of(producer) if self.config.produce_in_bulk else None
         self.fenced, self.broken = None, False
         self._first_record = None
         self.started_timeout_s = self.transaction_timeout_s
@@ -210,6 +215,7 @@ class TransactionalProducer:
         """Release the producer. An open transaction is left to the broker (it aborts it at
         transaction.timeout.ms, or the next producer's init aborts it at once)."""
         producer, self._producer = self._producer, None
+        self._bulk = None
         if producer is None:
             return
         with warnings.catch_warnings(record=True) as caught, contextlib.suppress(Exception):
@@ -455,6 +461,29 @@ class TransactionalProducer:
         producer = self.require(epoch)
         epoch_header = (EPOCH_HEADER, str(epoch).encode()) if self.config.epoch_header else None
         self._started()
+        bulk = self._bulk
+        if (
+            bulk is not None
+            and epoch_header is None
+            and records.headers is None
+            and records.timestamps is None
+            and records.partition_array is None
+            and bulk_capable(records.value_array)
+            and (records.key_array is None or bulk_capable(records.key_array))
+        ):
+            try:
+                bulk.send(
+                    topic,
+                    records.value_array,
+                    records.key_array,
+                    wait_s=QUEUE_FULL_WAIT_S,
+                    on_full=lambda: self._queue_full(epoch),
+                )
+                producer.poll(0)
+            except Exception as exc:  # noqa: BLE001 - translated
+                self.fail(exc, "producing records", epoch)
+            self.check_delivery(epoch)
+            return
         produce, poll = producer.produce, producer.poll
         plain = (
             records.headers is None and records.timestamps is None and records.partitions is None
@@ -467,21 +496,21 @@ class TransactionalProducer:
                     try:
                         produce(topic, value, key, headers=headers)
                     except BufferError:
-                        poll(0.05)
+                        poll(QUEUE_FULL_WAIT_S)
                         produce(topic, value, key, headers=headers)
             elif plain and records.keys is None:  # no key argument: ~0.1 us less per record
                 for value in records.values:
                     try:
                         produce(topic, value)
                     except BufferError:
-                        poll(0.05)
+                        poll(QUEUE_FULL_WAIT_S)
                         produce(topic, value)
             elif plain:  # its own loop: even `headers=None` costs ~0.27 us per record
                 for value, key in zip(records.values, keys, strict=True):
                     try:
                         produce(topic, value, key)
                     except BufferError:
-                        poll(0.05)
+                        poll(QUEUE_FULL_WAIT_S)
                         produce(topic, value, key)
             else:
                 epoch_only: list[Header] = [epoch_header] if epoch_header is not None else []
@@ -493,19 +522,22 @@ class TransactionalProducer:
                     try:
                         produce(topic, value, key, part, timestamp=ts, headers=row_headers)
                     except BufferError:
-                        poll(0.05)
+                        poll(QUEUE_FULL_WAIT_S)
                         produce(topic, value, key, part, timestamp=ts, headers=row_headers)
             poll(0)
         except BufferError:
-            raise TransientError(
-                "the producer's queue stayed full (the brokers do not keep up)",
-                **self.where(epoch),
-                fix="raise queue.buffering.max.messages/kbytes in producer_config, or check the "
-                "brokers",
-            ) from None
+            self._queue_full(epoch)
         except Exception as exc:  # noqa: BLE001 - translated
             self.fail(exc, "producing records", epoch)
         self.check_delivery(epoch)
+
+    def _queue_full(self, epoch: int) -> NoReturn:
+        raise TransientError(
+            "the producer's queue stayed full (the brokers do not keep up)",
+            **self.where(epoch),
+            fix="raise queue.buffering.max.messages/kbytes in producer_config, or check the "
+            "brokers",
+        ) from None
 
     def _started(self) -> None:
         if self._first_record is None:
@@ -594,10 +626,18 @@ class TransactionalProducer:
             # A fenced (or timed-out) producer's records fail with an old epoch.
             error = next((e for e in self._delivery_errors if e.code() in FENCED_CODES), None)
         if error is not None and error.txn_requires_abort():
+            refused = error.code() in (KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.INVALID_TIMESTAMP)
+            if refused and self._bulk is not None:
+                # Records produced in bulk have no delivery report of their own: produce the
+                # next attempt's record by record, whose report names the refused record.
+                self._bulk = None
             raise TransientError(
                 f"the transaction had to be aborted ({error.name()}: {error.str()}); "
                 "nothing of the epoch is visible",
                 **self.where(epoch),
+                fix="the broker refused a record: the next attempt reports which"
+                if refused
+                else None,
             ) from None
         if error is not None and error.code() in FENCED_CODES:
             if epoch is None:  # the sink's own records (the fence record): never in doubt

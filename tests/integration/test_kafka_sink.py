@@ -533,3 +533,63 @@ def test_secrets_never_reach_logs_errors_or_records(
     assert [place for place, text in places.items() if secret in text] == []
     assert "***" in places["reprs"]
     coordinator.close()
+
+
+def test_records_produced_in_bulk_equal_those_produced_one_by_one(
+    kafka: KafkaEndpoint, admin: AdminClient, unique: UniqueNames, tmp_path: Any
+) -> None:
+    """The same epochs through librdkafka's batch call and through a `produce()` per record:
+    the same records (keys, values, null keys, tombstones, large strings) land in the same
+    partitions in the same order, and a queue too small for a batch is waited out."""
+    batch = pa.record_batch(
+        {
+            "key": pa.array([None if i % 7 == 0 else f"k{i % 11}" for i in range(3000)]),
+            "value": pa.array(
+                [None if i % 13 == 0 else f"v{i}-" + "é" * (i % 5) for i in range(3000)],
+                pa.large_string(),
+            ),
+        }
+    ).slice(5, 2990)
+    landed = {}
+    for bulk in (True, False):
+        topic = unique.name(f"bulk-{bulk}")
+        create_topic(admin, topic, 3)
+        coordinator = job(
+            kafka,
+            topic,
+            unique,
+            tmp_path / str(bulk),
+            key_column="key",
+            value_column="value",
+            produce_in_bulk=bulk,
+            # Smaller than a batch: the batch call meets a full queue and waits for room.
+            producer_config={"queue.buffering.max.messages": 1000},
+        )
+        sink = coordinator.sinks[0]
+        assert isinstance(sink, KafkaSink)
+        for epoch in range(2):
+            assert coordinator.run_epoch(epoch, [batch]).outcome is EpochOutcome.COMMITTED
+        assert (sink._state().producer._bulk is not None) is bulk
+        coordinator.close()
+        landed[bulk] = [
+            (m.partition(), m.key(), m.value()) for m in read_committed(kafka, admin, topic)
+        ]
+    expected = [
+        (
+            None if i % 7 == 0 else f"k{i % 11}".encode(),
+            None if i % 13 == 0 else f"v{i}-{'é' * (i % 5)}".encode(),
+        )
+        for i in range(5, 2995)
+    ] * 2
+    for records in landed.values():
+        # Every record once, keys and values (null keys, tombstones) as given.
+        assert sorted(((k, v) for _, k, v in records), key=repr) == sorted(expected, key=repr)
+        # Keyed records are in their key's partition (murmur2), in the order they were given.
+        for part in range(3):
+            mine = [(k, v) for p, k, v in records if p == part and k is not None]
+            assert mine == [kv for kv in expected if kv[0] is not None and kv in mine]
+    keyed = {
+        bulk: sorted(((p, k) for p, k, _ in records if k is not None), key=repr)
+        for bulk, records in landed.items()
+    }
+    assert keyed[True] == keyed[False]
