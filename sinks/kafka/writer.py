@@ -26,6 +26,13 @@ these; nothing raw leaves):
   `broken` until `start` replaces it (the sink does so at the next epoch);
 - a commit whose outcome is unknown: InDoubtError (the progress topic tells, later);
 - credentials or ACLs refused, a setting the broker refuses: ConfigError.
+
+Records sent in bulk (bulk.py) are enqueued on the producer's sender thread while the caller
+goes on (encoding the next record batch): librdkafka's batch call runs without the
+interpreter lock. `send` returns once the records are handed over; every later call (the next
+`send`, `flush`, `commit`, the progress records) first waits for them and raises what their
+enqueueing raised; `abort` and `close` wait for them and drop that error. So a record batch's
+failure is raised before the epoch's decision, by the next call on the producer.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ import contextlib
 import time
 import warnings
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, NoReturn
 
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
@@ -108,7 +116,8 @@ Header = tuple[str, str | bytes | None]
 
 
 class TransactionalProducer:
-    """See the module docstring. Used from one thread at a time, like the sink."""
+    """See the module docstring. Called from one thread at a time, like the sink; its own
+    sender thread enqueues bulk sends."""
 
     def __init__(
         self,
@@ -140,6 +149,9 @@ class TransactionalProducer:
         self._timed_out_to: tuple[float | None] | None = None
         self._producer: Producer | None = None
         self._bulk: BulkProducer | None = None
+        #: The sender thread (made at the first bulk send) and the send it is running.
+        self._sender: ThreadPoolExecutor | None = None
+        self._sending: Future[None] | None = None
         #: When the open transaction's first record was produced (monotonic), if it has one:
         #: the broker's transaction timer cannot have started before.
         self._first_record: float | None = None
@@ -214,8 +226,12 @@ class TransactionalProducer:
     def close(self) -> None:
         """Release the producer. An open transaction is left to the broker (it aborts it at
         transaction.timeout.ms, or the next producer's init aborts it at once)."""
+        self._settle(quietly=True)
         producer, self._producer = self._producer, None
         self._bulk = None
+        sender, self._sender = self._sender, None
+        if sender is not None:
+            sender.shutdown()
         if producer is None:
             return
         with warnings.catch_warnings(record=True) as caught, contextlib.suppress(Exception):
@@ -232,6 +248,9 @@ class TransactionalProducer:
         raise error
 
     def require(self, epoch: int | None = None) -> Producer:
+        """The producer, once the send in flight (if any) is enqueued; raises what that send
+        raised, the fence once known, UsageError before `start`."""
+        self._settle()
         if self.fenced is not None:
             raise self.fenced
         if self._producer is None:
@@ -457,7 +476,8 @@ class TransactionalProducer:
         """Produce every record of a batch into `topic` in the open transaction, each with the epoch
         header unless the configuration turns it off (and its own headers, timestamp and
         partition when the batch has them; its own headers come first in the Spark record
-        shape). A record without headers costs librdkafka half the time of one with."""
+        shape). A record without headers costs librdkafka half the time of one with. Records
+        that can go in bulk are handed to the sender thread (module docstring)."""
         producer = self.require(epoch)
         epoch_header = (EPOCH_HEADER, str(epoch).encode()) if self.config.epoch_header else None
         self._started()
@@ -471,18 +491,11 @@ class TransactionalProducer:
             and bulk_capable(records.value_array)
             and (records.key_array is None or bulk_capable(records.key_array))
         ):
-            try:
-                bulk.send(
-                    topic,
-                    records.value_array,
-                    records.key_array,
-                    wait_s=QUEUE_FULL_WAIT_S,
-                    on_full=lambda: self._queue_full(epoch),
-                )
-                producer.poll(0)
-            except Exception as exc:  # noqa: BLE001 - translated
-                self.fail(exc, "producing records", epoch)
-            self.check_delivery(epoch)
+            if self._sender is None:
+                self._sender = ThreadPoolExecutor(1, thread_name_prefix="ds-kafka-send")
+            self._sending = self._sender.submit(
+                self._send_bulk, bulk, producer, records, epoch, topic
+            )
             return
         produce, poll = producer.produce, producer.poll
         plain = (
@@ -530,6 +543,33 @@ class TransactionalProducer:
         except Exception as exc:  # noqa: BLE001 - translated
             self.fail(exc, "producing records", epoch)
         self.check_delivery(epoch)
+
+    def _send_bulk(
+        self, bulk: BulkProducer, producer: Producer, records: Records, epoch: int, topic: str
+    ) -> None:
+        """On the sender thread: enqueue the records in bulk, errors translated."""
+        try:
+            bulk.send(
+                topic,
+                records.value_array,
+                records.key_array,
+                wait_s=QUEUE_FULL_WAIT_S,
+                on_full=lambda: self._queue_full(epoch),
+            )
+            producer.poll(0)
+        except Exception as exc:  # noqa: BLE001 - translated
+            self.fail(exc, "producing records", epoch)
+
+    def _settle(self, *, quietly: bool = False) -> None:
+        """Wait for the send in flight; raise what it raised unless `quietly`."""
+        sending, self._sending = self._sending, None
+        if sending is None:
+            return
+        if quietly:
+            with contextlib.suppress(Exception):
+                sending.result()
+            return
+        sending.result()
 
     def _queue_full(self, epoch: int) -> NoReturn:
         raise TransientError(
@@ -662,6 +702,7 @@ class TransactionalProducer:
     def abort(self, epoch: int | None = None) -> bool:
         """Abort the open transaction; False when there is nothing this producer can abort
         (a fenced or broken producer's transaction is aborted by the next init)."""
+        self._settle(quietly=True)
         producer = self._producer
         if producer is None or self.fenced is not None or self.broken:
             return False

@@ -15,7 +15,7 @@ from typing import Any
 import psycopg
 import pyarrow as pa
 import pytest
-from confluent_kafka import Message, Producer
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from confluent_kafka.admin import AdminClient
 from psycopg import sql
 
@@ -30,6 +30,7 @@ from durable_sinks.core.errors import (
 )
 from durable_sinks.manifest import LocalDirectoryStore
 from durable_sinks.sinks.kafka import Kafka, KafkaSink
+from durable_sinks.sinks.kafka.bulk import BulkProducer
 from durable_sinks.sinks.kafka.progress import SCAN_CHUNK
 from durable_sinks.sinks.postgres import Postgres, PostgresSink
 from tests.conftest import UniqueNames
@@ -593,3 +594,41 @@ def test_records_produced_in_bulk_equal_those_produced_one_by_one(
         for bulk, records in landed.items()
     }
     assert keyed[True] == keyed[False]
+
+
+def test_a_record_batch_that_fails_on_the_sender_thread_fails_its_epoch_before_the_decision(
+    kafka: KafkaEndpoint,
+    admin: AdminClient,
+    topic: str,
+    unique: UniqueNames,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A record batch is enqueued in bulk on the producer's sender thread while the sink goes
+    on: its failure (here the client refusing the second half of its records, injected around
+    the real call) is raised by the sink's next call, pre_commit at the latest; the epoch
+    rolls back and nothing of it is visible; the next epoch commits exactly."""
+    real = BulkProducer.send
+
+    def half_then_refused(
+        self: BulkProducer, topic: str, values: pa.Array, keys: pa.Array | None, **k: Any
+    ) -> None:
+        half = len(values) // 2
+        real(self, topic, values.slice(0, half), None if keys is None else keys.slice(0, half), **k)
+        raise KafkaException(KafkaError(KafkaError._MSG_TIMED_OUT, "injected"))
+
+    sink = KafkaSink(config(kafka, topic))
+    sink.open(OpenContext(unique.job_id, "kafka", 1))
+    sink.begin_epoch(0)
+    monkeypatch.setattr(BulkProducer, "send", half_then_refused)
+    sink.write_batch(events([1, 2, 3, 4]))  # handed to the sender thread: returns at once
+    with pytest.raises(TransientError, match="producing records failed: _MSG_TIMED_OUT"):
+        sink.pre_commit(0)
+    sink.rollback_epoch(0, None)
+    monkeypatch.setattr(BulkProducer, "send", real)
+    assert read_committed(kafka, admin, topic) == []
+    sink.begin_epoch(0)
+    sink.write_batch(events([1, 2, 3, 4]))
+    sink.commit_epoch(0, sink.pre_commit(0))
+    assert ids(read_committed(kafka, admin, topic)) == [1, 2, 3, 4]
+    assert open_transactions(admin, topic, f"{topic}-ds-progress") == []
+    sink.close()
