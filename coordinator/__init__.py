@@ -12,21 +12,26 @@ from ._outage import OutagePolicy
 from ._recovery import RecoveryReport, Resolution, resolve
 from ._replay import REPLAY_CHECKS, ReplayCheckMode
 from ._retry import RetryPolicy
+from ._watch import SLOW_PHASE_LOG_S, Call, InFlight, Watch
 from ._worker import prepare_part
 from .validation import validate
 
 __all__ = [
     "REPLAY_CHECKS",
+    "SLOW_PHASE_LOG_S",
+    "Call",
     "Coordinator",
     "EpochMetrics",
     "EpochOutcome",
     "EpochResult",
+    "InFlight",
     "JobTotals",
     "OutagePolicy",
     "RecoveryReport",
     "ReplayCheckMode",
     "Resolution",
     "RetryPolicy",
+    "Watch",
     "prepare_part",
     "resolve",
     "validate",

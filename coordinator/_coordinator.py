@@ -42,6 +42,7 @@ from ._participants import Participants, brief, require_part_of
 from ._recovery import RecoveryReport, Resolution, require_no_newer, resolve
 from ._replay import ReplayCheck, unproven_replay
 from ._retry import RetryPolicy
+from ._watch import SLOW_PHASE_LOG_S, Watch
 from .validation import transaction_members, validate
 
 if TYPE_CHECKING:
@@ -91,6 +92,9 @@ class Coordinator:
     decided epoch, with nothing of the batch written.
     `replay_check` ("warn", "fail", "off"): compare a replay of a decided epoch with the rows
     it committed (driver mode; `_replay`).
+    `watch.snapshot()` says which epoch is in flight, its phase and the sink calls it waits
+    on, from any thread; while a phase runs longer than `slow_phase_log_s` (0: never) a
+    warning names them, again every `slow_phase_log_s` (`_watch`).
     `policy` says what the sinks do with bad rows and new columns (core/bad_rows.py); with
     `on_bad_rows="dead_letter"`, rows the sinks refuse go to `dead_letter`, one more
     participant of the same epoch and decision (`_dead_letters`), at most `bad_row_cap` of
@@ -122,6 +126,7 @@ class Coordinator:
         policy: WritePolicy | None = None,
         dead_letter: SinkConnector | None = None,
         bad_row_cap: BadRowCap | None = None,
+        slow_phase_log_s: float = SLOW_PHASE_LOG_S,
     ) -> None:
         if retain_epochs < 1:
             raise ConfigError(
@@ -144,6 +149,8 @@ class Coordinator:
         self.source = source
         self.on_step = on_step
         self.log = JobLogger(job_id)
+        #: The epoch in flight (`watch.snapshot()`), logged while a phase runs long.
+        self.watch = Watch(self.log, slow_phase_log_s)
         self.totals = JobTotals()
         self.last_metrics: EpochMetrics | None = None
         self.generation: int | None = None
@@ -156,7 +163,12 @@ class Coordinator:
         self._transaction: tuple[str, ...] = ()
         self.lost_epochs = LostEpochCheck(job_id, self.decisions, self.sinks)
         self.participants = Participants(
-            job_id, self.sinks, commit_retry, concurrent_writes, occasional=dead_letter
+            job_id,
+            self.sinks,
+            commit_retry,
+            concurrent_writes,
+            occasional=dead_letter,
+            watch=self.watch,
         )
         self._in_use = threading.Lock()
         self.replay = ReplayCheck(job_id, replay_check)
@@ -168,7 +180,9 @@ class Coordinator:
         return f"Coordinator(job={self.job_id!r}, sinks=[{names}], generation={self.generation})"
 
     # -- driving -------------------------------------------------------------------------------
-    def _drive(self, steps: Steps[T]) -> T:
+    def _drive(self, steps: Steps[T], epoch: int | None = None) -> T:
+        """Run `steps` to the end (`on_step` after each); `epoch`: the epoch they run, told to
+        the watch while they do."""
         if not self._in_use.acquire(blocking=False):
             steps.close()
             raise UsageError(
@@ -178,6 +192,8 @@ class Coordinator:
                 fix="one coordinator per thread, or serialise the calls (durable_sink's writer "
                 "does); one durable_sink(...) per streaming query",
             )
+        if epoch is not None:
+            self.watch.begin(epoch)
         try:
             while True:
                 try:
@@ -188,6 +204,8 @@ class Coordinator:
                 if self.on_step is not None:
                     self.on_step(step)
         finally:
+            if epoch is not None:
+                self.watch.end()
             self._in_use.release()
 
     def start(
@@ -213,7 +231,7 @@ class Coordinator:
 
     def run_epoch(self, epoch: int, batches: Iterable[pa.RecordBatch]) -> EpochResult:
         """Write `batches` as epoch `epoch` to every sink, exactly once."""
-        return self._drive(self.epoch_steps(epoch, batches))
+        return self._drive(self.epoch_steps(epoch, batches), epoch)
 
     def run_distributed_epoch(
         self, epoch: int, prepare: Callable[[int], Sequence[CommitHandle]]
@@ -222,13 +240,14 @@ class Coordinator:
         (`prepare_part`) and returns the winning handle of each part; this decides and
         commits them, then rolls back every other prepared attempt of the epoch. `prepare` is
         not called when the epoch is already decided."""
-        return self._drive(self.distributed_epoch_steps(epoch, prepare))
+        return self._drive(self.distributed_epoch_steps(epoch, prepare), epoch)
 
     def decision(self, epoch: int) -> DecisionRecord | None:
         """The durable decision of `epoch` (from the store or the commit point's sink)."""
         return self.decisions.decision(epoch)
 
     def close(self) -> None:
+        self.watch.close()
         for sink in self.sinks:
             sink.close()
         self.store.close()
@@ -351,7 +370,7 @@ class Coordinator:
         if self._at_least_once:
             return (yield from self._at_least_once_steps(epoch, batches))
         log = self.log.bind(epoch=epoch)
-        metrics = EpochMetrics(epoch)
+        metrics = EpochMetrics(epoch, watch=self.watch)
         yield "epoch-start"
         self.lost_epochs.at_epoch(epoch)
         decided = self.decisions.lookup(epoch, metrics)
@@ -378,18 +397,20 @@ class Coordinator:
             with metrics.phase("begin"):
                 for sink in ordered:
                     if sink is not lazy:
-                        sink.begin_epoch(epoch)
+                        with self.participants.calling(sink, "begin_epoch"):
+                            sink.begin_epoch(epoch)
                         begun.append(sink)
             for sink in begun:
                 yield f"after-begin:{sink.name}"
             targets = [s for s in ordered if s is not self.dead_letter]
+            self.watch.enter("write")
             yield from self.participants.write(
                 epoch, targets, tally.through(batches), metrics, letters
             )
             yield from self._write_dead_letters(epoch, letters, lazy, begun, metrics)
             taking_part = [s for s in ordered if s in begun]
             for sink in taking_part:
-                with metrics.phase("pre_commit"):
+                with metrics.phase("pre_commit"), self.participants.calling(sink, "pre_commit"):
                     handles[sink.name] = sink.pre_commit(epoch)
                 yield f"after-pre-commit:{sink.name}"
             record = self._record(
@@ -398,9 +419,11 @@ class Coordinator:
             record = tally.recorded(record)
             with metrics.phase("decision"):
                 if last is None:
-                    winner = self.store.put(record)
+                    with self.watch.calling("decision store", "put"):
+                        winner = self.store.put(record)
                 else:
-                    last.commit_with_decision(epoch, handles[last.name], record.to_json())
+                    with self.participants.calling(last, "commit_with_decision"):
+                        last.commit_with_decision(epoch, handles[last.name], record.to_json())
                     winner = record
         yield "after-decision"
 
@@ -429,7 +452,7 @@ class Coordinator:
                 epoch=epoch,
             )
         log = self.log.bind(epoch=epoch)
-        metrics = EpochMetrics(epoch)
+        metrics = EpochMetrics(epoch, watch=self.watch)
         yield "epoch-start"
         self.lost_epochs.at_epoch(epoch)
         decided = self.decisions.lookup(epoch, metrics)
@@ -459,7 +482,7 @@ class Coordinator:
             yield "after-prepare"
             handles.sort(key=lambda h: (order[h.sink], h.participant))
             record = self._record(epoch, generation, handles)
-            with metrics.phase("decision"):
+            with metrics.phase("decision"), self.watch.calling("decision store", "put"):
                 winner = self.store.put(record)
         yield "after-decision"
         if winner != record:
@@ -504,7 +527,7 @@ class Coordinator:
         sinks' commits leaves the epoch in some sinks only until Spark replays it."""
         generation = self._started(epoch)
         log = self.log.bind(epoch=epoch)
-        metrics = EpochMetrics(epoch)
+        metrics = EpochMetrics(epoch, watch=self.watch)
         yield "epoch-start"
         with metrics.phase("lookup"):
             todo = []
@@ -525,13 +548,14 @@ class Coordinator:
         ):
             with metrics.phase("begin"):
                 for sink in targets:
-                    sink.begin_epoch(epoch)
+                    with self.participants.calling(sink, "begin_epoch"):
+                        sink.begin_epoch(epoch)
                     begun.append(sink)
             if targets:
                 yield from self.participants.write(epoch, targets, batches, metrics, letters)
             yield from self._write_dead_letters(epoch, letters, lazy, begun, metrics)
             for sink in begun:
-                with metrics.phase("pre_commit"):
+                with metrics.phase("pre_commit"), self.participants.calling(sink, "pre_commit"):
                     handles[sink.name] = sink.pre_commit(epoch)
         committing = sorted(begun, key=lambda s: s is not self.dead_letter)
         record = self._record(epoch, generation, [handles[s.name] for s in committing], metrics)
@@ -539,7 +563,8 @@ class Coordinator:
             handle = handles[sink.name]
             with metrics.phase("commit"):
                 if isinstance(sink, LastResource):
-                    sink.commit_with_decision(epoch, handle, record.to_json())
+                    with self.participants.calling(sink, "commit_with_decision"):
+                        sink.commit_with_decision(epoch, handle, record.to_json())
                 else:
                     self.participants.commit(sink, handle)
                     self.participants.publish(sink, record)
@@ -573,11 +598,11 @@ class Coordinator:
         if batch is None:
             return
         if lazy is not None:
-            with metrics.phase("begin"):
+            with metrics.phase("begin"), self.participants.calling(lazy, "begin_epoch"):
                 lazy.begin_epoch(epoch)
                 begun.append(lazy)
             yield f"after-begin:{lazy.name}"
-        with metrics.phase("write"):
+        with metrics.phase("write"), self.participants.calling(dead_letter, "write_batch"):
             result = write_dead_letters(dead_letter, batch, self.job_id, epoch)
         metrics.rows[dead_letter.name] = metrics.rows.get(dead_letter.name, 0) + result.rows
         metrics.bytes[dead_letter.name] = metrics.bytes.get(dead_letter.name, 0) + result.bytes
@@ -605,7 +630,7 @@ class Coordinator:
         The last resource's participant committed with the decision itself."""
         yield from self.participants.commit_decided(decision, metrics, skip=self.decisions.last)
         if self.decisions.store_holds_decisions:
-            with metrics.phase("finish"):
+            with metrics.phase("finish"), self.watch.calling("decision store", "mark_finished"):
                 self.store.mark_finished(decision.epoch)
         yield "after-finish"
 

@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING
 
 from durable_sinks.core.protocol import SinkConnector, WriteResult
 
+from ._watch import Watch
+
 if TYPE_CHECKING:
     import pyarrow as pa
 
@@ -42,10 +44,16 @@ class Written:
     batch: pa.RecordBatch
 
 
-def timed_write(sink: SinkConnector, batch: pa.RecordBatch) -> tuple[WriteResult, float]:
-    """`sink.write_batch(batch)` and the seconds it took."""
+def timed_write(
+    sink: SinkConnector, batch: pa.RecordBatch, watch: Watch | None = None
+) -> tuple[WriteResult, float]:
+    """`sink.write_batch(batch)` and the seconds it took (told to `watch` while it runs)."""
     started = time.perf_counter()
-    result = sink.write_batch(batch)
+    if watch is None:
+        result = sink.write_batch(batch)
+    else:
+        with watch.calling(sink.name, "write_batch"):
+            result = sink.write_batch(batch)
     return result, time.perf_counter() - started
 
 
@@ -54,8 +62,11 @@ class FanOut:
     an error or an abandoned generator, waits for the writes in progress and stops the
     threads)."""
 
-    def __init__(self, sinks: list[SinkConnector], thread_name: str) -> None:
+    def __init__(
+        self, sinks: list[SinkConnector], thread_name: str, watch: Watch | None = None
+    ) -> None:
         self.sinks = sinks
+        self._watch = watch
         self._pools = [
             ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{thread_name}:{s.name}")
             for s in sinks
@@ -80,7 +91,9 @@ class FanOut:
         while len(self._pending) >= len(self.sinks) * (IN_FLIGHT + 1):
             yield self._next_done()
         for n, (sink, pool) in enumerate(zip(self.sinks, self._pools, strict=True)):
-            self._pending.append((index, n, pool.submit(timed_write, sink, batch), batch))
+            self._pending.append(
+                (index, n, pool.submit(timed_write, sink, batch, self._watch), batch)
+            )
         yield from self._already_done()
 
     def drain(self) -> Iterator[Written]:
@@ -113,8 +126,9 @@ class InTurn:
     """FanOut's interface without threads (`concurrent_writes=False`): `submit` writes the
     batch into each sink in turn, in the calling thread."""
 
-    def __init__(self, sinks: list[SinkConnector]) -> None:
+    def __init__(self, sinks: list[SinkConnector], watch: Watch | None = None) -> None:
         self.sinks = sinks
+        self._watch = watch
 
     def __enter__(self) -> InTurn:
         return self
@@ -124,7 +138,7 @@ class InTurn:
 
     def submit(self, index: int, batch: pa.RecordBatch) -> Iterator[Written]:
         for sink in self.sinks:
-            result, seconds = timed_write(sink, batch)
+            result, seconds = timed_write(sink, batch, self._watch)
             yield Written(index, sink, result, seconds, batch)
 
     def drain(self) -> Iterator[Written]:

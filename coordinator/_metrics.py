@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 
 from durable_sinks.core.bad_rows import RefusalCounts
 
+from ._watch import Watch
+
 PHASES = ("lookup", "begin", "write", "pre_commit", "decision", "commit", "finish")
 
 
@@ -26,9 +28,13 @@ class EpochMetrics:
     batches: int = 0
     #: Rows each sink refused, by reason, that went to the dead-letter sink.
     dead_letters: RefusalCounts = field(default_factory=RefusalCounts)
+    #: Told each phase as it is entered (the epoch in flight), if any.
+    watch: Watch | None = field(default=None, repr=False, compare=False)
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
+        if self.watch is not None:
+            self.watch.enter(name)
         started = time.perf_counter()
         try:
             yield

@@ -5,6 +5,7 @@ the losing attempts of a distributed epoch. Each step yields its crash point's n
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -31,6 +32,7 @@ from ._dead_letters import DeadLetterPass
 from ._fanout import FanOut, InTurn, Written
 from ._metrics import EpochMetrics
 from ._retry import RetryPolicy
+from ._watch import Watch
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -49,8 +51,11 @@ class Participants:
         retry: RetryPolicy,
         concurrent_writes: bool = True,
         occasional: SinkConnector | None = None,
+        watch: Watch | None = None,
     ) -> None:
         self.job_id = job_id
+        #: Told each sink call while it runs (the epoch in flight).
+        self.watch = watch
         self.sinks = sinks
         #: A sink that takes part only in some epochs (the dead-letter sink): an epoch whose
         #: decision names none of its participants is not published on it.
@@ -73,9 +78,9 @@ class Participants:
         writers (what reading did not hide); `metrics.sink_seconds` each sink's own. Without
         `concurrent_writes`: in this thread, one sink after the other."""
         writers = (
-            FanOut(list(sinks), f"ds-{self.job_id}-{epoch}")
+            FanOut(list(sinks), f"ds-{self.job_id}-{epoch}", self.watch)
             if self.concurrent_writes
-            else InTurn(list(sinks))
+            else InTurn(list(sinks), self.watch)
         )
         with writers:
             for index, batch in enumerate(batches):
@@ -106,6 +111,7 @@ class Participants:
             sink,
             handle.epoch,
             f"committing participant {handle.participant}",
+            "commit_epoch",
             lambda: sink.commit_epoch(handle.epoch, handle),
         )
 
@@ -119,15 +125,21 @@ class Participants:
             sink,
             decision.epoch,
             "publishing the epoch",
+            "publish_epoch",
             lambda: sink.publish_epoch(decision.epoch, handles),
         )
         return True
 
+    def calling(self, sink: SinkConnector, call: str) -> AbstractContextManager[None]:
+        """Told to the watch while the block runs: `sink` is in `call`."""
+        return nullcontext() if self.watch is None else self.watch.calling(sink.name, call)
+
     def _settle(
-        self, sink: SinkConnector, epoch: int, what: str, call: Callable[[], object]
+        self, sink: SinkConnector, epoch: int, what: str, name: str, call: Callable[[], object]
     ) -> None:
         try:
-            self.retry.call(call)
+            with self.calling(sink, name):
+                self.retry.call(call)
         except FencedError:
             raise  # a newer driver owns the job (and its recovery finishes this commit)
         except ParticipantLostError:
@@ -176,7 +188,8 @@ class Participants:
         """Roll back one participant, retrying transient errors."""
         if handle is not None:
             require_own(self.job_id, sink, handle, epoch)
-        self.retry.call(partial(sink.rollback_epoch, epoch, handle))
+        with self.calling(sink, "rollback_epoch"):
+            self.retry.call(partial(sink.rollback_epoch, epoch, handle))
 
     def undo(
         self,
@@ -190,7 +203,8 @@ class Participants:
         abort)."""
         for sink in begun:
             try:
-                sink.rollback_epoch(epoch, handles.get(sink.name))
+                with self.calling(sink, "rollback_epoch"):
+                    sink.rollback_epoch(epoch, handles.get(sink.name))
             except Exception as exc:  # noqa: BLE001 - see docstring
                 log.bind(sink=sink.name).warning(
                     "rollback failed (%s); recovery will roll back the leftover", brief(exc)

@@ -5,6 +5,7 @@ the troubleshooting page quotes the messages the code gives."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -83,7 +84,11 @@ def test_the_documented_metrics_table_is_what_the_endpoint_serves() -> None:
     Families(registry)
     served = {}
     for collector in registry._collector_to_names:
-        kind = collector._type  # type: ignore[attr-defined]
+        if not hasattr(collector, "_type"):  # a collector of its own: the families it yields
+            for family in collector.collect():
+                served[family.name] = (family.type, tuple(family._labelnames))  # type: ignore[attr-defined]
+            continue
+        kind = collector._type
         name = collector._name + ("_total" if kind == "counter" else "")  # type: ignore[attr-defined]
         served[name] = (kind, tuple(collector._labelnames))  # type: ignore[attr-defined]
     assert _documented_metrics() == served
@@ -135,3 +140,16 @@ def test_the_message_check_finds_a_changed_message_and_a_wrong_marker(tmp_path: 
     assert found[0].startswith(f"{page}:4: 'is not a known guarantee'"), found
     assert found[1].startswith(f"{page}:6: Spark's"), found
     assert found[2].startswith(f"{page}:7: Postgres's 'job_id is empty'"), found
+
+
+def test_the_grafana_dashboard_queries_every_served_metric_and_no_other() -> None:
+    """docs/grafana-dashboard.json: every metric of the operations page's table (what the
+    endpoint serves, test above) is in one of its queries, and it queries no other."""
+    dashboard = json.loads((docs_reference.ROOT / "docs" / "grafana-dashboard.json").read_text())
+    queried = {
+        name.removesuffix("_bucket")
+        for panel in dashboard["panels"]
+        for target in panel["targets"]
+        for name in re.findall(r"\b(durable_sinks_\w+)", target["expr"])
+    }
+    assert queried == set(_documented_metrics())

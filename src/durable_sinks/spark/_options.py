@@ -9,7 +9,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from durable_sinks.coordinator import REPLAY_CHECKS, OutagePolicy, ReplayCheckMode, RetryPolicy
+from durable_sinks.coordinator import (
+    REPLAY_CHECKS,
+    SLOW_PHASE_LOG_S,
+    OutagePolicy,
+    ReplayCheckMode,
+    RetryPolicy,
+)
 from durable_sinks.core import DeliveryGuarantee
 from durable_sinks.core.bad_rows import (
     DEFAULT_MAX_BAD_ROWS,
@@ -107,6 +113,12 @@ class JobOptions:
     `attempts=8` or `tolerance_s=10.0` seconds, whichever comes first, with exponential waits
     from `first_wait_s=0.05` up to `max_wait_s=5.0` seconds: with the defaults 8 calls in
     about 6.4 s."""
+    slow_phase_log_s: float = SLOW_PHASE_LOG_S
+    """While one phase of a batch (writing, pre_commit, the decision, the commits) runs longer
+    than this many seconds, a WARNING names the batch, the phase, its age and each sink call
+    it waits on, and again every this many seconds (see
+    [A batch is stuck](operations.md#a-batch-is-stuck)). `0`: never. The metrics endpoint
+    shows the same as gauges."""
     metrics_port: int | None = None
     """Serve Prometheus metrics on this port (0 to 65535) of the driver, at `/metrics`, on
     every interface ([Metrics](operations.md#metrics)). Default (`None`): no endpoint. Needs
@@ -213,6 +225,17 @@ class JobOptions:
                 job=self.job_id,
                 fix=f"leave the default ({DEFAULT_OUTAGE_TOLERANCE_S:g}), give e.g. 300 to ride "
                 "out longer outages, or 0 to fail at the first error",
+            )
+        slow = self.slow_phase_log_s
+        if (
+            isinstance(slow, bool)
+            or not isinstance(slow, int | float)
+            or not (0 <= slow < float("inf"))
+        ):
+            raise ConfigError(
+                f"slow_phase_log_s must be a number of seconds >= 0, not {slow!r}",
+                job=self.job_id,
+                fix=f"leave the default ({SLOW_PHASE_LOG_S:g}), or 0 to log no slow phase",
             )
         port = self.metrics_port
         if port is not None and (

@@ -15,10 +15,11 @@ are served. They hold job ids, sink names and numbers, never an option's value.
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from durable_sinks.coordinator import InFlight
 from durable_sinks.coordinator._metrics import PHASES
 from durable_sinks.core.errors import ConfigError
 from durable_sinks.core.joblog import JobLogger
@@ -27,6 +28,7 @@ from ._observe import TOTAL, Observation, increments
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
+    from prometheus_client.metrics_core import Metric
 
 PREFIX = "durable_sinks_"
 INSTALL = "pip install 'durable-sinks[metrics]'"
@@ -112,6 +114,19 @@ class Families:
         )
         self._lock = threading.Lock()
         self._newest: dict[str, int] = {}
+        #: Per job, what reads its epoch in flight (the newest writer's of the job).
+        self._watching: dict[str, Callable[[], InFlight | None]] = {}
+        registry.register(_InFlightCollector(self))
+
+    def watching(self, job: str, read: Callable[[], InFlight | None]) -> None:
+        """Serve `job`'s epoch in flight, read by `read` at each scrape."""
+        with self._lock:
+            self._watching[job] = read
+
+    def in_flight(self) -> dict[str, InFlight | None]:
+        with self._lock:
+            readers = dict(self._watching)
+        return {job: read() for job, read in readers.items()}
 
     def add_job(self, job: str) -> None:
         """Every series of `job` at 0, so that rate() counts from its first increment."""
@@ -140,6 +155,56 @@ class Families:
                 self._newest[job] = seen.epoch
                 self.last_committed.labels(job=job).set(seen.epoch)
             self.in_doubt.labels(job=job).set(seen.in_doubt)
+
+
+class _InFlightCollector:
+    """The gauges of each job's epoch in flight, read when Prometheus scrapes (a batch that
+    hangs shows while it hangs, not when it ends)."""
+
+    def __init__(self, families: Families) -> None:
+        self._families = families
+
+    def describe(self) -> list[Metric]:
+        return []  # (registering must not read the writers)
+
+    def collect(self) -> Iterator[Metric]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        epoch = GaugeMetricFamily(
+            PREFIX + "epoch_in_flight",
+            "The epoch (Spark batch id) being written now; -1 between batches",
+            labels=["job"],
+        )
+        age = GaugeMetricFamily(
+            PREFIX + "epoch_in_flight_seconds",
+            "Seconds since the epoch being written began; 0 between batches",
+            labels=["job"],
+        )
+        phase = GaugeMetricFamily(
+            PREFIX + "phase_in_flight_seconds",
+            f"Seconds the epoch being written has been in its phase ({', '.join(PHASES)}), "
+            "0 for the other phases and between batches",
+            labels=["job", "phase"],
+        )
+        calls = GaugeMetricFamily(
+            PREFIX + "sink_call_in_flight_seconds",
+            "Seconds the oldest running call of each sink (write_batch, pre_commit, "
+            "commit_epoch, ...) has been running; a series only while one runs",
+            labels=["job", "sink", "call"],
+        )
+        for job, seen in sorted(self._families.in_flight().items()):
+            epoch.add_metric([job], -1 if seen is None else seen.epoch)
+            age.add_metric([job], 0.0 if seen is None else seen.epoch_age_s)
+            for name in PHASES:
+                now = seen is not None and seen.phase == name
+                phase.add_metric([job, name], seen.phase_age_s if seen is not None and now else 0.0)
+            oldest: dict[tuple[str, str], float] = {}
+            for call in seen.calls if seen is not None else ():
+                key = (call.sink, call.call)
+                oldest[key] = max(oldest.get(key, 0.0), call.age_s)
+            for (sink, name), seconds in sorted(oldest.items()):
+                calls.add_metric([job, sink, name], seconds)
+        yield from (epoch, age, phase, calls)
 
 
 @dataclass
@@ -198,6 +263,10 @@ class JobMetrics:
     @property
     def port(self) -> int:
         return self.endpoint.port
+
+    def watching(self, read: Callable[[], InFlight | None]) -> None:
+        """Serve this job's epoch in flight, read by `read` at each scrape."""
+        self.endpoint.families.watching(self.job, read)
 
     def started(self, in_doubt: int) -> None:
         """The writer's coordinator started: its recovery found `in_doubt` leftovers."""

@@ -11,6 +11,8 @@ it is the one running the batch.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from durable_sinks.core.errors import ConfigError
@@ -22,6 +24,10 @@ CHECKPOINT_METADATA = "metadata"
 #: Spark sets these on the thread that runs a streaming query's batch (classic PySpark).
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
+
+#: The local property whose value describes the jobs a thread starts (the "Description" of
+#: Spark's UI, its REST API and its event log).
+JOB_DESCRIPTION_PROPERTY = "spark.job.description"
 
 _CONNECT_MODULE = "pyspark.sql.connect."
 
@@ -77,3 +83,24 @@ def checkpoint_query_id(session: Any, location: str, *, job: str) -> str:
             fix=fix,
         )
     return query
+
+
+@contextmanager
+def described(df: Any, text: str) -> Iterator[None]:
+    """The Spark jobs this thread starts in the block are described as `text`, followed by
+    the description Spark gave the batch (the query's id, run id and batch), in Spark's UI;
+    the description is restored after. Classic PySpark only: under Spark Connect the
+    function has no SparkContext (nothing is set)."""
+    session = df.sparkSession
+    if is_connect(session):
+        yield
+        return
+    context = session.sparkContext
+    before = context.getLocalProperty(JOB_DESCRIPTION_PROPERTY)
+    context.setLocalProperty(
+        JOB_DESCRIPTION_PROPERTY, text if before is None else f"{text} ({before})"
+    )
+    try:
+        yield
+    finally:
+        context.setLocalProperty(JOB_DESCRIPTION_PROPERTY, before)

@@ -17,6 +17,7 @@ from durable_sinks import sinks
 from durable_sinks.coordinator import (
     Coordinator,
     EpochResult,
+    InFlight,
     JobTotals,
     OutagePolicy,
     RecoveryReport,
@@ -39,7 +40,7 @@ from ._build import build_coordinator, check_job, close_quietly
 from ._executor import prepare_on_executors
 from ._observe import BatchObserver
 from ._options import JobOptions, job_option_names
-from ._session import batch_properties, checkpoint_query_id, is_connect
+from ._session import batch_properties, checkpoint_query_id, described, is_connect
 from ._shipping import shipped
 from ._specs import SinkSpec
 from ._worker_check import check_workers
@@ -135,7 +136,7 @@ class DurableBatchWriter:
         if is_connect(session):
             self._check_from_client()
         else:
-            self._observer.serve(options.metrics_port)
+            self._serve_metrics()
             self._outage.ride(
                 self._start,
                 after_failure=lambda _error: None,  # (a failed start closed its sinks)
@@ -187,6 +188,18 @@ class DurableBatchWriter:
         without one, or before a Spark Connect copy's first batch."""
         return None if self._observer.metrics is None else self._observer.metrics.port
 
+    def _serve_metrics(self) -> None:
+        """The metrics endpoint (with a metrics_port), showing this writer's epoch in flight."""
+        self._observer.serve(self.options.metrics_port)
+        if self._observer.metrics is not None:
+            self._observer.metrics.watching(self.in_flight)
+
+    def in_flight(self) -> InFlight | None:
+        """The batch being written now: its epoch, phase, ages and the sink calls it waits on
+        (the coordinator's `watch`); None between batches."""
+        coordinator = self._coordinator
+        return None if coordinator is None else coordinator.watch.snapshot()
+
     def _check_from_client(self) -> None:
         """Spark Connect: check the job's configuration and servers from the client, without
         recovering (the server-side copy does, at its first batch). A sink or decision store
@@ -229,7 +242,8 @@ class DurableBatchWriter:
         with self._lock:
             started, attempts = time.perf_counter(), self.failed_attempts
             try:
-                result = self._write(df, epoch)
+                with described(df, self._description(epoch)):
+                    result = self._write(df, epoch)
             except BaseException as exc:
                 self.last_error = exc
                 self._report(exc, epoch)
@@ -237,6 +251,14 @@ class DurableBatchWriter:
                 raise
             self.last_error = None
             self._observe(epoch, result, time.perf_counter() - started, attempts)
+
+    def _description(self, epoch: int) -> str:
+        """How Spark's UI describes the jobs of a batch: the job, the epoch, what they do."""
+        if self.options.execution == "executor":
+            doing = "executors prepare their partitions"
+        else:
+            doing = "the driver reads the batch"
+        return f"durable-sinks: job {self.options.job_id}, epoch {epoch}, {doing}"
 
     def _observe(
         self,
@@ -276,7 +298,7 @@ class DurableBatchWriter:
         self._check_query(df, epoch)
         if not self._workers_checked:
             self._check_workers(df.sparkSession)
-        self._observer.serve(self.options.metrics_port)  # a Connect copy's: before writing
+        self._serve_metrics()  # a Connect copy's: before writing
         self._riding_from = None
         result = self._outage.ride(
             lambda: self._attempt(df, epoch),
@@ -526,6 +548,7 @@ def durable_sink(
     concurrent_writes: bool = True,
     outage_tolerance_s: float = ...,
     commit_retry: RetryPolicy = ...,
+    slow_phase_log_s: float = ...,
     metrics_port: int | None = None,
     replay_check: ReplayCheckMode = "warn",
     on_bad_rows: OnBadRows = "fail",
