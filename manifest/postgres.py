@@ -34,13 +34,14 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from durable_sinks.clients.postgres import connect_timeout as timeout_for
 from durable_sinks.clients.postgres import (
+    bounded_connect,
     connection_failure,
     connection_lost,
     server_of,
     session_name,
 )
+from durable_sinks.clients.postgres import connect_timeout as timeout_for
 from durable_sinks.core.errors import (
     ConfigError,
     FencedError,
@@ -57,6 +58,12 @@ from ._store import logs_expire, logs_open, logs_put, require_open, require_own
 
 def _first_line(exc: BaseException) -> str:
     return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+#: The store's sessions' statement_timeout: its statements are single-row reads and writes, so
+#: a minute is far beyond any of them; it also bounds each wait for the server (this + 10 s,
+#: clients/postgres.py `bounded_connect`). Locks are left to the server's lock_timeout.
+STATEMENT_TIMEOUT_S = 60.0
 
 
 class PostgresDecisionStore:
@@ -105,8 +112,10 @@ class PostgresDecisionStore:
         if self._conn is None or self._conn.closed:
             job = job or self._job
             try:
-                self._conn = psycopg.connect(
+                self._conn = bounded_connect(
                     resolve(self._dsn, self.where),
+                    statement_timeout_s=STATEMENT_TIMEOUT_S,
+                    lock_timeout_s=None,
                     autocommit=True,
                     connect_timeout=self.connect_timeout_s,
                     # libpq's fallback: the DSN's (or PGAPPNAME's) application_name wins.

@@ -68,6 +68,18 @@ class Postgres:
     """Seconds a connection attempt may take (rounded up to whole seconds, libpq's unit), for
     every connection the sink (and the default decision store in its database) opens; given, it
     overrides the DSN's. Default: the DSN's `connect_timeout`, else 10."""
+    statement_timeout_s: float | None = 300.0
+    """The sessions' `statement_timeout`: the server ends a statement of the sink running
+    longer (a TransientError: the batch is rolled back and ridden out as an outage). It also
+    bounds every wait for the server: one lasting this + 10 s ends the session as lost, which
+    is how a connection that carries nothing is noticed (docs/postgres.md, "Bounded waits").
+    Raise it for batches whose COPY or upsert takes longer. None: no statement_timeout set
+    (the server's or role's stays) and no bound on waits. Default 300."""
+    lock_timeout_s: float | None = 60.0
+    """The sessions' `lock_timeout`: a statement waiting longer for a lock (another session's
+    `LOCK TABLE`, a migration's `ALTER TABLE`, a long transaction holding a conflicting row)
+    ends with a TransientError and the batch is ridden out as an outage. None: not set (the
+    server's or role's stays). Default 60."""
 
     def __post_init__(self) -> None:
         apply_conveniences(self)
@@ -111,6 +123,13 @@ class Postgres:
                 f"{where}: connect_timeout_s must be > 0 seconds",
                 fix="connect_timeout_s=10, or leave it unset (the DSN's, else 10 s)",
             )
+        for option in ("statement_timeout_s", "lock_timeout_s"):
+            seconds = getattr(self, option)
+            if seconds is not None and not (0 < seconds < float("inf")):
+                raise ConfigError(
+                    f"{where}: {option} must be > 0 seconds or None",
+                    fix=f"leave the default, or give {option}=None for the server's own",
+                )
         if self.participants_in_flight < 1:
             raise ConfigError(
                 f"{where}: participants_in_flight must be >= 1",

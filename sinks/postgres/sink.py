@@ -48,7 +48,7 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
-from durable_sinks.clients.postgres import connection_failure, server_of
+from durable_sinks.clients.postgres import bounded_connect, connection_failure, server_of
 from durable_sinks.core.bad_rows import BadRowsError, RefusedRows
 from durable_sinks.core.errors import (
     LOST_EPOCHS_CAUSES,
@@ -128,8 +128,10 @@ class PostgresSink(SinkBase[Postgres]):
     def _connect(self, *, autocommit: bool) -> psycopg.Connection[Any]:
         ctx = self.context
         try:
-            return psycopg.connect(
+            return bounded_connect(
                 resolve(self.config.dsn, f"postgres sink {self.name!r}: dsn"),
+                statement_timeout_s=self.config.statement_timeout_s,
+                lock_timeout_s=self.config.lock_timeout_s,
                 autocommit=autocommit,
                 connect_timeout=self.config.effective_connect_timeout_s,
                 application_name=application_name(ctx, ctx.generation, self.config.dsn),
@@ -235,8 +237,10 @@ class PostgresSink(SinkBase[Postgres]):
         the server cannot tell)."""
         ctx = self.context
         try:
-            with psycopg.connect(
+            with bounded_connect(
                 resolve(self.config.dsn, f"postgres sink {self.name!r}: dsn"),
+                statement_timeout_s=self.config.statement_timeout_s,
+                lock_timeout_s=self.config.lock_timeout_s,
                 autocommit=True,
                 connect_timeout=self.config.effective_connect_timeout_s,
                 application_name=application_name(ctx, ctx.generation, self.config.dsn),
@@ -648,8 +652,10 @@ class PostgresSink(SinkBase[Postgres]):
         with self.translated(self._step(f"copy_lost_epochs (from {old_server})")):
             ctx = self.context
             try:
-                old = psycopg.connect(
+                old = bounded_connect(
                     resolve(source, "repair-epochs: --from"),
+                    statement_timeout_s=self.config.statement_timeout_s,
+                    lock_timeout_s=self.config.lock_timeout_s,
                     autocommit=True,
                     connect_timeout=self.config.effective_connect_timeout_s,
                     application_name=application_name(ctx, ctx.generation),

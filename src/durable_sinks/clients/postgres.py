@@ -1,7 +1,8 @@
 """Connections to Postgres, shared by the Postgres sink and the Postgres decision store: what a
 failed connection means (the server is unreachable for now, retriable; or it answered and
 refused the DSN, a configuration to fix), whether an error means the session was lost, the
-server a DSN names (for messages, without credentials) and the sessions' application_name.
+server a DSN names (for messages, without credentials), the sessions' application_name, and
+sessions whose waits are bounded (`bounded_connect`).
 It loads no database client at import (psycopg is imported inside the functions that parse a
 DSN or look at a psycopg error, which only the sink and the store call); without psycopg
 installed, the message helpers (`connection_failure`, `server_of`) show no part of the DSN and
@@ -9,10 +10,16 @@ installed, the message helpers (`connection_failure`, `server_of`) show no part 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
+from functools import cache
+from typing import TYPE_CHECKING, Any
 
 from durable_sinks.core.errors import ConfigError, UnreachableError
 from durable_sinks.core.redaction import redact
+
+if TYPE_CHECKING:
+    import psycopg
 
 #: Phrases of libpq's (and the server's FATAL) messages when the server answered and refused
 #: the connection's settings: retrying cannot help.
@@ -211,3 +218,117 @@ def dsn_application_name(dsn: str) -> str | None:
     except ProgrammingError:
         return None
     return str(value) if value not in (None, "") else None
+
+
+# -- bounded waits --------------------------------------------------------------------------------
+
+#: libpq's TCP settings every session of a sink or store gets unless its DSN sets them: a server
+#: that stops answering at the TCP level (its host gone, a network partition dropping packets
+#: without a reset) is noticed within about 30 s, whether the session is sending (data not
+#: acknowledged for `tcp_user_timeout` ms) or waiting for an answer (keepalive probes after 10 s
+#: idle, 4 of them 5 s apart, unanswered).
+TCP_DEFAULTS: Mapping[str, str] = {
+    "keepalives": "1",
+    "keepalives_idle": "10",
+    "keepalives_interval": "5",
+    "keepalives_count": "4",
+    "tcp_user_timeout": "30000",
+}
+#: Seconds past the session's statement_timeout that a wait for the server may last before the
+#: session is taken for lost: the server ends every statement by then, so a longer silence is a
+#: connection that carries nothing (a proxy or middlebox that still acknowledges TCP but
+#: forwards nothing, which no TCP setting notices).
+ANSWER_GRACE_S = 10.0
+
+
+def tcp_settings(dsn: str) -> dict[str, str]:
+    """The TCP_DEFAULTS the DSN does not set (a DSN's own value, or a PG* variable's, wins)."""
+    import os
+
+    from psycopg.conninfo import conninfo_to_dict
+
+    given = conninfo_to_dict(dsn)
+    from_env = {"keepalives_idle": "PGKEEPALIVESIDLE", "tcp_user_timeout": "PGTCPUSERTIMEOUT"}
+    return {
+        key: value
+        for key, value in TCP_DEFAULTS.items()
+        if key not in given and not os.environ.get(from_env.get(key, ""), "")
+    }
+
+
+def bounded_connect(
+    dsn: str,
+    *,
+    statement_timeout_s: float | None,
+    lock_timeout_s: float | None,
+    **kwargs: Any,
+) -> psycopg.Connection[Any]:
+    """A psycopg connection to `dsn` (psycopg.connect's `kwargs`) whose waits are bounded:
+    TCP_DEFAULTS the DSN does not set; the session's statement_timeout and lock_timeout set
+    when given (None: the server's, the role's or the DSN's `options` stay); and with a
+    statement_timeout, a wait for the server longer than it plus ANSWER_GRACE_S closes the
+    session and raises psycopg.OperationalError (a lost session, as `connection_lost` says;
+    psycopg 3.3.6 or newer, which can bound a wait: with an older one, only the TCP settings
+    bound it).
+    Raises psycopg's errors as psycopg.connect does."""
+    from psycopg import sql
+
+    cls = _bounded_class()
+    conn: psycopg.Connection[Any] = cls.connect(dsn, **{**tcp_settings(dsn), **kwargs})
+    try:
+        for name, seconds in (
+            ("statement_timeout", statement_timeout_s),
+            ("lock_timeout", lock_timeout_s),
+        ):
+            if seconds is not None:
+                conn.execute(
+                    sql.SQL("SET {} = {}").format(
+                        sql.Identifier(name), sql.Literal(f"{math.ceil(seconds * 1000)}ms")
+                    )
+                )
+        if not conn.autocommit:
+            conn.commit()
+    except BaseException:
+        conn.close()
+        raise
+    if statement_timeout_s is not None:
+        conn.wait_limit_s = statement_timeout_s + ANSWER_GRACE_S  # type: ignore[attr-defined]
+    return conn
+
+
+@cache
+def _bounded_class() -> type[Any]:
+    """psycopg.Connection with a bound on each wait for the server (made on first use: this
+    module imports no database client at import)."""
+    import inspect
+
+    import psycopg
+    from psycopg import errors
+
+    # psycopg bounds a wait itself from 3.3.6 on (`timeout`, raising `_WaitTimeout`); with an
+    # older psycopg only the TCP settings bound a wait.
+    bounds = "timeout" in inspect.signature(psycopg.Connection.wait).parameters and hasattr(
+        errors, "_WaitTimeout"
+    )
+
+    class BoundedConnection(psycopg.Connection[Any]):
+        #: The longest a wait for the server may last (None: no bound).
+        wait_limit_s: float | None = None
+
+        def wait(self, gen: Any, interval: float = 0.1, timeout: float | None = None) -> Any:
+            if not bounds:
+                return super().wait(gen, interval)
+            limit = self.wait_limit_s if timeout is None else timeout
+            try:
+                return super().wait(gen, interval, limit)
+            except errors._WaitTimeout:  # psycopg's own signal of its timeout
+                if timeout is not None:
+                    raise
+                # The statement may still run on the server: the session cannot be reused.
+                self.pgconn.finish()
+                raise psycopg.OperationalError(
+                    f"no answer from the server for {limit:g} s (statement_timeout + "
+                    f"{ANSWER_GRACE_S:g} s): the session is taken for lost"
+                ) from None
+
+    return BoundedConnection
