@@ -628,11 +628,23 @@ class Coordinator:
     def _finish(self, decision: DecisionRecord, metrics: EpochMetrics) -> Steps[None]:
         """Commit every participant of a decided epoch (idempotent), then mark it finished.
         The last resource's participant committed with the decision itself."""
-        yield from self.participants.commit_decided(decision, metrics, skip=self.decisions.last)
+        yield from self.participants.commit_decided(
+            decision, metrics, skip=self.decisions.last, finished=lambda: self._finished(decision)
+        )
         if self.decisions.store_holds_decisions:
             with metrics.phase("finish"), self.watch.calling("decision store", "mark_finished"):
                 self.store.mark_finished(decision.epoch)
         yield "after-finish"
+
+    def _finished(self, decision: DecisionRecord) -> bool:
+        """Whether every participant of the decided epoch is known committed: the store
+        marked it finished (also a store that holds no decisions now: the job may have been
+        two-phase when it decided the epoch), or the commit point's own commit was the whole
+        epoch."""
+        last = self.decisions.last
+        if last is not None and all(h.sink == last.name for h in decision.handles):
+            return True
+        return self.store.is_finished(decision.epoch)
 
     def _count_committed(self, metrics: EpochMetrics) -> None:
         for sink, reasons in metrics.dead_letters.by_sink.items():

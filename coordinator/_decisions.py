@@ -2,10 +2,12 @@
 
 A decision lives in the decision store or, when a sink is the job's commit point (Kafka as
 last resource, or the only sink of a one-phase job), in that sink's own commit, which carried
-it. The store caches what a slow-to-read commit point carried (Kafka), never what a fast one
-carries (one-phase Postgres reads it with one indexed query), nor what the commit point keeps
-as the store itself (a HostedDecisionStore of the job's only sink: decisions are read from
-that sink, whose open already knows its last committed epoch).
+it; a sink that was the commit point before the job's sinks changed still holds the decisions
+its commits carried, and they count. The store caches what a slow-to-read commit point
+carried (Kafka), never what a fast one carries (one-phase Postgres reads it with one indexed
+query), nor what the commit point keeps as the store itself (a HostedDecisionStore of the
+job's only sink: decisions are read from that sink, whose open already knows its last
+committed epoch).
 """
 
 from __future__ import annotations
@@ -74,16 +76,19 @@ class DecisionBook:
         return self.store.get(epoch) or self._carried(epoch)
 
     def _carried(self, epoch: int) -> DecisionRecord | None:
-        last = self.last
-        if last is None:
-            return None
-        landed = last.last_committed_epoch()
-        if landed is None or epoch > landed:
-            return None  # nothing committed this epoch, so no commit carried its decision
-        carried = last.read_decision(epoch)
-        if carried is None:
-            return None
-        return DecisionRecord.from_json(carried, source=f"{last.name} commit")
+        """The decision a commit carried: the commit point's, else (an epoch the job
+        committed before its sinks changed: a one-phase Postgres job that got a second sink)
+        another sink's that can carry one and holds the epoch."""
+        carriers = [self.last] if self.last is not None else []
+        carriers += [s for s in self.sinks if isinstance(s, LastResource) and s is not self.last]
+        for sink in carriers:
+            landed = sink.last_committed_epoch()
+            if landed is None or epoch > landed:
+                continue  # nothing committed this epoch, so no commit carried its decision
+            carried = sink.read_decision(epoch)
+            if carried is not None:
+                return DecisionRecord.from_json(carried, source=f"{sink.name} commit")
+        return None
 
     def for_epoch(self, epoch: int) -> DecisionRecord | None:
         """`decision(epoch)`, copying a decision found only in the commit point into the

@@ -154,22 +154,33 @@ class Participants:
             ) from exc
 
     def commit_decided(
-        self, decision: DecisionRecord, metrics: EpochMetrics, skip: SinkConnector | None
+        self,
+        decision: DecisionRecord,
+        metrics: EpochMetrics,
+        skip: SinkConnector | None,
+        finished: Callable[[], bool] = lambda: False,
     ) -> Steps:
         """Commit every participant `decision` names, except those of `skip` (the last
         resource, whose participant committed with the decision itself), then publish the
         epoch on every PublishingSink (each of them, even one without a participant: an
         empty epoch is published too; but not on the `occasional` sink, which took no part
-        in it)."""
+        in it). A participant of a sink the job no longer has is passed over when
+        `finished()` says every participant of the epoch committed (asked only then); else
+        CommitIncompleteError: only the job with that sink can finish the epoch."""
         by_name = {s.name: s for s in self.sinks}
         for handle in decision.handles:
             sink = by_name.get(handle.sink)
             if sink is None:
+                if finished():
+                    continue  # it committed with the epoch, before the sink left the job
                 raise CommitIncompleteError(
-                    f"the decision names sink {handle.sink!r}, which this job no longer has",
+                    f"the decision of epoch {decision.epoch} names sink {handle.sink!r}, which "
+                    "this job no longer has, and the epoch is not finished: that sink's part "
+                    "may still be prepared, not committed",
                     job=self.job_id,
                     epoch=decision.epoch,
-                    fix="restart the job with the same sinks to finish the epoch",
+                    fix=f"run the job once more with sink {handle.sink!r} (the same name and "
+                    "options) so that the epoch finishes, then remove the sink",
                 )
             if sink is skip:
                 continue

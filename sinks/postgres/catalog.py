@@ -91,9 +91,13 @@ class TargetTable:
             raise config_error(
                 self.context,
                 f"max_prepared_transactions is {maximum}; this sink needs at least "
-                f"{self.config.participants_in_flight} (two-phase commit)",
+                f"{self.config.participants_in_flight}: the job has other sinks (or a "
+                "dead-letter sink), so each batch is prepared here until the job's decision "
+                "(two-phase commit); a job whose only sink is this table commits in one phase "
+                "and needs none",
                 fix="set max_prepared_transactions = 64 (or more) in postgresql.conf and "
-                "restart Postgres; it cannot be changed without a restart",
+                "restart Postgres (it cannot be changed without a restart) before adding a sink "
+                "to the job; or keep this table the job's only sink",
             )
         columns = self._read_columns(conn)
         if columns is None:

@@ -88,8 +88,14 @@ def test_a_held_sink_call_shows_in_the_snapshot_the_log_and_the_gauges(
     thread, results = in_thread(coordinator, 7)
     try:
         assert held.entered.wait(10)
+        # (the free sink's write of the same batch may still be running for a moment)
         seen: InFlight = until(
-            lambda: (s := coordinator.watch.snapshot()) is not None and s.phase == phase and s
+            lambda: (
+                (s := coordinator.watch.snapshot()) is not None
+                and s.phase == phase
+                and [(c.sink, c.call) for c in s.calls] == [("b", call)]
+                and s
+            )
         )
         assert seen.epoch == 7
         assert [(c.sink, c.call) for c in seen.calls] == [("b", call)]
