@@ -49,7 +49,7 @@ from durable_sinks.core.errors import (
     UsageError,
 )
 from durable_sinks.core.naming import ParticipantName
-from durable_sinks.core.operations import Holding, Prepared
+from durable_sinks.core.operations import Bookkeeping, Holding, Prepared
 from durable_sinks.core.protocol import (
     JSON,
     CommitHandle,
@@ -947,6 +947,14 @@ class KafkaSink(SinkBase[Kafka]):
 
     def live_generations(self) -> list[int]:
         return []  # a transactional id's producer cannot be seen from outside
+
+    @guarded("dropping the job's progress records")
+    def drop_job(self, *, apply: bool, epoch_markers: bool = False) -> list[Bookkeeping]:
+        """The job's records in the progress topic (tombstones, or the topic when only this
+        sink writes it) and its transactional.id (kept); never a record of the user's
+        topics (operations.drop_job)."""
+        state = self._state()
+        return operations.drop_job(self.config, state, state.context.job_id, self.name, apply=apply)
 
     def decision_host(self) -> KafkaDecisionHost:
         """The progress topic as the job's decision store when this sink is the job's only
