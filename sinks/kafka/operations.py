@@ -31,8 +31,7 @@ from typing import Any
 from confluent_kafka import Consumer, IsolationLevel, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from durable_sinks.core.errors import TransientError
-from durable_sinks.core.errors import DurableSinkError
+from durable_sinks.core.errors import DurableSinkError, TransientError
 from durable_sinks.core.naming import owner_prefix
 from durable_sinks.core.operations import Bookkeeping, Holding, Prepared
 from durable_sinks.core.protocol import CommitHandle
@@ -327,7 +326,7 @@ def progress_keys(config: Any, opened: Any) -> dict[bytes, bool]:
     latest: dict[bytes, bool] = {}
     if high <= low:
         return latest
-    consumer = reader._reader(requests)  # noqa: SLF001 (the reader's own consumer)
+    consumer = reader._reader(requests)
     try:
         consumer.unassign()
         consumer.assign([TopicPartition(reader.topic, 0, low)])
