@@ -353,18 +353,20 @@ def progress_keys(config: Any, opened: Any) -> dict[bytes, bool]:
         consumer.unassign()
 
 
-def drop_job(config: Any, opened: Any, job_id: str, sink: str, *, apply: bool) -> list[Bookkeeping]:
+def drop_job(
+    config: Any, opened: Any, job_id: str, sink: str, *, apply: bool, records: bool = True
+) -> list[Bookkeeping]:
     """The job and sink's records in the progress topic (progress, fence, generation) and
     its transactional.id (kept: Kafka cannot delete one). With `apply`: when the progress
     topic is the sink's default `<topic>-ds-progress` and every key in it is this sink's,
     the topic is deleted; otherwise a tombstone is produced for each of the sink's keys
     (log compaction then removes them; other jobs' records stay). The user's topics are
-    never touched."""
+    never touched. `records=False`: the progress topic does not exist (nothing to read)."""
     from .progress import transactional_id
 
     topic = config.progress_topic_name
     owner = owner_prefix(job_id, sink).encode()
-    keys = progress_keys(config, opened)
+    keys = progress_keys(config, opened) if records else {}
     ours = sorted(k for k, live in keys.items() if k.startswith(owner) and live)
     own_topic = config.progress_topic is None and all(k.startswith(owner) for k in keys)
     found = []
