@@ -94,7 +94,7 @@ class Job:
         return result
 
     # -- what the servers hold, listed ---------------------------------------------------------
-    def keys(self, under: str = "") -> list[str]:
+    def s3_keys(self, under: str = "") -> list[str]:
         found: list[str] = []
         paginator = self.s3.client().get_paginator("list_objects_v2")
         for page in paginator.paginate(Bucket=self.s3.bucket, Prefix=f"{self.prefix}/{under}"):
@@ -173,15 +173,16 @@ def test_drop_lists_then_removes_the_jobs_bookkeeping_and_keeps_its_data(
     other.run_epoch(0, [rows(0, 2)])
     other.close()
     progress = f"{job.topic}-ds-progress"
-    data_keys = job.keys("epoch=")
+    data_keys = job.s3_keys("epoch=")
     before = {
         "pg": marker_rows(conn, job.schema, job.job),
-        "keys": job.keys(),
+        "keys": job.s3_keys(),
         "files": job.files(),
         "store": sorted(str(p) for p in job.store.rglob("*")),
     }
     assert before["pg"] == {"durable_sinks_epochs": 2, "durable_sinks_fences": 1}
-    assert f"{job.prefix}/_job.json" in before["keys"] and progress in job.topics()
+    assert f"{job.prefix}/_job.json" in before["keys"]
+    assert progress in job.topics()
 
     dry = job.run("drop")
     assert dry.exit_code == 0, dry.output
@@ -190,7 +191,8 @@ def test_drop_lists_then_removes_the_jobs_bookkeeping_and_keeps_its_data(
     assert "kept: readers that read through the markers" in dry.output
     assert "dry run" in dry.output
     assert marker_rows(conn, job.schema, job.job) == before["pg"]
-    assert job.keys() == before["keys"] and job.files() == before["files"]
+    assert job.s3_keys() == before["keys"]
+    assert job.files() == before["files"]
     assert sorted(str(p) for p in job.store.rglob("*")) == before["store"]
     assert progress in job.topics()
 
@@ -209,7 +211,7 @@ def test_drop_lists_then_removes_the_jobs_bookkeeping_and_keeps_its_data(
     }
     assert not (job.store / component(job.job)).exists()
     assert (job.store / component(other_id)).is_dir()
-    assert job.keys() == sorted([*data_keys, *job.keys("_epochs/")])
+    assert job.s3_keys() == sorted([*data_keys, *job.s3_keys("_epochs/")])
     assert not (job.folder / "_staging").exists()
     assert progress not in job.topics()
     # ... and the committed data is as it was.
@@ -224,7 +226,7 @@ def test_drop_lists_then_removes_the_jobs_bookkeeping_and_keeps_its_data(
     # With --epoch-markers the markers go too; the data objects and files stay.
     markers = job.run("drop", "--apply", "--epoch-markers")
     assert markers.exit_code == 0, markers.output
-    assert job.keys() == data_keys
+    assert job.s3_keys() == data_keys
     assert not list(job.folder.glob("epoch=*/part=*/_EPOCH.json"))
     assert sorted(job.folder.glob("epoch=*/part=*/*.parquet")) == parquet
     again = job.run("drop")
@@ -245,7 +247,7 @@ def test_drop_refuses_while_a_participant_is_prepared(
     steps.close()
     coordinator.close()
     assert len(prepared_gids(conn, job.job, "postgres")) == 1
-    before = (marker_rows(conn, job.schema, job.job), job.keys(), job.files())
+    before = (marker_rows(conn, job.schema, job.job), job.s3_keys(), job.files())
 
     for args in (("drop",), ("drop", "--apply", "--force")):
         refused = job.run(*args)
@@ -253,7 +255,7 @@ def test_drop_refuses_while_a_participant_is_prepared(
         assert "DropRefusedError" in refused.output
         assert "epoch 1" in refused.output
         assert "durable-sinks resolve" in refused.output
-        assert (marker_rows(conn, job.schema, job.job), job.keys(), job.files()) == before
+        assert (marker_rows(conn, job.schema, job.job), job.s3_keys(), job.files()) == before
         assert (job.store / component(job.job)).is_dir()
 
     resolved = job.run("resolve", "--apply", "--live-window", "0")
@@ -274,6 +276,6 @@ def test_drop_refuses_while_a_coordinator_looks_alive(job: Job) -> None:
         refused = job.run("drop", "--apply")
         assert refused.exit_code == 2, refused.output
         assert "seems to run" in refused.output
-        assert f"{job.prefix}/_job.json" in job.keys()
+        assert f"{job.prefix}/_job.json" in job.s3_keys()
     finally:
         coordinator.close()
