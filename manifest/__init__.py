@@ -10,11 +10,12 @@ from ._file_store import LocalDirectoryStore
 from ._hosted import HostedDecisionStore
 from ._memory_store import MemoryDecisionStore, MemoryStoreBackend
 from ._record import DecisionRecord
-from ._store import DecisionStore
+from ._store import DecisionStore, DroppableStore
 
 __all__ = [
     "DecisionRecord",
     "DecisionStore",
+    "DroppableStore",
     "HostedDecisionStore",
     "LocalDirectoryStore",
     "MemoryDecisionStore",

@@ -39,10 +39,12 @@ from durable_sinks.core.errors import (
     FencedError,
     InDoubtError,
     ManifestCorruptError,
+    ManifestError,
     TransientError,
     UsageError,
 )
 from durable_sinks.core.naming import component
+from durable_sinks.core.operations import Bookkeeping
 
 from ._record import DecisionRecord
 from ._store import logs_expire, logs_open, logs_put, require_open, require_own
@@ -380,6 +382,29 @@ class LocalDirectoryStore:
             return int((self._home / name).read_text())
         except (FileNotFoundError, ValueError):
             return None
+
+    def drop_job(self, job_id: str, *, apply: bool) -> list[Bookkeeping]:
+        """The job's folder `<path>/<job>/` (generations, decisions, finished marks, hints):
+        counted, and with `apply` removed whole. The folder is the job's own by its name
+        (`component(job_id)`, as every record of the job is found); a symbolic link there is
+        refused, never followed."""
+        home = self.path / component(job_id)
+        if home.is_symlink():
+            raise ManifestError(
+                f"{home} is a symbolic link, not a folder the store made: refusing to remove it",
+                job=job_id,
+                fix=f"remove {home} by hand if it is the job's",
+            )
+        if not home.is_dir():
+            return []
+        with self._io("list the job's folder"):
+            decisions = len(list((home / "decisions").glob("*.json")))
+            files = sum(1 for _ in home.rglob("*"))
+            if apply:
+                remove_tree(home)
+                if self.fsync:
+                    fsync_dir(self.path)
+        return [Bookkeeping(f"decision store folder ({decisions} decisions)", str(home), files)]
 
     def close(self) -> None:
         if self._own_fd is not None:

@@ -15,6 +15,7 @@ long as the sink keeps its commit records (`expire` deletes nothing): the latest
 from __future__ import annotations
 
 from durable_sinks.core.errors import UsageError
+from durable_sinks.core.operations import Bookkeeping
 from durable_sinks.core.protocol import DecisionHost
 
 from ._record import DecisionRecord
@@ -90,6 +91,17 @@ class HostedDecisionStore:
 
     def peek_latest(self, job_id: str) -> int | None:
         return self.host.latest_decided(job_id)
+
+    def drop_job(self, job_id: str, *, apply: bool) -> list[Bookkeeping]:
+        """Nothing of its own: the generations and decisions are the sink's records, removed
+        by the sink's own drop."""
+        return [
+            Bookkeeping(
+                "generations and decisions",
+                f"sink {self.sink}",
+                kept=f"they are sink {self.sink}'s records: its drop removes them",
+            )
+        ]
 
     def close(self) -> None:
         self.host.close()

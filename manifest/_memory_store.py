@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from durable_sinks.core.errors import FencedError
+from durable_sinks.core.operations import Bookkeeping
 
 from ._record import DecisionRecord
 from ._store import logs_expire, logs_open, logs_put, require_open, require_own
@@ -83,6 +84,10 @@ class MemoryDecisionStore:
             del self.backend.records[key]
             self.backend.finished.discard(key)
         return len(doomed)
+
+    def drop_job(self, job_id: str, *, apply: bool) -> list[Bookkeeping]:
+        """Nothing durable to remove: the records live in this process only."""
+        return []
 
     def close(self) -> None:
         """Nothing to release."""

@@ -19,6 +19,7 @@ from durable_sinks.clients.s3 import (
     s3_failure,
 )
 from durable_sinks.core.errors import ConfigError, DurableSinkError, ManifestError
+from durable_sinks.core.operations import Bookkeeping
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -152,6 +153,32 @@ class S3Folder:
                     fix="grant s3:DeleteObject on the store's prefix (docs/s3.md)",
                 )
 
+    def drop(self, *, apply: bool) -> list[Bookkeeping]:
+        """Every object under `<home>/` (the job's folder): counted, and with `apply`
+        deleted, each key checked to lie there first."""
+        prefix = self.key("")
+        keys: list[str] = []
+        token: str | None = None
+        while True:
+            request: dict[str, Any] = {"Bucket": self.location.bucket, "Prefix": prefix}
+            if token is not None:
+                request["ContinuationToken"] = token
+            try:
+                page = self.client().list_objects_v2(**request)
+            except REQUEST_ERRORS as exc:
+                raise self.failure(exc, f"list {self.uri(prefix)}") from None
+            keys += [
+                k for item in page.get("Contents", []) if _inside(k := item.get("Key", ""), prefix)
+            ]
+            if not page.get("IsTruncated"):
+                break
+            token = page.get("NextContinuationToken")
+        if not keys:
+            return []
+        if apply:
+            self.delete(keys)
+        return [Bookkeeping("decision store objects", self.uri(prefix), len(keys))]
+
     # -- hints and listings --------------------------------------------------------------------
     def refresh_hint(self, name: str, value: int, hinted: int | None) -> int | None:
         """Rewrite hint `name` with `value` when what it holds (`hinted`, as far as known) is
@@ -240,3 +267,9 @@ class S3Folder:
                 "or put the decision store elsewhere (decision_store='postgresql://...' or a "
                 "durable directory)",
             )
+
+
+def _inside(key: str, folder: str) -> bool:
+    """Whether a listed `key` lies in `folder` (no `..` step out of it)."""
+    rest = key[len(folder) :] if key.startswith(folder) else ""
+    return bool(rest) and ".." not in rest.split("/")

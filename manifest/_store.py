@@ -10,6 +10,7 @@ from typing import Any, Protocol, TypeVar, cast, runtime_checkable
 
 from durable_sinks.core.errors import UsageError
 from durable_sinks.core.joblog import JobLogger
+from durable_sinks.core.operations import Bookkeeping
 
 from ._record import DecisionRecord
 
@@ -85,6 +86,20 @@ class DecisionStore(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class DroppableStore(Protocol):
+    """A decision store whose records of one job `durable-sinks drop` can remove when the job
+    is retired (the command checks first that nothing of it is in doubt and no coordinator
+    runs). Needs no `open` (which would claim a generation).
+
+    `drop_job(job_id, apply=...)` returns what the store keeps of the job (generation,
+    decision and finished records, hints); without `apply` it only reads, with `apply` it
+    removes them and returns what it removed (idempotent). It touches nothing of another
+    job: every key, path or row it removes is checked to be the job's own first."""
+
+    def drop_job(self, job_id: str, *, apply: bool) -> list[Bookkeeping]: ...
 
 
 def require_open(job: str | None) -> str:

@@ -49,6 +49,7 @@ from durable_sinks.core.errors import (
     ManifestError,
     TransientError,
 )
+from durable_sinks.core.operations import Bookkeeping
 from durable_sinks.core.redaction import redact
 from durable_sinks.core.secrets import check, resolve
 
@@ -376,6 +377,30 @@ class PostgresDecisionStore:
             (job, before_epoch),
         )
         return cursor.rowcount
+
+    def drop_job(self, job_id: str, *, apply: bool) -> list[Bookkeeping]:
+        """The job's rows of `durable_sinks_decisions` and `durable_sinks_generations` (the
+        tables are shared by every job and stay): counted, and with `apply` deleted in one
+        transaction."""
+        conn = self._connection(job_id)
+        found = []
+        with self._errors("drop_job"), conn.transaction():
+            for table, what in (
+                (self._decisions, "decision records"),
+                (self._generations, "generation row"),
+            ):
+                try:
+                    with conn.transaction():  # a savepoint: a missing table spoils nothing
+                        verb = "DELETE" if apply else "SELECT count(*)"
+                        query = sql.SQL(verb + " FROM {} WHERE job_id = %s").format(table)
+                        cursor = conn.execute(query, (job_id,))
+                        row = None if apply else cursor.fetchone()
+                        count = cursor.rowcount if apply else int(row[0]) if row else 0
+                except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName):
+                    continue  # no job ever opened a store here
+                if count:
+                    found.append(Bookkeeping(what, table.as_string(conn), count))
+        return found
 
     def close(self) -> None:
         """Close the session; never raises, even when the server or the network is gone."""

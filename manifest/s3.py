@@ -62,6 +62,7 @@ from durable_sinks.core.errors import (
     UsageError,
 )
 from durable_sinks.core.naming import component
+from durable_sinks.core.operations import Bookkeeping
 
 from ._record import DecisionRecord
 from ._s3_folder import REQUEST_ERRORS, WIDTH, S3Folder
@@ -485,6 +486,13 @@ class S3DecisionStore:
         self._expired_below = stop
         self._expired_hint = self._folder.refresh_hint("expired-below", stop, self._expired_hint)
         return removed
+
+    def drop_job(self, job_id: str, *, apply: bool) -> list[Bookkeeping]:
+        """Every object under the job's folder `<prefix>/<job>/` (generation, decisions,
+        finished marks, hints): counted, and with `apply` deleted. Each key is checked to lie
+        in that folder before it is deleted."""
+        folder = self._folder_of(job_id)
+        return folder.drop(apply=apply)
 
     def close(self) -> None:
         """Forget what this store remembers; the client is shared and stays (never raises)."""

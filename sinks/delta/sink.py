@@ -30,7 +30,7 @@ from durable_sinks.core.errors import (
     SchemaMismatchError,
 )
 from durable_sinks.core.naming import ParticipantName
-from durable_sinks.core.operations import Holding, Prepared
+from durable_sinks.core.operations import Bookkeeping, Holding, Prepared
 from durable_sinks.core.protocol import (
     CommitHandle,
     CommitOutcome,
@@ -377,3 +377,18 @@ class DeltaSink(SinkBase[Delta]):
 
     def live_generations(self) -> list[int]:
         return []  # a table keeps no sessions
+
+    def drop_job(self, *, apply: bool, epoch_markers: bool = False) -> list[Bookkeeping]:
+        """Nothing to remove: the job's committed epochs are the application transaction
+        (`txn`) of its commits in the Delta log, which cannot be removed without rewriting
+        the table's history; listed as kept. (Journals and staged rows of prepared
+        participants are in doubt: `durable-sinks drop` refuses before it gets here.)"""
+        _ = self.context  # UsageError before open
+        return [
+            Bookkeeping(
+                "application transaction (txn) in the Delta log",
+                f"{self.storage.where} appId={app_id(self.context.job_id, self.name)}",
+                kept="part of the table's log: removing it would rewrite the table's history; "
+                "checkpoints carry it on, it costs one small entry",
+            )
+        ]

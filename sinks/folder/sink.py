@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from durable_sinks.core.durable_fs import probe_as_owner
 from durable_sinks.core.errors import ConfigError, DurableSinkError, UsageError
 from durable_sinks.core.naming import component
-from durable_sinks.core.operations import Holding, Prepared
+from durable_sinks.core.operations import Bookkeeping, Holding, Prepared
 from durable_sinks.core.protocol import (
     CommitHandle,
     CommitOutcome,
@@ -241,6 +241,14 @@ class FolderSink(SinkBase[FolderConfig]):
 
     def live_generations(self) -> Sequence[int]:
         return []  # a folder keeps no sessions: no running coordinator can be seen
+
+    @guarded("drop the job's bookkeeping")
+    def drop_job(self, *, apply: bool, epoch_markers: bool = False) -> list[Bookkeeping]:
+        """The job's staging leftovers and (with `epoch_markers`) its parts' markers; never
+        a data file (operations.drop_job)."""
+        return operations.drop_job(
+            self.layout, self.context, apply=apply, epoch_markers=epoch_markers
+        )
 
     # -- the participant being written --------------------------------------------------------
     def _require_current(self) -> FolderParticipant:

@@ -41,7 +41,7 @@ from durable_sinks.core.errors import (
     DurableSinkError,
     SchemaMismatchError,
 )
-from durable_sinks.core.operations import Holding, Prepared
+from durable_sinks.core.operations import Bookkeeping, Holding, Prepared
 from durable_sinks.core.protocol import (
     CommitHandle,
     CommitOutcome,
@@ -329,3 +329,25 @@ class IcebergSink(SinkBase[Iceberg]):
 
     def live_generations(self) -> list[int]:
         return []  # a table keeps no sessions
+
+    def drop_job(self, *, apply: bool, epoch_markers: bool = False) -> list[Bookkeeping]:
+        """Nothing to remove: the job's committed epochs are in its snapshots' summaries
+        (immutable table history) and in a table property read as the last committed epoch;
+        both listed as kept."""
+        _ = self.context  # UsageError before open
+        names = Layout(self.context.job_id, self.name)
+        where = self.config.where
+        return [
+            Bookkeeping(
+                "snapshot summaries (durable-sinks.job/sink/epoch)",
+                where,
+                kept="part of the table's snapshots: removing them would rewrite its history; "
+                "they expire with the snapshots (expire_snapshots)",
+            ),
+            Bookkeeping(
+                f"table property {names.epoch_property}",
+                where,
+                kept="a table property change is a new table commit, which drop does not make; "
+                "remove it with ALTER TABLE ... UNSET TBLPROPERTIES if wanted",
+            ),
+        ]

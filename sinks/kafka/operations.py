@@ -15,7 +15,10 @@
   such a range is known. Where a range holds only the epoch's records, the count proves the
   epoch once, with its rows; where it is shared and the count stays within what the other
   offsets can hold, the epoch's rows are reported from its markers (not counted: the records
-  carry nothing that tells theirs from ours); a count outside that is a problem.
+  carry nothing that tells theirs from ours); a count outside that is a problem;
+- drop (`drop_job`, the one call here that writes, with `apply`): the job's progress, fence
+  and generation records, by a tombstone per key, or the whole progress topic when it is
+  the sink's default one and holds no other job's or sink's records.
 """
 
 from __future__ import annotations
@@ -28,8 +31,9 @@ from typing import Any
 from confluent_kafka import Consumer, IsolationLevel, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from durable_sinks.core.errors import TransientError
-from durable_sinks.core.operations import Holding, Prepared
+from durable_sinks.core.errors import DurableSinkError, TransientError
+from durable_sinks.core.naming import owner_prefix
+from durable_sinks.core.operations import Bookkeeping, Holding, Prepared
 from durable_sinks.core.protocol import CommitHandle
 
 from .admin import list_offsets
@@ -303,3 +307,117 @@ def sink_holdings(config: Any, opened: Any, first: int, last: int) -> dict[int, 
         last,
         config.request_timeout_s,
     )
+
+
+#: Why the transactional.id stays.
+TRANSACTIONAL_ID_KEPT = (
+    "Kafka has no call to delete a transactional.id: the broker forgets it after "
+    "transactional.id.expiration.ms (7 days by default) without use"
+)
+
+
+def progress_keys(config: Any, opened: Any) -> dict[bytes, bool]:
+    """Every key of the progress topic, read_committed from its start, with whether its
+    latest record is a value (True) or a tombstone (False)."""
+    reader = opened.progress
+    deadline = time.monotonic() + config.progress_scan_timeout_s
+    requests = min(deadline, time.monotonic() + config.request_timeout_s)
+    low, high = reader.watermarks(requests)
+    latest: dict[bytes, bool] = {}
+    if high <= low:
+        return latest
+    consumer = reader._reader(requests)
+    try:
+        consumer.unassign()
+        consumer.assign([TopicPartition(reader.topic, 0, low)])
+        while True:
+            position = consumer.position([TopicPartition(reader.topic, 0)])[0].offset
+            if position >= high:
+                return latest
+            if time.monotonic() > deadline:
+                raise TransientError(
+                    f"reading the progress topic {reader.topic!r} took more than "
+                    f"{config.progress_scan_timeout_s:g} s (held at offset {position} of {high}, "
+                    "most likely by another writer's open transaction)",
+                    **reader.describe(),
+                    fix="wait for that transaction to end or time out, then run drop again",
+                )
+            for message in consumer.consume(num_messages=500, timeout=0.05):
+                error = message.error()
+                if error is not None:
+                    raise KafkaException(error)
+                offset, key = message.offset(), message.key()
+                if offset is not None and offset < high and key is not None:
+                    latest[key] = message.value() is not None
+    finally:
+        consumer.unassign()
+
+
+def drop_job(
+    config: Any, opened: Any, job_id: str, sink: str, *, apply: bool, records: bool = True
+) -> list[Bookkeeping]:
+    """The job and sink's records in the progress topic (progress, fence, generation) and
+    its transactional.id (kept: Kafka cannot delete one). With `apply`: when the progress
+    topic is the sink's default `<topic>-ds-progress` and every key in it is this sink's,
+    the topic is deleted; otherwise a tombstone is produced for each of the sink's keys
+    (log compaction then removes them; other jobs' records stay). The user's topics are
+    never touched. `records=False`: the progress topic does not exist (nothing to read)."""
+    from .progress import transactional_id
+
+    topic = config.progress_topic_name
+    owner = owner_prefix(job_id, sink).encode()
+    keys = progress_keys(config, opened) if records else {}
+    ours = sorted(k for k, live in keys.items() if k.startswith(owner) and live)
+    own_topic = config.progress_topic is None and all(k.startswith(owner) for k in keys)
+    found = []
+    if own_topic and keys:
+        found.append(Bookkeeping("progress topic (only this sink's records)", topic, len(ours)))
+    elif ours:
+        found.append(Bookkeeping("progress records (tombstones)", topic, len(ours)))
+    txn = transactional_id(job_id, sink)
+    found.append(Bookkeeping("transactional.id", txn, 1, TRANSACTIONAL_ID_KEPT))
+    if apply and own_topic and keys:
+        _delete_topic(opened.cluster.admin, topic, config.request_timeout_s, job_id, sink)
+    elif apply and ours:
+        _tombstones(config, topic, ours, job_id, sink)
+    return found
+
+
+def _delete_topic(admin: AdminClient, topic: str, timeout: float, job: str, sink: str) -> None:
+    futures = admin.delete_topics([topic], operation_timeout=timeout, request_timeout=timeout)
+    try:
+        futures[topic].result(timeout=timeout + 5)
+    except KafkaException as exc:
+        error = exc.args[0] if exc.args else None
+        if getattr(error, "name", lambda: "")() == "UNKNOWN_TOPIC_OR_PART":
+            return  # deleted already
+        raise DurableSinkError(
+            f"could not delete the progress topic {topic!r}: {error}",
+            job=job,
+            sink=sink,
+            fix="grant DeleteTopics on it (or delete it with kafka-topics --delete), then run "
+            "drop --apply again",
+        ) from None
+
+
+def _tombstones(config: Any, topic: str, keys: list[bytes], job: str, sink: str) -> None:
+    from confluent_kafka import Producer
+
+    failed: list[str] = []
+
+    def delivered(error: Any, _message: Any) -> None:
+        if error is not None:
+            failed.append(str(error))
+
+    producer = Producer({**config.connection_settings(), "acks": "all", "enable.idempotence": True})
+    for key in keys:
+        producer.produce(topic, key=key, value=None, partition=0, on_delivery=delivered)
+    left = producer.flush(config.request_timeout_s)
+    if left or failed:
+        raise DurableSinkError(
+            f"could not write {len(keys)} tombstone(s) into the progress topic {topic!r}: "
+            f"{failed[0] if failed else f'{left} not acknowledged in time'}",
+            job=job,
+            sink=sink,
+            fix="check the cluster and Write on the topic, then run drop --apply again",
+        )

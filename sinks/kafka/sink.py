@@ -49,7 +49,7 @@ from durable_sinks.core.errors import (
     UsageError,
 )
 from durable_sinks.core.naming import ParticipantName
-from durable_sinks.core.operations import Holding, Prepared
+from durable_sinks.core.operations import Bookkeeping, Holding, Prepared
 from durable_sinks.core.protocol import (
     JSON,
     CommitHandle,
@@ -163,6 +163,8 @@ class KafkaSink(SinkBase[Kafka]):
         self._last_known = False
         self._checked_schema: pa.Schema | None = None
         self._checked_shape: str | None = None
+        #: Whether the progress topic is missing, once an operator's tool asked.
+        self._progress_missing: bool | None = None
 
     def _target(self) -> str:
         if self.config.topic is not None:
@@ -929,9 +931,23 @@ class KafkaSink(SinkBase[Kafka]):
             self._last_known = True
         return self._last_committed
 
+    def _no_progress_topic(self) -> bool:
+        """For an operator's tool only (`OpenContext(inspect=True)`, which creates no topic):
+        whether the progress topic does not exist (a job never started, or dropped), so the
+        job has no progress records to read. A running sink made it at open: always False."""
+        state = self._state()
+        if not state.context.inspect:
+            return False
+        if self._progress_missing is None:
+            topic, timeout = self.config.progress_topic_name, self.config.request_timeout_s
+            self._progress_missing = not operations.partitions(state.cluster.admin, topic, timeout)
+        return self._progress_missing
+
     @guarded("reading the last committed epoch")
     def _read_last_committed(self) -> int | None:
         state = self._state()
+        if self._no_progress_topic():
+            return None
         return recovery.last_committed(
             state.progress, state.context.job_id, self.name, self.config.progress_topic_name
         )
@@ -943,10 +959,24 @@ class KafkaSink(SinkBase[Kafka]):
 
     @guarded("reading the topic and the progress records")
     def holdings(self, first: int, last: int) -> dict[int, Holding]:
+        if self._no_progress_topic():
+            return {}
         return operations.sink_holdings(self.config, self._state(), first, last)
 
     def live_generations(self) -> list[int]:
         return []  # a transactional id's producer cannot be seen from outside
+
+    @guarded("dropping the job's progress records")
+    def drop_job(self, *, apply: bool, epoch_markers: bool = False) -> list[Bookkeeping]:
+        """The job's records in the progress topic (tombstones, or the topic when only this
+        sink writes it) and its transactional.id (kept); never a record of the user's
+        topics (operations.drop_job)."""
+        state = self._state()
+        if self._no_progress_topic():
+            return operations.drop_job(
+                self.config, state, state.context.job_id, self.name, apply=False, records=False
+            )
+        return operations.drop_job(self.config, state, state.context.job_id, self.name, apply=apply)
 
     def decision_host(self) -> KafkaDecisionHost:
         """The progress topic as the job's decision store when this sink is the job's only
@@ -957,6 +987,8 @@ class KafkaSink(SinkBase[Kafka]):
     @guarded("reading the epoch's decision")
     def read_decision(self, epoch: int) -> Mapping[str, JSON] | None:
         state, topic = self._state(), self.config.progress_topic_name
+        if self._no_progress_topic():
+            return None
         return committer.decision_of(state.progress, state.context.job_id, self.name, topic, epoch)
 
 

@@ -1,6 +1,7 @@
 """What `durable-sinks` reads from Postgres (core/operations.py): prepared transactions of the
-job and sink, its marker rows per epoch, the sessions of running coordinators; and the
-expiry of old marker rows. Every query but the expiry only reads."""
+job and sink, its marker rows per epoch, the sessions of running coordinators; the expiry of
+old marker rows, and the removal of a retired job's marker and fence rows (`drop`). Every
+query but the expiry and an applied drop only reads."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import psycopg
 from psycopg import sql
 
 from durable_sinks.core.naming import ParticipantName, owner_prefix
-from durable_sinks.core.operations import Holding, Prepared
+from durable_sinks.core.operations import Bookkeeping, Holding, Prepared
 from durable_sinks.core.protocol import CommitHandle, OpenContext
 
 from .fencing import GENERATION_IN_NAME, MetaTables, owner_token
@@ -96,3 +97,34 @@ def expire_markers(conn: psycopg.Connection[Any], meta: MetaTables, before_epoch
         conn.rollback()
         return 0
     return cursor.rowcount
+
+
+def drop_job(conn: psycopg.Connection[Any], meta: MetaTables, *, apply: bool) -> list[Bookkeeping]:
+    """The job and sink's rows in the marker and fence tables (the tables are shared by every
+    job of the meta schema and stay); with `apply`, deleted in one transaction. The user's
+    table is not touched. A missing table holds nothing."""
+    context = meta.context
+    owner = (context.job_id, context.sink)
+    found = []
+    with conn.transaction():
+        for table, what in ((meta.markers, "marker rows"), (meta.fences, "fence row")):
+            try:
+                with conn.transaction():  # a savepoint: a missing table spoils nothing else
+                    count = _drop_rows(conn, table, owner, apply=apply)
+            except psycopg.errors.UndefinedTable:
+                continue  # the job never opened the sink here
+            if count:
+                found.append(Bookkeeping(what, table.as_string(conn), count))
+    return found
+
+
+def _drop_rows(
+    conn: psycopg.Connection[Any], table: sql.Identifier, owner: tuple[str, str], *, apply: bool
+) -> int:
+    """How many rows of (job, sink) `table` holds; with `apply`, deleted."""
+    if apply:
+        query = sql.SQL("DELETE FROM {} WHERE job_id = %s AND sink = %s").format(table)
+        return conn.execute(query, owner).rowcount
+    query = sql.SQL("SELECT count(*) FROM {} WHERE job_id = %s AND sink = %s").format(table)
+    row = conn.execute(query, owner).fetchone()
+    return int(row[0]) if row is not None else 0

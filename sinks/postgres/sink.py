@@ -60,7 +60,13 @@ from durable_sinks.core.errors import (
     UsageError,
 )
 from durable_sinks.core.naming import ParticipantName, owner_prefix
-from durable_sinks.core.operations import DecidedCommit, EpochRepair, Holding, Prepared
+from durable_sinks.core.operations import (
+    Bookkeeping,
+    DecidedCommit,
+    EpochRepair,
+    Holding,
+    Prepared,
+)
 from durable_sinks.core.protocol import (
     JSON,
     CommitHandle,
@@ -640,6 +646,13 @@ class PostgresSink(SinkBase[Postgres]):
     def expire_markers(self, before_epoch: int) -> int:
         with self.translated(self._step("expire_markers (the marker rows)")):
             return operations.expire_markers(self._admin_conn(), self._state().meta, before_epoch)
+
+    def drop_job(self, *, apply: bool, epoch_markers: bool = False) -> list[Bookkeeping]:
+        """The job and sink's marker and fence rows (operations.drop_job); the table's rows
+        stay. `epoch_markers` changes nothing: the marker rows are the sink's own
+        bookkeeping, not what readers of the table read."""
+        with self.translated(self._step("drop_job (the marker and fence rows)")):
+            return operations.drop_job(self._admin_conn(), self._state().meta, apply=apply)
 
     # -- repair of lost epochs (durable-sinks repair-epochs; repair.py) ------------------------
     def copy_lost_epochs(

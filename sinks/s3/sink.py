@@ -38,7 +38,7 @@ from durable_sinks.core.errors import (
     SchemaMismatchError,
 )
 from durable_sinks.core.evolution import evolved
-from durable_sinks.core.operations import Holding, Prepared
+from durable_sinks.core.operations import Bookkeeping, Holding, Prepared
 from durable_sinks.core.protocol import (
     CommitHandle,
     CommitOutcome,
@@ -232,6 +232,18 @@ class S3Sink(SinkBase[S3]):
 
     def live_generations(self) -> list[int]:
         return []  # S3 keeps no sessions
+
+    def drop_job(self, *, apply: bool, epoch_markers: bool = False) -> list[Bookkeeping]:
+        """`_job.json`, the start-up probes' leftovers and (with `epoch_markers`) the epoch
+        markers; never a data object (operations.drop_job)."""
+        return operations.drop_job(
+            self._s3(),
+            self.layout,
+            self.context,
+            self.failure,
+            apply=apply,
+            epoch_markers=epoch_markers,
+        )
 
 
 def _combined(digests: Sequence[str]) -> str:

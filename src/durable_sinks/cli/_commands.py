@@ -1,5 +1,5 @@
-"""`durable-sinks`: status, inspect, resolve, verify, doctor, expire and repair-epochs for a job
-(docs/operations.md). Every command takes the job's settings as `durable_sink(...)`
+"""`durable-sinks`: status, inspect, resolve, verify, doctor, expire, repair-epochs and drop
+for a job (docs/operations.md). Every command takes the job's settings as `durable_sink(...)`
 does (`-f job.toml`, or `--kind` and `-o key=value`, `--store`), secrets from the environment.
 
 Exit codes: 0 fine; 1 a check failed (verify found a mismatch, doctor a failing check,
@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from durable_sinks.core.errors import DurableSinkError
+from durable_sinks.core.errors import DropRefusedError, DurableSinkError
 
 from ._jobfile import job_settings
 from ._operator import DEFAULT_LIVE_WINDOW_S, Operator
@@ -356,3 +356,59 @@ def repair_epochs(
     out.print(f"{verb} {len(repairs)} epoch(s) of sink {sink_name}")
     if repairs and not apply_:
         out.print("nothing was changed; give --apply to act")
+
+
+@main.command()
+@_job_options
+@click.option("--apply", "apply_", is_flag=True, help="remove (default: a dry run)")
+@click.option("--force", is_flag=True, help="even while a coordinator of the job seems to run")
+@click.option(
+    "--live-window",
+    type=float,
+    default=DEFAULT_LIVE_WINDOW_S,
+    show_default=True,
+    help="seconds since the newest generation's last decision within which it counts as running",
+)
+@click.option(
+    "--epoch-markers",
+    is_flag=True,
+    help="also remove the S3 and files epoch markers (readers reading through markers then "
+    "find no committed epoch)",
+)
+def drop(apply_: bool, force: bool, live_window: float, epoch_markers: bool, **params: Any) -> None:
+    """Retire a job: remove what it keeps for itself in every sink and in its decision store
+    (markers, fence and generation records, decisions, progress records, _job.json, staging
+    leftovers), never the committed data. A dry run unless --apply; refuses while anything
+    of the job is in doubt (resolve it first) or, with --apply, a coordinator of it seems to
+    run (unless --force)."""
+    with _operator(params) as op:
+        try:
+            plan = op.drop(
+                apply=apply_, live_window=live_window, force=force, epoch_markers=epoch_markers
+            )
+        except DropRefusedError as exc:
+            _doubt_table(op)
+            _fail(exc, 2)
+        except DurableSinkError as exc:
+            _fail(exc, 1)
+    verb = "removed" if apply_ else "would remove"
+    table = Table("sink", "what", "where", "count", verb)
+    for d in plan.found:
+        count = "-" if d.item.count is None else f"{d.item.count:,}"
+        shown = "yes" if d.item.removable else f"kept: {d.item.kept}"
+        table.add_row(d.target, d.item.what, d.item.where, count, shown)
+    if plan.found:
+        out.print(table)
+    for target, why in plan.by_hand:
+        out.print(f"{target}: {why}")
+    removable = len(plan.removable)
+    if apply_:
+        out.print(
+            f"dropped job {op.job}: removed {removable} kind(s) of bookkeeping, kept "
+            f"{len(plan.kept)}; the committed data is untouched"
+        )
+    else:
+        out.print(
+            f"dry run: {removable} kind(s) of bookkeeping of job {op.job} would be "
+            "removed; nothing was changed (give --apply to remove them)"
+        )

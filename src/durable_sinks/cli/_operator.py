@@ -1,8 +1,8 @@
-"""The logic behind `durable-sinks status|inspect|resolve|verify|expire|repair-epochs`: a
-job's decision store and sinks opened read only (`OpenContext(inspect=True)`,
+"""The logic behind `durable-sinks status|inspect|resolve|verify|expire|repair-epochs|drop`:
+a job's decision store and sinks opened read only (`OpenContext(inspect=True)`,
 `DecisionStore.peek`), and what they say put side by side. Nothing here claims a generation
 or writes, except `resolve` (which starts a coordinator: the same recovery a restarted job
-runs), `expire` and `repair-epochs` with `--apply`."""
+runs), `expire`, and `repair-epochs` and `drop` with `--apply`."""
 
 from __future__ import annotations
 
@@ -12,9 +12,11 @@ from dataclasses import dataclass, field
 
 from durable_sinks.coordinator import RecoveryReport, validate
 from durable_sinks.core import LastResource, OpenContext, SinkConnector
-from durable_sinks.core.errors import ConfigError
+from durable_sinks.core.errors import ConfigError, DropRefusedError
 from durable_sinks.core.naming import ParticipantName
 from durable_sinks.core.operations import (
+    Bookkeeping,
+    DroppableSink,
     EpochRepair,
     ExpiringSink,
     Holding,
@@ -23,7 +25,7 @@ from durable_sinks.core.operations import (
     RepairableSink,
 )
 from durable_sinks.core.protocol import CommitHandle
-from durable_sinks.manifest import DecisionRecord, DecisionStore
+from durable_sinks.manifest import DecisionRecord, DecisionStore, DroppableStore
 from durable_sinks.spark._build import build_coordinator, close_quietly, decision_store
 from durable_sinks.spark._options import JobOptions
 from durable_sinks.spark._specs import SinkSpec
@@ -34,6 +36,41 @@ DEFAULT_LIVE_WINDOW_S = 120.0
 MAX_EPOCH = 10**12 - 1
 #: How far above an epoch `verify` looks for a kept decision, to tell an expired one.
 EXPIRY_LOOKAHEAD = 1_000
+#: How many of the latest decided epochs `drop` checks are committed on every sink (a
+#: coordinator finishes each epoch before it begins the next: only the newest can be open).
+UNFINISHED_LOOKBACK = 100
+#: The target name `drop` shows for the decision store.
+STORE = "decision store"
+#: What `drop` says of a sink or store that cannot drop a job itself.
+BY_HAND = (
+    "not droppable: remove by hand what it keeps of job {job} (its markers, fence or "
+    "generation records, decisions, staging leftovers: see its kind's documentation)"
+)
+
+
+@dataclass(frozen=True)
+class Dropping:
+    """One kind of bookkeeping of the job on one target (a sink's name, or STORE)."""
+
+    target: str
+    item: Bookkeeping
+
+
+@dataclass
+class DropPlan:
+    """What `drop` found (or, applied, removed), what stays and why, and the targets that
+    cannot drop a job themselves, each with what to remove by hand."""
+
+    found: list[Dropping] = field(default_factory=list)
+    by_hand: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def removable(self) -> list[Dropping]:
+        return [d for d in self.found if d.item.removable]
+
+    @property
+    def kept(self) -> list[Dropping]:
+        return [d for d in self.found if not d.item.removable]
 
 
 @dataclass(frozen=True)
@@ -364,6 +401,93 @@ class Operator:
             else:
                 deleted[sink.name] = sink.expire_markers(last - keep + 1)
         return deleted
+
+    # -- drop ----------------------------------------------------------------------------------
+    def unfinished(self) -> list[tuple[int, str]]:
+        """(epoch, sink) for each of the latest UNFINISHED_LOOKBACK decided epochs whose
+        decision names a participant of a sink that has not committed the epoch (the sink's
+        last committed epoch is below it)."""
+        latest = self.latest_decision()
+        if latest is None:
+            return []
+        decisions: dict[int, DecisionRecord | None] = {}
+        found = []
+        for sink in self.sinks:
+            last = sink.last_committed_epoch()
+            start = max(-1 if last is None else last, latest - UNFINISHED_LOOKBACK) + 1
+            for epoch in range(start, latest + 1):
+                if epoch not in decisions:
+                    decisions[epoch] = self.decision(epoch)
+                decision = decisions[epoch]
+                if decision is not None and decision.handles_for(sink.name):
+                    found.append((epoch, sink.name))
+        return sorted(found)
+
+    def drop_refusal(
+        self, live_window: float, *, apply: bool, force: bool
+    ) -> DropRefusedError | None:
+        """Why the job cannot be dropped now, or None: a prepared participant (any sink,
+        any generation), a decided epoch not committed on every sink, or, for `apply`
+        unless `force`, a coordinator of the job that looks alive (as `resolve` judges)."""
+        fix = f"run `durable-sinks resolve {self.job} --apply` (with the job's options), then drop"
+        doubts = self.inspect()
+        if doubts:
+            first = doubts[0]
+            epoch = first.prepared.handle.epoch
+            return DropRefusedError(
+                f"job {self.job} is in doubt: {len(doubts)} prepared participant(s), the first "
+                f"{first.prepared.handle.participant} of epoch {epoch} on sink {first.sink} "
+                f"({first.governed_by}); dropping now would lose or strand it",
+                job=self.job,
+                sink=first.sink,
+                epoch=epoch,
+                fix=fix,
+            )
+        open_epochs = self.unfinished()
+        if open_epochs:
+            epoch, sink = open_epochs[0]
+            return DropRefusedError(
+                f"job {self.job} is in doubt: epoch {epoch} is decided but sink {sink} has not "
+                "committed it yet",
+                job=self.job,
+                sink=sink,
+                epoch=epoch,
+                fix=fix,
+            )
+        live = None if force or not apply else self.live(live_window)
+        if live:
+            return DropRefusedError(
+                f"a coordinator of job {self.job} seems to run ({live}); dropping its "
+                "bookkeeping under it would break its exactly-once",
+                job=self.job,
+                fix="stop the query first, or give --force once sure it is stopped",
+            )
+        return None
+
+    def drop(
+        self, *, apply: bool, live_window: float, force: bool, epoch_markers: bool
+    ) -> DropPlan:
+        """What the job keeps in each sink and in its decision store; with `apply`, removed
+        (the sinks first, the store last, so a drop cut short leaves the store's generation
+        fencing any late coordinator, and a second drop finishes the rest). Raises
+        DropRefusedError, removing nothing, while `drop_refusal` has a reason (in doubt: in
+        a dry run too, which shows only what an applied drop could remove)."""
+        refused = self.drop_refusal(live_window, apply=apply, force=force)
+        if refused is not None:
+            raise refused
+        plan = DropPlan()
+        for sink in self.sinks:
+            if isinstance(sink, DroppableSink):
+                found = sink.drop_job(apply=apply, epoch_markers=epoch_markers)
+                plan.found += [Dropping(sink.name, item) for item in found]
+            else:
+                plan.by_hand.append((sink.name, BY_HAND.format(job=self.job)))
+        if isinstance(self.store, DroppableStore):
+            found = self.store.drop_job(self.job, apply=apply)
+            plan.found += [Dropping(STORE, item) for item in found]
+        else:
+            plan.by_hand.append((f"{STORE} {self.store!r}", BY_HAND.format(job=self.job)))
+        return plan
 
     def repairable(self, name: str) -> RepairableSink:
         """The job's sink `name`, if its kind can repair lost epochs; ConfigError otherwise."""

@@ -23,6 +23,8 @@ executors back to the driver).
     │   └── OutageError              an outage outlasted the job's outage_tolerance_s; the
     │                                last error is its cause; a restart recovers
     ├── FencedError                  a newer coordinator owns the job: this one must stop
+    ├── DropRefusedError             `durable-sinks drop` found the job in doubt or running;
+    │                                nothing was removed
     ├── EpochOrderError              a later epoch is already committed (checkpoint reset, or
     │                                another query writes under the same job id)
     ├── InDoubtError                 the outcome of a commit is unknown; recovery resolves it
@@ -202,6 +204,12 @@ class FencedError(DurableSinkError):
     Without an explicit `fix`, the message carries the general one (FENCED_FIX)."""
 
     default_fix = FENCED_FIX
+
+
+class DropRefusedError(DurableSinkError):
+    """`durable-sinks drop` refused to retire a job: a participant of it is prepared, a
+    decided epoch is not committed on every sink, or a coordinator of it looks alive.
+    Nothing was removed. The message names the epoch (or the coordinator) and the fix."""
 
 
 class EpochOrderError(DurableSinkError):

@@ -130,3 +130,46 @@ class RepairableSink(SinkConnector, Protocol):
     ) -> list[EpochRepair]: ...
 
     def record_lost_epochs(self, through: int, note: str, *, apply: bool) -> list[EpochRepair]: ...
+
+
+@dataclass(frozen=True)
+class Bookkeeping:
+    """One kind of thing a job keeps on a target (a sink's or its decision store's) for its
+    own bookkeeping, never the user's committed data: marker rows, a fence row, decision
+    records, progress records, an owner file, staging leftovers.
+
+    - `what`: what it is, in words ("marker rows", "_job.json");
+    - `where`: the table, key, folder or topic it is in (never a secret);
+    - `count`: how many of it, when the target tells;
+    - `kept`: why `durable-sinks drop` leaves it in place (it cannot be removed without
+      rewriting the user's data, or readers need it); None when drop removes it.
+    """
+
+    what: str
+    where: str
+    count: int | None = None
+    kept: str | None = None
+
+    @property
+    def removable(self) -> bool:
+        return self.kept is None
+
+
+@runtime_checkable
+class DroppableSink(SinkConnector, Protocol):
+    """A sink whose bookkeeping of one job `durable-sinks drop` can remove when the job is
+    retired, opened with `OpenContext(inspect=True)` while the job is stopped and nothing of
+    it is in doubt (the command checks both before it calls).
+
+    `drop_job(apply=..., epoch_markers=...)` returns everything the job and sink keep on
+    the target: what is removed (`kept` None) and what stays (with why). Without `apply`
+    it only reads. With `apply` it removes the removable ones and returns what it removed;
+    calling it again finds nothing more (idempotent). It never removes, nor changes what
+    ordinary readers see of, the user's committed data (rows, records, data objects and
+    files), and it touches nothing outside the sink's own table, prefix, folder or topic:
+    every location read from storage is checked to lie there first. `epoch_markers`: also
+    the epoch markers that readers reading through markers need to find committed epochs
+    (S3's `_epochs/`, the folder sinks' `_EPOCH.json`); without it they are listed as kept.
+    """
+
+    def drop_job(self, *, apply: bool, epoch_markers: bool = False) -> list[Bookkeeping]: ...
