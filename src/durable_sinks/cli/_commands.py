@@ -67,6 +67,27 @@ def _job_options(command: Callable[..., Any]) -> Callable[..., Any]:
     return command
 
 
+def _liveness_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """--force and --live-window: the commands that must not act while the job runs."""
+    for option in reversed(
+        [
+            click.option(
+                "--force", is_flag=True, help="even while a coordinator of the job seems to run"
+            ),
+            click.option(
+                "--live-window",
+                type=float,
+                default=DEFAULT_LIVE_WINDOW_S,
+                show_default=True,
+                help="seconds since the newest generation's last decision within which it "
+                "counts as running",
+            ),
+        ]
+    ):
+        command = option(command)
+    return command
+
+
 @contextmanager
 def _operator(params: dict[str, Any]) -> Iterator[Operator]:
     try:
@@ -197,14 +218,7 @@ def inspect(epochs: int, **params: Any) -> None:
 @main.command()
 @_job_options
 @click.option("--apply", "apply_", is_flag=True, help="act (default: a dry run)")
-@click.option("--force", is_flag=True, help="even while a coordinator of the job seems to run")
-@click.option(
-    "--live-window",
-    type=float,
-    default=DEFAULT_LIVE_WINDOW_S,
-    show_default=True,
-    help="seconds since the newest generation's last decision within which it counts as running",
-)
+@_liveness_options
 def resolve(apply_: bool, force: bool, live_window: float, **params: Any) -> None:
     """Apply the decisions: commit what was decided, roll back the rest. A dry run unless
     --apply; refuses while a coordinator of the job's current generation runs, unless
@@ -361,14 +375,7 @@ def repair_epochs(
 @main.command()
 @_job_options
 @click.option("--apply", "apply_", is_flag=True, help="remove (default: a dry run)")
-@click.option("--force", is_flag=True, help="even while a coordinator of the job seems to run")
-@click.option(
-    "--live-window",
-    type=float,
-    default=DEFAULT_LIVE_WINDOW_S,
-    show_default=True,
-    help="seconds since the newest generation's last decision within which it counts as running",
-)
+@_liveness_options
 @click.option(
     "--epoch-markers",
     is_flag=True,

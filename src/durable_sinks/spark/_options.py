@@ -172,6 +172,20 @@ class JobOptions:
     def bad_row_cap(self) -> BadRowCap:
         return BadRowCap(self.max_bad_rows)
 
+    def _require_seconds(self, option: str, fix: str) -> None:
+        """ConfigError unless the option is a finite number of seconds >= 0."""
+        seconds = getattr(self, option)
+        if (
+            isinstance(seconds, bool)
+            or not isinstance(seconds, int | float)
+            or not (0 <= seconds < float("inf"))
+        ):
+            raise ConfigError(
+                f"{option} must be a number of seconds >= 0, not {seconds!r}",
+                job=self.job_id,
+                fix=fix,
+            )
+
     def __post_init__(self) -> None:
         if not isinstance(self.job_id, str):
             raise ConfigError(
@@ -214,29 +228,15 @@ class JobOptions:
                 job=self.job_id,
                 fix=f"leave the default ({DEFAULT_MAX_ROWS_IN_MEMORY:,}) or give e.g. 200_000",
             )
-        tolerance = self.outage_tolerance_s
-        if (
-            isinstance(tolerance, bool)
-            or not isinstance(tolerance, int | float)
-            or not (0 <= tolerance < float("inf"))
-        ):
-            raise ConfigError(
-                f"outage_tolerance_s must be a number of seconds >= 0, not {tolerance!r}",
-                job=self.job_id,
-                fix=f"leave the default ({DEFAULT_OUTAGE_TOLERANCE_S:g}), give e.g. 300 to ride "
-                "out longer outages, or 0 to fail at the first error",
-            )
-        slow = self.slow_phase_log_s
-        if (
-            isinstance(slow, bool)
-            or not isinstance(slow, int | float)
-            or not (0 <= slow < float("inf"))
-        ):
-            raise ConfigError(
-                f"slow_phase_log_s must be a number of seconds >= 0, not {slow!r}",
-                job=self.job_id,
-                fix=f"leave the default ({SLOW_PHASE_LOG_S:g}), or 0 to log no slow phase",
-            )
+        self._require_seconds(
+            "outage_tolerance_s",
+            f"leave the default ({DEFAULT_OUTAGE_TOLERANCE_S:g}), give e.g. 300 to ride out "
+            "longer outages, or 0 to fail at the first error",
+        )
+        self._require_seconds(
+            "slow_phase_log_s",
+            f"leave the default ({SLOW_PHASE_LOG_S:g}), or 0 to log no slow phase",
+        )
         port = self.metrics_port
         if port is not None and (
             isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535
