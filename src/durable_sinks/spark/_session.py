@@ -86,20 +86,19 @@ def checkpoint_query_id(session: Any, location: str, *, job: str) -> str:
 
 
 @contextmanager
-def described(df: Any, text: str) -> Iterator[None]:
-    """The Spark jobs this thread starts in the block are described as `text`, followed by
-    the description Spark gave the batch (the query's id, run id and batch), in Spark's UI;
-    the description is restored after. Classic PySpark only: under Spark Connect the
-    function has no SparkContext (nothing is set)."""
-    session = df.sparkSession
+def described(df_or_session: Any, text: str) -> Iterator[None]:
+    """The Spark jobs this thread starts in the block are described as `text` in Spark's UI;
+    the thread's description is restored after. (Not followed by the description Spark gave
+    the batch: the thread that runs foreachBatch inherited it when it was made, so it may
+    name an older batch.) Classic PySpark only: under Spark Connect the function has no
+    SparkContext (nothing is set)."""
+    session = getattr(df_or_session, "sparkSession", df_or_session)
     if is_connect(session):
         yield
         return
     context = session.sparkContext
     before = context.getLocalProperty(JOB_DESCRIPTION_PROPERTY)
-    context.setLocalProperty(
-        JOB_DESCRIPTION_PROPERTY, text if before is None else f"{text} ({before})"
-    )
+    context.setLocalProperty(JOB_DESCRIPTION_PROPERTY, text)
     try:
         yield
     finally:

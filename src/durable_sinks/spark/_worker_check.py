@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from durable_sinks.core.errors import ConfigError
 
+from ._session import described
+
 if TYPE_CHECKING:
     import pyarrow as pa
 
@@ -63,7 +65,8 @@ def check_workers(
 def _run(spark: Any, sinks: list[tuple[str, dict[str, Any]]], job: str | None) -> dict[str, Any]:
     probe = _probe(sinks)
     try:
-        rows = spark.range(1, numPartitions=1).mapInArrow(probe, "report string").collect()
+        with described(spark, f"durable-sinks: job {job}, checking the executors' Python"):
+            rows = spark.range(1, numPartitions=1).mapInArrow(probe, "report string").collect()
     except Exception as exc:
         raise ConfigError(
             f"executor mode's start check could not run a task on Spark's Python workers: "

@@ -356,7 +356,10 @@ class DurableBatchWriter:
         requested = self.options.driver_read
         problem = None
         if requested == "stream":
-            problem = socket_read_problem(spark)
+            with described(
+                spark, f"durable-sinks: job {self.options.job_id}, checking the socket read"
+            ):
+                problem = socket_read_problem(spark)
             read: ReadPath = "socket" if problem is None else "partitions"
         else:
             read = requested
