@@ -102,4 +102,3 @@ def test_a_batch_held_by_a_postgres_lock_is_shown_while_it_is_held(
             d.startswith(f"durable-sinks: job {job_id}, epoch {epoch}, the driver reads the batch")
             for d in described
         ), described
-    assert f"durable-sinks: job {job_id}, checking the socket read" in described
