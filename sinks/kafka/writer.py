@@ -667,7 +667,7 @@ class TransactionalProducer:
             error = next((e for e in self._delivery_errors if e.code() in FENCED_CODES), None)
         if error is not None and error.txn_requires_abort():
             refused = error.code() in (KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.INVALID_TIMESTAMP)
-            if refused and self._bulk is not None:
+            if refused:
                 # Records produced in bulk have no delivery report of their own: produce the
                 # next attempt's record by record, whose report names the refused record.
                 self._bulk = None

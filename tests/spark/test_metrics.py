@@ -17,14 +17,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from durable_sinks.spark import durable_sink
 from tests.services import PostgresEndpoint
+from tests.support.ports import free_port
 
 from .streams import postgres_ids, source_stream, write_input
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def scrape(port: int) -> str:

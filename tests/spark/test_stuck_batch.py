@@ -15,9 +15,10 @@ import pytest
 
 from durable_sinks.spark import durable_sink
 from tests.services import PostgresEndpoint
+from tests.support.ports import free_port
 
 from .streams import postgres_ids, source_stream, write_input
-from .test_metrics import free_port, scrape, value, wait_for
+from .test_metrics import scrape, value, wait_for
 
 
 def job_descriptions(spark: Any) -> list[str]:

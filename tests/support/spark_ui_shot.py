@@ -8,7 +8,6 @@ headless Chromium draws it (`apt-get install chromium`).
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import tempfile
@@ -18,12 +17,7 @@ from pyspark.sql import SparkSession
 
 from durable_sinks import Files
 from durable_sinks.spark import durable_sink
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+from tests.support.ports import free_port
 
 
 def main(out: Path) -> None:

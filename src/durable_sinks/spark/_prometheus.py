@@ -196,8 +196,8 @@ class _InFlightCollector:
             epoch.add_metric([job], -1 if seen is None else seen.epoch)
             age.add_metric([job], 0.0 if seen is None else seen.epoch_age_s)
             for name in PHASES:
-                now = seen is not None and seen.phase == name
-                phase.add_metric([job, name], seen.phase_age_s if seen is not None and now else 0.0)
+                current = seen is not None and seen.phase == name
+                phase.add_metric([job, name], seen.phase_age_s if current and seen else 0.0)
             oldest: dict[tuple[str, str], float] = {}
             for call in seen.calls if seen is not None else ():
                 key = (call.sink, call.call)
