@@ -42,6 +42,7 @@ from ._participants import Participants, brief, require_part_of
 from ._recovery import RecoveryReport, Resolution, require_no_newer, resolve
 from ._replay import ReplayCheck, unproven_replay
 from ._retry import RetryPolicy
+from ._streams import StreamCheck
 from ._watch import SLOW_PHASE_LOG_S, Watch
 from .validation import transaction_members, validate
 
@@ -90,6 +91,11 @@ class Coordinator:
     (driver mode records one whatever `replay_check` says); otherwise, and always in executor
     mode, whose rows the coordinator never sees, it raises EpochOrderError after finishing the
     decided epoch, with nothing of the batch written.
+    `first_epoch` is the epoch the stream's first batch is (its batch b is epoch
+    first_epoch + b): 0 for the job's first stream, the job's newest epoch + 1 for a stream
+    started from a new checkpoint; checked against the newest decision at the first epoch
+    with the source known (ConfigError / EpochOrderError before anything is written:
+    `_streams`), and kept in each decision.
     `replay_check` ("warn", "fail", "off"): compare a replay of a decided epoch with the rows
     it committed (driver mode; `_replay`).
     `watch.snapshot()` says which epoch is in flight, its phase and the sink calls it waits
@@ -127,6 +133,7 @@ class Coordinator:
         dead_letter: SinkConnector | None = None,
         bad_row_cap: BadRowCap | None = None,
         slow_phase_log_s: float = SLOW_PHASE_LOG_S,
+        first_epoch: int = 0,
     ) -> None:
         if retain_epochs < 1:
             raise ConfigError(
@@ -162,6 +169,8 @@ class Coordinator:
         #: transaction_members; set at start).
         self._transaction: tuple[str, ...] = ()
         self.lost_epochs = LostEpochCheck(job_id, self.decisions, self.sinks)
+        #: The epoch of the stream's first batch, checked against the job's decisions (_streams).
+        self.streams = StreamCheck(job_id, self.decisions, first_epoch)
         self.participants = Participants(
             job_id,
             self.sinks,
@@ -372,6 +381,7 @@ class Coordinator:
         log = self.log.bind(epoch=epoch)
         metrics = EpochMetrics(epoch, watch=self.watch)
         yield "epoch-start"
+        self.streams.at_epoch(epoch, self.source, log)
         self.lost_epochs.at_epoch(epoch)
         decided = self.decisions.lookup(epoch, metrics)
         if decided is not None:
@@ -454,6 +464,7 @@ class Coordinator:
         log = self.log.bind(epoch=epoch)
         metrics = EpochMetrics(epoch, watch=self.watch)
         yield "epoch-start"
+        self.streams.at_epoch(epoch, self.source, log)
         self.lost_epochs.at_epoch(epoch)
         decided = self.decisions.lookup(epoch, metrics)
         if decided is not None:
@@ -622,6 +633,7 @@ class Coordinator:
             generation,
             tuple(handles),
             source=self.source,
+            first_epoch=self.streams.first_epoch,
             dead_letters={} if metrics is None else metrics.dead_letters.by_sink,
         )
 

@@ -68,6 +68,16 @@ class DecisionBook:
         generations (so there is nothing to mark finished or expire)."""
         return self.last is None or self.caches_decisions
 
+    def newest_epoch(self) -> int | None:
+        """The job's newest decided epoch: the store's newest record where the store holds
+        decisions, and the newest epoch the commit point holds where it carries them (older
+        decisions expire, never the newest)."""
+        found = [self.store.latest_epoch()] if self.store_holds_decisions else []
+        if self.last is not None:
+            found.append(self.last.last_committed_epoch())
+        known = [epoch for epoch in found if epoch is not None]
+        return max(known) if known else None
+
     def decision(self, epoch: int) -> DecisionRecord | None:
         """The durable decision of `epoch`: from the store or, when a sink is the commit
         point, from the record its commit carried (recovery trusts that one)."""
@@ -129,8 +139,10 @@ class DecisionBook:
             job=self.job_id,
             epoch=decided.epoch,
             fix="give each streaming query its own job_id (a query keeps its id across "
-            "restarts from the same checkpoint); a query started from a new checkpoint needs a "
-            "new job_id, or its old checkpoint restored",
+            "restarts from the same checkpoint); a query started from a new checkpoint continues "
+            "the job only after its newest epoch (durable_sink(..., first_epoch=<newest + 1>): "
+            "see docs/operations.md#moving-a-job-to-a-new-checkpoint), or with its old "
+            "checkpoint restored",
         )
 
     def check_order(self, epoch: int) -> None:

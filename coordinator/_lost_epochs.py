@@ -91,20 +91,10 @@ class LostEpochCheck:
         self.newest: int | None = None
         self._first_pending = False
 
-    def newest_decided(self) -> int | None:
-        """The job's newest decided epoch: the store's newest record where the store holds
-        decisions, and the newest epoch the commit point holds where it carries them."""
-        book = self.decisions
-        found = [book.store.latest_epoch()] if book.store_holds_decisions else []
-        if book.last is not None:
-            found.append(book.last.last_committed_epoch())
-        known = [epoch for epoch in found if epoch is not None]
-        return max(known) if known else None
-
     def at_start(self, log: JobLogger) -> None:
         """CommittedEpochLostError when a sink lacks the newest finished epoch it took part
         in, or holds an epoch newer than every decision; arms the first-epoch check."""
-        newest = self.newest_decided()
+        newest = self.decisions.newest_epoch()
         self.newest = newest
         if newest is None:
             return

@@ -28,6 +28,10 @@ class DecisionRecord:
     `source` identifies the stream whose data the epoch holds (e.g. a Spark query's id, which
     its checkpoint keeps across restarts); None when the caller does not say. A replay of a
     decided epoch by a different source is another query writing under the same job id.
+    `first_epoch` is the epoch of that stream's first batch (its batch b is epoch
+    first_epoch + b: a stream started from a new checkpoint continues after the epochs of
+    the one before); None in a record without a source, and 0 is meant where a record with a
+    source lacks it. Not compared.
 
     `content` summarises the rows the epoch was given (count and order-independent digest,
     durable_sinks.core.content): a replay of the epoch is compared with it (the replay check).
@@ -48,6 +52,7 @@ class DecisionRecord:
     source: str | None = None
     content: ContentSummary | None = field(default=None, compare=False)
     dead_letters: Mapping[str, Mapping[str, int]] = field(default_factory=dict, compare=False)
+    first_epoch: int | None = field(default=None, compare=False)
 
     def participants(self) -> frozenset[tuple[str, str]]:
         """(sink, participant name) of every participant the epoch commits."""
@@ -85,6 +90,8 @@ class DecisionRecord:
         }
         if self.source is not None:
             data["source"] = self.source
+        if self.first_epoch is not None:
+            data["first_epoch"] = self.first_epoch
         if self.content is not None:
             data["content"] = self.content.to_json()
         if self.dead_letters:
@@ -101,6 +108,7 @@ class DecisionRecord:
                 created_at=float(data["created_at"]),
                 handles=tuple(CommitHandle.from_json(h) for h in data["handles"]),
                 source=None if data.get("source") is None else str(data["source"]),
+                first_epoch=(None if data.get("first_epoch") is None else int(data["first_epoch"])),
                 content=(
                     None
                     if data.get("content") is None

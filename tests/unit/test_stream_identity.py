@@ -1,7 +1,8 @@
 """Which stream a job writes: a decided epoch given again is a replay only when the job can
 show it comes from the stream that decided it (coordinator/_decisions.py `same_stream`,
 coordinator/_replay.py). A stream whose checkpoint was reset starts its batch ids again: its
-batches must never be taken for replays of the old stream's decided epochs."""
+batches must never be taken for replays of the old stream's decided epochs; told its
+`first_epoch` (the job's newest epoch + 1), it continues the job (coordinator/_streams.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 
 from durable_sinks.coordinator import Coordinator, EpochOutcome, RetryPolicy, prepare_part
 from durable_sinks.core import CommitHandle
-from durable_sinks.core.errors import EpochOrderError
+from durable_sinks.core.errors import ConfigError, EpochOrderError
 from durable_sinks.manifest import LocalDirectoryStore
 from durable_sinks.sinks.folder import Files, FolderSink
 
@@ -31,6 +32,7 @@ def coordinator(
     *,
     check: str = "warn",
     executor_mode: bool = False,
+    first_epoch: int = 0,
 ) -> Coordinator:
     started = Coordinator(
         "job",
@@ -40,6 +42,7 @@ def coordinator(
         replay_check=check,
         source=source,
         executor_mode=executor_mode,
+        first_epoch=first_epoch,
     )
     started.start()
     return started
@@ -91,9 +94,64 @@ def test_a_decision_that_names_no_stream_is_proven_by_its_rows(tmp_path: Path) -
 
 def test_another_known_stream_is_refused_before_anything(tmp_path: Path) -> None:
     coordinator(tmp_path, "query-1").run_epoch(0, [ids(0)])
-    with pytest.raises(EpochOrderError, match="now writes stream 'query-2'") as raised:
+    with pytest.raises(EpochOrderError, match="stream 'query-2', which the job has not") as raised:
         coordinator(tmp_path, "query-2").run_epoch(0, [ids(0)])
-    assert "new job_id" in (raised.value.fix or "")
+    assert "first_epoch=1" in (raised.value.fix or "")
+    assert "own job_id" in (raised.value.fix or "")
+    assert landed(tmp_path) == list(range(10))
+
+
+def test_a_new_stream_told_its_first_epoch_continues_the_job(tmp_path: Path) -> None:
+    """Stream 1 commits epochs 0-2; its checkpoint is lost. Stream 2 is refused at its batch 0
+    until told first_epoch=3 (other values too), then its batch b is epoch 3 + b, its own
+    restarts replay its epochs, and neither stream's rows are lost or written twice."""
+    old = coordinator(tmp_path, "query-1")
+    for epoch in range(3):
+        old.run_epoch(epoch, [ids(epoch * 10)])
+    for wrong in (0, 2, 4):
+        with pytest.raises(EpochOrderError, match="which the job has not seen") as raised:
+            coordinator(tmp_path, "query-2", first_epoch=wrong).run_epoch(wrong, [ids(100)])
+        assert "first_epoch=3" in (raised.value.fix or "")
+    new = coordinator(tmp_path, "query-2", first_epoch=3)
+    assert new.run_epoch(3, [ids(100)]).outcome is EpochOutcome.COMMITTED
+    assert new.run_epoch(4, [ids(110)]).outcome is EpochOutcome.COMMITTED
+    record = new.decision(4)
+    assert record is not None
+    assert (record.source, record.first_epoch) == ("query-2", 3)
+    restarted = coordinator(tmp_path, "query-2", first_epoch=3)
+    assert restarted.run_epoch(4, [ids(110)]).outcome is EpochOutcome.ALREADY_COMMITTED
+    assert restarted.run_epoch(5, [ids(120)]).outcome is EpochOutcome.COMMITTED
+    assert [landed(tmp_path, e) for e in range(6)] == [
+        list(range(first, first + 10)) for first in (0, 10, 20, 100, 110, 120)
+    ]
+
+
+def test_a_stream_must_keep_its_first_epoch(tmp_path: Path) -> None:
+    coordinator(tmp_path, "query-1").run_epoch(0, [ids(0)])
+    coordinator(tmp_path, "query-2", first_epoch=1).run_epoch(1, [ids(100)])
+    with pytest.raises(ConfigError, match="stream 'query-2' started at epoch 1") as raised:
+        coordinator(tmp_path, "query-2").run_epoch(1, [ids(110)])
+    assert "keep first_epoch=1" in (raised.value.fix or "")
+    with pytest.raises(EpochOrderError, match="stream 'query-1', which the job has not"):
+        coordinator(tmp_path, "query-1").run_epoch(1, [ids(10)])  # its old checkpoint back
+    assert [landed(tmp_path, e) for e in range(3)] == [list(range(10)), list(range(100, 110)), []]
+
+
+def test_a_new_stream_continues_an_executor_mode_job(tmp_path: Path) -> None:
+    first = coordinator(tmp_path, "query-1", executor_mode=True)
+    first.run_distributed_epoch(0, on_executors(0, tmp_path))
+    with pytest.raises(EpochOrderError, match="first_epoch=1"):
+        coordinator(tmp_path, "query-2", executor_mode=True).run_distributed_epoch(
+            0, on_executors(100, tmp_path)
+        )
+    moved = coordinator(tmp_path, "query-2", executor_mode=True, first_epoch=1)
+    moved.run_distributed_epoch(1, on_executors(100, tmp_path, epoch=1))
+    assert (landed(tmp_path, 0), landed(tmp_path, 1)) == (list(range(10)), list(range(100, 110)))
+
+
+def test_first_epoch_is_a_non_negative_integer(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="first_epoch must be >= 0"):
+        coordinator(tmp_path, "query-1", first_epoch=-1)
 
 
 def test_the_same_known_stream_replays_with_other_rows_under_the_replay_check(
@@ -112,11 +170,15 @@ def files(tmp_path: Path) -> FolderSink:
     return FolderSink(Files(str(tmp_path / "out"), name="out"))
 
 
-def on_executors(first: int, tmp_path: Path) -> Callable[[int], Sequence[CommitHandle]]:
-    """Executor mode's `prepare`: one task's part holding ids first..first+9."""
+def on_executors(
+    first: int, tmp_path: Path, epoch: int = 0
+) -> Callable[[int], Sequence[CommitHandle]]:
+    """Executor mode's `prepare`: one task's part of `epoch` holding ids first..first+9."""
 
     def prepare(generation: int) -> Sequence[CommitHandle]:
-        return prepare_part("job", generation, 0, "p0-t1", lambda: [files(tmp_path)], [ids(first)])
+        return prepare_part(
+            "job", generation, epoch, "p0-t1", lambda: [files(tmp_path)], [ids(first)]
+        )
 
     return prepare
 

@@ -90,4 +90,5 @@ def build_coordinator(
         dead_letter=None if options.dead_letter is None else options.dead_letter.build(),
         bad_row_cap=options.bad_row_cap,
         slow_phase_log_s=options.slow_phase_log_s,
+        first_epoch=options.first_epoch,
     )

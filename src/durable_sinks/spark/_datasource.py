@@ -145,7 +145,7 @@ class DurableStreamWriter(DataSourceStreamArrowWriter):
                 job=self.options.job_id,
                 fix="use df.writeStream.format('durable'), not df.write",
             )
-        epoch = int(batch)
+        epoch = self.options.first_epoch + int(batch)
         # Task attempt ids count from 0 again in each Spark application: a restarted driver's
         # attempt of a batch must not take the name of a part committed before (its marker
         # row would collide), so the name carries a token of this attempt as well.
@@ -180,19 +180,20 @@ class DurableStreamWriter(DataSourceStreamArrowWriter):
         handles = [CommitHandle.from_json(json.loads(h)) for m in kept for h in m.handles]
         sources = {m.query_id for m in kept if m.query_id is not None}
         source = sources.pop() if len(sources) == 1 else None
+        epoch = self.options.first_epoch + batchId
 
         def attempt() -> None:
             coordinator = build_coordinator(self.specs, self.options, source=source)
             try:
                 coordinator.start(adopt={h.participant for h in handles})
-                coordinator.run_distributed_epoch(batchId, lambda generation: handles)
+                coordinator.run_distributed_epoch(epoch, lambda generation: handles)
             finally:
                 coordinator.close()
 
         OutagePolicy(tolerance_s=self.options.outage_tolerance_s).ride(
             attempt,
             after_failure=lambda _: None,
-            log=JobLogger(self.options.job_id, epoch=batchId, component="spark"),
+            log=JobLogger(self.options.job_id, epoch=epoch, component="spark"),
             rides=lambda error: isinstance(error, InDoubtError),
         )
 

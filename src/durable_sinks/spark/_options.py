@@ -163,6 +163,15 @@ class JobOptions:
     batch which query runs it, and a job that cannot tell refuses its first batch with
     `ConfigError` rather than guess. Elsewhere optional; given, it must be the running
     query's checkpoint. See [Which stream a job writes](#which-stream-a-job-writes)."""
+    first_epoch: int = 0
+    """The epoch of the query's first batch: its batch b is the job's epoch `first_epoch + b`.
+    `0` for the job's first stream. A query restarted from a new checkpoint (deleted, corrupted
+    or moved, or a new one to reprocess the source) starts its batch ids at 0 again, and
+    continues the job only with `first_epoch` set to the job's newest epoch + 1: the error that
+    stops it without names the value. Keep it for as long as the query runs from that
+    checkpoint; a value that does not match what the job holds is refused before anything is
+    written. See [Moving a job to a new
+    checkpoint](operations.md#moving-a-job-to-a-new-checkpoint)."""
 
     @property
     def write_policy(self) -> WritePolicy:
@@ -237,6 +246,14 @@ class JobOptions:
             "slow_phase_log_s",
             f"leave the default ({SLOW_PHASE_LOG_S:g}), or 0 to log no slow phase",
         )
+        first = self.first_epoch
+        if isinstance(first, bool) or not isinstance(first, int) or first < 0:
+            raise ConfigError(
+                f"first_epoch must be an integer >= 0, not {first!r}",
+                job=self.job_id,
+                fix="leave it out (0) for a job's first stream; a query started from a new "
+                "checkpoint takes the job's newest epoch + 1 (the error that stops it names it)",
+            )
         port = self.metrics_port
         if port is not None and (
             isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535

@@ -238,7 +238,7 @@ class DurableBatchWriter:
 
     # -- foreachBatch --------------------------------------------------------------------------
     def __call__(self, df: Any, batch_id: int) -> None:
-        epoch = int(batch_id)
+        epoch = self.options.first_epoch + int(batch_id)
         with self._lock:
             started, attempts = time.perf_counter(), self.failed_attempts
             try:
@@ -258,7 +258,9 @@ class DurableBatchWriter:
             doing = "executors prepare their partitions"
         else:
             doing = "the driver reads the batch"
-        return f"durable-sinks: job {self.options.job_id}, epoch {epoch}, {doing}"
+        batch = epoch - self.options.first_epoch
+        of = f" (batch {batch})" if batch != epoch else ""
+        return f"durable-sinks: job {self.options.job_id}, epoch {epoch}{of}, {doing}"
 
     def _observe(
         self,
@@ -416,9 +418,10 @@ class DurableBatchWriter:
         if self._query_id is not None and is_connect(df):
             return  # Connect unpickles one copy per query: bound at its first batch
         query_id, running = batch_properties(df)
-        if running is not None and int(running) != epoch:
+        batch = epoch - self.options.first_epoch
+        if running is not None and int(running) != batch:
             raise UsageError(
-                f"called with batch id {epoch} while Spark runs batch {running}",
+                f"called with batch id {batch} while Spark runs batch {running}",
                 job=self.options.job_id,
                 epoch=epoch,
                 fix="pass the writer to foreachBatch as is; do not call it with other ids",
@@ -559,6 +562,7 @@ def durable_sink(
     max_bad_rows: int | float = ...,
     schema_evolution: SchemaEvolutionMode = "none",
     checkpoint_location: str | None = None,
+    first_epoch: int = 0,
 ) -> DurableBatchWriter: ...
 @overload
 def durable_sink(kind: str, /, **options: Any) -> DurableBatchWriter: ...
