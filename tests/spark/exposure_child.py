@@ -60,6 +60,8 @@ def main(plan: dict[str, Any]) -> dict[str, Any]:
     }
     writer = source_stream(spark, Path(plan["source"])).writeStream.format("durable")
     options = {"job_id": plan["job_id"], "table": plan["table"], **forms[plan["form"]]}
+    if "first_epoch" in plan:
+        options["first_epoch"] = str(plan["first_epoch"])
     if plan["form"] == "sinks":
         del options["table"]
     for key, value in options.items():

@@ -256,8 +256,9 @@ def test_a_job_restarted_from_a_new_checkpoint_beside_another_query_loses_no_row
     """Two queries in one Connect session: the job's batch cannot see which query runs it.
     Told its checkpoint, the job knows its query; restarted from a new checkpoint on new rows
     under the same job id (its batch ids start again at 0), it fails typed, naming the fix,
-    and never takes the new batches for replays of the decided ones (which would drop them).
-    Not told, it refuses its first batch, nothing written."""
+    and never takes the new batches for replays of the decided ones (which would drop them);
+    told `first_epoch`, it continues the job. Not told its checkpoint, it refuses its first
+    batch, nothing written."""
     dsn, table = postgres.conninfo(), f"{pg_schema}.events"
     checkpoint = tmp_path / "checkpoint"
     write_inputs(tmp_path / "in", files=3, rows_per_file=10)
@@ -281,8 +282,15 @@ def test_a_job_restarted_from_a_new_checkpoint_beside_another_query_loses_no_row
     assert restarted["query_id"] != first["query_id"]
     error = failure_text(restarted, testbed, job_id)
     assert "EpochOrderError" in error
-    assert "new job_id" in error
+    newest = max(decisions(dsn, pg_schema, job_id))
+    assert f"first_epoch={newest + 1}" in error
     assert postgres_ids(dsn, table) == list(range(30))  # nothing of the new stream written
+
+    # Told where it starts, the restarted query continues the job (its batch 0 replayed).
+    moved = run_client({**plan, "job": {**plan["job"], "first_epoch": newest + 1}}, tmp_path, "m")
+    assert moved["error"] is None, moved["error"]
+    both = sorted([*range(30), *range(2000)])  # each stream's rows once (they share ids)
+    assert postgres_ids(dsn, table) == both
 
     # Not told its checkpoint: it cannot tell, so it refuses before writing.
     shutil.rmtree(checkpoint)
@@ -292,7 +300,7 @@ def test_a_job_restarted_from_a_new_checkpoint_beside_another_query_loses_no_row
     error = failure_text(untold, testbed, job_id)
     assert "ConfigError" in error
     assert "checkpoint_location=" in error
-    assert postgres_ids(dsn, table) == list(range(30))
+    assert postgres_ids(dsn, table) == both
     assert prepared_transactions(dsn, job_id) == []
 
 

@@ -186,7 +186,8 @@ def test_a_new_checkpoint_in_a_new_application_is_refused_not_a_key_collision(
     count from 0 in every application, so its parts had the names of the first's committed
     parts, and the marker rows collided: a SchemaMismatchError telling to deduplicate rows.
     Now the parts' names are the attempt's own and the driver refuses the batch
-    (EpochOrderError: another stream under the job id); nothing of it lands."""
+    (EpochOrderError: another stream under the job id); nothing of it lands. Told
+    `first_epoch`, the second application continues the job."""
     table = f"{pg_schema}.events"
     dsn = postgres.conninfo()
     first, second = tmp_path / "first", tmp_path / "second"
@@ -202,5 +203,17 @@ def test_a_new_checkpoint_in_a_new_application_is_refused_not_a_key_collision(
     )
     assert again["error"] is not None
     assert "another query writes under the same job id" in again["error"], again["error"]
+    assert "first_epoch=1" in again["error"], again["error"]
     assert postgres_ids(dsn, table) == list(range(20))
+    assert prepared_transactions(dsn, job_id) == []
+    moved = exposure_run(
+        tmp_path,
+        "moved",
+        **plan,
+        source=str(second),
+        checkpoint=str(tmp_path / "ck-second"),  # restarted: its refused batch 0 replays
+        first_epoch=1,
+    )
+    assert moved["error"] is None, moved["error"]
+    assert postgres_ids(dsn, table) == [*range(20), *range(1000, 1020)]
     assert prepared_transactions(dsn, job_id) == []

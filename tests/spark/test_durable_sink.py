@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import subprocess
 import sys
 import time
@@ -14,11 +15,12 @@ import psycopg
 import pyarrow.parquet as pq
 import pytest
 
-from durable_sinks import Files, Postgres
+from durable_sinks import Files, Kafka, Postgres
 from durable_sinks.coordinator import EpochOutcome
 from durable_sinks.core.errors import ConfigError, EpochOrderError, SchemaMismatchError
 from durable_sinks.spark import durable_sink, sink
-from tests.services import KafkaEndpoint, PostgresEndpoint
+from tests.services import KafkaEndpoint, PostgresEndpoint, S3Endpoint
+from tests.support.s3_target import s3_sink_config
 
 from .streams import (
     kafka_ids,
@@ -26,6 +28,7 @@ from .streams import (
     postgres_ids,
     prepared_transactions,
     run_available_now,
+    s3_committed_ids,
     source_stream,
     write_input,
 )
@@ -159,35 +162,62 @@ def test_a_large_batch_is_read_in_bounded_chunks_and_lands_whole(
 
 
 @pytest.mark.parametrize("execution", ["driver", "executor"])
-def test_another_query_under_the_same_job_id_is_refused_and_writes_nothing(
+def test_a_query_moved_to_a_new_checkpoint_continues_the_job_with_first_epoch(
     spark: Any,
     postgres: PostgresEndpoint,
+    kafka: KafkaEndpoint,
+    kafka_topic: str,
+    s3: S3Endpoint,
+    s3_prefix: str,
     pg_schema: str,
     job_id: str,
     tmp_path: Path,
     execution: str,
 ) -> None:
-    """A new checkpoint (deleted, moved, or another query) under the same job id starts its
-    batch ids again at 0: refused, typed, never taken for replays of decided batches."""
+    """The query's checkpoint is deleted: the new query under the same job id starts its batch
+    ids again at 0 and is refused, typed, with nothing written and the value to give; with
+    `first_epoch` (docs/operations.md) it continues the job, also across its own restart, and
+    every row of both streams is in Postgres, Kafka and S3 exactly once (executor mode: no
+    Kafka, which executors cannot prepare)."""
     source, table = tmp_path / "in", f"{pg_schema}.events"
+    path = f"s3://{s3.bucket}/{s3_prefix.rstrip('/')}"
     dsn = postgres.conninfo()
     for n in range(2):
         write_input(source, f"part-{n}.json", range(n * 10, n * 10 + 10))
-    options: dict[str, Any] = {"dsn": dsn, "table": table, "job_id": job_id}
-    if execution == "executor":
-        options["execution"] = "executor"
-    first = durable_sink("postgres", create_table=True, **options)
-    run_available_now(source_stream(spark, source), first, tmp_path / "checkpoint-a")
+    sinks: list[Any] = [Postgres(dsn=dsn, table=table, create_table=True), s3_sink_config(s3, path)]
+    if execution == "driver":
+        sinks.append(Kafka(bootstrap_servers=kafka.bootstrap_servers, topic=kafka_topic))
+
+    def writer(**options: Any) -> Any:
+        return durable_sink(sinks, job_id=job_id, execution=execution, **options)
+
+    checkpoint = tmp_path / "checkpoint"
+    run_available_now(source_stream(spark, source), writer(), checkpoint)
+    shutil.rmtree(checkpoint)  # lost; the new stream reads new files only
+    fresh = tmp_path / "fresh"
+    write_input(fresh, "part-0.json", range(1000, 1010))
+
+    with pytest.raises(Exception, match="another query writes under the same job id") as caught:
+        run_available_now(source_stream(spark, fresh), writer(), checkpoint)
+    assert "EpochOrderError" in str(caught.value) or isinstance(caught.value, EpochOrderError)
+    assert "first_epoch=2" in str(caught.value)
     assert postgres_ids(dsn, table) == list(range(20))
 
-    # Same job id, new checkpoint: a different query (its batch 0 is not the first's batch 0).
-    other = tmp_path / "other"
-    write_input(other, "part-0.json", range(1000, 1010))
-    second = durable_sink("postgres", **options)
-    with pytest.raises(Exception, match="another query writes under the same job id") as caught:
-        run_available_now(source_stream(spark, other), second, tmp_path / "checkpoint-b")
-    assert "EpochOrderError" in str(caught.value) or isinstance(caught.value, EpochOrderError)
-    assert postgres_ids(dsn, table) == list(range(20))
+    moved = writer(first_epoch=2)  # the refused query restarted (its batch 0 is replayed)
+    run_available_now(source_stream(spark, fresh), moved, checkpoint)
+    assert moved.last_result is not None
+    assert moved.last_result.epoch == 2
+    write_input(fresh, "part-1.json", range(1010, 1020))
+    restarted = writer(first_epoch=2)  # the same checkpoint, restarted
+    run_available_now(source_stream(spark, fresh), restarted, checkpoint)
+    assert restarted.last_result is not None
+    assert restarted.last_result.epoch == 3
+
+    expected = [*range(20), *range(1000, 1020)]
+    assert postgres_ids(dsn, table) == expected
+    if execution == "driver":
+        assert kafka_ids(kafka, kafka_topic) == expected
+    assert s3_committed_ids(s3, path) == expected
     assert prepared_transactions(dsn, job_id) == []
 
 
