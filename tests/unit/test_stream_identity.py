@@ -197,3 +197,37 @@ def test_executor_mode_refuses_a_decided_epoch_of_an_unknown_stream(tmp_path: Pa
     with pytest.raises(EpochOrderError, match="executor mode"):
         restarted.run_distributed_epoch(0, prepare)
     assert landed(tmp_path) == list(range(10))
+
+
+class DriverKilledError(Exception):
+    """The driver dies at a step."""
+
+
+def test_a_new_stream_killed_after_its_first_decision_finishes_it_at_its_restart(
+    tmp_path: Path,
+) -> None:
+    """The new stream's first epoch is decided and the driver dies before any commit: its
+    restart (same stream, same first_epoch) finds the decision its own, finishes the epoch
+    and replays it as committed; the old stream's rows and the new one's are each there once."""
+    coordinator(tmp_path, "query-1").run_epoch(0, [ids(0)])
+
+    def die(step: str) -> None:
+        if step == "after-decision":
+            raise DriverKilledError(step)
+
+    dying = Coordinator(
+        "job",
+        [files(tmp_path)],
+        LocalDirectoryStore(tmp_path / "store"),
+        commit_retry=FAST,
+        source="query-2",
+        first_epoch=1,
+        on_step=die,
+    )
+    dying.start()
+    with pytest.raises(DriverKilledError):
+        dying.run_epoch(1, [ids(100)])
+    assert landed(tmp_path, 1) == []
+    restarted = coordinator(tmp_path, "query-2", first_epoch=1)
+    assert restarted.run_epoch(1, [ids(100)]).outcome is EpochOutcome.ALREADY_COMMITTED
+    assert (landed(tmp_path, 0), landed(tmp_path, 1)) == (list(range(10)), list(range(100, 110)))
