@@ -15,7 +15,7 @@ from psycopg import sql
 
 from durable_sinks.coordinator import Coordinator, EpochOutcome
 from durable_sinks.core import OpenContext
-from durable_sinks.core.errors import FencedError, TransientError
+from durable_sinks.core.errors import EpochOrderError, FencedError, TransientError
 from durable_sinks.manifest import LocalDirectoryStore
 from durable_sinks.sinks.postgres import Postgres, PostgresSink
 from tests.conftest import UniqueNames
@@ -198,3 +198,25 @@ def test_one_phase_needs_no_prepared_transactions(
     job.start()
     assert job.run_epoch(0, [batch(1)]).outcome is EpochOutcome.COMMITTED
     job.close()
+
+
+def test_a_new_stream_continues_a_one_phase_job_after_its_marker_rows(
+    postgres: PostgresEndpoint, table: str, conn: Any, unique: UniqueNames, tmp_path: Path
+) -> None:
+    """The decisions are the marker rows: a stream new to the job is checked against the
+    newest one (refused at batch 0, naming first_epoch=2), and continues the job with it."""
+    first = coordinator(postgres, table, unique.job_id, tmp_path)
+    first.start()
+    first.run_epoch(0, [batch(1)])
+    first.run_epoch(1, [batch(2)])
+    first.close()
+    refused = coordinator(postgres, table, unique.job_id, tmp_path, source="query-2")
+    refused.start()
+    with pytest.raises(EpochOrderError, match="first_epoch=2"):
+        refused.run_epoch(0, [batch(10)])
+    refused.close()
+    moved = coordinator(postgres, table, unique.job_id, tmp_path, source="query-2", first_epoch=2)
+    moved.start()
+    assert moved.run_epoch(2, [batch(10)]).outcome is EpochOutcome.COMMITTED
+    moved.close()
+    assert ids(conn, table) == [1, 2, 10]
