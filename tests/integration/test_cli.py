@@ -129,6 +129,7 @@ def test_inspect_resolve_verify_after_a_crash(
     assert status.exit_code == 0, status.output
     assert "generation       1" in status.output
     assert "epochs in flight 1" in status.output
+    assert "continues with first_epoch=2" in status.output  # (the newest epoch is 1)
 
     inspect = job.run("inspect")
     assert inspect.exit_code == 0, inspect.output

@@ -152,6 +152,14 @@ def status(**params: Any) -> None:
         f"generation       {state.generation} ({state.live or 'no coordinator seen running'})"
     )
     out.print(f"latest decision  epoch {state.latest_decision} at {_when(state.decided_at)}")
+    if state.stream is not None:
+        first = "" if state.first_epoch is None else f", its first epoch {state.first_epoch}"
+        out.print(f"stream           {state.stream}{first}")
+    if state.latest_decision is not None:
+        out.print(
+            f"a new stream     continues with first_epoch={state.latest_decision + 1} "
+            "(a query moved to a new checkpoint)"
+        )
     out.print(f"epochs in flight {', '.join(map(str, state.in_flight)) or 'none'}")
     table = Table("sink", "kind", "last committed epoch", "committed at", "in doubt")
     for s in state.sinks:

@@ -92,6 +92,10 @@ class Status:
     decided_at: float | None
     sinks: list[SinkStatus]
     in_flight: list[int]
+    #: The stream of the latest decision (a Spark query id; None: not named) and the epoch of
+    #: that stream's first batch (a query moved to a new checkpoint starts after it).
+    stream: str | None = None
+    first_epoch: int | None = None
 
 
 @dataclass(frozen=True)
@@ -255,6 +259,8 @@ class Operator:
             decision.created_at if decision is not None else None,
             sinks,
             sorted(in_flight),
+            None if decision is None else decision.source,
+            None if decision is None else decision.first_epoch,
         )
 
     def inspect(self) -> list[Doubt]:
