@@ -189,7 +189,7 @@ def test_a_query_moved_to_a_new_checkpoint_continues_the_job_with_first_epoch(
         sinks.append(Kafka(bootstrap_servers=kafka.bootstrap_servers, topic=kafka_topic))
 
     def writer(**options: Any) -> Any:
-        return durable_sink(sinks, job_id=job_id, execution=execution, **options)
+        return durable_sink(sinks, **{"job_id": job_id, "execution": execution, **options})
 
     checkpoint = tmp_path / "checkpoint"
     run_available_now(source_stream(spark, source), writer(), checkpoint)
