@@ -92,10 +92,10 @@ def test_recent_epochs_keep_the_newest_record_of_a_batch_and_drop_the_oldest() -
     recent.put("q", 1, {"outcome": "committed"})
     recent.put("other", 0, {"outcome": "committed"})
     assert len(recent) == 2
-    assert recent.take("q", 0) is None  # the oldest, dropped
-    assert recent.take("q", 1) == {"outcome": "committed"}
-    assert recent.take("q", 1) is None  # taken once
-    assert recent.take("other", 0) == {"outcome": "committed"}
+    assert recent.get("q", 0) is None  # the oldest, dropped
+    assert recent.get("q", 1) == {"outcome": "committed"}
+    assert recent.get("q", 1) == {"outcome": "committed"}  # read, not removed
+    assert recent.get("other", 0) == {"outcome": "committed"}
 
 
 def test_a_progress_event_is_joined_with_the_record_of_its_query_and_batch(
@@ -136,6 +136,23 @@ def test_a_progress_event_is_joined_with_the_record_of_its_query_and_batch(
         first.as_dict(),
         second.as_dict(),
     ]
+
+
+def test_every_listener_sees_each_batch_once_per_run(tmp_path: Path) -> None:
+    _, results = epochs(tmp_path, 1)
+    query = str(uuid.uuid4())
+    record(BatchObserver("orders", "driver"), results[0], query, 0)
+    first, second = ProgressJoin(), ProgressJoin()
+    event = progress_json(query, 0)
+    assert first.progress(event) is not None
+    assert second.progress(event) is not None
+    # A trigger that ran no batch reports the last batch run again: not published twice.
+    assert first.progress(event) is None
+    assert len(first.recent(query)) == 1
+    # The query restarted (a new run) and its batch replayed: published again.
+    restarted = json.loads(event) | {"runId": str(uuid.uuid4())}
+    assert first.progress(json.dumps(restarted)) is not None
+    assert len(first.recent(query)) == 2
 
 
 def test_a_replayed_batch_is_published_as_already_committed_and_writes_no_rows(

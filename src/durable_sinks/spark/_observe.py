@@ -205,7 +205,7 @@ class RecentEpochs:
     """The latest epoch records of this process, by (Spark's query id, Spark's batch id), for
     the progress listener (`_progress.py`) to join with the query's progress. Bounded: beyond
     `limit` records the oldest is dropped. Thread-safe (the writer puts from the batch's
-    thread, a listener takes from Spark's listener thread)."""
+    thread, listeners read from Spark's listener thread)."""
 
     def __init__(self, limit: int = 1000) -> None:
         self.limit = limit
@@ -222,11 +222,13 @@ class RecentEpochs:
             while len(self._records) > self.limit:
                 self._records.popitem(last=False)
 
-    def take(self, query: str, batch: int) -> dict[str, Any] | None:
-        """The record of batch `batch` of query `query`, removed; None when no writer of this
-        process wrote that batch (or it was dropped)."""
+    def get(self, query: str, batch: int) -> dict[str, Any] | None:
+        """The record of batch `batch` of query `query` (a copy); None when no writer of this
+        process wrote that batch, or it was dropped. Records stay: every listener of the
+        process reads them."""
         with self._lock:
-            return self._records.pop((query, batch), None)
+            record = self._records.get((query, batch))
+            return None if record is None else dict(record)
 
     def __len__(self) -> int:
         with self._lock:

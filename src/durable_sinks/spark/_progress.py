@@ -96,15 +96,20 @@ class ProgressJoin:
 
     def progress(self, progress_json: str) -> BatchProgress | None:
         """One progress event: its BatchProgress, published, or None when no writer of this
-        process wrote its batch (another sink, or a trigger that ran no batch)."""
+        process wrote its batch (another sink) or the event repeats the batch this run last
+        published (Spark's progress of a trigger that ran no batch names the last one run)."""
         progress = json.loads(progress_json)
         query, batch = str(progress["id"]), int(progress["batchId"])
-        record = self.records.take(query, batch)
+        run = str(progress.get("runId", ""))
+        record = self.records.get(query, batch)
         if record is None:
             return None
-        joined = BatchProgress(query, str(progress.get("runId", "")), batch, progress, record)
+        joined = BatchProgress(query, run, batch, progress, record)
         with self._lock:
-            self._recent.setdefault(query, deque(maxlen=self.keep)).append(joined)
+            published = self._recent.setdefault(query, deque(maxlen=self.keep))
+            if published and (published[-1].run_id, published[-1].batch_id) == (run, batch):
+                return None
+            published.append(joined)
         _log.info(
             "query %s batch %d: %s",
             query,
