@@ -146,7 +146,7 @@ def test_every_listener_sees_each_batch_once_per_run(tmp_path: Path) -> None:
     event = progress_json(query, 0)
     assert first.progress(event) is not None
     assert second.progress(event) is not None
-    # A trigger that ran no batch reports the last batch run again: not published twice.
+    # The same batch of the same run again: published once.
     assert first.progress(event) is None
     assert len(first.recent(query)) == 1
     # The query restarted (a new run) and its batch replayed: published again.

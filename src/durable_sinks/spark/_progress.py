@@ -96,8 +96,8 @@ class ProgressJoin:
 
     def progress(self, progress_json: str) -> BatchProgress | None:
         """One progress event: its BatchProgress, published, or None when no writer of this
-        process wrote its batch (another sink) or the event repeats the batch this run last
-        published (Spark's progress of a trigger that ran no batch names the last one run)."""
+        process wrote its batch (another sink) or the event repeats the batch this run of the
+        query last published (each batch of a run is published once)."""
         progress = json.loads(progress_json)
         query, batch = str(progress["id"]), int(progress["batchId"])
         run = str(progress.get("runId", ""))
