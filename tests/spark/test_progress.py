@@ -113,3 +113,62 @@ def test_the_data_source_s_rows_are_counted_by_spark_in_the_sink_s_progress(
     (progress,) = [json.loads(p.json) for p in query.recentProgress if p.numInputRows]
     assert progress["sink"]["numOutputRows"] == 12
     assert progress["sink"].get("metrics", {}) == {}
+
+
+def observed_through_connect(
+    spark: Any, source: str, checkpoint: str, dsn: str, table: str, job_id: str
+) -> dict[str, Any]:
+    """In a Connect client: the listener's refusal, then a query that observes its input
+    before a durable_sink; each batch's observedMetrics and sink from Spark's progress."""
+    from durable_sinks import ConfigError
+
+    refusal = ""
+    try:
+        progress_listener(spark)
+    except ConfigError as refused:
+        refusal = str(refused)
+    writer = durable_sink("postgres", dsn=dsn, table=table, job_id=job_id, create_table=True)
+    rows = functions.count(functions.lit(1)).alias("rows")
+    query = (
+        source_stream(spark, Path(source))
+        .observe("input", rows)
+        .writeStream.foreachBatch(writer)
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(180)
+    progress = [json.loads(p.json) for p in query.recentProgress]
+    return {
+        "refusal": refusal,
+        "error": None if query.exception() is None else str(query.exception()),
+        "batches": [(p["batchId"], p["observedMetrics"], p["sink"]) for p in progress],
+    }
+
+
+@pytest.mark.fault_tier  # a Connect client of its own; classic Spark's observe is the default's
+def test_through_spark_connect_an_observation_before_the_sink_reaches_the_progress(
+    connect_client: Any, postgres: PostgresEndpoint, pg_schema: str, job_id: str, tmp_path: Path
+) -> None:
+    source, table = tmp_path / "in", f"{pg_schema}.events"
+    dsn = postgres.conninfo()
+    for n in range(2):
+        write_input(source, f"part-{n}.json", range(n * 10, n * 10 + 6))
+    seen = connect_client.run(
+        observed_through_connect,
+        str(source),
+        str(tmp_path / "checkpoint"),
+        dsn,
+        table,
+        job_id,
+    )
+    assert "Spark Connect" in seen["refusal"]
+    assert seen["error"] is None
+    assert postgres_ids(dsn, table) == [*range(6), *range(10, 16)]
+    assert [batch for batch, _, _ in seen["batches"]] == [0, 1]
+    for _, observed, sink in seen["batches"]:
+        # Connect's progress JSON carries an observation as the row's values and its schema
+        # (classic: {"input": {"rows": 6}}).
+        assert observed["input"]["values"] == [6]
+        assert [f["name"] for f in observed["input"]["schema"]["fields"]] == ["rows"]
+        assert (sink["description"], sink["numOutputRows"]) == ("ForeachBatchSink", -1)
