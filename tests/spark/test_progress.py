@@ -127,7 +127,14 @@ def observed_through_connect(
         progress_listener(spark)
     except ConfigError as refused:
         refusal = str(refused)
-    writer = durable_sink("postgres", dsn=dsn, table=table, job_id=job_id, create_table=True)
+    writer = durable_sink(
+        "postgres",
+        dsn=dsn,
+        table=table,
+        job_id=job_id,
+        create_table=True,
+        checkpoint_location=checkpoint,  # pyspark 4.3's Connect hides the query from a batch
+    )
     rows = functions.count(functions.lit(1)).alias("rows")
     query = (
         source_stream(spark, Path(source))
@@ -138,7 +145,8 @@ def observed_through_connect(
         .start()
     )
     query.awaitTermination(180)
-    progress = [json.loads(p.json) for p in query.recentProgress]
+    # pyspark 3.5's Connect client gives each progress as a dict, 4.x as StreamingQueryProgress
+    progress = [p if isinstance(p, dict) else json.loads(p.json) for p in query.recentProgress]
     return {
         "refusal": refusal,
         "error": None if query.exception() is None else str(query.exception()),
