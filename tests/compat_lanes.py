@@ -37,13 +37,15 @@ from tests.support.venvs import build_wheel
 
 #: The tests every lane runs (`make test-compat`): driver mode's reads and writes, executor
 #: mode, SIGKILLed drivers in both modes, Spark Connect (a killed server too), the data
-#: source where pyspark has its API, and the install that keeps the lane's pyspark.
+#: source where pyspark has its API, a batch's numbers beside Spark's query progress, and the
+#: install that keeps the lane's pyspark.
 LANE_TESTS = (
     "tests/spark/test_driver_reads.py",
     "tests/spark/test_durable_sink.py",
     "tests/spark/test_crash.py",
     "tests/spark/test_connect.py",
     "tests/spark/test_datasource.py",
+    "tests/spark/test_progress.py",
     "tests/unit/test_install_keeps_spark.py",
 )
 #: What `make test` runs of each lane (tests/spark/test_compat_lanes.py): both reads and a

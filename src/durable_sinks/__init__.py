@@ -10,7 +10,8 @@ at once, by two-phase commit.
 
 This is the canonical import path of what a streaming job calls: `durable_sink`, `sink`, the
 sinks' typed configurations (one per built-in kind: `Postgres`, `Kafka`, ...),
-`register_data_source` (for `format("durable")`), `DeliveryGuarantee`, every error
+`register_data_source` (for `format("durable")`), `progress_listener` (each batch's numbers
+beside Spark's query progress), `DeliveryGuarantee`, every error
 durable-sinks raises (to catch them). The Spark entry points
 and the configurations load on first use, so this import loads neither Spark nor any database
 or Kafka client; nor does a configuration (its sink's client loads when the sink is built).
@@ -56,7 +57,14 @@ if TYPE_CHECKING:
     from .sinks.kafka.config import Kafka
     from .sinks.postgres.config import Postgres
     from .sinks.s3.config import S3
-    from .spark import DurableBatchWriter, durable_sink, register_data_source, sink
+    from .spark import (
+        BatchProgress,
+        DurableBatchWriter,
+        durable_sink,
+        progress_listener,
+        register_data_source,
+        sink,
+    )
 
 try:
     __version__ = version("durable-sinks")
@@ -64,7 +72,16 @@ except PackageNotFoundError:  # pragma: no cover - imported from a tree that was
     __version__ = "0+unknown"
 
 #: Names that load the Spark entry points when first used.
-_SPARK_NAMES = frozenset({"durable_sink", "sink", "register_data_source", "DurableBatchWriter"})
+_SPARK_NAMES = frozenset(
+    {
+        "durable_sink",
+        "sink",
+        "register_data_source",
+        "DurableBatchWriter",
+        "progress_listener",
+        "BatchProgress",
+    }
+)
 
 
 def typed_configurations() -> dict[str, type[Any]]:
@@ -103,6 +120,7 @@ __all__ = [
     "S3",
     "BadRowsError",
     "BatchChangedError",
+    "BatchProgress",
     "CapabilityError",
     "CommitIncompleteError",
     "CommittedEpochLostError",
@@ -132,6 +150,7 @@ __all__ = [
     "UsageError",
     "__version__",
     "durable_sink",
+    "progress_listener",
     "register_data_source",
     "sink",
 ]

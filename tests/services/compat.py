@@ -92,6 +92,7 @@ NO_DATA_SOURCE = (
     "tests/spark/test_datasource.py::test_spark_shows_no_option_of_a_durable_query",
     "tests/spark/test_datasource.py::test_a_new_checkpoint_in_a_new_application_is_refused_not_a_key_collision",
     "tests/spark/test_connect.py::test_the_durable_data_source_writes_through_a_remote_session",
+    "tests/spark/test_progress.py::test_the_data_source_s_rows_are_counted_by_spark_in_the_sink_s_progress",
 )
 LANES = (
     # The managed runtime's pandas and numpy: the Spark tests on the oldest pandas tested.

@@ -13,15 +13,18 @@ built. See docs/guide.md for every option, the guarantees and their conditions.
 """
 
 from ._options import JobOptions
+from ._progress import BatchProgress, progress_listener
 from ._registration import register_data_source
 from ._specs import SinkSpec, sink
 from ._writer import DurableBatchWriter, durable_sink
 
 __all__ = [
+    "BatchProgress",
     "DurableBatchWriter",
     "JobOptions",
     "SinkSpec",
     "durable_sink",
+    "progress_listener",
     "register_data_source",
     "sink",
 ]

@@ -1,7 +1,8 @@
 """What the writer tells about each batch: one structured log record per epoch, the job's
-counters summed over the writer's coordinators, and the Observation the Prometheus endpoint
-(`_prometheus.py`, loaded only when a writer has metrics_port) is updated from. No Spark here,
-and no I/O but logging.
+counters summed over the writer's coordinators, the Observation the Prometheus endpoint
+(`_prometheus.py`, loaded only when a writer has metrics_port) is updated from, and the latest
+records by Spark's query and batch id for the progress listener (`_progress.py`). No Spark
+here, and no I/O but logging.
 
 Nothing here carries a secret: records hold the job id, sink names, numbers and an error's
 class name, never a DSN, a sink's options or an error's message.
@@ -11,6 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -198,6 +201,44 @@ def log_epoch(log: JobLogger, record: Mapping[str, Any]) -> None:
     log.bind(epoch=int(record["epoch"])).info("%s", text, extra=extra)
 
 
+class RecentEpochs:
+    """The latest epoch records of this process, by (Spark's query id, Spark's batch id), for
+    the progress listener (`_progress.py`) to join with the query's progress. Bounded: beyond
+    `limit` records the oldest is dropped. Thread-safe (the writer puts from the batch's
+    thread, listeners read from Spark's listener thread)."""
+
+    def __init__(self, limit: int = 1000) -> None:
+        self.limit = limit
+        self._records: OrderedDict[tuple[str, int], dict[str, Any]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def put(self, query: str, batch: int, record: Mapping[str, Any]) -> None:
+        """Keep `record` as batch `batch` of query `query` (a later call for the same batch,
+        its replay, replaces it)."""
+        with self._lock:
+            key = (query, batch)
+            self._records.pop(key, None)
+            self._records[key] = dict(record)
+            while len(self._records) > self.limit:
+                self._records.popitem(last=False)
+
+    def get(self, query: str, batch: int) -> dict[str, Any] | None:
+        """The record of batch `batch` of query `query` (a copy); None when no writer of this
+        process wrote that batch, or it was dropped. Records stay: every listener of the
+        process reads them."""
+        with self._lock:
+            record = self._records.get((query, batch))
+            return None if record is None else dict(record)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._records)
+
+
+#: This process's epoch records awaiting their query progress event.
+RECENT = RecentEpochs()
+
+
 class BatchObserver:
     """A writer's account of its batches: the counters of the coordinators it closed (JobTotals
     start at 0 with each coordinator), failed calls, the record per epoch and, once `serve`d,
@@ -244,9 +285,12 @@ class BatchObserver:
         current: JobTotals | None,
         recovery: RecoveryReport | None,
         error: BaseException | None = None,
+        query: str | None = None,
+        batch: int | None = None,
     ) -> None:
         """One call done (`result` None: it raised `error`): its record logged, the metrics
-        updated. `attempts`: this call's; `failed_attempts`: the writer's, cumulative."""
+        updated, and with Spark's `query` id and `batch` id known, the record kept in RECENT.
+        `attempts`: this call's; `failed_attempts`: the writer's, cumulative."""
         if result is None:
             self.failed_batches += 1
         record = epoch_record(
@@ -260,6 +304,8 @@ class BatchObserver:
             error=error,
         )
         log_epoch(self.log, record)
+        if query is not None and batch is not None:
+            RECENT.put(query, batch, record)
         if self.metrics is not None:
             counts = counters(
                 self.totals(current),
@@ -274,9 +320,11 @@ class BatchObserver:
 __all__ = [
     "EPOCH_LOGGER",
     "FAILED",
+    "RECENT",
     "TOTAL",
     "BatchObserver",
     "Observation",
+    "RecentEpochs",
     "add_totals",
     "counters",
     "epoch_record",

@@ -282,6 +282,8 @@ class DurableBatchWriter:
                 current=self._current_totals(),
                 recovery=self.recovery,
                 error=error,
+                query=self._query_id,
+                batch=epoch - self.options.first_epoch,
             )
         except Exception as exc:  # noqa: BLE001 - the batch is done: never fail it for this
             self.log.bind(epoch=epoch).warning("could not record the batch: %r", exc)
