@@ -18,6 +18,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -32,6 +33,13 @@ from tests.support.releases import Release, previous_release, release_python
 from tests.support.targets import create_topic, delete_with_progress, prepared_gids
 
 JOB = Path(__file__).with_name("job.py")
+#: The tables the job's Postgres sink and decision store create.
+TABLES = (
+    "durable_sinks_epochs",
+    "durable_sinks_fences",
+    "durable_sinks_generations",
+    "durable_sinks_decisions",
+)
 EPOCHS = 5
 IN_DOUBT = 2
 ROWS = 50
@@ -56,6 +64,17 @@ def topic(kafka: KafkaEndpoint, unique: UniqueNames) -> Iterator[str]:
     create_topic(admin, name, partitions=2)
     yield name
     delete_with_progress(admin, name)
+
+
+def layout_comments(conn: psycopg.Connection[Any], schema: str) -> list[object]:
+    """The comments of the tables durable-sinks made in `schema` (where a layout's version is
+    kept)."""
+    return [
+        conn.execute(
+            "SELECT obj_description(%s::regclass, 'pg_class')", (f'"{schema}"."{table}"',)
+        ).fetchone()[0]  # type: ignore[index]
+        for table in TABLES
+    ]
 
 
 def run(python: Path, state: Path, env: dict[str, str], *args: str) -> tuple[int, str]:
@@ -102,6 +121,8 @@ def test_this_release_finishes_an_epoch_the_previous_release_left_in_doubt(
     with psycopg.connect(postgres.conninfo(), autocommit=True) as conn:
         assert prepared_gids(conn, unique.job_id, "postgres"), "no prepared epoch left in doubt"
         keys = [r[0] for r in conn.execute(f'SELECT key FROM "{pg_schema}".events')]
+        # The previous release's tables carry no layout version: this release reads them as 1.
+        assert layout_comments(conn, pg_schema) == [None] * len(TABLES)
     assert sorted(keys) == sorted(f"{e}:{i}" for e in range(IN_DOUBT) for i in range(ROWS))
     assert len(read_committed(kafka, admin, topic)) == (IN_DOUBT + 1) * ROWS
 
