@@ -8,6 +8,7 @@ Layout under `<path>/<job>/` (`<job>` as in participant names)::
     decisions/<epoch>.json                   every decided epoch (hard links)
     finished/<epoch>                         every participant of the epoch is committed
     latest, expired-below                    hints (lost in a crash: rebuilt by scanning)
+    layout.json                              the layout's version (DIRECTORY_STORE)
 
 The commit point of `put` is `link()` of the fsynced record into
 `generations/<g>/decisions/`, by path. `open` of a newer generation first renames every older
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import time
 import weakref
@@ -43,6 +45,7 @@ from durable_sinks.core.errors import (
     TransientError,
     UsageError,
 )
+from durable_sinks.core.formats import stored_format
 from durable_sinks.core.naming import component
 from durable_sinks.core.operations import Bookkeeping
 
@@ -54,6 +57,16 @@ _WIDTH = 12  # digits of epoch and generation numbers in file names (sortable)
 #: writer's and is removed at `open`. A live writer links its temporary file within
 #: milliseconds; one stalled longer finds it gone and stops (FencedError), nothing decided.
 TEMP_AGE_S = 3600.0
+
+LAYOUT_FILE = "layout.json"
+LAYOUT_FORMAT = "durable-sinks/directory-store"
+DIRECTORY_STORE = stored_format(
+    "directory decision store layout",
+    current=1,
+    oldest=1,
+    where=f'`<path>/<job>/{LAYOUT_FILE}`: `{{"format": "{LAYOUT_FORMAT}", "version": ...}}` '
+    "(absent: version 1); its decision records carry their own",
+)
 
 
 def _epoch_file(epoch: int) -> str:
@@ -105,11 +118,32 @@ class LocalDirectoryStore:
                 fix="point the decision store at a writable local directory",
             ) from exc
         with self._io("open the job's folder"):
+            self._check_layout()
             self._generation = self._claim_generation()
             self._retire_older()
             self._promote_retired()
             self._sweep_temps()
         return self._generation
+
+    def _check_layout(self) -> None:
+        """Record the layout's version in a job folder that has none (a new one, or one made
+        before layouts carried a version: both version 1), then check it."""
+        path = self._home / LAYOUT_FILE
+        body = json.dumps({"format": LAYOUT_FORMAT, "version": DIRECTORY_STORE.current})
+        with contextlib.suppress(FileExistsError):
+            create_exclusive(path, body.encode() + b"\n", fsync=self.fsync)
+        data = path.read_bytes()
+        try:
+            found = json.loads(data)
+            if found.get("format") != LAYOUT_FORMAT:
+                raise ValueError("format")  # noqa: TRY301 - one message for every damage
+        except (ValueError, AttributeError) as exc:
+            raise ManifestCorruptError(
+                f"{path}: not a durable-sinks layout file ({len(data)} bytes)",
+                job=self._job,
+                fix=f"it was changed outside durable-sinks; write {body} there",
+            ) from exc
+        DIRECTORY_STORE.check(found.get("version"), source=str(path), job=self._job)
 
     def _sweep_temps(self) -> None:
         """Remove temporary files crashed writers left (older than TEMP_AGE_S)."""

@@ -10,11 +10,25 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from durable_sinks.core.content import ContentSummary
-from durable_sinks.core.errors import MALFORMED, CorruptRecordError, ManifestCorruptError
+from durable_sinks.core.errors import (
+    MALFORMED,
+    CorruptRecordError,
+    ManifestCorruptError,
+    StoredFormatError,
+)
+from durable_sinks.core.formats import stored_format
 from durable_sinks.core.protocol import JSON, CommitHandle
 
 FORMAT = "durable-sinks/decision"
-VERSION = 1
+DECISION_RECORD = stored_format(
+    "decision record",
+    current=1,
+    oldest=1,
+    where="every decision store, and the last resource's record (Kafka's progress record, "
+    'the Postgres marker row): a JSON envelope `{"format": "durable-sinks/decision", '
+    '"version": ...}`',
+)
+VERSION = DECISION_RECORD.current
 
 
 @dataclass(frozen=True)
@@ -119,6 +133,8 @@ class DecisionRecord:
                     for sink, reasons in (data.get("dead_letters") or {}).items()
                 },
             )
+        except StoredFormatError:
+            raise
         except (*MALFORMED, CorruptRecordError) as exc:
             problem = f"{exc!r}"[:500]
             raise ManifestCorruptError(f"{source}: malformed decision record ({problem})") from exc
@@ -151,12 +167,7 @@ class DecisionRecord:
             ) from exc
         if not isinstance(envelope, dict) or envelope.get("format") != FORMAT:
             raise ManifestCorruptError(f"{source}: not a durable-sinks decision record", fix=fix)
-        if envelope.get("version") != VERSION:
-            raise ManifestCorruptError(
-                f"{source}: decision record version {envelope.get('version')!r} is not "
-                f"supported (this build reads {VERSION})",
-                fix="finish recovery with the durable-sinks version that wrote it",
-            )
+        DECISION_RECORD.check(envelope.get("version"), source=source)
         record = envelope.get("record")
         if not isinstance(record, dict):
             raise ManifestCorruptError(f"{source}: decision record has no body", fix=fix)

@@ -36,8 +36,10 @@ from psycopg import sql
 
 from durable_sinks.clients.postgres import (
     bounded_connect,
+    check_layout,
     connection_failure,
     connection_lost,
+    mark_layout,
     server_of,
     session_name,
 )
@@ -49,12 +51,27 @@ from durable_sinks.core.errors import (
     ManifestError,
     TransientError,
 )
+from durable_sinks.core.formats import stored_format
 from durable_sinks.core.operations import Bookkeeping
 from durable_sinks.core.redaction import redact
 from durable_sinks.core.secrets import check, resolve
 
 from ._record import DecisionRecord
 from ._store import logs_expire, logs_open, logs_put, require_open, require_own
+
+GENERATIONS_TABLE = stored_format(
+    "Postgres decision store generations table",
+    current=1,
+    oldest=1,
+    where="`<schema>.durable_sinks_generations`: the table's comment (none: version 1)",
+)
+DECISIONS_TABLE = stored_format(
+    "Postgres decision store decisions table",
+    current=1,
+    oldest=1,
+    where="`<schema>.durable_sinks_decisions`: the table's comment (none: version 1); its "
+    "`record` column holds decision records",
+)
 
 
 def _first_line(exc: BaseException) -> str:
@@ -187,21 +204,30 @@ class PostgresDecisionStore:
         return self._generation
 
     def _create_tables(self, conn: psycopg.Connection[Any], job_id: str) -> None:
+        statements = [
+            (
+                self._generations,
+                GENERATIONS_TABLE,
+                "CREATE TABLE IF NOT EXISTS {} (job_id text PRIMARY KEY, "
+                "generation bigint NOT NULL)",
+            ),
+            (
+                self._decisions,
+                DECISIONS_TABLE,
+                "CREATE TABLE IF NOT EXISTS {} (job_id text NOT NULL, epoch bigint NOT NULL, "
+                "generation bigint NOT NULL, record bytea NOT NULL, "
+                "finished boolean NOT NULL DEFAULT false, "
+                "created_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (job_id, epoch))",
+            ),
+        ]
         try:
-            conn.execute(
-                sql.SQL(
-                    "CREATE TABLE IF NOT EXISTS {} (job_id text PRIMARY KEY, "
-                    "generation bigint NOT NULL)"
-                ).format(self._generations)
-            )
-            conn.execute(
-                sql.SQL(
-                    "CREATE TABLE IF NOT EXISTS {} (job_id text NOT NULL, epoch bigint NOT NULL, "
-                    "generation bigint NOT NULL, record bytea NOT NULL, "
-                    "finished boolean NOT NULL DEFAULT false, "
-                    "created_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (job_id, epoch))"
-                ).format(self._decisions)
-            )
+            for table, layout, statement in statements:
+                exists = conn.execute("SELECT to_regclass(%s)", (table.as_string(conn),))
+                if (exists.fetchone() or (None,))[0] is not None:
+                    check_layout(conn, table, layout, job=job_id)
+                    continue
+                conn.execute(sql.SQL(statement).format(table))
+                mark_layout(conn, table, layout)
         except psycopg.errors.InvalidSchemaName:
             raise ConfigError(
                 f"schema {self.schema!r} of {self.where} does not exist; nothing was created",

@@ -61,6 +61,7 @@ from durable_sinks.core.errors import (
     TransientError,
     UsageError,
 )
+from durable_sinks.core.formats import stored_format
 from durable_sinks.core.naming import component
 from durable_sinks.core.operations import Bookkeeping
 
@@ -70,6 +71,13 @@ from ._store import logs_expire, logs_open, logs_put, require_open, require_own
 
 GENERATION_FORMAT = "durable-sinks/generation"
 CLAIM_FORMAT = "durable-sinks/claim"
+S3_STORE = stored_format(
+    "S3 decision store layout",
+    current=1,
+    oldest=1,
+    where="the job's folder: `generation.json` and each slot's claim carry `\"version\"` "
+    "(its decision records their own)",
+)
 #: A claim is about 60 bytes, a decision record never under 200 (its envelope alone carries a
 #: 64-digit SHA-256): listings tell them apart by size.
 CLAIM_MAX_BYTES = 128
@@ -181,6 +189,7 @@ class S3DecisionStore:
             value = json.loads(data)
             if value.get("format") != GENERATION_FORMAT:
                 raise ValueError("format")  # noqa: TRY301 - one message for every damage
+            S3_STORE.check(value.get("version"), source=folder.uri(key), job=folder.job)
             return _Generation(int(value["generation"]), str(value.get("claimant", "")), etag)
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             raise ManifestCorruptError(
@@ -200,7 +209,14 @@ class S3DecisionStore:
                 # Our PUT landed but its answer was lost (a 412 on botocore's retry).
                 return current.generation
             number = 1 if current is None else current.generation + 1
-            body = _json({"format": GENERATION_FORMAT, "generation": number, "claimant": claimant})
+            body = _json(
+                {
+                    "format": GENERATION_FORMAT,
+                    "version": S3_STORE.current,
+                    "generation": number,
+                    "claimant": claimant,
+                }
+            )
             try:
                 written = self._folder.write(
                     key, body, replacing=None if current is None else current.etag
@@ -261,6 +277,7 @@ class S3DecisionStore:
             return None  # from_bytes names the damage
         if not isinstance(value, dict) or value.get("format") != CLAIM_FORMAT:
             return None
+        S3_STORE.check(value.get("version"), source=self._folder.uri(key), job=self._job)
         generation = value.get("generation")
         if not isinstance(generation, int) or generation < 0:
             raise ManifestCorruptError(
@@ -296,7 +313,9 @@ class S3DecisionStore:
         no older one can decide the epoch any more (FencedError if a newer one claimed it)."""
         self._require_open()
         key = self._folder.key("decisions", _slot_name(epoch))
-        claim = _json({"format": CLAIM_FORMAT, "generation": self._generation})
+        claim = _json(
+            {"format": CLAIM_FORMAT, "version": S3_STORE.current, "generation": self._generation}
+        )
         for _ in range(_ROUNDS):
             slot = self._read_slot(epoch)
             if slot.record is not None:

@@ -119,6 +119,7 @@ TIERS: dict[str, Tier] = {
                     "tests/integration/test_s3_decision_store.py",
                     "tests/spark/test_crash.py",
                     "tests/spark/test_shared_writer.py",
+                    "tests/upgrade",
                 ),
             ),
             env={

@@ -10,6 +10,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from durable_sinks.core.formats import stored_format
 from durable_sinks.core.naming import ParticipantName
 from durable_sinks.core.sink_base import SinkBase
 
@@ -17,6 +18,13 @@ from .config import Delta
 from .handles import WRITING
 from .layout import Layout
 from .storage import TableStorage
+
+JOURNAL = stored_format(
+    "Delta participant journal",
+    current=1,
+    oldest=1,
+    where='the table\'s `_durable_sinks` folder, one JSON file per participant, with `"version"`',
+)
 
 
 class Journals:
@@ -26,7 +34,8 @@ class Journals:
         self._sink, self._storage, self.layout = sink, storage, layout
 
     def write(self, name: ParticipantName, content: Mapping[str, Any]) -> None:
-        data = json.dumps({"participant": str(name), **content}, sort_keys=True).encode()
+        journal = {"participant": str(name), **content, "version": JOURNAL.current}
+        data = json.dumps(journal, sort_keys=True).encode()
         self._storage.write_bytes(self.layout.journal(name), data)
 
     def read(self, path: str) -> Mapping[str, Any] | None:
@@ -40,7 +49,10 @@ class Journals:
             found = json.loads(data)
         except ValueError:
             return {"state": WRITING, "paths": []}
-        return found if isinstance(found, dict) else None
+        if not isinstance(found, dict):
+            return None
+        JOURNAL.check(found.get("version"), source=path, job=self._sink.context.job_id)
+        return found
 
     def under(self, folder: str) -> list[tuple[ParticipantName, Mapping[str, Any]]]:
         """Every journal under `folder` (the sink's, or one epoch's), by participant."""

@@ -22,7 +22,19 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from durable_sinks.core.formats import stored_format
 from durable_sinks.core.naming import ParticipantName, component
+
+#: The commit information key holding the version of the keys an epoch's commit carries
+#: (`durable_sinks.epoch`, `durable_sinks.participants`).
+COMMIT_VERSION_KEY = "durable_sinks.version"
+COMMIT_INFO = stored_format(
+    "Delta commit information",
+    current=1,
+    oldest=1,
+    where="each epoch's commit: `durable_sinks.*` keys of its commit information, the version "
+    f"as `{COMMIT_VERSION_KEY}` (absent: version 1)",
+)
 
 ROOT = "_durable_sinks"
 _JOURNAL = re.compile(

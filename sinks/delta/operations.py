@@ -12,6 +12,7 @@ from durable_sinks.core.naming import ParticipantName
 from durable_sinks.core.operations import Holding, Prepared
 
 from .handles import journal_handle, journal_paths, leftover, paths_of
+from .layout import COMMIT_INFO, COMMIT_VERSION_KEY
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -36,6 +37,11 @@ def holdings(table: DeltaTable, first: int, last: int) -> dict[int, Holding]:
         participants = commit.get("durable_sinks.participants")
         if epoch is None or not first <= int(epoch) <= last:
             continue
+        version = commit.get(COMMIT_VERSION_KEY)
+        COMMIT_INFO.check(
+            int(version) if isinstance(version, str) and version.isdigit() else version,
+            source=f"the table commit of epoch {epoch}",
+        )
         metrics = commit.get("operationMetrics") or {}
         rows = metrics.get("num_added_rows") or metrics.get("num_source_rows")
         found[int(epoch)] = Holding(

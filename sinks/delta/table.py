@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from durable_sinks.core.joblog import JobLogger
 
+from .layout import COMMIT_INFO, COMMIT_VERSION_KEY
 from .shape import Shape, adds_columns, normalised_schema
 from .storage import TableStorage
 
@@ -105,6 +106,7 @@ class DeltaLog:
             custom_metadata={
                 "durable_sinks.epoch": str(epoch),
                 "durable_sinks.participants": json.dumps(sorted(participants)),
+                COMMIT_VERSION_KEY: str(COMMIT_INFO.current),
             },
             max_commit_retries=self.commit_retries,
         )

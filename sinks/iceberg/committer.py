@@ -38,7 +38,14 @@ from . import _pyiceberg
 from .config import Iceberg
 from .errors import CommitConflictError
 from .handles import IcebergHandleDetails, data_files_of
-from .layout import SUMMARY_EPOCH, SUMMARY_JOB, SUMMARY_PARTICIPANTS, SUMMARY_SINK
+from .layout import (
+    SNAPSHOT_SUMMARY,
+    SUMMARY_EPOCH,
+    SUMMARY_JOB,
+    SUMMARY_PARTICIPANTS,
+    SUMMARY_SINK,
+    SUMMARY_VERSION,
+)
 from .table import IcebergTable
 
 if TYPE_CHECKING:
@@ -149,6 +156,7 @@ def _commit(
         SUMMARY_SINK: sink.name,
         SUMMARY_EPOCH: str(epoch),
         SUMMARY_PARTICIPANTS: json.dumps(list(participants)),
+        SUMMARY_VERSION: str(SNAPSHOT_SUMMARY.current),
     }
     _pyiceberg.without_commit_retries(table)
     with table.transaction() as tx:

@@ -25,6 +25,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from durable_sinks.core.formats import stored_format
 from durable_sinks.core.naming import ParticipantName, component
 
 PREFIX = "durable-sinks"
@@ -34,6 +35,15 @@ SUMMARY_SINK = f"{PREFIX}.sink"
 SUMMARY_EPOCH = f"{PREFIX}.epoch"
 #: The participants the commit appended (a JSON list of participant names).
 SUMMARY_PARTICIPANTS = f"{PREFIX}.participants"
+#: The version of these keys' format (SNAPSHOT_SUMMARY).
+SUMMARY_VERSION = f"{PREFIX}.version"
+SNAPSHOT_SUMMARY = stored_format(
+    "Iceberg snapshot summary",
+    current=1,
+    oldest=1,
+    where=f"each epoch's snapshot summary, keys `{PREFIX}.*`: its version as "
+    f"`{SUMMARY_VERSION}` (absent: version 1)",
+)
 #: Bits of a task number that count the participant's files (below them: the part).
 _FILE_BITS = 32
 _FILE = re.compile(
@@ -63,6 +73,13 @@ class Layout:
             or not str(summary.get(SUMMARY_EPOCH, "")).isdigit()
         ):
             return None
+        found = summary.get(SUMMARY_VERSION)
+        SNAPSHOT_SUMMARY.check(
+            int(found) if found is not None and found.isdigit() else found,
+            source=f"the snapshot summary of epoch {summary.get(SUMMARY_EPOCH)}",
+            job=self.job_id,
+            sink=self.sink,
+        )
         return int(str(summary.get(SUMMARY_EPOCH)))
 
     @property

@@ -42,6 +42,7 @@ from durable_sinks.core.errors import (
     ManifestCorruptError,
     TransientError,
 )
+from durable_sinks.core.formats import stored_format
 from durable_sinks.core.naming import component, owner_prefix
 from durable_sinks.core.protocol import JSON
 
@@ -49,7 +50,19 @@ from .admin import list_offsets
 from .config import PROGRESS_READER_GROUP
 from .errors import RAW, client_failure
 
-PROGRESS_VERSION = 1
+PROGRESS_RECORD = stored_format(
+    "Kafka progress record",
+    current=1,
+    oldest=1,
+    where='the progress topic, key `<owner>progress`: JSON with `"version"`',
+)
+FENCE_RECORD = stored_format(
+    "Kafka fence record",
+    current=1,
+    oldest=1,
+    where='the progress topic, keys `<owner>fence` and `<owner>generation`: JSON with `"version"`',
+)
+PROGRESS_VERSION = PROGRESS_RECORD.current
 #: Records read per step of a backwards scan.
 SCAN_CHUNK = 2_000
 
@@ -124,7 +137,7 @@ class ProgressRecord:
     def decode(cls, value: bytes, where: str) -> ProgressRecord:
         try:
             data = json.loads(value)
-            _check_version(data)
+            PROGRESS_RECORD.check(data.get("version"), source=f"progress record at {where}")
             return cls(
                 epoch=int(data["epoch"]),
                 generation=int(data["generation"]),
@@ -166,18 +179,15 @@ def _seconds(data: Any) -> float | None:
     return seconds
 
 
-def _check_version(data: Mapping[str, Any]) -> None:
-    if data.get("version") != PROGRESS_VERSION:
-        raise ValueError(f"version {data.get('version')!r}")
-
-
 def encode_fence(generation: int) -> bytes:
-    return json.dumps({"version": PROGRESS_VERSION, "generation": generation}).encode()
+    return json.dumps({"version": FENCE_RECORD.current, "generation": generation}).encode()
 
 
 def decode_fence(value: bytes, where: str) -> int:
     try:
-        return int(json.loads(value)["generation"])
+        data = json.loads(value)
+        FENCE_RECORD.check(data.get("version"), source=f"fence record at {where}")
+        return int(data["generation"])
     except MALFORMED as exc:
         raise ManifestCorruptError(f"unreadable fence record at {where}: {exc!r}"[:500]) from None
 

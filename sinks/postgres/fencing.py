@@ -28,8 +28,14 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from durable_sinks.clients.postgres import dsn_application_name, session_name
+from durable_sinks.clients.postgres import (
+    check_layout,
+    dsn_application_name,
+    mark_layout,
+    session_name,
+)
 from durable_sinks.core.errors import FencedError, TransientError
+from durable_sinks.core.formats import stored_format
 from durable_sinks.core.protocol import JSON, OpenContext
 
 from .config import Postgres
@@ -37,6 +43,19 @@ from .errors import config_error
 
 MARKERS = "durable_sinks_epochs"
 FENCES = "durable_sinks_fences"
+MARKER_TABLE = stored_format(
+    "Postgres marker table",
+    current=1,
+    oldest=1,
+    where=f"`<meta_schema>.{MARKERS}`: the table's comment (none: version 1); its `decision` "
+    "column holds decision records",
+)
+FENCE_TABLE = stored_format(
+    "Postgres fence table",
+    current=1,
+    oldest=1,
+    where=f"`<meta_schema>.{FENCES}`: the table's comment (none: version 1)",
+)
 #: Times `open` ends older sessions and retries the fence bump when its row stays locked.
 FENCE_ATTEMPTS = 3
 
@@ -103,15 +122,19 @@ class MetaTables:
                 "generation bigint NOT NULL, PRIMARY KEY (job_id, sink))"
             ).format(self.fences),
         ]
-        for table, statement in zip((self.markers, self.fences), statements, strict=True):
+        layouts = (MARKER_TABLE, FENCE_TABLE)
+        tables = (self.markers, self.fences)
+        for table, statement, layout in zip(tables, statements, layouts, strict=True):
             exists = conn.execute("SELECT to_regclass(%s)", (table.as_string(conn),)).fetchone()
             if exists and exists[0] is not None:
+                check_layout(conn, table, layout, job=self.context.job_id, sink=self.context.sink)
                 if table is self.markers:
                     self._add_decision_column(conn)
                 continue  # CREATE ... IF NOT EXISTS would still demand CREATE on the schema
             for attempt in range(3):  # concurrent CREATE ... IF NOT EXISTS can still collide
                 try:
                     conn.execute(statement)
+                    mark_layout(conn, table, layout)
                     break
                 except psycopg.errors.UniqueViolation:
                     if attempt == 2:

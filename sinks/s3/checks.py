@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from durable_sinks.clients.s3 import error_code, is_missing, is_precondition_failed
 from durable_sinks.core.errors import ConfigError, DurableSinkError
+from durable_sinks.core.formats import stored_format
 from durable_sinks.core.joblog import JobLogger
 
 from .config import DAY_S, S3
@@ -29,6 +30,12 @@ from .layout import Layout
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
+JOB_FILE = stored_format(
+    "S3 job file",
+    current=1,
+    oldest=1,
+    where='`<prefix>/_job.json`: JSON `{"job_id": ..., "sink": ..., "version": ...}`',
+)
 
 Failure = Callable[[BaseException, str], DurableSinkError]
 
@@ -57,7 +64,7 @@ def claim_prefix(client: S3Client, layout: Layout, job_id: str, sink: str, fail:
         client.put_object(
             Bucket=layout.bucket,
             Key=key,
-            Body=json.dumps(owner, sort_keys=True).encode(),
+            Body=json.dumps({**owner, "version": JOB_FILE.current}, sort_keys=True).encode(),
             ContentType="application/json",
             IfNoneMatch="*",
         )
@@ -80,6 +87,7 @@ def claim_prefix(client: S3Client, layout: Layout, job_id: str, sink: str, fail:
             fix="give each job's S3 sink its own path; a job renamed on purpose needs a new "
             "path too",
         )
+    JOB_FILE.check(found.get("version"), source=where, job=job_id, sink=sink)
 
 
 #: Seconds a successful check_bucket of one location and settings is trusted in a process:

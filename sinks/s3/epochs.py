@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from durable_sinks.core.errors import MALFORMED, CorruptRecordError
 from durable_sinks.core.evolution import schema_of_text, unify
+from durable_sinks.core.formats import stored_format
 from durable_sinks.core.protocol import CommitHandle
 
 from .handles import S3HandleDetails
@@ -30,7 +31,14 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 FORMAT = "durable-sinks/s3-epoch"
-VERSION = 1
+EPOCH_MARKER = stored_format(
+    "S3 epoch marker",
+    current=1,
+    oldest=1,
+    where='`<prefix>/_epochs/<epoch>.json`: JSON `{"format": "durable-sinks/s3-epoch", '
+    '"version": ...}`',
+)
+VERSION = EPOCH_MARKER.current
 
 
 @dataclass(frozen=True)
@@ -142,6 +150,8 @@ class EpochMarker:
             body = json.loads(data)
             problem = _problem(body)
             if problem is None:
+                EPOCH_MARKER.check(body.get("version"), source=source)
+            if problem is None:
                 schemas = tuple(str(text) for text in body.get("schemas", []))
                 marker = cls(
                     str(body["job_id"]),
@@ -173,8 +183,8 @@ def _problem(body: Any) -> str | None:
     """What makes a parsed marker unusable, or None."""
     if not isinstance(body, dict):
         return "not a JSON object"
-    if body.get("format") != FORMAT or body.get("version") != VERSION:
-        return f"format {body.get('format')!r} version {body.get('version')!r}"
+    if body.get("format") != FORMAT:
+        return f"format {body.get('format')!r}"
     if body.get("checksum") != _checksum(body.get("objects"), body.get("schemas", [])):
         return "the checksum over its objects does not match"
     return None

@@ -29,6 +29,7 @@ from durable_sinks.core.errors import (
     FencedError,
     InDoubtError,
     ManifestCorruptError,
+    StoredFormatError,
     UnreachableError,
 )
 from durable_sinks.manifest import DecisionRecord, DecisionStore, default_store_for, store_from
@@ -284,12 +285,50 @@ def test_a_damaged_record_is_manifest_corrupt_naming_the_key(
         S3DecisionStore(location, connection).open("job")
 
 
+def test_the_previous_releases_layout_is_read_and_a_newer_one_refused(
+    location: S3Location, connection: S3Connection, s3: S3Endpoint
+) -> None:
+    """generation.json and the claims carry the layout's version; the previous release
+    wrote none (version 1)."""
+    client = s3.client()
+    generation = f"{location.prefix}/job/generation.json"
+    claim = f"{location.prefix}/job/decisions/000000000005.json"
+    opened(location, connection).close()
+    # As the previous release wrote them: no version.
+    client.put_object(
+        Bucket=s3.bucket,
+        Key=generation,
+        Body=b'{"claimant":"c","format":"durable-sinks/generation","generation":3}',
+    )
+    client.put_object(
+        Bucket=s3.bucket, Key=claim, Body=b'{"format":"durable-sinks/claim","generation":3}'
+    )
+    store = opened(location, connection)
+    assert store.generation == 4
+    assert store.get(5) is None
+    store.close()
+    client.put_object(
+        Bucket=s3.bucket,
+        Key=claim,
+        Body=b'{"format":"durable-sinks/claim","generation":4,"version":2}',
+    )
+    with pytest.raises(StoredFormatError, match="S3 decision store layout version 2"):
+        opened(location, connection).get(5)
+    client.put_object(
+        Bucket=s3.bucket,
+        Key=generation,
+        Body=b'{"format":"durable-sinks/generation","generation":9,"version":2}',
+    )
+    with pytest.raises(StoredFormatError, match=r"generation\.json: S3 decision store layout"):
+        S3DecisionStore(location, connection).open("job")
+
+
 def test_claims_and_records_are_told_apart_by_size() -> None:
     """latest_epoch and expire rely on it: the smallest possible record is far above the
     claim size limit, the largest claim far below."""
     smallest = DecisionRecord("", 0, 0, (), created_at=0.0)
     assert len(smallest.to_bytes()) > CLAIM_MAX_BYTES + 40
-    claim = b'{"format":"durable-sinks/claim","generation":999999999999999}'
+    claim = b'{"format":"durable-sinks/claim","generation":999999999999999,"version":1}'
     assert len(claim) < CLAIM_MAX_BYTES - 40
 
 

@@ -4,6 +4,7 @@ and setting refused with its fix before anything becomes visible."""
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
 from collections.abc import Iterator
@@ -21,6 +22,7 @@ from durable_sinks.core.errors import (
     FencedError,
     ParticipantLostError,
     SchemaMismatchError,
+    StoredFormatError,
     UnreachableError,
 )
 from durable_sinks.manifest import LocalDirectoryStore
@@ -312,6 +314,23 @@ def test_a_prefix_owned_by_another_job_is_refused(
     with pytest.raises(ConfigError, match="belongs to") as caught:
         other.start()
     assert "its own path" in str(caught.value)
+
+
+def test_a_job_file_of_the_previous_release_is_read_and_a_newer_one_refused(
+    s3: S3Endpoint, path: str, tmp_path: Path
+) -> None:
+    """`_job.json` carries its version; the previous release wrote none (version 1)."""
+    client = s3.client()
+    key = f"{path.split('/', 3)[3]}/_job.json"
+    started(s3, path, tmp_path).close()
+    written = json.loads(client.get_object(Bucket=s3.bucket, Key=key)["Body"].read())
+    assert written == {"job_id": "job", "sink": "s3", "version": 1}
+    client.put_object(Bucket=s3.bucket, Key=key, Body=b'{"job_id": "job", "sink": "s3"}')
+    started(s3, path, tmp_path).close()
+    newer = {"job_id": "job", "sink": "s3", "version": 2}
+    client.put_object(Bucket=s3.bucket, Key=key, Body=json.dumps(newer).encode())
+    with pytest.raises(StoredFormatError, match=r"_job\.json: S3 job file version 2 was written"):
+        started(s3, path, tmp_path)
 
 
 def test_a_decided_epoch_whose_upload_was_aborted_is_data_loss(

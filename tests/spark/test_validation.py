@@ -196,11 +196,13 @@ def test_executor_mode_refuses_workers_without_the_package_before_any_batch(
 
 
 def test_executor_mode_refuses_workers_with_another_version(spark: SparkSession) -> None:
-    """The worker check against the test bed's Spark: the same version passes, another is
-    refused naming both."""
+    """The worker check against the test bed's Spark: the same version passes, and another
+    patch release of it; another MAJOR.MINOR is refused naming both."""
     check_workers(spark, [("files", {"path": "/unused"})], job="j", version=__version__)
+    other_patch = ".".join([*__version__.split(".")[:2], "999"])
+    check_workers(spark, [], job="j", version=other_patch)
     with pytest.raises(
-        ConfigError, match=r"have durable-sinks .*; the driver has 0\.0\.0"
+        ConfigError, match=r"have durable-sinks .*; the driver has 0\.0\.0, which runs only"
     ) as caught:
         check_workers(spark, [], job="j", version="0.0.0")
     assert caught.value.fix is not None

@@ -12,6 +12,8 @@ The tables:
   several kinds) and its page;
 - `options KIND`: the options of the kind's typed configuration, from its fields: name,
   type, default and meaning (the field's docstring, the one place an option is described);
+- `stored formats`: every format durable-sinks stores (core/formats.py), the version this
+  release writes, the versions it reads and where each is kept;
 - `job options`: the job's options (`durable_sinks.spark.JobOptions`), likewise. Their
   docstrings' relative links are written as they read in docs/guide.md, and rewritten for a
   region in another file.
@@ -220,7 +222,60 @@ def job_options_table(here: Path) -> str:
     return _fields_table(JobOptions, lambda text: relink(text, here), group_digits=True)
 
 
+#: Where the installed package's modules live in the repository.
+_PACKAGE_FOLDERS = {
+    ROOT / "src" / "durable_sinks": "durable_sinks",
+    ROOT / "sinks": "durable_sinks.sinks",
+    ROOT / "coordinator": "durable_sinks.coordinator",
+    ROOT / "manifest": "durable_sinks.manifest",
+}
+
+
+def _modules_saying(text: str) -> list[str]:
+    """The package's modules whose source holds `text`, by import name."""
+    found = []
+    for folder, package in _PACKAGE_FOLDERS.items():
+        for path in sorted(folder.rglob("*.py")):
+            if text in path.read_text():
+                parts = path.relative_to(folder).with_suffix("").parts
+                found.append(".".join((package, *parts)).removesuffix(".__init__"))
+    return found
+
+
+def stored_formats() -> list[Any]:
+    """Every stored format: those declared with `stored_format(...)` (core/formats.py) and
+    each sink's handle details (core/handles.py), the declarations first."""
+    from durable_sinks.core.formats import STORED_FORMATS
+    from durable_sinks.core.handles import HandleDetails
+
+    for module in _modules_saying("stored_format("):
+        importlib.import_module(module)
+    details = []
+    for module in _modules_saying("(HandleDetails)"):
+        loaded = importlib.import_module(module)
+        details += [
+            value.stored_format()
+            for value in vars(loaded).values()
+            if isinstance(value, type)
+            and issubclass(value, HandleDetails)
+            and value is not HandleDetails
+            and value.__module__ == module
+        ]
+    declared = sorted(STORED_FORMATS.values(), key=lambda f: f.name.lower())
+    return [*declared, *sorted(details, key=lambda f: f.name.lower())]
+
+
+def stored_formats_table() -> str:
+    lines = ["| stored format | writes | reads | where, and where its version is kept |"]
+    lines.append("|---|---|---|---|")
+    for known in stored_formats():
+        reads = ", ".join(str(v) for v in range(known.oldest, known.current + 1))
+        lines.append(f"| {known.name} | {known.current} | {reads} | {_cell(known.where)} |")
+    return "\n".join(lines) + "\n"
+
+
 TABLES: dict[str, Callable[[list[str], Path], str]] = {
+    "stored formats": lambda args, here: stored_formats_table(),
     "kinds": lambda args, here: kinds_table(here),
     "options": lambda args, here: options_table(args[0]),
     "job options": lambda args, here: job_options_table(here),

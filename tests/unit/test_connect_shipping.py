@@ -49,8 +49,25 @@ def test_a_shipped_writer_arrives_as_its_configuration_with_no_coordinator(
     assert copy.last_result is None
 
 
-def test_a_server_with_another_version_refuses_at_the_first_batch(tmp_path: Path) -> None:
-    restore, args = shipped(_writer(tmp_path), "0.0.0+client", "orders")
+def _other_patch(version: str) -> str:
+    """Another patch release of `version`'s MAJOR.MINOR."""
+    major, minor, *_ = version.split(".")
+    return f"{major}.{minor}.999"
+
+
+def test_a_server_with_another_patch_release_runs_the_writer(tmp_path: Path) -> None:
+    writer = _writer(tmp_path)
+    restore, args = shipped(writer, _other_patch(durable_sinks.__version__), "orders")
+    copy = cloudpickle.loads(_ship(restore))(*args)
+    assert type(copy) is DurableBatchWriter
+    assert copy.options == writer.options
+
+
+@pytest.mark.parametrize("client", ["0.0.0+client", "9.9.0"])
+def test_a_server_with_another_version_refuses_at_the_first_batch(
+    tmp_path: Path, client: str
+) -> None:
+    restore, args = shipped(_writer(tmp_path), client, "orders")
     refuse = cloudpickle.loads(_ship(restore))(*args)
     assert not isinstance(refuse, DurableBatchWriter)
     with pytest.raises(ConfigError) as raised:
@@ -58,10 +75,10 @@ def test_a_server_with_another_version_refuses_at_the_first_batch(tmp_path: Path
     error = raised.value
     assert (error.job, error.epoch) == ("orders", 7)
     assert f"has durable-sinks {durable_sinks.__version__}" in error.message
-    assert "the client that started the query has 0.0.0+client" in error.message
+    assert f"the client that started the query has {client}" in error.message
     assert "Nothing was written" in error.message
     assert error.fix is not None
-    assert "durable-sinks==0.0.0+client" in error.fix
+    assert f"durable-sinks=={client}" in error.fix
     assert "PYSPARK_PYTHON" in error.fix
 
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from durable_sinks.core import CommitHandle
-from durable_sinks.core.errors import CorruptRecordError, ManifestCorruptError
+from durable_sinks.core.errors import CorruptRecordError, ManifestCorruptError, StoredFormatError
 from durable_sinks.manifest import DecisionRecord
 
 
@@ -50,7 +50,7 @@ def test_tampered_record_fails_its_checksum() -> None:
 def test_unknown_version_is_refused() -> None:
     envelope = json.loads(record().to_bytes())
     envelope["version"] = 99
-    with pytest.raises(ManifestCorruptError, match="version 99"):
+    with pytest.raises(StoredFormatError, match=r"decision record version 99 .* reads version 1"):
         DecisionRecord.from_bytes(json.dumps(envelope).encode(), source="x")
 
 
@@ -62,7 +62,7 @@ def test_other_json_is_refused() -> None:
 def test_handle_json_round_trip_and_version_check() -> None:
     handle = record().handles[0]
     assert CommitHandle.from_json(json.loads(handle.dumps())) == handle
-    with pytest.raises(CorruptRecordError, match="version"):
+    with pytest.raises(StoredFormatError, match="commit handle version 2"):
         CommitHandle.from_json({**handle.to_json(), "version": 2})
     with pytest.raises(CorruptRecordError, match="malformed"):
         CommitHandle.from_json({"version": 1, "sink": "x"})

@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from durable_sinks.core.errors import CorruptRecordError
+from durable_sinks.core.errors import CorruptRecordError, StoredFormatError
 from durable_sinks.core.handles import HandleDetails
 from durable_sinks.core.protocol import CommitHandle
 
@@ -69,9 +69,11 @@ def test_malformed_details_are_one_error_naming_the_participant(
 
 
 def test_details_of_a_newer_format_are_refused_not_guessed() -> None:
-    newer = "version 2, this build reads Details up to version 1"
-    with pytest.raises(CorruptRecordError, match=newer):
+    newer = r"Details \(a commit handle's details\) version 2 .* this release reads version 1"
+    with pytest.raises(StoredFormatError, match=newer) as raised:
         Details.of(handle({"v": 2, "job_id": "j", "pieces": []}))
+    assert raised.value.epoch == 4
+    assert "upgrade durable-sinks" in (raised.value.fix or "")
 
 
 def test_an_older_format_is_upgraded_in_one_place() -> None:

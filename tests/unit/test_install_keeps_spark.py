@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
+import durable_sinks
 from tests.support.venvs import build_wheel, venv_without
 
 #: Set by tests/compat_lanes.py: the wheel it installed into the lane.
@@ -84,7 +85,8 @@ def test_pip_install_with_the_postgres_extra_keeps_the_installed_pyspark(
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     installed = [line for line in done.stdout.splitlines() if line.startswith("Successfully")]
-    assert installed == ["Successfully installed durable-sinks-0.1.0"], done.stdout[-3000:]
+    expected = f"Successfully installed durable-sinks-{durable_sinks.__version__}"
+    assert installed == [expected], done.stdout[-3000:]
     seen = subprocess.run(
         [
             str(python),

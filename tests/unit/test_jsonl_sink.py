@@ -15,10 +15,10 @@ import pytest
 from durable_sinks.core import CommitHandle, CommitOutcome, OpenContext
 from durable_sinks.core.errors import (
     ConfigError,
-    CorruptRecordError,
     FencedError,
     ParticipantLostError,
     SchemaMismatchError,
+    StoredFormatError,
 )
 from durable_sinks.core.operations import OperableSink
 from durable_sinks.core.protocol import DistributedSink, SinkConnector
@@ -185,7 +185,7 @@ def test_a_handle_of_an_unknown_version_is_refused_not_guessed(tmp_path: Path) -
     sink = opened(tmp_path)
     handle = prepare(sink, 0, batch())
     future = CommitHandle(**{**handle.__dict__, "details": {**handle.details, "v": 2}})
-    with pytest.raises(CorruptRecordError, match="details are version 2"):
+    with pytest.raises(StoredFormatError, match=r"details\) version 2 .* reads version 1"):
         sink.commit_epoch(0, future)
     assert published(tmp_path) == []
 

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from durable_sinks.core.errors import ConfigError, ManifestCorruptError
+from durable_sinks.core.errors import ConfigError, ManifestCorruptError, StoredFormatError
 from durable_sinks.core.joblog import JobLogger
 from durable_sinks.core.redaction import redact
 from durable_sinks.sinks.kafka import Kafka
@@ -124,9 +124,11 @@ def test_progress_records_round_trip_and_refuse_garbage() -> None:
     record = ProgressRecord(3, 2, "ds:job:kafka:3:0:2-0", 10, "crc32:0000abcd", {"epoch": 3})
     assert ProgressRecord.decode(record.encode(), "t@1") == record
     assert decode_fence(encode_fence(7), "t@2") == 7
-    for garbage in (b"{}", b"not json", json.dumps({"version": 99, "epoch": 1}).encode()):
+    for garbage in (b"{}", b"not json", json.dumps({"version": 1, "epoch": 1}).encode()):
         with pytest.raises(ManifestCorruptError, match="t@5"):
             ProgressRecord.decode(garbage, "t@5")
+    with pytest.raises(StoredFormatError, match="t@5: Kafka progress record version 99"):
+        ProgressRecord.decode(json.dumps({"version": 99, "epoch": 1}).encode(), "t@5")
     assert progress_key("job", "kafka") != progress_key("job", "kafka2")
 
 

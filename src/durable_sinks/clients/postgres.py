@@ -11,15 +11,18 @@ installed, the message helpers (`connection_failure`, `server_of`) show no part 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from durable_sinks.core.errors import ConfigError, UnreachableError
+from durable_sinks.core.formats import StoredFormat
 from durable_sinks.core.redaction import redact
 
 if TYPE_CHECKING:
     import psycopg
+    import psycopg.sql
 
 #: Phrases of libpq's (and the server's FATAL) messages when the server answered and refused
 #: the connection's settings: retrying cannot help.
@@ -332,3 +335,45 @@ def _bounded_class() -> type[Any]:
                 ) from None
 
     return BoundedConnection
+
+
+#: How a table durable-sinks creates records its layout's version: its comment,
+#: `durable-sinks <format name>, version N`.
+_LAYOUT_COMMENT = re.compile(r"^durable-sinks .*, version (\d+)$")
+
+
+def layout_comment(layout: StoredFormat) -> str:
+    """The comment of a table created with `layout`'s current version."""
+    return f"durable-sinks {layout.name}, version {layout.current}"
+
+
+def mark_layout(
+    conn: psycopg.Connection[Any], table: psycopg.sql.Identifier, layout: StoredFormat
+) -> None:
+    """Record `layout`'s current version on `table` (just created by this connection: only
+    its owner may comment on it)."""
+    from psycopg import sql
+
+    conn.execute(
+        sql.SQL("COMMENT ON TABLE {} IS {}").format(table, sql.Literal(layout_comment(layout)))
+    )
+
+
+def check_layout(
+    conn: psycopg.Connection[Any],
+    table: psycopg.sql.Identifier,
+    layout: StoredFormat,
+    *,
+    job: str | None = None,
+    sink: str | None = None,
+) -> int:
+    """The layout version of the existing `table`, if this release reads it (StoredFormatError
+    otherwise, core/formats.py). A table without a durable-sinks comment was created before
+    layouts carried a version: version 1."""
+    name = table.as_string(conn)
+    row = conn.execute("SELECT obj_description(%s::regclass, 'pg_class')", (name,)).fetchone()
+    comment = row[0] if row else None
+    found = _LAYOUT_COMMENT.match(comment) if isinstance(comment, str) else None
+    return layout.check(
+        int(found[1]) if found else None, source=f"table {name}", job=job, sink=sink
+    )

@@ -37,6 +37,8 @@ executors back to the driver).
     │                                the job committed: found at start, before writing
     ├── CorruptRecordError           a record durable-sinks wrote is unreadable: a commit
     │   │                            handle, an epoch marker on a target (never skipped)
+    │   ├── StoredFormatError        ... in a format version this release does not read
+    │   │                            (written by a newer release): upgrade durable-sinks
     │   └── ManifestCorruptError     ... a decision record (also a ManifestError)
     └── ManifestError                the decision store cannot be read or written
         └── ManifestCorruptError
@@ -285,6 +287,13 @@ class CorruptRecordError(DurableSinkError):
     """A record durable-sinks wrote cannot be read: a commit handle (its envelope or the
     sink's details), an epoch marker on a target. Never skipped: what
     it says decides what is committed. Not retriable; the message names the record."""
+
+
+class StoredFormatError(CorruptRecordError):
+    """Stored state (a decision record, a handle, a marker, a table's layout...) is in a
+    format version this release does not read: written by a newer release of durable-sinks,
+    or by one older than the previous release. Nothing was changed; the message names the
+    record, both versions and the fix (core/formats.py). Not retriable."""
 
 
 class ManifestError(DurableSinkError):

@@ -5,9 +5,9 @@ Each sink declares its details as a frozen dataclass extending `HandleDetails`, 
 are JSON values: str, int, float, bool, None, tuples of them, mappings of str to anything
 JSON, nested frozen dataclasses of the same kind, and unions of those. `to_json()` is what
 goes into the handle (with the details' own format version as `"v"`); `HandleDetails.of`
-reads it back and is the only place a handle's details are parsed: anything malformed, or
-written by a newer format than this build reads, is a CorruptRecordError naming the
-participant, never a KeyError deep inside a commit.
+reads it back and is the only place a handle's details are parsed: anything malformed is a
+CorruptRecordError naming the participant, never a KeyError deep inside a commit; details
+of a newer version than this release reads are a StoredFormatError (core/formats.py).
 
 Handles are stored in decision records that outlive a deployment, so a format change keeps
 reading the old one: raise `VERSION` and turn older details into the new shape in
@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar, TypeVar
 
 from .errors import CorruptRecordError
+from .formats import StoredFormat
 from .protocol import JSON, CommitHandle
 from .settings import type_hints
 
@@ -50,23 +51,32 @@ class HandleDetails:
         """The details of `handle`, checked field by field; CorruptRecordError if they are
         malformed or newer than this build reads."""
         data = dict(handle.details)
-        version = data.pop("v", 1)
-        if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        version = data.pop("v", None)
+        if not isinstance(version, int | None) or isinstance(version, bool):
             raise cls._corrupt(handle, f"its details version {version!r} is not a version")
-        if version > cls.VERSION:
-            raise CorruptRecordError(
-                f"commit handle of participant {handle.participant}: its details are version "
-                f"{version}, this build reads {cls.__name__} up to version {cls.VERSION}",
-                sink=handle.sink,
-                epoch=handle.epoch,
-                fix="finish recovery with the durable-sinks version that wrote it (or newer)",
-            )
+        version = cls.stored_format().check(
+            version,
+            source=f"commit handle of participant {handle.participant}",
+            sink=handle.sink,
+            epoch=handle.epoch,
+        )
         try:
             upgraded = cls._upgrade(version, data)
             parsed = _decode(cls, upgraded, "details")
         except _MalformedError as exc:
             raise cls._corrupt(handle, str(exc)) from None
         return typing.cast(D, parsed)
+
+    @classmethod
+    def stored_format(cls) -> StoredFormat:
+        """The details' stored format: this release writes `VERSION` and reads every older
+        version (`_upgrade` turns it into the current shape)."""
+        return StoredFormat(
+            f"{cls.__name__} (a commit handle's details)",
+            current=cls.VERSION,
+            oldest=1,
+            where=f'a commit handle\'s `details`, version as `"v"` ({cls.__module__})',
+        )
 
     @classmethod
     def _upgrade(cls, version: int, data: dict[str, Any]) -> dict[str, Any]:

@@ -34,7 +34,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from .bad_rows import RefusedRows, WritePolicy
-from .errors import MALFORMED, CorruptRecordError
+from .errors import MALFORMED, CorruptRecordError, StoredFormatError
+from .formats import stored_format
 from .naming import ParticipantName
 from .text_enum import TextEnum
 
@@ -141,7 +142,15 @@ class OpenContext:
         )
 
 
-HANDLE_VERSION = 1
+COMMIT_HANDLE = stored_format(
+    "commit handle",
+    current=1,
+    oldest=1,
+    where="inside each decision record, and where a sink keeps its own copy (the files "
+    "sinks' `_EPOCH.json`, the Delta sink's journals): a JSON object "
+    'with `"version"`; the sink\'s part, `details`, has its own version (`"v"`, below)',
+)
+HANDLE_VERSION = COMMIT_HANDLE.current
 
 
 @dataclass(frozen=True)
@@ -188,13 +197,8 @@ class CommitHandle:
             raise CorruptRecordError(
                 f"malformed commit handle: a {type(data).__name__}, not an object"
             )
-        version = data.get("version")
-        if version != HANDLE_VERSION:
-            raise CorruptRecordError(
-                f"commit handle version {version!r} is not supported (this build reads "
-                f"version {HANDLE_VERSION})",
-                fix="run the durable-sinks version that wrote it to finish recovery",
-            )
+        source = f"commit handle of participant {data.get('participant')}"
+        COMMIT_HANDLE.check(data.get("version"), source=source)
         try:
             return cls(
                 sink=str(data["sink"]),
@@ -225,6 +229,8 @@ class CommitHandle:
             ) from None
         try:
             return cls.from_json(data)
+        except StoredFormatError:
+            raise
         except CorruptRecordError as exc:
             raise CorruptRecordError(f"{source}: {exc.message}", fix=exc.fix) from None
 

@@ -7,8 +7,9 @@ and the Connect server unpickles it in a Python process of its own. A writer pic
 on this version's configuration. So a writer pickles as a call to `restore`, a function
 shipped by value (cloudpickle pickles a nested function's code), with the client's version
 and the writer pickled as bytes. On the server `restore` checks the installed version first;
-when it is missing or different, it returns a function that raises, at the first batch and
-before anything is written, an error naming both versions and the fix.
+when it is missing or of another release line (MAJOR.MINOR: patch releases of one line run
+together, core/formats.py `interoperate`), it returns a function that raises, at the first
+batch and before anything is written, an error naming both versions and the fix.
 
 The copy starts with no coordinator: its first batch starts one (fencing the client's check
 and any older driver, recovering leftovers) from the configuration alone.
@@ -37,6 +38,7 @@ def _restorer() -> Callable[[str, str, bytes, str], Any]:
 
     def restore(version: str, job: str, payload: bytes, guide: str) -> Any:
         import pickle
+        import re
         import sys
 
         try:
@@ -45,17 +47,25 @@ def _restorer() -> Callable[[str, str, bytes, str], Any]:
             found: str | None = durable_sinks.__version__
         except ImportError:
             found = None
-        if found != version:
+
+        def line(release: str) -> str:
+            # core/formats.py `release_line`, repeated: this code runs before (and without)
+            # the server's durable-sinks.
+            matched = re.match(r"^(\d+)\.(\d+)(?:\.|$)", release)
+            return f"{matched[1]}.{matched[2]}" if matched else release
+
+        if found is None or line(found) != line(version):
             have = "does not have durable-sinks" if found is None else f"has durable-sinks {found}"
             message = (
                 f"the Python that runs foreachBatch on the Spark Connect server "
-                f"({sys.executable}) {have}; the client that started the query has {version}. "
-                "Nothing was written."
+                f"({sys.executable}) {have}; the client that started the query has {version}, "
+                f"which runs only with releases {line(version)}.x. Nothing was written."
             )
             fix = (
-                f"install durable-sinks=={version} (with its dependencies) into the Python the "
-                "Connect server runs Python functions with (its PYSPARK_PYTHON, or "
-                f"spark.pyspark.python) and into its executors' Python; see {guide}"
+                f"install durable-sinks=={version} (or another {line(version)}.x release, "
+                "with its dependencies) into the Python the Connect server runs Python "
+                "functions with (its PYSPARK_PYTHON, or spark.pyspark.python) and into its "
+                f"executors' Python; see {guide}"
             )
 
             def refuse(df: Any, batch_id: int) -> None:

@@ -1,5 +1,6 @@
-"""Executor mode's start check: Spark's Python workers can import durable-sinks, at the
-driver's version, and build every sink of the job.
+"""Executor mode's start check: Spark's Python workers can import durable-sinks, of the
+driver's release line (MAJOR.MINOR; core/formats.py `interoperate`), and build every sink of
+the job.
 
 Without it, a worker interpreter that lacks the package (or one of its dependencies) fails the
 query's first batch with a ModuleNotFoundError deep in a task trace. The check runs one Spark
@@ -16,6 +17,7 @@ from importlib.metadata import version as installed_version
 from typing import TYPE_CHECKING, Any
 
 from durable_sinks.core.errors import ConfigError
+from durable_sinks.core.formats import interoperate, release_line
 
 from ._session import described
 
@@ -24,10 +26,10 @@ if TYPE_CHECKING:
 
 #: Where to read how to get the package onto Spark's Python workers.
 _FIX = (
-    "install durable-sinks (the driver's version, with its dependencies) into the Python "
-    "that Spark's workers run (PYSPARK_PYTHON when the SparkContext starts, or "
-    "spark.pyspark.python; on a cluster, on every worker host), or point PYSPARK_PYTHON at "
-    "the driver's interpreter; see docs/guide.md, 'Executor mode'"
+    "install durable-sinks (the driver's version, or another of its MAJOR.MINOR, with its "
+    "dependencies) into the Python that Spark's workers run (PYSPARK_PYTHON when the "
+    "SparkContext starts, or spark.pyspark.python; on a cluster, on every worker host), or "
+    "point PYSPARK_PYTHON at the driver's interpreter; see docs/guide.md, 'Executor mode'"
 )
 
 
@@ -39,9 +41,9 @@ def check_workers(
     version: str | None = None,
 ) -> None:
     """Raise ConfigError naming the fix unless a Spark task of `spark` imports durable-sinks
-    at `version` (default: the driver's, as installed) and builds each (kind, config) of
-    `sinks`. Nothing is written: building a sink checks its configuration and imports its
-    client library."""
+    of `version`'s release line (default: the driver's, as installed) and builds each (kind,
+    config) of `sinks`. Nothing is written: building a sink checks its configuration and
+    imports its client library."""
     version = version or installed_version("durable-sinks")
     report = _run(spark, [(kind, dict(config)) for kind, config in sinks], job)
     where = f"Spark's Python workers ({report.get('python')}, Python {report.get('py')})"
@@ -53,10 +55,12 @@ def check_workers(
             job=job,
             fix=_FIX,
         )
-    if report.get("version") != version:
+    found = report.get("version")
+    if not isinstance(found, str) or not interoperate(found, version):
         raise ConfigError(
             f"executor mode writes from {where}, which have durable-sinks "
-            f"{report.get('version')}; the driver has {version}",
+            f"{found}; the driver has {version}, which runs only with releases "
+            f"{release_line(version)}.x",
             job=job,
             fix=_FIX,
         )
