@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 from durable_sinks.core.bad_rows import BadRowCap, RefusalCounts, WritePolicy
-from durable_sinks.core.errors import ConfigError, InDoubtError, UsageError
+from durable_sinks.core.errors import ConfigError, InDoubtError, ParticipantLostError, UsageError
 from durable_sinks.core.joblog import JobLogger
 from durable_sinks.core.protocol import (
     CommitHandle,
@@ -332,11 +332,7 @@ class Coordinator:
                 )
                 yield f"recovery:after-resolve:{sink.name}:{handle.participant}"
             unpublished = self._unpublished(sink, {*decided, *held})
-            if unpublished is not None:
-                # Committing again is a no-op for a committed participant, and a lost one
-                # fails here instead of being published.
-                for handle in unpublished.handles_for(sink.name):
-                    self.participants.commit(sink, handle)
+            if unpublished is not None and self._recommitted(sink, unpublished):
                 decided[unpublished.epoch] = unpublished
             for epoch, decision in sorted(decided.items()):
                 if self.participants.publish(sink, decision):
@@ -368,6 +364,17 @@ class Coordinator:
         if decision is None or not decision.handles_for(sink.name):
             return None
         return decision
+
+    def _recommitted(self, sink: SinkConnector, decision: DecisionRecord) -> bool:
+        """Commit `sink`'s participants of `decision` again (a no-op for a committed one);
+        False, publishing nothing, when one is gone: then the sink lost the epoch, which the
+        lost-epochs check that follows recovery reports (CommittedEpochLostError)."""
+        try:
+            for handle in decision.handles_for(sink.name):
+                self.participants.commit(sink, handle)
+        except ParticipantLostError:
+            return False
+        return True
 
     # -- one epoch -----------------------------------------------------------------------------
     @property
