@@ -1,9 +1,11 @@
 """`durable-sinks drop` after executor mode, on the test bed's Postgres and S3: each epoch's
 parts are prepared as tasks do (`prepare_part`: a Postgres prepared transaction and S3
-multipart uploads per part), and one epoch's decision is written but the driver stops before
+multipart uploads per part, a staging folder per part in a files sink, a journal per part in
+a Delta table), and one epoch's decision is written but the driver stops before
 committing. Drop refuses while any part is prepared (naming the epoch); after `resolve
 --apply` the dry run lists every item and `--apply` leaves no prepared transaction, no
-multipart upload, no marker, fence or decision of the job; the rows of every part stay."""
+multipart upload, no staging folder or journal, no marker, fence or decision of the job; the
+rows of every part stay."""
 
 from __future__ import annotations
 
@@ -44,6 +46,8 @@ def test_drop_after_executor_mode_refuses_prepared_parts_then_leaves_nothing(
     store = tmp_path / "decisions"
     pg = {"table": f"{pg_schema}.events", "create_table": True}
     lake = s3_options(s3, f"s3://{s3.bucket}/{prefix}")
+    folder = {"path": str(tmp_path / "files")}
+    delta = {"path": str(tmp_path / "delta"), "create_table": True}
     job_file = tmp_path / "job.json"
     job_file.write_text(
         json.dumps(
@@ -54,6 +58,8 @@ def test_drop_after_executor_mode_refuses_prepared_parts_then_leaves_nothing(
                 "sinks": [
                     {"kind": "postgres", "dsn": "${env:DROP_PG_DSN}", **pg},
                     {"kind": "s3", **lake},
+                    {"kind": "files", **folder},
+                    {"kind": "delta", **delta},
                 ],
             }
         )
@@ -69,7 +75,12 @@ def test_drop_after_executor_mode_refuses_prepared_parts_then_leaves_nothing(
         return result
 
     def build() -> list[Any]:
-        return [create("postgres", {"dsn": postgres.conninfo(), **pg}), create("s3", lake)]
+        return [
+            create("postgres", {"dsn": postgres.conninfo(), **pg}),
+            create("s3", lake),
+            create("files", folder),
+            create("delta", delta),
+        ]
 
     def parts(epoch: int, start: int) -> Any:
         def prepare(generation: int) -> list[CommitHandle]:
@@ -113,19 +124,34 @@ def test_drop_after_executor_mode_refuses_prepared_parts_then_leaves_nothing(
 
     assert len(prepared_gids(conn, job_id, "postgres")) == 2
     assert len(uploads()) == 2
-    before = (job_rows(), s3_keys(), uploads())
+    staging = tmp_path / "files" / "_staging"
+    journals = tmp_path / "delta" / "_durable_sinks" / component(job_id)
+    assert len(list(staging.iterdir())) == 2
+    assert len(list(journals.rglob("*.json"))) == 2
+
+    def files() -> list[str]:
+        return sorted(str(p) for p in tmp_path.rglob("*") if "decisions" not in p.parts)
+
+    before = (job_rows(), s3_keys(), uploads(), files())
     for args in (("drop",), ("drop", "--apply", "--force")):
         refused = run(*args)
         assert refused.exit_code == 2, refused.output
         assert "DropRefusedError" in refused.output
         assert "epoch 1" in refused.output
-        assert (job_rows(), s3_keys(), uploads()) == before
+        assert (job_rows(), s3_keys(), uploads(), files()) == before
 
     resolved = run("resolve", "--apply", "--force")
     assert resolved.exit_code == 0, resolved.output
     dry = run("drop")
     assert dry.exit_code == 0, dry.output
-    for shown in ("marker rows", "fence row", "_job.json", "decision store folder"):
+    for shown in (
+        "marker rows",
+        "fence row",
+        "_job.json",
+        "decision store folder",
+        "journal folders (empty)",
+        "application transaction (txn)",
+    ):
         assert shown in dry.output, shown
 
     applied = run("drop", "--apply", "--force")
@@ -134,6 +160,8 @@ def test_drop_after_executor_mode_refuses_prepared_parts_then_leaves_nothing(
     assert uploads() == []
     assert job_rows() == [0, 0]
     assert not (store / component(job_id)).exists()
+    assert not staging.exists()
+    assert not journals.exists()
     left = s3_keys()
     assert all(k.startswith(("epoch=", "_epochs/")) for k in left), left
     assert len([k for k in left if k.startswith("epoch=")]) == 4  # 2 epochs x 2 parts
@@ -141,3 +169,7 @@ def test_drop_after_executor_mode_refuses_prepared_parts_then_leaves_nothing(
         sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(pg_schema, "events"))
     ).fetchone()
     assert total == (40,)
+    from deltalake import DeltaTable
+
+    assert DeltaTable(delta["path"]).to_pyarrow_table().num_rows == 40
+    assert len(list((tmp_path / "files").glob("epoch=*/part=*/*.parquet"))) == 4
