@@ -171,5 +171,5 @@ def test_drop_after_executor_mode_refuses_prepared_parts_then_leaves_nothing(
     assert total == (40,)
     from deltalake import DeltaTable
 
-    assert DeltaTable(delta["path"]).to_pyarrow_table().num_rows == 40
+    assert DeltaTable(str(tmp_path / "delta")).to_pyarrow_table().num_rows == 40
     assert len(list((tmp_path / "files").glob("epoch=*/part=*/*.parquet"))) == 4
