@@ -23,7 +23,7 @@ from psycopg import sql
 from durable_sinks.cli import main
 from durable_sinks.coordinator import Coordinator
 from durable_sinks.core.naming import component
-from durable_sinks.manifest import LocalDirectoryStore
+from durable_sinks.manifest import DecisionStore, LocalDirectoryStore, store_from
 from durable_sinks.spark import sink
 from durable_sinks.spark._build import decision_store
 from durable_sinks.spark._options import JobOptions
@@ -45,19 +45,23 @@ def rows(start: int, count: int) -> pa.RecordBatch:
     return pa.record_batch({"id": pa.array(range(start, start + count), pa.int64())})
 
 
-def job_rows(conn: psycopg.Connection[Any], schema: str, job: str) -> dict[str, int]:
-    """The job's rows in each bookkeeping table of `schema` (a missing table counts none)."""
+def job_rows(
+    conn: psycopg.Connection[Any], schema: str, job: str, store_schema: str | None = None
+) -> dict[str, int]:
+    """The job's rows in each bookkeeping table: the sink's in `schema`, a Postgres store's
+    in `store_schema` (default: `schema` too); a missing table counts none."""
     found = {}
     for table in META_TABLES:
+        where = store_schema if store_schema and table in META_TABLES[2:] else schema
         exists = conn.execute(
-            "SELECT to_regclass(%s) IS NOT NULL", (f'"{schema}"."{table}"',)
+            "SELECT to_regclass(%s) IS NOT NULL", (f'"{where}"."{table}"',)
         ).fetchone()
         if not (exists and exists[0]):
             found[table] = 0
             continue
         row = conn.execute(
             sql.SQL("SELECT count(*) FROM {} WHERE job_id = %s").format(
-                sql.Identifier(schema, table)
+                sql.Identifier(where, table)
             ),
             (job,),
         ).fetchone()
@@ -87,6 +91,7 @@ class StoreJob:
         lake = {"kind": "s3", **s3_options(s3, f"s3://{s3.bucket}/{self.prefix}")}
         self.options: list[dict[str, Any]] = {
             "postgres": [pg, lake],
+            "postgres-dsn": [pg, lake],
             "s3": [lake, pg],
             "directory": [pg, lake],
             "one-phase": [pg],
@@ -95,6 +100,10 @@ class StoreJob:
         settings: dict[str, Any] = {"job_id": job}
         if kind == "directory":
             settings["decision_store"] = str(self.directory)
+        if kind == "postgres-dsn":
+            settings["decision_store"] = "${env:DROP_PG_DSN}"
+        #: Where a Postgres store keeps its tables: the sink's schema, or the DSN's `public`.
+        self.store_schema = "public" if kind == "postgres-dsn" else schema
         self.file = tmp_path / "job.json"
         self.file.write_text(
             json.dumps(
@@ -115,11 +124,12 @@ class StoreJob:
         ]
 
     def coordinator(self) -> Coordinator:
-        store = (
-            LocalDirectoryStore(self.directory)
-            if self.kind == "directory"
-            else decision_store(self.specs, JobOptions(job_id=self.job))
-        )
+        if self.kind == "directory":
+            store: DecisionStore = LocalDirectoryStore(self.directory)
+        elif self.kind == "postgres-dsn":
+            store = store_from(self.env["DROP_PG_DSN"])
+        else:
+            store = decision_store(self.specs, JobOptions(job_id=self.job))
         return Coordinator(self.job, [s.build() for s in self.specs], store, source="query-1")
 
     def run(self, *args: str) -> Result:
@@ -146,7 +156,7 @@ class StoreJob:
         return sorted(str(p) for p in self.directory.rglob("*"))
 
 
-@pytest.fixture(params=["postgres", "s3", "directory", "one-phase"])
+@pytest.fixture(params=["postgres", "postgres-dsn", "s3", "directory", "one-phase"])
 def store_job(
     request: pytest.FixtureRequest,
     tmp_path: Path,
@@ -166,6 +176,9 @@ def test_drop_refuses_an_unfinished_epoch_then_leaves_nothing_of_the_job_in_its_
     two_phase = job.kind != "one-phase"
     coordinator = started(job.coordinator())
     coordinator.run_epoch(0, [rows(0, 5)])
+    alive = job.run("drop", "--apply")  # the coordinator just decided an epoch
+    assert alive.exit_code == 2, alive.output
+    assert "seems to run" in alive.output
     if two_phase:
         # Epoch 1 decided, committed on the first sink only: the second stays prepared and
         # the decision unfinished, as a driver that died between the two commits leaves it.
@@ -175,11 +188,15 @@ def test_drop_refuses_an_unfinished_epoch_then_leaves_nothing_of_the_job_in_its_
     else:
         coordinator.run_epoch(1, [rows(5, 3)])
     coordinator.close()
-    before = (job_rows(conn, job.schema, job.job), job.s3_keys(), job.directory_files())
+    before = (
+        job_rows(conn, job.schema, job.job, job.store_schema),
+        job.s3_keys(),
+        job.directory_files(),
+    )
     pg_first = job.options[0]["kind"] == "postgres"
     assert before[0]["durable_sinks_epochs"] == (2 if pg_first else 1)
     assert before[0]["durable_sinks_fences"] == 1
-    if job.kind == "postgres":
+    if job.kind in ("postgres", "postgres-dsn"):
         assert before[0]["durable_sinks_generations"] == 1
         assert before[0]["durable_sinks_decisions"] == 2
     if job.kind == "s3":
@@ -196,7 +213,11 @@ def test_drop_refuses_an_unfinished_epoch_then_leaves_nothing_of_the_job_in_its_
             assert "DropRefusedError" in refused.output
             assert "epoch 1" in refused.output
             assert "durable-sinks resolve" in refused.output
-            after = (job_rows(conn, job.schema, job.job), job.s3_keys(), job.directory_files())
+            after = (
+                job_rows(conn, job.schema, job.job, job.store_schema),
+                job.s3_keys(),
+                job.directory_files(),
+            )
             assert after == before
         resolved = job.run("resolve", "--apply", "--live-window", "0")
         assert resolved.exit_code == 0, resolved.output
@@ -215,12 +236,13 @@ def test_drop_refuses_an_unfinished_epoch_then_leaves_nothing_of_the_job_in_its_
         assert "_job.json" in dry.output
     shown_store = {
         "postgres": "decision records",
+        "postgres-dsn": "decision records",
         "s3": "decision store objects",
         "directory": "decision store folder",
         "one-phase": "generation row",
     }[job.kind]
     assert shown_store in dry.output
-    listed = job_rows(conn, job.schema, job.job)
+    listed = job_rows(conn, job.schema, job.job, job.store_schema)
     assert listed["durable_sinks_epochs"] >= 1
 
     applied = job.run("drop", "--apply", "--live-window", "0")
@@ -228,7 +250,7 @@ def test_drop_refuses_an_unfinished_epoch_then_leaves_nothing_of_the_job_in_its_
     assert "dropped job" in applied.output
 
     # Nothing of the job is left on any server but the epoch markers readers read through.
-    assert job_rows(conn, job.schema, job.job) == dict.fromkeys(META_TABLES, 0)
+    assert job_rows(conn, job.schema, job.job, job.store_schema) == dict.fromkeys(META_TABLES, 0)
     assert prepared_gids(conn, job.job, "postgres") == []
     assert prepared_gids(conn, job.job, "s3") == []
     assert job.s3_uploads() == []
