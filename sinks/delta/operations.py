@@ -56,9 +56,14 @@ def drop_leftovers(storage: TableStorage, layout: Layout, *, apply: bool) -> lis
     participant is in doubt: files (staged rows no journal names) and the emptied epoch
     folders of a local table (S3 has none); with `apply` removed, the job's folder
     `_durable_sinks/<job>/` too once empty. Every path is listed under that folder and
-    checked to lie there; the table's data files and log are never touched."""
+    checked to lie there, no symbolic link followed; the table's data files and log are
+    never touched."""
     folder = layout.folder
-    files = [f.path for f in storage.list(folder) if _under(f.path, folder)]
+    files = [
+        f.path
+        for f in storage.list(folder)
+        if _under(f.path, folder) and storage.inside(f.path, folder)
+    ]
     job_folder = folder.rsplit("/", 1)[0]
     folders = [f for f in storage.folders(folder) if f == folder or _under(f, folder)]
     where = f"{storage.where}/{folder}"

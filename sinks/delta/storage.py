@@ -172,12 +172,23 @@ class TableStorage:
         if self.config.on_s3:
             return []
         top = Path(self.full_path(folder))
-        if not top.is_dir():
+        if top.is_symlink() or not top.is_dir():
             return []
         found = [p for p in top.rglob("*") if p.is_dir() and not p.is_symlink()]
         found.sort(key=lambda p: len(p.parts), reverse=True)
         root = Path(self.full_path(""))
         return [str(p.relative_to(root)) for p in [*found, top]]
+
+    def inside(self, relative: str, folder: str) -> bool:
+        """Whether the file `relative` lies in `folder` without passing a symbolic link (a
+        local table's; on S3 the key's text says it)."""
+        if self.config.on_s3:
+            return True
+        top = Path(self.full_path(folder))
+        path = Path(self.full_path(relative))
+        if not path.is_relative_to(top):
+            return False
+        return not any(p.is_symlink() for p in [path, *path.parents] if p.is_relative_to(top))
 
     def remove_empty_folder(self, relative: str) -> bool:
         """Remove the local folder `relative` if it is empty; False when it holds something
