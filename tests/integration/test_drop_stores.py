@@ -11,6 +11,7 @@ folder) shows nothing of the job's bookkeeping left while the committed data sta
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -250,9 +251,20 @@ def test_drop_refuses_an_unfinished_epoch_then_leaves_nothing_of_the_job_in_its_
     listed = job_rows(conn, job.schema, job.job, job.store_schema)
     assert listed["durable_sinks_epochs"] >= 1
 
+    kept_store = job.directory.with_name("store-before-drop")
+    if job.kind == "directory":
+        shutil.copytree(job.directory, kept_store)
     applied = job.run("drop", "--apply", "--live-window", "0")
     assert applied.exit_code == 0, applied.output
     assert "dropped job" in applied.output
+    if job.kind == "directory":
+        # A drop cut short after the sinks, before the store (the store is last): the sinks
+        # no longer show the decided epochs committed, and the next drop finishes the rest.
+        shutil.rmtree(job.directory)
+        kept_store.rename(job.directory)
+        finished = job.run("drop", "--apply", "--live-window", "0")
+        assert finished.exit_code == 0, finished.output
+        assert "decision store folder" in finished.output
 
     # Nothing of the job is left on any server but the epoch markers readers read through.
     assert job_rows(conn, job.schema, job.job, job.store_schema) == dict.fromkeys(META_TABLES, 0)
