@@ -148,6 +148,12 @@ def test_drop_on_delta_iceberg_and_a_jsonl_dead_letter_sink(
     }
     delta_before, letters_before = listing(delta_path), listing(letters)
     warehouse_before = listing(catalog.warehouse)
+    property_key = f"durable-sinks.{component(job_id)}.iceberg.epoch"
+
+    def iceberg_properties() -> dict[str, str]:
+        return dict(catalog.catalog().load_table(catalog.identifier()).metadata.properties)
+
+    assert iceberg_properties()[property_key] == "1"
 
     dry = run("drop")
     assert dry.exit_code == 0, dry.output
@@ -156,6 +162,7 @@ def test_drop_on_delta_iceberg_and_a_jsonl_dead_letter_sink(
         "application transaction (txn)",
         "journal folders (empty)",
         "snapshot summaries",
+        f"table property {property_key}",
         "epoch markers _EPOCH.json",
         "decision store folder",
     ):
@@ -173,8 +180,12 @@ def test_drop_on_delta_iceberg_and_a_jsonl_dead_letter_sink(
         for f in listing(delta_path)
     ), listing(delta_path)
     assert not (delta_path / "_durable_sinks" / component(job_id)).exists()
-    # The Iceberg warehouse holds the table's metadata and data files only, as before.
-    assert listing(catalog.warehouse) == warehouse_before
+    # The Iceberg table: its property gone in one metadata-only commit (a new metadata
+    # file, no new snapshot: the same data files), its history kept.
+    assert property_key not in iceberg_properties()
+    added = sorted(set(listing(catalog.warehouse)) - set(warehouse_before))
+    assert set(warehouse_before) <= set(listing(catalog.warehouse))
+    assert [a.endswith(".metadata.json") for a in added] == [True], added
     # The dead-letter folder: its letters and (kept) epoch markers, no staging.
     assert not (letters / "_staging").exists()
     assert listing(letters) == [f for f in letters_before if not f.startswith("_staging")]
