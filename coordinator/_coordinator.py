@@ -22,13 +22,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 from durable_sinks.core.bad_rows import BadRowCap, RefusalCounts, WritePolicy
-from durable_sinks.core.errors import ConfigError, InDoubtError, UsageError
+from durable_sinks.core.errors import ConfigError, InDoubtError, ParticipantLostError, UsageError
 from durable_sinks.core.joblog import JobLogger
 from durable_sinks.core.protocol import (
     CommitHandle,
     DeliveryGuarantee,
     LastResource,
     OpenContext,
+    PublishingSink,
     SinkConnector,
 )
 from durable_sinks.core.text_enum import TextEnum
@@ -311,9 +312,11 @@ class Coordinator:
         for sink in self.sinks if recover else ():
             log = self.log.bind(sink=sink.name)
             decided: dict[int, DecisionRecord] = {}
+            held: set[int] = set()  # epochs with a participant adopted, still prepared
             for handle in sink.recover_prepared():
                 if handle.participant in adopt:
                     report.adopted.append(handle)
+                    held.add(handle.epoch)
                     continue
                 decision = self.decisions.for_epoch(handle.epoch)
                 action = resolve(decision, handle)
@@ -328,6 +331,9 @@ class Coordinator:
                     "recovery: %s leftover participant %s", action.value, handle.participant
                 )
                 yield f"recovery:after-resolve:{sink.name}:{handle.participant}"
+            unpublished = self._unpublished(sink, {*decided, *held})
+            if unpublished is not None and self._recommitted(sink, unpublished):
+                decided[unpublished.epoch] = unpublished
             for epoch, decision in sorted(decided.items()):
                 if self.participants.publish(sink, decision):
                     log.bind(epoch=epoch).info("recovery: published the epoch")
@@ -338,6 +344,37 @@ class Coordinator:
         if recover and self.guarantee is DeliveryGuarantee.EXACTLY_ONCE:
             self.lost_epochs.at_start(self.log)
         return report
+
+    def _unpublished(self, sink: SinkConnector, resolved: set[int]) -> DecisionRecord | None:
+        """The newest decided epoch when its decision names participants of PublishingSink
+        `sink`, none of them found prepared (the epochs in `resolved` had one), and the
+        epoch is not published there yet (the sink's last committed epoch is below it), as
+        a driver that stopped between the sink's commit and its publish leaves it; else
+        None. Only the newest can be: a coordinator finishes each epoch before it begins
+        the next."""
+        if not isinstance(sink, PublishingSink):
+            return None
+        newest = self.decisions.newest_epoch()
+        if newest is None or newest in resolved:
+            return None
+        landed = sink.last_committed_epoch()
+        if landed is not None and landed >= newest:
+            return None
+        decision = self.decisions.for_epoch(newest)
+        if decision is None or not decision.handles_for(sink.name):
+            return None
+        return decision
+
+    def _recommitted(self, sink: SinkConnector, decision: DecisionRecord) -> bool:
+        """Commit `sink`'s participants of `decision` again (a no-op for a committed one);
+        False, publishing nothing, when one is gone: then the sink lost the epoch, which the
+        lost-epochs check that follows recovery reports (CommittedEpochLostError)."""
+        try:
+            for handle in decision.handles_for(sink.name):
+                self.participants.commit(sink, handle)
+        except ParticipantLostError:
+            return False
+        return True
 
     # -- one epoch -----------------------------------------------------------------------------
     @property

@@ -1,6 +1,6 @@
 """What `durable-sinks` reads of a Delta sink (core/operations.py): the participants whose
 journals are on the table (prepared or half-written), and per epoch the commit that carries it
-(its participants, rows and time, from the commit info). Read only."""
+(its participants, rows and time, from the commit info). Read only, but for `drop_leftovers`."""
 
 from __future__ import annotations
 
@@ -9,13 +9,15 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from durable_sinks.core.naming import ParticipantName
-from durable_sinks.core.operations import Holding, Prepared
+from durable_sinks.core.operations import Bookkeeping, Holding, Prepared
 
 from .handles import journal_handle, journal_paths, leftover, paths_of
-from .layout import COMMIT_INFO, COMMIT_VERSION_KEY
+from .layout import COMMIT_INFO, COMMIT_VERSION_KEY, ROOT, Layout
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
+
+    from .storage import TableStorage
 
 
 def in_doubt(
@@ -52,3 +54,38 @@ def holdings(table: DeltaTable, first: int, last: int) -> dict[int, Holding]:
             at=float(commit["timestamp"]) / 1000 if "timestamp" in commit else None,
         )
     return found
+
+
+def drop_leftovers(storage: TableStorage, layout: Layout, *, apply: bool) -> list[Bookkeeping]:
+    """What the job's sink left in its own folder `_durable_sinks/<job>/<sink>/` once no
+    participant is in doubt: files (staged rows no journal names) and the emptied epoch
+    folders of a local table (S3 has none); with `apply` removed, the job's folder
+    `_durable_sinks/<job>/` too once empty. Every path is listed under that folder and
+    checked to lie there, no symbolic link followed; the table's data files and log are
+    never touched."""
+    folder = layout.folder
+    files = [
+        f.path
+        for f in storage.list(folder)
+        if _under(f.path, folder) and storage.inside(f.path, folder)
+    ]
+    job_folder = folder.rsplit("/", 1)[0]
+    folders = [f for f in storage.folders(folder) if f == folder or _under(f, folder)]
+    where = f"{storage.where}/{folder}"
+    found = []
+    if files:
+        found.append(Bookkeeping("staging leftovers", where, len(files)))
+    if folders:
+        found.append(Bookkeeping("journal folders (empty)", where, len(folders)))
+    if apply:
+        storage.delete(files)
+        for relative in folders:
+            storage.remove_empty_folder(relative)
+        if folders and job_folder.startswith(f"{ROOT}/"):
+            storage.remove_empty_folder(job_folder)
+    return found
+
+
+def _under(path: str, folder: str) -> bool:
+    rest = path[len(folder) + 1 :] if path.startswith(f"{folder}/") else ""
+    return bool(rest) and ".." not in rest.split("/")

@@ -379,16 +379,21 @@ class DeltaSink(SinkBase[Delta]):
         return []  # a table keeps no sessions
 
     def drop_job(self, *, apply: bool, epoch_markers: bool = False) -> list[Bookkeeping]:
-        """Nothing to remove: the job's committed epochs are the application transaction
-        (`txn`) of its commits in the Delta log, which cannot be removed without rewriting
-        the table's history; listed as kept. (Journals and staged rows of prepared
-        participants are in doubt: `durable-sinks drop` refuses before it gets here.)"""
+        """What is left in the sink's folder `_durable_sinks/<job>/<sink>/` (staged rows no
+        journal names, emptied epoch folders: operations.drop_leftovers), removed with
+        `apply`; and the application transaction (`txn`) of the job's commits in the Delta
+        log, kept: it cannot be removed without rewriting the table's history. (Journals of
+        prepared participants are in doubt: `durable-sinks drop` refuses before it gets
+        here.)"""
         _ = self.context  # UsageError before open
+        with self.translated("remove the job's leftovers"):
+            left = operations.drop_leftovers(self.storage, self._paths(), apply=apply)
         return [
+            *left,
             Bookkeeping(
                 "application transaction (txn) in the Delta log",
                 f"{self.storage.where} appId={app_id(self.context.job_id, self.name)}",
                 kept="part of the table's log: removing it would rewrite the table's history; "
                 "checkpoints carry it on, it costs one small entry",
-            )
+            ),
         ]

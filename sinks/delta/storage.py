@@ -8,6 +8,7 @@ no-op, so every cleanup may be repeated.
 
 from __future__ import annotations
 
+import errno
 import math
 import tempfile
 from collections.abc import Callable, Iterator
@@ -164,6 +165,43 @@ class TableStorage:
                 filesystem.delete_file(self.full_path(relative))
             except FileNotFoundError:
                 continue
+
+    def folders(self, folder: str) -> list[str]:
+        """`folder` (relative) and every folder under it, deepest first, when they exist; none
+        on S3, which has no folders."""
+        if self.config.on_s3:
+            return []
+        top = Path(self.full_path(folder))
+        if top.is_symlink() or not top.is_dir():
+            return []
+        found = [p for p in top.rglob("*") if p.is_dir() and not p.is_symlink()]
+        found.sort(key=lambda p: len(p.parts), reverse=True)
+        root = Path(self.full_path(""))
+        return [str(p.relative_to(root)) for p in [*found, top]]
+
+    def inside(self, relative: str, folder: str) -> bool:
+        """Whether the file `relative` lies in `folder` without passing a symbolic link (a
+        local table's; on S3 the key's text says it)."""
+        if self.config.on_s3:
+            return True
+        top = Path(self.full_path(folder))
+        path = Path(self.full_path(relative))
+        if not path.is_relative_to(top):
+            return False
+        return not any(p.is_symlink() for p in [path, *path.parents] if p.is_relative_to(top))
+
+    def remove_empty_folder(self, relative: str) -> bool:
+        """Remove the local folder `relative` if it is empty; False when it holds something
+        (or is gone already)."""
+        try:
+            Path(self.full_path(relative)).rmdir()
+        except (FileNotFoundError, FileExistsError):
+            return False
+        except OSError as exc:
+            if exc.errno == errno.ENOTEMPTY:
+                return False
+            raise
+        return True
 
     def list(self, folder: str) -> list[Listed]:
         """Every file under `folder` (relative; recursively), missing folder = none."""

@@ -331,23 +331,29 @@ class IcebergSink(SinkBase[Iceberg]):
         return []  # a table keeps no sessions
 
     def drop_job(self, *, apply: bool, epoch_markers: bool = False) -> list[Bookkeeping]:
-        """Nothing to remove: the job's committed epochs are in its snapshots' summaries
-        (immutable table history) and in a table property read as the last committed epoch;
-        both listed as kept."""
+        """The table property `durable-sinks.<job>.<sink>.epoch` (the job's last committed
+        epoch), removed with `apply` in a metadata-only table commit (no snapshot: what
+        readers see of the rows does not change); and the job's snapshot summaries, kept:
+        they are the table's immutable history."""
         _ = self.context  # UsageError before open
-        names = Layout(self.context.job_id, self.name)
+        key = Layout(self.context.job_id, self.name).epoch_property
         where = self.config.where
-        return [
+        found = [
             Bookkeeping(
                 "snapshot summaries (durable-sinks.job/sink/epoch)",
                 where,
                 kept="part of the table's snapshots: removing them would rewrite its history; "
                 "they expire with the snapshots (expire_snapshots)",
-            ),
-            Bookkeeping(
-                f"table property {names.epoch_property}",
-                where,
-                kept="a table property change is a new table commit, which drop does not make; "
-                "remove it with ALTER TABLE ... UNSET TBLPROPERTIES if wanted",
-            ),
+            )
         ]
+        tables = self._t()
+        if tables.current is None:
+            return found  # no table: nothing of the job in it
+        table = tables.reload()
+        if key not in table.metadata.properties:
+            return found
+        found.append(Bookkeeping(f"table property {key}", where, 1))
+        if apply:
+            with self.translated("remove the job's table property"), table.transaction() as tx:
+                tx.remove_properties(key)
+        return found

@@ -429,12 +429,23 @@ class Operator:
                     found.append((epoch, sink.name))
         return sorted(found)
 
+    def dropped(self, name: str) -> bool:
+        """Whether sink `name` keeps nothing removable of the job any more: an earlier drop
+        removed its bookkeeping (its markers with it), so an epoch it does not show
+        committed is not one it is still committing."""
+        sink = next(s for s in self.sinks if s.name == name)
+        if not isinstance(sink, DroppableSink):
+            return False
+        return not any(item.removable for item in sink.drop_job(apply=False))
+
     def drop_refusal(
         self, live_window: float, *, apply: bool, force: bool
     ) -> DropRefusedError | None:
         """Why the job cannot be dropped now, or None: a prepared participant (any sink,
-        any generation), a decided epoch not committed on every sink, or, for `apply`
-        unless `force`, a coordinator of the job that looks alive (as `resolve` judges)."""
+        any generation), a decided epoch not committed on every sink that still keeps
+        bookkeeping of the job (a drop cut short after the sinks and before the store is
+        finished by the next), or, for `apply` unless `force`, a coordinator of the job
+        that looks alive (as `resolve` judges)."""
         fix = f"run `durable-sinks resolve {self.job} --apply` (with the job's options), then drop"
         doubts = self.inspect()
         if doubts:
@@ -449,7 +460,7 @@ class Operator:
                 epoch=epoch,
                 fix=fix,
             )
-        open_epochs = self.unfinished()
+        open_epochs = [(e, s) for e, s in self.unfinished() if not self.dropped(s)]
         if open_epochs:
             epoch, sink = open_epochs[0]
             return DropRefusedError(
