@@ -247,6 +247,7 @@ _S3_CONNECTION_KEYS = (
     "addressing_style",
     "connect_timeout_s",
     "request_timeout_s",
+    "request_attempts",
 )
 
 
@@ -290,6 +291,15 @@ def _s3_beside(config: Mapping[str, Any], *, kind: str = "s3") -> DecisionStore 
                     "seconds",
                     fix=f"{timeout}=10",
                 ) from None
+    if "request_attempts" in settings:
+        try:
+            settings["request_attempts"] = int(settings["request_attempts"])
+        except (TypeError, ValueError):
+            raise ConfigError(
+                f"{kind} sink {name!r}: request_attempts {settings['request_attempts']!r} is "
+                "not a whole number",
+                fix="request_attempts=4",
+            ) from None
     return S3DecisionStore(
         location,
         S3Connection(**settings),

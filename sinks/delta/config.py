@@ -9,7 +9,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
-from durable_sinks.clients.s3 import AddressingStyle, S3Connection, S3Location, connection_of
+from durable_sinks.clients.s3 import (
+    DEFAULT_REQUEST_ATTEMPTS,
+    AddressingStyle,
+    S3Connection,
+    S3Location,
+    connection_of,
+)
 from durable_sinks.core.errors import ConfigError
 from durable_sinks.core.naming import check_sink_name
 from durable_sinks.core.secrets import check
@@ -70,6 +76,9 @@ class Delta:
     up). Default 10."""
     request_timeout_s: float = 60.0
     """S3 tables: seconds a request may take (rounded up). Default 60."""
+    request_attempts: int = DEFAULT_REQUEST_ATTEMPTS
+    """S3 tables: attempts per request of the sink's own S3 client (checks at start, the
+    decision store beside the table), the first included. Default 4."""
     ca_bundle: str | None = None
     """Refused: delta-rs reads its CAs from the system or SSL_CERT_FILE only."""
     storage_options: Mapping[str, str] | None = field(default=None, repr=False)

@@ -69,8 +69,13 @@ THROUGHPUT_DEFAULTS: Mapping[str, ConfigValue] = {
 #: a broker that answered again after a restart was used only up to ~10 s later (seen: a
 #: batch went on 2.7-10 s after the broker answered, 5 s down). 1 s caps that wait at about
 #: a second, for at most one connection attempt a second per broker while it is down.
-#: `producer_config` overrides it.
-RECONNECT_DEFAULTS: Mapping[str, ConfigValue] = {"reconnect.backoff.max.ms": 1000}
+#: TCP keepalives end a connection to a peer gone at the TCP level (host down, packets
+#: dropped) that sits idle; a request waiting for an answer ends at the call's own bound
+#: (request_timeout_s, docs/kafka.md "Bounded waits"). `producer_config` overrides both.
+CONNECTION_DEFAULTS: Mapping[str, ConfigValue] = {
+    "reconnect.backoff.max.ms": 1000,
+    "socket.keepalive.enable": True,
+}
 #: Settings the sink owns: giving them in `producer_config` is a ConfigError.
 RESERVED = frozenset(
     {
@@ -340,7 +345,7 @@ class Kafka:
         where = f"kafka sink {self.name!r}: producer_config"
         return {
             "bootstrap.servers": self.bootstrap_servers,
-            **RECONNECT_DEFAULTS,
+            **CONNECTION_DEFAULTS,
             **resolve_settings(wanted, where),
         }
 

@@ -64,7 +64,7 @@ from durable_sinks.core.sink_base import OpenParticipant
 
 from .bulk import BulkProducer, bulk_capable
 from .clientlog import ClientLog
-from .config import RECONNECT_DEFAULTS, THROUGHPUT_DEFAULTS, Kafka
+from .config import CONNECTION_DEFAULTS, THROUGHPUT_DEFAULTS, Kafka
 from .errors import (
     AUTH_CODES,
     FENCED_CODES,
@@ -174,7 +174,7 @@ class TransactionalProducer:
         settings: dict[str, Any] = {
             "socket.timeout.ms": min(SOCKET_TIMEOUT_MS, timeout_ms),
             **THROUGHPUT_DEFAULTS,
-            **RECONNECT_DEFAULTS,
+            **CONNECTION_DEFAULTS,
             **resolve_settings(
                 self.config.producer_config, f"kafka sink {self.config.name!r}: producer_config"
             ),

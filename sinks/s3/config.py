@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from durable_sinks.clients.s3 import (
+    DEFAULT_REQUEST_ATTEMPTS,
     MAX_OBJECT_SIZE,
     MAX_PART_SIZE,
     MAX_PARTS,
@@ -64,8 +65,12 @@ class S3:
     connect_timeout_s: float = 10.0
     """Seconds a connection attempt may take. Default 10."""
     request_timeout_s: float = 60.0
-    """Seconds a request may wait for an answer (boto3 also retries throttling and 5xx 3 times).
+    """Seconds each attempt of a request may wait for an answer. A server that stops answering
+    fails a call after about `request_attempts` x this ([s3.md](s3.md#bounded-waits)).
     Default 60."""
+    request_attempts: int = DEFAULT_REQUEST_ATTEMPTS
+    """Attempts per request, the first included: throttling, 5xx answers, dropped connections
+    and time-outs are retried by the client (boto3's standard retry mode). Default 4."""
     ca_bundle: str | None = None
     """A PEM file of the CAs that verify an `https://` `endpoint_url`
     ([security.md](security.md#s3)). Default: `AWS_CA_BUNDLE` or the system's CAs."""

@@ -186,13 +186,13 @@ class ToxiproxyPorts:
 
     Defaults are derived from the main bed's ports like the faults bed's (main Postgres + 110,
     main broker + 103 and + 104), so that a second test bed moved with the DS_PG_PORT and
-    DS_KAFKA_* variables alone moves these too. Room for S3 later: another field here and an
-    entry in `Toxiproxy.proxies()`.
+    DS_KAFKA_* variables alone moves these too; S3's is the main bed's S3 port + 110.
     """
 
     api: int = 19196  # DS_TOXIPROXY_PORT
     postgres: int = 15542  # DS_TOXIPROXY_PG_PORT -> faults Postgres
     kafka: int = 19195  # DS_TOXIPROXY_KAFKA_PORT -> faults Kafka's external listener
+    s3: int = 18443  # DS_TOXIPROXY_S3_PORT -> the main bed's S3 server (SeaweedFS)
 
 
 @dataclass(frozen=True)
@@ -326,6 +326,7 @@ class Layout:
                 api=_env_int("DS_TOXIPROXY_PORT", broker + 104),
                 postgres=_env_int("DS_TOXIPROXY_PG_PORT", pg + 110),
                 kafka=_env_int("DS_TOXIPROXY_KAFKA_PORT", broker + 103),
+                s3=_env_int("DS_TOXIPROXY_S3_PORT", s3 + 110),
             ),
             connect=ConnectPorts(
                 port=connect, killable=_env_int("DS_FAULTS_CONNECT_PORT", connect + 1)
@@ -377,6 +378,7 @@ class Layout:
                 api=proxies.api + offset,
                 postgres=proxies.postgres + offset,
                 kafka=proxies.kafka + offset,
+                s3=proxies.s3 + offset,
             ),
             connect=ConnectPorts(
                 port=self.connect.port + offset, killable=self.connect.killable + offset
@@ -404,6 +406,7 @@ class Layout:
             "toxiproxy.api": proxies.api,
             "toxiproxy.postgres": proxies.postgres,
             "toxiproxy.kafka": proxies.kafka,
+            "toxiproxy.s3": proxies.s3,
             "connect": self.connect.port,
             "faults-connect": self.connect.killable,
             **{f"spark-cluster.{role}": p for role, p in self.spark_cluster.all().items()},

@@ -27,6 +27,8 @@ START_TIMEOUT = 30.0
 #: Proxy names, as tests and the fixtures know them.
 POSTGRES_PROXY = "faults-postgres"
 KAFKA_PROXY = "faults-kafka"
+#: In front of the main bed's S3 server: only connections made through it are broken.
+S3_PROXY = "s3"
 
 
 def _go() -> str:
@@ -63,6 +65,7 @@ class Toxiproxy(Daemon):
             ProxyConfig(
                 KAFKA_PROXY, f"127.0.0.1:{ports.kafka}", f"127.0.0.1:{faults.kafka_external}"
             ),
+            ProxyConfig(S3_PROXY, f"127.0.0.1:{ports.s3}", f"127.0.0.1:{self.layout.s3.s3}"),
         ]
 
     def ports(self) -> dict[str, int]:

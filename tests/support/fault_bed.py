@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Generic, TypeVar
 
@@ -31,11 +31,12 @@ from tests.services import (
     Postgres,
     PostgresEndpoint,
     PreparedTransaction,
+    S3Endpoint,
     Testbed,
     up,
 )
 from tests.services._process import file_lock
-from tests.services.toxiproxy import KAFKA_PROXY, POSTGRES_PROXY
+from tests.services.toxiproxy import KAFKA_PROXY, POSTGRES_PROXY, S3_PROXY
 from tests.support.toxiproxy import Proxy, Toxiproxy
 
 __all__ = ["FaultBed", "Later"]
@@ -89,6 +90,7 @@ class FaultBed:
     toxiproxy: Toxiproxy
     postgres_proxy: Proxy
     kafka_proxy: Proxy
+    s3_proxy: Proxy  # in front of the shared S3 server: only proxied clients are affected
     lock_file: Path
 
     @classmethod
@@ -100,6 +102,7 @@ class FaultBed:
             toxiproxy=testbed.toxiproxy.api,
             postgres_proxy=testbed.toxiproxy.api.proxy(POSTGRES_PROXY),
             kafka_proxy=testbed.toxiproxy.api.proxy(KAFKA_PROXY),
+            s3_proxy=testbed.toxiproxy.api.proxy(S3_PROXY),
             lock_file=testbed.layout.root / "faults.lock",
         )
 
@@ -131,6 +134,12 @@ class FaultBed:
     @property
     def kafka_proxied(self) -> KafkaEndpoint:
         return KafkaEndpoint(f"127.0.0.1:{self.testbed.layout.toxiproxy.kafka}")
+
+    @property
+    def s3_proxied(self) -> S3Endpoint:
+        """The shared S3 server (its bucket and credentials) reached through Toxiproxy."""
+        direct = self.testbed.s3.endpoint()
+        return replace(direct, endpoint_url=f"http://127.0.0.1:{self.testbed.layout.toxiproxy.s3}")
 
     # -- per test ----------------------------------------------------------------------------
     @contextmanager

@@ -225,6 +225,7 @@ def test_an_s3_sinks_default_store_lives_under_its_prefix_with_its_settings(cwd:
         "secret_access_key": "secret-value-123",
         "addressing_style": "path",
         "connect_timeout_s": "5",
+        "request_attempts": "2",
         "part_size_bytes": 8 * 1024 * 1024,  # a sink setting the store ignores
     }
     store = default_store_for("s3", config)
@@ -237,6 +238,7 @@ def test_an_s3_sinks_default_store_lives_under_its_prefix_with_its_settings(cwd:
         secret_access_key="secret-value-123",
         addressing_style="path",
         connect_timeout_s=5.0,
+        request_attempts=2,
     )
     shown = repr(store) + repr(store.connection) + store.where
     assert "secret-value-123" not in shown
@@ -244,3 +246,24 @@ def test_an_s3_sinks_default_store_lives_under_its_prefix_with_its_settings(cwd:
     assert default_store_for("s3", {"name": "no-path"}) is None
     with pytest.raises(ConfigError, match="connect_timeout_s 'soon' is not a number"):
         default_store_for("s3", {"path": "s3://lake/events", "connect_timeout_s": "soon"})
+    with pytest.raises(ConfigError, match="request_attempts 'many' is not a whole number"):
+        default_store_for("s3", {"path": "s3://lake/events", "request_attempts": "many"})
+
+
+@pytest.mark.parametrize("attempts", [0, 21, 2.5, True])
+def test_request_attempts_outside_one_to_twenty_are_refused(attempts: object) -> None:
+    with pytest.raises(ConfigError, match="request_attempts must be a whole number from 1"):
+        S3Connection(request_attempts=attempts)  # type: ignore[arg-type]
+
+
+def test_a_silent_s3_request_is_bounded_by_its_attempts() -> None:
+    connection = S3Connection(request_timeout_s=1, connect_timeout_s=1, request_attempts=2)
+    assert connection.wait_bound_s == 2 * (1 + 1) + 1  # one back-off of at most 1 s
+    config = connection.client().meta.config
+    names = ("retries", "tcp_keepalive", "read_timeout", "connect_timeout")
+    assert {name: getattr(config, name) for name in names} == {
+        "retries": {"total_max_attempts": 2, "mode": "standard"},
+        "tcp_keepalive": True,
+        "read_timeout": 1,
+        "connect_timeout": 1,
+    }

@@ -148,6 +148,7 @@ def test_secrets_are_redacted_in_the_config_repr() -> None:
     assert config.connection_settings() == {
         "bootstrap.servers": "b:9092",
         "reconnect.backoff.max.ms": 1000,
+        "socket.keepalive.enable": True,
         "sasl.password": "hunter2",
         "ssl.key.password": "k",
     }
@@ -167,6 +168,20 @@ def test_every_client_tries_a_lost_broker_again_within_a_second_unless_told_othe
     told = Kafka("b:9092", "events", producer_config={"reconnect.backoff.max.ms": 50})
     assert producer_settings(told)["reconnect.backoff.max.ms"] == 50
     assert told.connection_settings()["reconnect.backoff.max.ms"] == 50
+
+
+def test_every_client_keeps_its_connections_alive_unless_told_otherwise() -> None:
+    def producer_settings(config: Kafka) -> dict[str, Any]:
+        log = JobLogger("job", "kafka", component="sinks.kafka")
+        where: dict[str, Any] = {"job": "job", "sink": "kafka"}
+        return TransactionalProducer(config, "t", lambda _: where, log).settings()
+
+    config = Kafka("b:9092", "events")
+    assert producer_settings(config)["socket.keepalive.enable"] is True
+    assert config.connection_settings()["socket.keepalive.enable"] is True
+    told = Kafka("b:9092", "events", producer_config={"socket.keepalive.enable": False})
+    assert producer_settings(told)["socket.keepalive.enable"] is False
+    assert told.connection_settings()["socket.keepalive.enable"] is False
 
 
 def test_the_progress_topic_defaults_beside_the_topic_and_must_differ() -> None:

@@ -43,6 +43,8 @@ MAX_PART_SIZE = 5 * 1024 * 1024 * 1024
 MAX_PARTS = 10_000
 MAX_OBJECT_SIZE = 5 * 1024**4
 MAX_KEY_BYTES = 1024
+#: Attempts per request by default (botocore's standard retry mode's own default is 3).
+DEFAULT_REQUEST_ATTEMPTS = 4
 
 AddressingStyle = Literal["auto", "path", "virtual"]
 
@@ -122,8 +124,14 @@ class S3Connection:
     addressing_style: AddressingStyle = "auto"
     #: Seconds a connection attempt may take.
     connect_timeout_s: float = 10.0
-    #: Seconds a request may wait for the server's answer.
+    #: Seconds a request may wait for the server's answer (each attempt; the longest silence
+    #: between two reads of the answer).
     request_timeout_s: float = 60.0
+    #: Attempts per request, the first included: throttling, 5xx answers, dropped connections
+    #: and time-outs are retried by the client. A request on a server that stops answering
+    #: fails after about `request_attempts` x `request_timeout_s` (docs/s3.md, "Bounded
+    #: waits").
+    request_attempts: int = DEFAULT_REQUEST_ATTEMPTS
     #: A PEM file of the CAs that verify an https endpoint (None: boto3's default, i.e.
     #: AWS_CA_BUNDLE or the system's CAs).
     ca_bundle: str | None = None
@@ -149,6 +157,21 @@ class S3Connection:
         for name in ("connect_timeout_s", "request_timeout_s"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"S3: {name} must be > 0 seconds", fix=f"{name}=10")
+        attempts = self.request_attempts
+        if isinstance(attempts, bool) or not isinstance(attempts, int) or not 1 <= attempts <= 20:
+            raise ConfigError(
+                f"S3: request_attempts must be a whole number from 1 to 20, not {attempts!r}",
+                fix=f"request_attempts={DEFAULT_REQUEST_ATTEMPTS} (the first attempt included)",
+            )
+
+    @property
+    def wait_bound_s(self) -> float:
+        """The longest a request waits on a server that accepts connections but answers
+        nothing: every attempt waits `request_timeout_s`, plus botocore's back-off between
+        attempts (at most 1, 2, 4, ... s, capped at 20 s) and `connect_timeout_s` per attempt
+        for a server that does not accept connections either."""
+        backoff = sum(min(2.0**n, 20.0) for n in range(self.request_attempts - 1))
+        return self.request_attempts * (self.request_timeout_s + self.connect_timeout_s) + backoff
 
     def server(self) -> str:
         """Where requests go, for messages (never a credential)."""
@@ -221,9 +244,13 @@ class S3Connection:
             verify=self.ca_bundle,
             config=Config(
                 s3={"addressing_style": self.addressing_style},
-                retries={"max_attempts": 3, "mode": "standard"},
+                # total_max_attempts counts the first attempt (max_attempts would not).
+                retries={"total_max_attempts": self.request_attempts, "mode": "standard"},
                 connect_timeout=self.connect_timeout_s,
                 read_timeout=self.request_timeout_s,
+                # A peer gone at the TCP level (host down, packets dropped) is noticed by the
+                # read time-out in any case; keepalives also end connections idle in the pool.
+                tcp_keepalive=True,
                 max_pool_connections=16,
                 # Only where the operation demands one: some S3-compatible servers reject
                 # the CRC32 trailers boto3 adds to every upload by default.
