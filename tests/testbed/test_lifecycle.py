@@ -174,6 +174,7 @@ def test_faults_bed_up_twice_is_harmless_and_down_leaves_nothing(tmp_path: Path)
         assert {p.upstream for p in proxies.values()} == {
             f"127.0.0.1:{testbed.layout.faults.postgres}",
             f"127.0.0.1:{testbed.layout.faults.kafka_external}",
+            f"127.0.0.1:{testbed.layout.s3.s3}",
         }
 
         up(["faults"], testbed)
