@@ -78,7 +78,7 @@ test-replicated: install
 
 # One slice of CI's rotation through the long tiers (docs/testing.md, "CI's rotation"): every
 # test of test-faults, test-compat, test-replicated and a bounded test-crash sample is in one
-# of 5 slices, dealt by measured time (tests/slices.json). N=k runs slice k; without N, CI's
+# of 10 slices, dealt by measured time (tests/slices.json). N=k runs slice k; without N, CI's
 # next slice (the one this machine's CI ran least recently), recorded as run.
 # `$(PY) -m tests.long_tiers plan` lists them.
 test-slice: install

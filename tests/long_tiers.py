@@ -48,7 +48,7 @@ from tests.support.timings import TIMES_ENV, read_times
 
 #: How many slices CI rotates through: every test of a long tier runs once in this many
 #: consecutive landings.
-SLICES = 5
+SLICES = 10
 #: Which slice each long-tier test belongs to, and its measured seconds (`rebalance`).
 SLICES_FILE = REPO_ROOT / "tests" / "slices.json"
 #: Where tier and slice runs record each test's time.

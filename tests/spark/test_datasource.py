@@ -149,7 +149,15 @@ def secret_role(postgres: PostgresEndpoint, pg_schema: str, job_id: str) -> tupl
     return f"{dsn}?sslmode=disable", secret
 
 
-@pytest.mark.parametrize("form", ["kind", "sinks"])
+@pytest.mark.parametrize(
+    "form",
+    [
+        "kind",
+        # The same redaction through the `sinks` option's JSON: the fault tier's (make
+        # test-faults, CI's rotation); one Spark application of ~45 s each.
+        pytest.param("sinks", marks=pytest.mark.fault_tier),
+    ],
+)
 def test_spark_shows_no_option_of_a_durable_query(
     postgres: PostgresEndpoint, pg_schema: str, job_id: str, tmp_path: Path, form: str
 ) -> None:
@@ -178,6 +186,8 @@ def test_spark_shows_no_option_of_a_durable_query(
     assert postgres_ids(dsn, f"{pg_schema}.events") == list(range(20))
 
 
+@pytest.mark.fault_tier  # three Spark applications (~100 s): CI's rotation runs it; the
+# refusal and first_epoch in the default suite: test_durable_sink.py, test_connect.py
 def test_a_new_checkpoint_in_a_new_application_is_refused_not_a_key_collision(
     postgres: PostgresEndpoint, pg_schema: str, job_id: str, tmp_path: Path
 ) -> None:

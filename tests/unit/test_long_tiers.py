@@ -30,7 +30,8 @@ def test_rebalance_deals_the_longest_first_to_the_emptiest_slice() -> None:
     loads = [0.0] * SLICES
     for slice_, share in assigned.values():
         loads[slice_] += share
-    assert sorted(loads) == [90.0, 90.0, 90.0, 90.0, 100.0]
+    assert SLICES == 10
+    assert sorted(loads) == [10.0, 10.0, 10.0, 10.0, 20.0, 60.0, 70.0, 80.0, 90.0, 100.0]
     assert {k for k, (s, _) in assigned.items() if s == assigned[made[0].key][0]} == {made[0].key}
 
 
@@ -74,8 +75,10 @@ def test_ci_takes_the_slice_it_ran_least_recently() -> None:
     assert next_slice([{"slice": 2}], landing=663) == 3
     assert next_slice([{"slice": 2}, {"slice": 3}], landing=663) == 4
     # Several commits landed at once, a CI run repeated: the rotation goes on regardless.
-    runs = [{"slice": k} for k in (2, 3, 4, 0, 1, 2, 3, 4, 3)]
-    assert next_slice(runs, landing=700) == 0
+    runs = [{"slice": k} for k in (2, 3, 4, 5, 6, 7, 8, 9, 0, 1, 2, 3, 4, 3)]
+    assert next_slice(runs, landing=700) == 5
+    # Slices that never ran come first, from the landing's number on.
+    assert next_slice([{"slice": k} for k in (2, 3, 4, 0, 1)], landing=700) == 5
     assert next_slice([{"slice": k} for k in (0, 1, 3)], landing=0) == 2
 
 
