@@ -228,31 +228,35 @@ class ProgressReader:
         self.request_timeout = request_timeout
         #: The job/sink context for errors.
         self.describe = describe
-        self._consumer: Consumer | None = None
+        #: The consumers by isolation level (read_committed, read_uncommitted), made when
+        #: first needed.
+        self._consumers: dict[str, Consumer] = {}
 
-    def _reader(self, deadline: float) -> Consumer:
-        if self._consumer is None:
-            self._consumer = Consumer(  # settings checked at open: only memory can fail here
+    def _reader(self, deadline: float, isolation: str) -> Consumer:
+        consumer = self._consumers.get(isolation)
+        if consumer is None:
+            consumer = Consumer(  # settings checked at open: only memory can fail here
                 {
                     **self.client_config,
                     "group.id": PROGRESS_READER_GROUP,
                     "enable.auto.commit": False,
                     "enable.auto.offset.store": False,
-                    "isolation.level": "read_committed",
+                    "isolation.level": isolation,
                     "enable.partition.eof": False,
                     "fetch.wait.max.ms": 10,
                 }
             )
+            self._consumers[isolation] = consumer
             # The topic's metadata now: an assignment to a topic librdkafka knows nothing of
             # starts fetching only at its once-a-second scan for unknown topics.
-            self._consumer.list_topics(self.topic, timeout=_left(deadline))
-        return self._consumer
+            consumer.list_topics(self.topic, timeout=_left(deadline))
+        return consumer
 
     def close(self) -> None:
-        """Release the consumer (a failure to leave cleanly is of no consequence: it has no
-        group membership nor offsets to commit)."""
-        consumer, self._consumer = self._consumer, None
-        if consumer is not None:
+        """Release the consumers (a failure to leave cleanly is of no consequence: they have
+        no group membership nor offsets to commit)."""
+        consumers, self._consumers = list(self._consumers.values()), {}
+        for consumer in consumers:
             try:
                 consumer.close()
             except (*RAW, RuntimeError):
@@ -276,19 +280,22 @@ class ProgressReader:
         return low[partition], high[partition]
 
     def latest(
-        self, want: Mapping[bytes, Callable[[bytes, int], bool]]
+        self, want: Mapping[bytes, Callable[[bytes, int], bool]], *, committed: bool = True
     ) -> dict[bytes, tuple[int, bytes]]:
         """For each key of `want`, the value and offset of the latest committed record with
         that key for which `want[key](value, offset)` is true; keys never found are absent.
         Scans backwards from the high watermark until every key is found or the partition's
         start is reached; raises TransientError after `timeout` seconds (`request_timeout`
-        when the topic's offsets cannot be read)."""
+        when the topic's offsets cannot be read). A committed read waits for every
+        transaction open below the high watermark to end; `committed=False` reads the records
+        of open and aborted transactions too, and never waits for one."""
         deadline = time.monotonic() + self.timeout
         requests = min(deadline, time.monotonic() + self.request_timeout)
         low, end = self.watermarks(requests)
         found: dict[bytes, tuple[int, bytes]] = {}
+        isolation = "read_committed" if committed else "read_uncommitted"
         try:
-            consumer = self._reader(requests)
+            consumer = self._reader(requests, isolation)
             try:
                 while end > low and len(found) < len(want):
                     start = max(low, end - SCAN_CHUNK)
@@ -307,8 +314,8 @@ class ProgressReader:
     def _read(
         self, consumer: Consumer, start: int, end: int, deadline: float
     ) -> list[tuple[int, bytes, bytes]]:
-        """Committed records in [start, end): waits until a read_committed reader passes
-        `end - 1` (control records and aborted records are skipped)."""
+        """The records `consumer` reads in [start, end): waits until it passes `end - 1`
+        (control records are skipped, and a read_committed consumer's aborted records)."""
         partition = TopicPartition(self.topic, 0, start)
         # Without unassign, a new assignment keeps reporting the previous one's position.
         consumer.unassign()

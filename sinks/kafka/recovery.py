@@ -25,9 +25,11 @@ def latest_progress(
     accept: Callable[[ProgressRecord], bool],
     *,
     with_fence: bool = False,
+    committed: bool = True,
 ) -> tuple[ProgressRecord | None, tuple[int, bytes] | None]:
     """The latest progress record of the job's sink that `accept`s and, in the same scan
-    when `with_fence`, the latest fence record (offset, value)."""
+    when `with_fence`, the latest fence record (offset, value); with `committed=False`,
+    records of open and aborted transactions count too (ProgressReader.latest)."""
     key = progress_key(job_id, sink)
     fence = fence_key(job_id, sink)
     decoded: dict[int, ProgressRecord] = {}
@@ -39,7 +41,7 @@ def latest_progress(
     want: dict[bytes, Callable[[bytes, int], bool]] = {key: check}
     if with_fence:
         want[fence] = _any
-    found = progress.latest(want)
+    found = progress.latest(want, committed=committed)
     record = decoded[found[key][0]] if key in found else None
     return record, found.get(fence) if with_fence else None
 

@@ -215,8 +215,21 @@ class KafkaSink(SinkBase[Kafka]):
         that epoch itself)."""
         state = self._state()
         job, topic = state.context.job_id, self.config.progress_topic_name
+        # Before init_transactions, which would abort a newer generation's transaction: is
+        # there a newer fence? Read uncommitted: a fence record of any transaction, even one
+        # still open or aborted, was written by a generation that was claimed, so a newer one
+        # means this coordinator is fenced; and the read never waits for a transaction an
+        # older producer of this transactional.id left open (a commit whose answer was lost),
+        # which init_transactions settles below. The progress record found here only sizes
+        # the transaction timeout.
         latest, found = recovery.latest_progress(
-            state.progress, job, self.name, topic, lambda r: True, with_fence=True
+            state.progress,
+            job,
+            self.name,
+            topic,
+            lambda r: True,
+            with_fence=True,
+            committed=False,
         )
         self._check_fence(found, generation)
         producer = state.producer

@@ -465,7 +465,7 @@ def test_progress_reads_are_typed(failing: str) -> None:
         lambda: where(None),
         request_timeout=0.3,
     )
-    reader._consumer = FailingConsumer()  # type: ignore[assignment]
+    reader._consumers["read_committed"] = FailingConsumer()  # type: ignore[assignment]
     with pytest.raises(TransientError) as raised:
         reader.latest({b"key": lambda value, offset: True})
     assert raised.value.job == "job"
