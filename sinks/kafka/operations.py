@@ -326,7 +326,7 @@ def progress_keys(config: Any, opened: Any) -> dict[bytes, bool]:
     latest: dict[bytes, bool] = {}
     if high <= low:
         return latest
-    consumer = reader._reader(requests)
+    consumer = reader._reader(requests, "read_committed")
     try:
         consumer.unassign()
         consumer.assign([TopicPartition(reader.topic, 0, low)])
