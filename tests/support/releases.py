@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.services._layout import REPO_ROOT
-from tests.support.venvs import venv_with_our_dependencies
+from tests.support.venvs import venv_with_our_dependencies, wheel_of
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -64,24 +64,7 @@ def build_release_wheel(release: Release, folder: Path) -> Path:
     tar.write_bytes(archive.stdout)
     with tarfile.open(tar) as opened:
         opened.extractall(tree, filter="data")
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "--quiet",
-            "--no-deps",
-            "--no-build-isolation",
-            "--wheel-dir",
-            str(out),
-            str(tree),
-        ],
-        check=True,
-        capture_output=True,
-    )
-    (built,) = out.glob(f"durable_sinks-{release.version}-*.whl")
-    return built
+    return wheel_of(tree, out, release.version)
 
 
 def release_python(release: Release, folder: Path) -> Path:

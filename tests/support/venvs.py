@@ -25,6 +25,12 @@ def build_wheel(clone: Path, out: Path) -> Path:
             target = clone / name
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, target)
+    return wheel_of(clone, out)
+
+
+def wheel_of(tree: Path, out: Path, version: str = "*") -> Path:
+    """The durable-sinks wheel (of `version`) of the source tree `tree`, built offline (no
+    build isolation, no dependencies) into `out`."""
     subprocess.run(
         [
             sys.executable,
@@ -36,12 +42,12 @@ def build_wheel(clone: Path, out: Path) -> Path:
             "--no-build-isolation",
             "--wheel-dir",
             str(out),
-            str(clone),
+            str(tree),
         ],
         check=True,
         capture_output=True,
     )
-    (built,) = out.glob("durable_sinks-*.whl")
+    (built,) = out.glob(f"durable_sinks-{version}-*.whl")
     return built
 
 
