@@ -22,6 +22,7 @@ from durable_sinks.core.joblog import JobLogger
 from durable_sinks.core.naming import ParticipantName
 from durable_sinks.core.protocol import (
     CommitHandle,
+    ConcurrentCommitter,
     DistributedSink,
     PublishingSink,
     SinkConnector,
@@ -100,19 +101,35 @@ class Participants:
             letters.add(written.sink.name, written.index, written.batch, written.result.refused)
             yield _counted(written, metrics)
 
-    def commit(self, sink: SinkConnector, handle: CommitHandle) -> None:
-        """Commit one participant of a decided epoch (idempotent), retrying transient errors;
+    def commit(self, sink: SinkConnector, handles: Sequence[CommitHandle]) -> None:
+        """Commit participants of one decided epoch of `sink` (idempotent), concurrently where
+        the sink can (`ConcurrentCommitter`), retrying transient errors;
         CommitIncompleteError when it cannot be done now (replay or restart finishes it);
         FencedError as it is when a newer driver owns the job (its recovery finishes it);
-        ParticipantLostError as it is when the participant is gone (not retriable: the
+        ParticipantLostError as it is when a participant is gone (not retriable: the
         epoch's rows are lost from the sink until an operator repairs them)."""
-        require_own(self.job_id, sink, handle)
+        if not handles:
+            return
+        epoch = handles[0].epoch
+        for handle in handles:
+            require_own(self.job_id, sink, handle, epoch)
+        if len(handles) == 1 or not isinstance(sink, ConcurrentCommitter):
+            what = f"committing participant {handles[0].participant}"
+            if len(handles) > 1:
+                what = f"committing the epoch's {len(handles)} participants"
+
+            def commit_each() -> None:
+                for handle in handles:
+                    sink.commit_epoch(epoch, handle)
+
+            self._settle(sink, epoch, what, "commit_epoch", commit_each)
+            return
         self._settle(
             sink,
-            handle.epoch,
-            f"committing participant {handle.participant}",
-            "commit_epoch",
-            lambda: sink.commit_epoch(handle.epoch, handle),
+            epoch,
+            f"committing the epoch's {len(handles)} participants",
+            "commit_participants",
+            lambda: sink.commit_participants(epoch, handles),
         )
 
     def publish(self, sink: SinkConnector, decision: DecisionRecord) -> bool:
@@ -161,31 +178,32 @@ class Participants:
         finished: Callable[[], bool] = lambda: False,
     ) -> Steps:
         """Commit every participant `decision` names, except those of `skip` (the last
-        resource, whose participant committed with the decision itself), then publish the
+        resource, whose participant committed with the decision itself): the sinks one after
+        the other, each sink's participants at once (`commit`), then publish the
         epoch on every PublishingSink (each of them, even one without a participant: an
         empty epoch is published too; but not on the `occasional` sink, which took no part
         in it). A participant of a sink the job no longer has is passed over when
         `finished()` says every participant of the epoch committed (asked only then); else
         CommitIncompleteError: only the job with that sink can finish the epoch."""
         by_name = {s.name: s for s in self.sinks}
-        for handle in decision.handles:
-            sink = by_name.get(handle.sink)
+        for name, handles in _by_sink(decision.handles).items():
+            sink = by_name.get(name)
             if sink is None:
                 if finished():
                     continue  # it committed with the epoch, before the sink left the job
                 raise CommitIncompleteError(
-                    f"the decision of epoch {decision.epoch} names sink {handle.sink!r}, which "
+                    f"the decision of epoch {decision.epoch} names sink {name!r}, which "
                     "this job no longer has, and the epoch is not finished: that sink's part "
                     "may still be prepared, not committed",
                     job=self.job_id,
                     epoch=decision.epoch,
-                    fix=f"run the job once more with sink {handle.sink!r} (the same name and "
+                    fix=f"run the job once more with sink {name!r} (the same name and "
                     "options) so that the epoch finishes, then remove the sink",
                 )
             if sink is skip:
                 continue
             with metrics.phase("commit"):
-                self.commit(sink, handle)
+                self.commit(sink, handles)
             yield f"after-commit:{sink.name}"
         for sink in self.sinks:
             if sink is skip or (sink is self.occasional and not decision.handles_for(sink.name)):
@@ -249,6 +267,14 @@ class Participants:
                         "rolled back attempt %s (not in the decision)", handle.participant
                     )
             yield f"after-discard:{sink.name}"
+
+
+def _by_sink(handles: Iterable[CommitHandle]) -> dict[str, list[CommitHandle]]:
+    """`handles` per sink, the sinks and each sink's handles in the order given."""
+    grouped: dict[str, list[CommitHandle]] = {}
+    for handle in handles:
+        grouped.setdefault(handle.sink, []).append(handle)
+    return grouped
 
 
 def _counted(written: Written, metrics: EpochMetrics) -> str:

@@ -64,6 +64,11 @@ class Postgres:
     """Prepared transactions this sink may hold at once; checked against the server's
     `max_prepared_transactions` at start (two-phase jobs only). Default 2; executor mode needs
     one per partition."""
+    commit_sessions: int = 4
+    """Sessions the driver commits an epoch's prepared transactions on at once (executor mode:
+    one per part), so that the server groups their WAL flushes; opened when an epoch first has
+    more than one part to commit. Default 4; 1 commits them one after the other on one
+    session."""
     connect_timeout_s: float | None = None
     """Seconds a connection attempt may take (rounded up to whole seconds, libpq's unit), for
     every connection the sink (and the default decision store in its database) opens; given, it
@@ -130,6 +135,11 @@ class Postgres:
                     f"{where}: {option} must be > 0 seconds or None",
                     fix=f"leave the default, or give {option}=None for the server's own",
                 )
+        if self.commit_sessions < 1:
+            raise ConfigError(
+                f"{where}: commit_sessions must be >= 1",
+                fix="leave the default (4), or give 1 to commit on one session",
+            )
         if self.participants_in_flight < 1:
             raise ConfigError(
                 f"{where}: participants_in_flight must be >= 1",

@@ -54,6 +54,11 @@ def own_objects(
     return objects
 
 
+#: Participants `S3Sink.commit_participants` completes at once: within the client's connection
+#: pool (16), beside a writer's.
+COMMIT_REQUESTS = 12
+
+
 def commit(
     sink: SinkBase[S3], client: S3Client, layout: Layout, epoch: int, handle: CommitHandle
 ) -> CommitOutcome:

@@ -16,7 +16,7 @@ from durable_sinks.core.errors import (
     TransientError,
     UsageError,
 )
-from durable_sinks.core.protocol import OpenContext
+from durable_sinks.core.protocol import CommitHandle, CommitOutcome, OpenContext
 from durable_sinks.core.sink_base import SinkBase, Step, guarded
 
 
@@ -44,6 +44,9 @@ class Sink(SinkBase[Config]):
             return None
         kind = InDoubtError if step.in_doubt else TransientError
         return kind(f"could not {step.action}: {exc}", **self.where(step.epoch), fix="retry")
+
+    def commit_epoch(self, epoch: int, handle: CommitHandle) -> CommitOutcome:
+        return CommitOutcome.COMMITTED
 
     @guarded("commit the epoch", in_doubt="the decision")
     def commit(self, epoch: int, failure: Exception | None) -> str:

@@ -9,6 +9,8 @@ holds what those roles share:
 - one attempt counter per epoch, so that every attempt at an epoch prepares a participant of
   its own name (`_next_participant`);
 - the sink's counters, reported by `metrics()`;
+- the commit of several participants of an epoch (`commit_participants`: one after the other
+  unless a sink runs them concurrently, `_commit_concurrently`);
 - the highest committed epoch it knows (`last_committed_epoch`): read from the target at
   `open`, then moved by its own commits (`_committed_up_to`);
 - where an error happened (`_where`: job, sink, epoch) and the one idiom that turns a client's
@@ -28,15 +30,23 @@ import contextlib
 import errno
 import functools
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar, cast
 
 from .bad_rows import BadRowsError, RefusedRows
-from .errors import DurableSinkError, InDoubtError, TransientError, UsageError
+from .errors import (
+    DurableSinkError,
+    FencedError,
+    InDoubtError,
+    ParticipantLostError,
+    TransientError,
+    UsageError,
+)
 from .joblog import JobLogger
 from .naming import ParticipantName
-from .protocol import OpenContext
+from .protocol import CommitHandle, CommitOutcome, OpenContext
+from .threads import run_concurrently
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -176,6 +186,36 @@ class SinkBase(ABC, Generic[ConfigT]):
             self._last_committed = epoch
 
     # -- bad rows ------------------------------------------------------------------------------
+    # -- phase 2 of several participants -------------------------------------------------------
+    @abstractmethod
+    def commit_epoch(self, epoch: int, handle: CommitHandle) -> CommitOutcome:
+        """Phase 2 of one participant (core.protocol.EpochCommitter)."""
+
+    def commit_participants(
+        self, epoch: int, handles: Sequence[CommitHandle]
+    ) -> list[CommitOutcome]:
+        """`commit_epoch` of each handle (core.protocol.ConcurrentCommitter), one after the
+        other; a sink whose target takes concurrent commits overrides it with
+        `_commit_concurrently`."""
+        return [self.commit_epoch(epoch, handle) for handle in handles]
+
+    def _commit_concurrently(
+        self, calls: Sequence[Callable[[int], CommitOutcome]], workers: int
+    ) -> list[CommitOutcome]:
+        """Run the commits `calls` (each given its worker's slot), at most `workers` at once:
+        core.threads.run_concurrently, the most serious error raised (a lost participant,
+        then a fence, then anything else) once every begun call ended; after a lost
+        participant the others are still committed (the epoch is decided: as much of it as
+        can lands), after any other error no further one is begun. The calls must not touch
+        the sink's counters or its last committed epoch (not thread-safe): the caller updates
+        them after."""
+        return run_concurrently(
+            calls,
+            workers=workers,
+            rank=_commit_severity,
+            keep_going=lambda exc: isinstance(exc, ParticipantLostError),
+        )
+
     def _refuse(self, batch: pa.RecordBatch, refused: RefusedRows, epoch: int) -> pa.RecordBatch:
         """Apply the job's bad-row policy (`context.policy`) to the rows of `batch` this
         sink's checks refused: with "fail" raise BadRowsError naming their reasons (nothing
@@ -265,6 +305,15 @@ class SinkBase(ABC, Generic[ConfigT]):
             "errors in the kernel log); the job retries, and a retried commit finds what the "
             "failed one published",
         )
+
+
+def _commit_severity(exc: BaseException) -> int:
+    """Which of several commits' errors `commit_participants` raises: the lowest."""
+    if isinstance(exc, ParticipantLostError):
+        return 0  # no retry helps: the operator's repair
+    if isinstance(exc, FencedError):
+        return 1  # a newer driver owns the job
+    return 2
 
 
 def guarded(action: str, *, in_doubt: str | None = None) -> Callable[[F], F]:
