@@ -40,6 +40,7 @@ from ._decisions import DecisionBook
 from ._lost_epochs import LostEpochCheck
 from ._metrics import EpochMetrics, JobTotals
 from ._participants import Participants, brief, require_part_of
+from ._phase2 import Phase2
 from ._recovery import RecoveryReport, Resolution, require_no_newer, resolve
 from ._replay import ReplayCheck, unproven_replay
 from ._retry import RetryPolicy
@@ -106,7 +107,16 @@ class Coordinator:
     `on_bad_rows="dead_letter"`, rows the sinks refuse go to `dead_letter`, one more
     participant of the same epoch and decision (`_dead_letters`), at most `bad_row_cap` of
     them per sink and epoch.
-    After `run_epoch` returns, every sink holds the epoch's rows exactly once. If it raises:
+    With `background_commits`, an epoch's phase 2 (commits, publishes, the finish mark) runs
+    in a background thread once its decision is durable, and `run_epoch` returns then: the
+    epoch's outcome is fixed by its decision (a crash is rolled forward by the next start's
+    recovery), but its rows become visible only when phase 2 ends. The next epoch waits for
+    it before its own decision, as do a replay and `close()`; a phase 2 that failed is run
+    again there, in the caller's thread, raising as `run_epoch` would have. Only for jobs
+    whose every sink can commit beside its next epoch's writes
+    (`SinkCapabilities.commits_beside_writes`); for others it is off, logged at start.
+    Without it, after `run_epoch` returns, every sink holds the epoch's rows exactly once.
+    If `run_epoch` raises:
     - before the decision (any error, incl. FencedError): every participant was rolled back;
       replaying the epoch writes it afresh;
     - CommitIncompleteError / InDoubtError: the decision may be durable; nothing was rolled
@@ -135,6 +145,7 @@ class Coordinator:
         bad_row_cap: BadRowCap | None = None,
         slow_phase_log_s: float = SLOW_PHASE_LOG_S,
         first_epoch: int = 0,
+        background_commits: bool = False,
     ) -> None:
         if retain_epochs < 1:
             raise ConfigError(
@@ -184,6 +195,9 @@ class Coordinator:
         self.replay = ReplayCheck(job_id, replay_check)
         #: The decision of the last epoch this coordinator ran in executor mode.
         self._previous: DecisionRecord | None = None
+        self.background_commits = background_commits
+        #: Phase 2 of the last epoch decided, running in the background (`_phase2`).
+        self._phase2 = Phase2(job_id, self.log)
 
     def __repr__(self) -> str:
         names = ", ".join(s.name for s in self.sinks)
@@ -257,6 +271,9 @@ class Coordinator:
         return self.decisions.decision(epoch)
 
     def close(self) -> None:
+        """Wait for an epoch's phase 2 still running in the background (a failure is logged:
+        the next start finishes the epoch), then close the sinks and the store."""
+        self._phase2.wait()
         self.watch.close()
         for sink in self.sinks:
             sink.close()
@@ -284,6 +301,8 @@ class Coordinator:
         )
         self.decisions.last = last
         self._transaction = transaction_members(self.sinks, last)
+        if self.background_commits:
+            self._phase2.enabled = self._commits_beside_writes(last)
         if successor_of is not None:
             require_no_newer(self.job_id, self.store.peek_generation(self.job_id), successor_of)
         generation = self.store.open(self.job_id)
@@ -321,7 +340,7 @@ class Coordinator:
                 decision = self.decisions.for_epoch(handle.epoch)
                 action = resolve(decision, handle)
                 if action is Resolution.COMMIT and decision is not None:
-                    self.participants.commit(sink, decision.handle_of(handle))
+                    self.participants.commit(sink, [decision.handle_of(handle)])
                     report.committed.append(handle)
                     decided[handle.epoch] = decision
                 else:
@@ -370,8 +389,7 @@ class Coordinator:
         False, publishing nothing, when one is gone: then the sink lost the epoch, which the
         lost-epochs check that follows recovery reports (CommittedEpochLostError)."""
         try:
-            for handle in decision.handles_for(sink.name):
-                self.participants.commit(sink, handle)
+            self.participants.commit(sink, decision.handles_for(sink.name))
         except ParticipantLostError:
             return False
         return True
@@ -388,18 +406,20 @@ class Coordinator:
 
     @contextlib.contextmanager
     def _undone_on_failure(
-        self, log: JobLogger, undo: Callable[[], None], *, decides: bool = True
+        self, epoch: int, log: JobLogger, undo: Callable[[], None], *, decides: bool = True
     ) -> Iterator[None]:
-        """Around everything an epoch does before its decision (`decides`) or, at least once,
-        before its commits: a failure counts the epoch as failed and runs `undo` (roll back
-        every participant of the attempt) before it is raised, except an InDoubtError where
-        the block decides: the decision may be durable, so nothing is rolled back and a replay
-        or restart settles it."""
+        """Around everything epoch `epoch` does before its decision (`decides`) or, at least
+        once, before its commits: a failure counts the epoch as failed and runs `undo` (roll
+        back every participant of the attempt) before it is raised, except an InDoubtError of
+        this epoch where the block decides: the decision may be durable, so nothing is rolled
+        back and a replay or restart settles it. (One of an earlier epoch, whose phase 2 the
+        block waits for, leaves this one undecided: it is rolled back.)"""
         try:
             yield
         except Exception as exc:
             self.totals.epochs_failed += 1
-            if decides and isinstance(exc, InDoubtError):
+            mine = isinstance(exc, InDoubtError) and exc.epoch in (None, epoch)
+            if decides and mine:
                 log.warning(
                     "decision outcome unknown (%s): nothing rolled back; the next attempt, a "
                     "replay or a restart settles it",
@@ -418,6 +438,7 @@ class Coordinator:
         log = self.log.bind(epoch=epoch)
         metrics = EpochMetrics(epoch, watch=self.watch)
         yield "epoch-start"
+        yield from self._phase2.settled(metrics, self._finish, reaching=epoch)
         self.streams.at_epoch(epoch, self.source, log)
         self.lost_epochs.at_epoch(epoch)
         decided = self.decisions.lookup(epoch, metrics)
@@ -439,7 +460,7 @@ class Coordinator:
         begun: list[SinkConnector] = []
         handles: dict[str, CommitHandle] = {}
         with self._undone_on_failure(
-            log, lambda: self.participants.undo(epoch, begun, handles, log)
+            epoch, log, lambda: self.participants.undo(epoch, begun, handles, log)
         ):
             with metrics.phase("begin"):
                 for sink in ordered:
@@ -464,6 +485,7 @@ class Coordinator:
                 epoch, generation, [handles[s.name] for s in taking_part], metrics
             )
             record = tally.recorded(record)
+            yield from self._phase2.settled(metrics, self._finish)
             with metrics.phase("decision"):
                 if last is None:
                     with self.watch.calling("decision store", "put"):
@@ -484,8 +506,11 @@ class Coordinator:
             yield from self._finish(winner, metrics)
             self.replay.compare(winner, record.content, self.totals, log, stream_known=known)
             return self._result(EpochOutcome.ALREADY_COMMITTED, winner, metrics)
-        yield from self._finish(record, metrics)
-        self.decisions.expire(epoch, self.retain_epochs, metrics, log)
+        if self._phase2.enabled:
+            self._phase2.begin(record, lambda: self._finish_in_background(record))
+        else:
+            yield from self._finish(record, metrics)
+            self.decisions.expire(epoch, self.retain_epochs, metrics, log)
         return self._committed(EpochOutcome.COMMITTED, record, metrics, log)
 
     def distributed_epoch_steps(
@@ -501,6 +526,7 @@ class Coordinator:
         log = self.log.bind(epoch=epoch)
         metrics = EpochMetrics(epoch, watch=self.watch)
         yield "epoch-start"
+        yield from self._phase2.settled(metrics, self._finish, reaching=epoch)
         self.streams.at_epoch(epoch, self.source, log)
         self.lost_epochs.at_epoch(epoch)
         decided = self.decisions.lookup(epoch, metrics)
@@ -519,7 +545,7 @@ class Coordinator:
             for _ in self.participants.discard_losers(None, generation, metrics, log):
                 pass
 
-        with self._undone_on_failure(log, undo):
+        with self._undone_on_failure(epoch, log, undo):
             with metrics.phase("write"):
                 handles = list(prepare(generation))
             for handle in handles:
@@ -530,6 +556,7 @@ class Coordinator:
             yield "after-prepare"
             handles.sort(key=lambda h: (order[h.sink], h.participant))
             record = self._record(epoch, generation, handles)
+            yield from self._phase2.settled(metrics, self._finish)
             with metrics.phase("decision"), self.watch.calling("decision store", "put"):
                 winner = self.store.put(record)
         yield "after-decision"
@@ -592,7 +619,7 @@ class Coordinator:
         begun: list[SinkConnector] = []
         handles: dict[str, CommitHandle] = {}
         with self._undone_on_failure(
-            log, lambda: self.participants.undo(epoch, begun, handles, log), decides=False
+            epoch, log, lambda: self.participants.undo(epoch, begun, handles, log), decides=False
         ):
             with metrics.phase("begin"):
                 for sink in targets:
@@ -614,7 +641,7 @@ class Coordinator:
                     with self.participants.calling(sink, "commit_with_decision"):
                         sink.commit_with_decision(epoch, handle, record.to_json())
                 else:
-                    self.participants.commit(sink, handle)
+                    self.participants.commit(sink, [handle])
                     self.participants.publish(sink, record)
             yield f"after-commit:{sink.name}"
         self._count_committed(metrics)
@@ -684,6 +711,32 @@ class Coordinator:
             with metrics.phase("finish"), self.watch.calling("decision store", "mark_finished"):
                 self.store.mark_finished(decision.epoch)
         yield "after-finish"
+
+    def _finish_in_background(self, decision: DecisionRecord) -> None:
+        """`_finish` and the expiry of old decisions, as the epoch itself would have run
+        them after its decision (in the background thread of `_phase2`)."""
+        metrics = EpochMetrics(decision.epoch)
+        for _ in self._finish(decision, metrics):
+            pass
+        log = self.log.bind(epoch=decision.epoch)
+        self.decisions.expire(decision.epoch, self.retain_epochs, metrics, log)
+        log.debug("phase 2 finished in the background in %.1f ms", metrics.seconds["commit"] * 1e3)
+
+    def _commits_beside_writes(self, last: LastResource | None) -> bool:
+        """Whether every sink whose commit is phase 2 (all but the one whose commit is the
+        decision) can commit beside its next epoch's writes; logged when not."""
+        unable = [
+            sink.name
+            for sink in self.sinks
+            if sink is not last and not sink.capabilities().commits_beside_writes
+        ]
+        if unable:
+            self.log.warning(
+                "background_commits is off for this job: sink(s) %s cannot commit an epoch "
+                "while writing the next; each epoch commits before its batch returns",
+                ", ".join(unable),
+            )
+        return not unable
 
     def _finished(self, decision: DecisionRecord) -> bool:
         """Whether every participant of the decided epoch is known committed: the store

@@ -107,7 +107,8 @@ class FolderSink(SinkBase[FolderConfig]):
         # A staged folder outlives its writer and any process can rename it (resumable and
         # distributed prepare); parts of one epoch publish side by side (partitioned). Schema
         # evolution: Parquet files take an evolved schema file by file (writer.fitted); each
-        # JSON line holds its own row's columns, whatever the batch's schema.
+        # JSON line holds its own row's columns, whatever the batch's schema. A commit renames
+        # its own participant's folder: beside the next epoch's staging (commits_beside_writes).
         return SinkCapabilities(
             exactly_once=True,
             two_phase_commit=True,
@@ -115,6 +116,7 @@ class FolderSink(SinkBase[FolderConfig]):
             distributed_prepare=True,
             partitioned=True,
             schema_evolution=True,
+            commits_beside_writes=True,
         )
 
     def schema(self) -> pa.Schema | None:

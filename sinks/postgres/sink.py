@@ -40,7 +40,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -117,6 +117,8 @@ class PostgresSink(SinkBase[Postgres]):
         self._opened: _Opened | None = None
         self._admin: psycopg.Connection[Any] | None = None
         self._tx: psycopg.Connection[Any] | None = None
+        #: The extra sessions `commit_participants` commits on, beside the admin session.
+        self._committers: list[psycopg.Connection[Any]] = []
         self._current: PostgresParticipant | None = None
         #: Epochs whose transaction changed the table's columns (schema evolution): their
         #: rollback makes the table's columns be read again.
@@ -296,11 +298,12 @@ class PostgresSink(SinkBase[Postgres]):
     def close(self) -> None:
         """Close both sessions (an open epoch transaction rolls back with its session); never
         raises, even when the server or the network is gone."""
-        for conn in (self._tx, self._admin):
+        for conn in (self._tx, self._admin, *self._committers):
             if conn is not None and not conn.closed:
                 with contextlib.suppress(psycopg.Error):
                     conn.close()
         self._tx = self._admin = None
+        self._committers = []
         self._current = None
 
     def capabilities(self) -> SinkCapabilities:
@@ -313,6 +316,7 @@ class PostgresSink(SinkBase[Postgres]):
             idempotent=self.config.mode == "upsert",
             partitioned=True,
             schema_evolution=True,
+            commits_beside_writes=True,
         )
 
     def schema(self) -> pa.Schema | None:
@@ -526,6 +530,40 @@ class PostgresSink(SinkBase[Postgres]):
 
     # -- phase 2: committer.py -----------------------------------------------------------------
     def commit_epoch(self, epoch: int, handle: CommitHandle) -> CommitOutcome:
+        outcome = self._commit_on(self._admin_conn(), epoch, handle)
+        self._committed(epoch, [outcome])
+        return outcome
+
+    def commit_participants(
+        self, epoch: int, handles: Sequence[CommitHandle]
+    ) -> list[CommitOutcome]:
+        """COMMIT PREPARED of each handle on up to `commit_sessions` sessions at once (the
+        admin session and extra ones, each checked like a replacement session to reach a
+        server holding every committed epoch): the server groups their WAL flushes."""
+        workers = min(self.config.commit_sessions, len(handles))
+        if workers <= 1:
+            return super().commit_participants(epoch, handles)
+        sessions = self._commit_sessions(workers)
+
+        def commit(handle: CommitHandle) -> Callable[[int], CommitOutcome]:
+            return lambda slot: self._commit_on(sessions[slot], epoch, handle)
+
+        outcomes = self._commit_concurrently([commit(h) for h in handles], workers)
+        self._committed(epoch, outcomes)
+        return outcomes
+
+    def _commit_sessions(self, count: int) -> list[psycopg.Connection[Any]]:
+        """The admin session and `count - 1` extra ones, lost ones replaced."""
+        extra = [c for c in self._committers if not c.closed]
+        with self.translated(self._step("open a session to commit on")):
+            while len(extra) < count - 1:
+                extra.append(self._session(autocommit=True, replacing=True))
+        self._committers = extra
+        return [self._admin_conn(), *extra[: count - 1]]
+
+    def _commit_on(
+        self, conn: psycopg.Connection[Any], epoch: int, handle: CommitHandle
+    ) -> CommitOutcome:
         in_doubt = (
             f"the epoch is decided: committing {handle.participant} again (the coordinator's "
             "retry, the epoch's replay or recovery at the next start) finishes it; a second "
@@ -533,14 +571,16 @@ class PostgresSink(SinkBase[Postgres]):
         )
         call = f"commit_epoch (COMMIT PREPARED {handle.participant})"
         with self.translated(self._step(call, epoch, in_doubt=in_doubt)):
-            outcome = committer.commit_prepared(
-                self._admin_conn(), self._state().meta, epoch, handle, self.where(epoch)
+            return committer.commit_prepared(
+                conn, self._state().meta, epoch, handle, self.where(epoch)
             )
+
+    def _committed(self, epoch: int, outcomes: Sequence[CommitOutcome]) -> None:
         self._committed_up_to(epoch)
-        if outcome is CommitOutcome.COMMITTED:
-            self._count("epochs_committed")
+        committed = sum(outcome is CommitOutcome.COMMITTED for outcome in outcomes)
+        if committed:
+            self._count("epochs_committed", committed)
             self._evolved.discard(epoch)
-        return outcome
 
     # -- one-phase commit (the job's only sink carries the decision) ----------------------------
     def commit_with_decision(

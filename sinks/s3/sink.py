@@ -28,7 +28,7 @@ as ParticipantLostError, never skipped.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -114,6 +114,7 @@ class S3Sink(SinkBase[S3]):
             distributed_prepare=True,
             partitioned=True,
             schema_evolution=True,
+            commits_beside_writes=True,
         )
 
     def schema(self) -> pa.Schema | None:
@@ -181,6 +182,18 @@ class S3Sink(SinkBase[S3]):
     # -- phase 2: committer.py -----------------------------------------------------------------
     def commit_epoch(self, epoch: int, handle: CommitHandle) -> CommitOutcome:
         return committer.commit(self, self._s3(), self.layout, epoch, handle)
+
+    def commit_participants(
+        self, epoch: int, handles: Sequence[CommitHandle]
+    ) -> list[CommitOutcome]:
+        """Each handle's uploads completed as `commit_epoch` does, up to
+        `committer.COMMIT_REQUESTS` handles at once (each a round trip to the server)."""
+        client = self._s3()
+
+        def commit(handle: CommitHandle) -> Callable[[int], CommitOutcome]:
+            return lambda _slot: committer.commit(self, client, self.layout, epoch, handle)
+
+        return self._commit_concurrently([commit(h) for h in handles], committer.COMMIT_REQUESTS)
 
     def publish_epoch(self, epoch: int, handles: Sequence[CommitHandle]) -> CommitOutcome:
         outcome = committer.publish(self, self._s3(), self.layout, epoch, handles)

@@ -68,6 +68,9 @@ class SinkCapabilities:
       driver (needed for executor mode).
     - schema_evolution: accepts new columns over time.
     - partitioned: keeps several participants per epoch (one per Spark partition).
+    - commits_beside_writes: the commit and publish of a decided epoch may run in another
+      thread while the same instance begins, writes and prepares the next epoch (the
+      coordinator's `background_commits`).
     """
 
     exactly_once: bool = False
@@ -79,6 +82,7 @@ class SinkCapabilities:
     distributed_prepare: bool = False
     schema_evolution: bool = False
     partitioned: bool = False
+    commits_beside_writes: bool = False
 
 
 @dataclass(frozen=True)
@@ -296,6 +300,22 @@ class EpochCommitter(Protocol):
     def commit_epoch(self, epoch: int, handle: CommitHandle) -> CommitOutcome: ...
 
     def rollback_epoch(self, epoch: int, handle: CommitHandle | None) -> None: ...
+
+
+@runtime_checkable
+class ConcurrentCommitter(Protocol):
+    """A sink that commits several participants of one decided epoch at once (executor
+    mode's parts), as concurrently as its target allows within its own bound (sessions,
+    requests in flight). `commit_participants(epoch, handles)` is `commit_epoch` of each
+    handle, with the same contract (idempotent, from the handles alone), returning their
+    outcomes in order. On an error it begins no further commit (except after a lost
+    participant: the others still commit), waits for those begun, and raises the most
+    serious error (a lost participant before a fence, before a transient failure): some
+    handles may be committed then, and calling it again commits the rest."""
+
+    def commit_participants(
+        self, epoch: int, handles: Sequence[CommitHandle]
+    ) -> list[CommitOutcome]: ...
 
 
 @runtime_checkable

@@ -91,4 +91,5 @@ def build_coordinator(
         bad_row_cap=options.bad_row_cap,
         slow_phase_log_s=options.slow_phase_log_s,
         first_epoch=options.first_epoch,
+        background_commits=options.background_commits,
     )

@@ -172,6 +172,15 @@ class JobOptions:
     checkpoint; a value that does not match what the job holds is refused before anything is
     written. See [Moving a job to a new
     checkpoint](operations.md#moving-a-job-to-a-new-checkpoint)."""
+    background_commits: bool = False
+    """Return each batch to Spark once its decision is durable and commit it (phase 2: the
+    sinks' commits and publishes) in the background while Spark computes the next batch,
+    which waits for it before its own decision. Exactly once holds as before (a crash after
+    the decision is finished by the next start), but an epoch becomes visible to readers a
+    little after its batch returns (up to one batch later; at once when the job stops).
+    For jobs whose every sink can commit beside the next epoch's writes (Postgres, S3); for
+    others it is off, logged at start. Default False. See
+    [Commits in the background](reliability.md#commits-in-the-background)."""
 
     @property
     def write_policy(self) -> WritePolicy:

@@ -565,6 +565,7 @@ def durable_sink(
     schema_evolution: SchemaEvolutionMode = "none",
     checkpoint_location: str | None = None,
     first_epoch: int = 0,
+    background_commits: bool = False,
 ) -> DurableBatchWriter: ...
 @overload
 def durable_sink(kind: str, /, **options: Any) -> DurableBatchWriter: ...
