@@ -7,14 +7,15 @@ raised for a committed batch. The sinks are folder sinks that also answer `expir
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
-from durable_sinks.coordinator import Coordinator, EpochOutcome, RetryPolicy
+from durable_sinks.coordinator import Coordinator, EpochOutcome, RetryPolicy, prepare_part
 from durable_sinks.coordinator._expiry import expiry_interval
-from durable_sinks.core import DeliveryGuarantee, SinkConnector
+from durable_sinks.core import CommitHandle, DeliveryGuarantee, SinkConnector
 from durable_sinks.core.errors import DurableSinkError, FencedError, TransientError
 from durable_sinks.core.operations import ExpiringSink
 from durable_sinks.manifest import DecisionStore, LocalDirectoryStore, MemoryDecisionStore
@@ -71,14 +72,10 @@ def test_expiring_sinks_are_asked_beyond_the_window_every_tenth_of_it(tmp_path: 
     assert isinstance(expiring, ExpiringSink)
     assert not isinstance(plain, ExpiringSink)
     job = coordinator([expiring, plain], LocalDirectoryStore(tmp_path / "store"), retain=20)
-    for epoch in range(30):
+    for epoch in range(100, 107):  # a stream's epochs need not start at 0
         assert job.run_epoch(epoch, [batch(epoch)]).outcome is EpochOutcome.COMMITTED
-    # Asked at the run's first epoch and every 2 epochs after; nothing is beyond the window
-    # of 20 before epoch 20.
-    assert expiring.asked == [1, 3, 5, 7, 9]
-    # The decisions keep the same window (every epoch).
-    assert job.store.get(9) is None
-    assert job.store.get(10) is not None
+    # Asked at the run's first epoch and every 2 epochs after, below epoch - 20 + 1.
+    assert expiring.asked == [81, 83, 85, 87]
     job.close()
 
 
@@ -142,5 +139,38 @@ def test_at_least_once_jobs_expire_too(tmp_path: Path) -> None:
     )
     for epoch in range(4):
         job.run_epoch(epoch, [batch(epoch)])
+    assert expiring.asked == [1, 2]
+    job.close()
+
+
+def test_executor_mode_epochs_expire_too(tmp_path: Path) -> None:
+    expiring = ExpiringFiles(tmp_path, "a")
+    job = Coordinator(
+        "job",
+        [expiring],
+        LocalDirectoryStore(tmp_path / "store"),
+        executor_mode=True,
+        retain_epochs=2,
+        source="query-1",
+    )
+    job.start()
+    generation = job.generation
+    assert generation is not None
+
+    def prepare(epoch: int) -> Callable[[int], list[CommitHandle]]:
+        def worker(generation: int) -> list[CommitHandle]:
+            return prepare_part(
+                "job",
+                generation,
+                epoch,
+                "p0-t1",
+                lambda: [FolderSink(Files(str(tmp_path / "a"), name="a"))],
+                [batch(epoch)],
+            )
+
+        return worker
+
+    for epoch in range(4):
+        assert job.run_distributed_epoch(epoch, prepare(epoch)).outcome is EpochOutcome.COMMITTED
     assert expiring.asked == [1, 2]
     job.close()
