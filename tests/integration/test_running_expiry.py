@@ -70,7 +70,7 @@ class Window:
         pytest.param(
             Window(100, 1_000),
             id="long",
-            # 1,000 epochs: 35-210 s each on the shared 2-core machine, S3 alone the slowest.
+            # 1,000 epochs: 35-365 s each on the shared 2-core machine (S3 alone the slowest).
             marks=[pytest.mark.crash_tier, pytest.mark.timeout(1_800)],
         ),
     ]
