@@ -37,6 +37,7 @@ from durable_sinks.manifest import DecisionRecord, DecisionStore
 
 from ._dead_letters import DeadLetterPass, write_dead_letters
 from ._decisions import DecisionBook
+from ._expiry import SinkExpiry
 from ._lost_epochs import LostEpochCheck
 from ._metrics import EpochMetrics, JobTotals
 from ._participants import Participants, brief, require_part_of
@@ -181,6 +182,8 @@ class Coordinator:
         #: transaction_members; set at start).
         self._transaction: tuple[str, ...] = ()
         self.lost_epochs = LostEpochCheck(job_id, self.decisions, self.sinks)
+        #: The sinks' per-epoch bookkeeping beyond `retain_epochs`, expired as epochs commit.
+        self.expiry = SinkExpiry(self.sinks, retain_epochs, self.watch)
         #: The epoch of the stream's first batch, checked against the job's decisions (_streams).
         self.streams = StreamCheck(job_id, self.decisions, first_epoch)
         self.participants = Participants(
@@ -511,6 +514,7 @@ class Coordinator:
         else:
             yield from self._finish(record, metrics)
             self.decisions.expire(epoch, self.retain_epochs, metrics, log)
+            self.expiry.after(epoch, metrics, log)
         return self._committed(EpochOutcome.COMMITTED, record, metrics, log)
 
     def distributed_epoch_steps(
@@ -572,6 +576,7 @@ class Coordinator:
         self._sweep_late_attempts(epoch - 1, generation, metrics, log)
         self._previous = record
         self.decisions.expire(epoch, self.retain_epochs, metrics, log)
+        self.expiry.after(epoch, metrics, log)
         outcome = (
             EpochOutcome.COMMITTED
             if record.generation == generation
@@ -644,6 +649,7 @@ class Coordinator:
                     self.participants.commit(sink, [handle])
                     self.participants.publish(sink, record)
             yield f"after-commit:{sink.name}"
+        self.expiry.after(epoch, metrics, log)
         self._count_committed(metrics)
         outcome = EpochOutcome.COMMITTED if targets else EpochOutcome.ALREADY_COMMITTED
         return self._result(outcome, record, metrics)
@@ -713,13 +719,14 @@ class Coordinator:
         yield "after-finish"
 
     def _finish_in_background(self, decision: DecisionRecord) -> None:
-        """`_finish` and the expiry of old decisions, as the epoch itself would have run
-        them after its decision (in the background thread of `_phase2`)."""
+        """`_finish` and the expiry of old decisions and markers, as the epoch itself would
+        have run them after its decision (in the background thread of `_phase2`)."""
         metrics = EpochMetrics(decision.epoch)
         for _ in self._finish(decision, metrics):
             pass
         log = self.log.bind(epoch=decision.epoch)
         self.decisions.expire(decision.epoch, self.retain_epochs, metrics, log)
+        self.expiry.after(decision.epoch, metrics, log)
         log.debug("phase 2 finished in the background in %.1f ms", metrics.seconds["commit"] * 1e3)
 
     def _commits_beside_writes(self, last: LastResource | None) -> bool:

@@ -40,6 +40,7 @@ ROOT = "_durable_sinks"
 _JOURNAL = re.compile(
     r"^e(?P<epoch>\d{12})/(?P<part>[A-Za-z0-9._-]{1,40})_g(?P<g>\d+)a(?P<a>\d+)\.json$"
 )
+_EPOCH_FOLDER = re.compile(r"^e(\d{12})$")
 _PLAIN = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 
@@ -67,6 +68,12 @@ class Layout:
 
     def epoch_folder(self, epoch: int) -> str:
         return f"{self.folder}/e{epoch:012d}"
+
+    @staticmethod
+    def folder_epoch(name: str) -> int | None:
+        """The epoch of an epoch folder's name (`e<12 digits>`), None for any other name."""
+        found = _EPOCH_FOLDER.match(name)
+        return int(found.group(1)) if found else None
 
     def journal(self, name: ParticipantName) -> str:
         return f"{self.epoch_folder(name.epoch)}/{name.part}_g{name.generation}a{name.attempt}.json"

@@ -1,11 +1,13 @@
 """What `durable-sinks` reads of a Delta sink (core/operations.py): the participants whose
 journals are on the table (prepared or half-written), and per epoch the commit that carries it
-(its participants, rows and time, from the commit info). Read only, but for `drop_leftovers`."""
+(its participants, rows and time, from the commit info). Read only, but for `drop_leftovers`
+and `expire_epoch_folders`."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from durable_sinks.core.naming import ParticipantName
@@ -84,6 +86,31 @@ def drop_leftovers(storage: TableStorage, layout: Layout, *, apply: bool) -> lis
         if folders and job_folder.startswith(f"{ROOT}/"):
             storage.remove_empty_folder(job_folder)
     return found
+
+
+def expire_epoch_folders(
+    storage: TableStorage, layout: Layout, before_epoch: int, start: int | None
+) -> tuple[int, int]:
+    """Remove the emptied epoch folders `e<epoch>` of the sink's folder for epochs below
+    `before_epoch` on a local table: those from `start` on by name, or, with `start` None,
+    those one listing of the sink's folder finds. A folder that holds anything (a journal or
+    staged rows recovery has not settled) or is a symbolic link stays. Returns how many were
+    removed and where the next call starts."""
+    if start is None:
+        named = map(layout.folder_epoch, storage.children(layout.folder))
+        epochs = sorted(e for e in named if e is not None)
+    else:
+        epochs = list(range(start, before_epoch))
+    removed = 0
+    for epoch in epochs:
+        if epoch >= before_epoch:
+            break
+        relative = layout.epoch_folder(epoch)
+        if not Path(storage.full_path(relative)).is_symlink() and storage.remove_empty_folder(
+            relative
+        ):
+            removed += 1
+    return removed, before_epoch if start is None else max(start, before_epoch)
 
 
 def _under(path: str, folder: str) -> bool:

@@ -87,6 +87,8 @@ class DeltaSink(SinkBase[Delta]):
         self._table_shape: Shape | None = None
         self._current: DeltaParticipant | None = None
         self._pending: ParticipantName | None = None
+        #: Where the next `expire_markers` starts removing epoch folders (None: it lists).
+        self._expired_below: int | None = None
 
     def _target(self) -> str:
         return f"path={self.storage.where!r}"
@@ -377,6 +379,25 @@ class DeltaSink(SinkBase[Delta]):
 
     def live_generations(self) -> list[int]:
         return []  # a table keeps no sessions
+
+    def expire_markers(self, before_epoch: int) -> int:
+        """ExpiringSink: on a local table, remove the emptied journal folders
+        `_durable_sinks/<job>/<sink>/e<epoch>/` (one per epoch: a commit deletes the journals,
+        the folder stays) of epochs below `before_epoch`, never the last committed epoch's;
+        a folder that still holds something (a participant recovery has not settled) stays.
+        The first call of an opened sink lists the sink's folder once, later ones remove by
+        name from where the previous one stopped. The table's log and data are not touched
+        (the commit record is the log's `txn`). On S3 (no folders) nothing is kept: 0.
+        Returns how many folders were removed."""
+        _ = self.context  # UsageError before open
+        last = self.last_committed_epoch()
+        if self.config.on_s3 or last is None:
+            return 0
+        with self.translated("expire the emptied journal folders"):
+            removed, self._expired_below = operations.expire_epoch_folders(
+                self.storage, self._paths(), min(before_epoch, last), self._expired_below
+            )
+        return removed
 
     def drop_job(self, *, apply: bool, epoch_markers: bool = False) -> list[Bookkeeping]:
         """What is left in the sink's folder `_durable_sinks/<job>/<sink>/` (staged rows no

@@ -190,6 +190,16 @@ class TableStorage:
             return False
         return not any(p.is_symlink() for p in [path, *path.parents] if p.is_relative_to(top))
 
+    def children(self, folder: str) -> list[str]:
+        """The names of the local folders directly inside `folder` (relative), symbolic links
+        left out; none on S3, or when `folder` does not exist."""
+        if self.config.on_s3:
+            return []
+        top = Path(self.full_path(folder))
+        if top.is_symlink() or not top.is_dir():
+            return []
+        return [p.name for p in top.iterdir() if p.is_dir() and not p.is_symlink()]
+
     def remove_empty_folder(self, relative: str) -> bool:
         """Remove the local folder `relative` if it is empty; False when it holds something
         (or is gone already)."""

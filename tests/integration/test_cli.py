@@ -194,7 +194,7 @@ def test_doctor_and_expire(job: Job, conn: psycopg.Connection[Any]) -> None:
 
     expired = job.run("expire", "--keep", "2")
     assert expired.exit_code == 0, expired.output
-    assert "postgres: deleted 2 marker row(s)" in expired.output
+    assert "postgres: deleted 2 record(s)" in expired.output
     assert "s3: keeps no markers to expire" in expired.output
     verify = job.run("verify")
     assert verify.exit_code == 0, verify.output

@@ -1,7 +1,8 @@
-"""What `durable-sinks drop` removes of a Delta sink in a local table's folder
-(sinks/delta/operations.drop_leftovers): the emptied epoch folders and stray files of the
-job's own `_durable_sinks/<job>/<sink>/`, never a file reached through a symbolic link, never
-another job's folder or the table's data."""
+"""What `durable-sinks drop` and the running job's expiry remove of a Delta sink in a local
+table's folder (sinks/delta/operations.drop_leftovers, expire_epoch_folders): the emptied
+epoch folders (and, for drop, stray files) of the job's own `_durable_sinks/<job>/<sink>/`,
+never a file reached through a symbolic link, never another job's folder or the table's
+data."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 
 from durable_sinks.sinks.delta.config import Delta
 from durable_sinks.sinks.delta.layout import Layout
-from durable_sinks.sinks.delta.operations import drop_leftovers
+from durable_sinks.sinks.delta.operations import drop_leftovers, expire_epoch_folders
 from durable_sinks.sinks.delta.storage import TableStorage
 
 
@@ -47,3 +48,34 @@ def test_drop_leftovers_removes_the_jobs_folders_and_follows_no_link(tmp_path: P
     assert not (table / ours.folder).exists()
     assert not (table / ours.folder).parent.exists()
     assert drop_leftovers(storage, ours, apply=False) == []
+
+
+def test_expiry_removes_empty_epoch_folders_below_the_window_and_nothing_else(
+    tmp_path: Path,
+) -> None:
+    """expire_epoch_folders: the first call lists the sink's folder, later ones go by name
+    from where the previous one stopped; a folder holding something, a symbolic link,
+    another job's folders and other names stay."""
+    table = tmp_path / "table"
+    storage = TableStorage(Delta(path=str(table)))
+    ours, other = Layout("job", "delta"), Layout("other", "delta")
+    for epoch in range(8):
+        (table / ours.epoch_folder(epoch)).mkdir(parents=True)
+    (table / other.epoch_folder(0)).mkdir(parents=True)
+    (table / ours.epoch_folder(2) / "p0_g1a0.json").write_text("{}")  # not settled yet
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (table / ours.epoch_folder(7)).rmdir()
+    (table / ours.epoch_folder(7)).symlink_to(outside)
+    (table / ours.folder / "notes").mkdir()
+
+    assert expire_epoch_folders(storage, ours, 5, None) == (4, 5)  # 0, 1, 3, 4
+    left = sorted(p.name for p in (table / ours.folder).iterdir())
+    assert left == ["e000000000002", "e000000000005", "e000000000006", "e000000000007", "notes"]
+    assert (table / other.epoch_folder(0)).is_dir()
+    # By name from 5: 5 and 6 go, 7 is a link and stays (its target untouched).
+    (table / ours.epoch_folder(2) / "p0_g1a0.json").unlink()
+    assert expire_epoch_folders(storage, ours, 9, 5) == (2, 9)
+    assert (table / ours.epoch_folder(2)).is_dir()  # below the start: the next listing's
+    assert (table / ours.epoch_folder(7)).is_symlink()
+    assert outside.is_dir()

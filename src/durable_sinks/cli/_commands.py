@@ -303,8 +303,9 @@ def doctor(read_only: bool, **params: Any) -> None:
 @_job_options
 @click.option("--keep", type=int, default=None, help="epochs of markers to keep (retain_epochs)")
 def expire(keep: int | None, **params: Any) -> None:
-    """Delete markers of epochs more than --keep behind the last committed one (never the
-    newest). Decision records expire as the job runs (retain_epochs)."""
+    """Delete the sinks' per-epoch bookkeeping (markers) of epochs more than --keep behind the
+    last committed one (never the newest). A running job does the same itself beyond
+    retain_epochs, and expires its decisions too."""
     with _operator(params) as op:
         kept = keep if keep is not None else op.options.retain_epochs
         if kept < 1:
@@ -312,7 +313,7 @@ def expire(keep: int | None, **params: Any) -> None:
             raise SystemExit(2)
         deleted = op.expire(kept)
     for sink, count in deleted.items():
-        shown = "keeps no markers to expire" if count < 0 else f"deleted {count} marker row(s)"
+        shown = "keeps no markers to expire" if count < 0 else f"deleted {count} record(s)"
         out.print(f"{sink}: {shown} (kept the newest {kept} epochs)")
 
 

@@ -75,9 +75,16 @@ class OperableSink(SinkConnector, Protocol):
 
 @runtime_checkable
 class ExpiringSink(SinkConnector, Protocol):
-    """A sink whose markers grow by one per epoch and can be expired: `expire_markers(before)`
-    deletes the markers of epochs below `before`, always keeping the newest one (which
-    `last_committed_epoch` reads), and returns how many it deleted."""
+    """A sink that keeps bookkeeping per committed epoch (marker rows, emptied journal
+    folders) which only history needs: `expire_markers(before)` deletes what it keeps of
+    epochs below `before`, always keeping the newest committed epoch's (which
+    `last_committed_epoch` reads), and returns how many records it deleted. Never what
+    readers read committed data through, nor the user's data.
+
+    The running coordinator calls it on its opened sinks as epochs commit (beyond
+    `retain_epochs`, coordinator/_expiry.py), `durable-sinks expire` on sinks opened with
+    `OpenContext(inspect=True)`. It must be cheap when called every few epochs: no listing
+    of the whole history per call (one indexed delete; a listing once per opened sink)."""
 
     def expire_markers(self, before_epoch: int) -> int: ...
 

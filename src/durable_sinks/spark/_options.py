@@ -92,8 +92,10 @@ class JobOptions:
     driver mode, exactly-once) commits each batch in one transaction: no `PREPARE`, no
     decision record in the store. `False` forces two-phase commit."""
     retain_epochs: int = 10_000
-    """How many recent decisions the store keeps (at least 1); older finished ones are deleted
-    (not in one-phase mode, where the store holds none)."""
+    """How many recent epochs the job's bookkeeping keeps (at least 1): older finished
+    decisions are deleted after each epoch, the sinks' per-epoch records (Postgres marker
+    rows, which are the decisions in one-phase mode; a local Delta table's journal folders)
+    every tenth of that many epochs (docs/operations.md, "Retention")."""
     concurrent_writes: bool = True
     """Driver mode: each record batch goes to every sink from one writer thread per sink, the
     sinks writing at the same time and while the next batch is read from Spark (a sink is
