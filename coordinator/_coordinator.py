@@ -571,12 +571,16 @@ class Coordinator:
                 yield from self.participants.discard_losers(winner, generation, metrics, log)
                 raise unproven_replay(self.job_id, winner, EXECUTOR_MODE_ROWS)
             record = winner
-        yield from self._finish(record, metrics)
-        yield from self.participants.discard_losers(record, generation, metrics, log)
-        self._sweep_late_attempts(epoch - 1, generation, metrics, log)
+        if self._phase2.enabled:
+            self._phase2.begin(record, lambda: self._finish_in_background(record, generation))
+            self._sweep_late_attempts(epoch - 1, generation, metrics, log)
+        else:
+            yield from self._finish(record, metrics)
+            yield from self.participants.discard_losers(record, generation, metrics, log)
+            self._sweep_late_attempts(epoch - 1, generation, metrics, log)
+            self.decisions.expire(epoch, self.retain_epochs, metrics, log)
+            self.expiry.after(epoch, metrics, log)
         self._previous = record
-        self.decisions.expire(epoch, self.retain_epochs, metrics, log)
-        self.expiry.after(epoch, metrics, log)
         outcome = (
             EpochOutcome.COMMITTED
             if record.generation == generation
@@ -718,13 +722,20 @@ class Coordinator:
                 self.store.mark_finished(decision.epoch)
         yield "after-finish"
 
-    def _finish_in_background(self, decision: DecisionRecord) -> None:
-        """`_finish` and the expiry of old decisions and markers, as the epoch itself would
-        have run them after its decision (in the background thread of `_phase2`)."""
+    def _finish_in_background(
+        self, decision: DecisionRecord, generation: int | None = None
+    ) -> None:
+        """`_finish`, in executor mode the rollback of the epoch's losing attempts of
+        `generation` or older, and the expiry of old decisions and markers, as the epoch
+        itself would have run them after its decision (in the background thread of
+        `_phase2`; the sweep of the epoch's late attempts stays with the next epoch)."""
         metrics = EpochMetrics(decision.epoch)
+        log = self.log.bind(epoch=decision.epoch)
         for _ in self._finish(decision, metrics):
             pass
-        log = self.log.bind(epoch=decision.epoch)
+        if generation is not None:
+            for _ in self.participants.discard_losers(decision, generation, metrics, log):
+                pass
         self.decisions.expire(decision.epoch, self.retain_epochs, metrics, log)
         self.expiry.after(decision.epoch, metrics, log)
         log.debug("phase 2 finished in the background in %.1f ms", metrics.seconds["commit"] * 1e3)

@@ -62,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=200, help="rows per batch (3 batches)")
     parser.add_argument("--crash-at")
     parser.add_argument("--crash-epoch", type=int)
+    parser.add_argument("--background-commits", action="store_true")
     args = parser.parse_args(argv)
     root: Path = args.root
     commits = root / "commits"
@@ -80,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         [FolderSink(Files(str(root / name), name=name)) for name in SINKS],
         LocalDirectoryStore(root / "store"),
         on_step=maybe_crash,
+        background_commits=args.background_commits,
     )
     coordinator.start()
     epoch = 0

@@ -88,6 +88,18 @@ def test_sigkill_at_named_point_then_recover(tmp_path: Path, point: str) -> None
     assert_exactly_once(tmp_path, EPOCHS)
 
 
+@pytest.mark.parametrize("point", ["after-decision", "after-run"])
+def test_sigkill_with_phase_2_in_the_background_then_recover(tmp_path: Path, point: str) -> None:
+    """background_commits: killed at the decision, or once the batch returned while its
+    commits may still run (or have not begun) in the background."""
+    extra = ("--background-commits", "--crash-at", point, "--crash-epoch", str(CRASH_EPOCH))
+    code, output = finish(child(tmp_path, EPOCHS, *extra))
+    assert code == -signal.SIGKILL, f"the child was meant to die at {point}:\n{output}"
+    code, output = finish(child(tmp_path, EPOCHS, "--background-commits"))
+    assert code == 0, output
+    assert_exactly_once(tmp_path, EPOCHS)
+
+
 @pytest.mark.parametrize(
     "recovery_point", ["recovery:after-fence", "recovery:after-open:b", "recovery:after-resolve"]
 )
@@ -105,22 +117,29 @@ def test_sigkill_during_recovery(tmp_path: Path, recovery_point: str) -> None:
     assert_exactly_once(tmp_path, EPOCHS)
 
 
-def test_sigkill_at_random_moments(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "background",
+    [False, pytest.param(True, marks=pytest.mark.crash_tier)],
+    ids=["inline", "background-commits"],
+)
+def test_sigkill_at_random_moments(tmp_path: Path, background: bool) -> None:
     """Kill the job from outside at random times, RANDOM_KILLS times (DS_SIGKILL_RUNS), then
-    let it finish. Small epochs, so kills land in every phase, inside sink calls too."""
+    let it finish. Small epochs, so kills land in every phase, inside sink calls too (with
+    background_commits, inside a commit in the background as well)."""
+    mode = ("--background-commits",) if background else ()
     seed = int(os.environ.get("DS_SIGKILL_SEED") or time.time())
     rng = random.Random(seed)
     epochs, rows = 150 * RANDOM_KILLS, 10
     kills = 0
     for _ in range(RANDOM_KILLS):
-        proc = child(tmp_path, epochs, "--rows", str(rows))
+        proc = child(tmp_path, epochs, "--rows", str(rows), *mode)
         time.sleep(rng.uniform(0.4, 1.2))  # start-up ~0.5 s, then ~100 epochs/s
         if proc.poll() is None:
             proc.send_signal(signal.SIGKILL)
             kills += 1
         code, output = finish(proc)
         assert code in (0, -signal.SIGKILL), f"seed {seed}:\n{output}"
-    code, output = finish(child(tmp_path, epochs, "--rows", str(rows)), timeout=600)
+    code, output = finish(child(tmp_path, epochs, "--rows", str(rows), *mode), timeout=600)
     assert code == 0, f"seed {seed}:\n{output}"
     assert kills == RANDOM_KILLS, f"seed {seed}: only {kills} of {RANDOM_KILLS} runs were killed"
     assert_exactly_once(tmp_path, epochs, rows)

@@ -40,7 +40,7 @@ from .endpoints import PostgresEndpoint
 from .tls import TestbedTls
 
 NAME = "postgres"
-MAX_PREPARED_TRANSACTIONS = 128
+MAX_PREPARED_TRANSACTIONS = 256
 SUPERUSER = "postgres"
 START_TIMEOUT = 60.0
 #: Where clusters of checkouts the postgres user cannot reach live (see Postgres._home).

@@ -401,3 +401,41 @@ def test_a_batch_over_max_result_size_is_read_again_partition_by_partition_and_l
     assert "read: partitions" in done.stdout, done.stdout[-3000:]
     assert postgres_ids(dsn, table) == list(range(6000))
     assert prepared_transactions(dsn, job_id) == []
+
+
+@pytest.mark.parametrize("execution", ["driver", "executor"])
+def test_background_commits_land_every_batch_once_and_all_of_them_when_the_writer_closes(
+    spark: Any,
+    postgres: PostgresEndpoint,
+    pg_schema: str,
+    job_id: str,
+    tmp_path: Path,
+    execution: str,
+) -> None:
+    source, checkpoint, table = tmp_path / "in", tmp_path / "checkpoint", f"{pg_schema}.events"
+    dsn = postgres.conninfo()
+    for n in range(3):
+        write_input(source, f"part-{n}.json", range(n * 10, n * 10 + 10))
+    writer = durable_sink(
+        [
+            Postgres(dsn=dsn, table=table, create_table=True),
+            Files(path=str(tmp_path / "out")),
+        ],
+        job_id=job_id,
+        execution=execution,
+        background_commits=True,
+    )
+    stream = source_stream(spark, source)
+    run_available_now(
+        stream.repartition(2) if execution == "executor" else stream, writer, checkpoint
+    )
+    assert writer.last_result is not None
+    assert writer.last_result.epoch == 2
+    # Every batch before the last was visible before the next one's decision; the last one
+    # is when the writer closes (or the process exits).
+    assert set(postgres_ids(dsn, table)) >= set(range(20))
+    writer.close()
+    assert postgres_ids(dsn, table) == list(range(30))
+    files = pq.read_table(tmp_path / "out", columns=["id"]).column("id").to_pylist()
+    assert sorted(files) == list(range(30))
+    assert prepared_transactions(dsn, job_id) == []
