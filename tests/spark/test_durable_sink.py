@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import psycopg
 import pyarrow.parquet as pq
@@ -410,7 +410,7 @@ def test_background_commits_land_every_batch_once_and_all_of_them_when_the_write
     pg_schema: str,
     job_id: str,
     tmp_path: Path,
-    execution: str,
+    execution: Literal["driver", "executor"],
 ) -> None:
     source, checkpoint, table = tmp_path / "in", tmp_path / "checkpoint", f"{pg_schema}.events"
     dsn = postgres.conninfo()
