@@ -21,6 +21,7 @@ start-up probe's files are `_staging/.probe:<job>:<sink>:<generation>`.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,6 +58,20 @@ class Layout:
             text = folder.name.partition("=")[2]
             if text.isdigit():
                 yield int(text), folder
+
+    def epochs_newest_first(self) -> list[tuple[int, Path]]:
+        """Every published epoch's folder, newest first, from one read of the folder's
+        names (no file opened: a few milliseconds for 10,000 epochs)."""
+        try:
+            with os.scandir(self.root) as entries:
+                found = [
+                    (int(entry.name[6:]), Path(entry.path))
+                    for entry in entries
+                    if entry.name.startswith("epoch=") and entry.name[6:].isdigit()
+                ]
+        except FileNotFoundError:
+            return []
+        return sorted(found, reverse=True)
 
     def committed_parts(self, epochs: range | None = None) -> list[Path]:
         """The published part folders holding a marker (whole, by the one rename that
