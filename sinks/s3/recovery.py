@@ -85,7 +85,9 @@ def _read_hint(sink: SinkBase[S3], client: S3Client, layout: Layout) -> int | No
     except Exception as exc:
         if is_missing(exc):
             return None
-        raise sink.failure(exc, f"read s3://{layout.bucket}/{layout.newest_key} (s3:GetObject)") from exc
+        raise sink.failure(
+            exc, f"read s3://{layout.bucket}/{layout.newest_key} (s3:GetObject)"
+        ) from exc
     try:
         epoch = json.loads(body)["epoch"]
     except (ValueError, TypeError, KeyError):
@@ -102,7 +104,9 @@ def _write_hint(sink: SinkBase[S3], client: S3Client, layout: Layout, epoch: int
             ContentType="application/json",
         )
     except Exception as exc:
-        raise sink.failure(exc, f"write s3://{layout.bucket}/{layout.newest_key} (s3:PutObject)") from exc
+        raise sink.failure(
+            exc, f"write s3://{layout.bucket}/{layout.newest_key} (s3:PutObject)"
+        ) from exc
 
 
 def leftover(
