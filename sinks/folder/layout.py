@@ -59,19 +59,17 @@ class Layout:
             if text.isdigit():
                 yield int(text), folder
 
-    def epochs_newest_first(self) -> list[tuple[int, Path]]:
+    def epochs_newest_first(self) -> Iterator[tuple[int, Path]]:
         """Every published epoch's folder, newest first, from one read of the folder's
-        names (no file opened: a few milliseconds for 10,000 epochs)."""
+        names (no file opened, no path built but for the epochs the caller reaches)."""
         try:
             with os.scandir(self.root) as entries:
-                found = [
-                    (int(entry.name[6:]), Path(entry.path))
-                    for entry in entries
-                    if entry.name.startswith("epoch=") and entry.name[6:].isdigit()
-                ]
+                names = [entry.name for entry in entries]
         except FileNotFoundError:
-            return []
-        return sorted(found, reverse=True)
+            return
+        found = [(int(n[6:]), n) for n in names if n.startswith("epoch=") and n[6:].isdigit()]
+        for epoch, name in sorted(found, reverse=True):
+            yield epoch, self.root / name
 
     def committed_parts(self, epochs: range | None = None) -> list[Path]:
         """The published part folders holding a marker (whole, by the one rename that
