@@ -12,7 +12,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from durable_sinks.clients.s3 import is_missing
-
 from durable_sinks.core.naming import ParticipantName
 from durable_sinks.core.protocol import CommitHandle
 from durable_sinks.core.sink_base import SinkBase
