@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from durable_sinks.clients.s3 import is_missing
+from durable_sinks.core.formats import stored_format
 from durable_sinks.core.naming import ParticipantName
 from durable_sinks.core.protocol import CommitHandle
 from durable_sinks.core.sink_base import SinkBase
@@ -23,6 +24,15 @@ from .layout import MAX_EPOCH, Layout
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
+
+
+NEWEST_HINT = stored_format(
+    "S3 newest-epoch hint",
+    current=1,
+    oldest=1,
+    where='`<prefix>/_newest_epoch.json`: JSON `{"epoch": ..., "version": ...}`; a hint of '
+    "another version is passed over (the markers are searched without it)",
+)
 
 
 def last_committed(
@@ -88,10 +98,13 @@ def _read_hint(sink: SinkBase[S3], client: S3Client, layout: Layout) -> int | No
             exc, f"read s3://{layout.bucket}/{layout.newest_key} (s3:GetObject)"
         ) from exc
     try:
-        epoch = json.loads(body)["epoch"]
+        found = json.loads(body)
+        epoch, version = found["epoch"], found["version"]
     except (ValueError, TypeError, KeyError):
         return None  # not a hint (written by hand, cut short): search without one
-    return epoch if isinstance(epoch, int) and 0 <= epoch <= MAX_EPOCH else None
+    if version != NEWEST_HINT.current or not isinstance(epoch, int):
+        return None  # another release's: search without it
+    return epoch if 0 <= epoch <= MAX_EPOCH else None
 
 
 def _write_hint(sink: SinkBase[S3], client: S3Client, layout: Layout, epoch: int) -> None:
@@ -99,7 +112,7 @@ def _write_hint(sink: SinkBase[S3], client: S3Client, layout: Layout, epoch: int
         client.put_object(
             Bucket=layout.bucket,
             Key=layout.newest_key,
-            Body=json.dumps({"epoch": epoch}).encode(),
+            Body=json.dumps({"epoch": epoch, "version": NEWEST_HINT.current}).encode(),
             ContentType="application/json",
         )
     except Exception as exc:

@@ -459,7 +459,7 @@ def test_the_newest_epoch_is_found_from_the_hint_the_last_open_left(
     assert isinstance(opened, S3Sink)
     layout, client = opened.layout, s3.client()
     body = client.get_object(Bucket=s3.bucket, Key=layout.newest_key)["Body"].read()
-    assert json.loads(body) == {"epoch": 5}
+    assert json.loads(body) == {"epoch": 5, "version": 1}
     counted = CountedListings(client)
     assert s3_recovery.last_committed(opened, counted, layout) == 5  # type: ignore[arg-type]
     assert counted.listings == 2  # whatever the number of epochs
@@ -470,11 +470,17 @@ def test_the_newest_epoch_is_found_from_the_hint_the_last_open_left(
 
     # A hint is a starting point only: older (newer epochs since), newer than every marker
     # (markers deleted), or not a hint at all, the listings give the answer.
-    for stale in (b'{"epoch": 2}', b'{"epoch": 40}', b"not json", b'{"epoch": -3}'):
+    for stale in (
+        b'{"epoch": 2, "version": 1}',
+        b'{"epoch": 40, "version": 1}',
+        b'{"epoch": 5, "version": 2}',
+        b"not json",
+        b'{"epoch": -3, "version": 1}',
+    ):
         assert found_with_hint(stale) == 5, stale
     for epoch in (4, 5):
         client.delete_object(Bucket=s3.bucket, Key=layout.marker_key(epoch))
-    assert found_with_hint(b'{"epoch": 5}') == 3
+    assert found_with_hint(b'{"epoch": 5, "version": 1}') == 3
     client.delete_object(Bucket=s3.bucket, Key=layout.newest_key)
     assert s3_recovery.last_committed(opened, client, layout) == 3
     again.close()
