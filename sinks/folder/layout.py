@@ -21,6 +21,7 @@ start-up probe's files are `_staging/.probe:<job>:<sink>:<generation>`.
 
 from __future__ import annotations
 
+import heapq
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -61,15 +62,17 @@ class Layout:
 
     def epochs_newest_first(self) -> Iterator[tuple[int, Path]]:
         """Every published epoch's folder, newest first, from one read of the folder's
-        names (no file opened, no path built but for the epochs the caller reaches)."""
+        names (no file opened, and no path built or order taken but for the epochs the
+        caller reaches: a heap)."""
         try:
-            with os.scandir(self.root) as entries:
-                names = [entry.name for entry in entries]
+            names = os.listdir(self.root)
         except FileNotFoundError:
             return
-        found = [(int(n[6:]), n) for n in names if n.startswith("epoch=") and n[6:].isdigit()]
-        for epoch, name in sorted(found, reverse=True):
-            yield epoch, self.root / name
+        found = [(-int(n[6:]), n) for n in names if n.startswith("epoch=") and n[6:].isdigit()]
+        heapq.heapify(found)
+        while found:
+            negative, name = heapq.heappop(found)
+            yield -negative, self.root / name
 
     def committed_parts(self, epochs: range | None = None) -> list[Path]:
         """The published part folders holding a marker (whole, by the one rename that
