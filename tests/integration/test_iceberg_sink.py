@@ -389,42 +389,31 @@ def test_rows_that_do_not_fit_the_table_are_refused_with_nothing_written(
     assert ids(catalog) == [1, 2]
 
 
-def test_recovery_hands_back_only_what_the_table_does_not_hold(catalog: CatalogUnderTest) -> None:
+def test_recovery_hands_back_only_what_the_table_does_not_hold(
+    catalog: CatalogUnderTest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Which participants an epoch committed is read from its snapshot's summary: the
+    table's manifests (one more per epoch) are not read at start."""
     with_table(catalog)
     sink = opened(catalog)
     loser = prepared(sink, 0, events([1]))
     winner = prepared(sink, 0, events([1]))
     committed(sink, 0, winner)
     pending = prepared(sink, 1, events([2]))
-    later = opened(catalog, generation=2)
-    found = later.recover_prepared()
+
+    def unread(self: IcebergTable, table: Any) -> set[str]:
+        raise AssertionError("recovery read every manifest of the table")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(IcebergTable, "referenced", unread)
+        later = opened(catalog, generation=2)
+        found = later.recover_prepared()
     assert sorted(h.participant for h in found) == sorted([loser.participant, pending.participant])
     for handle in found:
         later.rollback_epoch(handle.epoch, handle)
     assert later.recover_prepared() == []
     assert ids(catalog) == [1]
     assert len(catalog.data_locations()) == 1
-
-
-def test_recovery_reads_which_participants_committed_from_the_snapshot_summaries(
-    catalog: CatalogUnderTest, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The table's manifests are not read at start (their number grows with every epoch):
-    each epoch's snapshot summary names the participants it committed."""
-    with_table(catalog)
-    sink = opened(catalog)
-    loser = prepared(sink, 0, events([1]))
-    committed(sink, 0, prepared(sink, 0, events([1])))
-    committed(sink, 1, prepared(sink, 1, events([2])))
-    pending = prepared(sink, 2, events([3]))
-
-    def unread(self: IcebergTable, table: Any) -> set[str]:
-        raise AssertionError("recovery read every manifest of the table")
-
-    monkeypatch.setattr(IcebergTable, "referenced", unread)
-    later = opened(catalog, generation=2)
-    found = later.recover_prepared()
-    assert sorted(h.participant for h in found) == sorted([loser.participant, pending.participant])
 
 
 def test_recovery_finds_the_files_where_the_table_writes_them(sql_catalog: IcebergCatalog) -> None:
