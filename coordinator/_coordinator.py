@@ -376,7 +376,7 @@ class Coordinator:
         the next."""
         if not isinstance(sink, PublishingSink):
             return None
-        newest = self.decisions.newest_epoch()
+        newest = self.decisions.newest_at_start()
         if newest is None or newest in resolved:
             return None
         landed = sink.last_committed_epoch()

@@ -38,6 +38,8 @@ class DecisionBook:
         self.store = store
         self.sinks = sinks
         self.last = last
+        #: `newest_epoch()` as this coordinator's start first read it (a 1-tuple once read).
+        self._newest_at_start: tuple[int | None] | None = None
 
     @property
     def hosted_by_last(self) -> bool:
@@ -77,6 +79,19 @@ class DecisionBook:
             found.append(self.last.last_committed_epoch())
         known = [epoch for epoch in found if epoch is not None]
         return max(known) if known else None
+
+    def newest_at_start(self) -> int | None:
+        """`newest_epoch()` read once per coordinator and kept: what recovery, the lost-epoch
+        check at start and the stream check of the first epoch compare with, one read (an S3
+        listing, the commit point's marker query) instead of one per check. Valid from the
+        moment the store's `open` fenced older generations until this coordinator decides an
+        epoch of its own: no older coordinator can decide an epoch after that fence (the S3
+        store: only a `put` already under way, which a later check then meets as a sink
+        holding an epoch newer than the kept one and reports), so the only newer decisions
+        are this coordinator's; the checks that use it run before its first decision."""
+        if self._newest_at_start is None:
+            self._newest_at_start = (self.newest_epoch(),)
+        return self._newest_at_start[0]
 
     def decision(self, epoch: int) -> DecisionRecord | None:
         """The durable decision of `epoch`: from the store or, when a sink is the commit

@@ -94,7 +94,7 @@ class LostEpochCheck:
     def at_start(self, log: JobLogger) -> None:
         """CommittedEpochLostError when a sink lacks the newest finished epoch it took part
         in, or holds an epoch newer than every decision; arms the first-epoch check."""
-        newest = self.decisions.newest_epoch()
+        newest = self.decisions.newest_at_start()
         self.newest = newest
         if newest is None:
             return

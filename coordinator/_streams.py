@@ -64,7 +64,7 @@ class StreamCheck:
         newest epoch for a stream new to the job; `epoch` is the one about to run."""
         if not self._pending or source is None:
             return
-        newest = self.decisions.newest_epoch()
+        newest = self.decisions.newest_at_start()
         if newest is None:
             self._pending = False
             return

@@ -224,7 +224,9 @@ class LocalDirectoryStore:
 
     def _promote_retired(self) -> None:
         """Link every decision of retired generations into decisions/, then empty them,
-        keeping only the highest retired folder (it remembers the generation number)."""
+        keeping only the highest retired folder (it remembers the generation number). The
+        first open after a generation that decided n epochs costs O(n) (a link and an unlink
+        each, about 0.1 ms); later opens find the retired folders empty."""
         retired = sorted(self._numbers("retired"))
         decisions = self._home / "decisions"
         promoted = False
@@ -239,7 +241,10 @@ class LocalDirectoryStore:
                     os.link(entry, decisions / entry.name)
                     promoted = True
                 except FileExistsError:
-                    self._check_same(entry, decisions / entry.name)
+                    # `put` links one file under both names: the same inode is the same
+                    # record, read only when they differ (a generation's whole run is here).
+                    if not os.path.samefile(entry, decisions / entry.name):
+                        self._check_same(entry, decisions / entry.name)
         if promoted and self.fsync:
             fsync_dir(decisions)
         for number in retired:

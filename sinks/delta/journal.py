@@ -67,3 +67,15 @@ class Journals:
             if journal is not None:
                 found.append((name, journal))
         return found
+
+    def remove_emptied(self, up_to: int) -> int:
+        """Remove the emptied epoch folders of epochs up to `up_to` (a local table's: an
+        epoch's commit deletes its journals and leaves the folder, which would make every
+        later listing of the journals longer by one folder per epoch); a folder that still
+        holds anything stays. How many were removed."""
+        removed = 0
+        for relative in self._storage.subfolders(self.layout.folder):
+            epoch = self.layout.parse_epoch_folder(relative)
+            if epoch is not None and epoch <= up_to:
+                removed += self._storage.remove_empty_folder(relative)
+        return removed

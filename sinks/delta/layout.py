@@ -104,6 +104,14 @@ class Layout:
         tag = f"-ds-{self.owner}-e{name.epoch}-{name.part}-g{name.generation}a{name.attempt}."
         return parts[-1].startswith("part-") and tag in parts[-1]
 
+    def parse_epoch_folder(self, relative: str) -> int | None:
+        """The epoch of an epoch folder's path (`epoch_folder`), None for anything else."""
+        parent, _, name = relative.rpartition("/")
+        digits = name[1:]
+        if parent != self.folder or name[:1] != "e" or len(digits) != 12 or not digits.isdigit():
+            return None
+        return int(digits)
+
     def parse_journal(self, relative: str) -> ParticipantName | None:
         """The participant a journal path names (None for anything else)."""
         prefix = self.folder + "/"

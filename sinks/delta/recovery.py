@@ -19,9 +19,10 @@ from .table import DeltaLog
 def leftovers(
     sink: SinkBase[Delta], log: DeltaLog, journals: Journals, committer: Committer
 ) -> list[CommitHandle]:
-    """The prepared participants of older generations; the rest of their leftovers deleted."""
+    """The prepared participants of older generations; the rest of their leftovers deleted,
+    and the emptied journal folders of epochs the table records (a local table's)."""
     with sink.translated("read the table's log"):
-        committed = log.committed_epoch()
+        committed = log.committed_epoch(log.latest())
     found = []
     for name, journal in journals.under(journals.layout.folder):
         if name.generation >= sink.context.generation:
@@ -34,6 +35,9 @@ def leftovers(
             committer.delete_participant(name, paths_of(handle) if handle else [])
             continue
         found.append(handle)
+    if committed is not None:
+        with sink.translated("remove emptied journal folders"):
+            journals.remove_emptied(committed)
     return found
 
 

@@ -107,7 +107,9 @@ class DeltaSink(SinkBase[Delta]):
         self._committer = Committer(
             self, self.storage, self._log, self._journals, self._committed_up_to
         )
-        table = self._client_call(self._delta().load, "read the table's log")
+        # Loaded once per open and kept (DeltaLog.latest): the health check, recovery and
+        # the first epoch catch up from it instead of replaying the log again.
+        table = self._client_call(self._delta().latest, "read the table's log")
         if table is None and not self.config.create_table and not context.inspect:
             raise ConfigError(
                 f"no Delta table at {self.storage.where}",
@@ -190,7 +192,8 @@ class DeltaSink(SinkBase[Delta]):
         return self._shape.schema if self._shape is not None else None
 
     def health_check(self) -> None:
-        self._client_call(self._delta().load, "read the table's log")
+        """Read the table's log (caught up from the table the open loaded)."""
+        self._client_call(self._delta().latest, "read the table's log")
 
     # -- phase 1 -------------------------------------------------------------------------------
     def begin_epoch(self, epoch: int) -> None:
@@ -374,7 +377,9 @@ class DeltaSink(SinkBase[Delta]):
         return operations.in_doubt(journals.under(self._paths().folder), self.name)
 
     def holdings(self, first: int, last: int) -> dict[int, Holding]:
-        table = self._client_call(self._delta().load, "read the table's log")
+        # Loaded once per open and kept (DeltaLog.latest): the health check, recovery and
+        # the first epoch catch up from it instead of replaying the log again.
+        table = self._client_call(self._delta().latest, "read the table's log")
         return {} if table is None else operations.holdings(table, first, last)
 
     def live_generations(self) -> list[int]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import math
+import os
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -178,6 +179,23 @@ class TableStorage:
         found.sort(key=lambda p: len(p.parts), reverse=True)
         root = Path(self.full_path(""))
         return [str(p.relative_to(root)) for p in [*found, top]]
+
+    def subfolders(self, folder: str) -> list[str]:
+        """The folders directly in `folder` (relative; symbolic links left out); none on S3,
+        which has no folders."""
+        if self.config.on_s3:
+            return []
+        top = Path(self.full_path(folder))
+        root = Path(self.full_path(""))
+        try:
+            with os.scandir(top) as entries:
+                return [
+                    str((top / e.name).relative_to(root))
+                    for e in entries
+                    if e.is_dir(follow_symlinks=False)
+                ]
+        except (FileNotFoundError, NotADirectoryError):
+            return []
 
     def inside(self, relative: str, folder: str) -> bool:
         """Whether the file `relative` lies in `folder` without passing a symbolic link (a

@@ -29,10 +29,14 @@ if TYPE_CHECKING:
 
 
 def last_committed(layout: Layout, context: OpenContext) -> int | None:
-    """The highest epoch with a published marker; ConfigError when another job or another
-    sink published into the folder (published names carry neither: one sink per folder)."""
-    best: int | None = None
-    for epoch, folder in layout.epochs():
+    """The highest epoch with a published marker, read from the epoch folders' names and
+    the markers of the highest epochs only (newest first, down to the first epoch with a
+    marker: a folder without one is an epoch whose publish was cut short), so an open costs
+    the same whatever the number of epochs published. ConfigError when a marker read names
+    another job or another sink (published names carry neither: one sink per folder): a
+    folder two jobs publish into is refused by the open that follows the other's publish."""
+    for epoch, folder in layout.epochs_newest_first():
+        found = False
         for part in folder.glob("part=*"):
             marker = read_marker(part)
             if marker is None:
@@ -47,8 +51,10 @@ def last_committed(layout: Layout, context: OpenContext) -> int | None:
                     fix="give each folder sink of each job its own path; to read this one, "
                     f"open it as sink {marker.sink!r} of job {owner!r}",
                 )
-            best = epoch if best is None else max(best, epoch)
-    return best
+            found = True
+        if found:
+            return epoch
+    return None
 
 
 def epoch_schema(layout: Layout, epoch: int, where: dict[str, Any]) -> pa.Schema | None:

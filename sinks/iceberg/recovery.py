@@ -36,10 +36,22 @@ def leftovers(sink: SinkBase[Iceberg], tables: IcebergTable) -> list[CommitHandl
         if name.generation < sink.context.generation
     }
     committed = tables.committed_epoch(table)
-    if any(committed is not None and name.epoch <= committed for name in found):
-        # Files the table holds are not leftovers (else every start would hand back every
-        # committed participant); what it does not hold of a committed epoch is a losing
-        # attempt's, whose rollback re-checks against the epoch's snapshot.
+    if committed is None or all(name.epoch > committed for name in found):
+        return [leftover(sink, name, paths) for name, paths in sorted(found.items())]
+    # The files of committed participants are in the folder too; they are not leftovers
+    # (else every start would hand back every committed participant). Which participants
+    # an epoch committed, its snapshot's summary says (from the metadata, whatever the
+    # number of epochs); only for epochs whose snapshot expired, or whose summary names
+    # none, are the table's files read (every manifest). What the table does not hold of
+    # a committed epoch is a losing attempt's, whose rollback re-checks against the
+    # epoch's snapshot.
+    appended = tables.appended(table)
+    found = {
+        name: paths
+        for name, paths in found.items()
+        if name.epoch > committed or str(name) not in appended.get(name.epoch, frozenset())
+    }
+    if any(name.epoch <= committed and name.epoch not in appended for name in found):
         held = tables.referenced(table)
         found = {k: v for k, v in found.items() if not set(v) & held}
     return [leftover(sink, name, paths) for name, paths in sorted(found.items())]

@@ -6,6 +6,7 @@ files in the table's data folder, the files the current snapshot references."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -15,7 +16,7 @@ from durable_sinks.core.sink_base import SinkBase
 
 from . import _pyiceberg, operations
 from .config import Iceberg
-from .layout import Layout
+from .layout import SUMMARY_PARTICIPANTS, Layout
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -102,6 +103,23 @@ class IcebergTable:
             name = self.layout.parse(path)
             if name is not None:
                 found.setdefault(name, []).append(path)
+        return found
+
+    def appended(self, table: Table) -> dict[int, frozenset[str]]:
+        """Per epoch that a kept snapshot committed for this job's sink, the participants its
+        summary names (read from the table's metadata: no manifest is opened)."""
+        found: dict[int, frozenset[str]] = {}
+        for snapshot in table.snapshots():
+            epoch = self.layout.epoch_of(snapshot.summary)
+            listed = snapshot.summary.get(SUMMARY_PARTICIPANTS) if snapshot.summary else None
+            if epoch is None or listed is None:
+                continue
+            try:
+                named = json.loads(listed)
+            except ValueError:
+                continue  # unreadable: this epoch is checked against the table's files
+            if isinstance(named, list):
+                found[epoch] = found.get(epoch, frozenset()) | {str(n) for n in named}
         return found
 
     def referenced(self, table: Table) -> set[str]:

@@ -65,6 +65,10 @@ FENCE_RECORD = stored_format(
 PROGRESS_VERSION = PROGRESS_RECORD.current
 #: Records read per step of a backwards scan.
 SCAN_CHUNK = 2_000
+#: The first chunk of a backwards scan, each next one 4x larger up to SCAN_CHUNK: the keys
+#: looked for are usually among the newest records, so a long topic is not read 2,000
+#: records deep for them at each start.
+FIRST_CHUNK = 32
 
 
 def progress_key(job_id: str, sink: str) -> bytes:
@@ -284,9 +288,10 @@ class ProgressReader:
     ) -> dict[bytes, tuple[int, bytes]]:
         """For each key of `want`, the value and offset of the latest committed record with
         that key for which `want[key](value, offset)` is true; keys never found are absent.
-        Scans backwards from the high watermark until every key is found or the partition's
-        start is reached; raises TransientError after `timeout` seconds (`request_timeout`
-        when the topic's offsets cannot be read). A committed read waits for every
+        Scans backwards from the high watermark, in chunks growing from FIRST_CHUNK to
+        SCAN_CHUNK records, until every key is found or the partition's start is reached;
+        raises TransientError after `timeout` seconds (`request_timeout` when the topic's
+        offsets cannot be read). A committed read waits for every
         transaction open below the high watermark to end; `committed=False` reads the records
         of open and aborted transactions too, and never waits for one."""
         deadline = time.monotonic() + self.timeout
@@ -297,8 +302,10 @@ class ProgressReader:
         try:
             consumer = self._reader(requests, isolation)
             try:
+                size = FIRST_CHUNK
                 while end > low and len(found) < len(want):
-                    start = max(low, end - SCAN_CHUNK)
+                    start = max(low, end - size)
+                    size = min(size * 4, SCAN_CHUNK)
                     chunk = self._read(consumer, start, end, deadline)
                     for offset, key, value in reversed(chunk):
                         check = want.get(key)

@@ -7,6 +7,9 @@
         complete; readers trust only epochs that have one
     <prefix>/_job.json
         which job and sink own the prefix (created at the first start)
+    <prefix>/_newest_epoch.json
+        a hint: the newest epoch with a marker when the sink last opened (written at open,
+        after the marker it names; checked against the markers before it is used)
     <prefix>/_durable/
         the start-up probes' short-lived objects and uploads
 
@@ -30,6 +33,7 @@ EPOCH_DIGITS = 12
 MAX_EPOCH = 10**EPOCH_DIGITS - 1
 MARKERS = "_epochs"
 OWNER = "_job.json"
+NEWEST = "_newest_epoch.json"
 PROBES = "_durable"
 _DATA = re.compile(
     r"^epoch=(?P<epoch>\d{12})/part-(?P<part>[A-Za-z0-9._-]{1,40})"
@@ -117,6 +121,11 @@ class Layout:
             return None
         match = _MARKER.match(key[len(self.marker_folder) :])
         return int(match["epoch"]) if match else None
+
+    @property
+    def newest_key(self) -> str:
+        """The hint of the newest epoch with a marker (recovery.last_committed)."""
+        return self.location.key(NEWEST)
 
     @property
     def owner_key(self) -> str:

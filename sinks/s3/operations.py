@@ -195,7 +195,8 @@ def drop_job(
     apply: bool,
     epoch_markers: bool,
 ) -> list[Bookkeeping]:
-    """The job's bookkeeping under the prefix: `_job.json` (when it names this job and sink),
+    """The job's bookkeeping under the prefix: `_job.json` (when it names this job and sink)
+    and the newest-epoch hint beside it,
     the start-up probes' leftovers under `_durable/` (objects and uploads), and the epoch
     markers under `_epochs/` (removed only with `epoch_markers`). With `apply`, the removable
     ones are deleted. Data objects (`epoch=*/`) and the decision store's `_decisions/` are
@@ -208,6 +209,11 @@ def drop_job(
         found.append(Bookkeeping("owner file _job.json", f"s3://{bucket}/{owner}", 1))
         if apply:
             _delete(client, layout, context, [owner], fail)
+        hint = layout.newest_key
+        if _exists(client, layout, hint, fail):
+            found.append(Bookkeeping("newest-epoch hint", f"s3://{bucket}/{hint}", 1))
+            if apply:
+                _delete(client, layout, context, [hint], fail)
     probes = [
         item["Key"]
         for item in _objects(client, layout, layout.probe_folder, fail)
@@ -244,6 +250,16 @@ def _under(key: str, folder: str) -> bool:
     """Whether `key` lies in `folder` (a listing's key, checked before it is deleted)."""
     rest = key[len(folder) :] if key.startswith(folder) else ""
     return bool(rest) and ".." not in rest.split("/")
+
+
+def _exists(client: S3Client, layout: Layout, key: str, fail: Failure) -> bool:
+    try:
+        client.head_object(Bucket=layout.bucket, Key=key)
+    except Exception as exc:
+        if is_missing(exc):
+            return False
+        raise fail(exc, f"read s3://{layout.bucket}/{key}") from exc
+    return True
 
 
 def _owned(client: S3Client, layout: Layout, context: OpenContext, fail: Failure) -> bool:

@@ -7,8 +7,12 @@ Older generations' uploads are handed to the coordinator as handles that can rol
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from durable_sinks.clients.s3 import is_missing
+from durable_sinks.core.formats import stored_format
 from durable_sinks.core.naming import ParticipantName
 from durable_sinks.core.protocol import CommitHandle
 from durable_sinks.core.sink_base import SinkBase
@@ -16,15 +20,33 @@ from durable_sinks.core.sink_base import SinkBase
 from . import operations
 from .config import S3
 from .handles import S3HandleDetails, S3Object
-from .layout import Layout
+from .layout import MAX_EPOCH, Layout
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
 
-def last_committed(sink: SinkBase[S3], client: S3Client, layout: Layout) -> int | None:
-    """The highest epoch with a marker, in O(log n) listings of at most a few keys
-    (galloping, then bisecting, on "is there a marker above epoch x?")."""
+NEWEST_HINT = stored_format(
+    "S3 newest-epoch hint",
+    current=1,
+    oldest=1,
+    where='`<prefix>/_newest_epoch.json`: JSON `{"epoch": ..., "version": ...}`; a hint of '
+    "another version is passed over (the markers are searched without it)",
+)
+
+
+def last_committed(
+    sink: SinkBase[S3], client: S3Client, layout: Layout, *, remember: bool = False
+) -> int | None:
+    """The highest epoch with a marker, found by listings of at most a few keys on "is there
+    a marker above epoch x?". Starting from the hint `_newest_epoch.json` (layout.py) it
+    takes two listings whatever the number of epochs when the hint still names the newest
+    marker, and galloping then bisecting from the hint when newer markers exist; a hint
+    that is missing, unreadable or names an epoch above every marker (markers deleted) is
+    passed over for the same search from epoch 0 (O(log n) listings). The hint is only ever
+    a starting point: the answer is what the listings show. With `remember`, a hint that
+    differs from the answer is rewritten (after the marker it names exists: a crash before
+    the write leaves the older hint, which the next open checks and passes over)."""
 
     def above(epoch: int) -> bool:
         start = layout.marker_key(epoch) if epoch >= 0 else layout.marker_folder
@@ -38,9 +60,21 @@ def last_committed(sink: SinkBase[S3], client: S3Client, layout: Layout) -> int 
             layout.parse_marker(o.get("Key", "")) is not None for o in page.get("Contents", [])
         )
 
-    if not above(-1):
-        return None
-    low, step = -1, 1  # a marker exists above `low`
+    hint = _read_hint(sink, client, layout)
+    if hint is not None and above(hint - 1):
+        found: int | None = _highest(above, hint - 1)
+    elif above(-1):
+        found = _highest(above, -1)
+    else:
+        found = None
+    if remember and found is not None and found != hint:
+        _write_hint(sink, client, layout, found)
+    return found
+
+
+def _highest(above: Callable[[int], bool], low: int) -> int:
+    """The highest epoch with a marker, given that one lies above `low`."""
+    step = 1
     while above(low + step):
         low, step = low + step, step * 2
     high = low + step  # none above `high`
@@ -51,6 +85,40 @@ def last_committed(sink: SinkBase[S3], client: S3Client, layout: Layout) -> int 
         else:
             high = middle
     return high
+
+
+def _read_hint(sink: SinkBase[S3], client: S3Client, layout: Layout) -> int | None:
+    """The epoch `_newest_epoch.json` names; None when it is missing or not a hint."""
+    try:
+        body = client.get_object(Bucket=layout.bucket, Key=layout.newest_key)["Body"].read()
+    except Exception as exc:
+        if is_missing(exc):
+            return None
+        raise sink.failure(
+            exc, f"read s3://{layout.bucket}/{layout.newest_key} (s3:GetObject)"
+        ) from exc
+    try:
+        found = json.loads(body)
+        epoch, version = found["epoch"], found["version"]
+    except (ValueError, TypeError, KeyError):
+        return None  # not a hint (written by hand, cut short): search without one
+    if version != NEWEST_HINT.current or not isinstance(epoch, int):
+        return None  # another release's: search without it
+    return epoch if 0 <= epoch <= MAX_EPOCH else None
+
+
+def _write_hint(sink: SinkBase[S3], client: S3Client, layout: Layout, epoch: int) -> None:
+    try:
+        client.put_object(
+            Bucket=layout.bucket,
+            Key=layout.newest_key,
+            Body=json.dumps({"epoch": epoch, "version": NEWEST_HINT.current}).encode(),
+            ContentType="application/json",
+        )
+    except Exception as exc:
+        raise sink.failure(
+            exc, f"write s3://{layout.bucket}/{layout.newest_key} (s3:PutObject)"
+        ) from exc
 
 
 def leftover(

@@ -88,7 +88,7 @@ class S3Sink(SinkBase[S3]):
         if context.worker or context.inspect:
             return  # a worker only writes its part: the driver's instance did the rest
         claim_prefix(self._s3(), self.layout, context.job_id, self.name, self.failure)
-        self._last_committed = self._read_last_committed()
+        self._last_committed = recovery.last_committed(self, self._s3(), self.layout, remember=True)
         if context.policy.adds_columns and self._last_committed is not None:
             marker = self._read_marker(self._last_committed)
             self._schema = marker.schema() if marker is not None else None

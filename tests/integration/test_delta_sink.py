@@ -230,3 +230,34 @@ def test_a_table_replaced_while_the_job_was_stopped_is_a_lost_epoch_unless_its_t
         assert restarted.run_epoch(2, [events([2])]).outcome is EpochOutcome.COMMITTED
         assert [r["id"] for r in rows(tmp_path / "table")] == [2, 10]
     restarted.close()
+
+
+def test_a_start_removes_the_emptied_journal_folders_and_keeps_a_prepared_one(
+    tmp_path: Path,
+) -> None:
+    """Each epoch's commit empties its journal folder; the next start removes those of
+    epochs the table records (so no listing grows with the history), never one that holds
+    a prepared participant."""
+    first = coordinator(tmp_path, job="job", create_table=True)
+    first.start()
+    for epoch in range(3):
+        first.run_epoch(epoch, [events([epoch])])
+    steps = first.epoch_steps(3, [events([3])])
+    for step in steps:
+        if step == "after-pre-commit:delta":
+            break  # the driver dies with epoch 3 prepared, undecided
+    journals = tmp_path / "table" / "_durable_sinks" / "job" / "delta"
+    assert sorted(p.name for p in journals.iterdir()) == [f"e{e:012d}" for e in range(4)]
+
+    second = coordinator(tmp_path, job="job")
+    report = second.start()
+    assert [h.epoch for h in report.rolled_back] == [3]
+    # Epoch 3 is not in the table yet: its folder stays until a start after its commit.
+    assert sorted(p.name for p in journals.iterdir()) == ["e000000000003"]
+    second.run_epoch(3, [events([3])])
+    second.close()
+    third = coordinator(tmp_path, job="job")
+    third.start()
+    assert list(journals.iterdir()) == []
+    assert [r["id"] for r in rows(tmp_path / "table")] == [0, 1, 2, 3]
+    third.close()

@@ -31,6 +31,7 @@ from durable_sinks.sinks.iceberg import committer as iceberg_committer
 from durable_sinks.sinks.iceberg.errors import CommitConflictError
 from durable_sinks.sinks.iceberg.handles import IcebergHandleDetails, paths_of
 from durable_sinks.sinks.iceberg.sink import IcebergSink
+from durable_sinks.sinks.iceberg.table import IcebergTable
 from tests.services import IcebergRestEndpoint, PostgresEndpoint
 from tests.support.iceberg_target import CatalogUnderTest, IcebergCatalog, RestIcebergCatalog
 
@@ -388,15 +389,25 @@ def test_rows_that_do_not_fit_the_table_are_refused_with_nothing_written(
     assert ids(catalog) == [1, 2]
 
 
-def test_recovery_hands_back_only_what_the_table_does_not_hold(catalog: CatalogUnderTest) -> None:
+def test_recovery_hands_back_only_what_the_table_does_not_hold(
+    catalog: CatalogUnderTest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Which participants an epoch committed is read from its snapshot's summary: the
+    table's manifests (one more per epoch) are not read at start."""
     with_table(catalog)
     sink = opened(catalog)
     loser = prepared(sink, 0, events([1]))
     winner = prepared(sink, 0, events([1]))
     committed(sink, 0, winner)
     pending = prepared(sink, 1, events([2]))
-    later = opened(catalog, generation=2)
-    found = later.recover_prepared()
+
+    def unread(self: IcebergTable, table: Any) -> set[str]:
+        raise AssertionError("recovery read every manifest of the table")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(IcebergTable, "referenced", unread)
+        later = opened(catalog, generation=2)
+        found = later.recover_prepared()
     assert sorted(h.participant for h in found) == sorted([loser.participant, pending.participant])
     for handle in found:
         later.rollback_epoch(handle.epoch, handle)

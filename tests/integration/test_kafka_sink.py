@@ -31,7 +31,7 @@ from durable_sinks.core.errors import (
 from durable_sinks.manifest import LocalDirectoryStore
 from durable_sinks.sinks.kafka import Kafka, KafkaSink
 from durable_sinks.sinks.kafka.bulk import BulkProducer
-from durable_sinks.sinks.kafka.progress import SCAN_CHUNK
+from durable_sinks.sinks.kafka.progress import FIRST_CHUNK, SCAN_CHUNK, ProgressReader
 from durable_sinks.sinks.postgres import Postgres, PostgresSink
 from tests.conftest import UniqueNames
 from tests.services import KafkaEndpoint, PostgresEndpoint
@@ -205,6 +205,44 @@ def test_the_last_epoch_is_found_behind_many_other_records(
             assert decision["epoch"] == epoch
     assert again.run_epoch(1, [events([9])]).outcome is EpochOutcome.ALREADY_COMMITTED
     assert ids(read_committed(kafka, admin, topic)) == [1, 2]
+    again.close()
+
+
+def test_a_start_reads_the_newest_progress_records_in_a_small_chunk(
+    kafka: KafkaEndpoint,
+    topic: str,
+    unique: UniqueNames,
+    tmp_path: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The keys a start looks for are among the newest records: however long the topic, it
+    reads FIRST_CHUNK records back, not SCAN_CHUNK."""
+    first = job(kafka, topic, unique, tmp_path)  # (it makes the progress topic)
+    first.run_epoch(0, [events([0])])
+    first.close()
+    others = Producer(kafka.config({"linger.ms": 20}))
+    for i in range(SCAN_CHUNK):
+        others.produce(f"{topic}-ds-progress", b"{}", f"other-job/{i}".encode(), partition=0)
+    assert others.flush(30) == 0
+    coordinator = job(kafka, topic, unique, tmp_path)
+    for epoch in (1, 2):
+        coordinator.run_epoch(epoch, [events([epoch])])
+    coordinator.close()
+
+    spans: list[int] = []
+    read = ProgressReader._read
+
+    def counted(self: ProgressReader, consumer: Any, start: int, end: int, deadline: float) -> Any:
+        spans.append(end - start)
+        return read(self, consumer, start, end, deadline)
+
+    monkeypatch.setattr(ProgressReader, "_read", counted)
+    again = job(kafka, topic, unique, tmp_path)
+    sink = again.sinks[0]
+    assert isinstance(sink, KafkaSink)
+    assert sink.last_committed_epoch() == 2
+    assert spans
+    assert max(spans) <= FIRST_CHUNK
     again.close()
 
 

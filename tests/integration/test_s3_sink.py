@@ -27,6 +27,7 @@ from durable_sinks.core.errors import (
 )
 from durable_sinks.manifest import LocalDirectoryStore
 from durable_sinks.sinks.s3 import S3Sink, committed_dataset, committed_markers
+from durable_sinks.sinks.s3 import recovery as s3_recovery
 from tests.services import S3Endpoint
 from tests.support.s3_access import S3Access
 from tests.support.s3_faults import without_conditional_writes
@@ -429,3 +430,57 @@ def test_unreadable_lifecycle_rules_only_warn(
     coordinator.start()
     assert coordinator.run_epoch(0, [events(0, 3)]).outcome is EpochOutcome.COMMITTED
     assert "cannot read the lifecycle rules" in caplog.text
+
+
+class CountedListings:
+    """A real S3 client that counts its ListObjectsV2 requests."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self.listings = 0
+
+    def list_objects_v2(self, **request: Any) -> Any:
+        self.listings += 1
+        return self.client.list_objects_v2(**request)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.client, name)
+
+
+def test_the_newest_epoch_is_found_from_the_hint_the_last_open_left(
+    s3: S3Endpoint, path: str, tmp_path: Path
+) -> None:
+    coordinator = started(s3, path, tmp_path)
+    for epoch in range(3):
+        coordinator.run_epoch(epoch, [events(epoch, 1)])
+    coordinator.close()
+    again = started(s3, path, tmp_path)  # its open leaves the hint: epoch 2
+    opened = again.sinks[0]
+    assert isinstance(opened, S3Sink)
+    layout, client = opened.layout, s3.client()
+    body = client.get_object(Bucket=s3.bucket, Key=layout.newest_key)["Body"].read()
+    assert json.loads(body) == {"epoch": 2, "version": 1}
+    counted = CountedListings(client)
+    assert s3_recovery.last_committed(opened, counted, layout) == 2  # type: ignore[arg-type]
+    assert counted.listings == 2  # whatever the number of epochs
+
+    def found_with_hint(hint: bytes) -> int | None:
+        client.put_object(Bucket=s3.bucket, Key=layout.newest_key, Body=hint)
+        return s3_recovery.last_committed(opened, client, layout)
+
+    # A hint is a starting point only: older (newer epochs since), newer than every marker
+    # (markers deleted), or not a hint at all, the listings give the answer.
+    for stale in (
+        b'{"epoch": 0, "version": 1}',
+        b'{"epoch": 40, "version": 1}',
+        b'{"epoch": 2, "version": 2}',
+        b"not json",
+        b'{"epoch": -3, "version": 1}',
+    ):
+        assert found_with_hint(stale) == 2, stale
+    for epoch in (1, 2):
+        client.delete_object(Bucket=s3.bucket, Key=layout.marker_key(epoch))
+    assert found_with_hint(b'{"epoch": 2, "version": 1}') == 0
+    client.delete_object(Bucket=s3.bucket, Key=layout.newest_key)
+    assert s3_recovery.last_committed(opened, client, layout) == 0
+    again.close()

@@ -140,6 +140,18 @@ def test_another_jobs_folder_is_refused(tmp_path: Path) -> None:
         opened(tmp_path, job="second")
 
 
+def test_open_reads_the_newest_epochs_markers_only(tmp_path: Path) -> None:
+    sink = opened(tmp_path)
+    for epoch in range(4):
+        sink.commit_epoch(epoch, prepare(sink, epoch, batch()))
+    # An older epoch's marker is never read at open (it would fail to parse), and an epoch
+    # folder whose publish was cut short (no marker) is passed over.
+    (tmp_path / "epoch=0" / "part=0" / "_EPOCH.json").write_text("not a handle")
+    (tmp_path / "epoch=3" / "part=0" / "_EPOCH.json").unlink()
+    (tmp_path / "epoch=7").mkdir()
+    assert opened(tmp_path, generation=2).last_committed_epoch() == 2
+
+
 def test_unwritable_folder_is_a_config_error(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("x")

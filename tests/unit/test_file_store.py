@@ -81,6 +81,26 @@ def test_decisions_of_a_fenced_generation_are_promoted(tmp_path: Path) -> None:
     assert new.latest_epoch() == 1
 
 
+def test_promotion_compares_a_retired_record_with_the_one_decided(tmp_path: Path) -> None:
+    """A retired generation's records are mostly the very files in decisions/ (one inode,
+    two names): those pass unread; a different record of the same epoch is corruption."""
+    old = opened(tmp_path)
+    for epoch in range(3):
+        old.put(decision(epoch, old.generation))
+    mine = f"{old.generation:012d}"
+    retired = tmp_path / "job" / "generations" / mine / "decisions" / "000000000002.json"
+    assert os.path.samefile(retired, tmp_path / "job" / "decisions" / "000000000002.json")
+    again = opened(tmp_path)  # promotes generation 1's records: all already decided
+    assert [again.get(e) is not None for e in range(3)] == [True, True, True]
+    again.put(decision(3, again.generation))
+    (tmp_path / "job" / "decisions" / "000000000003.json").unlink()
+    (tmp_path / "job" / "decisions" / "000000000003.json").write_bytes(
+        decision(3, again.generation, participant="q").to_bytes()
+    )
+    with pytest.raises(ManifestCorruptError, match="two different decisions for one epoch"):
+        opened(tmp_path)
+
+
 def test_jobs_are_separate(tmp_path: Path) -> None:
     a, b = opened(tmp_path, "a"), opened(tmp_path, "b")
     a.put(decision(1, a.generation, job="a"))
