@@ -11,6 +11,7 @@ import pytest
 
 from durable_sinks import CommittedEpochLostError
 from durable_sinks.coordinator import Coordinator, EpochOutcome
+from durable_sinks.core import SinkConnector
 from durable_sinks.core.errors import EpochOrderError
 from durable_sinks.manifest import LocalDirectoryStore
 from durable_sinks.sinks.delta import Delta, DeltaSink
@@ -33,7 +34,7 @@ def rows(epoch: int) -> list[pa.RecordBatch]:
 
 def coordinator(tmp_path: Path, *, source: str = "stream", first_epoch: int = 0) -> Coordinator:
     """Two publishing sinks (local Delta tables) and a files sink over a counting store."""
-    sinks = [
+    sinks: list[SinkConnector] = [
         DeltaSink(Delta(path=str(tmp_path / "d1"), name="d1", create_table=True)),
         DeltaSink(Delta(path=str(tmp_path / "d2"), name="d2", create_table=True)),
         FolderSink(Files(str(tmp_path / "files"), name="files")),
