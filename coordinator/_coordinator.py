@@ -335,24 +335,32 @@ class Coordinator:
             log = self.log.bind(sink=sink.name)
             decided: dict[int, DecisionRecord] = {}
             held: set[int] = set()  # epochs with a participant adopted, still prepared
+            to_commit: dict[int, list[CommitHandle]] = {}  # the decisions' copies, by epoch
             for handle in sink.recover_prepared():
                 if handle.participant in adopt:
                     report.adopted.append(handle)
                     held.add(handle.epoch)
                     continue
                 decision = self.decisions.for_epoch(handle.epoch)
-                action = resolve(decision, handle)
-                if action is Resolution.COMMIT and decision is not None:
-                    self.participants.commit(sink, [decision.handle_of(handle)])
-                    report.committed.append(handle)
+                if resolve(decision, handle) is Resolution.COMMIT and decision is not None:
+                    to_commit.setdefault(handle.epoch, []).append(decision.handle_of(handle))
                     decided[handle.epoch] = decision
-                else:
-                    self.participants.roll_back(sink, handle.epoch, handle)
-                    report.rolled_back.append(handle)
+                    continue
+                self.participants.roll_back(sink, handle.epoch, handle)
+                report.rolled_back.append(handle)
                 log.bind(epoch=handle.epoch).info(
-                    "recovery: %s leftover participant %s", action.value, handle.participant
+                    "recovery: roll_back leftover participant %s", handle.participant
                 )
                 yield f"recovery:after-resolve:{sink.name}:{handle.participant}"
+            for epoch, handles in sorted(to_commit.items()):
+                # An epoch's leftovers at once, as its commit does (executor mode's parts).
+                self.participants.commit(sink, handles)
+                for handle in handles:
+                    report.committed.append(handle)
+                    log.bind(epoch=epoch).info(
+                        "recovery: commit leftover participant %s", handle.participant
+                    )
+                    yield f"recovery:after-resolve:{sink.name}:{handle.participant}"
             unpublished = self._unpublished(sink, {*decided, *held})
             if unpublished is not None and self._recommitted(sink, unpublished):
                 decided[unpublished.epoch] = unpublished

@@ -538,28 +538,35 @@ class PostgresSink(SinkBase[Postgres]):
         self, epoch: int, handles: Sequence[CommitHandle]
     ) -> list[CommitOutcome]:
         """COMMIT PREPARED of each handle on up to `commit_sessions` sessions at once (the
-        admin session and extra ones, each checked like a replacement session to reach a
-        server holding every committed epoch): the server groups their WAL flushes."""
+        admin session and extra ones, each opened by its worker when missing and checked
+        like a replacement session to reach a server holding every committed epoch): the
+        server groups their WAL flushes."""
         workers = min(self.config.commit_sessions, len(handles))
         if workers <= 1:
             return super().commit_participants(epoch, handles)
-        sessions = self._commit_sessions(workers)
+        admin = self._admin_conn()
+        extra = [c for c in self._committers if not c.closed][: workers - 1]
+        sessions: list[psycopg.Connection[Any] | None] = [admin, *extra]
+        sessions += [None] * (workers - len(sessions))
+
+        def session(slot: int) -> psycopg.Connection[Any]:
+            conn = sessions[slot]
+            if conn is None:  # opened in its worker's thread, beside the others' commits
+                with self.translated(self._step("open a session to commit on", epoch)):
+                    conn = sessions[slot] = self._session(autocommit=True, replacing=True)
+            return conn
 
         def commit(handle: CommitHandle) -> Callable[[int], CommitOutcome]:
-            return lambda slot: self._commit_on(sessions[slot], epoch, handle)
+            return lambda slot: self._commit_on(session(slot), epoch, handle)
 
-        outcomes = self._commit_concurrently([commit(h) for h in handles], workers)
+        try:
+            outcomes = self._commit_concurrently([commit(h) for h in handles], workers)
+        finally:
+            kept = [c for c in sessions[1:] if c is not None and not c.closed]
+            rest = [c for c in self._committers if c not in kept and not c.closed]
+            self._committers = kept + rest
         self._committed(epoch, outcomes)
         return outcomes
-
-    def _commit_sessions(self, count: int) -> list[psycopg.Connection[Any]]:
-        """The admin session and `count - 1` extra ones, lost ones replaced."""
-        extra = [c for c in self._committers if not c.closed]
-        with self.translated(self._step("open a session to commit on")):
-            while len(extra) < count - 1:
-                extra.append(self._session(autocommit=True, replacing=True))
-        self._committers = extra
-        return [self._admin_conn(), *extra[: count - 1]]
 
     def _commit_on(
         self, conn: psycopg.Connection[Any], epoch: int, handle: CommitHandle
