@@ -249,3 +249,28 @@ def delete_unless_committed(
         except DurableSinkError as exc:
             if not isinstance(exc.__cause__, FileNotFoundError):
                 raise
+
+
+def expire_snapshots(sink: SinkBase[Iceberg], tables: IcebergTable, epoch: int) -> int:
+    """`keep_snapshots`' house-keeping (config.py), after the sink's own commit of `epoch`
+    (the table as that commit left it): once the table holds more than `keep_snapshots` and
+    half as many again, every snapshot but the newest `keep_snapshots` and those a branch or
+    tag points at is expired in one metadata commit, so that the cost is paid once per
+    `keep_snapshots / 2` epochs. The number expired. A commit that loses a race with another
+    writer is a CommitConflictError (transient): the epoch is committed, and the next
+    epoch's commit tries again."""
+    keep = sink.config.keep_snapshots
+    table = tables.current
+    if keep is None or table is None:
+        return 0
+    snapshots = sorted(table.snapshots(), key=lambda s: (s.timestamp_ms, s.sequence_number or 0))
+    if len(snapshots) <= keep + max(1, keep // 2):
+        return 0
+    pointed = {ref.snapshot_id for ref in table.metadata.refs.values()}
+    doomed = [s.snapshot_id for s in snapshots[:-keep] if s.snapshot_id not in pointed]
+    if not doomed:
+        return 0
+    with sink.translated("expire old snapshots", epoch):
+        table.maintenance.expire_snapshots().by_ids(doomed).commit()
+    sink.logger(epoch).info("expired %d snapshot(s), keeping the newest %d", len(doomed), keep)
+    return len(doomed)

@@ -78,7 +78,7 @@ class IcebergSink(SinkBase[Iceberg]):
     KEEPS_COMMIT_RECORD = True
 
     def __init__(self, config: Iceberg) -> None:
-        super().__init__(config, counters=("files", "commit_conflicts"))
+        super().__init__(config, counters=("files", "commit_conflicts", "snapshots_expired"))
         self._tables: IcebergTable | None = None
         self._current: IcebergParticipant | None = None
         self._arrow: tuple[Schema, pa.Schema] | None = None
@@ -294,10 +294,13 @@ class IcebergSink(SinkBase[Iceberg]):
         return committer.commit(self, self._t(), epoch, handle, check_files=not live)
 
     def publish_epoch(self, epoch: int, handles: Sequence[CommitHandle]) -> CommitOutcome:
-        """The epoch's one Iceberg commit (committer.publish); then the committed tasks'
+        """The epoch's one Iceberg commit (committer.publish), the `keep_snapshots`
+        house-keeping after a commit this call made; then the committed tasks'
         entries in the epoch's journal are deleted (a failure there fails the call, whose
         retry finds the epoch committed and deletes them again)."""
         outcome = committer.publish(self, self._t(), epoch, handles, self._count)
+        if outcome is CommitOutcome.COMMITTED:
+            self._count("snapshots_expired", committer.expire_snapshots(self, self._t(), epoch))
         journaled = [
             name
             for handle in handles

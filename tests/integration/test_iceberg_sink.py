@@ -858,3 +858,35 @@ def test_an_epochs_losing_attempts_are_found_in_its_journal_without_listing_the_
     assert len(locations) == 2
     assert dead[0] not in locations
     assert catalog.data_locations(journal=True) == []
+
+
+def test_keep_snapshots_bounds_the_tables_snapshots_and_keeps_every_row(
+    catalog: CatalogUnderTest, tmp_path: Path
+) -> None:
+    """With keep_snapshots=2, once a commit leaves more than 3 snapshots, all but the newest
+    2 are expired (a tag's snapshot is kept); the rows, and the epoch property that makes a
+    replay a no-op, stay."""
+    with_table(catalog)
+    catalog.catalog().load_table(catalog.identifier()).append(pa.table(events([100])))
+    tagged = catalog.catalog().load_table(catalog.identifier())
+    first = tagged.current_snapshot()
+    assert first is not None
+    tagged.manage_snapshots().create_tag(first.snapshot_id, "audit").commit()
+    job = coordinator(catalog, tmp_path, keep_snapshots=2)
+    counts = []
+    for epoch in range(7):
+        job.run_epoch(epoch, [events([epoch])])
+        table = catalog.catalog().load_table(catalog.identifier())
+        counts.append(len(table.snapshots()))
+    assert job.run_epoch(6, [events([6])]).outcome.name == "ALREADY_COMMITTED"
+    expired = job.sinks[0].metrics()["snapshots_expired"]
+    job.close()
+    assert max(counts) <= 4  # the newest 2, the tag's, and one more before the expiry
+    assert expired > 0
+    assert ids(catalog) == [0, 1, 2, 3, 4, 5, 6, 100]
+    table = catalog.catalog().load_table(catalog.identifier())
+    kept = {s.snapshot_id for s in table.snapshots()}
+    assert first.snapshot_id in kept  # the tag's
+    found = [s.summary.get("durable-sinks.epoch") for s in table.snapshots() if s.summary]
+    epochs = sorted(int(e) for e in found if e is not None)
+    assert epochs == [5, 6]
