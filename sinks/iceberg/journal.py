@@ -129,7 +129,16 @@ def delete(
     wanted = {entry_path(data_path, layout, name).rsplit("/", 1)[1] for name in names}
     folder = epoch_folder(data_path, layout, epoch)
     with sink.translated("list the epoch journal", epoch):
-        paths = [p for p in _pyiceberg.list_files(table, folder) if p.rsplit("/", 1)[1] in wanted]
+        listed = list(_pyiceberg.list_files(table, folder))
+    paths = [p for p in listed if p.rsplit("/", 1)[1] in wanted]
+    if len(paths) > 1 and len(paths) == len(listed):
+        # Every entry of the epoch goes (no losing attempt left): all of them in one batched
+        # request rather than a round trip or two each. An entry written after the listing
+        # (a task attempt still running) may go with them: its files are then the next
+        # start's recovery's, found by their names.
+        with sink.translated("delete the epoch journal", epoch):
+            if _pyiceberg.delete_folder_contents(table, folder):
+                return
     for path in paths:
         try:
             with sink.translated("delete an epoch journal entry", epoch):

@@ -545,6 +545,7 @@ def test_executor_parts_are_one_commit_and_losing_attempts_are_deleted(
     again.close()
     assert ids(catalog) == [1, 2, 3, 4, 5, 6]
     assert len(catalog.data_locations()) == 5
+    assert catalog.data_locations(journal=True) == []  # epoch 2's entries went in one batch
 
 
 def test_a_handle_is_typed_json_that_appends_to_a_partitioned_table(
