@@ -1,17 +1,18 @@
 """Executor mode at scale: a cost model of one micro-batch from measured parts.
 
-    .venv/bin/python -m benchmarks.cost_model [--sinks postgres,s3,delta] [--parts 1,8,32,64]
-        [--rows-per-task 100000] [--project 8,32,128]
+    .venv/bin/python -m benchmarks.cost_model [--sinks postgres,s3,delta,iceberg]
+        [--parts 1,8,32,64] [--rows-per-task 100000] [--project 8,32,128]
 
-Needs the test bed's Postgres and S3 (SeaweedFS). No Spark: each part of an epoch is prepared
+Needs the test bed's Postgres and S3 (SeaweedFS; Iceberg: its REST catalog, tables in its table
+bucket). No Spark: each part of an epoch is prepared
 in this process by `prepare_part` exactly as an executor's task does (fresh sinks, opened as
 workers, the part's rows written, prepared), and the epoch decided and committed by a started
 executor-mode coordinator (`run_distributed_epoch`), as the driver does after Spark's job.
 
 Measured per sink:
 - per task (the median over the parts): connecting (`open`), `begin_epoch`, `pre_commit`
-  (Postgres: PREPARE TRANSACTION; S3: the part's upload completed as a pending object; Delta:
-  the part's Parquet file), `close`, and the write rate (`write_batch`, rows per second) of
+  (Postgres: PREPARE TRANSACTION; S3: the part's upload completed as a pending object; Delta,
+  Iceberg: the part's Parquet file), `close`, and the write rate (`write_batch`, rows per second) of
   one part of `--rows-per-task` rows, all alone on the machine;
 - on the driver, for an epoch of N parts (each of 1,000 rows; the driver's work does not
   depend on rows), N from `--parts`: the decision record's size and the time to make it
@@ -122,12 +123,29 @@ class Target:
                 conn.execute(f'CREATE SCHEMA "{self.schema}"')
         else:
             self.s3 = testbed.s3.endpoint()
+        if kind == "iceberg":
+            from pyiceberg.catalog import load_catalog
+
+            self.rest = testbed.s3.catalog_endpoint()
+            self.namespace = f"cost_{uuid.uuid4().hex[:8]}"
+            self.catalog = load_catalog("rest", **self.rest.catalog_properties())
+            self.catalog.create_namespace(self.namespace)
 
     def spec(self) -> SinkSpec:
         name = uuid.uuid4().hex[:8]
         if self.kind == "postgres":
             return sink(
                 "postgres", dsn=self.dsn, table=f"{self.schema}.t_{name}", create_table=True
+            )
+        if self.kind == "iceberg":  # the table made first: every task then only loads it
+            schema = make_rows(1).schema
+            self.catalog.create_table((self.namespace, f"t_{name}"), schema=schema)
+            return sink(
+                "iceberg",
+                table=f"t_{name}",
+                namespace=self.namespace,
+                catalog=self.rest.catalog_properties(),
+                catalog_name="rest",
             )
         from tests.support.delta_target import delta_s3_options
         from tests.support.s3_target import s3_options
@@ -147,12 +165,18 @@ class Target:
             return "N connections and N prepared transactions at once; here " + ", ".join(shown)
         if self.kind == "s3":
             return "N multipart uploads pending until the commit"
+        if self.kind == "iceberg":
+            return "one commit of N data files (one per task) through the REST catalog"
         return "one commit of N add actions (one Parquet file per task)"
 
     def close(self) -> None:
         if self.kind == "postgres":
             with psycopg.connect(self.dsn, autocommit=True) as conn:
                 conn.execute(f'DROP SCHEMA "{self.schema}" CASCADE')
+        if self.kind == "iceberg":
+            for identifier in self.catalog.list_tables(self.namespace):
+                self.catalog.purge_table(identifier)
+            self.catalog.drop_namespace(self.namespace)
 
 
 def epoch_run(

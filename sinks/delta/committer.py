@@ -1,9 +1,11 @@
 """Phase 2 of the Delta sink, from handles alone (any process, any instance that wrote
 nothing):
 
-- `commit`: nothing to move (the participant's files are in place): COMMITTED while they
-  are there, ALREADY_COMMITTED once the table records the epoch. A decided participant
-  whose files are gone before the epoch's commit is data loss (ParticipantLostError).
+- `commit`: nothing to move (the participant's files are in place): COMMITTED, or
+  ALREADY_COMMITTED once the table records the epoch. For a participant of an older
+  generation (recovery) its files are checked to be there first: a decided participant
+  whose files are gone before the epoch's commit is data loss (ParticipantLostError). The
+  live path's participants are taken as their handles say (`Committer.commit`).
 - `publish`: the epoch's one log commit from every decided participant: their files as
   `add` actions (append) or a MERGE of their rows by key (upsert), with the application
   transaction `txn(appId=<job and sink>, version=<epoch>)` in the same commit; an epoch
@@ -59,11 +61,29 @@ class Committer:
             self._on_committed(committed)
         return committed is not None and committed >= epoch
 
-    def commit(self, epoch: int, handle: CommitHandle) -> CommitOutcome:
+    def commit(
+        self, epoch: int, handle: CommitHandle, *, check_files: bool = True
+    ) -> CommitOutcome:
+        """COMMITTED for a participant whose files are there (asked of the storage one by one
+        with `check_files`; else taken from the handle: the live path, see below),
+        ALREADY_COMMITTED when one is gone and the table records the epoch, else
+        ParticipantLostError.
+
+        Without `check_files` nothing is asked of the storage: the participant was prepared
+        moments ago under the coordinator's own generation, and its handle names only files
+        of its own (`require_own`), each complete when the handle was made. A check here would
+        not close the window it guards: a file deleted by someone outside the job after the
+        check and before the log commit is just as gone. Such a deletion (VACUUM with a zero
+        retention, an operator's cleanup of files no version references) leaves the epoch's
+        log commit naming a missing file: every reader that scans it fails, naming the file
+        (delta-rs and Spark raise a file-not-found error; Spark's `FSCK REPAIR TABLE` drops
+        the dangling entry), so nothing is read silently short.
+        Handles read back from storage after a restart are always checked: there time passes
+        between the prepare and the commit."""
         name = ParticipantName.parse(handle.participant)
         paths = paths_of(handle)
         self.require_own(name, paths, epoch, handle.participant)
-        for path in paths:
+        for path in paths if check_files else ():
             with self._sink.translated("find a data file", epoch):
                 if self._storage.exists(path):
                     continue

@@ -322,12 +322,17 @@ class DeltaSink(SinkBase[Delta]):
 
     # -- phase 2: committer.py -----------------------------------------------------------------
     def commit_epoch(self, epoch: int, handle: CommitHandle) -> CommitOutcome:
-        """The participant's files are in place already: COMMITTED while they are there (the
-        epoch's log commit is `publish_epoch`'s), ALREADY_COMMITTED once the table records the
-        epoch."""
+        """The participant's files are in place already (the epoch's log commit is
+        `publish_epoch`'s): ALREADY_COMMITTED once the table records the epoch, else
+        COMMITTED. A participant of this coordinator's own generation (the live path:
+        `_of_this_generation`) is trusted as its handle says, with no request per file; one
+        of an older generation (recovery, or an older coordinator's decision being finished)
+        is COMMITTED only while its files are there (Committer.commit)."""
         if self._last_committed is not None and self._last_committed >= epoch:
             return CommitOutcome.ALREADY_COMMITTED
-        return self._phase2().commit(epoch, handle)
+        return self._phase2().commit(
+            epoch, handle, check_files=not self._of_this_generation(handle)
+        )
 
     def publish_epoch(self, epoch: int, handles: Sequence[CommitHandle]) -> CommitOutcome:
         made, shape = self._phase2().publish(epoch, handles, self._table_shape)

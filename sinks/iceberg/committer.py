@@ -1,10 +1,11 @@
 """Phase 2 of the Iceberg sink, from handles alone (any process, any instance that wrote
 nothing):
 
-- `commit`: nothing to move (the participant's files are in place): COMMITTED while they are
-  there, ALREADY_COMMITTED once the table's epoch property covers the epoch. A decided
+- `commit`: nothing to move (the participant's files are in place): COMMITTED, or
+  ALREADY_COMMITTED once the table's epoch property covers the epoch. For a participant of
+  an older generation (recovery) its files are checked to be there first: a decided
   participant whose files are gone before the epoch's commit is data loss
-  (ParticipantLostError).
+  (ParticipantLostError). The live path's participants are taken as their handles say.
 - `publish`: the epoch's one Iceberg commit of every decided participant together: one
   transaction that sets the epoch property and fast-appends the epoch's files (snapshot
   summary `durable-sinks.job`, `.sink`, `.epoch`, `.participants`). If the table as last read
@@ -60,11 +61,30 @@ _SETTLED_BY = (
 
 
 def commit(
-    sink: SinkBase[Iceberg], tables: IcebergTable, epoch: int, handle: CommitHandle
+    sink: SinkBase[Iceberg],
+    tables: IcebergTable,
+    epoch: int,
+    handle: CommitHandle,
+    *,
+    check_files: bool = True,
 ) -> CommitOutcome:
+    """COMMITTED for a participant whose data files are there (asked of the storage one by
+    one with `check_files`; else taken from the handle), ALREADY_COMMITTED when one is gone
+    and the table's property covers the epoch, else ParticipantLostError.
+
+    Without `check_files` (the live path: a participant the coordinator's own generation
+    prepared moments ago, SinkBase._of_this_generation) nothing is asked of the storage: the
+    handle names only files of its own participant (`require_own`), each complete when the
+    handle was made, and a check here would not close the window it guards (a file deleted by
+    someone outside the job after the check and before the epoch's commit is just as gone).
+    Such a deletion (orphan-file removal with a retention shorter than an epoch) leaves the
+    epoch's snapshot naming a missing file: every scan that reads it fails naming the file,
+    and `durable-sinks verify` reports it ("is in the table but missing"). Handles read back
+    from storage after a restart are always checked: there time passes between the prepare
+    and the commit."""
     files = IcebergHandleDetails.of(handle).files
     require_own(sink, tables, handle, [entry.path for entry in files], epoch)
-    if not files:
+    if not files or not check_files:
         return CommitOutcome.COMMITTED
     io = tables.io(epoch)
     for entry in files:
@@ -229,3 +249,28 @@ def delete_unless_committed(
         except DurableSinkError as exc:
             if not isinstance(exc.__cause__, FileNotFoundError):
                 raise
+
+
+def expire_snapshots(sink: SinkBase[Iceberg], tables: IcebergTable, epoch: int) -> int:
+    """`keep_snapshots`' house-keeping (config.py), after the sink's own commit of `epoch`
+    (the table as that commit left it): once the table holds more than `keep_snapshots` and
+    half as many again, every snapshot but the newest `keep_snapshots` and those a branch or
+    tag points at is expired in one metadata commit, so that the cost is paid once per
+    `keep_snapshots / 2` epochs. The number expired. A commit that loses a race with another
+    writer is a CommitConflictError (transient): the epoch is committed, and the next
+    epoch's commit tries again."""
+    keep = sink.config.keep_snapshots
+    table = tables.current
+    if keep is None or table is None:
+        return 0
+    snapshots = sorted(table.snapshots(), key=lambda s: (s.timestamp_ms, s.sequence_number or 0))
+    if len(snapshots) <= keep + max(1, keep // 2):
+        return 0
+    pointed = {ref.snapshot_id for ref in table.metadata.refs.values()}
+    doomed = [s.snapshot_id for s in snapshots[:-keep] if s.snapshot_id not in pointed]
+    if not doomed:
+        return 0
+    with sink.translated("expire old snapshots", epoch):
+        table.maintenance.expire_snapshots().by_ids(doomed).commit()
+    sink.logger(epoch).info("expired %d snapshot(s), keeping the newest %d", len(doomed), keep)
+    return len(doomed)

@@ -59,6 +59,15 @@ class Iceberg:
     commit_retries: int = 10
     """How often an epoch's commit that lost a race with another writer is retried, each
     time after re-reading the table and re-checking the epoch. Default 10."""
+    keep_snapshots: int | None = None
+    """House-keeping after the epoch's commit: once the table holds more than
+    `keep_snapshots` + half as many again snapshots, every snapshot but the newest
+    `keep_snapshots` (and those a branch or tag points at) is expired, in one commit of the
+    table's metadata (no data file is deleted). An epoch's commit grows with the table's
+    snapshot count (docs/iceberg.md), this keeps it bounded. It expires every writer's
+    snapshots, not only the job's: time travel reaches back `keep_snapshots` snapshots, an
+    expired epoch no longer shows in `durable-sinks verify`, and the files of its losing
+    attempts are left to orphan-file removal. Default None: nothing expired."""
 
     def __post_init__(self) -> None:
         apply_conveniences(self)
@@ -96,6 +105,16 @@ class Iceberg:
             raise ConfigError(
                 f"{where}: commit_retries must be between 0 and 1000",
                 fix="leave the default (10)",
+            )
+
+        if self.keep_snapshots is not None and (
+            not isinstance(self.keep_snapshots, int)
+            or isinstance(self.keep_snapshots, bool)
+            or not 1 <= self.keep_snapshots <= 1_000_000
+        ):
+            raise ConfigError(
+                f"{where}: keep_snapshots must be a number of snapshots (1 or more) or None",
+                fix="keep_snapshots=100, or leave it unset to expire nothing",
             )
 
     @property

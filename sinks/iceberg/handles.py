@@ -62,6 +62,9 @@ class IcebergHandleDetails(HandleDetails):
 
     files: tuple[DataFileEntry, ...]
     job_id: str = ""
+    #: Whether the participant has an entry in its epoch's journal (a task's: journal.py),
+    #: which the epoch's commit deletes.
+    journaled: bool = False
 
     @classmethod
     def _upgrade(cls, version: int, data: dict[str, Any]) -> dict[str, Any]:

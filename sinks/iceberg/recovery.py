@@ -3,8 +3,8 @@ property, table.py) and the participants left prepared, found by listing the tab
 folder (each file's name encodes its participant: layout.py). Every participant of an older
 generation whose files are there and not in the table is handed to the coordinator, which
 commits it (if its epoch's decision names it) or rolls it back; a participant that never
-prepared is in no decision. After a distributed epoch, `prepared_of_epoch` lists the epoch's
-participants the same way, so the coordinator rolls back the losing task attempts."""
+prepared is in no decision. After a distributed epoch, `prepared_of_epoch` reads the epoch's
+journal (journal.py), so the coordinator rolls back the losing task attempts."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ from durable_sinks.core.naming import ParticipantName
 from durable_sinks.core.protocol import CommitHandle
 from durable_sinks.core.sink_base import SinkBase
 
+from . import journal
 from .config import Iceberg
-from .handles import IcebergHandleDetails, path_entry
+from .handles import IcebergHandleDetails, path_entry, paths_of
 from .table import IcebergTable
 
 
@@ -60,14 +61,31 @@ def leftovers(sink: SinkBase[Iceberg], tables: IcebergTable) -> list[CommitHandl
 def prepared_of_epoch(
     sink: SinkBase[Iceberg], tables: IcebergTable, epoch: int
 ) -> list[CommitHandle]:
-    """Every participant of `epoch` with files in the data folder that the table does not
-    hold (any generation): after a distributed epoch, its losing task attempts."""
+    """Every task participant of `epoch` (any generation) in the epoch's journal whose files
+    the table does not hold: after a distributed epoch, its losing task attempts. One listing
+    of the epoch's journal folder; the table is read again only when it has entries, and its
+    data folder listed only for an entry of a task that stopped before it prepared (its files
+    are found by their names). An entry of a participant the epoch's snapshot holds (its
+    commit stopped before it deleted the entry) is deleted here."""
+    table = tables.current if tables.current is not None else tables.existing(epoch)
+    if table is None:
+        return []
+    found = journal.entries(sink, table, epoch)
+    if not found:
+        return []
     table = tables.existing(epoch)
     if table is None:
         return []
-    found = {n: p for n, p in tables.listed(table).items() if n.epoch == epoch}
+    listed = tables.listed(table) if any(h is None for _, h in found) else {}
+    paths = {
+        name: paths_of(handle) if handle is not None else listed.get(name, [])
+        for name, handle in found
+    }
     committed = tables.committed_epoch(table)
-    if found and committed is not None and committed >= epoch:
+    if committed is not None and committed >= epoch:
         added = tables.added_by(table, epoch)
-        found = {k: v for k, v in found.items() if added is None or not set(v) & added}
-    return [leftover(sink, name, paths) for name, paths in sorted(found.items())]
+        if added is not None:
+            held = [name for name, p in paths.items() if set(p) & added]
+            journal.delete(sink, table, epoch, held)
+            paths = {k: v for k, v in paths.items() if k not in held}
+    return [leftover(sink, name, p) for name, p in sorted(paths.items())]

@@ -7,9 +7,11 @@
   JSON, handles.py). A participant is the driver's whole epoch (driver mode) or one Spark
   task attempt's part of it (executor mode: the task opens the sink with `worker=True` and
   reads the table's schema and spec itself).
-- Phase 2: `commit_epoch` has nothing to move (the files are in place): it checks that the
-  participant's files are there. `publish_epoch` is the epoch's one Iceberg commit, of every
-  decided participant together: one transaction that sets the table property
+- Phase 2: `commit_epoch` has nothing to move (the files are in place): for a participant
+  read back by recovery it checks that its files are there (the live path's are taken as
+  their handles say: committer.commit argues why). `publish_epoch` is the epoch's one
+  Iceberg commit, of every decided participant together: one transaction that sets the
+  table property
   `durable-sinks.<job>.<sink>.epoch` to the epoch and fast-appends the epoch's files (snapshot
   summary `durable-sinks.job`, `.sink`, `.epoch`). If the table as last read (at the epoch's
   start, or as the catalog answered the sink's own last commit: the table's metadata then,
@@ -26,8 +28,9 @@
 - Recovery lists the table's data folder: every participant of an older generation whose
   files are there is handed to the coordinator, which commits it (if its epoch's decision
   names it) or rolls it back. A participant that never prepared is in no decision. After a
-  distributed epoch, `prepared_participants` lists the epoch's participants the same way, so
-  the coordinator rolls back the losing task attempts.
+  distributed epoch, `prepared_participants` lists the epoch's journal (journal.py: one
+  entry per task participant, under a folder of the epoch), so the coordinator rolls back
+  the losing task attempts at a cost that does not grow with the table.
 - `last_committed_epoch` is the table property.
 """
 
@@ -41,6 +44,7 @@ from durable_sinks.core.errors import (
     DurableSinkError,
     SchemaMismatchError,
 )
+from durable_sinks.core.naming import ParticipantName
 from durable_sinks.core.operations import Bookkeeping, Holding, Prepared
 from durable_sinks.core.protocol import (
     CommitHandle,
@@ -51,7 +55,7 @@ from durable_sinks.core.protocol import (
 )
 from durable_sinks.core.sink_base import SinkBase, Step
 
-from . import _pyiceberg, committer, errors, operations, recovery
+from . import _pyiceberg, committer, errors, journal, operations, recovery
 from .config import Iceberg, redacted
 from .handles import (
     IcebergHandleDetails,
@@ -74,7 +78,7 @@ class IcebergSink(SinkBase[Iceberg]):
     KEEPS_COMMIT_RECORD = True
 
     def __init__(self, config: Iceberg) -> None:
-        super().__init__(config, counters=("files", "commit_conflicts"))
+        super().__init__(config, counters=("files", "commit_conflicts", "snapshots_expired"))
         self._tables: IcebergTable | None = None
         self._current: IcebergParticipant | None = None
         self._arrow: tuple[Schema, pa.Schema] | None = None
@@ -205,6 +209,10 @@ class IcebergSink(SinkBase[Iceberg]):
             return WriteResult(0, 0)
         table = self._t().current or self._create(batch.schema, current.epoch)
         rows = self._fitted(pa.Table.from_batches([batch]), table, current.epoch)
+        if self.context.worker and not current.journaled:  # before its first data file
+            data_path = table.location_provider().data_path
+            journal.write(self, table.io, data_path, current.name, None)
+            current.journaled = True
         size = self._client_call(
             lambda: current.write(table, rows), "write a data file", current.epoch
         )
@@ -256,6 +264,7 @@ class IcebergSink(SinkBase[Iceberg]):
             raise self._no_epoch(epoch)
         self._count("bytes", self._client_call(current.finish, "write a data file", epoch))
         files, name = current.files, current.name
+        details = IcebergHandleDetails(tuple(files), self.context.job_id, current.journaled)
         handle = CommitHandle(
             sink=self.name,
             epoch=epoch,
@@ -263,25 +272,47 @@ class IcebergSink(SinkBase[Iceberg]):
             rows=sum(f.rows for f in files),
             bytes=sum(f.size for f in files),
             checksum="",
-            details=IcebergHandleDetails(tuple(files), self.context.job_id).to_json(),
+            details=details.to_json(),
         )
+        table = self._t().current
+        if current.journaled and table is not None:
+            journal.write(self, table.io, table.location_provider().data_path, name, handle)
         self._count("files", len(files))
         self._current = None
         return handle
 
     # -- phase 2: committer.py -----------------------------------------------------------------
     def commit_epoch(self, epoch: int, handle: CommitHandle) -> CommitOutcome:
-        """The participant's files are in place already: COMMITTED while they are there (the
-        epoch's Iceberg commit is `publish_epoch`'s), ALREADY_COMMITTED once the table's
-        property covers the epoch."""
+        """The participant's files are in place already (the epoch's Iceberg commit is
+        `publish_epoch`'s): ALREADY_COMMITTED once the table's property covers the epoch,
+        else COMMITTED. A participant of this coordinator's own generation (the live path)
+        is trusted as its handle says, with no request per file; one of an older generation
+        (recovery) only while its files are there (committer.commit)."""
         if self._last_committed is not None and self._last_committed >= epoch:
             return CommitOutcome.ALREADY_COMMITTED
-        return committer.commit(self, self._t(), epoch, handle)
+        live = self._of_this_generation(handle)
+        return committer.commit(self, self._t(), epoch, handle, check_files=not live)
 
     def publish_epoch(self, epoch: int, handles: Sequence[CommitHandle]) -> CommitOutcome:
-        return committer.publish(self, self._t(), epoch, handles, self._count)
+        """The epoch's one Iceberg commit (committer.publish), the `keep_snapshots`
+        house-keeping after a commit this call made; then the committed tasks'
+        entries in the epoch's journal are deleted (a failure there fails the call, whose
+        retry finds the epoch committed and deletes them again)."""
+        outcome = committer.publish(self, self._t(), epoch, handles, self._count)
+        if outcome is CommitOutcome.COMMITTED:
+            self._count("snapshots_expired", committer.expire_snapshots(self, self._t(), epoch))
+        journaled = [
+            name
+            for handle in handles
+            if IcebergHandleDetails.of(handle).journaled
+            and (name := ParticipantName.parse(handle.participant)) is not None
+        ]
+        self._forget(epoch, journaled)
+        return outcome
 
     def rollback_epoch(self, epoch: int, handle: CommitHandle | None) -> None:
+        """Delete the participant's data files unless the table holds them, then its entry
+        in the epoch's journal (journal.py), if any."""
         tables = self._t()
         if handle is None:
             current, self._current = self._current, None
@@ -289,17 +320,30 @@ class IcebergSink(SinkBase[Iceberg]):
                 paths = current.leftovers()
                 if current.epoch == epoch:
                     committer.delete_unless_committed(self, tables, epoch, paths)
+                    if current.journaled:
+                        self._forget(epoch, [current.name])
             return
         paths = paths_of(handle)
         committer.require_own(self, tables, handle, paths, epoch)
         committer.delete_unless_committed(self, tables, epoch, paths)
+        name = ParticipantName.parse(handle.participant)
+        if name is not None:  # require_own: one of this sink's participants
+            self._forget(epoch, [name])
         self._count("rollbacks")
+
+    def _forget(self, epoch: int, names: Sequence[ParticipantName]) -> None:
+        """Delete the entries of `names` in the epoch's journal that are there."""
+        table = self._t().current
+        if table is not None and names:
+            journal.delete(self, table, epoch, names)
 
     # -- recovery: recovery.py -----------------------------------------------------------------
     def recover_prepared(self) -> list[CommitHandle]:
         return recovery.leftovers(self, self._t())
 
     def prepared_participants(self, epoch: int) -> list[CommitHandle]:
+        """The epoch's task participants not in the table, from the epoch's journal alone
+        (recovery.prepared_of_epoch): the cost is the epoch's, not the table's."""
         return recovery.prepared_of_epoch(self, self._t(), epoch)
 
     # -- operations (durable-sinks status/inspect/verify; operations.py) -----------------------

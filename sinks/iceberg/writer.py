@@ -29,6 +29,8 @@ class IcebergParticipant(OpenParticipant):
     def __init__(self, epoch: int, name: ParticipantName, layout: Layout) -> None:
         super().__init__(epoch, name)
         self.files: list[DataFileEntry] = []
+        #: Whether its entry in the epoch's journal is written (a task's participant).
+        self.journaled = False
         self._open_file: _pyiceberg.OpenDataFile | None = None
         self._write_uuid = layout.write_uuid(name)
         self._counter = layout.task_numbers(name)

@@ -261,3 +261,39 @@ def test_a_start_removes_the_emptied_journal_folders_and_keeps_a_prepared_one(
     assert list(journals.iterdir()) == []
     assert [r["id"] for r in rows(tmp_path / "table")] == [0, 1, 2, 3]
     third.close()
+
+
+def test_the_live_path_commits_as_the_handle_says_and_recovery_checks_every_file(
+    tmp_path: Path,
+) -> None:
+    """A participant of the coordinator's own generation is committed with no request per
+    file (a file deleted meanwhile is not seen: readers then fail on it); one read back by
+    a newer generation (recovery) is checked file by file: a gone file is data loss."""
+    from deltalake import DeltaTable
+
+    from durable_sinks.core.errors import ParticipantLostError
+    from durable_sinks.core.protocol import CommitOutcome, OpenContext
+    from durable_sinks.sinks.delta.handles import paths_of
+
+    DeltaTable.create(str(tmp_path / "table"), schema=events([0]).schema)
+
+    def opened(generation: int) -> Any:
+        sink = create("delta", {"path": str(tmp_path / "table")})
+        sink.open(OpenContext("orders", sink.name, generation))
+        return sink
+
+    live = opened(1)
+    handles = []
+    for epoch in (0, 1):
+        live.begin_epoch(epoch)
+        live.write_batch(events([epoch]))
+        handles.append(live.pre_commit(epoch))
+    for handle in handles:  # someone deletes the prepared files (VACUUM with zero retention)
+        for path in paths_of(handle):
+            (tmp_path / "table" / path).unlink()
+    with pytest.raises(ParticipantLostError, match="data loss"):
+        opened(2).commit_epoch(0, handles[0])  # recovery's view: checked
+    assert live.commit_epoch(1, handles[1]) is CommitOutcome.COMMITTED  # live: trusted
+    live.publish_epoch(1, [handles[1]])
+    with pytest.raises(OSError, match=r"not found|No such file"):
+        DeltaTable(str(tmp_path / "table")).to_pyarrow_table()  # readers fail, naming it

@@ -24,6 +24,7 @@ from durable_sinks.core.errors import (
     SchemaMismatchError,
     UnreachableError,
 )
+from durable_sinks.core.naming import ParticipantName
 from durable_sinks.core.protocol import CommitHandle, CommitOutcome, OpenContext
 from durable_sinks.manifest import LocalDirectoryStore
 from durable_sinks.sinks import create
@@ -555,6 +556,7 @@ def test_executor_parts_are_one_commit_and_losing_attempts_are_deleted(
     again.close()
     assert ids(catalog) == [1, 2, 3, 4, 5, 6]
     assert len(catalog.data_locations()) == 5
+    assert catalog.data_locations(journal=True) == []  # epoch 2's entries went in one batch
 
 
 def test_a_handle_is_typed_json_that_appends_to_a_partitioned_table(
@@ -773,3 +775,130 @@ def test_bad_rest_catalog_settings_are_refused_at_start_with_nothing_written(
     assert endpoint.credential not in text
     assert rest_catalog.data_locations() == []
     assert rest_catalog.catalog().load_table(rest_catalog.identifier()).snapshots() == []
+
+
+def test_the_live_path_commits_as_the_handle_says_and_verify_reports_a_missing_file(
+    catalog: CatalogUnderTest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A participant of the coordinator's own generation is committed with no request to the
+    storage per file; a file deleted meanwhile by someone outside the job is then reported by
+    the epoch's holdings (`durable-sinks verify`), and a handle read back by a newer
+    generation is checked file by file (test above: data loss)."""
+    from pyiceberg.io.pyarrow import PyArrowFile
+
+    with_table(catalog)
+    sink = opened(catalog)
+    handle = prepared(sink, 0, events([1, 2]))
+    asked: list[str] = []
+    exists = PyArrowFile.exists
+
+    def counted(self: PyArrowFile) -> bool:
+        asked.append(self.location)
+        return exists(self)
+
+    monkeypatch.setattr(PyArrowFile, "exists", counted)
+    assert sink.commit_epoch(0, handle) is CommitOutcome.COMMITTED
+    assert asked == []  # the live path asks nothing per file
+    assert opened(catalog, generation=2).commit_epoch(0, handle) is CommitOutcome.COMMITTED
+    assert asked == paths_of(handle)  # a newer generation's (recovery's) view checks each
+    (path,) = paths_of(handle)
+    catalog.catalog().load_table(catalog.identifier()).io.delete(path)
+    assert sink.publish_epoch(0, [handle]) is CommitOutcome.COMMITTED
+    held = sink.holdings(0, 0)[0]
+    assert held.problems == (f"{path} is in the table but missing",)
+
+
+def test_an_epochs_losing_attempts_are_found_in_its_journal_without_listing_the_table(
+    catalog: CatalogUnderTest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a distributed epoch the driver lists the epoch's journal folder only, never the
+    table's data folder, unless an entry is of a task that stopped before it prepared (then
+    its files are found by their names). Every loser's files and entry are gone after the
+    epoch, and the winners' entries too."""
+    from durable_sinks.sinks.iceberg import _pyiceberg, journal
+
+    with_table(catalog)
+
+    def build() -> list[Any]:
+        return [create("iceberg", catalog.sink_options())]
+
+    def stopped_task(generation: int, epoch: int, part: str, rows: list[int]) -> str:
+        """A task that wrote its data file and died before its prepare: its entry holds no
+        handle. Its file's path."""
+        (sink,) = build()
+        sink.open(OpenContext("orders", sink.name, generation, worker=True, part=part))
+        handle = prepared(sink, epoch, events(rows))
+        table = catalog.catalog().load_table(catalog.identifier())
+        name = ParticipantName.parse(handle.participant)
+        assert name is not None
+        journal.write(sink, table.io, table.location_provider().data_path, name, None)
+        (path,) = paths_of(handle)
+        return path
+
+    listed: list[str] = []
+    list_files = _pyiceberg.list_files
+
+    def recorded(table: Any, folder: str) -> Any:
+        listed.append(folder.rstrip("/"))
+        return list_files(table, folder)
+
+    def run(epoch: int, stopped: bool) -> Any:
+        def prepare(generation: int) -> list[CommitHandle]:
+            winners = prepare_part("orders", generation, epoch, "p0-t0", build, [events([epoch])])
+            prepare_part("orders", generation, epoch, "p0-t1", build, [events([epoch])])
+            if stopped:
+                dead.append(stopped_task(generation, epoch, "p1-t2", [100 + epoch]))
+            return winners
+
+        return prepare
+
+    dead: list[str] = []
+    job = Coordinator(
+        "orders", build(), LocalDirectoryStore(tmp_path / "store"), executor_mode=True
+    )
+    job.start()
+    data = catalog.catalog().load_table(catalog.identifier()).location_provider().data_path
+    monkeypatch.setattr(_pyiceberg, "list_files", recorded)
+    job.run_distributed_epoch(0, run(0, stopped=False))
+    assert data.rstrip("/") not in listed
+    assert all(f"/{journal.FOLDER}/" in folder for folder in listed)
+    job.run_distributed_epoch(1, run(1, stopped=True))
+    assert data.rstrip("/") in listed  # the stopped task's files, found by their names
+    job.close()
+    assert ids(catalog) == [0, 1]
+    locations = catalog.data_locations()
+    assert len(locations) == 2
+    assert dead[0] not in locations
+    assert catalog.data_locations(journal=True) == []
+
+
+def test_keep_snapshots_bounds_the_tables_snapshots_and_keeps_every_row(
+    catalog: CatalogUnderTest, tmp_path: Path
+) -> None:
+    """With keep_snapshots=2, once a commit leaves more than 3 snapshots, all but the newest
+    2 are expired (a tag's snapshot is kept); the rows, and the epoch property that makes a
+    replay a no-op, stay."""
+    with_table(catalog)
+    catalog.catalog().load_table(catalog.identifier()).append(pa.table(events([100])))
+    tagged = catalog.catalog().load_table(catalog.identifier())
+    first = tagged.current_snapshot()
+    assert first is not None
+    tagged.manage_snapshots().create_tag(first.snapshot_id, "audit").commit()
+    job = coordinator(catalog, tmp_path, keep_snapshots=2)
+    counts = []
+    for epoch in range(7):
+        job.run_epoch(epoch, [events([epoch])])
+        table = catalog.catalog().load_table(catalog.identifier())
+        counts.append(len(table.snapshots()))
+    assert job.run_epoch(6, [events([6])]).outcome.name == "ALREADY_COMMITTED"
+    expired = job.sinks[0].metrics()["snapshots_expired"]
+    job.close()
+    assert max(counts) <= 4  # the newest 2, the tag's, and one more before the expiry
+    assert expired > 0
+    assert ids(catalog) == [0, 1, 2, 3, 4, 5, 6, 100]
+    table = catalog.catalog().load_table(catalog.identifier())
+    kept = {s.snapshot_id for s in table.snapshots()}
+    assert first.snapshot_id in kept  # the tag's
+    found = [s.summary.get("durable-sinks.epoch") for s in table.snapshots() if s.summary]
+    epochs = sorted(int(e) for e in found if e is not None)
+    assert epochs == [5, 6]

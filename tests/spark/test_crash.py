@@ -85,7 +85,7 @@ IN_BATCH = [
     "step:after-commit:postgres",
     "step:after-commit:s3",
     "step:after-commit:delta",  # the epoch's Delta commit made, its journals maybe not gone
-    "step:after-commit:iceberg",  # its files checked, the epoch's Iceberg commit not made
+    "step:after-commit:iceberg",  # its participant taken as prepared, no Iceberg commit yet
     "step:after-finish",  # every sink's epoch published (Iceberg's commit made)
     "after-fn",  # fn returned, Spark's commit log not written yet
 ]
@@ -104,7 +104,7 @@ IN_EXECUTOR_BATCH = [
     "step:after-discard:postgres",  # losing attempts of Postgres rolled back, files' not yet
     "step:after-discard:s3",
     "step:after-discard:delta",
-    "step:after-discard:iceberg",  # the losing attempts' Iceberg data files deleted
+    "step:after-discard:iceberg",  # the losing attempts' data files and journal entries gone
     "after-fn",
 ]
 #: Moments of start-up that every restart passes through.

@@ -17,6 +17,7 @@ from urllib.parse import quote
 
 import psycopg
 
+from durable_sinks.sinks.iceberg.journal import FOLDER as JOURNAL
 from tests.services import IcebergRestEndpoint, PostgresEndpoint
 
 
@@ -33,7 +34,7 @@ class CatalogUnderTest(Protocol):
     def identifier(self, table: str = "events") -> tuple[str, str]: ...
     def create_namespace(self) -> None: ...
     def rows(self, table: str = "events") -> list[dict[str, Any]]: ...
-    def data_locations(self) -> list[str]: ...
+    def data_locations(self, *, journal: bool = False) -> list[str]: ...
     def drop(self) -> None: ...
 
 
@@ -100,12 +101,17 @@ class IcebergCatalog(_Common):
             **overrides,
         }
 
-    def data_files(self) -> list[Path]:
-        return sorted(self.warehouse.rglob("*.parquet"))
+    def data_files(self, *, journal: bool = False) -> list[Path]:
+        """Every data file in the warehouse; with `journal`, the sink's epoch journal entries
+        instead."""
+        return sorted(
+            p for p in self.warehouse.rglob("*.parquet") if (JOURNAL in p.parts) is journal
+        )
 
-    def data_locations(self) -> list[str]:
-        """Every Parquet file in the warehouse, as the table's metadata names them."""
-        return [f"file://{p}" for p in self.data_files()]
+    def data_locations(self, *, journal: bool = False) -> list[str]:
+        """Every data file in the warehouse (with `journal`: every epoch journal entry), as
+        the table's metadata names them."""
+        return [f"file://{p}" for p in self.data_files(journal=journal)]
 
     def drop(self) -> None:
         with psycopg.connect(self.postgres.conninfo(), autocommit=True) as conn:
@@ -127,8 +133,9 @@ class RestIcebergCatalog(_Common):
     def properties(self, **overrides: str) -> dict[str, str]:
         return self.endpoint.catalog_properties(**overrides)
 
-    def data_locations(self) -> list[str]:
-        """Every Parquet file under this namespace's tables, listed with S3's own API."""
+    def data_locations(self, *, journal: bool = False) -> list[str]:
+        """Every data file under this namespace's tables (with `journal`: every epoch journal
+        entry of the sink instead), listed with S3's own API."""
         client = self.endpoint.s3.client()
         found: list[str] = []
         for page in client.get_paginator("list_objects_v2").paginate(
@@ -137,7 +144,7 @@ class RestIcebergCatalog(_Common):
             found += [
                 f"s3://{self.bucket}/{o['Key']}"
                 for o in page.get("Contents", [])
-                if o["Key"].endswith(".parquet")
+                if o["Key"].endswith(".parquet") and (JOURNAL in o["Key"].split("/")) is journal
             ]
         return sorted(found)
 
@@ -202,6 +209,8 @@ class IcebergTarget:
         folder = self.location.rstrip("/") + "/data/"
         found = [p for p in self.catalog.data_locations() if p.startswith(folder)]
         problems = [f"data file {p} is in no snapshot" for p in found if p not in referenced]
+        entries = self.catalog.data_locations(journal=True)
+        problems += [f"epoch journal entry {p} is left" for p in entries if p.startswith(folder)]
         epochs = self.committed_epochs()
         problems += [
             f"epoch {e} committed twice" for e in sorted({e for e in epochs if epochs.count(e) > 1})

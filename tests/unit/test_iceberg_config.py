@@ -41,6 +41,8 @@ def test_secrets_are_hidden_in_the_repr_and_the_catalog_is_kept_whole() -> None:
         ({"table": "a.b"}, "table 'a.b' must be a plain name"),
         ({"namespace": "a..b"}, "namespace"),
         ({"commit_retries": -1}, "commit_retries"),
+        ({"keep_snapshots": 0}, "keep_snapshots must be a number of snapshots"),
+        ({"keep_snapshots": True}, "keep_snapshots must be an integer or None"),
     ],
 )
 def test_bad_settings_are_refused_when_built(options: dict[str, object], complaint: str) -> None:

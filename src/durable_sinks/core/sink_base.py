@@ -155,6 +155,20 @@ class SinkBase(ABC, Generic[ConfigT]):
         self._attempts[epoch] = attempt + 1
         return self.context.participant(epoch, attempt)
 
+    def _of_this_generation(self, handle: CommitHandle) -> bool:
+        """Whether `handle` names a participant prepared under this instance's own generation,
+        by the coordinator that opened it (not a worker's or an operator's view): the live
+        path. Every start claims a new generation, so only the coordinator running now and
+        the tasks it started prepare participants of it: a handle recovery reads back from
+        storage after a restart, or from an older coordinator's decision, is of an older one.
+        Such handles were made moments ago by this job; their data is exactly as prepared
+        unless someone outside the job deleted it meanwhile."""
+        context = self.context
+        if context.worker or context.inspect:
+            return False
+        name = ParticipantName.parse(handle.participant)
+        return name is not None and name.generation == context.generation
+
     def _no_epoch(self, epoch: int | None = None) -> UsageError:
         what = "no epoch is open" if epoch is None else f"epoch {epoch} is not open"
         return UsageError(f"{what}; call begin_epoch first", **self.where(epoch))

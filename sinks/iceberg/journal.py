@@ -1,0 +1,200 @@
+"""The epoch journal of executor mode: one small JSON object per task's participant, under a
+folder of its epoch, so that the driver finds an epoch's participants (the losing task
+attempts among them) by listing that folder alone, whatever the size of the table.
+
+    <data folder>/_durable-sinks/<job>/<sink>/<epoch>/<generation>-<attempt>-<part>.parquet
+
+An entry is JSON, kept as the one value of a one-row Parquet file: stores that keep Iceberg
+tables only (S3 table buckets) accept Parquet files under a table's data folder and refuse
+other objects there.
+
+A task writes its participant's entry before its first data file (`{"participant": ...}`:
+it may write files from now on) and again with its handle at `pre_commit`. The epoch's
+commit deletes the entries of the participants it committed; a rollback deletes the
+participant's entry after its files. An entry without a handle is a task that stopped
+before it prepared: its files are found by their names (layout.py) in the data folder, a
+listing that only such an entry costs. Only tasks write entries: in driver mode the one
+participant is the driver's own, rolled back by the driver itself or found by the next
+start's recovery (which lists the data folder at start, for every generation before its
+own).
+
+Every entry read back is checked to name a participant of this job's sink and epoch, and its
+handle's files to be that participant's own (committer.require_own, where they are used):
+anyone who can write the table's storage can write entries too.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Mapping
+from typing import TYPE_CHECKING, Any
+
+from durable_sinks.core.errors import DurableSinkError
+from durable_sinks.core.formats import stored_format
+from durable_sinks.core.naming import ParticipantName, component
+from durable_sinks.core.protocol import CommitHandle
+from durable_sinks.core.sink_base import SinkBase
+
+from . import _pyiceberg
+from .config import Iceberg
+from .layout import Layout
+
+if TYPE_CHECKING:
+    from pyiceberg.table import Table
+
+JOURNAL = stored_format(
+    "Iceberg epoch journal entry",
+    current=1,
+    oldest=1,
+    where="the table's data folder, `_durable-sinks/<job>/<sink>/<epoch>/`, one Parquet file "
+    'per task participant holding one JSON object, with `"version"`',
+)
+FOLDER = "_durable-sinks"
+#: The one column of an entry's Parquet file: the entry as JSON.
+COLUMN = "entry"
+
+
+def epoch_folder(data_path: str, layout: Layout, epoch: int) -> str:
+    """The folder of `epoch`'s entries under the table's data folder `data_path`."""
+    return (
+        f"{data_path.rstrip('/')}/{FOLDER}/{component(layout.job_id)}/"
+        f"{component(layout.sink)}/{epoch}"
+    )
+
+
+def entry_path(data_path: str, layout: Layout, name: ParticipantName) -> str:
+    return (
+        f"{epoch_folder(data_path, layout, name.epoch)}/"
+        f"{name.generation}-{name.attempt}-{name.part}.parquet"
+    )
+
+
+def write(
+    sink: SinkBase[Iceberg],
+    io: Any,
+    data_path: str,
+    name: ParticipantName,
+    handle: CommitHandle | None,
+) -> None:
+    """Write (or replace) participant `name`'s entry, with its handle once it has one."""
+    layout = Layout(sink.context.job_id, sink.name)
+    content: dict[str, Any] = {"version": JOURNAL.current, "participant": str(name)}
+    if handle is not None:
+        content["handle"] = handle.to_json()
+    data = _encoded(json.dumps(content, sort_keys=True))
+    path = entry_path(data_path, layout, name)
+    with (
+        sink.translated("write the epoch journal", name.epoch),
+        io.new_output(path).create(overwrite=True) as out,
+    ):
+        out.write(data)
+
+
+def _encoded(text: str) -> bytes:
+    """`text` as a Parquet file of one row of one string column `entry`."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    sink = pa.BufferOutputStream()
+    pq.write_table(pa.table({COLUMN: pa.array([text], pa.string())}), sink)
+    return bytes(sink.getvalue())
+
+
+def _decoded(data: bytes) -> str | None:
+    """The text of an entry written by `_encoded`, None if it does not read as one."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        rows = pq.read_table(pa.BufferReader(data))
+    except (OSError, ValueError, pa.ArrowException):
+        return None
+    if rows.column_names != [COLUMN] or rows.num_rows != 1:
+        return None
+    value = rows.column(0)[0].as_py()
+    return value if isinstance(value, str) else None
+
+
+def delete(
+    sink: SinkBase[Iceberg], table: Table, epoch: int, names: Collection[ParticipantName]
+) -> None:
+    """Delete the entries of participants `names` (of `epoch`) that are there. The epoch's
+    folder is listed first and only listed entries are deleted: a delete asks the storage
+    about the key first, and some stores (S3 table buckets) refuse to answer for a key that
+    does not exist (403, not 404), so a second call must not touch a deleted entry."""
+    if not names:
+        return
+    layout = Layout(sink.context.job_id, sink.name)
+    data_path = table.location_provider().data_path
+    wanted = {entry_path(data_path, layout, name).rsplit("/", 1)[1] for name in names}
+    folder = epoch_folder(data_path, layout, epoch)
+    with sink.translated("list the epoch journal", epoch):
+        listed = list(_pyiceberg.list_files(table, folder))
+    paths = [p for p in listed if p.rsplit("/", 1)[1] in wanted]
+    if len(paths) > 1 and len(paths) == len(listed):
+        # Every entry of the epoch goes (no losing attempt left): all of them in one batched
+        # request rather than a round trip or two each. An entry written after the listing
+        # (a task attempt still running) may go with them: its files are then the next
+        # start's recovery's, found by their names.
+        with sink.translated("delete the epoch journal", epoch):
+            if _pyiceberg.delete_folder_contents(table, folder):
+                return
+    for path in paths:
+        try:
+            with sink.translated("delete an epoch journal entry", epoch):
+                table.io.delete(path)
+        except DurableSinkError as exc:
+            if not isinstance(exc.__cause__, FileNotFoundError):
+                raise
+
+
+def entries(
+    sink: SinkBase[Iceberg], table: Table, epoch: int
+) -> list[tuple[ParticipantName, CommitHandle | None]]:
+    """Every entry of `epoch` of this job's sink: the participant and its handle (None for a
+    task that has not prepared). An entry that does not read, or names anyone else's
+    participant, is skipped (a crash while it was written leaves no half object on object
+    storage; on a local file system it does not read as Parquet)."""
+    layout = Layout(sink.context.job_id, sink.name)
+    folder = epoch_folder(table.location_provider().data_path, layout, epoch)
+    with sink.translated("list the epoch journal", epoch):
+        paths = sorted(_pyiceberg.list_files(table, folder))
+    found = []
+    for path in paths:
+        if not path.endswith(".parquet"):
+            continue
+        with sink.translated("read the epoch journal", epoch):
+            try:
+                with table.io.new_input(path).open() as f:
+                    data = f.read()
+            except FileNotFoundError:
+                continue  # deleted since the listing
+        parsed = _parsed(data, path, sink, epoch)
+        if parsed is not None:
+            found.append(parsed)
+    return found
+
+
+def _parsed(
+    data: bytes, path: str, sink: SinkBase[Iceberg], epoch: int
+) -> tuple[ParticipantName, CommitHandle | None] | None:
+    text = _decoded(data)
+    if text is None:
+        return None
+    try:
+        content = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(content, Mapping):
+        return None
+    JOURNAL.check(content.get("version"), source=path, job=sink.context.job_id, sink=sink.name)
+    name = ParticipantName.parse(str(content.get("participant", "")))
+    if name is None or not name.owned_by(sink.context.job_id, sink.name) or name.epoch != epoch:
+        return None
+    raw = content.get("handle")
+    if raw is None:
+        return name, None
+    handle = CommitHandle.from_json(raw)
+    if handle.participant != str(name) or handle.sink != sink.name or handle.epoch != epoch:
+        return None
+    return name, handle
