@@ -44,6 +44,10 @@ _REFUSED = {
 SPOOL_IN_MEMORY = 16 * 1024 * 1024
 
 
+#: Keys per DeleteObjects request (S3 takes at most 1,000).
+DELETE_BATCH = 1_000
+
+
 @dataclass(frozen=True)
 class Listed:
     """A file under the table's folder: its path relative to the folder, and its size."""
@@ -159,13 +163,36 @@ class TableStorage:
         return data
 
     def delete(self, relatives: list[str]) -> None:
-        """Delete the files (missing ones are skipped); empty local folders stay."""
+        """Delete the files (missing ones are skipped); empty local folders stay. On S3,
+        several files go in DeleteObjects requests of up to DELETE_BATCH keys each (named
+        keys only: nothing else under their folder is touched)."""
+        if self.config.on_s3 and len(relatives) > 1:
+            self._delete_on_s3(relatives)
+            return
         filesystem = self.filesystem()
         for relative in relatives:
             try:
                 filesystem.delete_file(self.full_path(relative))
             except FileNotFoundError:
                 continue
+
+    def _delete_on_s3(self, relatives: list[str]) -> None:
+        location = self.config.location
+        client = self.config.connection.client()
+        for start in range(0, len(relatives), DELETE_BATCH):
+            keys = [location.key(r) for r in relatives[start : start + DELETE_BATCH]]
+            answer = client.delete_objects(
+                Bucket=location.bucket,
+                Delete={"Objects": [{"Key": key} for key in keys], "Quiet": True},
+            )
+            failed = [e for e in answer.get("Errors", []) if e.get("Code") != "NoSuchKey"]
+            if failed:
+                first = failed[0]
+                raise OSError(
+                    f"could not delete s3://{location.bucket}/{first.get('Key')}: "
+                    f"{first.get('Code')} {first.get('Message')} "
+                    f"({len(failed)} of {len(keys)} keys failed)"
+                )
 
     def folders(self, folder: str) -> list[str]:
         """`folder` (relative) and every folder under it, deepest first, when they exist; none
