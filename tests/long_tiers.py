@@ -117,6 +117,7 @@ TIERS: dict[str, Tier] = {
                     "tests/simulation",
                     *CONFORMANCE_TESTS,
                     "tests/integration/test_s3_decision_store.py",
+                    "tests/integration/test_running_expiry.py",
                     "tests/spark/test_crash.py",
                     "tests/spark/test_shared_writer.py",
                     "tests/upgrade",
