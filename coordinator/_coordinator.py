@@ -521,8 +521,7 @@ class Coordinator:
             self._phase2.begin(record, lambda: self._finish_in_background(record))
         else:
             yield from self._finish(record, metrics)
-            self.decisions.expire(epoch, self.retain_epochs, metrics, log)
-            self.expiry.after(epoch, metrics, log)
+            self._expire(epoch, metrics, log)
         return self._committed(EpochOutcome.COMMITTED, record, metrics, log)
 
     def distributed_epoch_steps(
@@ -586,8 +585,7 @@ class Coordinator:
             yield from self._finish(record, metrics)
             yield from self.participants.discard_losers(record, generation, metrics, log)
             self._sweep_late_attempts(epoch - 1, generation, metrics, log)
-            self.decisions.expire(epoch, self.retain_epochs, metrics, log)
-            self.expiry.after(epoch, metrics, log)
+            self._expire(epoch, metrics, log)
         self._previous = record
         outcome = (
             EpochOutcome.COMMITTED
@@ -744,9 +742,14 @@ class Coordinator:
         if generation is not None:
             for _ in self.participants.discard_losers(decision, generation, metrics, log):
                 pass
-        self.decisions.expire(decision.epoch, self.retain_epochs, metrics, log)
-        self.expiry.after(decision.epoch, metrics, log)
+        self._expire(decision.epoch, metrics, log)
         log.debug("phase 2 finished in the background in %.1f ms", metrics.seconds["commit"] * 1e3)
+
+    def _expire(self, epoch: int, metrics: EpochMetrics, log: JobLogger) -> None:
+        """After `epoch` committed everywhere: drop the decisions and the sinks' records
+        beyond `retain_epochs` (house-keeping: failures are logged, never raised)."""
+        self.decisions.expire(epoch, self.retain_epochs, metrics, log)
+        self.expiry.after(epoch, metrics, log)
 
     def _commits_beside_writes(self, last: LastResource | None) -> bool:
         """Whether every sink whose commit is phase 2 (all but the one whose commit is the

@@ -113,24 +113,25 @@ class Participants:
         epoch = handles[0].epoch
         for handle in handles:
             require_own(self.job_id, sink, handle, epoch)
-        if len(handles) == 1 or not isinstance(sink, ConcurrentCommitter):
+        if len(handles) == 1:
             what = f"committing participant {handles[0].participant}"
-            if len(handles) > 1:
-                what = f"committing the epoch's {len(handles)} participants"
-
-            def commit_each() -> None:
-                for handle in handles:
-                    sink.commit_epoch(epoch, handle)
-
-            self._settle(sink, epoch, what, "commit_epoch", commit_each)
+        else:
+            what = f"committing the epoch's {len(handles)} participants"
+        if len(handles) > 1 and isinstance(sink, ConcurrentCommitter):
+            self._settle(
+                sink,
+                epoch,
+                what,
+                "commit_participants",
+                lambda: sink.commit_participants(epoch, handles),
+            )
             return
-        self._settle(
-            sink,
-            epoch,
-            f"committing the epoch's {len(handles)} participants",
-            "commit_participants",
-            lambda: sink.commit_participants(epoch, handles),
-        )
+
+        def commit_each() -> None:
+            for handle in handles:
+                sink.commit_epoch(epoch, handle)
+
+        self._settle(sink, epoch, what, "commit_epoch", commit_each)
 
     def publish(self, sink: SinkConnector, decision: DecisionRecord) -> bool:
         """Publish a decided epoch on a PublishingSink (after its participants committed), as

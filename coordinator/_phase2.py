@@ -39,11 +39,6 @@ class Phase2:
         #: phase 2 running (None once it failed twice: the next `settled()` runs it again).
         self._pending: tuple[DecisionRecord, Future[None] | None] | None = None
 
-    @property
-    def pending(self) -> int | None:
-        """The epoch whose phase 2 was begun and not yet settled, if any."""
-        return None if self._pending is None else self._pending[0].epoch
-
     def begin(self, decision: DecisionRecord, run: Callable[[], None]) -> None:
         """Run `run` (the decided epoch's phase 2) in the background. The previous one must
         have been settled (`settled()` runs before every decision)."""

@@ -199,7 +199,6 @@ class SinkBase(ABC, Generic[ConfigT]):
         if self._last_committed is None or epoch > self._last_committed:
             self._last_committed = epoch
 
-    # -- bad rows ------------------------------------------------------------------------------
     # -- phase 2 of several participants -------------------------------------------------------
     @abstractmethod
     def commit_epoch(self, epoch: int, handle: CommitHandle) -> CommitOutcome:
@@ -230,6 +229,7 @@ class SinkBase(ABC, Generic[ConfigT]):
             keep_going=lambda exc: isinstance(exc, ParticipantLostError),
         )
 
+    # -- bad rows ------------------------------------------------------------------------------
     def _refuse(self, batch: pa.RecordBatch, refused: RefusedRows, epoch: int) -> pa.RecordBatch:
         """Apply the job's bad-row policy (`context.policy`) to the rows of `batch` this
         sink's checks refused: with "fail" raise BadRowsError naming their reasons (nothing
