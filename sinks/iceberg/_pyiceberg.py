@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -244,6 +244,16 @@ def target_file_bytes(table: Table) -> int:
         TableProperties.WRITE_TARGET_FILE_SIZE_BYTES_DEFAULT,
     )
     return int(found) if found is not None else 512 * 2**20
+
+
+def delete_files(table: Table, paths: Iterable[str]) -> None:
+    """Delete each of `paths` through the table's FileIO, one request each; a file already
+    gone is skipped."""
+    for path in paths:
+        try:
+            table.io.delete(path)
+        except FileNotFoundError:
+            continue
 
 
 def delete_folder_contents(table: Table, folder: str) -> bool:

@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING
 
 from durable_sinks.core.errors import (
     CorruptRecordError,
-    DurableSinkError,
     ParticipantLostError,
 )
 from durable_sinks.core.naming import ParticipantName
@@ -242,13 +241,8 @@ def delete_unless_committed(
             )
             return
         doomed = [p for p in paths if p not in added]
-    for path in doomed:
-        try:
-            with sink.translated("delete a data file", epoch):
-                table.io.delete(path)
-        except DurableSinkError as exc:
-            if not isinstance(exc.__cause__, FileNotFoundError):
-                raise
+    with sink.translated("delete a data file", epoch):
+        _pyiceberg.delete_files(table, doomed)
 
 
 def expire_snapshots(sink: SinkBase[Iceberg], tables: IcebergTable, epoch: int) -> int:

@@ -29,7 +29,6 @@ import json
 from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
-from durable_sinks.core.errors import DurableSinkError
 from durable_sinks.core.formats import stored_format
 from durable_sinks.core.naming import ParticipantName, component
 from durable_sinks.core.protocol import CommitHandle
@@ -139,13 +138,8 @@ def delete(
         with sink.translated("delete the epoch journal", epoch):
             if _pyiceberg.delete_folder_contents(table, folder):
                 return
-    for path in paths:
-        try:
-            with sink.translated("delete an epoch journal entry", epoch):
-                table.io.delete(path)
-        except DurableSinkError as exc:
-            if not isinstance(exc.__cause__, FileNotFoundError):
-                raise
+    with sink.translated("delete an epoch journal entry", epoch):
+        _pyiceberg.delete_files(table, paths)
 
 
 def entries(
