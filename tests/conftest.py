@@ -16,7 +16,7 @@ import re
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
 import pytest
@@ -152,6 +152,13 @@ def unique(request: pytest.FixtureRequest) -> UniqueNames:
 @pytest.fixture
 def job_id(unique: UniqueNames) -> str:
     return unique.job_id
+
+
+@pytest.fixture
+def conn(postgres: PostgresEndpoint) -> Iterator[psycopg.Connection[Any]]:
+    """An autocommit session on the test bed's Postgres, for the test's own checks."""
+    with psycopg.connect(postgres.conninfo(), autocommit=True) as connection:
+        yield connection
 
 
 @pytest.fixture

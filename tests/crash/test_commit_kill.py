@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,12 +21,6 @@ from tests.services import PostgresEndpoint
 from tests.services._layout import REPO_ROOT
 
 PARTS = 12
-
-
-@pytest.fixture
-def conn(postgres: PostgresEndpoint) -> Iterator[psycopg.Connection[Any]]:
-    with psycopg.connect(postgres.conninfo(), autocommit=True) as connection:
-        yield connection
 
 
 def child(postgres: PostgresEndpoint, *args: str) -> subprocess.CompletedProcess[str]:

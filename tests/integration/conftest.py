@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import psycopg
 import pytest
@@ -16,16 +15,19 @@ from tests.support.targets import create_topic, delete_with_progress
 
 
 @pytest.fixture
-def conn(postgres: PostgresEndpoint) -> Iterator[psycopg.Connection[Any]]:
-    """An autocommit session on the test bed's Postgres, for the test's own checks."""
-    with psycopg.connect(postgres.conninfo(), autocommit=True) as connection:
-        yield connection
-
-
-@pytest.fixture
 def admin(kafka: KafkaEndpoint) -> AdminClient:
     """A Kafka admin client on the test bed's broker."""
     return AdminClient(kafka.config())
+
+
+@pytest.fixture
+def progress_topic(kafka: KafkaEndpoint, unique: UniqueNames) -> Iterator[str]:
+    """A progress topic name of this test's own (the sinks create it), deleted afterwards."""
+    name = unique.name("progress")
+    yield name
+    admin = AdminClient(kafka.config())
+    for future in admin.delete_topics([name], request_timeout=30).values():
+        future.result(timeout=30)
 
 
 @pytest.fixture

@@ -8,11 +8,9 @@ The user's topic keeps every record of both jobs."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
-import pytest
 from click.testing import CliRunner, Result
 from confluent_kafka.admin import AdminClient
 
@@ -31,16 +29,6 @@ from tests.support.kafka_reads import read_committed
 
 def rows(start: int, count: int) -> pa.RecordBatch:
     return pa.record_batch({"id": pa.array(range(start, start + count), pa.int64())})
-
-
-@pytest.fixture
-def progress_topic(kafka: KafkaEndpoint, unique: UniqueNames) -> Iterator[str]:
-    """A progress topic name of this test's own (the sinks create it), deleted afterwards."""
-    name = unique.name("progress")
-    yield name
-    admin = AdminClient(kafka.config())
-    for future in admin.delete_topics([name], request_timeout=30).values():
-        future.result(timeout=30)
 
 
 def latest_by_key(kafka: KafkaEndpoint, topic: str) -> dict[bytes, bytes | None]:

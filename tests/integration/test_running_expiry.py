@@ -13,7 +13,6 @@ progress records (compacted by the broker, never younger than the topic's
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,7 +31,6 @@ from durable_sinks.spark import sink
 from durable_sinks.spark._build import decision_store
 from durable_sinks.spark._options import JobOptions
 from durable_sinks.spark._specs import SinkSpec
-from tests.conftest import UniqueNames
 from tests.services import KafkaEndpoint, PostgresEndpoint, S3Endpoint
 from tests.support.coordinators import started
 from tests.support.kafka_reads import read_committed
@@ -228,15 +226,6 @@ def test_a_local_delta_table_keeps_its_journal_folders_to_the_window(
     commits = list((table / "_delta_log").glob("*.json"))
     assert len(commits) >= window.epochs  # the table's history: the table's own retention
     assert directory_decisions(decisions, job_id) == window.decisions
-
-
-@pytest.fixture
-def progress_topic(kafka: KafkaEndpoint, unique: UniqueNames) -> Iterator[str]:
-    name = unique.name("progress")
-    yield name
-    admin = AdminClient(kafka.config())
-    for future in admin.delete_topics([name], request_timeout=30).values():
-        future.result(timeout=30)
 
 
 def test_postgres_and_kafka_keep_markers_and_decisions_to_the_window_and_progress_by_compaction(
