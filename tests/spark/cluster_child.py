@@ -12,7 +12,11 @@ name and its Python worker's pid) into `flags` and sleeps, for the test to kill 
 (or the whole worker) it runs on. Later attempts of that partition go through. With `hold`:
 {"epoch": m, "flags": folder}, the driver touches `held-<m>` before batch m and waits (at
 most 300 s) for the test to create `release-<m>`: the application stays up, no task of batch m
-scheduled, e.g. while a lost worker comes back.
+scheduled, e.g. while a lost worker comes back. With `die_in_commits`: {"epoch": n, "sink":
+"postgres" | "s3", "after": k}, the driver SIGKILLs its process group (itself and its JVM) once
+k of that sink's commits of epoch n returned (a Postgres COMMIT PREPARED, an S3
+CompleteMultipartUpload), the others in flight or not begun. `background` runs the job with
+`background_commits` (commits after the batch returned, beside the next batch's tasks).
 
 Prints one JSON line at the end: {"error": ..., "batches": [...]}; exit 0 when the query
 processed every file.
@@ -22,13 +26,17 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from durable_sinks.core import CommitHandle, SinkConnector
+from durable_sinks.sinks.postgres import committer as postgres_committer
+from durable_sinks.sinks.s3 import committer as s3_committer
 from durable_sinks.spark import DurableBatchWriter, JobOptions, SinkSpec
 from tests.services import Testbed
 from tests.spark.streams import run_available_now, source_stream
@@ -93,9 +101,37 @@ class RecordingWriter(DurableBatchWriter):
         print(f"batch {batch_id} done", flush=True)
 
 
+def die_in_commits(plan: dict[str, Any]) -> None:
+    """Make the driver's commits of the plan's sink and epoch count themselves, and SIGKILL
+    the driver's process group once `after` of them returned (see the module docstring)."""
+    sink, epoch, after = plan["sink"], plan["epoch"], plan["after"]
+    module, name = {
+        "postgres": (postgres_committer, "commit_prepared"),
+        "s3": (s3_committer, "_complete"),
+    }[sink]
+    original = getattr(module, name)
+    returned = 0
+    lock = threading.Lock()
+
+    def commit_then_maybe_die(*args: Any, **kwargs: Any) -> Any:
+        nonlocal returned
+        outcome = original(*args, **kwargs)
+        if args[2 if sink == "postgres" else 3] == epoch:
+            with lock:
+                returned += 1
+                if returned == after:
+                    print(f"killing after {after} {sink} commits of epoch {epoch}", flush=True)
+                    os.killpg(os.getpgid(0), signal.SIGKILL)
+        return outcome
+
+    setattr(module, name, commit_then_maybe_die)
+
+
 def main(plan_path: str) -> int:
     plan = json.loads(Path(plan_path).read_text())
     os.environ.update(plan["env"])  # PYSPARK_PYTHON for the executors' Python workers
+    if plan.get("die_in_commits"):
+        die_in_commits(plan["die_in_commits"])
     spark = Testbed.create().spark.session("durable-sinks-cluster-child", **plan["conf"])
     spark.sparkContext.setLogLevel("ERROR")
     pg = {"dsn": plan["dsn"], "table": plan["table"], "create_table": True}
@@ -105,7 +141,13 @@ def main(plan_path: str) -> int:
         SinkSpec("s3", plan["s3"]),
         PausingSpec("files", {"path": plan["files"]}, plan=text),
     ]
-    writer = RecordingWriter(plan, sinks, JobOptions(plan["job_id"], execution="executor"))
+    writer = RecordingWriter(
+        plan,
+        sinks,
+        JobOptions(
+            plan["job_id"], execution="executor", background_commits=bool(plan.get("background"))
+        ),
+    )
     stream = source_stream(spark, Path(plan["source"])).repartition(plan["partitions"])
     error: str | None = None
     try:

@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -53,10 +56,51 @@ class ClusterJob:
     job_id: str
     folder: Path
 
+    @property
+    def dsn(self) -> str:
+        return self.postgres.conninfo()
+
+    @property
+    def s3_path(self) -> str:
+        return f"s3://{self.s3.bucket}/{self.s3_prefix.rstrip('/')}"
+
     def run(
         self, lose: Callable[[int, int], None], after: Callable[[Path], None] | None = None
     ) -> None:
         run_losing_an_executor(self, lose, after)
+
+    def plan(self, **extra: Any) -> dict[str, Any]:
+        """The driver's plan (tests/spark/cluster_child.py) over FILES input files, written
+        once, with `extra` added."""
+        source = self.folder / "in"
+        if not source.exists():
+            for n in range(FILES):
+                ids = range(n * ROWS_PER_FILE, (n + 1) * ROWS_PER_FILE)
+                write_input(source, f"part-{n:04d}.json", ids)
+        return {
+            "conf": self.cluster.driver_conf(),
+            "env": self.cluster.driver_env(),
+            "dsn": self.dsn,
+            "table": f"{self.pg_schema}.events",
+            "s3": s3_options(self.s3, self.s3_path),
+            "files": str(self.folder / "out"),
+            "job_id": self.job_id,
+            "source": str(source),
+            "checkpoint": str(self.folder / "checkpoint"),
+            "partitions": PARTITIONS,
+            **extra,
+        }
+
+    def audit(self) -> None:
+        """Every sink holds every input row once; nothing is left prepared, incomplete or
+        staged."""
+        expected = list(range(FILES * ROWS_PER_FILE))
+        assert postgres_ids(self.dsn, f"{self.pg_schema}.events") == expected
+        assert s3_committed_ids(self.s3, self.s3_path) == expected
+        assert published_file_ids(self.folder / "out") == expected
+        assert prepared_transactions(self.dsn, self.job_id) == []
+        assert incomplete_uploads(self.s3.client(), self.s3.bucket, self.s3_prefix) == []
+        assert sorted((self.folder / "out" / STAGING).iterdir()) == []
 
 
 def executor_of(cluster: SparkCluster, python_pid: int) -> tuple[int, int]:
@@ -76,31 +120,13 @@ def run_losing_an_executor(
     holds its prepared parts, let the query finish, and check every sink holds every row
     once and nothing is left in doubt. `after(flags)`, if given, runs once `lose` returned,
     with the next batch held until it creates `release-<n>` (cluster_child.py)."""
-    cluster, postgres, s3, s3_prefix = job.cluster, job.postgres, job.s3, job.s3_prefix
-    pg_schema, job_id, tmp_path = job.pg_schema, job.job_id, job.folder
-    dsn, table = postgres.conninfo(), f"{pg_schema}.events"
-    s3_path = f"s3://{s3.bucket}/{s3_prefix.rstrip('/')}"
-    source, flags = tmp_path / "in", tmp_path / "flags"
+    flags = job.folder / "flags"
     flags.mkdir()
-    for n in range(FILES):
-        write_input(source, f"part-{n:04d}.json", range(n * ROWS_PER_FILE, (n + 1) * ROWS_PER_FILE))
-    plan = {
-        "conf": cluster.driver_conf(),
-        "env": cluster.driver_env(),
-        "dsn": dsn,
-        "table": table,
-        "s3": s3_options(s3, s3_path),
-        "files": str(tmp_path / "out"),
-        "job_id": job_id,
-        "source": str(source),
-        "checkpoint": str(tmp_path / "checkpoint"),
-        "partitions": PARTITIONS,
-        "pause": {"epoch": PAUSED_EPOCH, "flags": str(flags)},
-    }
+    plan = job.plan(pause={"epoch": PAUSED_EPOCH, "flags": str(flags)})
     if after is not None:
         plan["hold"] = {"epoch": PAUSED_EPOCH + 1, "flags": str(flags)}
     flag = flags / f"paused-{PAUSED_EPOCH}.json"
-    driver, log = start_child("tests.spark.cluster_child", plan, tmp_path, "driver")
+    driver, log = start_child("tests.spark.cluster_child", plan, job.folder, "driver")
     try:
         deadline = time.monotonic() + 240
         while not flag.exists() or not flag.read_text():
@@ -109,35 +135,40 @@ def run_losing_an_executor(
             time.sleep(0.2)
         paused = json.loads(flag.read_text())
         # The paused attempt's parts are prepared: a Postgres transaction named after it.
-        in_doubt = prepared_transactions(dsn, job_id)
+        in_doubt = prepared_transactions(job.postgres.conninfo(), job.job_id)
         assert any(f":{paused['part']}:" in gid for gid in in_doubt), (paused, in_doubt)
-        worker, executor = executor_of(cluster, paused["pid"])
+        worker, executor = executor_of(job.cluster, paused["pid"])
         lose(worker, executor)
         if after is not None:
             after(flags)
         code = driver.wait(timeout=400)
     finally:
-        if driver.poll() is None:
-            os.killpg(driver.pid, 9)
-            driver.wait()
-    output = log.read_text(errors="replace")
-    assert code == 0, output[-4000:]
-    report = json.loads([line for line in output.splitlines() if line.startswith('{"error"')][-1])
-    assert report["error"] is None, report["error"]
-
-    expected = list(range(FILES * ROWS_PER_FILE))
-    assert postgres_ids(dsn, table) == expected
-    assert s3_committed_ids(s3, s3_path) == expected
-    assert published_file_ids(tmp_path / "out") == expected
-    assert prepared_transactions(dsn, job_id) == []
-    assert incomplete_uploads(s3.client(), s3.bucket, s3_prefix) == []
-    assert sorted((tmp_path / "out" / STAGING).iterdir()) == []
+        stop(driver)
+    report = finished(code, log)
+    job.audit()
     # The paused batch was decided on the rerun's parts: one per partition and sink, none of
     # them the lost attempt's.
     decided = {b["epoch"]: b for b in report["batches"]}[PAUSED_EPOCH]
     assert decided["outcome"] == "committed"
     assert len(decided["participants"]) == PARTITIONS * len(SINKS)
     assert not any(f":{paused['part']}:" in p for p in decided["participants"])
+
+
+def stop(driver: subprocess.Popen[bytes]) -> None:
+    if driver.poll() is None:
+        os.killpg(driver.pid, signal.SIGKILL)
+        driver.wait()
+
+
+def finished(code: int, log: Path) -> dict[str, Any]:
+    """The report of a driver that ran its query to the end (exit `code`, output in `log`)."""
+    output = log.read_text(errors="replace")
+    assert code == 0, output[-4000:]
+    report: dict[str, Any] = json.loads(
+        [line for line in output.splitlines() if line.startswith('{"error"')][-1]
+    )
+    assert report["error"] is None, report["error"]
+    return report
 
 
 @pytest.fixture
@@ -205,3 +236,43 @@ def test_a_worker_lost_mid_batch_then_back_runs_executors_again(cluster_job: Clu
     cluster_job.run(lose, after)
     assert len(back) == 1  # one executor of the application on the returned worker
     assert cluster.workers_alive() == [0, 1]
+
+
+@pytest.mark.fault_tier  # two driver runs on the cluster
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("sink", ["postgres", "s3"])
+def test_a_driver_killed_amid_its_background_concurrent_commits_is_finished_by_its_restart(
+    cluster_job: ClusterJob, sink: str
+) -> None:
+    """Background and concurrent commits on the cluster: the driver (its Python process and
+    its JVM) is SIGKILLed once 2 of a sink's PARTITIONS commits of epoch 1 returned, while
+    Spark may already run epoch 2's tasks. The restarted query's recovery commits the rest
+    of epoch 1 and the query goes on; every row lands once in every sink."""
+    folder = cluster_job.folder
+    kill = {"epoch": 1, "sink": sink, "after": 2}
+    plan = cluster_job.plan(background=True, die_in_commits=kill)
+    driver, log = start_child("tests.spark.cluster_child", plan, folder, "killed")
+    try:
+        code = driver.wait(timeout=400)
+    finally:
+        stop(driver)
+    output = log.read_text(errors="replace")
+    assert code == -signal.SIGKILL, output[-4000:]
+    assert f"killing after 2 {sink} commits of epoch 1" in output
+    # Epoch 1 is decided but not all of it is committed (the sinks after the killed one
+    # not at all).
+    unfinished = [
+        *prepared_transactions(cluster_job.dsn, cluster_job.job_id),
+        *incomplete_uploads(cluster_job.s3.client(), cluster_job.s3.bucket, cluster_job.s3_prefix),
+        *(folder / "out" / STAGING).iterdir(),
+    ]
+    assert unfinished
+    driver, log = start_child(
+        "tests.spark.cluster_child", cluster_job.plan(background=True), folder, "restarted"
+    )
+    try:
+        code = driver.wait(timeout=400)
+    finally:
+        stop(driver)
+    finished(code, log)
+    cluster_job.audit()
