@@ -371,7 +371,7 @@ class KafkaSink(SinkBase[Kafka]):
 
     def metrics(self) -> Mapping[str, float]:
         aborts = 0 if self._opened is None else self._opened.producer.aborts
-        return {**self._counters, "rollbacks": float(aborts)}
+        return {**super().metrics(), "rollbacks": float(aborts)}
 
     @guarded("checking the Kafka cluster")
     def health_check(self) -> None:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import functools
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -103,6 +104,9 @@ class SinkBase(ABC, Generic[ConfigT]):
         self._context: OpenContext | None = None
         self._attempts: dict[int, int] = {}
         self._counters: dict[str, float] = dict.fromkeys((*COMMON_COUNTERS, *counters), 0.0)
+        #: Counters are updated by an epoch's writes and by a decided epoch's commits, which
+        #: may run on another thread (`commits_beside_writes`).
+        self._counters_lock = threading.Lock()
         #: The highest epoch whose marker is visible: read from the target at `open`, then
         #: moved by this instance's commits (after `open` only this generation's coordinator
         #: commits this job's participants).
@@ -220,8 +224,7 @@ class SinkBase(ABC, Generic[ConfigT]):
         then a fence, then anything else) once every begun call ended; after a lost
         participant the others are still committed (the epoch is decided: as much of it as
         can lands), after any other error no further one is begun. The calls must not touch
-        the sink's counters or its last committed epoch (not thread-safe): the caller updates
-        them after."""
+        the sink's last committed epoch (not thread-safe): the caller updates it after."""
         return run_concurrently(
             calls,
             workers=workers,
@@ -248,10 +251,12 @@ class SinkBase(ABC, Generic[ConfigT]):
 
     # -- counters ------------------------------------------------------------------------------
     def _count(self, counter: str, by: float = 1.0) -> None:
-        self._counters[counter] += by
+        with self._counters_lock:
+            self._counters[counter] += by
 
     def metrics(self) -> Mapping[str, float]:
-        return dict(self._counters)
+        with self._counters_lock:
+            return dict(self._counters)
 
     # -- client errors -------------------------------------------------------------------------
     @abstractmethod
