@@ -497,6 +497,7 @@ class Coordinator:
             )
             record = tally.recorded(record)
             yield from self._phase2.settled(metrics, self._finish)
+            self.participants.check(taking_part, epoch, handles.values())
             with metrics.phase("decision"):
                 if last is None:
                     with self.watch.calling("decision store", "put"):
@@ -568,6 +569,7 @@ class Coordinator:
             handles.sort(key=lambda h: (order[h.sink], h.participant))
             record = self._record(epoch, generation, handles)
             yield from self._phase2.settled(metrics, self._finish)
+            self.participants.check(self.sinks, epoch, handles)
             with metrics.phase("decision"), self.watch.calling("decision store", "put"):
                 winner = self.store.put(record)
         yield "after-decision"

@@ -21,6 +21,7 @@ from durable_sinks.core.errors import (
 from durable_sinks.core.joblog import JobLogger
 from durable_sinks.core.naming import ParticipantName
 from durable_sinks.core.protocol import (
+    ChecksParticipants,
     CommitHandle,
     ConcurrentCommitter,
     DistributedSink,
@@ -132,6 +133,18 @@ class Participants:
                 sink.commit_epoch(epoch, handle)
 
         self._settle(sink, epoch, what, "commit_epoch", commit_each)
+
+    def check(
+        self, sinks: Sequence[SinkConnector], epoch: int, handles: Iterable[CommitHandle]
+    ) -> None:
+        """Before the decision: each sink that can (`ChecksParticipants`) checks that its
+        handles of `epoch` could all land, raising what conflicts (the epoch is then rolled
+        back, never decided)."""
+        grouped = _by_sink(handles)
+        for sink in sinks:
+            if isinstance(sink, ChecksParticipants) and grouped.get(sink.name):
+                with self.calling(sink, "check_participants"):
+                    sink.check_participants(epoch, grouped[sink.name])
 
     def publish(self, sink: SinkConnector, decision: DecisionRecord) -> bool:
         """Publish a decided epoch on a PublishingSink (after its participants committed), as

@@ -10,6 +10,7 @@ re-exported by `durable_sinks`), participant names in `durable_sinks.core.naming
 from .kinds import SinkKind
 from .protocol import (
     JSON,
+    ChecksParticipants,
     CommitHandle,
     CommitOutcome,
     ConcurrentCommitter,
@@ -30,6 +31,7 @@ from .protocol import (
 
 __all__ = [
     "JSON",
+    "ChecksParticipants",
     "CommitHandle",
     "CommitOutcome",
     "ConcurrentCommitter",

@@ -319,6 +319,20 @@ class ConcurrentCommitter(Protocol):
 
 
 @runtime_checkable
+class ChecksParticipants(Protocol):
+    """A sink that can tell, before an epoch is decided, that its prepared participants could
+    not all land: `check_participants(epoch, handles)` gets every handle of this sink the
+    decision would name (one in driver mode, a part's each in executor mode) and raises a
+    typed error (SchemaMismatchError, ...) naming what conflicts and the fix. The
+    coordinator calls it after the previous epoch's commits settled and before the
+    decision, so the error rolls the epoch back and nothing of it becomes visible. It reads
+    what the sink already knows (its table's shape as of its last commit); no request per
+    handle."""
+
+    def check_participants(self, epoch: int, handles: Sequence[CommitHandle]) -> None: ...
+
+
+@runtime_checkable
 class SinkRecovery(Protocol):
     """What the target shows: leftovers of older generations, and the committed epochs."""
 
