@@ -65,9 +65,8 @@ def leftover(name: ParticipantName, journal: Mapping[str, Any], sink: str) -> Co
     return CommitHandle.leftover(sink, name.epoch, str(name), details)
 
 
-def handle_shape(handles: Sequence[CommitHandle]) -> Shape | None:
-    """The shape the participants recorded, their columns together (a participant may have
-    added columns to the table's: schema evolution); None when none recorded one."""
+def handle_shapes(handles: Sequence[CommitHandle]) -> list[Shape]:
+    """The shape each participant recorded (those that recorded one), in order."""
     import pyarrow as pa
     from deltalake import Schema
 
@@ -77,7 +76,13 @@ def handle_shape(handles: Sequence[CommitHandle]) -> Shape | None:
         if details.schema is not None:
             schema = pa.schema(Schema.from_json(details.schema).to_arrow())
             shapes.append(Shape(schema, details.partition_by))
-    return union(shapes)
+    return shapes
+
+
+def handle_shape(handles: Sequence[CommitHandle]) -> Shape | None:
+    """The shape the participants recorded, their columns together (a participant may have
+    added columns to the table's: schema evolution); None when none recorded one."""
+    return union(handle_shapes(handles))
 
 
 def last_per_key(rows: pa.Table, key: Sequence[str]) -> pa.Table:

@@ -222,6 +222,38 @@ def union(shapes: Sequence[Shape]) -> Shape | None:
     return Shape(pa.schema(fields), shapes[0].partition_by)
 
 
+def conflicts(base: Shape | None, shapes: Sequence[Shape], *, complete: bool) -> list[str]:
+    """Why files in `shapes` (the participants' of one epoch) cannot all join a table of
+    shape `base` (None: the table is made by this epoch, from the first of `shapes`): a
+    column of one type in one and of another type in another (each added it on its own), a
+    different partitioning, and with `complete` (a merge, which would set a column missing
+    from the rows to null) a column of the table missing from one. Empty when they fit."""
+    if not shapes:
+        return []
+    known = base if base is not None else shapes[0]
+    types = {f.name: delta_type(f.type) for f in known.schema}
+    problems: list[str] = []
+    for shape in shapes:
+        if tuple(shape.partition_by) != tuple(known.partition_by):
+            problems.append(
+                f"the files are partitioned by {list(shape.partition_by)}, the table by "
+                f"{list(known.partition_by)}"
+            )
+        for field in shape.schema:
+            kind = delta_type(field.type)
+            wanted = types.setdefault(field.name, kind)
+            if kind != wanted:
+                shown, table = (str(k).strip('"') for k in (kind, wanted))
+                problems.append(
+                    f"column {field.name!r} is {shown} in some files and {table} in the table "
+                    "or other files"
+                )
+        if complete and base is not None:
+            missing = [n for n in base.schema.names if n not in shape.schema.names]
+            problems += [f"column {n!r} of the table is missing from the rows" for n in missing]
+    return sorted(set(problems))
+
+
 def adds_columns(table: pa.Schema, shape: Shape) -> bool:
     """Whether `shape` has columns the table's schema lacks."""
     return bool(set(shape.schema.names) - set(table.names))

@@ -20,6 +20,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -47,12 +48,14 @@ from .handles import (
     PREPARED,
     WRITING,
     DeltaHandleDetails,
+    handle_shapes,
     paths_of,
 )
 from .journal import Journals
 from .layout import Layout, app_id
 from .shape import (
     Shape,
+    conflicts,
     conform,
     creatable,
     evolved,
@@ -89,6 +92,11 @@ class DeltaSink(SinkBase[Delta]):
         self._pending: ParticipantName | None = None
         #: Where the next `expire_markers` starts removing epoch folders (None: it lists).
         self._expired_below: int | None = None
+        #: A decided epoch's commit may run on another thread while this instance writes the
+        #: next (commits_beside_writes): the log (DeltaLog and its cached table) is used under
+        #: `_log_lock`; the shapes and the epoch begun change under `_shape_lock`.
+        self._log_lock = threading.RLock()
+        self._shape_lock = threading.Lock()
 
     def _target(self) -> str:
         return f"path={self.storage.where!r}"
@@ -186,6 +194,7 @@ class DeltaSink(SinkBase[Delta]):
             distributed_prepare=True,
             partitioned=True,
             schema_evolution=True,
+            commits_beside_writes=True,
         )
 
     def schema(self) -> pa.Schema | None:
@@ -193,15 +202,22 @@ class DeltaSink(SinkBase[Delta]):
 
     def health_check(self) -> None:
         """Read the table's log (caught up from the table the open loaded)."""
-        self._client_call(self._delta().latest, "read the table's log")
+        with self._log_lock:
+            self._client_call(self._delta().latest, "read the table's log")
 
     # -- phase 1 -------------------------------------------------------------------------------
     def begin_epoch(self, epoch: int) -> None:
+        """Begin writing `epoch` in the table's shape as of this sink's last commit. With the
+        previous epoch's commit still running (commits_beside_writes) that may be the shape
+        before it: `check_participants` then refuses, before the decision, files whose
+        columns conflict with what that commit made."""
         if self._current is not None:  # a failed attempt whose rollback did not run
-            self._phase2().delete_participant(self._current.name, self._current.abandon())
+            with self._log_lock:
+                self._phase2().delete_participant(self._current.name, self._current.abandon())
             self._current = None
-        self._shape = self._table_shape  # columns a failed attempt added are not the table's
-        self._pending = self._next_participant(epoch)
+        with self._shape_lock:
+            self._shape = self._table_shape  # columns a failed attempt added are not the table's
+            self._pending = self._next_participant(epoch)
 
     def write_batch(self, batch: pa.RecordBatch) -> WriteResult:
         name = self._require_epoch()
@@ -317,8 +333,25 @@ class DeltaSink(SinkBase[Delta]):
                 epoch,
             )
         self._count("files", len(files))
-        self._pending = None
+        with self._shape_lock:
+            self._pending = None
         return handle
+
+    def check_participants(self, epoch: int, handles: Sequence[CommitHandle]) -> None:
+        """Refuse an epoch whose files cannot all join the table (ChecksParticipants): a
+        column two participants added with different types, or added with a type other
+        than the one the table got meanwhile (the previous epoch's commit, running beside
+        this epoch's writes, or a task that read the table before it), files partitioned
+        otherwise than the table; in upsert mode also rows without one of the table's
+        columns (the merge would set it to null). The table's shape is the one this sink
+        last read or committed."""
+        with self._shape_lock:
+            table_shape = self._table_shape
+        problems = conflicts(
+            table_shape, handle_shapes(handles), complete=self.config.mode == "upsert"
+        )
+        if problems:
+            raise self._mismatch(problems, epoch)
 
     # -- phase 2: committer.py -----------------------------------------------------------------
     def commit_epoch(self, epoch: int, handle: CommitHandle) -> CommitOutcome:
@@ -330,17 +363,22 @@ class DeltaSink(SinkBase[Delta]):
         is COMMITTED only while its files are there (Committer.commit)."""
         if self._last_committed is not None and self._last_committed >= epoch:
             return CommitOutcome.ALREADY_COMMITTED
-        return self._phase2().commit(
-            epoch, handle, check_files=not self._of_this_generation(handle)
-        )
+        with self._log_lock:
+            return self._phase2().commit(
+                epoch, handle, check_files=not self._of_this_generation(handle)
+            )
 
     def publish_epoch(self, epoch: int, handles: Sequence[CommitHandle]) -> CommitOutcome:
-        made, shape = self._phase2().publish(epoch, handles, self._table_shape)
+        with self._log_lock:
+            made, shape = self._phase2().publish(epoch, handles, self._table_shape)
+            self._committed_up_to(epoch)
         if shape is not None:
-            self._table_shape = self._shape = shape
+            with self._shape_lock:
+                self._table_shape = shape
+                if self._pending is None:  # no epoch being written in an older shape
+                    self._shape = shape
         if made:
             self._count("epochs_committed")
-        self._committed_up_to(epoch)
         return CommitOutcome.COMMITTED if made else CommitOutcome.ALREADY_COMMITTED
 
     def rollback_epoch(self, epoch: int, handle: CommitHandle | None) -> None:
@@ -350,12 +388,14 @@ class DeltaSink(SinkBase[Delta]):
         if handle is None:
             pending = self._pending
             current, self._current = self._current, None
-            if current is not None and current.name.epoch == epoch:
-                committer.delete_participant(current.name, current.abandon())
-            elif pending is not None and pending.epoch == epoch:
-                committer.delete_participant(pending, [])
-            self._pending = None
-            self._shape = self._table_shape
+            with self._log_lock:
+                if current is not None and current.name.epoch == epoch:
+                    committer.delete_participant(current.name, current.abandon())
+                elif pending is not None and pending.epoch == epoch:
+                    committer.delete_participant(pending, [])
+            with self._shape_lock:
+                self._pending = None
+                self._shape = self._table_shape
             return
         name = ParticipantName.parse(handle.participant)
         if name is None:
@@ -365,7 +405,8 @@ class DeltaSink(SinkBase[Delta]):
                 **self.where(epoch),
                 fix="this handle was not made by the Delta sink",
             )
-        committer.delete_participant(name, paths_of(handle))
+        with self._log_lock:
+            committer.delete_participant(name, paths_of(handle))
         self._count("rollbacks")
 
     # -- recovery: recovery.py -----------------------------------------------------------------

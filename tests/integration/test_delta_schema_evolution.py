@@ -7,7 +7,9 @@ created from the dead-letter schema takes a files target's dead letters."""
 from __future__ import annotations
 
 import json
+import threading
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +17,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from durable_sinks.coordinator import Coordinator
+from durable_sinks.coordinator import Coordinator, prepare_part
+from durable_sinks.core import CommitHandle, CommitOutcome, SinkConnector
 from durable_sinks.core.bad_rows import (
     BadRowCap,
     BadRowPolicy,
@@ -26,6 +29,7 @@ from durable_sinks.core.bad_rows import (
 from durable_sinks.core.errors import SchemaMismatchError
 from durable_sinks.manifest import LocalDirectoryStore
 from durable_sinks.sinks import create
+from durable_sinks.sinks.delta import Delta, DeltaSink
 from durable_sinks.sinks.folder import Files
 from tests.support.delta_target import folder_leftovers, log_epochs
 from tests.support.refusing_sink import RefusingFileSink
@@ -215,4 +219,133 @@ def test_a_crash_in_an_epoch_that_adds_a_column(
         {"id": 3, "extra": None},
     ]
     assert log_epochs(table) == [0, 1, 2]
+    assert folder_leftovers(table) == []
+
+
+class HeldDelta(DeltaSink):
+    """The Delta sink, its epochs' log commits held at `gate` (commits beside writes)."""
+
+    def __init__(self, config: Delta) -> None:
+        super().__init__(config)
+        self.gate = threading.Event()
+        self.gate.set()
+        self.publishing = threading.Event()
+
+    def publish_epoch(self, epoch: int, handles: Sequence[CommitHandle]) -> CommitOutcome:
+        self.publishing.set()
+        assert self.gate.wait(timeout=30)
+        return super().publish_epoch(epoch, handles)
+
+
+def held_job(tmp_path: Path) -> tuple[Coordinator, HeldDelta]:
+    sink = HeldDelta(Delta(path=str(tmp_path / "table"), create_table=True))
+    coordinator = Coordinator(
+        f"delta-{uuid.uuid4().hex[:8]}",
+        [sink],
+        LocalDirectoryStore(tmp_path / "store"),
+        policy=ADD_COLUMNS,
+        background_commits=True,
+    )
+    coordinator.start()
+    return coordinator, sink
+
+
+def test_the_next_epoch_written_beside_a_commit_that_adds_a_column_lands_with_it(
+    tmp_path: Path,
+) -> None:
+    """background_commits: epoch 1 adds `note` and its log commit is held while epoch 2 is
+    written (in the table's shape before epoch 1) with `note` of the same type: both land,
+    each in its own commit, `note` in the schema once."""
+    table = tmp_path / "table"
+    coordinator, sink = held_job(tmp_path)
+    coordinator.run_epoch(0, [pa.record_batch({"id": [1, 2]})])
+    sink.gate.clear()
+    coordinator.run_epoch(1, [pa.record_batch({"id": [3], "note": ["a"]})])
+    assert sink.publishing.wait(timeout=10)
+    sink.begin_epoch(2)  # the shape it begins in: the table's before epoch 1's commit
+    began = sink.schema()
+    assert began is not None
+    assert began.names == ["id"]
+    sink.rollback_epoch(2, None)
+    threading.Timer(0.3, sink.gate.set).start()
+    coordinator.run_epoch(2, [pa.record_batch({"id": [4], "note": ["b"]})])
+    coordinator.close()
+    assert columns(table) == ["id", "note"]
+    assert table_rows(table) == [
+        {"id": 1, "note": None},
+        {"id": 2, "note": None},
+        {"id": 3, "note": "a"},
+        {"id": 4, "note": "b"},
+    ]
+    assert log_epochs(table) == [0, 1, 2]
+
+
+def test_a_column_added_again_with_another_type_beside_the_commit_is_refused_before_the_decision(
+    tmp_path: Path,
+) -> None:
+    """The same, but epoch 2 adds `note` as a number while epoch 1's commit (held) adds it
+    as text: epoch 2 is refused before its decision, with the conflict named, and nothing
+    of it lands; the query's retry, in the table's new shape, does."""
+    table = tmp_path / "table"
+    coordinator, sink = held_job(tmp_path)
+    coordinator.run_epoch(0, [pa.record_batch({"id": [1]})])
+    sink.gate.clear()
+    coordinator.run_epoch(1, [pa.record_batch({"id": [2], "note": ["a"]})])
+    assert sink.publishing.wait(timeout=10)
+    threading.Timer(0.3, sink.gate.set).start()
+    with pytest.raises(SchemaMismatchError, match="column 'note' is long in some files"):
+        coordinator.run_epoch(2, [pa.record_batch({"id": [3], "note": [7]})])
+    assert coordinator.decision(2) is None
+    assert log_epochs(table) == [0, 1]
+    with pytest.raises(SchemaMismatchError, match="'note'"):  # the retry, in the new shape
+        coordinator.run_epoch(2, [pa.record_batch({"id": [3], "note": [7]})])
+    coordinator.run_epoch(2, [pa.record_batch({"id": [3], "note": ["c"]})])
+    coordinator.close()
+    assert table_rows(table) == [
+        {"id": 1, "note": None},
+        {"id": 2, "note": "a"},
+        {"id": 3, "note": "c"},
+    ]
+    assert folder_leftovers(table) == []
+
+
+def test_parts_of_one_epoch_that_add_a_column_with_different_types_are_refused_before_the_decision(
+    tmp_path: Path,
+) -> None:
+    """Executor mode: two tasks each add `note`, one as text, one as a number. The epoch
+    is refused before its decision (one column cannot hold both), nothing of it lands."""
+    table = tmp_path / "table"
+    job_id = f"delta-{uuid.uuid4().hex[:8]}"
+
+    def build() -> list[SinkConnector]:
+        return [DeltaSink(Delta(path=str(table), create_table=True))]
+
+    coordinator = Coordinator(
+        job_id,
+        build(),
+        LocalDirectoryStore(tmp_path / "store"),
+        executor_mode=True,
+        policy=ADD_COLUMNS,
+        source="q",
+    )
+    coordinator.start()
+    parts = {
+        "p0-t0": pa.record_batch({"id": [1], "note": ["a"]}),
+        "p1-t1": pa.record_batch({"id": [2], "note": [7]}),
+    }
+
+    def prepare(generation: int) -> list[CommitHandle]:
+        return [
+            handle
+            for part, rows in parts.items()
+            for handle in prepare_part(
+                job_id, generation, 0, part, build, [rows], policy=ADD_COLUMNS
+            )
+        ]
+
+    with pytest.raises(SchemaMismatchError, match="column 'note' is"):
+        coordinator.run_distributed_epoch(0, prepare)
+    assert coordinator.decision(0) is None
+    coordinator.close()
+    assert not (table / "_delta_log").exists() or log_epochs(table) == []
     assert folder_leftovers(table) == []
