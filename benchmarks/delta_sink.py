@@ -15,7 +15,9 @@ table, alternating for `--rounds` rounds (forward, backward, ...):
   application transaction, the journal deleted;
 - ours-no-replay-check (a diagnostic): the same with `replay_check="off"`: without the
   content digest of every batch that the coordinator keeps to recognise a replay whose rows
-  differ (docs/guide.md), which write_deltalake does not compute.
+  differ (docs/guide.md), which write_deltalake does not compute;
+- ours-background: ours with `background_commits`: each epoch's log commit runs while the
+  next epoch is written; timed until `close()` returns, when every epoch is committed.
 Both write zstd level 1 (Arrow's default level; delta-rs is given it). Timed: every batch of
 the run, table creation included. Every run is checked before the next: delta-rs reads the
 table back with exactly epochs x rows rows and distinct ids; ours' log has one commit per
@@ -121,6 +123,7 @@ def run_ours(
     ours: dict[str, Any],
     _storage: dict[str, str],
     replay_check: str = "warn",
+    background_commits: bool = False,
 ) -> None:
     store = Path(tempfile.mkdtemp(prefix="ds-delta-bench-store-"))
     sink = DeltaSink(Delta(path=path, create_table=True, **ours))
@@ -129,6 +132,7 @@ def run_ours(
         [sink],
         LocalDirectoryStore(store),
         replay_check=replay_check,
+        background_commits=background_commits,
     )
     try:
         coordinator.start()
@@ -160,9 +164,16 @@ def run_ours_unchecked(
     run_ours(batches, path, ours, storage, replay_check="off")
 
 
+def run_ours_background(
+    batches: list[pa.RecordBatch], path: str, ours: dict[str, Any], storage: dict[str, str]
+) -> None:
+    run_ours(batches, path, ours, storage, background_commits=True)
+
+
 VARIANTS: dict[str, Callable[..., None]] = {
     "write_deltalake": run_write_deltalake,
     "ours": run_ours,
+    "ours-background": run_ours_background,
     "ours-no-replay-check": run_ours_unchecked,
 }
 
