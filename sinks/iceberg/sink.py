@@ -36,6 +36,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -82,6 +83,10 @@ class IcebergSink(SinkBase[Iceberg]):
         self._tables: IcebergTable | None = None
         self._current: IcebergParticipant | None = None
         self._arrow: tuple[Schema, pa.Schema] | None = None
+        #: A decided epoch's commit may run on another thread while this instance writes the
+        #: next (commits_beside_writes): the table's reads and commits (`IcebergTable`, its
+        #: catalog session and `current`) happen under this lock.
+        self._table_lock = threading.RLock()
 
     def _target(self) -> str:
         return f"table={self.config.where!r}"
@@ -170,6 +175,7 @@ class IcebergSink(SinkBase[Iceberg]):
             resumable_prepare=True,
             distributed_prepare=True,
             partitioned=True,
+            commits_beside_writes=True,
         )
 
     def schema(self) -> pa.Schema | None:
@@ -177,27 +183,40 @@ class IcebergSink(SinkBase[Iceberg]):
         return table.schema().as_arrow() if table is not None else None
 
     def health_check(self) -> None:
-        self._client_call(
-            lambda: self._t().catalog.load_namespace_properties(self.config.namespace),
-            "reach the catalog",
-        )
+        with self._table_lock:
+            self._client_call(
+                lambda: self._t().catalog.load_namespace_properties(self.config.namespace),
+                "reach the catalog",
+            )
 
     def _read_last_committed(self) -> int | None:
         tables = self._t()
-        return tables.committed_epoch(tables.reload())
+        with self._table_lock:
+            return tables.committed_epoch(tables.reload())
 
     # -- phase 1 -------------------------------------------------------------------------------
     def begin_epoch(self, epoch: int) -> None:
+        """Begin `epoch` with the table read again (its schema and spec as they are), unless
+        the last read or commit was the catalog's latest answer, or the previous epoch's
+        commit is running beside this epoch (commits_beside_writes), which leaves the
+        table as the catalog answers it. The schema and spec the files are written with
+        are checked again at the epoch's commit (committer.publish)."""
         failed, self._current = self._current, None
         if failed is not None:  # a failed attempt not rolled back
             paths = failed.leftovers()
             if paths:
-                committer.delete_unless_committed(self, self._t(), failed.epoch, paths)
+                with self._table_lock:
+                    committer.delete_unless_committed(self, self._t(), failed.epoch, paths)
         tables = self._t()
         self._current = IcebergParticipant(epoch, self._next_participant(epoch), tables.layout)
-        if tables.current is not None and not tables.fresh:  # its schema and spec as they are
-            tables.reload(epoch)
-        tables.fresh = False
+        if not self._table_lock.acquire(blocking=False):
+            return  # the running commit reads the table
+        try:
+            if tables.current is not None and not tables.fresh:
+                tables.reload(epoch)
+            tables.fresh = False
+        finally:
+            self._table_lock.release()
 
     def write_batch(self, batch: pa.RecordBatch) -> WriteResult:
         import pyarrow as pa
@@ -237,14 +256,15 @@ class IcebergSink(SinkBase[Iceberg]):
 
     def _made(self, schema: pa.Schema, epoch: int) -> Table:
         tables = self._t()
-        table = self._client_call(
-            lambda: tables.catalog.create_table_if_not_exists(
-                self.config.identifier, schema=schema
-            ),
-            "create the table",
-            epoch,
-        )
-        tables.current = table
+        with self._table_lock:
+            table = self._client_call(
+                lambda: tables.catalog.create_table_if_not_exists(
+                    self.config.identifier, schema=schema
+                ),
+                "create the table",
+                epoch,
+            )
+            tables.current = table
         return table
 
     def _fitted(self, rows: pa.Table, table: Table, epoch: int) -> pa.Table:
@@ -291,28 +311,35 @@ class IcebergSink(SinkBase[Iceberg]):
         if self._last_committed is not None and self._last_committed >= epoch:
             return CommitOutcome.ALREADY_COMMITTED
         live = self._of_this_generation(handle)
-        return committer.commit(self, self._t(), epoch, handle, check_files=not live)
+        with self._table_lock:
+            return committer.commit(self, self._t(), epoch, handle, check_files=not live)
 
     def publish_epoch(self, epoch: int, handles: Sequence[CommitHandle]) -> CommitOutcome:
         """The epoch's one Iceberg commit (committer.publish), the `keep_snapshots`
         house-keeping after a commit this call made; then the committed tasks'
         entries in the epoch's journal are deleted (a failure there fails the call, whose
         retry finds the epoch committed and deletes them again)."""
-        outcome = committer.publish(self, self._t(), epoch, handles, self._count)
-        if outcome is CommitOutcome.COMMITTED:
-            self._count("snapshots_expired", committer.expire_snapshots(self, self._t(), epoch))
-        journaled = [
-            name
-            for handle in handles
-            if IcebergHandleDetails.of(handle).journaled
-            and (name := ParticipantName.parse(handle.participant)) is not None
-        ]
-        self._forget(epoch, journaled)
+        with self._table_lock:
+            outcome = committer.publish(self, self._t(), epoch, handles, self._count)
+            if outcome is CommitOutcome.COMMITTED:
+                expired = committer.expire_snapshots(self, self._t(), epoch)
+                self._count("snapshots_expired", expired)
+            journaled = [
+                name
+                for handle in handles
+                if IcebergHandleDetails.of(handle).journaled
+                and (name := ParticipantName.parse(handle.participant)) is not None
+            ]
+            self._forget(epoch, journaled)
         return outcome
 
     def rollback_epoch(self, epoch: int, handle: CommitHandle | None) -> None:
         """Delete the participant's data files unless the table holds them, then its entry
         in the epoch's journal (journal.py), if any."""
+        with self._table_lock:
+            self._roll_back(epoch, handle)
+
+    def _roll_back(self, epoch: int, handle: CommitHandle | None) -> None:
         tables = self._t()
         if handle is None:
             current, self._current = self._current, None

@@ -181,7 +181,7 @@ class JobOptions:
     the decision is finished by the next start), but an epoch becomes visible to readers a
     little after its batch returns (up to one batch later; at once when the job stops).
     For jobs whose every sink can commit beside the next epoch's writes (Postgres, S3,
-    files, Delta); for others it is off, logged at start. Default False. See
+    files, Delta, Iceberg); for others it is off, logged at start. Default False. See
     [Commits in the background](reliability.md#commits-in-the-background)."""
 
     @property
