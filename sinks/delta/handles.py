@@ -66,17 +66,25 @@ def leftover(name: ParticipantName, journal: Mapping[str, Any], sink: str) -> Co
 
 
 def handle_shapes(handles: Sequence[CommitHandle]) -> list[Shape]:
-    """The shape each participant recorded (those that recorded one), in order."""
-    import pyarrow as pa
-    from deltalake import Schema
-
+    """The shape each participant recorded (those that recorded one), in order. The parts of
+    one epoch mostly record one schema: each distinct one is parsed once."""
+    parsed: dict[tuple[str, tuple[str, ...]], Shape] = {}
     shapes = []
     for handle in handles:
         details = DeltaHandleDetails.of(handle)
         if details.schema is not None:
-            schema = pa.schema(Schema.from_json(details.schema).to_arrow())
-            shapes.append(Shape(schema, details.partition_by))
+            key = (details.schema, tuple(details.partition_by))
+            if key not in parsed:
+                parsed[key] = _parsed_shape(details.schema, key[1])
+            shapes.append(parsed[key])
     return shapes
+
+
+def _parsed_shape(schema: str, partition_by: tuple[str, ...]) -> Shape:
+    import pyarrow as pa
+    from deltalake import Schema
+
+    return Shape(pa.schema(Schema.from_json(schema).to_arrow()), partition_by)
 
 
 def handle_shape(handles: Sequence[CommitHandle]) -> Shape | None:

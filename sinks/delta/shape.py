@@ -233,7 +233,7 @@ def conflicts(base: Shape | None, shapes: Sequence[Shape], *, complete: bool) ->
     known = base if base is not None else shapes[0]
     types = {f.name: delta_type(f.type) for f in known.schema}
     problems: list[str] = []
-    for shape in shapes:
+    for shape in {id(shape): shape for shape in shapes}.values():  # each distinct one once
         if tuple(shape.partition_by) != tuple(known.partition_by):
             problems.append(
                 f"the files are partitioned by {list(shape.partition_by)}, the table by "

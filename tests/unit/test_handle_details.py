@@ -88,3 +88,15 @@ def test_an_older_format_is_upgraded_in_one_place() -> None:
 
     assert Renamed.of(handle({"job_id": "j"})) == Renamed("j")
     assert Renamed("k").to_json() == {"v": 2, "owner": "k"}
+
+
+def test_a_handles_details_are_parsed_once_per_class_and_malformed_ones_every_time() -> None:
+    one = handle(Details("j", (Piece("a"),)).to_json())
+    assert Details.of(one) is Details.of(one)  # one epoch's commit reads them several times
+    twin = handle(Details("j", (Piece("a"),)).to_json())
+    assert Details.of(twin) == Details.of(one)
+    assert Details.of(twin) is not Details.of(one)  # another handle: its own parse
+    bad = handle({"job_id": "j", "pieces": "no"})
+    for _ in range(2):
+        with pytest.raises(CorruptRecordError):
+            Details.of(bad)

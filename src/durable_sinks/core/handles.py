@@ -29,6 +29,12 @@ from .settings import type_hints
 
 D = TypeVar("D", bound="HandleDetails")
 
+#: Details already parsed, by the handle object and the class read as: one epoch's commit
+#: reads each handle's details several times (its files, its shape, its journal). Each entry
+#: holds its handle, so an id is never reused while its entry lives; handles are immutable.
+_PARSED: dict[tuple[int, type[Any]], tuple[CommitHandle, Any]] = {}
+_PARSED_KEPT = 4096
+
 
 class _MalformedError(Exception):
     """A value that does not fit its field (the message says which and why)."""
@@ -50,6 +56,18 @@ class HandleDetails:
     def of(cls: type[D], handle: CommitHandle) -> D:
         """The details of `handle`, checked field by field; CorruptRecordError if they are
         malformed or newer than this build reads."""
+        key = (id(handle), cls)
+        known = _PARSED.get(key)
+        if known is not None and known[0] is handle:
+            return typing.cast(D, known[1])
+        parsed = cls._parsed(handle)
+        if len(_PARSED) >= _PARSED_KEPT:
+            _PARSED.clear()
+        _PARSED[key] = (handle, parsed)
+        return parsed
+
+    @classmethod
+    def _parsed(cls: type[D], handle: CommitHandle) -> D:
         data = dict(handle.details)
         version = data.pop("v", None)
         if not isinstance(version, int | None) or isinstance(version, bool):
