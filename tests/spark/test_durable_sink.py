@@ -15,7 +15,7 @@ import psycopg
 import pyarrow.parquet as pq
 import pytest
 
-from durable_sinks import Files, Kafka, Postgres
+from durable_sinks import Delta, Files, Kafka, Postgres
 from durable_sinks.coordinator import EpochOutcome
 from durable_sinks.core.errors import ConfigError, EpochOrderError, SchemaMismatchError
 from durable_sinks.spark import durable_sink, sink
@@ -23,6 +23,8 @@ from tests.services import KafkaEndpoint, PostgresEndpoint, S3Endpoint
 from tests.support.s3_target import s3_sink_config
 
 from .streams import (
+    delta_epochs,
+    delta_ids,
     kafka_ids,
     kafka_open_transactions,
     postgres_ids,
@@ -411,15 +413,20 @@ def test_background_commits_land_every_batch_once_and_all_of_them_when_the_write
     job_id: str,
     tmp_path: Path,
     execution: Literal["driver", "executor"],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
+    """Postgres, files and a Delta table, every one of which commits beside the next
+    batch's writes."""
     source, checkpoint, table = tmp_path / "in", tmp_path / "checkpoint", f"{pg_schema}.events"
     dsn = postgres.conninfo()
     for n in range(3):
         write_input(source, f"part-{n}.json", range(n * 10, n * 10 + 10))
+    caplog.set_level(logging.WARNING, logger="durable_sinks")
     writer = durable_sink(
         [
             Postgres(dsn=dsn, table=table, create_table=True),
             Files(path=str(tmp_path / "out")),
+            Delta(path=str(tmp_path / "delta"), create_table=True),
         ],
         job_id=job_id,
         execution=execution,
@@ -438,4 +445,7 @@ def test_background_commits_land_every_batch_once_and_all_of_them_when_the_write
     assert postgres_ids(dsn, table) == list(range(30))
     files = pq.read_table(tmp_path / "out", columns=["id"]).column("id").to_pylist()
     assert sorted(files) == list(range(30))
+    assert delta_ids(tmp_path / "delta") == list(range(30))
+    assert delta_epochs(tmp_path / "delta") == [0, 1, 2]
     assert prepared_transactions(dsn, job_id) == []
+    assert "background_commits is off" not in caplog.text
