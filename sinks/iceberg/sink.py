@@ -55,7 +55,7 @@ from durable_sinks.core.protocol import (
 )
 from durable_sinks.core.sink_base import SinkBase, Step
 
-from . import _pyiceberg, committer, errors, journal, operations, recovery
+from . import _pyiceberg, committer, errors, journal, operations, recovery, task_brief
 from .config import Iceberg, redacted
 from .handles import (
     IcebergHandleDetails,
@@ -68,6 +68,7 @@ from .writer import IcebergParticipant
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    from pyiceberg.catalog import Catalog
     from pyiceberg.schema import Schema
     from pyiceberg.table import Table
 
@@ -82,6 +83,8 @@ class IcebergSink(SinkBase[Iceberg]):
         self._tables: IcebergTable | None = None
         self._current: IcebergParticipant | None = None
         self._arrow: tuple[Schema, pa.Schema] | None = None
+        #: The epoch of the task brief the table was taken from (a worker's), if any.
+        self._briefed: int | None = None
 
     def _target(self) -> str:
         return f"table={self.config.where!r}"
@@ -93,14 +96,24 @@ class IcebergSink(SinkBase[Iceberg]):
 
         self._opening(context)
         config = self.config
-        catalog = self._client_call(
-            lambda: load_catalog(config.catalog_name, **config.catalog_properties()),
-            "load the catalog",
-        )
+
+        def loaded() -> Catalog:
+            return self._client_call(
+                lambda: load_catalog(config.catalog_name, **config.catalog_properties()),
+                "load the catalog",
+            )
+
         tables = IcebergTable(
-            self, catalog, Layout(context.job_id, self.name), self._committed_up_to
+            self, loaded, Layout(context.job_id, self.name), self._committed_up_to
         )
         self._tables = tables
+        if (
+            context.worker
+            and context.task_brief is not None
+            and self._take_brief(context.task_brief)
+        ):
+            return
+        catalog = tables.catalog
         try:
             if not context.worker:  # the driver checked it at start
                 self._client_call(
@@ -150,6 +163,36 @@ class IcebergSink(SinkBase[Iceberg]):
                     "reach the table's storage",
                 )
 
+    def _take_brief(self, brief: bytes) -> bool:
+        """Take the table from the driver's task brief (task_brief.py): no catalog is opened
+        and no metadata file read. False when the brief does not read as one of this
+        release's: the worker then opens the catalog as without one. A brief of another
+        epoch than the one begun is not used either (`begin_epoch` reads the table)."""
+        found = task_brief.table_of(brief, self.config)
+        if found is None:
+            self.logger().warning("the task brief is not one this sink reads: opening the catalog")
+            return False
+        self._briefed, table = found
+        tables = self._t()
+        tables.current = table
+        tables.fresh = True
+        self._last_committed = tables.committed_epoch(table)
+        return True
+
+    def task_brief(self, epoch: int) -> bytes | None:
+        """What this epoch's tasks need to write and prepare their parts without a catalog
+        (task_brief.py: the table's metadata trimmed to its current schema, spec, sort order,
+        properties, location and snapshot; the non-secret FileIO properties; no credential):
+        from the table as the sink's own last commit left it, else read again now. None
+        before the table exists (the tasks create it) or when the catalog vended
+        credentials the tasks cannot rebuild (they open the catalog themselves)."""
+        tables = self._t()
+        if tables.current is None:
+            return None
+        table = tables.current if tables.fresh else tables.reload(epoch)
+        tables.fresh = False
+        return task_brief.of(table, epoch, self.config)
+
     def close(self) -> None:
         current, self._current = self._current, None
         if current is not None:
@@ -195,8 +238,9 @@ class IcebergSink(SinkBase[Iceberg]):
                 committer.delete_unless_committed(self, self._t(), failed.epoch, paths)
         tables = self._t()
         self._current = IcebergParticipant(epoch, self._next_participant(epoch), tables.layout)
-        if tables.current is not None and not tables.fresh:  # its schema and spec as they are
-            tables.reload(epoch)
+        briefed_for_another = self._briefed is not None and self._briefed != epoch
+        if tables.current is not None and (not tables.fresh or briefed_for_another):
+            tables.reload(epoch)  # its schema and spec as they are
         tables.fresh = False
 
     def write_batch(self, batch: pa.RecordBatch) -> WriteResult:

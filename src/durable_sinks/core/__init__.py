@@ -25,6 +25,7 @@ from .protocol import (
     SharesTransactions,
     SinkCapabilities,
     SinkConnector,
+    TaskBriefing,
     WriteResult,
 )
 
@@ -46,5 +47,6 @@ __all__ = [
     "SinkCapabilities",
     "SinkConnector",
     "SinkKind",
+    "TaskBriefing",
     "WriteResult",
 ]
