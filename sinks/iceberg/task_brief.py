@@ -59,7 +59,9 @@ def _secret(key: str, value: str) -> bool:
 
 def of(table: Table, epoch: int, config: Iceberg) -> bytes | None:
     """The brief of `epoch` for tasks writing into `table` (as the driver read it); None when
-    the table's FileIO holds a secret the sink's configuration does not give (vended)."""
+    the table's FileIO holds a secret the sink's configuration does not give (credentials
+    vended by the catalog, or a secret-looking table property: pyiceberg's catalogs hand the
+    table's properties to its FileIO too)."""
     own = {k: str(v) for k, v in config.catalog_properties().items()}
     io_properties = {str(k): str(v) for k, v in table.io.properties.items()}
     if any(_secret(k, v) and own.get(k) != v for k, v in io_properties.items()):
@@ -108,28 +110,23 @@ def table_of(brief: bytes, config: Iceberg) -> tuple[int, Table] | None:
 
     try:
         content = json.loads(brief)
-    except ValueError:
-        return None
-    if (
-        not isinstance(content, Mapping)
-        or content.get("v") != VERSION
-        or not isinstance(content.get("epoch"), int)
-        or not isinstance(content.get("io"), Mapping)
-        or not isinstance(content.get("metadata"), Mapping)
-    ):
-        return None
-    own = {k: str(v) for k, v in config.catalog_properties().items()}
-    properties: dict[str, Any] = {**own, **content["io"]}
-    location = str(content["metadata_location"])
-    try:
+        if not isinstance(content, Mapping) or content.get("v") != VERSION:
+            return None
+        epoch = content["epoch"]
+        own = {k: str(v) for k, v in config.catalog_properties().items()}
+        properties: dict[str, Any] = {**own, **dict(content["io"])}
+        location = str(content["metadata_location"])
+        identifier = tuple(str(part) for part in content["identifier"])
         metadata = TableMetadataUtil.parse_obj(dict(content["metadata"]))
-    except ValueError:  # pydantic's ValidationError among them
+        if not isinstance(epoch, int):
+            return None
+    except (KeyError, TypeError, ValueError):  # pydantic's ValidationError is a ValueError
         return None
     table = Table(
-        identifier=tuple(str(part) for part in content["identifier"]),
+        identifier=identifier,
         metadata=metadata,
         metadata_location=location,
         io=load_file_io(properties, location),
         catalog=NoopCatalog("task-brief"),
     )
-    return int(content["epoch"]), table
+    return epoch, table
