@@ -3,7 +3,7 @@ coordinator decides the winning attempts, commits them and rolls back every othe
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import ClassVar
 
@@ -218,10 +218,12 @@ def test_after_a_restart_the_far_sweep_reads_the_previous_runs_decisions(
     assert old is not None
     late = worker(tmp_path, ("a",), old, 0, "p0-t99", rows(3, 100))
     assert staged(tmp_path, "a") == [h.participant for h in late]
+
+    def prepare(epoch: int) -> Callable[[int], list[CommitHandle]]:
+        return lambda gen: worker(tmp_path, ("a",), gen, epoch, f"p0-t{epoch}", rows(1, epoch))
+
     for epoch in range(1, LATE_SWEEP_EPOCHS + 1):
-        again.run_distributed_epoch(
-            epoch, lambda gen, e=epoch: worker(tmp_path, ("a",), gen, e, f"p0-t{e}", rows(1, e))
-        )
+        again.run_distributed_epoch(epoch, prepare(epoch))
     assert staged(tmp_path, "a") == []
 
 
