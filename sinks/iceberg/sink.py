@@ -6,7 +6,8 @@
   them, so no reader sees them. `pre_commit` hands their records over in the handle (typed
   JSON, handles.py). A participant is the driver's whole epoch (driver mode) or one Spark
   task attempt's part of it (executor mode: the task opens the sink with `worker=True` and
-  reads the table's schema and spec itself).
+  takes the table from the driver's task brief, task_brief.py, opening no catalog; without
+  a brief it loads the table through the catalog itself).
 - Phase 2: `commit_epoch` has nothing to move (the files are in place): for a participant
   read back by recovery it checks that its files are there (the live path's are taken as
   their handles say: committer.commit argues why). `publish_epoch` is the epoch's one

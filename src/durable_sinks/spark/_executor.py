@@ -6,7 +6,10 @@ attempt is another participant. Each task returns its handles as JSON rows; Spar
 driver the output of exactly one successful attempt per partition, and those are the handles
 the coordinator decides. Attempts whose output Spark dropped stay prepared until the
 coordinator rolls them back (DistributedSink.prepared_participants). Nothing of the batch
-passes through the driver's memory but the handles.
+passes through the driver's memory but the handles. The sinks' task briefs of the epoch
+(Coordinator.task_briefs: facts of the targets the driver read, no secrets) travel in the
+function's closure to every task. The Python Data Source path (_datasource.py) has none: its
+writer is shipped once per query, so its tasks find what they need themselves.
 
 A task whose part fails with one of our errors (a DurableSinkError: bad data, a server
 restarting ...) rolls its part back and returns the error itself, pickled, instead of failing:
