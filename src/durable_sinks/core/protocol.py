@@ -398,7 +398,9 @@ class TaskBriefing(Protocol):
     logs and plans): it must hold no secret. A worker takes credentials from its own copy of
     the sink's configuration, as it does without a brief. It must not make a worker's result
     depend on the brief being current: whatever the driver's commit relies on (the target's
-    state at commit time) is checked there, as it is without a brief."""
+    state at commit time) is checked there, as it is without a brief. For a sink with
+    `commits_beside_writes`, `task_brief` may run while the previous epoch's phase 2 runs in
+    another thread."""
 
     def task_brief(self, epoch: int) -> bytes | None: ...
 
