@@ -8,6 +8,7 @@ after their epoch's sweeps are cleaned by the running job."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from durable_sinks.coordinator import Coordinator, EpochOutcome, prepare_part
 from durable_sinks.coordinator._coordinator import LATE_SWEEP_EPOCHS
 from durable_sinks.core.naming import ParticipantName
 from durable_sinks.core.protocol import CommitHandle, OpenContext
+from durable_sinks.core.redaction import is_secret
 from durable_sinks.manifest import LocalDirectoryStore
 from durable_sinks.sinks import create
 from durable_sinks.sinks.iceberg import journal
@@ -26,6 +28,8 @@ from tests.integration.test_iceberg_sink import catalog, events, ids, with_table
 from tests.support.iceberg_target import CatalogUnderTest
 
 __all__ = ["catalog"]  # the fixture, one per catalog kind
+#: A password inside a URL (`scheme://user:password@host`).
+URL = re.compile(r"://[^/:@\s]*:(?P<password>[^@/\s]+)@")
 
 
 def build(catalog: CatalogUnderTest) -> Any:
@@ -90,7 +94,10 @@ def test_tasks_with_the_brief_write_without_a_catalog_and_the_driver_commits(
     snapshot = json.loads(briefs[1]["iceberg"])["metadata"]["current-snapshot-id"]
     assert snapshot == table.snapshots()[0].snapshot_id
     assert catalog.data_locations(journal=True) == []
-    for secret in (v for k, v in catalog.properties().items() if "key" in k or "secret" in k):
+    secrets = [v for k, v in catalog.properties().items() if is_secret(k)]
+    secrets += [m["password"] for v in catalog.properties().values() for m in URL.finditer(v)]
+    assert secrets  # the REST catalog's credential and S3 keys; the SQL catalog's password
+    for secret in secrets:
         assert secret.encode() not in briefs[0]["iceberg"]
 
 
