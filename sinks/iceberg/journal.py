@@ -17,10 +17,9 @@ listing that only such an entry costs. An entry written after its epoch was swep
 attempt that began or prepared late, or that the commit's batched delete raced with) is
 found by the coordinator's second sweep of the epoch, ten epochs later (its
 `prepared_participants` is this listing again), and rolled back with its files. Only tasks
-write entries: in driver mode the one
-participant is the driver's own, rolled back by the driver itself or found by the next
-start's recovery (which lists the data folder at start, for every generation before its
-own).
+write entries: in driver mode the one participant is the driver's own, rolled back by the
+driver itself or found by the next start's recovery (which lists the data folder at start,
+for every generation before its own).
 
 Every entry read back is checked to name a participant of this job's sink and epoch, and its
 handle's files to be that participant's own (committer.require_own, where they are used):

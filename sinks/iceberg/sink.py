@@ -185,8 +185,9 @@ class IcebergSink(SinkBase[Iceberg]):
         (task_brief.py: the table's metadata trimmed to its current schema, spec, sort order,
         properties, location and snapshot; the non-secret FileIO properties; no credential):
         from the table as the sink's own last commit left it, else read again now. None
-        before the table exists (the tasks create it) or when the catalog vended
-        credentials the tasks cannot rebuild (they open the catalog themselves)."""
+        before the table exists (the tasks create it) or when the table's FileIO holds a
+        secret the sink's configuration lacks (credentials the catalog vended): the tasks
+        then open the catalog themselves."""
         tables = self._t()
         if tables.current is None:
             return None

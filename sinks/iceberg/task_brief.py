@@ -23,13 +23,13 @@ not rebuild it: then there is no brief (`of` gives None), and every task opens t
 itself, as without one.
 
 A task's data files are written for the table as briefed; the driver's epoch commit checks
-them against the table as it is then, exactly as with files written after a task's own read:
-the commit asserts that the main branch has not moved since the driver's read (any other
-writer's commit in between makes it lose the race, retried after a fresh read), and each
-file's partition spec id must be the table's current one (handles.data_files_of: a spec
-changed meanwhile refuses the epoch). A column added by another writer between the brief and
-the commit needs no check: Iceberg reads the files by field id (the new column reads as null
-in them), as it reads files a task wrote after its own, equally early, read.
+them as it checks files written after a task's own read of the table (which is no later than
+the brief: before the task's rows): the commit asserts that the main branch has not moved
+since the driver's read (any other writer's commit in between makes it lose the race,
+retried after a fresh read), and each file's partition spec id must be the spec of the table
+as the commit reads it (handles.data_files_of: files of another spec refuse the epoch). A
+column added by another writer between the brief and the commit needs no check: Iceberg
+reads the files by field id (the new column reads as null in them).
 """
 
 from __future__ import annotations
