@@ -31,7 +31,7 @@ import statistics
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -65,9 +65,14 @@ def executor_floor(batches: Iterator[Any]) -> Iterator[Any]:
 
 
 def timed_prepare(
-    job: str, generation: int, epoch: int, build: Callable[[], SinkConnector]
+    job: str,
+    generation: int,
+    epoch: int,
+    build: Callable[[], SinkConnector],
+    briefs: Mapping[str, bytes] | None = None,
 ) -> Callable[[Iterator[Any]], Iterator[Any]]:
-    """The task function of executor mode (spark/_executor.py), timing each sink call."""
+    """The task function of executor mode (spark/_executor.py), timing each sink call; the
+    sinks' task briefs (`briefs`) handed over as the writer's tasks do."""
 
     def task(batches: Iterator[Any]) -> Iterator[Any]:
         import pyarrow as pa
@@ -108,7 +113,9 @@ def timed_prepare(
 
         context = TaskContext.get()
         part = f"p{context.partitionId()}-t{context.taskAttemptId()}" if context else "p0-t0"
-        handles = prepare_part(job, generation, epoch, part, build_timed, waited(iter(batches)))
+        handles = prepare_part(
+            job, generation, epoch, part, build_timed, waited(iter(batches)), briefs=briefs
+        )
         ended = time.time()
         ms["task: function"] = (ended - started) * 1e3
         times = {**ms, "task: function started": started, "task: function ended": ended}

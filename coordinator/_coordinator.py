@@ -31,6 +31,7 @@ from durable_sinks.core.protocol import (
     OpenContext,
     PublishingSink,
     SinkConnector,
+    TaskBriefing,
 )
 from durable_sinks.core.text_enum import TextEnum
 from durable_sinks.manifest import DecisionRecord, DecisionStore
@@ -55,6 +56,9 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 Steps = Generator[str, None, T]
 DEFAULT_RETRY = RetryPolicy()
+#: How many epochs back an executor-mode epoch sweeps a second time for late attempts
+#: (Coordinator._sweep_late_attempts).
+LATE_SWEEP_EPOCHS = 10
 #: What an executor-mode epoch given again shows of its rows (none reach the driver).
 EXECUTOR_MODE_ROWS = "rows the driver does not see (executor mode)"
 
@@ -196,8 +200,10 @@ class Coordinator:
         )
         self._in_use = threading.Lock()
         self.replay = ReplayCheck(job_id, replay_check)
-        #: The decision of the last epoch this coordinator ran in executor mode.
-        self._previous: DecisionRecord | None = None
+        #: The decisions of the last epochs this coordinator ran in executor mode (the
+        #: newest LATE_SWEEP_EPOCHS + 1), by epoch, and the first epoch it ran.
+        self._decided: dict[int, DecisionRecord] = {}
+        self._first_distributed: int | None = None
         self.background_commits = background_commits
         #: Phase 2 of the last epoch decided, running in the background (`_phase2`).
         self._phase2 = Phase2(job_id, self.log)
@@ -268,6 +274,21 @@ class Coordinator:
         commits them, then rolls back every other prepared attempt of the epoch. `prepare` is
         not called when the epoch is already decided."""
         return self._drive(self.distributed_epoch_steps(epoch, prepare), epoch)
+
+    def task_briefs(self, epoch: int) -> dict[str, bytes]:
+        """Executor mode: the task brief of `epoch` of every sink that gives one
+        (TaskBriefing), by sink name, for the workers that prepare the epoch's parts
+        (`prepare_part(..., briefs=...)`). Call it from `run_distributed_epoch`'s `prepare`,
+        which runs only when the epoch is not decided yet."""
+        self._started(epoch)
+        briefs = {}
+        for sink in self.sinks:
+            if isinstance(sink, TaskBriefing):
+                with self.watch.calling(sink.name, "task_brief"):
+                    given = sink.task_brief(epoch)
+                if given is not None:
+                    briefs[sink.name] = given
+        return briefs
 
     def decision(self, epoch: int) -> DecisionRecord | None:
         """The durable decision of `epoch` (from the store or the commit point's sink)."""
@@ -582,13 +603,16 @@ class Coordinator:
             record = winner
         if self._phase2.enabled:
             self._phase2.begin(record, lambda: self._finish_in_background(record, generation))
-            self._sweep_late_attempts(epoch - 1, generation, metrics, log)
+            self._sweep_late_attempts(epoch, generation, metrics, log)
         else:
             yield from self._finish(record, metrics)
             yield from self.participants.discard_losers(record, generation, metrics, log)
-            self._sweep_late_attempts(epoch - 1, generation, metrics, log)
+            self._sweep_late_attempts(epoch, generation, metrics, log)
             self._expire(epoch, metrics, log)
-        self._previous = record
+        self._decided[epoch] = record
+        self._decided.pop(epoch - LATE_SWEEP_EPOCHS - 1, None)
+        if self._first_distributed is None:
+            self._first_distributed = epoch
         outcome = (
             EpochOutcome.COMMITTED
             if record.generation == generation
@@ -599,16 +623,27 @@ class Coordinator:
     def _sweep_late_attempts(
         self, epoch: int, generation: int, metrics: EpochMetrics, log: JobLogger
     ) -> None:
-        """Roll back attempts of the previous epoch that prepared after its decision and its
-        discard of losers (a late or speculative task), instead of leaving them, with their
-        locks, slots and open uploads, to the next start's recovery. One epoch back, and only
-        the one this coordinator decided (no read of the store): the cost per epoch stays
-        the same however long the job runs; anything later still is recovery's."""
-        previous = self._previous
-        if previous is None or previous.epoch != epoch:
-            return
-        for _ in self.participants.discard_losers(previous, generation, metrics, log, epoch):
-            pass
+        """Roll back attempts of earlier epochs that prepared (or began) after their epoch's
+        decision and its discard of losers (a late or speculative task, one killed while it
+        wrote), instead of leaving them, with their locks, slots, open uploads and journal
+        entries, to the next start's recovery. Two epochs are swept after `epoch`: the one
+        before (late attempts are usually that recent) and the one LATE_SWEEP_EPOCHS back
+        (an attempt that lingered, and whatever the first sweep raced with). The decision of
+        each is this coordinator's own, kept in memory; only in the first LATE_SWEEP_EPOCHS
+        epochs after a start is the far one read from the store (the previous run's last
+        epochs). So the cost per epoch stays the same however long the job runs; anything
+        later still is recovery's."""
+        for back in (epoch - 1, epoch - LATE_SWEEP_EPOCHS):
+            record = self._decided.get(back)
+            first = self._first_distributed
+            before_this_run = first is None or back < first
+            if record is None and 0 <= back == epoch - LATE_SWEEP_EPOCHS and before_this_run:
+                with metrics.phase("lookup"):
+                    record = self.decisions.for_epoch(back)
+            if record is None:
+                continue
+            for _ in self.participants.discard_losers(record, generation, metrics, log, back):
+                pass
 
     def _at_least_once_steps(
         self, epoch: int, batches: Iterable[pa.RecordBatch]

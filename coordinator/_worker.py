@@ -8,7 +8,7 @@ commits (Coordinator.run_distributed_epoch). A worker never commits anything.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from durable_sinks.core import CommitHandle, OpenContext, SinkConnector
@@ -32,6 +32,7 @@ def prepare_part(
     policy: WritePolicy | None = None,
     dead_letter: str | None = None,
     bad_row_cap: BadRowCap | None = None,
+    briefs: Mapping[str, bytes] | None = None,
 ) -> list[CommitHandle]:
     """Write `batches` as part `part` of `epoch` into every sink `build_sinks()` makes, and
     prepare it: one handle per sink, durable and invisible when this returns. An empty part
@@ -45,13 +46,18 @@ def prepare_part(
     With `policy` routing bad rows to the dead-letter sink named `dead_letter` (one of the
     sinks built), the rows the other sinks refuse become the part's dead letters, prepared
     as one more participant of the part (only when there are some); `bad_row_cap` holds per
-    part."""
+    part.
+
+    `briefs` are the driver's task briefs of `epoch` by sink name (Coordinator.task_briefs):
+    each sink gets its own in `OpenContext.task_brief`; a sink without one finds what it
+    needs itself."""
     log = JobLogger(job_id, epoch=epoch, component="worker")
     iterator = iter(batches)
     first = next(iterator, None)
     if first is None:
         return []
     policy = policy if policy is not None else WritePolicy()
+    briefs = briefs if briefs is not None else {}
     built = list(build_sinks())
     letters_sink = next((s for s in built if s.name == dead_letter), None)
     sinks = [s for s in built if s is not letters_sink]
@@ -67,7 +73,15 @@ def prepare_part(
     try:
         for sink in sinks:
             sink.open(
-                OpenContext(job_id, sink.name, generation, worker=True, part=part, policy=policy)
+                OpenContext(
+                    job_id,
+                    sink.name,
+                    generation,
+                    worker=True,
+                    part=part,
+                    policy=policy,
+                    task_brief=briefs.get(sink.name),
+                )
             )
             sink.begin_epoch(epoch)
             begun.append(sink)
@@ -83,7 +97,14 @@ def prepare_part(
         dead = letters.batch()
         if dead is not None and letters_sink is not None:
             letters_sink.open(
-                OpenContext(job_id, letters_sink.name, generation, worker=True, part=part)
+                OpenContext(
+                    job_id,
+                    letters_sink.name,
+                    generation,
+                    worker=True,
+                    part=part,
+                    task_brief=briefs.get(letters_sink.name),
+                )
             )
             letters_sink.begin_epoch(epoch)
             begun.append(letters_sink)

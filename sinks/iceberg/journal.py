@@ -13,10 +13,13 @@ it may write files from now on) and again with its handle at `pre_commit`. The e
 commit deletes the entries of the participants it committed; a rollback deletes the
 participant's entry after its files. An entry without a handle is a task that stopped
 before it prepared: its files are found by their names (layout.py) in the data folder, a
-listing that only such an entry costs. Only tasks write entries: in driver mode the one
-participant is the driver's own, rolled back by the driver itself or found by the next
-start's recovery (which lists the data folder at start, for every generation before its
-own).
+listing that only such an entry costs. An entry written after its epoch was swept (a task
+attempt that began or prepared late, or that the commit's batched delete raced with) is
+found by the coordinator's second sweep of the epoch, ten epochs later (its
+`prepared_participants` is this listing again), and rolled back with its files. Only tasks
+write entries: in driver mode the one participant is the driver's own, rolled back by the
+driver itself or found by the next start's recovery (which lists the data folder at start,
+for every generation before its own).
 
 Every entry read back is checked to name a participant of this job's sink and epoch, and its
 handle's files to be that participant's own (committer.require_own, where they are used):

@@ -6,7 +6,8 @@
   them, so no reader sees them. `pre_commit` hands their records over in the handle (typed
   JSON, handles.py). A participant is the driver's whole epoch (driver mode) or one Spark
   task attempt's part of it (executor mode: the task opens the sink with `worker=True` and
-  reads the table's schema and spec itself).
+  takes the table from the driver's task brief, task_brief.py, opening no catalog; without
+  a brief it loads the table through the catalog itself).
 - Phase 2: `commit_epoch` has nothing to move (the files are in place): for a participant
   read back by recovery it checks that its files are there (the live path's are taken as
   their handles say: committer.commit argues why). `publish_epoch` is the epoch's one
@@ -56,7 +57,7 @@ from durable_sinks.core.protocol import (
 )
 from durable_sinks.core.sink_base import SinkBase, Step
 
-from . import _pyiceberg, committer, errors, journal, operations, recovery
+from . import _pyiceberg, committer, errors, journal, operations, recovery, task_brief
 from .config import Iceberg, redacted
 from .handles import (
     IcebergHandleDetails,
@@ -69,6 +70,7 @@ from .writer import IcebergParticipant
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    from pyiceberg.catalog import Catalog
     from pyiceberg.schema import Schema
     from pyiceberg.table import Table
 
@@ -87,6 +89,8 @@ class IcebergSink(SinkBase[Iceberg]):
         #: next (commits_beside_writes): the table's reads and commits (`IcebergTable`, its
         #: catalog session and `current`) happen under this lock.
         self._table_lock = threading.RLock()
+        #: The epoch of the task brief the table was taken from (a worker's), if any.
+        self._briefed: int | None = None
 
     def _target(self) -> str:
         return f"table={self.config.where!r}"
@@ -98,14 +102,24 @@ class IcebergSink(SinkBase[Iceberg]):
 
         self._opening(context)
         config = self.config
-        catalog = self._client_call(
-            lambda: load_catalog(config.catalog_name, **config.catalog_properties()),
-            "load the catalog",
-        )
+
+        def loaded() -> Catalog:
+            return self._client_call(
+                lambda: load_catalog(config.catalog_name, **config.catalog_properties()),
+                "load the catalog",
+            )
+
         tables = IcebergTable(
-            self, catalog, Layout(context.job_id, self.name), self._committed_up_to
+            self, loaded, Layout(context.job_id, self.name), self._committed_up_to
         )
         self._tables = tables
+        if (
+            context.worker
+            and context.task_brief is not None
+            and self._take_brief(context.task_brief)
+        ):
+            return
+        catalog = tables.catalog
         try:
             if not context.worker:  # the driver checked it at start
                 self._client_call(
@@ -154,6 +168,44 @@ class IcebergSink(SinkBase[Iceberg]):
                     lambda: _pyiceberg.reach(table),
                     "reach the table's storage",
                 )
+
+    def _take_brief(self, brief: bytes) -> bool:
+        """Take the table from the driver's task brief (task_brief.py): no catalog is opened
+        and no metadata file read. False when the brief does not read as one of this
+        release's: the worker then opens the catalog as without one. A brief of another
+        epoch than the one begun is not used either (`begin_epoch` reads the table)."""
+        found = task_brief.table_of(brief, self.config)
+        if found is None:
+            self.logger().warning("the task brief is not one this sink reads: opening the catalog")
+            return False
+        self._briefed, table = found
+        tables = self._t()
+        tables.current = table
+        tables.fresh = True
+        self._last_committed = tables.committed_epoch(table)
+        return True
+
+    def task_brief(self, epoch: int) -> bytes | None:
+        """What this epoch's tasks need to write and prepare their parts without a catalog
+        (task_brief.py: the table's metadata trimmed to its current schema, spec, sort order,
+        properties, location and snapshot; the non-secret FileIO properties; no credential):
+        from the table as the sink's own last commit left it, else read again now. None
+        before the table exists (the tasks create it) or when the table's FileIO holds a
+        secret the sink's configuration lacks (credentials the catalog vended): the tasks
+        then open the catalog themselves. With the previous epoch's commit running
+        (commits_beside_writes) the table as last read is taken: the tasks only write files
+        in its schema and spec, which the epoch's commit checks again."""
+        tables = self._t()
+        if tables.current is None:
+            return None
+        if not self._table_lock.acquire(blocking=False):
+            return task_brief.of(tables.current, epoch, self.config)
+        try:
+            table = tables.current if tables.fresh else tables.reload(epoch)
+            tables.fresh = False
+        finally:
+            self._table_lock.release()
+        return task_brief.of(table, epoch, self.config)
 
     def close(self) -> None:
         current, self._current = self._current, None
@@ -212,8 +264,9 @@ class IcebergSink(SinkBase[Iceberg]):
         if not self._table_lock.acquire(blocking=False):
             return  # the running commit reads the table
         try:
-            if tables.current is not None and not tables.fresh:
-                tables.reload(epoch)
+            briefed_for_another = self._briefed is not None and self._briefed != epoch
+            if tables.current is not None and (not tables.fresh or briefed_for_another):
+                tables.reload(epoch)  # its schema and spec as they are
             tables.fresh = False
         finally:
             self._table_lock.release()

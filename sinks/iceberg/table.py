@@ -24,22 +24,31 @@ if TYPE_CHECKING:
 
 
 class IcebergTable:
-    """One sink's table. `on_committed(epoch)` is told the committed epoch of every read."""
+    """One sink's table. `on_committed(epoch)` is told the committed epoch of every read.
+    The catalog is loaded by `load_catalog` on first use: a task given the table by its task
+    brief (task_brief.py) loads none unless it must read the table again (a rollback)."""
 
     def __init__(
         self,
         sink: SinkBase[Iceberg],
-        catalog: Catalog,
+        load_catalog: Callable[[], Catalog],
         layout: Layout,
         on_committed: Callable[[int], None],
     ) -> None:
-        self._sink, self.catalog, self.layout = sink, catalog, layout
+        self._sink, self._load_catalog, self.layout = sink, load_catalog, layout
+        self._catalog: Catalog | None = None
         self._on_committed = on_committed
         #: The table as last read or committed; None while it does not exist.
         self.current: Table | None = None
         #: Whether `current` is the catalog's latest answer (a worker's own read at open, or
         #: the sink's own commit): the next epoch need not read it again.
         self.fresh = False
+
+    @property
+    def catalog(self) -> Catalog:
+        if self._catalog is None:
+            self._catalog = self._load_catalog()
+        return self._catalog
 
     def committed(self, epoch: int) -> None:
         """The sink committed `epoch` to the table."""

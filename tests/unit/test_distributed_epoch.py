@@ -3,14 +3,16 @@ coordinator decides the winning attempts, commits them and rolls back every othe
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import ClassVar
 
 import pyarrow as pa
 import pytest
 
 from durable_sinks.coordinator import Coordinator, EpochOutcome, prepare_part
-from durable_sinks.core import CommitHandle, SinkConnector
+from durable_sinks.coordinator._coordinator import LATE_SWEEP_EPOCHS
+from durable_sinks.core import CommitHandle, OpenContext, SinkConnector, TaskBriefing
 from durable_sinks.core.errors import CapabilityError, FencedError
 from durable_sinks.manifest import LocalDirectoryStore
 from durable_sinks.sinks.folder import STAGING, Files, FolderSink
@@ -174,3 +176,88 @@ def test_an_attempt_prepared_after_its_epochs_decision_is_swept_at_the_next_epoc
     assert result.outcome is EpochOutcome.COMMITTED
     assert staged(tmp_path, "a") == []
     assert published_ids(tmp_path, "a") == [0, 1, 2, 10, 11]
+
+
+def test_an_attempt_that_lingers_past_the_next_epoch_is_swept_ten_epochs_later(
+    tmp_path: Path,
+) -> None:
+    """A task attempt of epoch 0 that prepares only after epoch 1's sweep (it lingered, or
+    was killed after it began) is rolled back by the running job at the end of epoch
+    LATE_SWEEP_EPOCHS, not left to the next start."""
+    c = coordinator(tmp_path, "a")
+    g = c.generation
+    assert g is not None
+
+    def run(epoch: int) -> None:
+        c.run_distributed_epoch(
+            epoch, lambda gen: worker(tmp_path, ("a",), gen, epoch, f"p0-t{epoch}", rows(1, epoch))
+        )
+
+    run(0)
+    run(1)
+    late = worker(tmp_path, ("a",), g, 0, "p0-t99", rows(3, 100))
+    for epoch in range(2, LATE_SWEEP_EPOCHS):
+        run(epoch)
+    assert staged(tmp_path, "a") == [h.participant for h in late]  # not yet
+    run(LATE_SWEEP_EPOCHS)
+    assert staged(tmp_path, "a") == []
+    assert published_ids(tmp_path, "a") == list(range(LATE_SWEEP_EPOCHS + 1))
+
+
+def test_after_a_restart_the_far_sweep_reads_the_previous_runs_decisions(
+    tmp_path: Path,
+) -> None:
+    """The previous run's last epochs are swept too: their decisions come from the store in
+    the first LATE_SWEEP_EPOCHS epochs after a start (a late attempt of the previous run's
+    last epoch, prepared after the new start's recovery, is rolled back)."""
+    first = coordinator(tmp_path, "a")
+    first.run_distributed_epoch(0, lambda gen: worker(tmp_path, ("a",), gen, 0, "p0-t0", rows(1)))
+    first.close()
+    again = coordinator(tmp_path, "a")
+    old = first.generation
+    assert old is not None
+    late = worker(tmp_path, ("a",), old, 0, "p0-t99", rows(3, 100))
+    assert staged(tmp_path, "a") == [h.participant for h in late]
+
+    def prepare(epoch: int) -> Callable[[int], list[CommitHandle]]:
+        return lambda gen: worker(tmp_path, ("a",), gen, epoch, f"p0-t{epoch}", rows(1, epoch))
+
+    for epoch in range(1, LATE_SWEEP_EPOCHS + 1):
+        again.run_distributed_epoch(epoch, prepare(epoch))
+    assert staged(tmp_path, "a") == []
+
+
+class BriefingFiles(FolderSink):
+    """A folder sink that gives a task brief and records the one each open received."""
+
+    received: ClassVar[list[bytes | None]] = []
+
+    def task_brief(self, epoch: int) -> bytes | None:
+        return f"brief of {self.name} for {epoch}".encode()
+
+    def open(self, context: OpenContext) -> None:
+        BriefingFiles.received.append(context.task_brief)
+        super().open(context)
+
+
+def test_each_sinks_task_brief_reaches_its_workers_open(tmp_path: Path) -> None:
+    BriefingFiles.received.clear()
+
+    def built() -> list[SinkConnector]:
+        return [BriefingFiles(Files(str(tmp_path / "a"), name="a")), files(tmp_path, "b")]
+
+    c = Coordinator(
+        "job", built(), LocalDirectoryStore(tmp_path / "store"), executor_mode=True, source="q"
+    )
+    c.start()
+    assert isinstance(c.sinks[0], TaskBriefing)
+    BriefingFiles.received.clear()  # the driver's own open
+    assert c.task_briefs(3) == {"a": b"brief of a for 3"}
+
+    def prepare(generation: int) -> list[CommitHandle]:
+        briefs = c.task_briefs(0)
+        return prepare_part("job", generation, 0, "p0-t0", built, rows(2), briefs=briefs)
+
+    assert c.run_distributed_epoch(0, prepare).outcome is EpochOutcome.COMMITTED
+    assert BriefingFiles.received == [b"brief of a for 0"]  # the worker's; "b" gives none
+    assert published_ids(tmp_path, "a") == [0, 1]

@@ -26,6 +26,7 @@ from .protocol import (
     SharesTransactions,
     SinkCapabilities,
     SinkConnector,
+    TaskBriefing,
     WriteResult,
 )
 
@@ -48,5 +49,6 @@ __all__ = [
     "SinkCapabilities",
     "SinkConnector",
     "SinkKind",
+    "TaskBriefing",
     "WriteResult",
 ]

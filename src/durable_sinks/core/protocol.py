@@ -5,9 +5,9 @@ A sink plays four roles, each a Protocol below, after Flink's Sink V2: the *writ
 (`EpochCommitter`, phase 2: commit or roll back a handle, idempotently, from any process), the
 *recovery* (`SinkRecovery`: what older generations left, what the target shows as committed)
 and the *lifecycle* (`SinkLifecycle`: open, checks, metrics, close). `SinkConnector` is all
-four; the optional roles are `LastResource`, `DistributedSink` and `PublishingSink` here and
-the operator views (`OperableSink`, `ExpiringSink`) in core/operations.py. Built-in sinks
-stand on one base, core/sink_base.py.
+four; the optional roles are `LastResource`, `DistributedSink`, `TaskBriefing` and
+`PublishingSink` here and the operator views (`OperableSink`, `ExpiringSink`) in
+core/operations.py. Built-in sinks stand on one base, core/sink_base.py.
 
 Call order for one epoch, on one sink instance::
 
@@ -128,7 +128,13 @@ class OpenContext:
     `transaction` names the job's sinks whose participants ride in one transaction with this
     sink's (SharesTransactions: the same `transaction_group`), in the job's order, the
     carrier of the decision first; empty when this sink's transactions are its own. Every
-    member's epoch then commits or aborts with the carrier's commit."""
+    member's epoch then commits or aborts with the carrier's commit.
+
+    `task_brief` is what the driver's instance of this sink gave for the epoch a worker
+    prepares (`TaskBriefing.task_brief`), handed over unchanged; None on the driver, and on
+    a worker when the driver's sink gave none (the worker then finds what it needs itself).
+    A worker is opened for one epoch: the brief names that epoch, and a sink that finds
+    another one in it ignores it."""
 
     job_id: str
     sink: str
@@ -139,6 +145,7 @@ class OpenContext:
     inspect: bool = False
     policy: WritePolicy = field(default_factory=WritePolicy)
     transaction: tuple[str, ...] = ()
+    task_brief: bytes | None = field(default=None, repr=False)
 
     def participant(self, epoch: int, attempt: int, part: str | None = None) -> ParticipantName:
         return ParticipantName.build(
@@ -389,6 +396,27 @@ class DistributedSink(SinkConnector, Protocol):
     """
 
     def prepared_participants(self, epoch: int) -> list[CommitHandle]: ...
+
+
+@runtime_checkable
+class TaskBriefing(Protocol):
+    """A DistributedSink whose workers need facts of the target that the driver's instance
+    already read (a table's schema, partition spec and location): `task_brief(epoch)` gives
+    them, on the driver, once per distributed epoch before its workers start, as a *task
+    brief*: plain bytes the sink alone reads, which the worker's instance of the sink gets in
+    `OpenContext.task_brief` when it opens for that epoch. A worker with a brief needs no
+    catalog or metadata read of its own; one without (a brief of None, or a driver of an
+    older release) must still work, reading what it needs itself.
+
+    The brief travels inside the Spark job that runs the tasks (it may show in the engine's
+    logs and plans): it must hold no secret. A worker takes credentials from its own copy of
+    the sink's configuration, as it does without a brief. It must not make a worker's result
+    depend on the brief being current: whatever the driver's commit relies on (the target's
+    state at commit time) is checked there, as it is without a brief. For a sink with
+    `commits_beside_writes`, `task_brief` may run while the previous epoch's phase 2 runs in
+    another thread."""
+
+    def task_brief(self, epoch: int) -> bytes | None: ...
 
 
 @runtime_checkable

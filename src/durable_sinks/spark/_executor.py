@@ -6,7 +6,10 @@ attempt is another participant. Each task returns its handles as JSON rows; Spar
 driver the output of exactly one successful attempt per partition, and those are the handles
 the coordinator decides. Attempts whose output Spark dropped stay prepared until the
 coordinator rolls them back (DistributedSink.prepared_participants). Nothing of the batch
-passes through the driver's memory but the handles.
+passes through the driver's memory but the handles. The sinks' task briefs of the epoch
+(Coordinator.task_briefs: facts of the targets the driver read, no secrets) travel in the
+function's closure to every task. The Python Data Source path (_datasource.py) has none: its
+writer is shipped once per query, so its tasks find what they need themselves.
 
 A task whose part fails with one of our errors (a DurableSinkError: bad data, a server
 restarting ...) rolls its part back and returns the error itself, pickled, instead of failing:
@@ -19,7 +22,7 @@ from __future__ import annotations
 
 import json
 import pickle
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from durable_sinks.coordinator import prepare_part
@@ -37,15 +40,22 @@ ERROR_COLUMN = "error"
 
 
 def prepare_on_executors(
-    df: Any, specs: Sequence[SinkSpec], options: JobOptions, generation: int, epoch: int
+    df: Any,
+    specs: Sequence[SinkSpec],
+    options: JobOptions,
+    generation: int,
+    epoch: int,
+    briefs: Mapping[str, bytes] | None = None,
 ) -> list[CommitHandle]:
     """Run one Spark job that prepares every partition of `df` as part of `epoch` (with the
     part's dead letters, when the job has a dead-letter sink); return the handles of the
-    attempts Spark kept."""
+    attempts Spark kept. `briefs` (the sinks' task briefs of the epoch, by sink name:
+    Coordinator.task_briefs) travel with the job's function to every task."""
     job_id = options.job_id
     build = sink_builder(specs, options)
     policy, cap = options.write_policy, options.bad_row_cap
     dead_letter = None if options.dead_letter is None else options.dead_letter.name
+    given = dict(briefs or {})
 
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow as pa
@@ -64,6 +74,7 @@ def prepare_on_executors(
                 policy=policy,
                 dead_letter=dead_letter,
                 bad_row_cap=cap,
+                briefs=given,
             )
         except DurableSinkError as exc:  # rolled back by prepare_part; raised on the driver
             failed = pa.array([pickle.dumps(exc)], pa.binary())

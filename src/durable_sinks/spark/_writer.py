@@ -325,7 +325,12 @@ class DurableBatchWriter:
                 return coordinator.run_distributed_epoch(
                     epoch,
                     lambda generation: prepare_on_executors(
-                        df, specs, self.options, generation, epoch
+                        df,
+                        specs,
+                        self.options,
+                        generation,
+                        epoch,
+                        coordinator.task_briefs(epoch),
                     ),
                 )
             return self._driver_epoch(coordinator, df, epoch)
