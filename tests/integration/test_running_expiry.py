@@ -9,7 +9,8 @@ last epoch they keep `kept` epochs, at most `retain + interval - 1` (2 and 109);
 decision store expires after every epoch and keeps `retain`. What it must keep is counted too:
 S3's and the files sink's epoch markers (readers find committed epochs through them), Kafka's
 progress records (compacted by the broker, never younger than the topic's
-`min.compaction.lag.ms` of an hour), the Delta log's commits (the table's history)."""
+`min.compaction.lag.ms` of an hour), the Delta log's commits (the table's history); an
+Iceberg table's snapshots are kept to its `keep_snapshots`."""
 
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ from durable_sinks.spark._options import JobOptions
 from durable_sinks.spark._specs import SinkSpec
 from tests.services import KafkaEndpoint, PostgresEndpoint, S3Endpoint
 from tests.support.coordinators import started
+from tests.support.iceberg_target import IcebergCatalog
 from tests.support.kafka_reads import read_committed
 from tests.support.s3_target import s3_options
 
@@ -256,3 +258,27 @@ def test_postgres_and_kafka_keep_markers_and_decisions_to_the_window_and_progres
     progress = owner_prefix(job_id, "kafka").encode() + b"progress"
     found = read_committed(kafka, AdminClient(kafka.config()), progress_topic)
     assert len([m for m in found if m.key() == progress]) == window.epochs
+
+
+def test_an_iceberg_table_keeps_its_snapshots_to_keep_snapshots_and_the_store_the_window(
+    postgres: PostgresEndpoint, tmp_path: Path, job_id: str, window: Window
+) -> None:
+    """An Iceberg table's record of the epochs is its snapshots (each one's summary names
+    its epoch) and one table property: with `keep_snapshots` at the window, the table holds
+    at most half as many again, the newest epochs', and the table's rows all stay."""
+    catalog = IcebergCatalog(postgres, tmp_path / "warehouse")
+    catalog.create_namespace()
+    try:
+        options = catalog.sink_options(create_table=True, keep_snapshots=window.retain)
+        decisions = tmp_path / "decisions"
+        run(job_id, [sink("iceberg", **options)], LocalDirectoryStore(decisions), window)
+        table = catalog.catalog().load_table(catalog.identifier())
+        epochs = [int(s.summary["durable-sinks.epoch"]) for s in table.snapshots() if s.summary]
+        assert window.retain <= len(epochs) <= window.retain + window.retain // 2
+        assert epochs == list(range(window.epochs - len(epochs), window.epochs))
+        properties = [k for k in table.properties if k.startswith("durable-sinks.")]
+        assert len(properties) == 1  # the committed epoch, one key per job and sink
+        assert directory_decisions(decisions, job_id) == window.decisions
+        assert len(catalog.rows()) == 2 * window.epochs
+    finally:
+        catalog.drop()
