@@ -5,10 +5,12 @@ driver committing what an executor prepared), and both are idempotent:
 
 - `commit` renames the staging folder to its published place with a create-only rename
   (renameat2 RENAME_NOREPLACE, core/durable_fs.py), then fsyncs the folders whose names
-  changed. When the published place already holds this participant's marker, the participant
-  was committed before: ALREADY_COMMITTED. When it holds another participant's (two attempts
-  of one part: only the decided one is ever committed), or when the participant is neither
-  staged nor published, data was removed behind the job's back: ParticipantLostError.
+  changed. The newest-epoch pointer's entry of the epoch is created before the rename and
+  older epochs' entries removed after it (layout.py). When the published place already
+  holds this participant's marker, the participant was committed before:
+  ALREADY_COMMITTED. When it holds another participant's (two attempts of one part: only
+  the decided one is ever committed), or when the participant is neither staged nor
+  published, data was removed behind the job's back: ParticipantLostError.
 - `rollback` removes the staging folder if it is there. It never touches a published folder.
 """
 
@@ -42,6 +44,7 @@ def commit(
             **where,
             fix="files of this folder were removed by hand; the epoch must be rewritten",
         )
+    layout.announce(handle.epoch, fsync=fsync)  # before the rename: layout.py
     target.parent.mkdir(exist_ok=True)
     try:
         rename_noreplace(staging, target)
@@ -57,6 +60,7 @@ def commit(
         fsync_dir(target.parent)
         fsync_dir(layout.root)
         fsync_dir(layout.staging_area)
+    layout.retire_below(handle.epoch)
     return CommitOutcome.COMMITTED
 
 

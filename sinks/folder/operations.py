@@ -18,7 +18,7 @@ from durable_sinks.core.operations import Bookkeeping, Holding, Prepared
 from durable_sinks.core.protocol import OpenContext
 
 from .encoders import Encoder
-from .layout import MARKER, PROBE, Layout, read_marker
+from .layout import MARKER, NEWEST, PROBE, Layout, read_marker
 from .recovery import owned_staging
 
 
@@ -85,7 +85,8 @@ def drop_job(
 ) -> list[Bookkeeping]:
     """The job's bookkeeping in the folder: its unprepared staging folders and start-up
     probe files under `_staging/` (then `_staging/` itself once empty), and the `_EPOCH.json`
-    markers of its published parts (removed only with `epoch_markers`). Data files are never
+    markers of its published parts with the newest-epoch pointer `_newest/` that points at
+    them (removed only with `epoch_markers`). Data files are never
     touched. Every path removed was listed in the sink's folder, is no symbolic link, and
     names this job and sink (a staging folder or probe by its name, a marker by the
     participant it records); a prepared staging folder is listed as kept (resolve it)."""
@@ -113,12 +114,22 @@ def drop_job(
     if markers:
         kept = None if epoch_markers else MARKERS_KEPT
         found.append(Bookkeeping("epoch markers _EPOCH.json", str(layout.root), len(markers), kept))
+    pointer = layout.newest_area
+    entries = layout.announced() if markers and _inside(pointer, layout.root) else []
+    if entries:
+        # Only beside the job's markers (the folder is one sink's): it points at them.
+        kept = None if epoch_markers else "it points at the epoch markers, which stay"
+        found.append(
+            Bookkeeping(f"newest-epoch pointer {NEWEST}/", str(pointer), len(entries), kept)
+        )
     if apply:
         for path in [*leftovers, *probes]:
             remove_tree(path)
         if epoch_markers:
             for marker in markers:
                 marker.unlink(missing_ok=True)
+            if entries:
+                remove_tree(pointer)
         if area.is_dir() and not area.is_symlink() and not any(area.iterdir()):
             area.rmdir()
     return found

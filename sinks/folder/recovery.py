@@ -28,33 +28,49 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 
-def last_committed(layout: Layout, context: OpenContext) -> int | None:
-    """The highest epoch with a published marker, read from the epoch folders' names and
-    the markers of the highest epochs only (newest first, down to the first epoch with a
-    marker: a folder without one is an epoch whose publish was cut short), so an open costs
-    the same whatever the number of epochs published. ConfigError when a marker read names
+def last_committed(
+    layout: Layout, context: OpenContext, *, fsync: bool, listed: bool = False
+) -> int | None:
+    """The highest epoch with a published marker. Read from the newest-epoch pointer
+    (layout.py): the newest announced epoch whose folder holds a marker, so an open costs the
+    same whatever the number of epochs published. Without such an epoch, from the folder's
+    `epoch=*` names, newest first, down to the first epoch with a marker (a folder without
+    one is an epoch whose publish was cut short); that open then creates the pointer's entry
+    of the epoch it found (unless it only inspects). ConfigError when a marker read names
     another job or another sink (published names carry neither: one sink per folder): a
-    folder two jobs publish into is refused by the open that follows the other's publish."""
+    folder two jobs publish into is refused by the open that follows the other's publish.
+    `listed`: from the names alone, whatever the pointer says."""
+    for epoch in [] if listed else layout.announced():
+        if _published(layout.epoch_folder(epoch), context):
+            return epoch
     for epoch, folder in layout.epochs_newest_first():
-        found = False
-        for part in folder.glob("part=*"):
-            marker = read_marker(part)
-            if marker is None:
-                continue
-            owner = FolderHandle.parse(marker).details.job_id
-            if (owner, marker.sink) != (context.job_id, context.sink):
-                raise ConfigError(
-                    f"{part} was written by job {owner!r} (sink {marker.sink!r}), not by job "
-                    f"{context.job_id!r} (sink {context.sink!r})",
-                    job=context.job_id,
-                    sink=context.sink,
-                    fix="give each folder sink of each job its own path; to read this one, "
-                    f"open it as sink {marker.sink!r} of job {owner!r}",
-                )
-            found = True
-        if found:
+        if _published(folder, context):
+            if not context.inspect:
+                layout.announce(epoch, fsync=fsync)
             return epoch
     return None
+
+
+def _published(folder: Path, context: OpenContext) -> bool:
+    """Whether an epoch folder holds a part with a marker (ConfigError when a marker names
+    another job or sink)."""
+    found = False
+    for part in folder.glob("part=*"):
+        marker = read_marker(part)
+        if marker is None:
+            continue
+        owner = FolderHandle.parse(marker).details.job_id
+        if (owner, marker.sink) != (context.job_id, context.sink):
+            raise ConfigError(
+                f"{part} was written by job {owner!r} (sink {marker.sink!r}), not by job "
+                f"{context.job_id!r} (sink {context.sink!r})",
+                job=context.job_id,
+                sink=context.sink,
+                fix="give each folder sink of each job its own path; to read this one, "
+                f"open it as sink {marker.sink!r} of job {owner!r}",
+            )
+        found = True
+    return found
 
 
 def epoch_schema(layout: Layout, epoch: int, where: dict[str, Any]) -> pa.Schema | None:

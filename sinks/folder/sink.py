@@ -94,9 +94,21 @@ class FolderSink(SinkBase[FolderConfig]):
             with self.translated("read the committed epoch's schema", last):
                 self._schema = recovery.epoch_schema(self.layout, last, self.where(last))
 
-    def _read_last_committed(self) -> int | None:
+    def _read_last_committed(self, *, listed: bool = False) -> int | None:
         with self.translated("read the committed epochs"):
-            return recovery.last_committed(self.layout, self.context)
+            return recovery.last_committed(
+                self.layout, self.context, fsync=self.config.fsync, listed=listed
+            )
+
+    def reread_last_committed_epoch(self) -> int | None:
+        """RereadsCommitted, from the folder's `epoch=*` names rather than the newest-epoch
+        pointer: asked when what the open read looks short of the job's newest decision, the
+        one case a listing must settle (a publisher of an older release that wrote no
+        pointer entry)."""
+        found = self._read_last_committed(listed=True)
+        if found is not None:
+            self._committed_up_to(found)
+        return self._last_committed
 
     def close(self) -> None:
         current, self._current = self._current, None

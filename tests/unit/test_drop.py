@@ -56,6 +56,7 @@ def test_the_folder_sink_removes_its_leftovers_and_markers_only(tmp_path: Path) 
     assert [(b.what, b.count, b.removable) for b in listed] == [
         ("staging leftovers", 2, True),
         ("epoch markers _EPOCH.json", 1, False),
+        ("newest-epoch pointer _newest/", 1, False),
     ]
     assert unprepared.exists()
 
@@ -67,6 +68,7 @@ def test_the_folder_sink_removes_its_leftovers_and_markers_only(tmp_path: Path) 
 
     files.drop_job(apply=True, epoch_markers=True)
     assert not list(folder.glob("epoch=0/part=*/_EPOCH.json"))
+    assert not (folder / "_newest").exists()
     assert (outside / "_EPOCH.json").exists()  # behind a symbolic link: never followed
     assert sorted(folder.glob("epoch=0/part=*/*.parquet")) == [
         p for p in data if "epoch=0" in str(p)
