@@ -146,9 +146,12 @@ class LocalDirectoryStore:
         DIRECTORY_STORE.check(found.get("version"), source=str(path), job=self._job)
 
     def _sweep_temps(self) -> None:
-        """Remove temporary files crashed writers left (older than TEMP_AGE_S)."""
+        """Remove temporary files crashed writers left (older than TEMP_AGE_S), in the
+        folders writers make them in: the job's folder (records, hints) and this
+        generation's. `finished/` (one name per epoch: not listed at each open) gets none:
+        its marks are created whole (`mark_finished`)."""
         old = time.time() - TEMP_AGE_S
-        for folder in (self._home, self._home / "finished", self._own):
+        for folder in (self._home, self._own):
             for temp in folder.glob(".tmp-*"):
                 with contextlib.suppress(OSError):
                     if temp.stat().st_mtime < old:
@@ -332,9 +335,10 @@ class LocalDirectoryStore:
         return DecisionRecord.from_bytes(data, source=str(path))
 
     def mark_finished(self, epoch: int) -> None:
+        # An empty file, created in one step: no temporary file in `finished/` to sweep.
         self._require_open()
         with self._io("mark an epoch finished", epoch), contextlib.suppress(FileExistsError):
-            create_exclusive(self._finished(epoch), b"", fsync=False)
+            os.close(os.open(self._finished(epoch), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
 
     def is_finished(self, epoch: int) -> bool:
         self._require_open()

@@ -234,7 +234,7 @@ def test_an_io_error_at_the_commit_point_is_in_doubt_and_read_back(
     ("call", "os_name", "code"),
     [
         ("get", "read", "EIO"),
-        ("mark_finished", "link", "ENOSPC"),
+        ("mark_finished", "open", "ENOSPC"),
         ("expire", "unlink", "EACCES"),
         ("put", "open", "ENOSPC"),
     ],
@@ -270,7 +270,7 @@ def test_a_crashed_writers_temporary_files_are_swept_at_open(tmp_path: Path) -> 
     store = opened(tmp_path)
     store.put(decision(0, store.generation))
     home = next(p for p in tmp_path.iterdir() if p.is_dir())
-    old, fresh = home / ".tmp-crashed", home / "finished" / ".tmp-being-written"
+    old, fresh = home / ".tmp-crashed", home / ".tmp-being-written"
     for temp in (old, fresh):
         temp.write_bytes(b"half a record")
     long_ago = os.stat(old).st_mtime - TEMP_AGE_S - 60
@@ -278,6 +278,8 @@ def test_a_crashed_writers_temporary_files_are_swept_at_open(tmp_path: Path) -> 
     opened(tmp_path)
     assert not old.exists()
     assert fresh.exists()  # may be a live writer's
+    store.mark_finished(0)
+    assert [p.name for p in (home / "finished").iterdir()] == ["000000000000"]  # no temp made
 
 
 def test_the_store_logs_its_generation_a_lost_race_and_expiry_with_the_job(
