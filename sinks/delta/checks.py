@@ -5,25 +5,21 @@ lock; a server that ignores it would let two writers both write version N)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from durable_sinks.clients.s3 import conditional_write_problem
 from durable_sinks.core.errors import ConfigError
 
 from .config import Delta
 from .layout import ROOT
-from .shape import Shape
+from .snapshot import LogSnapshot
 from .storage import TableStorage
-
-if TYPE_CHECKING:
-    from deltalake import DeltaTable
 
 #: delta-rs's storage options that name an external commit lock instead of conditional writes.
 LOCKING_OPTIONS = ("AWS_S3_LOCKING_PROVIDER", "aws_s3_locking_provider")
 
 
-def table_problems(config: Delta, shape: Shape, table: DeltaTable) -> list[str]:
+def table_problems(config: Delta, snapshot: LogSnapshot) -> list[str]:
     """Why an existing table cannot take this sink's rows (empty when it can)."""
+    shape = snapshot.shape
     problems = []
     if config.partition_by and tuple(config.partition_by) != shape.partition_by:
         problems.append(
@@ -33,10 +29,9 @@ def table_problems(config: Delta, shape: Shape, table: DeltaTable) -> list[str]:
     for column in config.key:
         if column not in shape.schema.names:
             problems.append(f"key column {column!r} is not a column of the table")
-    protocol = table.protocol()
-    if protocol.min_writer_version > 7 or protocol.min_reader_version > 3:
+    if snapshot.min_writer_version > 7 or snapshot.min_reader_version > 3:
         problems.append(
-            f"the table needs writer version {protocol.min_writer_version}, beyond delta-rs's"
+            f"the table needs writer version {snapshot.min_writer_version}, beyond delta-rs's"
         )
     return problems
 

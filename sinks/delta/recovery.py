@@ -22,7 +22,8 @@ def leftovers(
     """The prepared participants of older generations; the rest of their leftovers deleted,
     and the emptied journal folders of epochs the table records (a local table's)."""
     with sink.translated("read the table's log"):
-        committed = log.committed_epoch(log.latest())
+        snapshot = log.snapshot()
+    committed = None if snapshot is None else snapshot.committed_epoch
     found = []
     for name, journal in journals.under(journals.layout.folder):
         if name.generation >= sink.context.generation:

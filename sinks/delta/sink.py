@@ -115,10 +115,10 @@ class DeltaSink(SinkBase[Delta]):
         self._committer = Committer(
             self, self.storage, self._log, self._journals, self._committed_up_to
         )
-        # Loaded once per open and kept (DeltaLog.latest): the health check, recovery and
-        # the first epoch catch up from it instead of replaying the log again.
-        table = self._client_call(self._delta().latest, "read the table's log")
-        if table is None and not self.config.create_table and not context.inspect:
+        # Read from the log's tail, not loaded (snapshot.py): the start does not grow with
+        # the table's files. The first epoch's commit loads the table (DeltaLog.latest).
+        snapshot = self._client_call(self._delta().snapshot, "read the table's log")
+        if snapshot is None and not self.config.create_table and not context.inspect:
             raise ConfigError(
                 f"no Delta table at {self.storage.where}",
                 job=context.job_id,
@@ -126,10 +126,10 @@ class DeltaSink(SinkBase[Delta]):
                 fix="create the table first, or set create_table=True to create it from the "
                 "first epoch's rows",
             )
-        if table is not None:
-            self._shape = self._table_shape = self._delta().shape(table)
-            self._last_committed = self._delta().committed_epoch(table)
-            problems = checks.table_problems(self.config, self._shape, table)
+        if snapshot is not None:
+            self._shape = self._table_shape = snapshot.shape
+            self._last_committed = snapshot.committed_epoch
+            problems = checks.table_problems(self.config, snapshot)
             if problems:
                 raise ConfigError(
                     f"the Delta table at {self.storage.where} cannot take this sink's rows: "
@@ -158,7 +158,8 @@ class DeltaSink(SinkBase[Delta]):
 
     def _read_last_committed(self) -> int | None:
         with self.translated("read the table's committed epoch"):
-            return self._delta().committed_epoch()
+            snapshot = self._delta().snapshot()
+        return None if snapshot is None else snapshot.committed_epoch
 
     def _delta(self) -> DeltaLog:
         if self._log is None:
@@ -201,9 +202,9 @@ class DeltaSink(SinkBase[Delta]):
         return self._shape.schema if self._shape is not None else None
 
     def health_check(self) -> None:
-        """Read the table's log (caught up from the table the open loaded)."""
+        """Read the table's log (its checkpoint hint: the open read the log's tail)."""
         with self._log_lock:
-            self._client_call(self._delta().latest, "read the table's log")
+            self._client_call(self._delta().reach, "read the table's log")
 
     # -- phase 1 -------------------------------------------------------------------------------
     def begin_epoch(self, epoch: int) -> None:

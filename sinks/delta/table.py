@@ -18,6 +18,7 @@ from durable_sinks.core.joblog import JobLogger
 
 from .layout import COMMIT_INFO, COMMIT_VERSION_KEY
 from .shape import Shape, adds_columns, normalised_schema
+from .snapshot import CHECKPOINT_HINT, LogSnapshot, read_snapshot
 from .storage import TableStorage
 
 if TYPE_CHECKING:
@@ -42,6 +43,7 @@ class DeltaLog:
         self.app_id = app_id
         self.commit_retries = commit_retries
         self._latest: DeltaTable | None = None
+        self._snapshot: LogSnapshot | None = None
 
     def latest(self) -> DeltaTable | None:
         """The table at its newest version, as `load` gives it, but read incrementally: the
@@ -75,6 +77,26 @@ class DeltaLog:
             )
         except TableNotFoundError:
             return None
+
+    def snapshot(self) -> LogSnapshot | None:
+        """What a start needs of the table (snapshot.py), read from the log's tail without
+        loading the table's file list; None when there is no table. The next call reads
+        only the commits made since. A log the tail cannot answer for is loaded (and kept
+        for the first commit, as `latest` keeps it)."""
+        try:
+            found = read_snapshot(self.storage, self.app_id, self._snapshot)
+        except (ValueError, KeyError, TypeError) as exc:
+            self._log.debug("reading the Delta log's tail failed (%s): loading the table", exc)
+            found = None
+        if found is None:
+            table = self.latest()
+            found = None if table is None else LogSnapshot.of(table, self.app_id)
+        self._snapshot = found
+        return found
+
+    def reach(self) -> None:
+        """Read the log's checkpoint hint (any storage failure raises): the log can be read."""
+        self.storage.read_bytes(CHECKPOINT_HINT)
 
     def committed_epoch(self, table: DeltaTable | None = None) -> int | None:
         table = table if table is not None else self.load()
