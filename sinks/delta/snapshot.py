@@ -79,9 +79,14 @@ class _Found:
         self.metadata: dict[str, Any] | None = None
         self.protocol: dict[str, Any] | None = None
 
+    def missing(self) -> list[bytes]:
+        """The keys (as a commit's lines spell them) of the actions still to find."""
+        found = (self.txn_seen, self.metadata is not None, self.protocol is not None)
+        return [key for key, done in zip(WANTED, found, strict=True) if not done]
+
     @property
     def complete(self) -> bool:
-        return self.txn_seen and self.metadata is not None and self.protocol is not None
+        return not self.missing()
 
     def take(self, action: dict[str, Any]) -> None:
         txn = action.get("txn")
@@ -153,25 +158,30 @@ def _commits_from(storage: TableStorage, start: int) -> list[bytes] | None:
 def _scan(commits: list[bytes], wanted: _Found) -> None:
     """Fill `wanted` from `commits` (oldest first), newest first."""
     for data in reversed(commits):
-        for line in data.splitlines():
-            if any(key in line for key in WANTED):  # the others (add, commitInfo) unparsed
-                wanted.take(json.loads(line))
-        if wanted.complete:
+        keys = wanted.missing()
+        if not keys:
             return
+        if not any(key in data for key in keys):
+            continue  # the commit has none of them (its add and commitInfo left unparsed)
+        for line in data.splitlines():
+            if any(key in line for key in keys):
+                wanted.take(json.loads(line))
 
 
 def _from_checkpoint(storage: TableStorage, version: int, wanted: _Found) -> bool:
-    """Fill `wanted` from the single-file checkpoint of `version` (its three small columns
-    only); False when there is no such file."""
+    """Fill `wanted` from the single-file checkpoint of `version` (only the columns of the
+    actions it still lacks, of `txn`, `metaData` and `protocol`); False when there is no
+    such file."""
     import pyarrow.parquet as pq
 
     path = storage.full_path(f"{LOG}/{version:020d}.checkpoint.parquet")
     try:
+        columns = [key.decode().strip('"') for key in wanted.missing()]
         with storage.filesystem().open_input_file(path) as file:
-            table = pq.ParquetFile(file).read(columns=["txn", "metaData", "protocol"])
+            table = pq.ParquetFile(file).read(columns=columns)
     except FileNotFoundError:
         return False
-    for name in ("txn", "metaData", "protocol"):
+    for name in columns:
         for row in table.column(name).drop_null().to_pylist():
             if name == "metaData":
                 row = {**row, "configuration": dict(row.get("configuration") or [])}
