@@ -6,9 +6,10 @@ Loading a table (delta-rs's `DeltaTable`) replays the last checkpoint, which lis
 of the table, plus every commit after it: a start would grow with the table. This reads the
 `_delta_log/_last_checkpoint` hint, the commits after that checkpoint (versions are
 consecutive: read one by one until the first that does not exist, at most the checkpoint
-interval's worth, 100 with delta-rs), newest first, and only for what they did not say the
-checkpoint's `txn`, `metaData` and `protocol` columns (one row each of a few actions, the file
-list's columns not read). Without a hint the log is read from version 0.
+interval's worth, 100 with delta-rs; on an object store 16 requests at a time), newest first,
+and for what they do not say the checkpoint's `txn`, `metaData` or `protocol` columns only
+(one row each of a few actions; the file list's columns are not read). Without a hint the log
+is read from version 0.
 
 A log this cannot read so (a multi-part or V2 checkpoint, no version 0 and no hint, an action
 it cannot parse) is loaded by delta-rs instead (`None` from `read_snapshot`): the answer is the
@@ -21,6 +22,8 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from durable_sinks.core.threads import process_pool
+
 from .shape import Shape
 from .storage import TableStorage
 
@@ -29,6 +32,8 @@ if TYPE_CHECKING:
 
 LOG = "_delta_log"
 CHECKPOINT_HINT = f"{LOG}/_last_checkpoint"
+#: Commits read at once from an object store (on a local disk: one after another).
+OBJECT_STORE_READS = 16
 #: The actions a start reads, as their keys appear in a commit's lines.
 WANTED = (b'"txn"', b'"metaData"', b'"protocol"')
 #: The most commits after the last checkpoint read before the table is loaded instead (a
@@ -146,12 +151,21 @@ def _caught_up(storage: TableStorage, app_id: str, since: LogSnapshot) -> LogSna
 def _commits_from(storage: TableStorage, start: int) -> list[bytes] | None:
     """The commits from version `start` on, up to the first that does not exist; None when
     there are more than MOST_COMMITS."""
+    batch = OBJECT_STORE_READS if storage.config.on_s3 else 1
     commits: list[bytes] = []
     while len(commits) <= MOST_COMMITS:
-        data = storage.read_bytes(_commit(start + len(commits)))
-        if data is None:
-            return commits
-        commits.append(data)
+        first = start + len(commits)
+        if batch == 1:
+            read = [storage.read_bytes(_commit(first))]
+        else:  # a round trip each: `batch` at once
+            pool = process_pool("durable-sinks-delta-log", OBJECT_STORE_READS)
+            read = list(
+                pool.map(storage.read_bytes, [_commit(v) for v in range(first, first + batch)])
+            )
+        for data in read:
+            if data is None:
+                return commits
+            commits.append(data)
     return None
 
 
