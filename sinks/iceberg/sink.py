@@ -138,9 +138,13 @@ class IcebergSink(SinkBase[Iceberg]):
                 f"Spark SQL: CREATE NAMESPACE {config.namespace}), or check the catalog's "
                 "warehouse (a REST catalog serves the namespaces of the warehouse it is given)",
             ) from exc.__cause__
+        # The driver's open reads the newest snapshot only (the epoch property says what is
+        # committed); recovery, an epoch's start and the operator views read it all again.
+        driver = not context.worker and not context.inspect
         try:
             tables.current = self._client_call(
-                lambda: catalog.load_table(config.identifier), "load the table"
+                tables.load_referenced if driver else lambda: catalog.load_table(config.identifier),
+                "load the table",
             )
         except DurableSinkError as exc:
             if not isinstance(exc.__cause__, NoSuchTableError):

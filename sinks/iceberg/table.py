@@ -23,6 +23,11 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table
 
 
+#: A REST catalog property: `all` snapshots of a table in a load's answer, or those `refs`
+#: (branches, tags) point at.
+SNAPSHOT_LOADING_MODE = "snapshot-loading-mode"
+
+
 class IcebergTable:
     """One sink's table. `on_committed(epoch)` is told the committed epoch of every read.
     The catalog is loaded by `load_catalog` on first use: a task given the table by its task
@@ -53,6 +58,23 @@ class IcebergTable:
     def committed(self, epoch: int) -> None:
         """The sink committed `epoch` to the table."""
         self._on_committed(epoch)
+
+    def load_referenced(self) -> Table:
+        """The table with only the snapshots a branch or tag points at, where the catalog
+        can answer so (a REST catalog's `snapshot-loading-mode=refs`, for this one load):
+        what an open needs (the epoch property, the schema, the current snapshot) without
+        parsing every snapshot the table keeps. Other catalogs ignore the setting and load
+        every snapshot. The next `reload` reads the whole table again."""
+        properties = self.catalog.properties
+        before = properties.get(SNAPSHOT_LOADING_MODE)
+        properties[SNAPSHOT_LOADING_MODE] = "refs"
+        try:
+            return self.catalog.load_table(self._sink.config.identifier)
+        finally:
+            if before is None:
+                properties.pop(SNAPSHOT_LOADING_MODE, None)
+            else:
+                properties[SNAPSHOT_LOADING_MODE] = before
 
     def committed_epoch(self, table: Table) -> int | None:
         value = table.metadata.properties.get(self.layout.epoch_property)

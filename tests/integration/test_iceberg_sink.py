@@ -947,3 +947,35 @@ def test_epochs_written_beside_the_previous_epochs_commit_each_land_once(
     epochs = [s.summary.get("durable-sinks.epoch") for s in table.snapshots() if s.summary]
     assert epochs == ["0", "1", "2", "3"]
     assert sink.metrics()["commit_conflicts"] == 0
+
+
+def test_the_drivers_open_reads_the_newest_snapshot_only(
+    catalog: CatalogUnderTest, tmp_path: Path
+) -> None:
+    """The REST catalog answers the open with the snapshots branches point at (one here);
+    the open still knows the committed epoch and schema, recovery reads every snapshot
+    again, and the job goes on exactly once. A SQL catalog loads every snapshot."""
+    catalog.create_namespace()
+    first = coordinator(catalog, tmp_path, create_table=True)
+    for epoch in range(4):
+        first.run_epoch(epoch, [events([epoch])])
+    first.close()
+
+    sink = opened(catalog, generation=9)
+    current = sink._t().current
+    assert current is not None
+    rest = isinstance(catalog, RestIcebergCatalog)
+    assert len(current.metadata.snapshots) == (1 if rest else 4)
+    assert sink.last_committed_epoch() == 3
+    assert sink.schema() is not None
+    assert sink.schema().names == ["id", "body"]
+    assert "snapshot-loading-mode" not in sink._t().catalog.properties  # for the open only
+    assert sink.recover_prepared() == []
+    assert len(sink._t().current.metadata.snapshots) == 4  # recovery reads them all
+    sink.close()
+
+    again = coordinator(catalog, tmp_path)
+    again.run_epoch(3, [events([3])])  # a replay: already there
+    again.run_epoch(4, [events([4])])
+    again.close()
+    assert ids(catalog) == [0, 1, 2, 3, 4]
