@@ -157,9 +157,11 @@ class DeltaSink(SinkBase[Delta]):
         return table is None or TXN_RETENTION not in table.metadata().configuration
 
     def _read_last_committed(self) -> int | None:
+        # A reread (what the open read looks short of the job's newest decision) loads the
+        # table: the answer the log's tail cannot get wrong (a checkpoint hint that lags a
+        # newer checkpoint whose older commits were cleaned up, say).
         with self.translated("read the table's committed epoch"):
-            snapshot = self._delta().snapshot()
-        return None if snapshot is None else snapshot.committed_epoch
+            return self._delta().committed_epoch()
 
     def _delta(self) -> DeltaLog:
         if self._log is None:

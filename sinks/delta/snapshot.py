@@ -13,7 +13,9 @@ is read from version 0.
 
 A log this cannot read so (a multi-part or V2 checkpoint, no version 0 and no hint, an action
 it cannot parse) is loaded by delta-rs instead (`None` from `read_snapshot`): the answer is the
-same, only slower.
+same, only slower. A hint that lags a newer checkpoint is read as the log's newest version
+when the commits between were cleaned up: the sink's reread of its committed epoch (asked
+when the open's answer looks short of the job's decisions) loads the table instead.
 """
 
 from __future__ import annotations

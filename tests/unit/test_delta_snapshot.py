@@ -119,7 +119,27 @@ def test_a_start_does_not_load_the_table(tmp_path: Path, monkeypatch: pytest.Mon
     sink.health_check()
     assert sink.recover_prepared() == []
     assert sink.last_committed_epoch() == 3
-    assert sink.reread_last_committed_epoch() == 3
     assert sink.schema() is not None
     assert sink.schema().names == ["id", "part"]
+    sink.close()
+
+
+def test_a_reread_loads_the_table_past_a_lagging_hint(tmp_path: Path) -> None:
+    """A checkpoint hint left behind a newer checkpoint whose earlier commits were cleaned
+    up: the tail reads the old checkpoint as the newest version; the reread the lost-epoch
+    check asks for loads the table and finds the epoch."""
+    for epoch in range(3):
+        commit(tmp_path, epoch)
+    DeltaTable(str(tmp_path)).create_checkpoint()
+    lagging = (tmp_path / CHECKPOINT_HINT).read_bytes()
+    for epoch in range(3, 6):
+        commit(tmp_path, epoch)
+    DeltaTable(str(tmp_path)).create_checkpoint()
+    (tmp_path / CHECKPOINT_HINT).write_bytes(lagging)
+    for version in range(3, 6):
+        (tmp_path / "_delta_log" / f"{version:020d}.json").unlink()
+    sink = DeltaSink(Delta(path=str(tmp_path), name="delta"))
+    sink.open(OpenContext("job", "delta", 1))
+    assert sink.last_committed_epoch() == 2  # what the tail says
+    assert sink.reread_last_committed_epoch() == 5
     sink.close()
