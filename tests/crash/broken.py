@@ -52,7 +52,7 @@ class MarkerOutsideTransactionSink(FolderSink):
         (markers / str(epoch)).write_text(handle.participant)
         return handle
 
-    def _read_last_committed(self) -> int | None:
+    def _read_last_committed(self, *, listed: bool = False) -> int | None:
         markers = self.layout.root / "markers"
         epochs = [int(p.name) for p in markers.iterdir()] if markers.exists() else []
         return max(epochs, default=None)

@@ -967,11 +967,14 @@ def test_the_drivers_open_reads_the_newest_snapshot_only(
     rest = isinstance(catalog, RestIcebergCatalog)
     assert len(current.metadata.snapshots) == (1 if rest else 4)
     assert sink.last_committed_epoch() == 3
-    assert sink.schema() is not None
-    assert sink.schema().names == ["id", "body"]
+    schema = sink.schema()
+    assert schema is not None
+    assert schema.names == ["id", "body"]
     assert "snapshot-loading-mode" not in sink._t().catalog.properties  # for the open only
     assert sink.recover_prepared() == []
-    assert len(sink._t().current.metadata.snapshots) == 4  # recovery reads them all
+    reread = sink._t().current
+    assert reread is not None
+    assert len(reread.metadata.snapshots) == 4  # recovery reads them all
     sink.close()
 
     again = coordinator(catalog, tmp_path)

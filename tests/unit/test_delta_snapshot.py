@@ -119,8 +119,9 @@ def test_a_start_does_not_load_the_table(tmp_path: Path, monkeypatch: pytest.Mon
     sink.health_check()
     assert sink.recover_prepared() == []
     assert sink.last_committed_epoch() == 3
-    assert sink.schema() is not None
-    assert sink.schema().names == ["id", "part"]
+    schema = sink.schema()
+    assert schema is not None
+    assert schema.names == ["id", "part"]
     sink.close()
 
 
