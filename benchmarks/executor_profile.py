@@ -128,6 +128,33 @@ def timed_prepare(
     return task
 
 
+def timed_epoch(
+    coordinator: Any,
+    epoch: int,
+    df: Any,
+    build: Callable[[], SinkConnector],
+    briefs: Callable[[int], Mapping[str, bytes]] | None = None,
+) -> Parts:
+    """One executor-mode epoch of `coordinator` (a started Coordinator) over `df`, its tasks
+    timed (`timed_prepare`) and handed `briefs(epoch)` as the writer's are: the Spark job's
+    parts, the wall time, and the protocol after the job."""
+    measured: Parts = {}
+
+    def prepare(generation: int) -> list[CommitHandle]:
+        given = briefs(epoch) if briefs is not None else None
+        task = timed_prepare(coordinator.job_id, generation, epoch, build, given)
+        started = time.time()
+        rows = df.mapInArrow(task, "times string, handle string").collect()
+        measured.update(job_parts(started, time.time(), [json.loads(r[0]) for r in rows]))
+        return [CommitHandle.from_json(json.loads(r[1])) for r in rows if r[1]]
+
+    began = time.perf_counter()
+    coordinator.run_distributed_epoch(epoch, prepare)
+    measured["wall"] = (time.perf_counter() - began) * 1e3
+    measured["protocol after the job"] = measured["wall"] - measured["spark job"]
+    return measured
+
+
 def job_parts(started: float, ended: float, tasks: list[dict[str, float]]) -> Parts:
     """The Spark job's wall time and its gaps around the tasks' functions, plus the tasks'
     own parts (median over tasks)."""
@@ -171,20 +198,7 @@ def main() -> None:
     assert coordinator is not None
 
     def split(epoch: int) -> Parts:
-        measured: Parts = {}
-
-        def prepare(generation: int) -> list[CommitHandle]:
-            task = timed_prepare(coordinator.job_id, generation, epoch, spec.build)
-            started = time.time()
-            rows = df.mapInArrow(task, "times string, handle string").collect()
-            measured.update(job_parts(started, time.time(), [json.loads(r[0]) for r in rows]))
-            return [CommitHandle.from_json(json.loads(r[1])) for r in rows if r[1]]
-
-        began = time.perf_counter()
-        coordinator.run_distributed_epoch(epoch, prepare)
-        measured["wall"] = (time.perf_counter() - began) * 1e3
-        measured["protocol after the job"] = measured["wall"] - measured["spark job"]
-        return measured
+        return timed_epoch(coordinator, epoch, df, spec.build)
 
     def floor_of_executors(_: int) -> Parts:
         started = time.time()

@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.driver_profile import source_frame
-from benchmarks.executor_profile import Parts, executor_floor, job_parts, timed_prepare
+from benchmarks.executor_profile import Parts, executor_floor, job_parts, timed_epoch
 from durable_sinks.coordinator import Coordinator
-from durable_sinks.core import CommitHandle, SinkConnector
+from durable_sinks.core import SinkConnector
 from durable_sinks.manifest import LocalDirectoryStore
 from durable_sinks.sinks import create
 from tests.services import up
@@ -71,22 +71,7 @@ def main() -> None:
     epochs = iter(range(1_000_000))
 
     def ours(briefed: bool) -> Parts:
-        measured: Parts = {}
-        epoch = next(epochs)
-
-        def prepare(generation: int) -> list[CommitHandle]:
-            briefs = job.task_briefs(epoch) if briefed else {}
-            task = timed_prepare(job.job_id, generation, epoch, build, briefs)
-            started = time.time()
-            rows = df.mapInArrow(task, "times string, handle string").collect()
-            measured.update(job_parts(started, time.time(), [json.loads(r[0]) for r in rows]))
-            return [CommitHandle.from_json(json.loads(r[1])) for r in rows if r[1]]
-
-        began = time.perf_counter()
-        job.run_distributed_epoch(epoch, prepare)
-        measured["wall"] = (time.perf_counter() - began) * 1e3
-        measured["protocol after the job"] = measured["wall"] - measured["spark job"]
-        return measured
+        return timed_epoch(job, next(epochs), df, build, job.task_briefs if briefed else None)
 
     def floor() -> Parts:
         started = time.time()
