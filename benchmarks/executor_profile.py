@@ -187,7 +187,16 @@ def main() -> None:
     def writer(table: str, execution: Literal["driver", "executor"]) -> Any:
         spec = sink("postgres", dsn=pg.conninfo(), table=f"{schema}.{table}", create_table=True)
         job = f"profile-{execution}-{uuid.uuid4().hex[:6]}"
-        return durable_sink([spec], job_id=job, execution=execution), spec
+        # The batches come from a static DataFrame, not a streaming query: executor mode
+        # must be told which query it serves (rows it never sees cannot prove a replay), so
+        # each job gets a checkpoint of its own, whose metadata names a query of its own.
+        checkpoint = work / f"checkpoint-{job}"
+        checkpoint.mkdir()
+        (checkpoint / "metadata").write_text(json.dumps({"id": str(uuid.uuid4())}) + "\n")
+        made = durable_sink(
+            [spec], job_id=job, execution=execution, checkpoint_location=str(checkpoint)
+        )
+        return made, spec
 
     driver, _ = writer("driver", "driver")
     executor, _ = writer("executor", "executor")
