@@ -601,13 +601,13 @@ class Coordinator:
                 yield from self.participants.discard_losers(winner, generation, metrics, log)
                 raise unproven_replay(self.job_id, winner, EXECUTOR_MODE_ROWS)
             record = winner
+        late = self._late_decisions(epoch, metrics)
         if self._phase2.enabled:
-            self._phase2.begin(record, lambda: self._finish_in_background(record, generation))
-            self._sweep_late_attempts(epoch, generation, metrics, log)
+            self._phase2.begin(record, lambda: self._finish_in_background(record, generation, late))
         else:
             yield from self._finish(record, metrics)
             yield from self.participants.discard_losers(record, generation, metrics, log)
-            self._sweep_late_attempts(epoch, generation, metrics, log)
+            self._sweep_late_attempts(late, generation, metrics, log)
             self._expire(epoch, metrics, log)
         self._decided[epoch] = record
         self._decided.pop(epoch - LATE_SWEEP_EPOCHS - 1, None)
@@ -620,19 +620,16 @@ class Coordinator:
         )
         return self._committed(outcome, record, metrics, log)
 
-    def _sweep_late_attempts(
-        self, epoch: int, generation: int, metrics: EpochMetrics, log: JobLogger
-    ) -> None:
-        """Roll back attempts of earlier epochs that prepared (or began) after their epoch's
-        decision and its discard of losers (a late or speculative task, one killed while it
-        wrote), instead of leaving them, with their locks, slots, open uploads and journal
-        entries, to the next start's recovery. Two epochs are swept after `epoch`: the one
-        before (late attempts are usually that recent) and the one LATE_SWEEP_EPOCHS back
-        (an attempt that lingered, and whatever the first sweep raced with). The decision of
-        each is this coordinator's own, kept in memory; only in the first LATE_SWEEP_EPOCHS
-        epochs after a start is the far one read from the store (the previous run's last
-        epochs). So the cost per epoch stays the same however long the job runs; anything
-        later still is recovery's."""
+    def _late_decisions(
+        self, epoch: int, metrics: EpochMetrics
+    ) -> list[tuple[int, DecisionRecord]]:
+        """The epochs whose late attempts are rolled back after `epoch`
+        (`_sweep_late_attempts`), with their decisions: the one before (late attempts are
+        usually that recent) and the one LATE_SWEEP_EPOCHS back (an attempt that lingered,
+        and whatever the first sweep raced with). The decision of each is this coordinator's
+        own, kept in memory; only in the first LATE_SWEEP_EPOCHS epochs after a start is the
+        far one read from the store (the previous run's last epochs)."""
+        found = []
         for back in (epoch - 1, epoch - LATE_SWEEP_EPOCHS):
             record = self._decided.get(back)
             first = self._first_distributed
@@ -640,8 +637,23 @@ class Coordinator:
             if record is None and 0 <= back == epoch - LATE_SWEEP_EPOCHS and before_this_run:
                 with metrics.phase("lookup"):
                     record = self.decisions.for_epoch(back)
-            if record is None:
-                continue
+            if record is not None:
+                found.append((back, record))
+        return found
+
+    def _sweep_late_attempts(
+        self,
+        late: Sequence[tuple[int, DecisionRecord]],
+        generation: int,
+        metrics: EpochMetrics,
+        log: JobLogger,
+    ) -> None:
+        """Roll back the attempts of the `late` epochs (`_late_decisions`) that prepared (or
+        began) after their epoch's decision and its discard of losers (a late or speculative
+        task, one killed while it wrote), instead of leaving them, with their locks, slots,
+        open uploads and journal entries, to the next start's recovery. The cost per epoch
+        stays the same however long the job runs; anything later still is recovery's."""
+        for back, record in late:
             for _ in self.participants.discard_losers(record, generation, metrics, log, back):
                 pass
 
@@ -766,12 +778,16 @@ class Coordinator:
         yield "after-finish"
 
     def _finish_in_background(
-        self, decision: DecisionRecord, generation: int | None = None
+        self,
+        decision: DecisionRecord,
+        generation: int | None = None,
+        late: Sequence[tuple[int, DecisionRecord]] = (),
     ) -> None:
         """`_finish`, in executor mode the rollback of the epoch's losing attempts of
-        `generation` or older, and the expiry of old decisions and markers, as the epoch
-        itself would have run them after its decision (in the background thread of
-        `_phase2`; the sweep of the epoch's late attempts stays with the next epoch)."""
+        `generation` or older and of the `late` epochs' late attempts, and the expiry of old
+        decisions and markers, as the epoch itself would have run them after its decision (in
+        the background thread of `_phase2`; the sweep of this epoch's own late attempts
+        comes with the next epoch's)."""
         metrics = EpochMetrics(decision.epoch)
         log = self.log.bind(epoch=decision.epoch)
         for _ in self._finish(decision, metrics):
@@ -779,6 +795,7 @@ class Coordinator:
         if generation is not None:
             for _ in self.participants.discard_losers(decision, generation, metrics, log):
                 pass
+            self._sweep_late_attempts(late, generation, metrics, log)
         self._expire(decision.epoch, metrics, log)
         log.debug("phase 2 finished in the background in %.1f ms", metrics.seconds["commit"] * 1e3)
 
