@@ -199,17 +199,25 @@ class IcebergSink(SinkBase[Iceberg]):
         then open the catalog themselves. With the previous epoch's commit running
         (commits_beside_writes) the table as last read is taken: the tasks only write files
         in its schema and spec, which the epoch's commit checks again."""
+        table = self._table_for(epoch)
+        return None if table is None else task_brief.of(table, epoch, self.config)
+
+    def _table_for(self, epoch: int, *, again: bool = False) -> Table | None:
+        """The table `epoch` writes into (None before it exists): read again (its schema and
+        spec as they are) unless the last read or commit was the catalog's latest answer
+        and not `again`; as last read while the previous epoch's commit runs beside this
+        epoch (commits_beside_writes), which leaves the table as the catalog answers it.
+        Either way the next epoch reads it again."""
         tables = self._t()
-        if tables.current is None:
-            return None
-        if not self._table_lock.acquire(blocking=False):
-            return task_brief.of(tables.current, epoch, self.config)
+        if tables.current is None or not self._table_lock.acquire(blocking=False):
+            return tables.current
         try:
-            table = tables.current if tables.fresh else tables.reload(epoch)
+            if again or not tables.fresh:
+                tables.reload(epoch)
             tables.fresh = False
+            return tables.current
         finally:
             self._table_lock.release()
-        return task_brief.of(table, epoch, self.config)
 
     def close(self) -> None:
         current, self._current = self._current, None
@@ -252,28 +260,17 @@ class IcebergSink(SinkBase[Iceberg]):
 
     # -- phase 1 -------------------------------------------------------------------------------
     def begin_epoch(self, epoch: int) -> None:
-        """Begin `epoch` with the table read again (its schema and spec as they are), unless
-        the last read or commit was the catalog's latest answer, or the previous epoch's
-        commit is running beside this epoch (commits_beside_writes), which leaves the
-        table as the catalog answers it. The schema and spec the files are written with
-        are checked again at the epoch's commit (committer.publish)."""
+        """Begin `epoch` with the table `_table_for` gives (read again unless known fresh, or
+        a task brief of another epoch); the schema and spec the files are written with are
+        checked again at the epoch's commit (committer.publish)."""
         failed, self._current = self._current, None
         if failed is not None:  # a failed attempt not rolled back
             paths = failed.leftovers()
             if paths:
                 with self._table_lock:
                     committer.delete_unless_committed(self, self._t(), failed.epoch, paths)
-        tables = self._t()
-        self._current = IcebergParticipant(epoch, self._next_participant(epoch), tables.layout)
-        if not self._table_lock.acquire(blocking=False):
-            return  # the running commit reads the table
-        try:
-            briefed_for_another = self._briefed is not None and self._briefed != epoch
-            if tables.current is not None and (not tables.fresh or briefed_for_another):
-                tables.reload(epoch)  # its schema and spec as they are
-            tables.fresh = False
-        finally:
-            self._table_lock.release()
+        self._current = IcebergParticipant(epoch, self._next_participant(epoch), self._t().layout)
+        self._table_for(epoch, again=self._briefed is not None and self._briefed != epoch)
 
     def write_batch(self, batch: pa.RecordBatch) -> WriteResult:
         import pyarrow as pa
