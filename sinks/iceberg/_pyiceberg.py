@@ -13,7 +13,7 @@
   epoch would land twice; the sink retries itself, re-checking the epoch first.
 - `list_files`: the files under a folder of the table's location (recovery of half-written
   participants; pyiceberg's FileIO has no listing).
-- `delete_folder_contents`: every file under a folder of the table's location in batched
+- `delete_folder`: a folder of the table's location and every file under it, in batched
   requests (an epoch's journal once its commit is made; pyiceberg's FileIO deletes one file
   at a time).
 - `reach`: one request to the table's storage with the FileIO's own settings (endpoint,
@@ -256,17 +256,19 @@ def delete_files(table: Table, paths: Iterable[str]) -> None:
             continue
 
 
-def delete_folder_contents(table: Table, folder: str) -> bool:
-    """Delete every file under `folder` (a location below the table's) in batched requests
-    (S3: one listing and one DeleteObjects per 1,000 keys); False, deleting nothing, when the
-    table's FileIO is not pyarrow's (the caller deletes file by file)."""
+def delete_folder(table: Table, folder: str) -> bool:
+    """Delete `folder` (a location below the table's) and every file under it in batched
+    requests (S3: one listing and one DeleteObjects per 1,000 keys, then the folder's own
+    marker where the storage keeps one); a folder already gone is no error. False, deleting
+    nothing, when the table's FileIO is not pyarrow's (the caller deletes file by file)."""
     from pyiceberg.io.pyarrow import PyArrowFileIO
 
     io = table.io
     if not isinstance(io, PyArrowFileIO):
         return False
     scheme, netloc, path = PyArrowFileIO.parse_location(folder, io.properties)
-    io.fs_by_scheme(scheme, netloc).delete_dir_contents(path, missing_dir_ok=True)
+    with contextlib.suppress(FileNotFoundError):
+        io.fs_by_scheme(scheme, netloc).delete_dir(path)
     return True
 
 

@@ -7,7 +7,8 @@ nothing):
   participant whose files are gone before the epoch's commit is data loss
   (ParticipantLostError). The live path's participants are taken as their handles say.
 - `publish`: the epoch's one Iceberg commit of every decided participant together: one
-  transaction that sets the epoch property and fast-appends the epoch's files (snapshot
+  transaction that sets the epoch property (and the journal property: every participant of
+  the sink journals itself, recovery.py) and fast-appends the epoch's files (snapshot
   summary `durable-sinks.job`, `.sink`, `.epoch`, `.participants`). If the table as last read
   shows the epoch in the property, nothing is done; the commit asserts that the table's main
   branch has not moved since that read, so any commit of another writer meanwhile fails it
@@ -38,6 +39,7 @@ from . import _pyiceberg
 from .config import Iceberg
 from .errors import CommitConflictError
 from .handles import IcebergHandleDetails, data_files_of
+from .journal import JOURNAL
 from .layout import (
     SNAPSHOT_SUMMARY,
     SUMMARY_EPOCH,
@@ -179,7 +181,12 @@ def _commit(
     }
     _pyiceberg.without_commit_retries(table)
     with table.transaction() as tx:
-        tx.set_properties({tables.layout.epoch_property: str(epoch)})
+        tx.set_properties(
+            {
+                tables.layout.epoch_property: str(epoch),
+                tables.layout.journal_property: str(JOURNAL.current),
+            }
+        )
         with tx.update_snapshot(snapshot_properties=summary).fast_append() as append:
             for data_file in files:
                 append.append_data_file(data_file)

@@ -1,6 +1,7 @@
-"""The epoch journal of executor mode: one small JSON object per task's participant, under a
-folder of its epoch, so that the driver finds an epoch's participants (the losing task
-attempts among them) by listing that folder alone, whatever the size of the table.
+"""The epoch journal: one small JSON object per participant, under a folder of its epoch, so
+that the driver finds an epoch's participants (the losing task attempts among them) by
+listing that folder alone, and a start finds the participants left prepared by listing the
+sink's journal, whatever the size of the table.
 
     <data folder>/_durable-sinks/<job>/<sink>/<epoch>/<generation>-<attempt>-<part>.parquet
 
@@ -8,18 +9,17 @@ An entry is JSON, kept as the one value of a one-row Parquet file: stores that k
 tables only (S3 table buckets) accept Parquet files under a table's data folder and refuse
 other objects there.
 
-A task writes its participant's entry before its first data file (`{"participant": ...}`:
-it may write files from now on) and again with its handle at `pre_commit`. The epoch's
-commit deletes the entries of the participants it committed; a rollback deletes the
-participant's entry after its files. An entry without a handle is a task that stopped
-before it prepared: its files are found by their names (layout.py) in the data folder, a
-listing that only such an entry costs. An entry written after its epoch was swept (a task
-attempt that began or prepared late, or that the commit's batched delete raced with) is
-found by the coordinator's second sweep of the epoch, ten epochs later (its
-`prepared_participants` is this listing again), and rolled back with its files. Only tasks
-write entries: in driver mode the one participant is the driver's own, rolled back by the
-driver itself or found by the next start's recovery (which lists the data folder at start,
-for every generation before its own).
+Every participant writes its entry before its first data file (`{"participant": ...}`: it
+may write files from now on); a task writes it again with its handle at `pre_commit` (the
+driver's handle is in the epoch's decision record). The epoch's commit deletes the entries
+of the participants it committed; a rollback deletes the participant's entry after its
+files. An entry without a handle is a participant that stopped before it prepared (or the
+driver's): its files are found by their names (layout.py) in the data folder, a listing
+that only such an entry costs. An entry written after its epoch was swept (a task attempt
+that began or prepared late, or that the commit's batched delete raced with) is found by
+the coordinator's second sweep of the epoch, ten epochs later (its `prepared_participants`
+is this listing again), and rolled back with its files; one left by a stopped job is found
+by the next start's recovery (`all_entries`).
 
 Every entry read back is checked to name a participant of this job's sink and epoch, and its
 handle's files to be that participant's own (committer.require_own, where they are used):
@@ -49,19 +49,21 @@ JOURNAL = stored_format(
     current=1,
     oldest=1,
     where="the table's data folder, `_durable-sinks/<job>/<sink>/<epoch>/`, one Parquet file "
-    'per task participant holding one JSON object, with `"version"`',
+    'per participant holding one JSON object, with `"version"`',
 )
 FOLDER = "_durable-sinks"
 #: The one column of an entry's Parquet file: the entry as JSON.
 COLUMN = "entry"
 
 
+def sink_folder(data_path: str, layout: Layout) -> str:
+    """The folder of every epoch's entries of this job's sink."""
+    return f"{data_path.rstrip('/')}/{FOLDER}/{component(layout.job_id)}/{component(layout.sink)}"
+
+
 def epoch_folder(data_path: str, layout: Layout, epoch: int) -> str:
     """The folder of `epoch`'s entries under the table's data folder `data_path`."""
-    return (
-        f"{data_path.rstrip('/')}/{FOLDER}/{component(layout.job_id)}/"
-        f"{component(layout.sink)}/{epoch}"
-    )
+    return f"{sink_folder(data_path, layout)}/{epoch}"
 
 
 def entry_path(data_path: str, layout: Layout, name: ParticipantName) -> str:
@@ -133,13 +135,15 @@ def delete(
     with sink.translated("list the epoch journal", epoch):
         listed = list(_pyiceberg.list_files(table, folder))
     paths = [p for p in listed if p.rsplit("/", 1)[1] in wanted]
-    if len(paths) > 1 and len(paths) == len(listed):
-        # Every entry of the epoch goes (no losing attempt left): all of them in one batched
-        # request rather than a round trip or two each. An entry written after the listing
-        # (a task attempt still running) may go with them: its files are then the next
-        # start's recovery's, found by their names.
+    if paths and len(paths) == len(listed):
+        # Every entry of the epoch goes (no losing attempt left): the epoch's folder with
+        # them, in batched requests rather than a round trip or two each. An emptied folder
+        # would stay where the storage keeps folders (a local file system, SeaweedFS), one
+        # more in every later listing of the journal. An entry written after the listing
+        # (a task attempt that prepared in those milliseconds) goes with them: its files
+        # are left to orphan-file removal.
         with sink.translated("delete the epoch journal", epoch):
-            if _pyiceberg.delete_folder_contents(table, folder):
+            if _pyiceberg.delete_folder(table, folder):
                 return
     with sink.translated("delete an epoch journal entry", epoch):
         _pyiceberg.delete_files(table, paths)
@@ -149,15 +153,39 @@ def entries(
     sink: SinkBase[Iceberg], table: Table, epoch: int
 ) -> list[tuple[ParticipantName, CommitHandle | None]]:
     """Every entry of `epoch` of this job's sink: the participant and its handle (None for a
-    task that has not prepared). An entry that does not read, or names anyone else's
-    participant, is skipped (a crash while it was written leaves no half object on object
-    storage; on a local file system it does not read as Parquet)."""
+    participant that has not prepared, or the driver's). An entry that does not read, or
+    names anyone else's participant, is skipped (a crash while it was written leaves no half
+    object on object storage; on a local file system it does not read as Parquet)."""
     layout = Layout(sink.context.job_id, sink.name)
     folder = epoch_folder(table.location_provider().data_path, layout, epoch)
     with sink.translated("list the epoch journal", epoch):
         paths = sorted(_pyiceberg.list_files(table, folder))
-    found = []
+    return _read(sink, table, [(epoch, p) for p in paths])
+
+
+def all_entries(
+    sink: SinkBase[Iceberg], table: Table
+) -> list[tuple[ParticipantName, CommitHandle | None]]:
+    """Every entry of every epoch of this job's sink (one listing of the sink's journal
+    folder: what the commits and rollbacks have not deleted yet), read as `entries` reads
+    them, each checked to lie in its own epoch's folder."""
+    layout = Layout(sink.context.job_id, sink.name)
+    folder = sink_folder(table.location_provider().data_path, layout)
+    with sink.translated("list the journal"):
+        paths = sorted(_pyiceberg.list_files(table, folder))
+    placed = []
     for path in paths:
+        epoch = path.rsplit("/", 2)[-2] if path.count("/") >= 2 else ""
+        if epoch.isdigit():
+            placed.append((int(epoch), path))
+    return _read(sink, table, placed)
+
+
+def _read(
+    sink: SinkBase[Iceberg], table: Table, paths: list[tuple[int, str]]
+) -> list[tuple[ParticipantName, CommitHandle | None]]:
+    found = []
+    for epoch, path in paths:
         if not path.endswith(".parquet"):
             continue
         with sink.translated("read the epoch journal", epoch):

@@ -63,6 +63,14 @@ class Layout:
         """The table property holding the highest epoch committed by this job's sink."""
         return f"{PREFIX}.{component(self.job_id)}.{component(self.sink)}.epoch"
 
+    @property
+    def journal_property(self) -> str:
+        """The table property saying that every participant of this job's sink writes its
+        entry in the epoch journal (journal.py) before its first data file: set by each
+        epoch's commit, so that a start finds the participants left prepared by listing the
+        journal instead of the table's data folder (recovery.py)."""
+        return f"{PREFIX}.{component(self.job_id)}.{component(self.sink)}.journal"
+
     def epoch_of(self, summary: Mapping[str, str] | None) -> int | None:
         """The epoch a snapshot committed for this job's sink, from its summary; None for a
         snapshot of anyone else (another job or sink, another writer)."""

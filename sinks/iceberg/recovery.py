@@ -1,12 +1,19 @@
 """What a restart of the Iceberg sink finds: the last committed epoch (the table's epoch
-property, table.py) and the participants left prepared, found by listing the table's data
-folder (each file's name encodes its participant: layout.py). Every participant of an older
-generation whose files are there and not in the table is handed to the coordinator, which
-commits it (if its epoch's decision names it) or rolls it back; a participant that never
-prepared is in no decision. After a distributed epoch, `prepared_of_epoch` reads the epoch's
-journal (journal.py), so the coordinator rolls back the losing task attempts."""
+property, table.py) and the participants left prepared. Every participant writes its entry in
+the epoch journal (journal.py) before its first data file, so once the table's journal
+property says so (every commit of this release sets it) the participants left prepared are
+the entries of older generations in the sink's journal: one listing of what the commits and
+rollbacks left there, whatever the table's history. A table without the property (its
+commits all made by a release that journaled only tasks) is recovered by listing its data
+folder (each file's name encodes its participant: layout.py). Every participant found whose
+files the table does not hold is handed to the coordinator, which commits it (if its
+epoch's decision names it) or rolls it back; a participant that never prepared is in no
+decision. After a distributed epoch, `prepared_of_epoch` reads the epoch's journal, so the
+coordinator rolls back the losing task attempts."""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from durable_sinks.core.naming import ParticipantName
 from durable_sinks.core.protocol import CommitHandle
@@ -17,6 +24,9 @@ from .config import Iceberg
 from .handles import IcebergHandleDetails, path_entry, paths_of
 from .table import IcebergTable
 
+if TYPE_CHECKING:
+    from pyiceberg.table import Table
+
 
 def leftover(sink: SinkBase[Iceberg], name: ParticipantName, paths: list[str]) -> CommitHandle:
     """A handle naming a participant's files (enough to roll it back)."""
@@ -26,10 +36,48 @@ def leftover(sink: SinkBase[Iceberg], name: ParticipantName, paths: list[str]) -
 
 
 def leftovers(sink: SinkBase[Iceberg], tables: IcebergTable) -> list[CommitHandle]:
-    """Every participant of an older generation with files in the table's data folder, as a
-    handle naming its files (the coordinator commits the decision's own handle)."""
-    if tables.current is None:
+    """Every participant of an older generation left prepared, as a handle naming its files
+    (the coordinator commits the decision's own handle): from the journal once the table's
+    journal property is set, else from the table's data folder."""
+    current = tables.current
+    if current is None:
         return []
+    if current.metadata.properties.get(tables.layout.journal_property) is not None:
+        return _journaled(sink, tables, current)
+    return _listed(sink, tables)
+
+
+def _journaled(sink: SinkBase[Iceberg], tables: IcebergTable, current: Table) -> list[CommitHandle]:
+    """The entries of older generations in the sink's journal, with their files (from the
+    entry's handle, else found by name in the data folder: listed only for such an entry).
+    An entry of a participant its epoch's snapshot names (the commit stopped before it
+    deleted the entry) is deleted here; one of a committed epoch whose snapshot says nothing
+    is handed back too: its rollback keeps every file the table holds."""
+    found = [
+        (name, handle)
+        for name, handle in journal.all_entries(sink, current)
+        if name.generation < sink.context.generation
+    ]
+    if not found:
+        return []
+    table = tables.reload()
+    listed = tables.listed(table) if any(h is None for _, h in found) else {}
+    paths = {
+        name: paths_of(handle) if handle is not None else listed.get(name, [])
+        for name, handle in found
+    }
+    committed = tables.committed_epoch(table)
+    if committed is not None and any(name.epoch <= committed for name in paths):
+        appended = tables.appended(table)
+        held = [n for n in paths if str(n) in appended.get(n.epoch, frozenset())]
+        for epoch in sorted({n.epoch for n in held}):
+            journal.delete(sink, table, epoch, [n for n in held if n.epoch == epoch])
+        paths = {k: v for k, v in paths.items() if k not in held}
+    return [leftover(sink, name, p) for name, p in sorted(paths.items())]
+
+
+def _listed(sink: SinkBase[Iceberg], tables: IcebergTable) -> list[CommitHandle]:
+    """Every participant of an older generation with files in the table's data folder."""
     table = tables.reload()
     found = {
         name: paths

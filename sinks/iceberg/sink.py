@@ -26,12 +26,14 @@
   deleted then.
 - Rollback deletes the participant's files only when the table proves they are not part of
   it: the property shows the epoch not committed, or the epoch's snapshot does not list them.
-- Recovery lists the table's data folder: every participant of an older generation whose
-  files are there is handed to the coordinator, which commits it (if its epoch's decision
-  names it) or rolls it back. A participant that never prepared is in no decision. After a
-  distributed epoch, `prepared_participants` lists the epoch's journal (journal.py: one
-  entry per task participant, under a folder of the epoch), so the coordinator rolls back
-  the losing task attempts at a cost that does not grow with the table.
+- Every participant writes its entry in the epoch journal (journal.py: one entry per
+  participant, under a folder of the epoch) before its first data file; the epoch's commit
+  and the participant's rollback delete it. Recovery lists the sink's journal (recovery.py):
+  every participant of an older generation found there is handed to the coordinator, which
+  commits it (if its epoch's decision names it) or rolls it back. A participant that never
+  prepared is in no decision. After a distributed epoch, `prepared_participants` lists the
+  epoch's journal folder, so the coordinator rolls back the losing task attempts at a cost
+  that does not grow with the table.
 - `last_committed_epoch` is the table property.
 """
 
@@ -266,9 +268,10 @@ class IcebergSink(SinkBase[Iceberg]):
         failed, self._current = self._current, None
         if failed is not None:  # a failed attempt not rolled back
             paths = failed.leftovers()
-            if paths:
-                with self._table_lock:
-                    committer.delete_unless_committed(self, self._t(), failed.epoch, paths)
+            with self._table_lock:
+                committer.delete_unless_committed(self, self._t(), failed.epoch, paths)
+                if failed.journaled:
+                    self._forget(failed.epoch, [failed.name])
         self._current = IcebergParticipant(epoch, self._next_participant(epoch), self._t().layout)
         self._table_for(epoch, again=self._briefed is not None and self._briefed != epoch)
 
@@ -282,7 +285,7 @@ class IcebergSink(SinkBase[Iceberg]):
             return WriteResult(0, 0)
         table = self._t().current or self._create(batch.schema, current.epoch)
         rows = self._fitted(pa.Table.from_batches([batch]), table, current.epoch)
-        if self.context.worker and not current.journaled:  # before its first data file
+        if not current.journaled:  # before its first data file (recovery.py)
             data_path = table.location_provider().data_path
             journal.write(self, table.io, data_path, current.name, None)
             current.journaled = True
@@ -349,7 +352,11 @@ class IcebergSink(SinkBase[Iceberg]):
             details=details.to_json(),
         )
         table = self._t().current
-        if current.journaled and table is not None:
+        if self.context.worker and current.journaled and table is not None:
+            # A task's handle reaches the driver through Spark, not through storage: the
+            # entry keeps it for the sweep of losing attempts. The driver's own handle goes
+            # into the decision record; a driver that stops before it is found by its
+            # entry, its files by their names.
             journal.write(self, table.io, table.location_provider().data_path, name, handle)
         self._count("files", len(files))
         self._current = None
@@ -456,12 +463,13 @@ class IcebergSink(SinkBase[Iceberg]):
         return []  # a table keeps no sessions
 
     def drop_job(self, *, apply: bool, epoch_markers: bool = False) -> list[Bookkeeping]:
-        """The table property `durable-sinks.<job>.<sink>.epoch` (the job's last committed
-        epoch), removed with `apply` in a metadata-only table commit (no snapshot: what
-        readers see of the rows does not change); and the job's snapshot summaries, kept:
-        they are the table's immutable history."""
+        """The table properties `durable-sinks.<job>.<sink>.epoch` (the job's last committed
+        epoch) and `.journal`, removed with `apply` in a metadata-only table commit (no
+        snapshot: what readers see of the rows does not change); and the job's snapshot
+        summaries, kept: they are the table's immutable history."""
         _ = self.context  # UsageError before open
-        key = Layout(self.context.job_id, self.name).epoch_property
+        layout = Layout(self.context.job_id, self.name)
+        key = layout.epoch_property
         where = self.config.where
         found = [
             Bookkeeping(
@@ -475,10 +483,11 @@ class IcebergSink(SinkBase[Iceberg]):
         if tables.current is None:
             return found  # no table: nothing of the job in it
         table = tables.reload()
-        if key not in table.metadata.properties:
+        keys = [k for k in (key, layout.journal_property) if k in table.metadata.properties]
+        if not keys:
             return found
-        found.append(Bookkeeping(f"table property {key}", where, 1))
+        found += [Bookkeeping(f"table property {k}", where, 1) for k in keys]
         if apply:
-            with self.translated("remove the job's table property"), table.transaction() as tx:
-                tx.remove_properties(key)
+            with self.translated("remove the job's table properties"), table.transaction() as tx:
+                tx.remove_properties(*keys)
         return found

@@ -418,6 +418,116 @@ def test_recovery_hands_back_only_what_the_table_does_not_hold(
     assert len(catalog.data_locations()) == 1
 
 
+def journal_left(table: Any) -> list[str]:
+    """Everything under the sink's journal folder, folders included."""
+    from pyarrow.fs import FileSelector
+    from pyiceberg.io.pyarrow import PyArrowFileIO
+
+    from durable_sinks.sinks.iceberg import journal
+    from durable_sinks.sinks.iceberg.layout import Layout
+
+    folder = journal.sink_folder(table.location_provider().data_path, Layout("orders", "iceberg"))
+    scheme, netloc, path = PyArrowFileIO.parse_location(folder, table.io.properties)
+    selector = FileSelector(path, recursive=True, allow_not_found=True)
+    return [i.path for i in table.io.fs_by_scheme(scheme, netloc).get_file_info(selector)]
+
+
+def test_a_start_with_nothing_left_lists_the_journal_alone(
+    catalog: CatalogUnderTest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every commit sets the journal property; a start then finds what is left prepared in the
+    journal: with nothing there it neither reads the table again nor lists its data folder,
+    whatever the table's history."""
+    with_table(catalog)
+    sink = opened(catalog)
+    for epoch in range(3):
+        committed(sink, epoch, prepared(sink, epoch, events([epoch])))
+    table = catalog.catalog().load_table(catalog.identifier())
+    assert journal_left(table) == []  # each commit deleted its entry and the epoch's folder
+    assert table.properties["durable-sinks.orders.iceberg.journal"] == "1"
+
+    def unread(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the start read the table or its data folder")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(IcebergTable, "listed", unread)
+        patched.setattr(IcebergTable, "reload", unread)
+        patched.setattr(IcebergTable, "appended", unread)
+        assert opened(catalog, generation=2).recover_prepared() == []
+
+
+def test_a_driver_stopped_mid_epoch_is_found_by_its_journal_entry(
+    catalog: CatalogUnderTest,
+) -> None:
+    """The driver's entry is written before its first data file and names no handle (the
+    decision record holds it): a start finds the participant by the entry and its files by
+    their names, and the rollback removes both; a participant stopped before any file was
+    written leaves only its entry, removed too."""
+    with_table(catalog)
+    sink = opened(catalog)
+    committed(sink, 0, prepared(sink, 0, events([0])))
+    pending = prepared(sink, 1, events([1]))
+    sink.begin_epoch(2)
+    sink.write_batch(events([2]))  # one data file begun, never finished
+    sink.close()
+    assert len(catalog.data_locations(journal=True)) == 2
+    later = opened(catalog, generation=2)
+    found = later.recover_prepared()
+    assert [h.epoch for h in found] == [1, 2]
+    assert found[0].participant == pending.participant
+    assert sorted(paths_of(found[0])) == sorted(paths_of(pending))
+    for handle in found:
+        later.rollback_epoch(handle.epoch, handle)
+    assert later.recover_prepared() == []
+    assert journal_left(catalog.catalog().load_table(catalog.identifier())) == []
+    assert ids(catalog) == [0]
+    assert len(catalog.data_locations()) == 1
+
+
+def test_an_entry_left_by_a_commit_that_stopped_is_deleted_not_handed_back(
+    catalog: CatalogUnderTest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A commit that stopped after the table took the epoch and before it deleted the
+    epoch's entries: the next start reads the epoch's snapshot summary, deletes the entry,
+    and hands back nothing."""
+    from durable_sinks.sinks.iceberg import journal
+
+    with_table(catalog)
+    sink = opened(catalog)
+    with monkeypatch.context() as patched:
+        patched.setattr(journal, "delete", lambda *args: None)
+        committed(sink, 0, prepared(sink, 0, events([0])))
+    assert len(catalog.data_locations(journal=True)) == 1
+    later = opened(catalog, generation=2)
+    assert later.recover_prepared() == []
+    assert catalog.data_locations(journal=True) == []
+    assert ids(catalog) == [0]
+
+
+def test_a_table_without_the_journal_property_is_recovered_from_its_data_folder(
+    catalog: CatalogUnderTest,
+) -> None:
+    """A table whose commits were made by a release that journaled only tasks: a driver's
+    participant left prepared there has files and no entry, found by listing the data
+    folder until a commit of this release sets the property."""
+    with_table(catalog)
+    sink = opened(catalog)
+    committed(sink, 0, prepared(sink, 0, events([0])))
+    pending = prepared(sink, 1, events([1]))
+    table = catalog.catalog().load_table(catalog.identifier())
+    with table.transaction() as tx:
+        tx.remove_properties("durable-sinks.orders.iceberg.journal")
+    entries = catalog.data_locations(journal=True)
+    assert len(entries) == 1
+    table.io.delete(entries[0])  # an older release wrote no entry for the driver
+    later = opened(catalog, generation=2)
+    found = later.recover_prepared()
+    assert [h.participant for h in found] == [pending.participant]
+    later.rollback_epoch(1, found[0])
+    assert len(catalog.data_locations()) == 1
+    assert ids(catalog) == [0]
+
+
 def test_recovery_finds_the_files_where_the_table_writes_them(sql_catalog: IcebergCatalog) -> None:
     """A table whose `write.data.path` is not `<location>/data`: recovery lists that folder."""
     catalog = sql_catalog
@@ -953,8 +1063,9 @@ def test_the_drivers_open_reads_the_newest_snapshot_only(
     catalog: CatalogUnderTest, tmp_path: Path
 ) -> None:
     """The REST catalog answers the open with the snapshots branches point at (one here);
-    the open still knows the committed epoch and schema, recovery reads every snapshot
-    again, and the job goes on exactly once. A SQL catalog loads every snapshot."""
+    the open still knows the committed epoch and schema, recovery lists the journal alone
+    (nothing is left in it: the table is not read again), the next epoch reads every
+    snapshot, and the job goes on exactly once. A SQL catalog loads every snapshot."""
     catalog.create_namespace()
     first = coordinator(catalog, tmp_path, create_table=True)
     for epoch in range(4):
@@ -972,9 +1083,11 @@ def test_the_drivers_open_reads_the_newest_snapshot_only(
     assert schema.names == ["id", "body"]
     assert "snapshot-loading-mode" not in sink._t().catalog.properties  # for the open only
     assert sink.recover_prepared() == []
+    assert sink._t().current is current
+    sink.begin_epoch(4)
     reread = sink._t().current
     assert reread is not None
-    assert len(reread.metadata.snapshots) == 4  # recovery reads them all
+    assert len(reread.metadata.snapshots) == 4  # the epoch reads them all
     sink.close()
 
     again = coordinator(catalog, tmp_path)

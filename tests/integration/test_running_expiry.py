@@ -277,7 +277,8 @@ def test_an_iceberg_table_keeps_its_snapshots_to_keep_snapshots_and_the_store_th
         assert window.retain <= len(epochs) <= window.retain + window.retain // 2
         assert epochs == list(range(window.epochs - len(epochs), window.epochs))
         properties = [k for k in table.properties if k.startswith("durable-sinks.")]
-        assert len(properties) == 1  # the committed epoch, one key per job and sink
+        # The committed epoch and the journal's, one key each per job and sink.
+        assert len(properties) == 2
         assert directory_decisions(decisions, job_id) == window.decisions
         assert len(catalog.rows()) == 2 * window.epochs
     finally:
