@@ -8,7 +8,8 @@ Needs the test bed's Postgres, Kafka and S3 (SeaweedFS, with its Iceberg REST ca
 Targets (`--targets`, all by default): one per sink, each with the store it uses by default
 (postgres: one-phase, the decisions are the sink's marker rows; kafka: the store the Kafka
 sink hosts in its progress topic; s3 and delta: the store beside the sink; files and
-iceberg: a local directory store), and one per decision store with the files sink, which
+iceberg: a local directory store; `iceberg-keep` is the Iceberg sink with `keep_snapshots`
+at 100, whose table's metadata stays bounded), and one per decision store with the files sink, which
 stresses a store least (`store-postgres`, `store-s3`; the directory store is the files
 row's, the hosted store the kafka row's).
 
@@ -50,7 +51,19 @@ from tests.services import up
 from tests.support.s3_target import s3_options
 from tests.support.targets import create_topic
 
-TARGETS = ("postgres", "kafka", "s3", "files", "delta", "iceberg", "store-postgres", "store-s3")
+TARGETS = (
+    "postgres",
+    "kafka",
+    "s3",
+    "files",
+    "delta",
+    "iceberg",
+    "iceberg-keep",
+    "store-postgres",
+    "store-s3",
+)
+#: `iceberg-keep`'s `keep_snapshots`: the table's metadata bounded, not its history.
+KEEP_SNAPSHOTS = 100
 SOURCE = "start-cost-stream"
 CACHE = Path(os.environ.get("DS_CACHE_DIR", Path.home() / ".cache" / "durable-sinks"))
 SCHEMA = "start_cost"
@@ -85,7 +98,7 @@ def jobs(target: str, history: int, folder: Path) -> Job:
         dsn = up(["postgres"]).postgres.endpoint().conninfo()
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{SCHEMA}"')
-    if target in ("s3", "store-s3", "iceberg"):
+    if target in ("s3", "store-s3", "iceberg", "iceberg-keep"):
         s3 = up(["s3"]).s3.endpoint()
     if target == "postgres":
         spec = sink("postgres", dsn=dsn, table=f"{SCHEMA}.t_{name}", create_table=True)
@@ -106,17 +119,19 @@ def jobs(target: str, history: int, folder: Path) -> Job:
     if target == "delta":
         spec = sink("delta", path=str(local / "table"), create_table=True)
         return Job(target, history, [spec], lambda: None, "directory (beside the table)")
-    if target == "iceberg":
+    if target in ("iceberg", "iceberg-keep"):
         catalog = up(["s3"]).s3.catalog_endpoint()
         properties = catalog.catalog_properties()
         _namespace(properties, SCHEMA)
+        keep = KEEP_SNAPSHOTS if target == "iceberg-keep" else None
         spec = sink(
             "iceberg",
             catalog=properties,
             catalog_name="rest",
             namespace=SCHEMA,
-            table=f"t_{history}",
+            table=f"t_{history}" if keep is None else f"t_keep_{history}",
             create_table=True,
+            keep_snapshots=keep,
         )
         return Job(target, history, [spec], lambda: directory_store, "directory")
     files = sink("files", path=str(local / "files"))
