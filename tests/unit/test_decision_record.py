@@ -33,6 +33,20 @@ def test_serialisation_is_canonical() -> None:
     assert record().to_bytes() == record().to_bytes()
 
 
+@pytest.mark.parametrize(
+    "details", [{}, {"gid": "x"}, {"ü": ["é", 1.25, None, {"b": 1, "a": "\n\"\\"}]}]
+)
+def test_the_envelope_is_the_canonical_json_of_its_parts(details: dict[str, object]) -> None:
+    """The record's body is spliced into the envelope as it is: the bytes are those of the
+    envelope's canonical JSON (sorted keys, no spaces, UTF-8), which readers check."""
+    handle = CommitHandle("pg", 3, "ds:j:pg:3:0:1-0", 10, 100, "abc", details)
+    made = DecisionRecord("j", 3, 1, (handle,), created_at=1234.000123, source="ü")
+    envelope = json.loads(made.to_bytes())
+    canonical = json.dumps(envelope, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    assert made.to_bytes() == (canonical + "\n").encode()
+    assert DecisionRecord.from_bytes(made.to_bytes(), source="test") == made
+
+
 @pytest.mark.parametrize("cut", [1, 10, 50, -2])
 def test_truncated_record_is_an_error_naming_the_source(cut: int) -> None:
     data = record().to_bytes()[:cut]
