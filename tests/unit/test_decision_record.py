@@ -8,6 +8,7 @@ import pytest
 
 from durable_sinks.core import CommitHandle
 from durable_sinks.core.errors import CorruptRecordError, ManifestCorruptError, StoredFormatError
+from durable_sinks.core.protocol import JSON
 from durable_sinks.manifest import DecisionRecord
 
 
@@ -34,9 +35,9 @@ def test_serialisation_is_canonical() -> None:
 
 
 @pytest.mark.parametrize(
-    "details", [{}, {"gid": "x"}, {"ü": ["é", 1.25, None, {"b": 1, "a": "\n\"\\"}]}]
+    "details", [{}, {"gid": "x"}, {"ü": ["é", 1.25, None, {"b": 1, "a": '\n"\\'}]}]
 )
-def test_the_envelope_is_the_canonical_json_of_its_parts(details: dict[str, object]) -> None:
+def test_the_envelope_is_the_canonical_json_of_its_parts(details: dict[str, JSON]) -> None:
     """The record's body is spliced into the envelope as it is: the bytes are those of the
     envelope's canonical JSON (sorted keys, no spaces, UTF-8), which readers check."""
     handle = CommitHandle("pg", 3, "ds:j:pg:3:0:1-0", 10, 100, "abc", details)
