@@ -139,8 +139,9 @@ def delete(
     if paths and len(paths) == len(listed):
         # Every entry of the epoch goes (no losing attempt left): the epoch's folder with
         # them, in batched requests rather than a round trip or two each. An emptied folder
-        # would stay where the storage keeps folders (a local file system, SeaweedFS), one
-        # more in every later listing of the journal. An entry written after the listing
+        # would stay (a local file system keeps it; pyarrow's S3 file system leaves an empty
+        # marker object `<epoch>/` for a folder whose last file it deletes), one more in
+        # every later listing of the journal. An entry written after the listing
         # (a task attempt that prepared in those milliseconds) goes with them: its files
         # are left to orphan-file removal.
         with sink.translated("delete the epoch journal", epoch):
