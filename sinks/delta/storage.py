@@ -164,9 +164,11 @@ class TableStorage:
 
     def delete(self, relatives: list[str]) -> None:
         """Delete the files (missing ones are skipped); empty local folders stay. On S3,
-        several files go in DeleteObjects requests of up to DELETE_BATCH keys each (named
-        keys only: nothing else under their folder is touched)."""
-        if self.config.on_s3 and len(relatives) > 1:
+        the files go in DeleteObjects requests of up to DELETE_BATCH keys each (named keys
+        only: nothing else under their folder is touched; pyarrow's own deletion would leave
+        an empty marker object for a folder whose last file it deletes, one more name in
+        every later listing of the journals)."""
+        if self.config.on_s3:
             self._delete_on_s3(relatives)
             return
         filesystem = self.filesystem()

@@ -34,6 +34,7 @@ from durable_sinks.spark._options import JobOptions
 from durable_sinks.spark._specs import SinkSpec
 from tests.services import KafkaEndpoint, PostgresEndpoint, S3Endpoint
 from tests.support.coordinators import started
+from tests.support.delta_target import delta_s3_options
 from tests.support.iceberg_target import IcebergCatalog
 from tests.support.kafka_reads import read_committed
 from tests.support.s3_target import s3_options
@@ -228,6 +229,20 @@ def test_a_local_delta_table_keeps_its_journal_folders_to_the_window(
     commits = list((table / "_delta_log").glob("*.json"))
     assert len(commits) >= window.epochs  # the table's history: the table's own retention
     assert directory_decisions(decisions, job_id) == window.decisions
+
+
+def test_a_delta_table_on_s3_keeps_no_journal_key_of_a_committed_epoch(
+    s3: S3Endpoint, tmp_path: Path, job_id: str, s3_prefix: str, window: Window
+) -> None:
+    """On S3 an epoch's commit deletes its journals by name (DeleteObjects), which leaves no
+    empty marker object behind for the epoch's folder: a start's listing of the journals
+    stays as long as what is in flight, not as the table's history."""
+    path = f"s3://{s3.bucket}/{s3_prefix}table"
+    specs = [sink("delta", **delta_s3_options(s3, path, create_table=True, name="lake"))]
+    run(job_id, specs, LocalDirectoryStore(tmp_path / "decisions"), window)
+    journals = f"{s3_prefix}table/_durable_sinks/"
+    assert s3_keys(s3, journals) == []
+    assert any(k.endswith(".json") for k in s3_keys(s3, f"{s3_prefix}table/_delta_log/"))
 
 
 def test_postgres_and_kafka_keep_markers_and_decisions_to_the_window_and_progress_by_compaction(
