@@ -137,11 +137,29 @@ def pid_alive(pid: int) -> bool:
         return False
 
 
-def read_pid(pid_file: Path) -> int | None:
-    """The pid recorded in pid_file when that process is still alive, else None."""
+def process_start(pid: int) -> int | None:
+    """When the process `pid` started (clock ticks after boot, field 22 of /proc/<pid>/stat),
+    None when there is no such process: with the pid, what tells a server from a later
+    process the kernel gave the same pid after the server died."""
     try:
-        pid = int(pid_file.read_text().split()[0])
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rpartition(")")[2].split()
+    return int(fields[19]) if len(fields) > 19 and fields[19].isdigit() else None
+
+
+def read_pid(pid_file: Path) -> int | None:
+    """The pid recorded in pid_file when that process is still alive, else None. A file that
+    also records the process's start time (`start_daemon`'s) names that process only: a
+    live process with the same pid and another start time is someone else, who got the pid
+    after the server died without removing its file (a machine up for long reuses pids)."""
+    try:
+        recorded = pid_file.read_text().split()
+        pid = int(recorded[0])
     except (FileNotFoundError, ValueError, IndexError):
+        return None
+    if len(recorded) > 1 and recorded[1].isdigit() and process_start(pid) != int(recorded[1]):
         return None
     return pid if pid_alive(pid) else None
 
@@ -171,7 +189,8 @@ def start_daemon(
             start_new_session=True,
             close_fds=True,
         )
-    pid_file.write_text(f"{proc.pid}\n")
+    started = process_start(proc.pid)
+    pid_file.write_text(f"{proc.pid}" + ("" if started is None else f" {started}") + "\n")
     return proc.pid
 
 
