@@ -152,8 +152,13 @@ class ContentTally:
 
 
 #: Bytes of record batches `ContentTally.through` lets the hashing thread fall behind by (they
-#: stay in memory until hashed).
-HASH_AHEAD_BYTES = 64 * 1024 * 1024
+#: stay in memory until hashed). The hashing falls behind only when the sinks take the rows
+#: faster than it hashes them: sinks that gather an epoch's rows for a file (Iceberg, Delta,
+#: S3 gather up to a row group), which hold those batches anyway until they encode them at
+#: pre-commit. The bound decides whether the hashing of an epoch's last rows overlaps that
+#: encoding or holds up the write: a 1,000,000-row (113 MB) epoch into Iceberg took 331 ms
+#: with 64 MiB, 303 ms with 256 MiB.
+HASH_AHEAD_BYTES = 256 * 1024 * 1024
 
 
 def _hashing() -> ThreadPoolExecutor:
