@@ -123,13 +123,12 @@ def pid_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
+    fields = _stat(Path(f"/proc/{pid}/stat"))
+    if not fields:
         return False
-    # Field 3, after the parenthesised command name, is the state; Z is a zombie. A leader
+    # Field 3, the first after the command name, is the state; Z is a zombie. A leader
     # shows Z while its other threads still exit (and still hold its sockets): count those.
-    if stat.rpartition(")")[2].split()[0] != "Z":
+    if fields[0] != "Z":
         return True
     try:
         return len(os.listdir(f"/proc/{pid}/task")) > 1
@@ -141,12 +140,17 @@ def process_start(pid: int) -> int | None:
     """When the process `pid` started (clock ticks after boot, field 22 of /proc/<pid>/stat),
     None when there is no such process: with the pid, what tells a server from a later
     process the kernel gave the same pid after the server died."""
+    fields = _stat(Path(f"/proc/{pid}/stat")) or []
+    return int(fields[19]) if len(fields) > 19 and fields[19].isdigit() else None
+
+
+def _stat(path: Path) -> list[str] | None:
+    """The fields of a process's `/proc/<pid>/stat` after its parenthesised command name
+    (field 3, the state, first), None when the process is gone."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        return path.read_text().rpartition(")")[2].split()
     except OSError:
         return None
-    fields = stat.rpartition(")")[2].split()
-    return int(fields[19]) if len(fields) > 19 and fields[19].isdigit() else None
 
 
 def read_pid(pid_file: Path) -> int | None:
@@ -233,12 +237,8 @@ def group_members(pgid: int) -> list[int]:
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat.rpartition(")")[2].split()
-        if len(fields) > 2 and fields[0] != "Z" and int(fields[2]) == pgid:
+        fields = _stat(entry / "stat")
+        if fields is not None and len(fields) > 2 and fields[0] != "Z" and int(fields[2]) == pgid:
             members.append(int(entry.name))
     return members
 
@@ -251,11 +251,8 @@ def descendants(pid: int) -> list[int]:
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
-        try:
-            fields = (entry / "stat").read_text().rpartition(")")[2].split()
-        except OSError:
-            continue
-        if len(fields) > 1 and fields[0] != "Z":
+        fields = _stat(entry / "stat")
+        if fields is not None and len(fields) > 1 and fields[0] != "Z":
             children.setdefault(int(fields[1]), []).append(int(entry.name))
     found: list[int] = []
     todo = list(children.get(pid, ()))
