@@ -61,7 +61,7 @@ class Layout:
     @property
     def epoch_property(self) -> str:
         """The table property holding the highest epoch committed by this job's sink."""
-        return f"{PREFIX}.{component(self.job_id)}.{component(self.sink)}.epoch"
+        return self._property("epoch")
 
     @property
     def journal_property(self) -> str:
@@ -69,7 +69,10 @@ class Layout:
         entry in the epoch journal (journal.py) before its first data file: set by each
         epoch's commit, so that a start finds the participants left prepared by listing the
         journal instead of the table's data folder (recovery.py)."""
-        return f"{PREFIX}.{component(self.job_id)}.{component(self.sink)}.journal"
+        return self._property("journal")
+
+    def _property(self, name: str) -> str:
+        return f"{PREFIX}.{component(self.job_id)}.{component(self.sink)}.{name}"
 
     def epoch_of(self, summary: Mapping[str, str] | None) -> int | None:
         """The epoch a snapshot committed for this job's sink, from its summary; None for a

@@ -42,7 +42,7 @@ def leftovers(sink: SinkBase[Iceberg], tables: IcebergTable) -> list[CommitHandl
     current = tables.current
     if current is None:
         return []
-    if current.metadata.properties.get(tables.layout.journal_property) is not None:
+    if tables.journaled(current):
         return _journaled(sink, tables, current)
     return _listed(sink, tables)
 

@@ -1,8 +1,9 @@
 """The sink's view of its Iceberg table through the catalog: the table as last read (at the
 epoch's start, or as the catalog answered the sink's own last commit), read again on demand,
 and what the phases ask of it: the epoch property (`durable-sinks.<job>.<sink>.epoch`, the
-last committed epoch), the data files a committed epoch's snapshot added, the sink's own
-files in the table's data folder, the files the current snapshot references."""
+last committed epoch) and the journal property, the data files a committed epoch's snapshot
+added, the sink's own files in the table's data folder, the files the current snapshot
+references."""
 
 from __future__ import annotations
 
@@ -79,6 +80,11 @@ class IcebergTable:
     def committed_epoch(self, table: Table) -> int | None:
         value = table.metadata.properties.get(self.layout.epoch_property)
         return int(value) if value is not None else None
+
+    def journaled(self, table: Table) -> bool:
+        """Whether a commit set the journal property: every participant of the sink since
+        writes its journal entry before its first data file."""
+        return self.layout.journal_property in table.metadata.properties
 
     def reload(self, epoch: int | None = None) -> Table:
         """The table read again through the catalog."""
