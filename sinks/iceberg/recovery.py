@@ -61,11 +61,7 @@ def _journaled(sink: SinkBase[Iceberg], tables: IcebergTable, current: Table) ->
     if not found:
         return []
     table = tables.reload()
-    listed = tables.listed(table) if any(h is None for _, h in found) else {}
-    paths = {
-        name: paths_of(handle) if handle is not None else listed.get(name, [])
-        for name, handle in found
-    }
+    paths = _files_of(tables, table, found)
     committed = tables.committed_epoch(table)
     if committed is not None and any(name.epoch <= committed for name in paths):
         appended = tables.appended(table)
@@ -74,6 +70,18 @@ def _journaled(sink: SinkBase[Iceberg], tables: IcebergTable, current: Table) ->
             journal.delete(sink, table, epoch, [n for n in held if n.epoch == epoch])
         paths = {k: v for k, v in paths.items() if k not in held}
     return [leftover(sink, name, p) for name, p in sorted(paths.items())]
+
+
+def _files_of(
+    tables: IcebergTable, table: Table, found: list[tuple[ParticipantName, CommitHandle | None]]
+) -> dict[ParticipantName, list[str]]:
+    """The files of each journaled participant: its handle's, or, for an entry without one,
+    those named for it in the data folder (listed only when there is such an entry)."""
+    listed = tables.listed(table) if any(h is None for _, h in found) else {}
+    return {
+        name: paths_of(handle) if handle is not None else listed.get(name, [])
+        for name, handle in found
+    }
 
 
 def _listed(sink: SinkBase[Iceberg], tables: IcebergTable) -> list[CommitHandle]:
@@ -124,11 +132,7 @@ def prepared_of_epoch(
     table = tables.existing(epoch)
     if table is None:
         return []
-    listed = tables.listed(table) if any(h is None for _, h in found) else {}
-    paths = {
-        name: paths_of(handle) if handle is not None else listed.get(name, [])
-        for name, handle in found
-    }
+    paths = _files_of(tables, table, found)
     committed = tables.committed_epoch(table)
     if committed is not None and committed >= epoch:
         added = tables.added_by(table, epoch)
