@@ -28,15 +28,16 @@ anyone who can write the table's storage can write entries too.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Collection, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from durable_sinks.core.formats import stored_format
 from durable_sinks.core.naming import ParticipantName, component
 from durable_sinks.core.protocol import CommitHandle
 from durable_sinks.core.sink_base import SinkBase
+from durable_sinks.core.threads import run_concurrently
 
 from . import _pyiceberg
 from .config import Iceberg
@@ -190,19 +191,18 @@ READERS = 16
 def _read(
     sink: SinkBase[Iceberg], table: Table, paths: list[tuple[int, str]]
 ) -> list[tuple[ParticipantName, CommitHandle | None]]:
-    """The entries at `paths` (each with its epoch), read side by side, in their order."""
+    """The entries at `paths` (each with its epoch), READERS at a time, in their order."""
     wanted = [(epoch, path) for epoch, path in paths if path.endswith(".parquet")]
-    if len(wanted) <= 1:
-        read = [_one(sink, table, epoch, path) for epoch, path in wanted]
-    else:
-        with ThreadPoolExecutor(min(READERS, len(wanted))) as pool:
-            read = list(pool.map(lambda e: _one(sink, table, *e), wanted))
+    calls = [functools.partial(_one, sink, table, epoch, path) for epoch, path in wanted]
+    read = run_concurrently(calls, workers=READERS)
     return [entry for entry in read if entry is not None]
 
 
 def _one(
-    sink: SinkBase[Iceberg], table: Table, epoch: int, path: str
+    sink: SinkBase[Iceberg], table: Table, epoch: int, path: str, _slot: int
 ) -> tuple[ParticipantName, CommitHandle | None] | None:
+    """The entry at `path`, None when it is gone or is not one (`_slot`: the reading
+    worker's, unused)."""
     with sink.translated("read the epoch journal", epoch):
         try:
             with table.io.new_input(path).open() as f:
