@@ -469,7 +469,6 @@ class IcebergSink(SinkBase[Iceberg]):
         summaries, kept: they are the table's immutable history."""
         _ = self.context  # UsageError before open
         layout = Layout(self.context.job_id, self.name)
-        key = layout.epoch_property
         where = self.config.where
         found = [
             Bookkeeping(
@@ -483,7 +482,8 @@ class IcebergSink(SinkBase[Iceberg]):
         if tables.current is None:
             return found  # no table: nothing of the job in it
         table = tables.reload()
-        keys = [k for k in (key, layout.journal_property) if k in table.metadata.properties]
+        owned = (layout.epoch_property, layout.journal_property)
+        keys = [k for k in owned if k in table.metadata.properties]
         if not keys:
             return found
         found += [Bookkeeping(f"table property {k}", where, 1) for k in keys]
