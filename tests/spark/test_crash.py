@@ -302,7 +302,16 @@ def kill_and_restart(
 
 
 @pytest.mark.timeout(max(900, 60 * KILLS))
-@pytest.mark.parametrize("mode", ["driver", "executor"])
+@pytest.mark.parametrize(
+    "mode",
+    [
+        # The crash tier's (make test-crash, CI's rotation): the default suite kills a
+        # driver-mode driver in tests/spark/test_demo.py (Postgres + S3 + Kafka) and
+        # test_quickstart.py, and every sink's crash points in its conformance sweep.
+        pytest.param("driver", marks=pytest.mark.crash_tier),
+        "executor",
+    ],
+)
 def test_spark_driver_killed_at_random_moments_then_restarted(
     mode: str,
     postgres: PostgresEndpoint,

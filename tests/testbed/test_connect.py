@@ -221,6 +221,7 @@ def _assert_gone(server: SparkConnect, processes: list[int]) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.fault_tier  # the default suite's tests/spark/test_connect.py takes it down and up
 def test_killable_server_down_leaves_nothing_and_up_brings_it_back(
     killable_connect: SparkConnect, tmp_path: Path
 ) -> None:

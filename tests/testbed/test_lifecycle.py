@@ -162,6 +162,7 @@ def test_moto_starts_with_its_bucket_authorization_on_and_nothing_kept(tmp_path:
         moto.reset()
 
 
+@pytest.mark.fault_tier  # the default suite starts the faults bed and its tests restart it
 def test_faults_bed_up_twice_is_harmless_and_down_leaves_nothing(tmp_path: Path) -> None:
     testbed = Testbed.create(_private_layout(tmp_path / "services"))
     try:
