@@ -540,6 +540,7 @@ class Coordinator:
             self.replay.compare(winner, record.content, self.totals, log, stream_known=known)
             return self._result(EpochOutcome.ALREADY_COMMITTED, winner, metrics)
         if self._phase2.enabled:
+            self.decisions.look_ahead(epoch + 1, metrics, log)
             self._phase2.begin(record, lambda: self._finish_in_background(record))
         else:
             yield from self._finish(record, metrics)
@@ -603,6 +604,7 @@ class Coordinator:
             record = winner
         late = self._late_decisions(epoch, metrics)
         if self._phase2.enabled:
+            self.decisions.look_ahead(epoch + 1, metrics, log)
             self._phase2.begin(record, lambda: self._finish_in_background(record, generation, late))
         else:
             yield from self._finish(record, metrics)

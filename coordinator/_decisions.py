@@ -40,6 +40,8 @@ class DecisionBook:
         self.last = last
         #: `newest_epoch()` as this coordinator's start first read it (a 1-tuple once read).
         self._newest_at_start: tuple[int | None] | None = None
+        #: The epoch `look_ahead` found undecided, until that epoch's `lookup` takes it.
+        self._undecided_ahead: int | None = None
 
     @property
     def hosted_by_last(self) -> bool:
@@ -130,12 +132,40 @@ class DecisionBook:
 
     def lookup(self, epoch: int, metrics: EpochMetrics) -> DecisionRecord | None:
         """The epoch's decision; with none, a check that no later epoch (or this one) already
-        landed anywhere. Which stream a decision found came from is `same_stream`'s to tell."""
+        landed anywhere. Which stream a decision found came from is `same_stream`'s to tell.
+        An epoch `look_ahead` found undecided is answered from that, once."""
+        ahead, self._undecided_ahead = self._undecided_ahead, None
+        if ahead == epoch:
+            return None
         with metrics.phase("lookup"):
             decided = self.for_epoch(epoch)
             if decided is None:
                 self.check_order(epoch)
         return decided
+
+    def look_ahead(self, epoch: int, metrics: EpochMetrics, log: JobLogger) -> None:
+        """`lookup(epoch)` now, for the epoch after the one this coordinator just decided,
+        before that decided epoch's phase 2 starts in the background: `epoch`'s own lookup
+        would run beside that phase 2, whose commits (pyiceberg's above all) hold the
+        interpreter's lock, so each of its reads would wait its turn. An answer of
+        "undecided" is kept for `epoch`'s `lookup`, which then reads nothing.
+
+        Only where the decision store decides (no commit point sink): the store's `put` is
+        the decision, conditional on the epoch's slot. After this coordinator decided the
+        epoch before `epoch`, only another coordinator can decide `epoch`: a newer
+        generation (which fenced this one) or an older one's put already under way. Either
+        way this coordinator's own put of `epoch` returns that decision or raises
+        FencedError, and the epoch yields to it as it would to one its lookup found. A
+        failure is left to `epoch`'s own lookup, which reads again."""
+        if self.last is not None:
+            return
+        try:
+            decided = self.lookup(epoch, metrics)
+        except DurableSinkError as exc:
+            log.debug("epoch %d looked up ahead: %s; its batch looks it up", epoch, brief(exc))
+            return
+        if decided is None:
+            self._undecided_ahead = epoch
 
     def same_stream(self, decided: DecisionRecord, source: str | None) -> bool:
         """Whether `decided` is known to hold data of the stream `source`: True when both name

@@ -10,12 +10,13 @@ import threading
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from durable_sinks.coordinator import Coordinator, EpochOutcome, RetryPolicy
 from durable_sinks.core import CommitHandle, CommitOutcome, SinkCapabilities, SinkConnector
 from durable_sinks.core.errors import CommitIncompleteError, TransientError
-from durable_sinks.manifest import LocalDirectoryStore
+from durable_sinks.manifest import DecisionRecord, LocalDirectoryStore
 from durable_sinks.sinks.folder import Files, FolderSink
 from tests.support.faulty import Faulty
 
@@ -170,3 +171,58 @@ def test_a_job_with_a_sink_that_cannot_commit_beside_its_writes_commits_before_r
     assert published(tmp_path) == [0]
     assert published(tmp_path, "other") == [0]
     coordinator.close()
+
+
+class Reads(LocalDirectoryStore):
+    """A directory store that records the epochs its `get` read, in order."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.read: list[int] = []
+
+    def get(self, epoch: int) -> DecisionRecord | None:
+        self.read.append(epoch)
+        return super().get(epoch)
+
+
+def test_the_next_epoch_is_looked_up_before_phase_2_and_its_batch_reads_no_decision(
+    tmp_path: Path,
+) -> None:
+    sink = Gated(files(tmp_path))
+    store = Reads(tmp_path / "store")
+    coordinator = Coordinator("job", [sink], store, source="q", background_commits=True)
+    coordinator.start()
+    sink.gate.clear()
+    coordinator.run_epoch(0, [batch(0)])
+    assert sink.committing.wait(timeout=10)
+    assert store.read[-1] == 1  # read at epoch 0's end, before its phase 2 began
+    store.read.clear()
+    threading.Timer(0.2, sink.gate.set).start()
+    coordinator.run_epoch(1, [batch(1)])
+    # epoch 1's lookup read nothing: its one read is its decision's put (first wins), then
+    # epoch 2 is looked up ahead
+    assert store.read == [1, 2]
+    coordinator.run_epoch(1, [batch(1)])  # a replay reads its decision again
+    assert store.read[-1] == 1
+    coordinator.close()
+    assert published(tmp_path) == [0, 1]
+
+
+def test_an_epoch_found_undecided_ahead_and_decided_by_a_successor_lands_once(
+    tmp_path: Path,
+) -> None:
+    zombie = started(tmp_path, files(tmp_path))
+    zombie.run_epoch(0, [batch(0)])  # epoch 1 is looked up ahead: undecided
+    successor = started(tmp_path, files(tmp_path))
+    successor.run_epoch(1, [batch(1)])
+    successor.close()
+    # Its lookup of epoch 1 is not read again; its put finds the successor's decision and
+    # the epoch yields to it, as it would to a decision its lookup found.
+    late = zombie.run_epoch(1, [pa.record_batch({"key": ["zombie"]})])
+    assert late.outcome is EpochOutcome.ALREADY_COMMITTED
+    assert late.decision is not None
+    assert late.decision.generation == 2
+    zombie.close()
+    assert published(tmp_path) == [0, 1]
+    landed = pq.read_table(tmp_path / "files" / "epoch=1").column("key").to_pylist()
+    assert sorted(landed) == ["1:0", "1:1", "1:2"]
