@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
 import pytest
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
 from psycopg import sql
 
 from tests.services import (
@@ -181,10 +181,7 @@ def kafka_topic(kafka: KafkaEndpoint, unique: UniqueNames) -> Iterator[str]:
     """A new topic with one partition, deleted afterwards."""
     name = unique.name("topic")
     admin = AdminClient(kafka.config())
-    for future in admin.create_topics(
-        [NewTopic(name, num_partitions=1)], request_timeout=30
-    ).values():
-        future.result(timeout=30)
+    create_topic(admin, name)  # (the broker answers CreateTopics before its metadata has it)
     yield name
     for future in admin.delete_topics([name], request_timeout=30).values():
         future.result(timeout=30)
@@ -335,10 +332,7 @@ def fault_kafka_topic(fault_bed: FaultBed, unique: UniqueNames) -> Iterator[str]
     """A new one-partition topic on the faults broker (made and deleted directly)."""
     name = unique.name("topic")
     admin = AdminClient(fault_bed.kafka_direct.config())
-    for future in admin.create_topics(
-        [NewTopic(name, num_partitions=1)], request_timeout=30
-    ).values():
-        future.result(timeout=30)
+    create_topic(admin, name)  # (the broker answers CreateTopics before its metadata has it)
     yield name
     fault_bed.prepare()  # the test may have left the broker killed
     for future in admin.delete_topics([name], request_timeout=30).values():

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
 
 from durable_sinks.sinks.folder import STAGING
 from tests.conftest import UniqueNames
@@ -42,6 +42,7 @@ from tests.support.iceberg_target import IcebergCatalog
 from tests.support.kafka_reads import read_committed
 from tests.support.s3_objects import incomplete_uploads
 from tests.support.s3_target import s3_options
+from tests.support.targets import create_topic
 from tests.support.tiers import SPARK_KILLS
 
 from . import bad_rows
@@ -550,8 +551,7 @@ def kafka_topics(kafka: KafkaEndpoint, names: list[str], prefix: str) -> Iterato
     starts with `prefix` (those, the sink's progress topics and any it made) deleted."""
     admin = AdminClient(kafka.config())
     for name in names:
-        for future in admin.create_topics([NewTopic(name, 1)], request_timeout=30).values():
-            future.result(timeout=30)
+        create_topic(admin, name)
     try:
         yield
     finally:
