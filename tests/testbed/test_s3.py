@@ -145,6 +145,7 @@ def own_s3(testbed: Testbed, tmp_path: Path) -> Iterator[S3]:
         server.reset()
 
 
+@pytest.mark.fault_tier  # a server of its own restarted (22 s); the default suite's S3 is up
 def test_objects_survive_a_restart_of_the_server(own_s3: S3) -> None:
     s3 = own_s3.endpoint()
     client = s3.client()
