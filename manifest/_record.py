@@ -178,4 +178,8 @@ class DecisionRecord:
 
 
 def _canonical(value: object) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    # (No check for circular references: a record is a tree of fresh dicts and lists, and
+    # the check took a sixth of a 128-part record's encoding.)
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, check_circular=False
+    )

@@ -123,54 +123,137 @@ def _encode(value: Any) -> JSON:
     return typing.cast(JSON, value)
 
 
-def _decode(hint: Any, value: Any, where: str) -> Any:
+#: Where a value sits in the details, rendered only for an error: "details", or the place
+#: of the object or list holding it and its field name or index.
+Where = str | tuple["Where", str | int]
+#: Reads a value of one type hint (its Where given for errors).
+Decoder = typing.Callable[[Any, Where], Any]
+_DECODERS: dict[Any, Decoder] = {}
+
+
+def _decode(hint: Any, value: Any, where: Where) -> Any:
     """`value` as `hint` describes it, or _MalformedError naming `where`."""
+    return _decoder(hint)(value, where)
+
+
+def _at(where: Where) -> str:
+    if isinstance(where, str):
+        return where
+    parent, key = where
+    return f"{_at(parent)}[{key}]" if isinstance(key, int) else f"{_at(parent)}.{key}"
+
+
+def _decoder(hint: Any) -> Decoder:
+    """The reader of `hint`'s values, made once per hint: a handle's details are read per
+    participant per epoch, and working the hints out each time took most of a read."""
+    found = _DECODERS.get(hint)
+    if found is None:
+        found = _DECODERS[hint] = _make_decoder(hint)
+    return found
+
+
+def _make_decoder(hint: Any) -> Decoder:
+    def refuse(value: Any, where: Where, what: str | None = None) -> typing.NoReturn:
+        raise _MalformedError(f"{_at(where)} is {value!r}, not {what or _name(hint)}")
+
     if hint is Any:
-        return value
+        return lambda value, where: value
     origin = typing.get_origin(hint)
     if origin is typing.Union or origin is types.UnionType:
-        for option in typing.get_args(hint):
-            try:
-                return _decode(option, value, where)
-            except _MalformedError:
-                continue
-        raise _MalformedError(f"{where} is {value!r}, not {_name(hint)}")
+        options = [_decoder(option) for option in typing.get_args(hint)]
+
+        def union(value: Any, where: Where) -> Any:
+            for option in options:
+                try:
+                    return option(value, where)
+                except _MalformedError:
+                    continue
+            refuse(value, where)
+
+        return union
     if hint is type(None):
-        if value is None:
-            return None
-        raise _MalformedError(f"{where} is {value!r}, not null")
+
+        def null(value: Any, where: Where) -> None:
+            if value is not None:
+                refuse(value, where, "null")
+
+        return null
     if isinstance(hint, type) and dataclasses.is_dataclass(hint):
-        if not isinstance(value, Mapping):
-            raise _MalformedError(f"{where} is {value!r}, not an object")
-        hints = type_hints(hint)
-        fields: dict[str, Any] = {}
-        for field in dataclasses.fields(hint):
-            if field.name in value:
-                fields[field.name] = _decode(
-                    hints[field.name], value[field.name], f"{where}.{field.name}"
-                )
-            elif (
-                field.default is dataclasses.MISSING
-                and field.default_factory is dataclasses.MISSING
-            ):
-                raise _MalformedError(f"{where} has no {field.name!r}")
-        return hint(**fields)
+        return _dataclass_decoder(hint)
     if origin is tuple:
-        if not isinstance(value, list | tuple):
-            raise _MalformedError(f"{where} is {value!r}, not a list")
-        (item, *_) = typing.get_args(hint)
-        return tuple(_decode(item, v, f"{where}[{i}]") for i, v in enumerate(value))
+        (item_hint, *_) = typing.get_args(hint)
+        item = _decoder(item_hint)
+
+        def items(value: Any, where: Where) -> tuple[Any, ...]:
+            if not isinstance(value, list | tuple):
+                refuse(value, where, "a list")
+            return tuple(item(v, (where, i)) for i, v in enumerate(value))
+
+        return items
     if origin in (Mapping, dict) or hint is dict:
-        if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
-            raise _MalformedError(f"{where} is {value!r}, not an object")
-        return dict(value)
-    if hint is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if hint is int and isinstance(value, bool):
-        raise _MalformedError(f"{where} is {value!r}, not an integer")
-    if isinstance(hint, type) and isinstance(value, hint):
-        return value
-    raise _MalformedError(f"{where} is {value!r}, not {_name(hint)}")
+
+        def mapping(value: Any, where: Where) -> dict[str, Any]:
+            if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+                refuse(value, where, "an object")
+            return dict(value)
+
+        return mapping
+    if hint is float:
+
+        def number(value: Any, where: Where) -> float:
+            if isinstance(value, float):
+                return value
+            if isinstance(value, int) and not isinstance(value, bool):
+                return float(value)
+            refuse(value, where)
+
+        return number
+    if hint is int:
+
+        def integer(value: Any, where: Where) -> int:
+            if isinstance(value, int) and not isinstance(value, bool):
+                return value
+            refuse(value, where, "an integer" if isinstance(value, bool) else None)
+
+        return integer
+    if isinstance(hint, type):
+
+        def instance(value: Any, where: Where) -> Any:
+            if isinstance(value, hint):
+                return value
+            refuse(value, where)
+
+        return instance
+
+    def unknown(value: Any, where: Where) -> Any:
+        refuse(value, where)
+
+    return unknown
+
+
+def _dataclass_decoder(hint: type[Any]) -> Decoder:
+    hints = type_hints(hint)
+    fields = [
+        (
+            field.name,
+            _decoder(hints[field.name]),
+            field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING,
+        )
+        for field in dataclasses.fields(hint)
+    ]
+
+    def decode(value: Any, where: Where) -> Any:
+        if not isinstance(value, Mapping):
+            raise _MalformedError(f"{_at(where)} is {value!r}, not an object")
+        given: dict[str, Any] = {}
+        for name, decoder, required in fields:
+            if name in value:
+                given[name] = decoder(value[name], (where, name))
+            elif required:
+                raise _MalformedError(f"{_at(where)} has no {name!r}")
+        return hint(**given)
+
+    return decode
 
 
 def _name(hint: Any) -> str:
