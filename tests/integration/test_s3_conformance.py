@@ -123,6 +123,8 @@ def test_s3_and_postgres_in_one_job(
 
 
 @pytest.mark.timeout(TIME_LIMIT)
+@pytest.mark.crash_tier  # (~45 s) Kafka's commit point stays in the default suite with
+# Postgres and with Delta + Postgres (test_kafka_conformance.py, test_delta_conformance.py)
 def test_s3_and_kafka_in_one_job(
     s3: S3Endpoint,
     kafka: KafkaEndpoint,

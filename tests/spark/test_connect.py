@@ -244,6 +244,8 @@ def test_a_sink_nobody_reaches_is_warned_on_the_client_and_fails_the_first_batch
         pytest.param("executor", marks=pytest.mark.fault_tier),
     ],
 )
+@pytest.mark.fault_tier  # (~37 s) classic Spark's restart from a new checkpoint, both modes,
+# stays in the default suite (test_durable_sink.py)
 def test_a_job_restarted_from_a_new_checkpoint_beside_another_query_loses_no_row(
     spark_connect: str,
     testbed: Testbed,

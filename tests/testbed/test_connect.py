@@ -348,6 +348,7 @@ def _script(body: str, url: str) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.fault_tier  # a test-bed self-test (14 s)
 def test_classic_and_remote_sessions_cannot_share_a_process(spark_connect: str) -> None:
     """What tests/support/connect_client.py works around (pyspark 4.2). If this fails
     because pyspark changed, revisit whether Connect clients still need a process of their
