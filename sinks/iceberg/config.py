@@ -15,6 +15,8 @@ from durable_sinks.core.redaction import MASK, is_secret
 from durable_sinks.core.secrets import check, resolve_settings
 from durable_sinks.core.settings import apply_conveniences
 
+from .partitioning import PartitionField
+
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,254}$")
 #: A password inside a URL (`scheme://user:password@host`).
 _URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^/:@\s]*:)[^@/\s]*(?=@)")
@@ -54,8 +56,13 @@ class Iceberg:
     name: str = "iceberg"
     """The sink's name within the job. Default "iceberg"."""
     create_table: bool = False
-    """Create the table from the first batch's schema if it does not exist (unpartitioned).
-    Default False: a missing table is a ConfigError at start."""
+    """Create the table from the first batch's schema if it does not exist (partitioned by
+    `partition_by`). Default False: a missing table is a ConfigError at start."""
+    partition_by: tuple[str, ...] = ()
+    """The partition fields of a table the sink creates, as in Spark SQL's `PARTITIONED BY`:
+    a column (identity), `year(ts)`, `month(ts)`, `day(ts)`, `hour(ts)` (or the plural
+    `days(ts)` ...), `bucket(16, id)`, `truncate(4, name)`. An existing table keeps its own
+    spec, and a different one is refused at start. Default (): unpartitioned."""
     commit_retries: int = 10
     """How often an epoch's commit that lost a race with another writer is retried, each
     time after re-reading the table and re-checking the epoch. Default 10."""
@@ -101,6 +108,12 @@ class Iceberg:
             )
         for key, value in self.catalog.items():
             check(value, f"{where}: catalog[{key!r}]")
+        fields = [PartitionField.parse(entry, where) for entry in self.partition_by]
+        if len(set(fields)) != len(fields):
+            raise ConfigError(
+                f"{where}: partition_by {list(self.partition_by)!r} names a field twice",
+                fix="give each partition field once",
+            )
         if not isinstance(self.commit_retries, int) or not 0 <= self.commit_retries <= 1000:
             raise ConfigError(
                 f"{where}: commit_retries must be between 0 and 1000",
@@ -116,6 +129,11 @@ class Iceberg:
                 f"{where}: keep_snapshots must be a number of snapshots (1 or more) or None",
                 fix="keep_snapshots=100, or leave it unset to expire nothing",
             )
+
+    @property
+    def partition_fields(self) -> tuple[PartitionField, ...]:
+        """`partition_by`, parsed (checked when the configuration was built)."""
+        return tuple(PartitionField.parse(entry, self.name) for entry in self.partition_by)
 
     @property
     def identifier(self) -> tuple[str, ...]:

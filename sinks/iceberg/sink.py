@@ -59,7 +59,7 @@ from durable_sinks.core.protocol import (
 )
 from durable_sinks.core.sink_base import SinkBase, Step
 
-from . import _pyiceberg, committer, errors, journal, operations, recovery, task_brief
+from . import _pyiceberg, committer, errors, journal, operations, partitioning, recovery, task_brief
 from .config import Iceberg, redacted
 from .handles import (
     IcebergHandleDetails,
@@ -161,6 +161,8 @@ class IcebergSink(SinkBase[Iceberg]):
                 "first epoch's rows",
             )
         if tables.current is not None:
+            if driver:
+                self._require_partitioning(tables.current, None)
             self._last_committed = tables.committed_epoch(tables.current)
             # On a worker (one task's part: open, one epoch, close), the table read here is
             # the epoch's: `begin_epoch` need not read it again.
@@ -297,30 +299,66 @@ class IcebergSink(SinkBase[Iceberg]):
         return WriteResult(rows.num_rows, size)
 
     def _create(self, schema: pa.Schema, epoch: int) -> Table:
-        """The table, made from the first batch's schema (unpartitioned). A catalog that
-        answers with an existing table keeps its own schema: the rows are checked against it.
-        A column type Iceberg has no counterpart for is a SchemaMismatchError."""
+        """The table, made from the first batch's schema, partitioned by `partition_by`. A
+        catalog that answers with an existing table keeps its own schema (the rows are
+        checked against it) and must have the configured partitioning. A column type Iceberg
+        has no counterpart for is a SchemaMismatchError; a partition field whose column the
+        rows lack, or whose transform does not apply to its type, a ConfigError."""
+        fields = self.config.partition_fields
+        try:
+            if fields:  # (refused before anything is created)
+                partitioning.spec_for(schema, fields)
+        except partitioning.UnfitPartitioningError as exc:
+            raise ConfigError(
+                f"partition_by of {self.config.where} does not fit the rows: {exc}",
+                **self.where(epoch),
+                fix="partition by columns of the query's result: year, month, day and hour "
+                "take dates and timestamps, truncate integers, decimals and strings, bucket "
+                "those and more; nothing of the epoch was committed",
+            ) from exc
+        except (TypeError, ValueError) as exc:
+            raise self._uncreatable(exc, epoch) from exc
         try:
             return self._made(schema, epoch)
         except (TypeError, ValueError) as exc:
-            raise SchemaMismatchError(
-                f"cannot create the Iceberg table {self.config.where} from the rows: {exc}",
-                **self.where(epoch),
-                fix="cast the columns to types Iceberg has (no null-typed or nanosecond "
-                "columns in format version 2), or create the table first; nothing of the "
-                "epoch was committed",
-            ) from exc
+            raise self._uncreatable(exc, epoch) from exc
+
+    def _uncreatable(self, exc: Exception, epoch: int) -> SchemaMismatchError:
+        return SchemaMismatchError(
+            f"cannot create the Iceberg table {self.config.where} from the rows: {exc}",
+            **self.where(epoch),
+            fix="cast the columns to types Iceberg has (no null-typed or nanosecond "
+            "columns in format version 2), or create the table first; nothing of the "
+            "epoch was committed",
+        )
+
+    def _require_partitioning(self, table: Table, epoch: int | None) -> None:
+        """ConfigError when `partition_by` is given and `table` is partitioned otherwise."""
+        fields = self.config.partition_fields
+        found = partitioning.differs(table, fields) if fields else None
+        if found is not None:
+            raise ConfigError(
+                f"partition_by={[str(f) for f in fields]} but the table {self.config.where} "
+                f"is partitioned by {found} (partition_by only shapes a table the sink "
+                "creates)",
+                job=self.context.job_id,
+                sink=self.name,
+                epoch=epoch,
+                fix="give the table's own partitioning, or leave partition_by unset to write "
+                "the table as it is partitioned",
+            )
 
     def _made(self, schema: pa.Schema, epoch: int) -> Table:
         tables = self._t()
         with self._table_lock:
             table = self._client_call(
-                lambda: tables.catalog.create_table_if_not_exists(
-                    self.config.identifier, schema=schema
+                lambda: partitioning.create_table(
+                    tables.catalog, self.config.identifier, schema, self.config.partition_fields
                 ),
                 "create the table",
                 epoch,
             )
+            self._require_partitioning(table, epoch)  # (another writer's, made first)
             tables.current = table
         return table
 

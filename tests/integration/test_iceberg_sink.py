@@ -595,6 +595,71 @@ def test_a_partitioned_table_gets_files_per_partition(catalog: CatalogUnderTest)
     assert sorted(d1.column("id").to_pylist()) == [1, 3]
 
 
+def stamped(ids: list[int], countries: list[str]) -> pa.RecordBatch:
+    """Rows of a day each (2026-11-01 + id % 3), in `countries`."""
+    import datetime
+
+    days = [datetime.datetime(2026, 11, 1 + i % 3, 10, tzinfo=datetime.timezone.utc) for i in ids]
+    return pa.record_batch(
+        {
+            "id": pa.array(ids, pa.int64()),
+            "country": pa.array(countries, pa.string()),
+            "ts": pa.array(days, pa.timestamp("us", tz="UTC")),
+        }
+    )
+
+
+def test_a_created_table_is_partitioned_by_partition_by_and_scans_prune(
+    catalog: CatalogUnderTest, tmp_path: Path
+) -> None:
+    catalog.create_namespace()
+    fields = ["day(ts)", "bucket(4, id)", "country"]
+    job = coordinator(catalog, tmp_path, create_table=True, partition_by=fields)
+    job.run_epoch(0, [stamped([0, 1, 2, 3], ["fr", "de", "fr", "de"])])
+    job.run_epoch(1, [stamped([4, 5], ["fr", "fr"]), stamped([6], ["it"])])
+    job.close()
+    table = catalog.catalog().load_table(catalog.identifier())
+    spec = [(table.schema().find_column_name(f.source_id), str(f.transform)) for f in table.spec().fields]
+    assert spec == [("ts", "day"), ("id", "bucket[4]"), ("country", "identity")]
+    assert ids(catalog) == list(range(7))
+    every = list(table.scan().plan_files())
+    assert len(every) >= 5  # a file per partition the rows fall in, per epoch
+    assert all(len(task.file.partition) == 3 for task in every)
+    french = list(table.scan(row_filter="country == 'fr'").plan_files())
+    assert 0 < len(french) < len(every)  # files of other countries pruned by their partition
+    rows = table.scan(row_filter="country == 'fr'").to_arrow().column("id").to_pylist()
+    assert sorted(rows) == [0, 2, 4, 5]
+
+
+def test_partition_by_that_does_not_fit_is_refused_with_nothing_written(
+    catalog: CatalogUnderTest, tmp_path: Path
+) -> None:
+    catalog.create_namespace()
+    refusals = {
+        "does not fit the rows: 'day\\(created\\)': the rows have no column": "day(created)",
+        "'day\\(country\\)': day does not take column 'country' of type string": "day(country)",
+    }
+    for n, (expected, field) in enumerate(refusals.items()):
+        job = coordinator(
+            catalog, tmp_path, job=f"j{n}", create_table=True, partition_by=[field]
+        )
+        with pytest.raises(ConfigError, match=expected):
+            job.run_epoch(0, [stamped([1], ["fr"])])
+        job.close()
+        assert catalog.data_locations() == []
+    # An existing table partitioned otherwise (here: not at all) is refused at start.
+    catalog.catalog().create_table(catalog.identifier(), schema=stamped([], []).schema)
+    refused = Coordinator(
+        "other",
+        [create("iceberg", catalog.sink_options(partition_by=["country"]))],
+        LocalDirectoryStore(tmp_path / "s"),
+    )
+    with pytest.raises(ConfigError, match="is partitioned by nothing") as caught:
+        refused.start()
+    assert "partition_by only shapes a table the sink creates" in str(caught.value)
+    assert catalog.data_locations() == []
+
+
 def test_a_commit_that_keeps_losing_races_stops_at_the_bound(
     catalog: CatalogUnderTest, monkeypatch: pytest.MonkeyPatch
 ) -> None:

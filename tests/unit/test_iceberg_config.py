@@ -43,6 +43,12 @@ def test_secrets_are_hidden_in_the_repr_and_the_catalog_is_kept_whole() -> None:
         ({"commit_retries": -1}, "commit_retries"),
         ({"keep_snapshots": 0}, "keep_snapshots must be a number of snapshots"),
         ({"keep_snapshots": True}, "keep_snapshots must be an integer or None"),
+        ({"partition_by": "day(a, b)"}, "partition_by entry 'day\\(a, b\\)' is not a column"),
+        ({"partition_by": "bucket(id)"}, "bucket and truncate take a positive number"),
+        ({"partition_by": "bucket(0, id)"}, "bucket and truncate take a positive number"),
+        ({"partition_by": "week(ts)"}, "is not a column, year"),
+        ({"partition_by": ["day(ts)", "days(ts)"]}, "names a field twice"),
+        ({"partition_by": [3]}, "partition_by entry 3 is not"),
     ],
 )
 def test_bad_settings_are_refused_when_built(options: dict[str, object], complaint: str) -> None:
@@ -50,3 +56,24 @@ def test_bad_settings_are_refused_when_built(options: dict[str, object], complai
     with pytest.raises(ConfigError, match=complaint) as refused:
         create("iceberg", {**settings, **options})
     assert "s3cr3t-pw" not in str(refused.value)
+
+
+def test_partition_fields_read_as_in_spark_sql() -> None:
+    settings: dict[str, object] = {"table": "events", "namespace": "ds", "catalog": CATALOG}
+    given = ["country", "day(ts)", "hours(ts)", "bucket(16, id)", " truncate( 4 ,name ) "]
+    config = create("iceberg", {**settings, "partition_by": given}).config
+    assert isinstance(config, Iceberg)
+    assert [(f.column, f.transform) for f in config.partition_fields] == [
+        ("country", "identity"),
+        ("ts", "day"),
+        ("ts", "hour"),
+        ("id", "bucket[16]"),
+        ("name", "truncate[4]"),
+    ]
+    assert [str(f) for f in config.partition_fields] == [
+        "country",
+        "day(ts)",
+        "hour(ts)",
+        "bucket(16, id)",
+        "truncate(4, name)",
+    ]
