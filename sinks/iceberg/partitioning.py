@@ -118,7 +118,9 @@ def spec_for(schema: pa.Schema, fields: Sequence[PartitionField]) -> tuple[Schem
     for position, field in enumerate(fields):
         column = table_schema.find_field(field.column) if field.column in schema.names else None
         if column is None:
-            raise UnfitPartitioningError(f"{str(field)!r}: the rows have no column {field.column!r}")
+            raise UnfitPartitioningError(
+                f"{str(field)!r}: the rows have no column {field.column!r}"
+            )
         transform = parse_transform(field.transform)
         if not transform.can_transform(column.field_type):
             raise UnfitPartitioningError(
@@ -151,6 +153,4 @@ def create_table(
     if not fields:
         return catalog.create_table_if_not_exists(identifier, schema=schema)
     table_schema, spec = spec_for(schema, fields)
-    return catalog.create_table_if_not_exists(
-        identifier, schema=table_schema, partition_spec=spec
-    )
+    return catalog.create_table_if_not_exists(identifier, schema=table_schema, partition_spec=spec)

@@ -28,7 +28,7 @@ from durable_sinks.core.naming import ParticipantName
 from durable_sinks.core.protocol import CommitHandle, CommitOutcome, OpenContext
 from durable_sinks.manifest import LocalDirectoryStore
 from durable_sinks.sinks import create
-from durable_sinks.sinks.iceberg import Iceberg
+from durable_sinks.sinks.iceberg import Iceberg, partitioning
 from durable_sinks.sinks.iceberg import committer as iceberg_committer
 from durable_sinks.sinks.iceberg.errors import CommitConflictError
 from durable_sinks.sinks.iceberg.handles import IcebergHandleDetails, paths_of
@@ -619,8 +619,9 @@ def test_a_created_table_is_partitioned_by_partition_by_and_scans_prune(
     job.run_epoch(1, [stamped([4, 5], ["fr", "fr"]), stamped([6], ["it"])])
     job.close()
     table = catalog.catalog().load_table(catalog.identifier())
-    spec = [(table.schema().find_column_name(f.source_id), str(f.transform)) for f in table.spec().fields]
+    spec = [(f.column, f.transform) for f in partitioning.fields_of(table)]
     assert spec == [("ts", "day"), ("id", "bucket[4]"), ("country", "identity")]
+    assert [f.name for f in table.spec().fields] == ["ts_day", "id_bucket_4", "country"]
     assert ids(catalog) == list(range(7))
     every = list(table.scan().plan_files())
     assert len(every) >= 5  # a file per partition the rows fall in, per epoch
@@ -640,9 +641,7 @@ def test_partition_by_that_does_not_fit_is_refused_with_nothing_written(
         "'day\\(country\\)': day does not take column 'country' of type string": "day(country)",
     }
     for n, (expected, field) in enumerate(refusals.items()):
-        job = coordinator(
-            catalog, tmp_path, job=f"j{n}", create_table=True, partition_by=[field]
-        )
+        job = coordinator(catalog, tmp_path, job=f"j{n}", create_table=True, partition_by=[field])
         with pytest.raises(ConfigError, match=expected):
             job.run_epoch(0, [stamped([1], ["fr"])])
         job.close()
