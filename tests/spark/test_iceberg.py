@@ -86,3 +86,41 @@ def test_iceberg_and_postgres_in_one_job_land_each_batch_once(
     assert epochs == ["0", "1", "2", "3"]
     # No data file in the warehouse that the current snapshot does not hold.
     assert catalog.data_files() == sorted(Path(f.removeprefix("file://")) for f in read.data_files)
+
+
+def test_a_table_the_job_partitions_is_pruned_by_sparks_reader(
+    spark: Any, testbed: Testbed, catalog: IcebergCatalog, job_id: str, tmp_path: Path
+) -> None:
+    """`partition_by` with a bucket transform (pyiceberg-core computes the buckets): a filter
+    on the column is pushed into Spark's Iceberg scan (Java's bucket function), which reads
+    only the files of the row's bucket and finds the row."""
+    source, checkpoint = tmp_path / "in", tmp_path / "checkpoint"
+    for n in range(2):
+        write_input(source, f"part-{n}.json", range(n * 20, n * 20 + 20))
+    options = catalog.sink_options(create_table=True, partition_by=("bucket(4, id)",))
+    writer = durable_sink(
+        [sink("iceberg", **options)], job_id=job_id, decision_store=str(tmp_path / "decisions")
+    )
+    run_available_now(source_stream(spark, source), writer, checkpoint)
+    loaded = catalog.catalog().load_table(("ds", "events"))
+    assert [str(f.transform) for f in loaded.spec().fields] == ["bucket[4]"]
+    every = list(loaded.scan().plan_files())
+    seven = list(loaded.scan(row_filter="id == 7").plan_files())
+    assert 0 < len(seven) < len(every)
+    assert sorted(r["id"] for r in catalog.rows()) == list(range(40))
+    # One read by Spark: were Java's buckets not pyiceberg-core's, the row's file would be
+    # pruned and the read empty.
+    pruned = read_with_spark(
+        testbed,
+        catalog.name,
+        catalog.properties(),
+        ("ds", "events"),
+        tmp_path / "where",
+        where="id = 7",
+    )
+    assert pruned.column("id") == [7]
+    # The filter is pushed into Iceberg's scan (`IcebergScan(... filters=id IS NOT NULL,
+    # id = 7 ...)`), which plans only the files whose partition can hold the row.
+    scans = [line for line in pruned.plan.splitlines() if "IcebergScan(" in line]
+    assert len(scans) == 1, pruned.plan
+    assert "id = 7" in scans[0].split("filters=", 1)[1], pruned.plan

@@ -108,6 +108,9 @@ class SparkRead:
     data_files: list[str]
     #: Every snapshot's summary, oldest first (the `snapshots` metadata table).
     snapshots: list[dict[str, str]]
+    #: With a `where` filter: Spark's physical plan of the filtered read (`rows` then holds
+    #: the rows it returned).
+    plan: str = ""
 
     def column(self, name: str) -> list[Any]:
         return list(self.rows.column(name).to_pylist())
@@ -119,9 +122,12 @@ def read_with_spark(
     properties: Mapping[str, str],
     identifier: Sequence[str],
     folder: Path,
+    where: str | None = None,
 ) -> SparkRead:
     """Read table `identifier` of the pyiceberg catalog (`catalog_name`, `properties`) with
-    Spark's Iceberg reader in a child process; its log stays in `folder` when it fails."""
+    Spark's Iceberg reader in a child process; its log stays in `folder` when it fails. With
+    `where` (a Spark SQL condition), the rows read are those it keeps, and `plan` is the
+    read's physical plan."""
     import pyarrow as pa
 
     from tests.services import up
@@ -139,6 +145,7 @@ def read_with_spark(
                 "conf": testbed.iceberg_spark.session_conf(**settings),
                 "table": ".".join([catalog_name, *identifier]),
                 "out": str(folder),
+                "where": where,
             }
         )
     )
@@ -160,7 +167,7 @@ def read_with_spark(
     with pa.memory_map(str(folder / "rows.arrow")) as source:
         rows = pa.ipc.open_file(source).read_all()
     meta = json.loads((folder / "metadata.json").read_text())
-    return SparkRead(rows, meta["data_files"], meta["snapshots"])
+    return SparkRead(rows, meta["data_files"], meta["snapshots"], meta.get("plan", ""))
 
 
 def _child(plan_file: Path) -> None:
@@ -180,7 +187,12 @@ def _child(plan_file: Path) -> None:
     session.sparkContext.setLogLevel("ERROR")
     try:
         table = plan["table"]
-        rows = session.table(table).toArrow()
+        read = session.table(table)
+        physical = ""
+        if plan.get("where"):
+            read = read.where(plan["where"])
+            physical = str(read._jdf.queryExecution().executedPlan().toString())
+        rows = read.toArrow()
         with (
             pa.OSFile(str(out / "rows.arrow"), "wb") as sink,
             pa.ipc.new_file(sink, rows.schema) as writer,
@@ -194,7 +206,7 @@ def _child(plan_file: Path) -> None:
             ).collect()
         ]
         (out / "metadata.json").write_text(
-            json.dumps({"data_files": sorted(files), "snapshots": snapshots})
+            json.dumps({"data_files": sorted(files), "snapshots": snapshots, "plan": physical})
         )
     finally:
         session.stop()
