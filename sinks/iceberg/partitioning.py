@@ -72,11 +72,17 @@ class PartitionField:
             "time transforms a column alone (day(ts))",
         )
 
-    def __str__(self) -> str:
-        if self.transform == "identity":
-            return self.column
+    @property
+    def kind(self) -> tuple[str, str]:
+        """The transform's name and its number, "" for none (`bucket[16]`: bucket, 16)."""
         name, _, size = self.transform.partition("[")
-        return f"{name}({size.rstrip(']')}, {self.column})" if size else f"{name}({self.column})"
+        return name, size.rstrip("]")
+
+    def __str__(self) -> str:
+        name, size = self.kind
+        if name == "identity":
+            return self.column
+        return f"{name}({size}, {self.column})" if size else f"{name}({self.column})"
 
 
 def fields_of(table: Table) -> list[PartitionField]:
@@ -103,7 +109,11 @@ class UnfitPartitioningError(ValueError):
     its column's type (the message says which)."""
 
 
-def spec_for(schema: pa.Schema, fields: Sequence[PartitionField]) -> tuple[Schema, PartitionSpec]:
+#: A table's schema with its field ids, and a partition spec over it.
+Spec = tuple["Schema", "PartitionSpec"]
+
+
+def spec_for(schema: pa.Schema, fields: Sequence[PartitionField]) -> Spec:
     """The Iceberg schema of `schema` (fresh field ids) and the partition spec of `fields`
     over it, named as pyiceberg and Spark name them (`ts_day`, `id_bucket_16`);
     UnfitPartitioningError when a field does not fit the rows."""
@@ -127,10 +137,11 @@ def spec_for(schema: pa.Schema, fields: Sequence[PartitionField]) -> tuple[Schem
                 f"{str(field)!r}: {field.transform} does not take column {field.column!r} of "
                 f"type {column.field_type}"
             )
-        name, _, size = field.transform.partition("[")
-        suffix = {"identity": "", "truncate": f"_trunc_{size[:-1]}"}.get(
-            name, f"_{name}_{size[:-1]}" if size else f"_{name}"
-        )
+        name, size = field.kind
+        if name == "identity":
+            suffix = ""
+        else:
+            suffix = f"_{'trunc' if name == 'truncate' else name}" + (f"_{size}" if size else "")
         made.append(
             SpecField(
                 source_id=column.field_id,
@@ -143,14 +154,14 @@ def spec_for(schema: pa.Schema, fields: Sequence[PartitionField]) -> tuple[Schem
 
 
 def create_table(
-    catalog: Catalog,
-    identifier: tuple[str, ...],
-    schema: pa.Schema,
-    fields: Sequence[PartitionField],
+    catalog: Catalog, identifier: tuple[str, ...], schema: pa.Schema, spec: Spec | None
 ) -> Table:
-    """The table created from `schema`, partitioned by `fields` (`spec_for`), in one catalog
-    commit; the table another writer created first, as it is (the caller checks its spec)."""
-    if not fields:
+    """The table created from `schema`, or with `spec` (`spec_for`) its schema and partition
+    spec, in one catalog commit; the table another writer created first, as it is (the caller
+    checks its spec)."""
+    if spec is None:
         return catalog.create_table_if_not_exists(identifier, schema=schema)
-    table_schema, spec = spec_for(schema, fields)
-    return catalog.create_table_if_not_exists(identifier, schema=table_schema, partition_spec=spec)
+    table_schema, partition_spec = spec
+    return catalog.create_table_if_not_exists(
+        identifier, schema=table_schema, partition_spec=partition_spec
+    )

@@ -306,9 +306,9 @@ class IcebergSink(SinkBase[Iceberg]):
         rows lack, or whose transform does not apply to its type, a ConfigError."""
         fields = self.config.partition_fields
         try:
-            if fields:  # (refused before anything is created)
-                partitioning.spec_for(schema, fields)
-        except partitioning.UnfitPartitioningError as exc:
+            spec = partitioning.spec_for(schema, fields) if fields else None
+            return self._made(schema, spec, epoch)
+        except partitioning.UnfitPartitioningError as exc:  # (before anything is created)
             raise ConfigError(
                 f"partition_by of {self.config.where} does not fit the rows: {exc}",
                 **self.where(epoch),
@@ -317,20 +317,13 @@ class IcebergSink(SinkBase[Iceberg]):
                 "those and more; nothing of the epoch was committed",
             ) from exc
         except (TypeError, ValueError) as exc:
-            raise self._uncreatable(exc, epoch) from exc
-        try:
-            return self._made(schema, epoch)
-        except (TypeError, ValueError) as exc:
-            raise self._uncreatable(exc, epoch) from exc
-
-    def _uncreatable(self, exc: Exception, epoch: int) -> SchemaMismatchError:
-        return SchemaMismatchError(
-            f"cannot create the Iceberg table {self.config.where} from the rows: {exc}",
-            **self.where(epoch),
-            fix="cast the columns to types Iceberg has (no null-typed or nanosecond "
-            "columns in format version 2), or create the table first; nothing of the "
-            "epoch was committed",
-        )
+            raise SchemaMismatchError(
+                f"cannot create the Iceberg table {self.config.where} from the rows: {exc}",
+                **self.where(epoch),
+                fix="cast the columns to types Iceberg has (no null-typed or nanosecond "
+                "columns in format version 2), or create the table first; nothing of the "
+                "epoch was committed",
+            ) from exc
 
     def _require_partitioning(self, table: Table, epoch: int | None) -> None:
         """ConfigError when `partition_by` is given and `table` is partitioned otherwise."""
@@ -348,12 +341,12 @@ class IcebergSink(SinkBase[Iceberg]):
                 "the table as it is partitioned",
             )
 
-    def _made(self, schema: pa.Schema, epoch: int) -> Table:
+    def _made(self, schema: pa.Schema, spec: partitioning.Spec | None, epoch: int) -> Table:
         tables = self._t()
         with self._table_lock:
             table = self._client_call(
                 lambda: partitioning.create_table(
-                    tables.catalog, self.config.identifier, schema, self.config.partition_fields
+                    tables.catalog, self.config.identifier, schema, spec
                 ),
                 "create the table",
                 epoch,
