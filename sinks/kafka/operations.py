@@ -39,7 +39,7 @@ from durable_sinks.core.protocol import CommitHandle
 from .admin import list_offsets
 from .config import PROGRESS_READER_GROUP
 from .handles import KafkaHandleDetails
-from .progress import ProgressRecord
+from .progress import READ_WAIT, ProgressRecord
 from .records import EPOCH_HEADER
 
 
@@ -115,7 +115,7 @@ def committed(
                     "may hold it",
                     fix="run the command again once the transaction ended (or timed out)",
                 )
-            for message in consumer.consume(num_messages=1000, timeout=0.2):
+            for message in consumer.consume(num_messages=1000, timeout=READ_WAIT):
                 if message.error() is not None:
                     raise KafkaException(message.error())
                 yield message
@@ -342,7 +342,7 @@ def progress_keys(config: Any, opened: Any) -> dict[bytes, bool]:
                     **reader.describe(),
                     fix="wait for that transaction to end or time out, then run drop again",
                 )
-            for message in consumer.consume(num_messages=500, timeout=0.05):
+            for message in consumer.consume(num_messages=500, timeout=READ_WAIT):
                 error = message.error()
                 if error is not None:
                     raise KafkaException(error)

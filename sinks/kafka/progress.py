@@ -69,11 +69,12 @@ SCAN_CHUNK = 2_000
 #: looked for are usually among the newest records, so a long topic is not read 2,000
 #: records deep for them at each start.
 FIRST_CHUNK = 32
-#: The longest a chunk's read waits for records in one call (s). A call that gets fewer
-#: records than it asks for returns only when this has passed, and a chunk usually holds
-#: fewer than it asks for (it ends at the high watermark, and transaction markers take
-#: offsets too), so a short wait, repeated until the reader passes the chunk's end, makes a
-#: read take about the broker's fetch time instead of a whole wait.
+#: The longest a read of a chunk (or, for the operator's views, of a topic to its end)
+#: waits for records in one call (s). A call that gets fewer records than it asks for
+#: returns only when this has passed, and a chunk usually holds fewer than it asks for (it
+#: ends at the high watermark, and transaction markers take offsets too), so a short wait,
+#: repeated until the reader passes the chunk's end, makes a read take about the broker's
+#: fetch time instead of a whole wait.
 READ_WAIT = 0.002
 
 
